@@ -1,0 +1,89 @@
+// Online softmax state of one warp's rows, FlashAttention-2 style: running max m (raw score
+// units) and running sum l per row, kept in registers while K/V tiles stream by.
+// Each lane holds 2 rows per 16-row m-tile (g and g + 8). l is a per-lane partial sum over the
+// lane's own columns and is reduced across the quad only in finalize(): the rescale factor is the
+// same for the whole row, so partial sums rescale correctly.
+#pragma once
+
+#include <math.h>
+
+#include "../ptx/math.h"
+#include "numeric.h"
+
+namespace flashattn_cu {
+
+template <int kMTiles>
+struct OnlineSoftmax {
+  float m[kMTiles][2];
+  float l[kMTiles][2];
+
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        m[mt][hr] = -INFINITY;
+        l[mt][hr] = 0.f;
+      }
+    }
+  }
+
+  // Takes a tile of raw scores, turns them into unnormalised probabilities
+  // p = 2^(s * scale_log2 - m_new * scale_log2) in place, and rescales l and the output
+  // accumulator o by 2^((m_old - m_new) * scale_log2). Requires scale_log2 >= 0 (max of the raw
+  // scores is then the max of the scaled ones). Fully masked rows (m_new = -inf) use 0 as their
+  // shift so no inf - inf appears; their p are exp2(-inf) = 0.
+  template <int kNTiles, int kDTiles>
+  __device__ __forceinline__ void update(float (&s)[kMTiles][kNTiles][4],
+                                         float (&o)[kMTiles][kDTiles][4], float scale_log2) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        float m_new = m[mt][hr];
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          m_new = fmaxf(m_new, fmaxf(s[mt][nt][hr * 2], s[mt][nt][hr * 2 + 1]));
+        }
+        m_new = quad_max(m_new);
+        const float shift = m_new == -INFINITY ? 0.f : m_new * scale_log2;
+        const float rescale = ptx::ex2_approx(m[mt][hr] * scale_log2 - shift);
+        m[mt][hr] = m_new;
+        float row_sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float p = ptx::ex2_approx(fmaf(s[mt][nt][hr * 2 + e], scale_log2, -shift));
+            s[mt][nt][hr * 2 + e] = p;
+            row_sum += p;
+          }
+        }
+        l[mt][hr] = fmaf(l[mt][hr], rescale, row_sum);
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          o[mt][dt][hr * 2] *= rescale;
+          o[mt][dt][hr * 2 + 1] *= rescale;
+        }
+      }
+    }
+  }
+
+  // Reduces l across the quad, writes the row's 1/l (0 for a row that saw no key) and its
+  // natural-log LSE (+inf for a row that saw no key).
+  __device__ __forceinline__ void finalize(float softmax_scale, float (&inv_l)[kMTiles][2],
+                                           float (&lse)[kMTiles][2]) const {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const float sum = quad_sum(l[mt][hr]);
+        const bool empty = !(sum > 0.f);
+        inv_l[mt][hr] = empty ? 0.f : 1.f / sum;
+        lse[mt][hr] = empty ? INFINITY : m[mt][hr] * softmax_scale + logf(sum);
+      }
+    }
+  }
+};
+
+}  // namespace flashattn_cu

@@ -1,0 +1,196 @@
+// The one place that picks arch path, dtype and head-dim instance. Torch-free.
+#include <cmath>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "flashattn_cu/flashattn_cu.h"
+#include "sm80/launch.h"
+#include "tiles.h"
+
+#ifndef FLASHATTN_CU_BUILT_ARCHS
+#define FLASHATTN_CU_BUILT_ARCHS 80
+#endif
+
+namespace flashattn_cu {
+namespace {
+
+thread_local cudaError_t g_last_error = cudaSuccess;
+
+struct DeviceInfo {
+  int major = 0;
+  int minor = 0;
+  int smem_optin = 0;
+};
+
+Status query_device(DeviceInfo* info) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&info->major, cudaDevAttrComputeCapabilityMajor, device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&info->minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (err == cudaSuccess) {
+    err = cudaDeviceGetAttribute(&info->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  }
+  if (err != cudaSuccess) {
+    g_last_error = err;
+    return Status::kLaunchFailed;
+  }
+  return info->major >= 8 ? Status::kSuccess : Status::kUnsupportedDevice;
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+bool stride_ok(int64_t stride) { return stride % 8 == 0; }
+
+// Checks shared by fwd() and bwd(); the torch binding checks the same things first with
+// messages that name the argument, so these fire only for direct C++ callers.
+template <typename Params>
+Status check_common(const Params& p) {
+  if (p.batch < 0 || p.seqlen_q < 0 || p.seqlen_k < 0 || p.num_heads <= 0 ||
+      p.num_heads_k <= 0 || p.num_heads % p.num_heads_k != 0) {
+    return Status::kInvalidArgument;
+  }
+  if (p.head_dim <= 0 || p.head_dim > 256 || p.head_dim % 8 != 0) {
+    return Status::kUnsupportedHeadDim;
+  }
+  if (!(p.softmax_scale > 0.f) || !std::isfinite(p.softmax_scale)) return Status::kInvalidArgument;
+  const int64_t strides[] = {p.q_batch_stride, p.q_row_stride, p.q_head_stride,
+                             p.k_batch_stride, p.k_row_stride, p.k_head_stride,
+                             p.v_batch_stride, p.v_row_stride, p.v_head_stride,
+                             p.o_batch_stride, p.o_row_stride, p.o_head_stride};
+  for (int64_t s : strides) {
+    if (!stride_ok(s)) return Status::kInvalidArgument;
+  }
+  if (!aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) || !aligned16(p.o)) {
+    return Status::kInvalidArgument;
+  }
+  return Status::kSuccess;
+}
+
+// Calls fn.template run<Element, kHeadDim>() for the compiled instance covering head_dim.
+template <typename Fn>
+Status dispatch_instance(DType dtype, int head_dim, const Fn& fn) {
+  const int rounded = round_head_dim(head_dim);
+#define FLASHATTN_CU_CASE(D)                                                        \
+  if (rounded == D) {                                                               \
+    return dtype == DType::kBFloat16 ? fn.template run<__nv_bfloat16, D>() \
+                                     : fn.template run<__half, D>();       \
+  }
+#ifdef FLASHATTN_CU_HDIM_32
+  FLASHATTN_CU_CASE(32)
+#endif
+#ifdef FLASHATTN_CU_HDIM_64
+  FLASHATTN_CU_CASE(64)
+#endif
+#ifdef FLASHATTN_CU_HDIM_96
+  FLASHATTN_CU_CASE(96)
+#endif
+#ifdef FLASHATTN_CU_HDIM_128
+  FLASHATTN_CU_CASE(128)
+#endif
+#ifdef FLASHATTN_CU_HDIM_160
+  FLASHATTN_CU_CASE(160)
+#endif
+#ifdef FLASHATTN_CU_HDIM_192
+  FLASHATTN_CU_CASE(192)
+#endif
+#ifdef FLASHATTN_CU_HDIM_224
+  FLASHATTN_CU_CASE(224)
+#endif
+#ifdef FLASHATTN_CU_HDIM_256
+  FLASHATTN_CU_CASE(256)
+#endif
+#undef FLASHATTN_CU_CASE
+  (void)fn;
+  return Status::kUnsupportedHeadDim;
+}
+
+struct FwdRunner {
+  const FwdParams& params;
+  bool small_smem;
+  cudaStream_t stream;
+  template <typename Element, int kHeadDim>
+  Status run() const {
+    return sm80::run_fwd<Element, kHeadDim>(params, small_smem, stream);
+  }
+};
+
+}  // namespace
+
+namespace sm80 {
+Status launch_status() {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return Status::kSuccess;
+  g_last_error = err;
+  if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
+    return Status::kUnsupportedDevice;
+  }
+  return Status::kLaunchFailed;
+}
+}  // namespace sm80
+
+const char* status_string(Status status) {
+  switch (status) {
+    case Status::kSuccess: return "success";
+    case Status::kInvalidArgument: return "invalid argument";
+    case Status::kUnsupportedDevice: return "unsupported device (needs sm_80 or newer, in this build)";
+    case Status::kUnsupportedHeadDim: return "unsupported head dim (multiple of 8, <= 256, compiled in)";
+    case Status::kLaunchFailed: return "CUDA launch failed";
+  }
+  return "unknown status";
+}
+
+cudaError_t last_cuda_error() { return g_last_error; }
+
+Status fwd(const FwdParams& p, cudaStream_t stream) {
+  g_last_error = cudaSuccess;
+  Status st = check_common(p);
+  if (st != Status::kSuccess) return st;
+  if (p.lse == nullptr || !aligned16(p.lse)) return Status::kInvalidArgument;
+  if (p.batch == 0 || p.seqlen_q == 0) return Status::kSuccess;
+  DeviceInfo dev;
+  st = query_device(&dev);
+  if (st != Status::kSuccess) return st;
+  const bool small_smem = dev.smem_optin < kLargeSmemBytes;
+  return dispatch_instance(p.dtype, p.head_dim, FwdRunner{p, small_smem, stream});
+}
+
+int built_archs(int* out, int max) {
+  static const int kArchs[] = {FLASHATTN_CU_BUILT_ARCHS};
+  const int n = static_cast<int>(sizeof(kArchs) / sizeof(kArchs[0]));
+  for (int i = 0; i < n && i < max; ++i) out[i] = kArchs[i];
+  return n;
+}
+
+int built_head_dims(int* out, int max) {
+  static const int kDims[] = {
+#ifdef FLASHATTN_CU_HDIM_32
+      32,
+#endif
+#ifdef FLASHATTN_CU_HDIM_64
+      64,
+#endif
+#ifdef FLASHATTN_CU_HDIM_96
+      96,
+#endif
+#ifdef FLASHATTN_CU_HDIM_128
+      128,
+#endif
+#ifdef FLASHATTN_CU_HDIM_160
+      160,
+#endif
+#ifdef FLASHATTN_CU_HDIM_192
+      192,
+#endif
+#ifdef FLASHATTN_CU_HDIM_224
+      224,
+#endif
+#ifdef FLASHATTN_CU_HDIM_256
+      256,
+#endif
+      0};
+  const int n = static_cast<int>(sizeof(kDims) / sizeof(kDims[0])) - 1;
+  for (int i = 0; i < n && i < max; ++i) out[i] = kDims[i];
+  return n;
+}
+
+}  // namespace flashattn_cu

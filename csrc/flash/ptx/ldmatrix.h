@@ -1,0 +1,37 @@
+// ldmatrix: four 8x8 matrices of 16-bit elements from shared memory into registers (sm_75+,
+// used here on sm_80+). Lane i gives the address of row (i % 8) of matrix (i / 8); each lane
+// receives, for matrix j, the 32-bit register holding row (lane / 4), cols 2*(lane % 4)..+1.
+// The .trans form delivers the transpose: row 2*(lane % 4)..+1, col (lane / 4).
+#pragma once
+
+#include <cstdint>
+
+#include "arch.h"
+
+namespace flashattn_cu::ptx {
+
+FLASHATTN_CU_DEVICE void ldmatrix_x4(uint32_t (&r)[4], uint32_t smem_addr) {
+#if FLASHATTN_CU_SM80_OR_NEWER
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr));
+#else
+  unsupported_arch();
+#endif
+}
+
+FLASHATTN_CU_DEVICE void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t smem_addr) {
+#if FLASHATTN_CU_SM80_OR_NEWER
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr));
+#else
+  unsupported_arch();
+#endif
+}
+
+FLASHATTN_CU_DEVICE uint32_t smem_u32(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+
+}  // namespace flashattn_cu::ptx

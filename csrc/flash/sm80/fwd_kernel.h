@@ -1,0 +1,255 @@
+// FlashAttention-2 forward on mma.sync (sm_80 and newer).
+//
+// One thread block owns kBlockM query rows of one (batch, head); each warp owns kWarpRows of
+// them. K and V tiles of kBlockN keys stream through shared memory from the last tile to the
+// first (masked tiles - the sequence tail and the causal diagonal - come first, then the
+// unmasked bulk runs without any mask arithmetic). Loads overlap compute the FA2 way: the V tile
+// of step n is in flight while S = Q K^T runs, the K tile of step n-1 while O += P V runs.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "flashattn_cu/flashattn_cu.h"
+
+#include "../common/mask.h"
+#include "../common/numeric.h"
+#include "../common/softmax.h"
+#include "../ptx/cp_async.h"
+#include "../ptx/ldmatrix.h"
+#include "../tiles.h"
+
+namespace flashattn_cu::sm80 {
+
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_>
+struct FwdTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kNWarps = kNWarps_;
+  static constexpr int kNThreads = kNWarps * 32;
+  static constexpr int kWarpRows = kBlockM / kNWarps;
+  static constexpr int kMTiles = kWarpRows / 16;  // 16-row mma tiles per warp
+  static constexpr int kNTiles = kBlockN / 8;     // 8-key accumulator tiles of S
+  static constexpr int kDTiles = kHeadDim / 8;    // 8-column accumulator tiles of O
+  static constexpr int kChunks = kHeadDim / 8;    // 16-byte chunks per row
+  static constexpr int kSmemRowChunks = kChunks + 1;  // padded: odd stride, no ldmatrix conflicts
+  static constexpr int kSmemBytes = (kBlockM + 2 * kBlockN) * kSmemRowChunks * 16;
+  static_assert(kWarpRows % 16 == 0, "each warp owns whole 16-row mma tiles");
+  static_assert(kBlockN % 16 == 0 && kHeadDim % 32 == 0, "tiles are made of 16x16 mma steps");
+};
+
+// Copies a kRows x head_dim tile (row stride `row_stride` elements) into padded shared memory
+// with cp.async; rows >= rows_valid and columns >= head_dim are zero-filled.
+template <typename Traits, int kRows, typename Element>
+__device__ __forceinline__ void load_tile_async(uint32_t smem, const Element* gmem,
+                                                int64_t row_stride, int rows_valid,
+                                                int head_dim, int tid) {
+  constexpr int kChunks = Traits::kChunks, kThreads = Traits::kNThreads;
+  // Thread tid copies chunks tid, tid + kThreads, ...; walk (row, col) incrementally so only
+  // one running pointer is live.
+  constexpr int kRowStep = kThreads / kChunks, kColStep = kThreads % kChunks;
+  int r = tid / kChunks, c = tid % kChunks;
+  const Element* src = gmem + r * row_stride + c * 8;
+#pragma unroll
+  for (int i = 0; i < ceil_div(kRows * kChunks, kThreads); ++i) {
+    if ((kRows * kChunks) % kThreads != 0 && r >= kRows) break;
+    const bool valid = r < rows_valid && c * 8 < head_dim;
+    ptx::cp_async_16_zfill(smem + (r * Traits::kSmemRowChunks + c) * 16, valid ? src : gmem,
+                           valid);
+    r += kRowStep;
+    c += kColStep;
+    src += kRowStep * row_stride + kColStep * 8;
+    if (kColStep != 0 && c >= kChunks) {
+      c -= kChunks;
+      ++r;
+      src += row_stride - kChunks * 8;
+    }
+  }
+}
+
+template <typename Element, typename Traits>
+__device__ __forceinline__ void fwd_block(const FwdParams& p, char* smem_raw) {
+  using Ops = ElementOps<Element>;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  constexpr int kMTiles = Traits::kMTiles, kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
+  constexpr int kRowChunks = Traits::kSmemRowChunks;
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int num_m_blocks = ceil_div(p.seqlen_q, kBlockM);
+  // Heaviest (last, for causal) query blocks of each (batch, head) are scheduled first.
+  const int m_block = num_m_blocks - 1 - static_cast<int>(blockIdx.x % num_m_blocks);
+  const int bh = static_cast<int>(blockIdx.x / num_m_blocks);
+  const int batch = bh / p.num_heads, head = bh % p.num_heads;
+  const int head_k = head / (p.num_heads / p.num_heads_k);
+  const int m_start = m_block * kBlockM;
+  const int rows_q = min(kBlockM, p.seqlen_q - m_start);
+
+  const Element* q = static_cast<const Element*>(p.q) + batch * p.q_batch_stride +
+                     head * p.q_head_stride + m_start * p.q_row_stride;
+  const Element* k = static_cast<const Element*>(p.k) + batch * p.k_batch_stride +
+                     head_k * p.k_head_stride;
+  const Element* v = static_cast<const Element*>(p.v) + batch * p.v_batch_stride +
+                     head_k * p.v_head_stride;
+
+  const uint32_t sQ = ptx::smem_u32(smem_raw);
+  const uint32_t sK = sQ + kBlockM * kRowChunks * 16;
+  const uint32_t sV = sK + kBlockN * kRowChunks * 16;
+
+  // Key blocks [0, n_end) hold keys some row of this block sees; [0, n_unmasked) are seen whole
+  // by every row of the block.
+  const int causal_shift = p.seqlen_k - p.seqlen_q;
+  int key_end = p.seqlen_k, unmasked_keys = p.seqlen_k;
+  if (p.is_causal) {
+    key_end = min(p.seqlen_k, m_start + kBlockM + causal_shift);
+    unmasked_keys = min(p.seqlen_k, m_start + 1 + causal_shift);
+  }
+  const int n_end = key_end > 0 ? ceil_div(key_end, kBlockN) : 0;
+  const int n_unmasked = unmasked_keys > 0 ? unmasked_keys / kBlockN : 0;
+
+  const int g = lane / 4, t = lane % 4;
+  const int warp_row0 = warp * Traits::kWarpRows;
+
+  float acc_o[kMTiles][kDTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_o[mt][dt][e] = 0.f;
+
+  OnlineSoftmax<kMTiles> softmax;
+  softmax.init();
+  const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
+
+  if (n_end > 0) {
+    load_tile_async<Traits, kBlockM>(sQ, q, p.q_row_stride, rows_q, p.head_dim, tid);
+    load_tile_async<Traits, kBlockN>(sK, k + (n_end - 1) * kBlockN * p.k_row_stride,
+                                     p.k_row_stride, p.seqlen_k - (n_end - 1) * kBlockN,
+                                     p.head_dim, tid);
+    ptx::cp_async_commit();
+  }
+
+  // Lane-constant parts of the ldmatrix addresses (see ptx/ldmatrix.h for the lane mapping).
+  const uint32_t q_lane = sQ + ((warp_row0 + lane % 16) * kRowChunks + lane / 16) * 16;
+  const uint32_t k_lane = sK + (((lane / 16) * 8 + lane % 8) * kRowChunks + (lane / 8) % 2) * 16;
+  const uint32_t v_lane = sV + ((lane % 16) * kRowChunks + lane / 16) * 16;
+
+  // Key blocks n >= n_unmasked need the mask; below it the branch is skipped uniformly.
+#pragma unroll 1
+  for (int n = n_end - 1; n >= 0; --n) {
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // K_n landed for all threads; every warp is done reading V_{n+1}
+    load_tile_async<Traits, kBlockN>(sV, v + n * kBlockN * p.v_row_stride, p.v_row_stride,
+                                     p.seqlen_k - n * kBlockN, p.head_dim, tid);
+    ptx::cp_async_commit();
+
+    float acc_s[kMTiles][kNTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_s[mt][nt][e] = 0.f;
+
+#pragma unroll
+    for (int ks = 0; ks < Traits::kHeadDim / 16; ++ks) {
+      uint32_t qa[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+        ptx::ldmatrix_x4(qa[mt], q_lane + (mt * 16 * kRowChunks + ks * 2) * 16);
+#pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        uint32_t kb[4];
+        ptx::ldmatrix_x4(kb, k_lane + (np * 16 * kRowChunks + ks * 2) * 16);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          Ops::mma(acc_s[mt][2 * np], qa[mt], kb[0], kb[1]);
+          Ops::mma(acc_s[mt][2 * np + 1], qa[mt], kb[2], kb[3]);
+        }
+      }
+    }
+
+    if (n >= n_unmasked) {
+      mask_scores(acc_s, m_start + warp_row0, n * kBlockN, p.seqlen_q, p.seqlen_k, p.is_causal,
+                  lane);
+    }
+    softmax.update(acc_s, acc_o, scale_log2);
+
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // V_n landed; every warp is done reading K_n
+    if (n > 0) {
+      load_tile_async<Traits, kBlockN>(sK, k + (n - 1) * kBlockN * p.k_row_stride,
+                                       p.k_row_stride, p.seqlen_k - (n - 1) * kBlockN,
+                                       p.head_dim, tid);
+      ptx::cp_async_commit();
+    }
+
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      uint32_t pa[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        pa[mt][0] = Ops::pack(acc_s[mt][2 * kk][0], acc_s[mt][2 * kk][1]);
+        pa[mt][1] = Ops::pack(acc_s[mt][2 * kk][2], acc_s[mt][2 * kk][3]);
+        pa[mt][2] = Ops::pack(acc_s[mt][2 * kk + 1][0], acc_s[mt][2 * kk + 1][1]);
+        pa[mt][3] = Ops::pack(acc_s[mt][2 * kk + 1][2], acc_s[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int dp = 0; dp < kDTiles / 2; ++dp) {
+        uint32_t vb[4];
+        ptx::ldmatrix_x4_trans(vb, v_lane + (kk * 16 * kRowChunks + dp * 2) * 16);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          Ops::mma(acc_o[mt][2 * dp], pa[mt], vb[0], vb[1]);
+          Ops::mma(acc_o[mt][2 * dp + 1], pa[mt], vb[2], vb[3]);
+        }
+      }
+    }
+  }
+
+  Element* o = static_cast<Element*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride +
+               m_start * p.o_row_stride;
+  float* lse = p.lse + (static_cast<int64_t>(batch) * p.num_heads + head) * p.seqlen_q + m_start;
+  float inv_l[kMTiles][2], row_lse[kMTiles][2];
+  softmax.finalize(p.softmax_scale, inv_l, row_lse);
+
+  // Stage O through this warp's own rows of sQ (only this warp ever read them), then write
+  // 16-byte chunks to global memory.
+  char* sO = smem_raw;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = warp_row0 + mt * 16 + g + hr * 8;
+      if (t == 0 && row < rows_q) lse[row] = row_lse[mt][hr];
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        const uint32_t packed = Ops::pack(acc_o[mt][dt][hr * 2] * inv_l[mt][hr],
+                                          acc_o[mt][dt][hr * 2 + 1] * inv_l[mt][hr]);
+        *reinterpret_cast<uint32_t*>(sO + (row * kRowChunks + dt) * 16 + t * 4) = packed;
+      }
+    }
+  }
+  __syncthreads();
+  constexpr int kTotal = kBlockM * Traits::kChunks;
+#pragma unroll
+  for (int i = 0; i < ceil_div(kTotal, Traits::kNThreads); ++i) {
+    const int idx = tid + i * Traits::kNThreads;
+    if (kTotal % Traits::kNThreads != 0 && idx >= kTotal) break;
+    const int r = idx / Traits::kChunks, c = idx % Traits::kChunks;
+    if (r < rows_q && c * 8 < p.head_dim) {
+      *reinterpret_cast<uint4*>(o + r * p.o_row_stride + c * 8) =
+          *reinterpret_cast<const uint4*>(sO + (r * kRowChunks + c) * 16);
+    }
+  }
+}
+
+template <typename Element, typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads)
+    fwd_kernel(const __grid_constant__ FwdParams params) {
+  extern __shared__ __align__(128) char smem[];
+  fwd_block<Element, Traits>(params, smem);
+}
+
+}  // namespace flashattn_cu::sm80

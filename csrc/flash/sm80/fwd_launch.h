@@ -1,0 +1,43 @@
+// Host side of the sm80 forward: grid shape, shared-memory attribute, launch.
+#pragma once
+
+#include <climits>
+
+#include "../tiles.h"
+#include "fwd_kernel.h"
+#include "launch.h"
+
+namespace flashattn_cu::sm80 {
+
+template <typename Element, typename Traits>
+Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
+  // One flat grid dimension (2^31 - 1 blocks) so batch x heads is never capped at 65535.
+  const int64_t blocks = static_cast<int64_t>(ceil_div(p.seqlen_q, Traits::kBlockM)) *
+                         p.batch * p.num_heads;
+  if (blocks == 0) return Status::kSuccess;
+  if (blocks > INT_MAX) return Status::kInvalidArgument;
+  auto kernel = fwd_kernel<Element, Traits>;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           Traits::kSmemBytes) != cudaSuccess) {
+    return launch_status();
+  }
+  kernel<<<static_cast<unsigned>(blocks), Traits::kNThreads, Traits::kSmemBytes, stream>>>(p);
+  return launch_status();
+}
+
+template <typename Element, int kHeadDim>
+Status run_fwd(const FwdParams& p, bool small_smem, cudaStream_t stream) {
+  constexpr FwdTile big = fwd_tile_sm80(kHeadDim, false);
+  constexpr FwdTile small = fwd_tile_sm80(kHeadDim, true);
+  using BigTraits = FwdTraits<kHeadDim, big.block_m, big.block_n, big.warps>;
+  if constexpr (big.block_m != small.block_m || big.block_n != small.block_n ||
+                big.warps != small.warps) {
+    if (small_smem) {
+      return launch_fwd<Element, FwdTraits<kHeadDim, small.block_m, small.block_n, small.warps>>(
+          p, stream);
+    }
+  }
+  return launch_fwd<Element, BigTraits>(p, stream);
+}
+
+}  // namespace flashattn_cu::sm80

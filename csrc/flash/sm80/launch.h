@@ -1,0 +1,21 @@
+// Declarations of the per-(dtype, head dim) sm80 entry points. Each is explicitly instantiated
+// in its own file under sm80/inst/, so dispatch.cu links against them without seeing a kernel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "flashattn_cu/flashattn_cu.h"
+
+namespace flashattn_cu::sm80 {
+
+// `small_smem`: the device allows less than kLargeSmemBytes of shared memory per block.
+template <typename Element, int kHeadDim>
+Status run_fwd(const FwdParams& params, bool small_smem, cudaStream_t stream);
+
+template <typename Element, int kHeadDim>
+Status run_bwd(const BwdParams& params, bool small_smem, cudaStream_t stream);
+
+// Maps the error of the last launch to a Status (and records it for last_cuda_error()).
+Status launch_status();
+
+}  // namespace flashattn_cu::sm80

@@ -1,0 +1,111 @@
+// flashattn_cu public C++ API. Torch-free: other C++/CUDA projects include this header and link
+// the library. Tensors are described by raw pointers and int64 strides counted in elements.
+//
+// Layouts (flash_attn 2.x): q (batch, seqlen_q, num_heads, head_dim); k, v (batch, seqlen_k,
+// num_heads_k, head_dim); o like q; lse fp32 (batch, num_heads, seqlen_q), contiguous.
+// Requirements checked by fwd()/bwd(): last dim contiguous, every other stride a multiple of 8
+// elements, every pointer 16-byte aligned, head_dim a multiple of 8 and <= 256,
+// num_heads % num_heads_k == 0, an sm_80 or newer device.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace flashattn_cu {
+
+enum class DType : int { kFloat16 = 0, kBFloat16 = 1 };
+
+enum class Status : int {
+  kSuccess = 0,
+  kInvalidArgument = 1,     // a size, stride, pointer or alignment the kernels cannot take
+  kUnsupportedDevice = 2,   // GPU older than sm_80, or an arch this build does not contain
+  kUnsupportedHeadDim = 3,  // head_dim > 256, not a multiple of 8, or not compiled into this build
+  kLaunchFailed = 4,        // a CUDA launch or attribute call failed; cuda_error holds why
+};
+
+// Human-readable name of a status.
+const char* status_string(Status status);
+
+struct FwdParams {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;  // (batch, num_heads, seqlen_q), contiguous
+
+  int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
+  int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
+  int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;
+  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+
+  int batch = 0;
+  int seqlen_q = 0;
+  int seqlen_k = 0;
+  int num_heads = 0;
+  int num_heads_k = 0;
+  int head_dim = 0;
+
+  float softmax_scale = 0.f;  // the caller resolves "None" to head_dim ** -0.5
+  bool is_causal = false;     // bottom-right aligned: query i sees keys j <= i + seqlen_k - seqlen_q
+  DType dtype = DType::kFloat16;
+};
+
+struct BwdParams {
+  // Forward inputs and outputs.
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* o = nullptr;
+  const float* lse = nullptr;  // (batch, num_heads, seqlen_q), contiguous, as fwd() wrote it
+  const void* dout = nullptr;  // like o
+  // Gradients: dq like q; dk, dv like k, v (num_heads_k heads; summed over each head group).
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  // Scratch memory of bwd_workspace_bytes(params) bytes, 256-byte aligned; contents need not be
+  // initialised (bwd() clears what it needs on the stream).
+  void* workspace = nullptr;
+
+  int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
+  int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
+  int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;
+  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
+  int64_t do_batch_stride = 0, do_row_stride = 0, do_head_stride = 0;
+  int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;
+  int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
+  int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
+
+  int batch = 0;
+  int seqlen_q = 0;
+  int seqlen_k = 0;
+  int num_heads = 0;
+  int num_heads_k = 0;
+  int head_dim = 0;
+
+  float softmax_scale = 0.f;
+  bool is_causal = false;
+  bool deterministic = false;  // true: dq, dk, dv bitwise identical run to run (no float atomics)
+  DType dtype = DType::kFloat16;
+};
+
+// Last CUDA error seen by the entry points of this thread (cudaSuccess if none).
+cudaError_t last_cuda_error();
+
+// Forward: writes o and lse. Asynchronous on `stream`; never synchronizes.
+Status fwd(const FwdParams& params, cudaStream_t stream);
+
+// Bytes of scratch memory bwd() needs for these sizes.
+size_t bwd_workspace_bytes(const BwdParams& params);
+
+// Backward: writes dq, dk, dv. Asynchronous on `stream`; never synchronizes.
+Status bwd(const BwdParams& params, cudaStream_t stream);
+
+// Compute capabilities this build has machine code for (e.g. 80, 90), and whether PTX for
+// newer GPUs is embedded. Filled into `out` (up to `max`); returns how many.
+int built_archs(int* out, int max);
+// Head-dim instances compiled into this build (32, 64, ..., 256); returns how many.
+int built_head_dims(int* out, int max);
+
+}  // namespace flashattn_cu
