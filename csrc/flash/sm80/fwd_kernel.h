@@ -15,6 +15,7 @@
 #include "../common/mask.h"
 #include "../common/numeric.h"
 #include "../common/softmax.h"
+#include "../common/tile_io.h"
 #include "../ptx/cp_async.h"
 #include "../ptx/ldmatrix.h"
 #include "../tiles.h"
@@ -38,35 +39,6 @@ struct FwdTraits {
   static_assert(kWarpRows % 16 == 0, "each warp owns whole 16-row mma tiles");
   static_assert(kBlockN % 16 == 0 && kHeadDim % 32 == 0, "tiles are made of 16x16 mma steps");
 };
-
-// Copies a kRows x head_dim tile (row stride `row_stride` elements) into padded shared memory
-// with cp.async; rows >= rows_valid and columns >= head_dim are zero-filled.
-template <typename Traits, int kRows, typename Element>
-__device__ __forceinline__ void load_tile_async(uint32_t smem, const Element* gmem,
-                                                int64_t row_stride, int rows_valid,
-                                                int head_dim, int tid) {
-  constexpr int kChunks = Traits::kChunks, kThreads = Traits::kNThreads;
-  // Thread tid copies chunks tid, tid + kThreads, ...; walk (row, col) incrementally so only
-  // one running pointer is live.
-  constexpr int kRowStep = kThreads / kChunks, kColStep = kThreads % kChunks;
-  int r = tid / kChunks, c = tid % kChunks;
-  const Element* src = gmem + r * row_stride + c * 8;
-#pragma unroll
-  for (int i = 0; i < ceil_div(kRows * kChunks, kThreads); ++i) {
-    if ((kRows * kChunks) % kThreads != 0 && r >= kRows) break;
-    const bool valid = r < rows_valid && c * 8 < head_dim;
-    ptx::cp_async_16_zfill(smem + (r * Traits::kSmemRowChunks + c) * 16, valid ? src : gmem,
-                           valid);
-    r += kRowStep;
-    c += kColStep;
-    src += kRowStep * row_stride + kColStep * 8;
-    if (kColStep != 0 && c >= kChunks) {
-      c -= kChunks;
-      ++r;
-      src += row_stride - kChunks * 8;
-    }
-  }
-}
 
 template <typename Element, typename Traits>
 __device__ __forceinline__ void fwd_block(const FwdParams& p, char* smem_raw) {
