@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include "flashattn_cu/flashattn_cu.h"
+#include "sm80/bwd_params.h"
 #include "sm80/launch.h"
 #include "tiles.h"
 
@@ -114,6 +115,36 @@ struct FwdRunner {
   }
 };
 
+struct BwdRunner {
+  const BwdParams& params;
+  bool small_smem;
+  cudaStream_t stream;
+  template <typename Element, int kHeadDim>
+  Status run() const {
+    return sm80::run_bwd<Element, kHeadDim>(params, small_smem, stream);
+  }
+};
+
+// bwd() needs, beyond check_common: dout/dq/dk/dv like o/q/k/v (non-null, 16-byte aligned,
+// strides multiples of 8), the forward's lse and a workspace of bwd_workspace_bytes().
+Status check_bwd(const BwdParams& p) {
+  const int64_t strides[] = {p.do_batch_stride, p.do_row_stride, p.do_head_stride,
+                             p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride,
+                             p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride,
+                             p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride};
+  for (int64_t s : strides) {
+    if (!stride_ok(s)) return Status::kInvalidArgument;
+  }
+  const void* ptrs[] = {p.q, p.k, p.v, p.o, p.dout, p.dq, p.dk, p.dv, p.lse};
+  for (const void* ptr : ptrs) {
+    if (ptr == nullptr || !aligned16(ptr)) return Status::kInvalidArgument;
+  }
+  if (bwd_workspace_bytes(p) > 0 && (p.workspace == nullptr || !aligned16(p.workspace))) {
+    return Status::kInvalidArgument;
+  }
+  return Status::kSuccess;
+}
+
 }  // namespace
 
 namespace sm80 {
@@ -152,6 +183,30 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
   if (st != Status::kSuccess) return st;
   const bool small_smem = dev.smem_optin < kLargeSmemBytes;
   return dispatch_instance(p.dtype, p.head_dim, FwdRunner{p, small_smem, stream});
+}
+
+size_t bwd_workspace_bytes(const BwdParams& p) {
+  if (p.batch <= 0 || p.num_heads <= 0 || p.num_heads_k <= 0 || p.seqlen_q < 0 ||
+      p.seqlen_k < 0 || p.head_dim <= 0 || p.num_heads % p.num_heads_k != 0) {
+    return 0;
+  }
+  return sm80::bwd_workspace_layout(p).bytes;
+}
+
+Status bwd(const BwdParams& p, cudaStream_t stream) {
+  g_last_error = cudaSuccess;
+  Status st = check_common(p);
+  if (st != Status::kSuccess) return st;
+  // Nothing to compute or write: no rows at all. (seqlen_q == 0 alone still zeroes dk/dv,
+  // seqlen_k == 0 alone still zeroes dq.)
+  if (p.batch == 0 || (p.seqlen_q == 0 && p.seqlen_k == 0)) return Status::kSuccess;
+  st = check_bwd(p);
+  if (st != Status::kSuccess) return st;
+  DeviceInfo dev;
+  st = query_device(&dev);
+  if (st != Status::kSuccess) return st;
+  const bool small_smem = dev.smem_optin < kLargeSmemBytes;
+  return dispatch_instance(p.dtype, p.head_dim, BwdRunner{p, small_smem, stream});
 }
 
 int built_archs(int* out, int max) {

@@ -5,7 +5,7 @@
 // ldmatrix reads land in 8 different bank groups. Per-SM budgets: 227 KB per block on sm_90,
 // 163 KB on sm_80, 99 KB on sm_86/sm_89 (cudaDevAttrMaxSharedMemoryPerBlockOptin). Registers:
 // 64K per SM; a warp holding 32 rows x d=128 of fp32 output plus a 32 x 64 score tile sits at
-// ~255 registers/thread, so 4 warps x 255 = 2 blocks/SM; 16 rows per warp for d >= 160.
+// ~255 registers/thread, so 4 warps x 255 = 2 blocks/SM; 16 rows per warp for d > 128.
 #pragma once
 
 namespace flashattn_cu {
@@ -17,18 +17,20 @@ struct FwdTile {
 };
 
 // `small_smem`: the device allows < 128 KB of shared memory per block (sm_86, sm_89).
-// Rationale per head dim (H200 numbers in benchmarks/NOTES.md):
-//  d <= 64 : 128 x 128, 4 warps (32 rows/warp): 55 KB smem; score tile 32 x 128 fits registers.
-//  d <= 128: 128 x 64, 4 warps: 70 KB; 32 x 128 fp32 output + 32 x 64 scores ~ 255 regs, no spills.
-//  d <= 160: 128 x 64, 8 warps (16 rows/warp): 86 KB, fits every sm_8x/9x.
-//  d >= 192: 128 x 64, 8 warps where 103-135 KB of smem fit (sm_80, sm_90); else 64 x 64 (64 x 32
-//            for d = 256) with 4 warps, which fit 99 KB.
+// Measured on the H200 (benchmarks/tune/tune_fwd.cu, bf16, batch x seqlen = 16k, hidden 2048,
+// TFLOP/s at seqlen 8k non-causal; full tables in benchmarks/NOTES.md):
+//  d <= 64 : 128 x 128, 4 warps (32 rows/warp): 315, vs 297 for 128 x 64 and 224 with 8 warps.
+//  d <= 128: 128 x 64, 4 warps: 343, vs 310 (128 x 32), 281 (64 x 64), 258 (128 x 128, 8 warps).
+//            32 rows/warp halve the shared-memory reads per mma against 16 rows/warp, which is
+//            what every 8-warp variant lost; 128 x 128 would need 256 accumulator registers.
+//  d  > 128: 64 x 64, 4 warps (16 rows/warp, 2 blocks/SM): d=160 261 vs 229, d=192 285 vs 253,
+//            d=224 279 vs 251 for 128 x 64 with 8 warps (1 block/SM): two independent blocks
+//            overlap each other's barriers and softmax. 32 rows/warp do not fit in registers.
+//  small smem, d = 256: 64 x 32 (64 x 64 needs 101 KB with the padded rows).
 __host__ __device__ constexpr FwdTile fwd_tile_sm80(int head_dim, bool small_smem) {
   if (head_dim <= 64) return FwdTile{128, 128, 4};
   if (head_dim <= 128) return FwdTile{128, 64, 4};
-  if (head_dim <= 160) return FwdTile{128, 64, 8};
-  if (!small_smem) return FwdTile{128, 64, 8};
-  if (head_dim <= 224) return FwdTile{64, 64, 4};
+  if (head_dim <= 224 || !small_smem) return FwdTile{64, 64, 4};
   return FwdTile{64, 32, 4};
 }
 
@@ -45,5 +47,88 @@ __host__ __device__ constexpr int fwd_smem_bytes(FwdTile tile, int head_dim) {
 
 // Threshold for the `small_smem` configs above.
 constexpr int kLargeSmemBytes = 128 * 1024;
+
+// ---------------------------------------------------------------------------------------------
+// Backward (sm80/bwd_*.h). The main kernel gives each thread block block_n keys of one kv head;
+// its warps own 16 keys each and loop over the query blocks (block_m rows) that see them.
+//
+//  * Register path (warps == block_n / 16): a warp computes S^T = K Q^T and dP^T = V dO^T for its
+//    16 keys x all block_m queries, so P^T and dS^T come out in mma accumulator layout already
+//    shaped as the A operand of dV += P^T dO and dK += dS^T Q. No shared-memory round trip for
+//    P, and dS^T goes to shared memory only for the dQ GEMM. A thread holds dK + dV (head_dim
+//    fp32 registers) and S^T + dP^T (block_m registers): head_dim + block_m <= 192 fits the
+//    255-register budget, hence 64 x 128 at d = 128, 128 x 128 at d <= 64.
+//  * Split path (warps == 2 * block_n / 16), d >= 160: dK + dV alone would be > 160 registers,
+//    so two warps share each 16 keys: for S^T/dP^T they split the queries, for dK/dV the
+//    columns, and P^T/dS^T are exchanged through shared memory.
+//  * dQ (non-deterministic) = dS K per query block on a dq_warps_m x (warps / dq_warps_m) warp
+//    grid, red.global.add into an fp32 accumulator; dq_passes > 1 splits the columns so fewer
+//    accumulators are live next to dK/dV (d = 256).
+//  * stages = 2 double-buffers Q/dO (the next block loads during the whole step); 1 loads the
+//    next block only after dK, overlapping just the dQ GEMM (d >= 192 on 163 KB sm_80 class).
+//  * Deterministic mode skips the atomics and runs a separate dQ kernel (bwd_dq_kernel.h):
+//    dq_block_m queries per thread block (16 per warp), key blocks of dq_block_n walked in order,
+//    dq_stages K/V buffers.
+// Shared memory (bytes): main = (2 block_n + 2 stages block_m) (d + 8) 2 + split block_n
+// (block_m + 8) 2 + 8 stages block_m; dQ kernel = (2 dq_block_m + 2 dq_stages dq_block_n) (d + 8) 2.
+// Large class: <= 163 KB (sm_80; sm_90 has 227 KB but shares the config); small: <= 99 KB.
+// These are first choices by register/shared-memory arithmetic, to be revised with H200 numbers
+// in benchmarks/NOTES.md.
+struct BwdTile {
+  int block_m;
+  int block_n;
+  int warps;
+  int stages;
+  int dq_warps_m;
+  int dq_passes;
+  int dq_block_m;
+  int dq_block_n;
+  int dq_stages;
+};
+
+__host__ __device__ constexpr BwdTile bwd_tile_sm80(int head_dim, bool small_smem) {
+  // d = 32: 96 KB, fits both classes.
+  if (head_dim <= 32) return BwdTile{128, 128, 8, 2, 4, 1, 128, 64, 2};
+  // d = 64: 144 KB (large); 91 KB with 64-query steps (small).
+  if (head_dim <= 64) {
+    return small_smem ? BwdTile{64, 128, 8, 2, 2, 1, 128, 64, 2}
+                      : BwdTile{128, 128, 8, 2, 4, 1, 128, 64, 2};
+  }
+  // d = 96: 123 KB (large); 4 warps x 16 keys, 88 KB (small).
+  if (head_dim <= 96) {
+    return small_smem ? BwdTile{64, 64, 4, 2, 2, 1, 64, 64, 2}
+                      : BwdTile{64, 128, 8, 2, 4, 1, 128, 64, 2};
+  }
+  // d = 128: 155 KB, 192 accumulator registers (large); 4 warps, single-buffered, 78 KB (small).
+  if (head_dim <= 128) {
+    return small_smem ? BwdTile{64, 64, 4, 1, 2, 2, 64, 32, 2}
+                      : BwdTile{64, 128, 8, 2, 2, 1, 128, 64, 2};
+  }
+  // d >= 160: split path, 64 keys x 8 warps.
+  if (head_dim <= 160) {
+    return small_smem ? BwdTile{32, 64, 8, 2, 2, 1, 64, 32, 2}   // 95 KB
+                      : BwdTile{64, 64, 8, 2, 4, 1, 64, 64, 2};  // 145 KB
+  }
+  if (head_dim <= 192) {
+    return small_smem ? BwdTile{32, 64, 8, 1, 2, 1, 64, 32, 1}   // 85 KB
+                      : BwdTile{64, 64, 8, 1, 4, 1, 64, 64, 2};  // 119 KB
+  }
+  if (head_dim <= 224) {
+    return small_smem ? BwdTile{32, 64, 8, 1, 2, 1, 64, 32, 1}   // 97 KB
+                      : BwdTile{64, 64, 8, 1, 4, 1, 64, 32, 2};  // 134 KB
+  }
+  return small_smem ? BwdTile{32, 32, 4, 1, 2, 2, 32, 32, 1}     // 71 KB
+                    : BwdTile{64, 64, 8, 1, 4, 2, 64, 32, 2};    // 150 KB
+}
+
+__host__ __device__ constexpr int bwd_smem_bytes(BwdTile tile, int head_dim) {
+  return (2 * tile.block_n + 2 * tile.stages * tile.block_m) * (head_dim + 8) * 2 +
+         (tile.warps * 16 / tile.block_n) * tile.block_n * (tile.block_m + 8) * 2 +
+         8 * tile.stages * tile.block_m;
+}
+
+__host__ __device__ constexpr int bwd_dq_smem_bytes(BwdTile tile, int head_dim) {
+  return (2 * tile.dq_block_m + 2 * tile.dq_stages * tile.dq_block_n) * (head_dim + 8) * 2;
+}
 
 }  // namespace flashattn_cu

@@ -36,4 +36,24 @@ __device__ __forceinline__ void mask_scores(float (&s)[kMTiles][kNTiles][4], int
   }
 }
 
+// The same rule on a transposed score tile, as the backward holds S^T (rows are keys, columns are
+// queries): s[nt][hr * 2 + e] is key (key0 + g + hr * 8), query (query0 + nt * 8 + 2t + e).
+template <int kQTiles>
+__device__ __forceinline__ void mask_scores_transposed(float (&s)[kQTiles][4], int key0,
+                                                       int query0, int seqlen_q, int seqlen_k,
+                                                       bool causal, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < kQTiles; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int limit = visible_key_limit(query0 + nt * 8 + 2 * t + e, seqlen_q, seqlen_k, causal);
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        if (key0 + g + hr * 8 >= limit) s[nt][hr * 2 + e] = -INFINITY;
+      }
+    }
+  }
+}
+
 }  // namespace flashattn_cu

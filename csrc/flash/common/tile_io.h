@@ -15,8 +15,10 @@
 namespace flashattn_cu {
 
 // Copies a kRows x head_dim tile (row stride `row_stride` elements) into padded shared memory
-// with cp.async; rows >= rows_valid and columns >= head_dim are zero-filled.
-template <typename Traits, int kRows, typename Element>
+// with cp.async; rows >= rows_valid and columns >= head_dim are zero-filled. kPredicated=false
+// is the bulk-loop form for full tiles (rows_valid >= kRows, head_dim == kChunks * 8): no
+// per-chunk predicate or select.
+template <typename Traits, int kRows, bool kPredicated = true, typename Element>
 __device__ __forceinline__ void load_tile_async(uint32_t smem, const Element* gmem,
                                                 int64_t row_stride, int rows_valid,
                                                 int head_dim, int tid) {
@@ -29,9 +31,13 @@ __device__ __forceinline__ void load_tile_async(uint32_t smem, const Element* gm
 #pragma unroll
   for (int i = 0; i < ceil_div(kRows * kChunks, kThreads); ++i) {
     if ((kRows * kChunks) % kThreads != 0 && r >= kRows) break;
-    const bool valid = r < rows_valid && c * 8 < head_dim;
-    ptx::cp_async_16_zfill(smem + (r * Traits::kSmemRowChunks + c) * 16, valid ? src : gmem,
-                           valid);
+    const uint32_t dst = smem + (r * Traits::kSmemRowChunks + c) * 16;
+    if constexpr (kPredicated) {
+      const bool valid = r < rows_valid && c * 8 < head_dim;
+      ptx::cp_async_16_zfill(dst, valid ? src : gmem, valid);
+    } else {
+      ptx::cp_async_16(dst, src);
+    }
     r += kRowStep;
     c += kColStep;
     src += kRowStep * row_stride + kColStep * 8;

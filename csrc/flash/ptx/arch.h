@@ -8,6 +8,12 @@
 #define FLASHATTN_CU_SM80_OR_NEWER 0
 #endif
 
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#define FLASHATTN_CU_SM90_OR_NEWER 1
+#else
+#define FLASHATTN_CU_SM90_OR_NEWER 0
+#endif
+
 #define FLASHATTN_CU_DEVICE __device__ __forceinline__
 
 namespace flashattn_cu::ptx {

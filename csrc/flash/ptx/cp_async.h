@@ -20,6 +20,14 @@ FLASHATTN_CU_DEVICE void cp_async_16_zfill(uint32_t smem_addr, const void* gmem,
 #endif
 }
 
+FLASHATTN_CU_DEVICE void cp_async_16(uint32_t smem_addr, const void* gmem) {
+#if FLASHATTN_CU_SM80_OR_NEWER
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr), "l"(gmem));
+#else
+  unsupported_arch();
+#endif
+}
+
 FLASHATTN_CU_DEVICE void cp_async_commit() {
 #if FLASHATTN_CU_SM80_OR_NEWER
   asm volatile("cp.async.commit_group;\n" ::);

@@ -30,6 +30,18 @@ FLASHATTN_CU_DEVICE void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t smem_addr)
 #endif
 }
 
+// Two matrices, transposed; lanes 0-15 give the row addresses (matrix i / 8), lanes 16-31's are
+// ignored. Used for a single 8-column B tile where a kernel's column count is an odd multiple of 8.
+FLASHATTN_CU_DEVICE void ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t smem_addr) {
+#if FLASHATTN_CU_SM80_OR_NEWER
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_addr));
+#else
+  unsupported_arch();
+#endif
+}
+
 FLASHATTN_CU_DEVICE uint32_t smem_u32(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }

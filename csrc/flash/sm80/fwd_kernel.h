@@ -94,11 +94,24 @@ __device__ __forceinline__ void fwd_block(const FwdParams& p, char* smem_raw) {
   softmax.init();
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
 
+  // Full tiles of a head_dim == kHeadDim call take the unpredicated copy.
+  const bool full_cols = p.head_dim == Traits::kHeadDim;
+  auto load_kv_tile = [&](uint32_t smem, const Element* base, int64_t row_stride, int n) {
+    const Element* src = base + n * kBlockN * row_stride;
+    const int rows = p.seqlen_k - n * kBlockN;
+#ifndef FLASHATTN_CU_EXP_FAST_LOADS
+#define FLASHATTN_CU_EXP_FAST_LOADS 1
+#endif
+    if (FLASHATTN_CU_EXP_FAST_LOADS && full_cols && rows >= kBlockN) {
+      load_tile_async<Traits, kBlockN, false>(smem, src, row_stride, rows, p.head_dim, tid);
+    } else {
+      load_tile_async<Traits, kBlockN>(smem, src, row_stride, rows, p.head_dim, tid);
+    }
+  };
+
   if (n_end > 0) {
     load_tile_async<Traits, kBlockM>(sQ, q, p.q_row_stride, rows_q, p.head_dim, tid);
-    load_tile_async<Traits, kBlockN>(sK, k + (n_end - 1) * kBlockN * p.k_row_stride,
-                                     p.k_row_stride, p.seqlen_k - (n_end - 1) * kBlockN,
-                                     p.head_dim, tid);
+    load_kv_tile(sK, k, p.k_row_stride, n_end - 1);
     ptx::cp_async_commit();
   }
 
@@ -112,8 +125,7 @@ __device__ __forceinline__ void fwd_block(const FwdParams& p, char* smem_raw) {
   for (int n = n_end - 1; n >= 0; --n) {
     ptx::cp_async_wait<0>();
     __syncthreads();  // K_n landed for all threads; every warp is done reading V_{n+1}
-    load_tile_async<Traits, kBlockN>(sV, v + n * kBlockN * p.v_row_stride, p.v_row_stride,
-                                     p.seqlen_k - n * kBlockN, p.head_dim, tid);
+    load_kv_tile(sV, v, p.v_row_stride, n);
     ptx::cp_async_commit();
 
     float acc_s[kMTiles][kNTiles][4];
@@ -151,9 +163,7 @@ __device__ __forceinline__ void fwd_block(const FwdParams& p, char* smem_raw) {
     ptx::cp_async_wait<0>();
     __syncthreads();  // V_n landed; every warp is done reading K_n
     if (n > 0) {
-      load_tile_async<Traits, kBlockN>(sK, k + (n - 1) * kBlockN * p.k_row_stride,
-                                       p.k_row_stride, p.seqlen_k - (n - 1) * kBlockN,
-                                       p.head_dim, tid);
+      load_kv_tile(sK, k, p.k_row_stride, n - 1);
       ptx::cp_async_commit();
     }
 

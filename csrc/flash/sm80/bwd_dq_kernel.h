@@ -1,0 +1,268 @@
+// Deterministic dQ for the sm80 backward: instead of fp32 atomics from every key block, one thread
+// block owns kBlockM query rows of one (batch, head) and walks its key blocks in ascending order,
+// recomputing
+//   S = Q K^T,  P = exp2(S * scale_log2 - lse_log2),  dP = dO V^T,  dS = P (dP - D),  dQ += dS K
+// with dQ in fp32 registers, and writes dQ * softmax_scale once. The summation order is fixed, so
+// dq is bitwise reproducible. Cost: S and dP are computed a second time (the main kernel computes
+// them for dK/dV), 7 instead of 5 GEMM passes over the score matrix.
+//
+// Forward-style layout: each warp owns 16 query rows, so P and dS come out of the mma in the layout
+// of the A operand of dS K (fragment conventions as in ptx/mma.h, g = lane / 4, t = lane % 4:
+// s[nt][hr * 2 + e] = query g + 8 hr, key nt * 8 + 2t + e; dq[dt][hr * 2 + e] = query g + 8 hr,
+// column dt * 8 + 2t + e).
+#pragma once
+
+#include <cstdint>
+
+#include "flashattn_cu/flashattn_cu.h"
+
+#include "../common/mask.h"
+#include "../common/numeric.h"
+#include "../common/tile_io.h"
+#include "../ptx/cp_async.h"
+#include "../ptx/ldmatrix.h"
+#include "../ptx/math.h"
+#include "bwd_params.h"
+
+namespace flashattn_cu::sm80 {
+
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_>
+struct BwdDqTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kNWarps = kBlockM / 16;
+  static constexpr int kNThreads = kNWarps * 32;
+  static constexpr int kNTiles = kBlockN / 8;   // 8-key tiles of S / dP
+  static constexpr int kDTiles = kHeadDim / 8;  // 8-column tiles of dQ
+  static constexpr int kChunks = kHeadDim / 8;
+  static constexpr int kSmemRowChunks = kChunks + 1;
+  static constexpr int kQBytes = kBlockM * kSmemRowChunks * 16;
+  static constexpr int kKVBytes = kBlockN * kSmemRowChunks * 16;
+  static constexpr int kOffQ = 0;
+  static constexpr int kOffDO = kQBytes;
+  static constexpr int kOffK = 2 * kQBytes;                 // kStages K tiles
+  static constexpr int kOffV = kOffK + kStages * kKVBytes;  // kStages V tiles
+  static constexpr int kSmemBytes = kOffV + kStages * kKVBytes;
+  static_assert(kBlockM % 16 == 0 && kBlockN % 16 == 0 && kHeadDim % 32 == 0, "mma steps");
+  static_assert(kStages == 1 || kStages == 2, "K/V single or double buffered");
+  static_assert(kBwdRowPad % kBlockM == 0, "workspace rows are padded to whole query blocks");
+};
+
+template <typename Element, typename Traits>
+__device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* smem) {
+  using Ops = ElementOps<Element>;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  constexpr int kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
+  constexpr int kRowChunks = Traits::kSmemRowChunks, kStages = Traits::kStages;
+  const BwdParams& p = kp.p;
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int num_m = ceil_div(p.seqlen_q, kBlockM);
+  // Heaviest (last, for causal) query blocks of each (batch, head) first.
+  const int m_block = num_m - 1 - static_cast<int>(blockIdx.x % num_m);
+  const int bh = static_cast<int>(blockIdx.x / num_m);
+  const int batch = bh / p.num_heads, head = bh % p.num_heads;
+  const int head_k = head / (p.num_heads / p.num_heads_k);
+  const int m_start = m_block * kBlockM;
+  const int rows_q = min(kBlockM, p.seqlen_q - m_start);
+
+  // Key blocks [0, n_end) hold keys some row sees; [0, n_unmasked) are seen whole by every row.
+  const int shift = p.seqlen_k - p.seqlen_q;
+  int key_end = p.seqlen_k, unmasked_keys = p.seqlen_k;
+  if (p.is_causal) {
+    key_end = min(p.seqlen_k, m_start + kBlockM + shift);
+    unmasked_keys = min(p.seqlen_k, m_start + 1 + shift);
+  }
+  const int n_end = key_end > 0 ? ceil_div(key_end, kBlockN) : 0;
+  const int n_unmasked = unmasked_keys > 0 ? unmasked_keys / kBlockN : 0;
+
+  const Element* k = static_cast<const Element*>(p.k) + batch * p.k_batch_stride +
+                     head_k * p.k_head_stride;
+  const Element* v = static_cast<const Element*>(p.v) + batch * p.v_batch_stride +
+                     head_k * p.v_head_stride;
+  const uint32_t s_base = ptx::smem_u32(smem);
+  const uint32_t sQ = s_base + Traits::kOffQ, sDO = s_base + Traits::kOffDO;
+  const uint32_t sK = s_base + Traits::kOffK, sV = s_base + Traits::kOffV;
+  auto load_k = [&](int n, int stage) {
+    load_tile_async<Traits, kBlockN>(sK + stage * Traits::kKVBytes, k + n * kBlockN * p.k_row_stride,
+                                     p.k_row_stride, p.seqlen_k - n * kBlockN, p.head_dim, tid);
+  };
+  auto load_v = [&](int n, int stage) {
+    load_tile_async<Traits, kBlockN>(sV + stage * Traits::kKVBytes, v + n * kBlockN * p.v_row_stride,
+                                     p.v_row_stride, p.seqlen_k - n * kBlockN, p.head_dim, tid);
+  };
+
+  // lse_log2 and D of this lane's two rows (workspace rows are padded: always readable).
+  const int64_t ws_row = bh * kp.rows + m_start + warp * 16 + g;
+  const float lse_log2[2] = {kp.lse_log2[ws_row], kp.lse_log2[ws_row + 8]};
+  const float dsum[2] = {kp.dpsum[ws_row], kp.dpsum[ws_row + 8]};
+
+  if (n_end > 0) {
+    load_tile_async<Traits, kBlockM>(
+        sQ, static_cast<const Element*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
+                m_start * p.q_row_stride,
+        p.q_row_stride, rows_q, p.head_dim, tid);
+    load_tile_async<Traits, kBlockM>(
+        sDO, static_cast<const Element*>(p.dout) + batch * p.do_batch_stride +
+                 head * p.do_head_stride + m_start * p.do_row_stride,
+        p.do_row_stride, rows_q, p.head_dim, tid);
+    load_v(0, 0);
+    if constexpr (kStages == 1) ptx::cp_async_commit();  // group: Q, dO, V_0
+    load_k(0, 0);
+    ptx::cp_async_commit();  // group: K_0 (1 stage); everything (2 stages)
+  }
+
+  // A = Q / dO rows of this warp: matrices (rows 0-7 | 8-15) x (d 0-7 | 8-15) in a0..a3 order ->
+  // row l % 16, d chunk l / 16.
+  const uint32_t a_off = ((warp * 16 + lane % 16) * kRowChunks + lane / 16) * 16;
+  // B = K^T / V^T (k = d, n = key), non-transposed rows: b0, b1 of key tile 0 then of key tile 1
+  // -> key (l / 16) * 8 + l % 8, d chunk (l / 8) % 2.
+  const uint32_t b_off = ((((lane / 16) * 8 + lane % 8)) * kRowChunks + (lane / 8) % 2) * 16;
+  // B = K (k = key, n = d) for dS K, transposed: key l % 16, d chunk l / 16.
+  const uint32_t bt_off = ((lane % 16) * kRowChunks + lane / 16) * 16;
+
+  float acc_dq[kDTiles][4];
+#pragma unroll
+  for (int i = 0; i < kDTiles; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_dq[i][e] = 0.f;
+  const float scale_log2 = kp.scale_log2;
+
+#pragma unroll 1
+  for (int n = 0; n < n_end; ++n) {
+    const int stage = kStages == 2 ? (n & 1) : 0;
+    const uint32_t sKs = sK + stage * Traits::kKVBytes, sVs = sV + stage * Traits::kKVBytes;
+    float acc_s[1][kNTiles][4], acc_dp[kNTiles][4];
+#pragma unroll
+    for (int i = 0; i < kNTiles; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_s[0][i][e] = acc_dp[i][e] = 0.f;
+
+    if constexpr (kStages == 2) {
+      ptx::cp_async_wait<0>();
+      __syncthreads();  // K_n, V_n landed; every warp finished step n - 1 (its buffers are free)
+      if (n + 1 < n_end) {
+        load_k(n + 1, stage ^ 1);
+        load_v(n + 1, stage ^ 1);
+        ptx::cp_async_commit();
+      }
+    } else {
+      ptx::cp_async_wait<1>();  // V_n (and Q, dO) landed; K_n may still be in flight
+      __syncthreads();
+    }
+
+    // dP = dO V^T.
+#pragma unroll
+    for (int ks = 0; ks < Traits::kHeadDim / 16; ++ks) {
+      uint32_t a[4];
+      ptx::ldmatrix_x4(a, sDO + a_off + ks * 32);
+#pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        uint32_t b[4];
+        ptx::ldmatrix_x4(b, sVs + b_off + (np * 16 * kRowChunks + ks * 2) * 16);
+        Ops::mma(acc_dp[2 * np], a, b[0], b[1]);
+        Ops::mma(acc_dp[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+    if constexpr (kStages == 1) {
+      ptx::cp_async_wait<0>();
+      __syncthreads();  // K_n landed; every warp is done with V_n
+      if (n + 1 < n_end) {
+        load_v(n + 1, 0);
+        ptx::cp_async_commit();
+      }
+    }
+    // S = Q K^T.
+#pragma unroll
+    for (int ks = 0; ks < Traits::kHeadDim / 16; ++ks) {
+      uint32_t a[4];
+      ptx::ldmatrix_x4(a, sQ + a_off + ks * 32);
+#pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        uint32_t b[4];
+        ptx::ldmatrix_x4(b, sKs + b_off + (np * 16 * kRowChunks + ks * 2) * 16);
+        Ops::mma(acc_s[0][2 * np], a, b[0], b[1]);
+        Ops::mma(acc_s[0][2 * np + 1], a, b[2], b[3]);
+      }
+    }
+    if (n >= n_unmasked) {
+      mask_scores(acc_s, m_start + warp * 16, n * kBlockN, p.seqlen_q, p.seqlen_k, p.is_causal,
+                  lane);
+    }
+    // P and dS = P (dP - D), in acc_dp.
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pr = ptx::ex2_approx(fmaf(acc_s[0][nt][hr * 2 + e], scale_log2, -lse_log2[hr]));
+          acc_dp[nt][hr * 2 + e] = pr * (acc_dp[nt][hr * 2 + e] - dsum[hr]);
+        }
+    // dQ += dS K: A = dS from registers (k-step kk = keys kk*16..: a0 = tile 2kk [0,1] (row g),
+    // a1 = tile 2kk [2,3] (row g+8), a2 = tile 2kk+1 [0,1], a3 = tile 2kk+1 [2,3]).
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      uint32_t a[4];
+      a[0] = Ops::pack(acc_dp[2 * kk][0], acc_dp[2 * kk][1]);
+      a[1] = Ops::pack(acc_dp[2 * kk][2], acc_dp[2 * kk][3]);
+      a[2] = Ops::pack(acc_dp[2 * kk + 1][0], acc_dp[2 * kk + 1][1]);
+      a[3] = Ops::pack(acc_dp[2 * kk + 1][2], acc_dp[2 * kk + 1][3]);
+#pragma unroll
+      for (int dp = 0; dp < kDTiles / 2; ++dp) {
+        uint32_t b[4];
+        ptx::ldmatrix_x4_trans(b, sKs + bt_off + (kk * 16 * kRowChunks + dp * 2) * 16);
+        Ops::mma(acc_dq[2 * dp], a, b[0], b[1]);
+        Ops::mma(acc_dq[2 * dp + 1], a, b[2], b[3]);
+      }
+    }
+    if constexpr (kStages == 1) {
+      __syncthreads();  // every warp is done with K_n
+      if (n + 1 < n_end) {
+        load_k(n + 1, 0);
+        ptx::cp_async_commit();
+      }
+    }
+  }
+
+  // Stage dQ * scale through this warp's own rows of sQ (no other warp reads them), then write
+  // 16-byte chunks.
+  __syncwarp();
+  const float scale = p.softmax_scale;
+  char* s_out = smem + Traits::kOffQ;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = warp * 16 + g + hr * 8;
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+      *reinterpret_cast<uint32_t*>(s_out + (row * kRowChunks + dt) * 16 + t * 4) =
+          Ops::pack(acc_dq[dt][hr * 2] * scale, acc_dq[dt][hr * 2 + 1] * scale);
+    }
+  }
+  __syncwarp();
+  Element* dq = static_cast<Element*>(p.dq) + batch * p.dq_batch_stride +
+                head * p.dq_head_stride + m_start * p.dq_row_stride;
+  constexpr int kWarpChunks = 16 * Traits::kChunks;
+#pragma unroll
+  for (int i = 0; i < ceil_div(kWarpChunks, 32); ++i) {
+    const int idx = lane + i * 32;
+    if (kWarpChunks % 32 != 0 && idx >= kWarpChunks) break;
+    const int r = warp * 16 + idx / Traits::kChunks, c = idx % Traits::kChunks;
+    if (r < rows_q && c * 8 < p.head_dim) {
+      *reinterpret_cast<uint4*>(dq + r * p.dq_row_stride + c * 8) =
+          *reinterpret_cast<const uint4*>(s_out + (r * kRowChunks + c) * 16);
+    }
+  }
+}
+
+template <typename Element, typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads)
+    bwd_dq_kernel(const __grid_constant__ BwdKernelParams params) {
+  extern __shared__ __align__(128) char smem[];
+  bwd_dq_block<Element, Traits>(params, smem);
+}
+
+}  // namespace flashattn_cu::sm80

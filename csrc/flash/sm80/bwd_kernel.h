@@ -1,0 +1,512 @@
+// FlashAttention-2 backward on mma.sync (sm_80 and newer): the main kernel.
+//
+// One thread block owns kBlockN keys of one (batch, kv head), keeps K and V in shared memory and
+// dK, dV in fp32 registers, and walks every (query head of its group share, query block) that
+// sees those keys, recomputing per query block of kBlockM rows
+//   S^T = K Q^T,  P^T = exp2(S^T * scale_log2 - lse_log2),  dP^T = V dO^T,
+//   dS^T = P^T * (dP^T - D),  dV += P^T dO,  dK += dS^T Q,  dQ += dS K (fp32 atomics).
+// Warps own 16 keys each (rows of S^T), so P^T and dS^T leave the mma in exactly the layout the
+// A operand of dV/dK needs (register path). With kSplit = 2 (large head dims) two warps share each
+// 16 keys, split the queries of S^T and the columns of dK/dV, and exchange P^T/dS^T through shared
+// memory. See tiles.h (BwdTile) for the sizes and why.
+//
+// Fragment conventions (ptx/mma.h, g = lane / 4, t = lane % 4):
+//   C tile of S^T/dP^T/dS^T (16 keys x 8 queries): [hr * 2 + e] = key g + 8 hr, query 2t + e.
+//   dK/dV accumulators (16 keys x 8 cols):         [hr * 2 + e] = key g + 8 hr, col 2t + e.
+//   dQ accumulators (16 queries x 8 cols):          [hr * 2 + e] = query g + 8 hr, col 2t + e.
+// Shared tiles: K, V, Q, dO row-major [row][d] with rows padded to kSmemRowChunks 16-byte chunks
+// (common/tile_io.h); P^T, dS^T row-major [key][query], rows padded to kPRowChunks chunks (odd:
+// conflict-free ldmatrix and 32-bit fragment stores).
+#pragma once
+
+#include <cstdint>
+
+#include "flashattn_cu/flashattn_cu.h"
+
+#include "../common/mask.h"
+#include "../common/numeric.h"
+#include "../common/tile_io.h"
+#include "../ptx/atomic.h"
+#include "../ptx/cp_async.h"
+#include "../ptx/ldmatrix.h"
+#include "../ptx/math.h"
+#include "bwd_params.h"
+
+namespace flashattn_cu::sm80 {
+
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kStages_, int kDqWarpsM_,
+          int kDqPasses_>
+struct BwdTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kNWarps = kNWarps_;
+  static constexpr int kNThreads = kNWarps * 32;
+  static constexpr int kStages = kStages_;
+  static constexpr int kKeyWarps = kBlockN / 16;         // warps along the keys, 16 keys each
+  static constexpr int kSplit = kNWarps / kKeyWarps;     // warps sharing the same 16 keys
+  static constexpr int kWarpQueries = kBlockM / kSplit;  // S^T columns of one warp
+  static constexpr int kQTiles = kWarpQueries / 8;
+  static constexpr int kWarpCols = kHeadDim / kSplit;    // dK/dV columns of one warp
+  static constexpr int kColTiles = kWarpCols / 8;
+  static constexpr int kChunks = kHeadDim / 8;
+  static constexpr int kSmemRowChunks = kChunks + 1;
+  static constexpr int kPRowChunks = kBlockM / 8 + 1;
+  // dQ GEMM: kDqWarpsM x kDqWarpsD warps, each kDqRows queries x kDqCols columns, the columns
+  // in kDqPasses passes of kDqPassTiles 8-column tiles.
+  static constexpr int kDqWarpsM = kDqWarpsM_;
+  static constexpr int kDqWarpsD = kNWarps / kDqWarpsM;
+  static constexpr int kDqRows = kBlockM / kDqWarpsM;
+  static constexpr int kDqMTiles = kDqRows / 16;
+  static constexpr int kDqCols = kHeadDim / kDqWarpsD;
+  static constexpr int kDqPasses = kDqPasses_;
+  static constexpr int kDqPassTiles = kDqCols / 8 / kDqPasses;
+  // Shared memory, bytes.
+  static constexpr int kKVBytes = kBlockN * kSmemRowChunks * 16;
+  static constexpr int kQBytes = kBlockM * kSmemRowChunks * 16;
+  static constexpr int kPBytes = kBlockN * kPRowChunks * 16;
+  static constexpr int kOffK = 0;
+  static constexpr int kOffV = kOffK + kKVBytes;
+  static constexpr int kOffQ = kOffV + kKVBytes;
+  static constexpr int kOffDO = kOffQ + kStages * kQBytes;
+  static constexpr int kOffDS = kOffDO + kStages * kQBytes;
+  static constexpr int kOffP = kOffDS + kPBytes;  // split path only
+  static constexpr int kOffLse = kOffP + (kSplit == 2 ? kPBytes : 0);
+  static constexpr int kOffD = kOffLse + kStages * kBlockM * 4;
+  static constexpr int kSmemBytes = kOffD + kStages * kBlockM * 4;
+
+  static_assert(kBlockN % 16 == 0 && kNWarps % kKeyWarps == 0, "warps own 16 keys each");
+  static_assert(kSplit == 1 || kSplit == 2, "one or two warps per 16 keys");
+  static_assert(kWarpQueries % 16 == 0 && kWarpCols % 16 == 0, "whole 16x16 mma steps");
+  static_assert(kHeadDim % 32 == 0, "instances are multiples of 32");
+  static_assert(kStages == 1 || kStages == 2, "Q/dO single or double buffered");
+  static_assert(kNWarps % kDqWarpsM == 0 && kDqRows % 16 == 0 && kDqCols % 8 == 0 &&
+                    kDqCols % kDqPasses == 0 && (kDqCols / kDqPasses) % 8 == 0,
+                "dQ warp grid tiles the block_m x head_dim output");
+  static_assert(kNThreads >= kBlockM / 2, "lse/D rows are loaded by one chunk per thread");
+  static_assert(kBwdRowPad % kBlockM == 0, "workspace rows are padded to whole query blocks");
+};
+
+template <typename Element, typename Traits>
+__device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem) {
+  using Ops = ElementOps<Element>;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kQTiles = Traits::kQTiles, kColTiles = Traits::kColTiles;
+  constexpr int kRowChunks = Traits::kSmemRowChunks, kPRowChunks = Traits::kPRowChunks;
+  constexpr int kSplit = Traits::kSplit, kStages = Traits::kStages;
+  const BwdParams& p = kp.p;
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int key_warp = warp % Traits::kKeyWarps;  // owns keys key_warp * 16 .. + 15
+  const int split = warp / Traits::kKeyWarps;     // its queries of S^T / columns of dK, dV
+  const int warp_key0 = key_warp * 16;
+  const int warp_query0 = split * Traits::kWarpQueries;
+  const int warp_col0 = split * Traits::kWarpCols;
+
+  // Block -> (batch, kv head, head split, key block), the key block fastest: the blocks that
+  // read the same Q/dO run together and share them through L2; key block 0 (the longest for
+  // causal) of each head starts first.
+  const int num_n = ceil_div(p.seqlen_k, kBlockN);
+  int rest = static_cast<int>(blockIdx.x);
+  const int n_block = rest % num_n;
+  rest /= num_n;
+  const int hsplit = rest % kp.kv_splits;
+  rest /= kp.kv_splits;
+  const int head_k = rest % p.num_heads_k;
+  const int batch = rest / p.num_heads_k;
+  const int head_first = head_k * (p.num_heads / p.num_heads_k) + hsplit * kp.heads_per_split;
+  const int n_start = n_block * kBlockN;
+  const int keys_valid = min(kBlockN, p.seqlen_k - n_start);
+
+  // Query blocks [m_begin, num_m) see some key of this block; those below m_masked_end need the
+  // mask (a key past seqlen_k in the block, or a row that misses a key on the causal diagonal).
+  const int num_m = ceil_div(p.seqlen_q, kBlockM);
+  int m_begin = 0;
+  int m_masked_end = keys_valid < kBlockN ? num_m : 0;
+  if (p.is_causal) {
+    const int shift = p.seqlen_k - p.seqlen_q;
+    const int first_row = n_start - shift;                   // first query seeing key n_start
+    const int full_row = n_start + keys_valid - 1 - shift;   // first query seeing every key
+    m_begin = first_row <= 0 ? 0 : min(num_m, first_row / kBlockM);
+    m_masked_end = max(m_masked_end, full_row <= 0 ? 0 : min(num_m, ceil_div(full_row, kBlockM)));
+  }
+  const int m_count = num_m - m_begin;
+  const int total = kp.heads_per_split * m_count;
+
+  const uint32_t s_base = ptx::smem_u32(smem);
+  const uint32_t sK = s_base + Traits::kOffK, sV = s_base + Traits::kOffV;
+  const uint32_t sQ = s_base + Traits::kOffQ, sDO = s_base + Traits::kOffDO;
+  const uint32_t sDS = s_base + Traits::kOffDS, sP = s_base + Traits::kOffP;
+
+  const Element* q_bh = static_cast<const Element*>(p.q) + batch * p.q_batch_stride;
+  const Element* do_bh = static_cast<const Element*>(p.dout) + batch * p.do_batch_stride;
+  // Issues the cp.async loads of (query head `head`, query block m) into buffer `stage`.
+  auto load_query_block = [&](int head, int m, int stage) {
+    const int row0 = m * kBlockM;
+    load_tile_async<Traits, kBlockM>(sQ + stage * Traits::kQBytes,
+                                     q_bh + head * p.q_head_stride + row0 * p.q_row_stride,
+                                     p.q_row_stride, p.seqlen_q - row0, p.head_dim, tid);
+    load_tile_async<Traits, kBlockM>(sDO + stage * Traits::kQBytes,
+                                     do_bh + head * p.do_head_stride + row0 * p.do_row_stride,
+                                     p.do_row_stride, p.seqlen_q - row0, p.head_dim, tid);
+    // lse_log2 / D rows exist up to kp.rows (padded), so whole 16-byte chunks are always valid.
+    const int64_t ws_row0 = (static_cast<int64_t>(batch) * p.num_heads + head) * kp.rows + row0;
+    if (tid < kBlockM / 4) {
+      ptx::cp_async_16_zfill(s_base + Traits::kOffLse + (stage * kBlockM + tid * 4) * 4,
+                             kp.lse_log2 + ws_row0 + tid * 4, true);
+    } else if (tid < kBlockM / 2) {
+      const int c = tid - kBlockM / 4;
+      ptx::cp_async_16_zfill(s_base + Traits::kOffD + (stage * kBlockM + c * 4) * 4,
+                             kp.dpsum + ws_row0 + c * 4, true);
+    }
+  };
+
+  if (total > 0) {
+    const Element* k = static_cast<const Element*>(p.k) + batch * p.k_batch_stride +
+                       head_k * p.k_head_stride + n_start * p.k_row_stride;
+    const Element* v = static_cast<const Element*>(p.v) + batch * p.v_batch_stride +
+                       head_k * p.v_head_stride + n_start * p.v_row_stride;
+    load_tile_async<Traits, kBlockN>(sK, k, p.k_row_stride, keys_valid, p.head_dim, tid);
+    load_tile_async<Traits, kBlockN>(sV, v, p.v_row_stride, keys_valid, p.head_dim, tid);
+    load_query_block(head_first, m_begin, 0);
+    ptx::cp_async_commit();
+  }
+
+  // ldmatrix lane addresses (ptx/ldmatrix.h: lane l gives row l % 8 of matrix l / 8).
+  // A = K or V rows of this warp, 16 keys x 16 d per step: matrices (keys 0-7 | 8-15) x (d 0-7 |
+  // 8-15) in a0..a3 order -> key l % 16, d chunk l / 16.
+  const uint32_t k_a_lane = sK + ((warp_key0 + lane % 16) * kRowChunks + lane / 16) * 16;
+  const uint32_t v_a_lane = sV + ((warp_key0 + lane % 16) * kRowChunks + lane / 16) * 16;
+  // B = Q^T or dO^T (k = d, n = query), non-transposed rows of Q: matrices b0, b1 of query tile
+  // 0 then of query tile 1 -> query (l / 16) * 8 + l % 8, d chunk (l / 8) % 2.
+  const int qb_row = warp_query0 + (lane / 16) * 8 + lane % 8;
+  const uint32_t q_b_off = (qb_row * kRowChunks + (lane / 8) % 2) * 16;
+  // B = dO or Q (k = query, n = d) for dV/dK, transposed: matrices (queries 0-7, d 0-7),
+  // (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) = b0, b1 of column tile 0, b0, b1 of tile 1 ->
+  // query l % 16, d chunk l / 16.
+  const uint32_t q_bt_off = ((lane % 16) * kRowChunks + warp_col0 / 8 + lane / 16) * 16;
+
+  float acc_dk[kColTiles][4], acc_dv[kColTiles][4];
+#pragma unroll
+  for (int i = 0; i < kColTiles; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_dk[i][e] = acc_dv[i][e] = 0.f;
+
+  const bool compute_dq = !p.deterministic;
+  const float scale_log2 = kp.scale_log2;
+  int head = head_first, m = m_begin;
+
+#pragma unroll 1
+  for (int it = 0; it < total; ++it) {
+    const int stage = kStages == 2 ? (it & 1) : 0;
+    int next_head = head, next_m = m + 1;
+    if (next_m == num_m) {
+      next_m = m_begin;
+      ++next_head;
+    }
+    const bool has_next = it + 1 < total;
+
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // this step's tiles landed; every warp finished the previous step
+    if constexpr (kStages == 2) {
+      if (has_next) {
+        load_query_block(next_head, next_m, stage ^ 1);
+        ptx::cp_async_commit();
+      }
+    }
+    const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
+    const char* s_lse = smem + Traits::kOffLse + stage * kBlockM * 4;
+    const char* s_d = smem + Traits::kOffD + stage * kBlockM * 4;
+
+    // 16 keys x kWarpQueries of S^T = K Q^T (or dP^T = V dO^T): A = this warp's K (V) rows,
+    // B = Q (dO) rows of its queries.
+    auto gemm_t = [&](float (&acc)[kQTiles][4], uint32_t a_lane, uint32_t b_base) {
+#pragma unroll
+      for (int i = 0; i < kQTiles; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        uint32_t a[4];
+        ptx::ldmatrix_x4(a, a_lane + ks * 32);
+#pragma unroll
+        for (int np = 0; np < kQTiles / 2; ++np) {
+          uint32_t b[4];
+          ptx::ldmatrix_x4(b, b_base + q_b_off + (np * 16 * kRowChunks + ks * 2) * 16);
+          Ops::mma(acc[2 * np], a, b[0], b[1]);
+          Ops::mma(acc[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+    };
+    // 16-bit packed pairs of a C tile pair as an A fragment for k-step kk (queries kk*16..+15):
+    // a0 = (key g, queries 2t..) = tile 2kk [0,1]; a1 = (key g+8) = tile 2kk [2,3];
+    // a2 = (key g, queries 8+2t..) = tile 2kk+1 [0,1]; a3 = tile 2kk+1 [2,3].
+    auto pack_a = [](const float (&c)[kQTiles][4], int kk, uint32_t (&a)[4]) {
+      a[0] = Ops::pack(c[2 * kk][0], c[2 * kk][1]);
+      a[1] = Ops::pack(c[2 * kk][2], c[2 * kk][3]);
+      a[2] = Ops::pack(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+      a[3] = Ops::pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+    };
+    // Stores an A fragment of P^T/dS^T at [key][query] (keys warp_key0.., queries of step kk):
+    // a0 -> (g, 2t), a1 -> (g + 8, 2t), a2 -> (g, 8 + 2t), a3 -> (g + 8, 8 + 2t).
+    auto store_a = [&](int off_bytes, int kk, const uint32_t (&a)[4]) {
+      char* base = smem + off_bytes +
+                   ((warp_key0 + g) * kPRowChunks * 16) + (warp_query0 + kk * 16 + 2 * t) * 2;
+      *reinterpret_cast<uint32_t*>(base) = a[0];
+      *reinterpret_cast<uint32_t*>(base + 8 * kPRowChunks * 16) = a[1];
+      *reinterpret_cast<uint32_t*>(base + 16) = a[2];
+      *reinterpret_cast<uint32_t*>(base + 8 * kPRowChunks * 16 + 16) = a[3];
+    };
+    // dV += P^T dO or dK += dS^T Q for one k-step: A in registers, B from the transposed rows
+    // kk * 16 .. + 15 of dO / Q, columns warp_col0 ...
+    auto mma_kv = [&](float (&acc)[kColTiles][4], const uint32_t (&a)[4], uint32_t b_base,
+                      int kk) {
+#pragma unroll
+      for (int dp = 0; dp < kColTiles / 2; ++dp) {
+        uint32_t b[4];
+        ptx::ldmatrix_x4_trans(b, b_base + q_bt_off + (kk * 16 * kRowChunks + dp * 2) * 16);
+        Ops::mma(acc[2 * dp], a, b[0], b[1]);
+        Ops::mma(acc[2 * dp + 1], a, b[2], b[3]);
+      }
+    };
+
+    float acc_s[kQTiles][4], acc_dp[kQTiles][4];
+    gemm_t(acc_s, k_a_lane, sQs);
+    if (m < m_masked_end) {
+      mask_scores_transposed(acc_s, n_start + warp_key0, m * kBlockM + warp_query0, p.seqlen_q,
+                             p.seqlen_k, p.is_causal, lane);
+    }
+    // P^T = exp2(S^T scale_log2 - lse_log2): 0 where masked or where lse = +inf. Column 2t + e
+    // of query tile nt is query warp_query0 + nt * 8 + 2t + e: one float2 of lse per tile.
+#pragma unroll
+    for (int nt = 0; nt < kQTiles; ++nt) {
+      const float2 lse =
+          *reinterpret_cast<const float2*>(s_lse + (warp_query0 + nt * 8 + 2 * t) * 4);
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        acc_s[nt][hr * 2] = ptx::ex2_approx(fmaf(acc_s[nt][hr * 2], scale_log2, -lse.x));
+        acc_s[nt][hr * 2 + 1] = ptx::ex2_approx(fmaf(acc_s[nt][hr * 2 + 1], scale_log2, -lse.y));
+      }
+    }
+    // dS^T = P^T (dP^T - D), in place in acc_dp.
+    auto make_ds = [&]() {
+#pragma unroll
+      for (int nt = 0; nt < kQTiles; ++nt) {
+        const float2 dsum =
+            *reinterpret_cast<const float2*>(s_d + (warp_query0 + nt * 8 + 2 * t) * 4);
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          acc_dp[nt][hr * 2] = acc_s[nt][hr * 2] * (acc_dp[nt][hr * 2] - dsum.x);
+          acc_dp[nt][hr * 2 + 1] = acc_s[nt][hr * 2 + 1] * (acc_dp[nt][hr * 2 + 1] - dsum.y);
+        }
+      }
+    };
+
+    if constexpr (kSplit == 1) {
+      // P^T leaves fp32 here: packed to 16 bits it is the A operand of dV += P^T dO, and dS^T is
+      // formed from the packed values (the fp32 P^T and dP^T are never live together).
+      uint32_t p16[kBlockM / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk) {
+        pack_a(acc_s, kk, p16[kk]);
+        mma_kv(acc_dv, p16[kk], sDOs, kk);
+      }
+      gemm_t(acc_dp, v_a_lane, sDOs);
+      // dS^T = P^T (dP^T - D); element (tile nt, hr, e) of P^T sits in p16[nt / 2][(nt % 2) * 2
+      // + hr], half e.
+#pragma unroll
+      for (int nt = 0; nt < kQTiles; ++nt) {
+        const float2 dsum = *reinterpret_cast<const float2*>(s_d + (nt * 8 + 2 * t) * 4);
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const float2 pr = Ops::unpack(p16[nt / 2][(nt % 2) * 2 + hr]);
+          acc_dp[nt][hr * 2] = pr.x * (acc_dp[nt][hr * 2] - dsum.x);
+          acc_dp[nt][hr * 2 + 1] = pr.y * (acc_dp[nt][hr * 2 + 1] - dsum.y);
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk) {
+        uint32_t a[4];
+        pack_a(acc_dp, kk, a);
+        if (compute_dq) store_a(Traits::kOffDS, kk, a);
+        mma_kv(acc_dk, a, sQs, kk);
+      }
+      if (kStages == 1 || compute_dq) __syncthreads();  // dS^T complete; Q/dO free (1 stage)
+    } else {
+      gemm_t(acc_dp, v_a_lane, sDOs);
+      make_ds();
+#pragma unroll
+      for (int kk = 0; kk < Traits::kWarpQueries / 16; ++kk) {
+        uint32_t a[4];
+        pack_a(acc_s, kk, a);
+        store_a(Traits::kOffP, kk, a);
+        pack_a(acc_dp, kk, a);
+        store_a(Traits::kOffDS, kk, a);
+      }
+      __syncthreads();  // P^T and dS^T of all queries complete
+      // A = P^T / dS^T rows of this warp's keys from [key][query]: matrices (keys 0-7 | 8-15) x
+      // (queries 0-7 | 8-15) in a0..a3 order -> key l % 16, query chunk l / 16.
+      const uint32_t pa_off = ((warp_key0 + lane % 16) * kPRowChunks + lane / 16) * 16;
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk) {
+        uint32_t a[4];
+        ptx::ldmatrix_x4(a, sP + pa_off + kk * 32);
+        mma_kv(acc_dv, a, sDOs, kk);
+      }
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk) {
+        uint32_t a[4];
+        ptx::ldmatrix_x4(a, sDS + pa_off + kk * 32);
+        mma_kv(acc_dk, a, sQs, kk);
+      }
+      if constexpr (kStages == 1) __syncthreads();  // every warp is done with Q/dO
+    }
+    if constexpr (kStages == 1) {
+      if (has_next) {
+        load_query_block(next_head, next_m, 0);
+        ptx::cp_async_commit();
+      }
+    }
+
+    if (compute_dq) {
+      // dQ (kBlockM x d) = dS K over this block's keys. Warp (dq_m, dq_d) owns queries
+      // dq_m * kDqRows.. and columns dq_d * kDqCols.. .
+      const int dq_m = warp % Traits::kDqWarpsM, dq_d = warp / Traits::kDqWarpsM;
+      // A = dS (row = query, k = key) from dS^T stored [key][query], transposed: a0 = stored
+      // (keys 0-7, queries 0-7), a1 = (keys 0-7, queries 8-15), a2 = (keys 8-15, queries 0-7),
+      // a3 = (keys 8-15, queries 8-15) -> key (l / 16) * 8 + l % 8, query chunk (l / 8) % 2.
+      const uint32_t ds_a = sDS + ((((lane / 16) * 8 + lane % 8) * kPRowChunks) +
+                                   dq_m * Traits::kDqRows / 8 + (lane / 8) % 2) * 16;
+      // B = K (k = key, n = d), transposed rows: key l % 16, d chunk l / 16 (x2: lanes 0-15).
+      const uint32_t k_bt =
+          sK + ((lane % 16) * kRowChunks + dq_d * Traits::kDqCols / 8 + lane / 16) * 16;
+      float* dq_rows = kp.dq_accum +
+                       ((static_cast<int64_t>(batch) * p.num_heads + head) * kp.rows +
+                        m * kBlockM + dq_m * Traits::kDqRows) * kHeadDim +
+                       dq_d * Traits::kDqCols;
+      constexpr int kPT = Traits::kDqPassTiles;
+#pragma unroll
+      for (int pass = 0; pass < Traits::kDqPasses; ++pass) {
+        float acc[Traits::kDqMTiles][kPT][4];
+#pragma unroll
+        for (int i = 0; i < Traits::kDqMTiles; ++i)
+#pragma unroll
+          for (int j = 0; j < kPT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk) {
+          uint32_t a[Traits::kDqMTiles][4];
+#pragma unroll
+          for (int mt = 0; mt < Traits::kDqMTiles; ++mt) {
+            ptx::ldmatrix_x4_trans(a[mt], ds_a + (kk * 16 * kPRowChunks + mt * 2) * 16);
+          }
+          const uint32_t b_row = k_bt + (kk * 16 * kRowChunks + pass * kPT) * 16;
+#pragma unroll
+          for (int j = 0; j < kPT / 2; ++j) {
+            uint32_t b[4];
+            ptx::ldmatrix_x4_trans(b, b_row + j * 32);
+#pragma unroll
+            for (int mt = 0; mt < Traits::kDqMTiles; ++mt) {
+              Ops::mma(acc[mt][2 * j], a[mt], b[0], b[1]);
+              Ops::mma(acc[mt][2 * j + 1], a[mt], b[2], b[3]);
+            }
+          }
+          if constexpr (kPT % 2 == 1) {
+            uint32_t b[2];
+            ptx::ldmatrix_x2_trans(b, b_row + (kPT - 1) * 16);
+#pragma unroll
+            for (int mt = 0; mt < Traits::kDqMTiles; ++mt) {
+              Ops::mma(acc[mt][kPT - 1], a[mt], b[0], b[1]);
+            }
+          }
+        }
+#pragma unroll
+        for (int mt = 0; mt < Traits::kDqMTiles; ++mt)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+            for (int j = 0; j < kPT; ++j) {
+              float* dst = dq_rows + (mt * 16 + g + hr * 8) * kHeadDim + (pass * kPT + j) * 8 + 2 * t;
+#if FLASHATTN_CU_SM90_OR_NEWER
+              ptx::red_add_v2_f32(dst, acc[mt][j][hr * 2], acc[mt][j][hr * 2 + 1]);
+#else
+              ptx::red_add_f32(dst, acc[mt][j][hr * 2]);
+              ptx::red_add_f32(dst + 1, acc[mt][j][hr * 2 + 1]);
+#endif
+            }
+      }
+    }
+    head = next_head;
+    m = next_m;
+  }
+
+  // dK = softmax_scale * dS^T Q (the scale of S was left out of dS), dV as accumulated.
+  const float scale = p.softmax_scale;
+  if (kp.kv_splits == 1) {
+    // Stage both tiles in Element precision over sK / sV, then 16-byte row stores.
+    __syncthreads();  // every warp is done reading K and V
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = warp_key0 + g + hr * 8;
+#pragma unroll
+      for (int i = 0; i < kColTiles; ++i) {
+        const int off = (row * kRowChunks + warp_col0 / 8 + i) * 16 + t * 4;
+        *reinterpret_cast<uint32_t*>(smem + Traits::kOffK + off) =
+            Ops::pack(acc_dk[i][hr * 2] * scale, acc_dk[i][hr * 2 + 1] * scale);
+        *reinterpret_cast<uint32_t*>(smem + Traits::kOffV + off) =
+            Ops::pack(acc_dv[i][hr * 2], acc_dv[i][hr * 2 + 1]);
+      }
+    }
+    __syncthreads();
+    Element* dk = static_cast<Element*>(p.dk) + batch * p.dk_batch_stride +
+                  head_k * p.dk_head_stride + n_start * p.dk_row_stride;
+    Element* dv = static_cast<Element*>(p.dv) + batch * p.dv_batch_stride +
+                  head_k * p.dv_head_stride + n_start * p.dv_row_stride;
+    constexpr int kTotal = kBlockN * Traits::kChunks;
+#pragma unroll
+    for (int i = 0; i < ceil_div(kTotal, Traits::kNThreads); ++i) {
+      const int idx = tid + i * Traits::kNThreads;
+      if (kTotal % Traits::kNThreads != 0 && idx >= kTotal) break;
+      const int r = idx / Traits::kChunks, c = idx % Traits::kChunks;
+      if (r < keys_valid && c * 8 < p.head_dim) {
+        const int off = (r * kRowChunks + c) * 16;
+        *reinterpret_cast<uint4*>(dk + r * p.dk_row_stride + c * 8) =
+            *reinterpret_cast<const uint4*>(smem + Traits::kOffK + off);
+        *reinterpret_cast<uint4*>(dv + r * p.dv_row_stride + c * 8) =
+            *reinterpret_cast<const uint4*>(smem + Traits::kOffV + off);
+      }
+    }
+  } else {
+    // fp32 partial sums of this head split, [split][batch][head_k][key][d]; the postprocess
+    // kernel adds the splits in order.
+    const int64_t part_row0 =
+        ((static_cast<int64_t>(hsplit) * p.batch + batch) * p.num_heads_k + head_k) *
+            p.seqlen_k + n_start;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = warp_key0 + g + hr * 8;
+      if (row < keys_valid) {
+        const int64_t off = (part_row0 + row) * kHeadDim + warp_col0 + 2 * t;
+#pragma unroll
+        for (int i = 0; i < kColTiles; ++i) {
+          *reinterpret_cast<float2*>(kp.dk_part + off + i * 8) =
+              make_float2(acc_dk[i][hr * 2] * scale, acc_dk[i][hr * 2 + 1] * scale);
+          *reinterpret_cast<float2*>(kp.dv_part + off + i * 8) =
+              make_float2(acc_dv[i][hr * 2], acc_dv[i][hr * 2 + 1]);
+        }
+      }
+    }
+  }
+}
+
+template <typename Element, typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads)
+    bwd_kernel(const __grid_constant__ BwdKernelParams params) {
+  extern __shared__ __align__(128) char smem[];
+  bwd_block<Element, Traits>(params, smem);
+}
+
+}  // namespace flashattn_cu::sm80

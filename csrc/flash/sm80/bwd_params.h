@@ -1,0 +1,188 @@
+// Backward workspace layout and the parameter block of the sm80 backward kernels. Torch-free and
+// kernel-free: dispatch.cu includes it for bwd_workspace_bytes().
+//
+// Workspace (fp32, every section 256-byte aligned):
+//   lse_log2  [batch * num_heads][rows]           lse * log2(e); +inf on padding rows
+//   dpsum     [batch * num_heads][rows]           D = rowsum(dO * O); 0 on padding rows
+//   dq_accum  [batch * num_heads][rows][d]        fp32 dQ (unscaled), non-deterministic only
+//   dk_part, dv_part [kv_splits][batch * num_heads_k][seqlen_k][d]   only when kv_splits > 1
+// rows = seqlen_q rounded up to kBwdRowPad and d = round_head_dim(head_dim), so the kernels read
+// whole query blocks of lse/D (and add whole blocks into dq_accum) without bounds checks: a
+// padding row has P = exp2(s - inf) = 0 and contributes nothing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "flashattn_cu/flashattn_cu.h"
+
+#include "../tiles.h"
+
+namespace flashattn_cu::sm80 {
+
+constexpr int kBwdRowPad = 128;  // every block_m of bwd_tile_sm80 divides it
+
+// GQA/MQA: the query heads of one kv head are summed into dK/dV by a single thread block (in a
+// fixed order, in registers) unless that leaves too few blocks to fill the GPU; then the group
+// is cut into kv_splits parts whose fp32 partial sums are added in split order by the
+// postprocess kernel. Decided from the sizes alone (not the device) so that
+// bwd_workspace_bytes() needs no device query: the smallest divisor of the group size that
+// gives >= kBwdMinBlocks blocks of 128 keys, capped so the partials stay bounded.
+constexpr int64_t kBwdMinBlocks = 256;
+constexpr int64_t kBwdMaxSplitBlocks = 1024;
+
+inline int bwd_kv_splits(const BwdParams& p) {
+  const int group = p.num_heads / p.num_heads_k;
+  const int64_t base =
+      static_cast<int64_t>(p.batch) * p.num_heads_k * ((p.seqlen_k + 127) / 128);
+  if (group <= 1 || base <= 0 || base >= kBwdMinBlocks) return 1;
+  int chosen = 1;
+  for (int s = 2; s <= group; ++s) {
+    if (group % s != 0) continue;
+    if (base * s > kBwdMaxSplitBlocks) break;
+    chosen = s;
+    if (base * s >= kBwdMinBlocks) break;
+  }
+  return chosen;
+}
+
+struct BwdWorkspaceLayout {
+  int64_t rows = 0;  // padded seqlen_q
+  int kv_splits = 1;
+  size_t lse_log2 = 0, dpsum = 0, dq_accum = 0, dk_part = 0, dv_part = 0;  // byte offsets
+  size_t bytes = 0;
+};
+
+inline BwdWorkspaceLayout bwd_workspace_layout(const BwdParams& p) {
+  auto align = [](size_t x) { return (x + 255) / 256 * 256; };
+  BwdWorkspaceLayout w;
+  w.rows = (static_cast<int64_t>(p.seqlen_q) + kBwdRowPad - 1) / kBwdRowPad * kBwdRowPad;
+  w.kv_splits = bwd_kv_splits(p);
+  const size_t d = static_cast<size_t>(round_head_dim(p.head_dim));
+  const size_t bh = static_cast<size_t>(p.batch) * p.num_heads;
+  const size_t row_bytes = bh * static_cast<size_t>(w.rows) * sizeof(float);
+  size_t off = 0;
+  w.lse_log2 = off;
+  off = align(off + row_bytes);
+  w.dpsum = off;
+  off = align(off + row_bytes);
+  w.dq_accum = off;
+  if (!p.deterministic) off = align(off + row_bytes * d);
+  w.dk_part = w.dv_part = off;
+  if (w.kv_splits > 1) {
+    const size_t part = static_cast<size_t>(w.kv_splits) * p.batch * p.num_heads_k *
+                        static_cast<size_t>(p.seqlen_k) * d * sizeof(float);
+    w.dv_part = align(off + part);
+    off = align(w.dv_part + part);
+  }
+  w.bytes = off;
+  return w;
+}
+
+// What every backward kernel receives (as a __grid_constant__ parameter).
+struct BwdKernelParams {
+  BwdParams p;
+  float* lse_log2;
+  float* dpsum;
+  float* dq_accum;  // null when deterministic
+  float* dk_part;   // null unless kv_splits > 1
+  float* dv_part;
+  int64_t rows;         // padded seqlen_q: row stride of lse_log2/dpsum, rows of dq_accum
+  int kv_splits;        // thread blocks sharing one kv head's query-head group
+  int heads_per_split;  // query heads each of them loops over
+  float scale_log2;     // softmax_scale * log2(e)
+};
+
+// Kernel parameters over the workspace carved as `ws` describes.
+inline BwdKernelParams make_bwd_kernel_params(const BwdParams& p, const BwdWorkspaceLayout& ws) {
+  char* base = static_cast<char*>(p.workspace);
+  BwdKernelParams kp;
+  kp.p = p;
+  kp.lse_log2 = reinterpret_cast<float*>(base + ws.lse_log2);
+  kp.dpsum = reinterpret_cast<float*>(base + ws.dpsum);
+  kp.dq_accum = p.deterministic ? nullptr : reinterpret_cast<float*>(base + ws.dq_accum);
+  kp.dk_part = ws.kv_splits > 1 ? reinterpret_cast<float*>(base + ws.dk_part) : nullptr;
+  kp.dv_part = ws.kv_splits > 1 ? reinterpret_cast<float*>(base + ws.dv_part) : nullptr;
+  kp.rows = ws.rows;
+  kp.kv_splits = ws.kv_splits;
+  kp.heads_per_split = p.num_heads / p.num_heads_k / ws.kv_splits;
+  kp.scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  return kp;
+}
+
+// One output of the postprocess: dst[b, row, head, :head_dim] (Element) =
+// scale * sum over s < splits of src[s * split_stride + (b * heads + head) * bh_stride +
+// row * row_stride + :head_dim] (fp32), the splits added in order.
+struct BwdConvertJob {
+  const float* src = nullptr;
+  int64_t split_stride = 0, bh_stride = 0, row_stride = 0;
+  int splits = 1;
+  int heads = 0;
+  int rows = 0;
+  void* dst = nullptr;
+  int64_t dst_batch_stride = 0, dst_row_stride = 0, dst_head_stride = 0;
+  float scale = 1.f;
+};
+
+struct BwdConvertParams {
+  BwdConvertJob jobs[3];
+  int num_jobs = 0;
+  int batch = 0;
+  int head_dim = 0;
+  int64_t max_chunks = 0;  // 16-byte output chunks of the largest job
+};
+
+// The postprocess work: dQ accumulator -> dq (non-deterministic), dK/dV partials -> dk, dv
+// (kv_splits > 1). num_jobs = 0: nothing to launch.
+inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp) {
+  const BwdParams& p = kp.p;
+  const int64_t d = round_head_dim(p.head_dim);
+  BwdConvertParams cp;
+  cp.batch = p.batch;
+  cp.head_dim = p.head_dim;
+  auto add = [&](const BwdConvertJob& job) {
+    cp.jobs[cp.num_jobs++] = job;
+    const int64_t chunks = static_cast<int64_t>(p.batch) * job.heads * job.rows * (p.head_dim / 8);
+    if (chunks > cp.max_chunks) cp.max_chunks = chunks;
+  };
+  if (kp.dq_accum != nullptr && p.seqlen_q > 0) {
+    BwdConvertJob job;
+    job.src = kp.dq_accum;
+    job.bh_stride = kp.rows * d;
+    job.row_stride = d;
+    job.heads = p.num_heads;
+    job.rows = p.seqlen_q;
+    job.dst = p.dq;
+    job.dst_batch_stride = p.dq_batch_stride;
+    job.dst_row_stride = p.dq_row_stride;
+    job.dst_head_stride = p.dq_head_stride;
+    job.scale = p.softmax_scale;  // the main kernel accumulates dS K without it
+    add(job);
+  }
+  if (kp.kv_splits > 1 && p.seqlen_k > 0) {
+    BwdConvertJob job;
+    job.splits = kp.kv_splits;
+    job.split_stride = static_cast<int64_t>(p.batch) * p.num_heads_k * p.seqlen_k * d;
+    job.bh_stride = static_cast<int64_t>(p.seqlen_k) * d;
+    job.row_stride = d;
+    job.heads = p.num_heads_k;
+    job.rows = p.seqlen_k;
+    job.scale = 1.f;  // the main kernel already scaled dK
+    job.src = kp.dk_part;
+    job.dst = p.dk;
+    job.dst_batch_stride = p.dk_batch_stride;
+    job.dst_row_stride = p.dk_row_stride;
+    job.dst_head_stride = p.dk_head_stride;
+    add(job);
+    job.src = kp.dv_part;
+    job.dst = p.dv;
+    job.dst_batch_stride = p.dv_batch_stride;
+    job.dst_row_stride = p.dv_row_stride;
+    job.dst_head_stride = p.dv_head_stride;
+    add(job);
+  }
+  if (cp.max_chunks == 0) cp.num_jobs = 0;
+  return cp;
+}
+
+}  // namespace flashattn_cu::sm80

@@ -1,0 +1,116 @@
+// The small kernels around the sm80 backward:
+//  * preprocess: D = rowsum(dO * O) in fp32 and lse * log2(e) into the padded workspace rows
+//    (padding rows get D = 0, lse = +inf so they produce P = 0), and clears the fp32 dQ
+//    accumulator when dQ is accumulated with atomics;
+//  * postprocess: sums fp32 partials (dQ accumulator, or the dK/dV head-split partials in split
+//    order) times a scale into the output dtype.
+#pragma once
+
+#include <math.h>
+
+#include <cstdint>
+
+#include "flashattn_cu/flashattn_cu.h"
+
+#include "../common/numeric.h"
+#include "bwd_params.h"
+
+namespace flashattn_cu::sm80 {
+
+constexpr int kPrepThreads = 256;
+constexpr int kPrepRowThreads = 8;                              // threads sharing one row
+constexpr int kPrepRowsPerBlock = kPrepThreads / kPrepRowThreads;  // 32, divides kBwdRowPad
+
+// Grid: batch * num_heads * rows / kPrepRowsPerBlock blocks (rows = padded seqlen_q).
+template <typename Element, int kHeadDim>
+__global__ void __launch_bounds__(kPrepThreads)
+    bwd_preprocess_kernel(const __grid_constant__ BwdKernelParams kp) {
+  using Ops = ElementOps<Element>;
+  const BwdParams& p = kp.p;
+  const int64_t blocks_per_bh = kp.rows / kPrepRowsPerBlock;
+  const int64_t bh = blockIdx.x / blocks_per_bh;
+  const int row = static_cast<int>(blockIdx.x % blocks_per_bh) * kPrepRowsPerBlock +
+                  threadIdx.x / kPrepRowThreads;
+  const int sub = threadIdx.x % kPrepRowThreads;
+  const int batch = static_cast<int>(bh / p.num_heads), head = static_cast<int>(bh % p.num_heads);
+
+  float sum = 0.f;
+  if (row < p.seqlen_q) {
+    const Element* o = static_cast<const Element*>(p.o) + batch * p.o_batch_stride +
+                       head * p.o_head_stride + row * p.o_row_stride;
+    const Element* dout = static_cast<const Element*>(p.dout) + batch * p.do_batch_stride +
+                          head * p.do_head_stride + row * p.do_row_stride;
+#pragma unroll
+    for (int c = sub; c < kHeadDim / 8; c += kPrepRowThreads) {
+      if (c * 8 < p.head_dim) {
+        const uint4 ov = *reinterpret_cast<const uint4*>(o + c * 8);
+        const uint4 dv = *reinterpret_cast<const uint4*>(dout + c * 8);
+        const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 a = Ops::unpack(ow[i]), b = Ops::unpack(dw[i]);
+          sum = fmaf(a.x, b.x, sum);
+          sum = fmaf(a.y, b.y, sum);
+        }
+      }
+    }
+  }
+  // The 8 threads of a row are 8 aligned lanes of one warp.
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+  const int64_t ws_row = bh * kp.rows + row;
+  if (sub == 0) {
+    const bool real = row < p.seqlen_q;
+    kp.dpsum[ws_row] = real ? sum : 0.f;
+    kp.lse_log2[ws_row] =
+        real ? p.lse[bh * p.seqlen_q + row] * 1.4426950408889634f : INFINITY;
+  }
+  if (kp.dq_accum != nullptr) {
+    float4* dq = reinterpret_cast<float4*>(kp.dq_accum + ws_row * kHeadDim);
+#pragma unroll
+    for (int i = sub; i < kHeadDim / 4; i += kPrepRowThreads) dq[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+constexpr int kConvertThreads = 256;
+
+// Grid (x, number of jobs): each thread converts 16-byte chunks of output, grid-stride.
+template <typename Element>
+__global__ void __launch_bounds__(kConvertThreads)
+    bwd_convert_kernel(const __grid_constant__ BwdConvertParams cp) {
+  using Ops = ElementOps<Element>;
+  const BwdConvertJob& job = cp.jobs[blockIdx.y];
+  const int chunks = cp.head_dim / 8;
+  const int64_t total = static_cast<int64_t>(cp.batch) * job.heads * job.rows * chunks;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(kConvertThreads) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * kConvertThreads) {
+    const int c = static_cast<int>(idx % chunks);
+    int64_t rest = idx / chunks;
+    const int row = static_cast<int>(rest % job.rows);
+    rest /= job.rows;
+    const int head = static_cast<int>(rest % job.heads);
+    const int batch = static_cast<int>(rest / job.heads);
+    const float* src = job.src + (static_cast<int64_t>(batch) * job.heads + head) * job.bh_stride +
+                       row * job.row_stride + c * 8;
+    float acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = 0.f;
+    for (int s = 0; s < job.splits; ++s) {
+      const float4 lo = *reinterpret_cast<const float4*>(src + s * job.split_stride);
+      const float4 hi = *reinterpret_cast<const float4*>(src + s * job.split_stride + 4);
+      acc[0] += lo.x; acc[1] += lo.y; acc[2] += lo.z; acc[3] += lo.w;
+      acc[4] += hi.x; acc[5] += hi.y; acc[6] += hi.z; acc[7] += hi.w;
+    }
+    uint4 out;
+    out.x = Ops::pack(acc[0] * job.scale, acc[1] * job.scale);
+    out.y = Ops::pack(acc[2] * job.scale, acc[3] * job.scale);
+    out.z = Ops::pack(acc[4] * job.scale, acc[5] * job.scale);
+    out.w = Ops::pack(acc[6] * job.scale, acc[7] * job.scale);
+    Element* dst = static_cast<Element*>(job.dst) + batch * job.dst_batch_stride +
+                   row * job.dst_row_stride + head * job.dst_head_stride + c * 8;
+    *reinterpret_cast<uint4*>(dst) = out;
+  }
+}
+
+}  // namespace flashattn_cu::sm80

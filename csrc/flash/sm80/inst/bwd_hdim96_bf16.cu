@@ -1,0 +1,5 @@
+#include "../bwd_launch.h"
+
+namespace flashattn_cu::sm80 {
+template Status run_bwd<__nv_bfloat16, 96>(const BwdParams&, bool, cudaStream_t);
+}

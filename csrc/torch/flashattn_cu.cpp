@@ -1,0 +1,312 @@
+// The torch binding: the only C++ in the project that includes torch. It checks tensors, allocates
+// outputs, fills the torch-free params structs and calls flashattn_cu::fwd / flashattn_cu::bwd on
+// the current stream. Never synchronizes, never prints.
+//
+// Ops (TORCH_LIBRARY, so torch.compile and torch.library see them):
+//   flashattn_cu::fwd(q, k, v, softmax_scale, causal) -> (out, softmax_lse)
+//   flashattn_cu::bwd(dout, q, k, v, out, softmax_lse, softmax_scale, causal, deterministic)
+//       -> (dq, dk, dv)
+// plus a pybind11 module (flashattn_cu._C) with build information and a test-only hook.
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>  // at::cuda::getCurrentCUDAStream is this, without cuBLAS/cuSPARSE headers
+#include <torch/extension.h>
+#include <torch/library.h>
+
+#include "flashattn_cu/flashattn_cu.h"
+
+namespace {
+
+// Test-only: when set, every output and the backward workspace is filled with NaN / 0xFF bytes
+// right after allocation (on the stream, asynchronously), so an element the kernels fail to
+// write shows up as NaN instead of as whatever the caching allocator handed back.
+std::atomic<bool> g_poison_outputs{false};
+
+void maybe_poison(at::Tensor& t) {
+  if (!g_poison_outputs.load(std::memory_order_relaxed) || t.numel() == 0) return;
+  if (t.scalar_type() == at::kByte) {
+    t.fill_(0xFF);
+  } else {
+    t.fill_(std::numeric_limits<float>::quiet_NaN());
+  }
+}
+
+flashattn_cu::DType to_dtype(at::ScalarType t) {
+  return t == at::kBFloat16 ? flashattn_cu::DType::kBFloat16 : flashattn_cu::DType::kFloat16;
+}
+
+void check_input(const at::Tensor& t, const char* name, const at::Tensor& ref) {
+  TORCH_CHECK(t.is_cuda(), "flashattn_cu: ", name, " must be a CUDA tensor, got device ",
+              t.device());
+  TORCH_CHECK(t.device() == ref.device(), "flashattn_cu: ", name, " is on ", t.device(),
+              " but q is on ", ref.device(), "; all tensors must be on the same GPU");
+  TORCH_CHECK(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16, "flashattn_cu: ",
+              name, " has dtype ", t.scalar_type(), "; supported: float16, bfloat16");
+  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "flashattn_cu: ", name, " has dtype ",
+              t.scalar_type(), " but q has ", ref.scalar_type(), "; dtypes must match");
+  TORCH_CHECK(t.dim() == 4, "flashattn_cu: ", name,
+              " must have rank 4 (batch, seqlen, nheads, headdim), got shape ", t.sizes());
+  TORCH_CHECK(t.size(-1) == 0 || t.stride(-1) == 1 || t.size(-1) == 1, "flashattn_cu: ", name,
+              " must be contiguous in its last (head) dimension, got strides ", t.strides());
+}
+
+// The kernels need every non-last stride to be a multiple of 8 elements (16 bytes) and a 16-byte
+// aligned base pointer. Anything else is still a valid tensor, so copy it rather than fail. Dims
+// of size 1 never index past 0, so their stride does not matter (and is passed as 0).
+bool kernel_layout_ok(const at::Tensor& t) {
+  if (t.numel() == 0) return true;
+  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0) return false;
+  if (t.size(-1) > 1 && t.stride(-1) != 1) return false;
+  for (int i = 0; i < t.dim() - 1; ++i) {
+    if (t.size(i) > 1 && t.stride(i) % 8 != 0) return false;
+  }
+  return true;
+}
+
+at::Tensor to_kernel_layout(const at::Tensor& t) {
+  return kernel_layout_ok(t) ? t : t.contiguous();
+}
+
+// Stride of dim `i` as the kernels see it (elements; 0 for a size-1 dim).
+int64_t kstride(const at::Tensor& t, int i) { return t.size(i) == 1 ? 0 : t.stride(i); }
+
+template <typename P>
+void set_q_strides(P& p, const at::Tensor& t) {
+  p.q_batch_stride = kstride(t, 0);
+  p.q_row_stride = kstride(t, 1);
+  p.q_head_stride = kstride(t, 2);
+}
+template <typename P>
+void set_k_strides(P& p, const at::Tensor& t) {
+  p.k_batch_stride = kstride(t, 0);
+  p.k_row_stride = kstride(t, 1);
+  p.k_head_stride = kstride(t, 2);
+}
+template <typename P>
+void set_v_strides(P& p, const at::Tensor& t) {
+  p.v_batch_stride = kstride(t, 0);
+  p.v_row_stride = kstride(t, 1);
+  p.v_head_stride = kstride(t, 2);
+}
+template <typename P>
+void set_o_strides(P& p, const at::Tensor& t) {
+  p.o_batch_stride = kstride(t, 0);
+  p.o_row_stride = kstride(t, 1);
+  p.o_head_stride = kstride(t, 2);
+}
+
+struct Sizes {
+  int64_t batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim;
+};
+
+// Checks q, k, v against each other and returns their sizes.
+Sizes check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  check_input(q, "q", q);
+  check_input(k, "k", q);
+  check_input(v, "v", q);
+  const Sizes s{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3)};
+  TORCH_CHECK(k.size(0) == s.batch && v.size(0) == s.batch, "flashattn_cu: batch sizes differ: q ",
+              s.batch, ", k ", k.size(0), ", v ", v.size(0));
+  TORCH_CHECK(k.size(3) == s.head_dim && v.size(3) == s.head_dim,
+              "flashattn_cu: head dims differ: q ", s.head_dim, ", k ", k.size(3), ", v ",
+              v.size(3));
+  TORCH_CHECK(v.size(1) == s.seqlen_k && v.size(2) == s.num_heads_k,
+              "flashattn_cu: k and v must have the same (seqlen, nheads), got k ", k.sizes(),
+              ", v ", v.sizes());
+  TORCH_CHECK(s.head_dim % 8 == 0 && s.head_dim > 0 && s.head_dim <= 256,
+              "flashattn_cu: head dim must be a positive multiple of 8 and <= 256, got ",
+              s.head_dim, " (flash_attn_func pads other sizes)");
+  TORCH_CHECK(s.num_heads_k > 0 && s.num_heads % s.num_heads_k == 0,
+              "flashattn_cu: nheads of q (", s.num_heads,
+              ") must be a multiple of nheads of k/v (", s.num_heads_k, ")");
+  const int64_t kIntMax = std::numeric_limits<int>::max();
+  TORCH_CHECK(s.batch <= kIntMax && s.seqlen_q <= kIntMax && s.seqlen_k <= kIntMax &&
+                  s.num_heads <= kIntMax,
+              "flashattn_cu: sizes must fit in int32, got q ", q.sizes(), ", k ", k.sizes());
+  return s;
+}
+
+void check_scale(double softmax_scale) {
+  TORCH_CHECK(std::isfinite(softmax_scale) && softmax_scale > 0,
+              "flashattn_cu: softmax_scale must be a positive finite number, got ", softmax_scale);
+}
+
+void check_status(flashattn_cu::Status st, const char* which) {
+  if (st == flashattn_cu::Status::kSuccess) return;
+  const cudaError_t err = flashattn_cu::last_cuda_error();
+  TORCH_CHECK(false, "flashattn_cu::", which, " failed: ", flashattn_cu::status_string(st),
+              " (CUDA: ", cudaGetErrorString(err), ")");
+}
+
+template <typename P>
+void set_sizes(P& p, const Sizes& s, double softmax_scale, bool causal, at::ScalarType dtype) {
+  p.batch = static_cast<int>(s.batch);
+  p.seqlen_q = static_cast<int>(s.seqlen_q);
+  p.seqlen_k = static_cast<int>(s.seqlen_k);
+  p.num_heads = static_cast<int>(s.num_heads);
+  p.num_heads_k = static_cast<int>(s.num_heads_k);
+  p.head_dim = static_cast<int>(s.head_dim);
+  p.softmax_scale = static_cast<float>(softmax_scale);
+  p.is_causal = causal;
+  p.dtype = to_dtype(dtype);
+}
+
+std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Tensor& k_in,
+                                            const at::Tensor& v_in, double softmax_scale,
+                                            bool causal) {
+  const Sizes s = check_qkv(q_in, k_in, v_in);
+  check_scale(softmax_scale);
+  const c10::cuda::CUDAGuard guard(q_in.device());
+
+  const at::Tensor q = to_kernel_layout(q_in);
+  const at::Tensor k = to_kernel_layout(k_in);
+  const at::Tensor v = to_kernel_layout(v_in);
+  at::Tensor out = at::empty({s.batch, s.seqlen_q, s.num_heads, s.head_dim}, q.options());
+  at::Tensor lse = at::empty({s.batch, s.num_heads, s.seqlen_q}, q.options().dtype(at::kFloat));
+  maybe_poison(out);
+  maybe_poison(lse);
+  if (out.numel() == 0) return {out, lse};
+
+  flashattn_cu::FwdParams p;
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.o = out.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  set_q_strides(p, q);
+  set_k_strides(p, k);
+  set_v_strides(p, v);
+  set_o_strides(p, out);
+  set_sizes(p, s, softmax_scale, causal, q.scalar_type());
+  check_status(flashattn_cu::fwd(p, c10::cuda::getCurrentCUDAStream()), "fwd");
+  return {out, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
+    const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in,
+    const at::Tensor& v_in, const at::Tensor& out_in, const at::Tensor& lse_in,
+    double softmax_scale, bool causal, bool deterministic) {
+  const Sizes s = check_qkv(q_in, k_in, v_in);
+  check_scale(softmax_scale);
+  check_input(out_in, "out", q_in);
+  TORCH_CHECK(out_in.sizes() == q_in.sizes(), "flashattn_cu: out must have the shape of q ",
+              q_in.sizes(), ", got ", out_in.sizes());
+  // dout is an incoming gradient: any layout (e.g. the stride-0 expand of out.sum()) is accepted.
+  TORCH_CHECK(dout_in.is_cuda() && dout_in.device() == q_in.device(),
+              "flashattn_cu: dout must be on ", q_in.device(), ", got ", dout_in.device());
+  TORCH_CHECK(dout_in.sizes() == q_in.sizes(), "flashattn_cu: dout must have the shape of q ",
+              q_in.sizes(), ", got ", dout_in.sizes());
+  TORCH_CHECK(lse_in.is_cuda() && lse_in.device() == q_in.device() &&
+                  lse_in.scalar_type() == at::kFloat,
+              "flashattn_cu: softmax_lse must be a float32 tensor on ", q_in.device(), ", got ",
+              lse_in.scalar_type(), " on ", lse_in.device());
+  TORCH_CHECK(lse_in.dim() == 3 && lse_in.size(0) == s.batch && lse_in.size(1) == s.num_heads &&
+                  lse_in.size(2) == s.seqlen_q,
+              "flashattn_cu: softmax_lse must have shape (batch, nheads, seqlen_q) = (", s.batch,
+              ", ", s.num_heads, ", ", s.seqlen_q, "), got ", lse_in.sizes());
+  const c10::cuda::CUDAGuard guard(q_in.device());
+
+  const at::Tensor q = to_kernel_layout(q_in);
+  const at::Tensor k = to_kernel_layout(k_in);
+  const at::Tensor v = to_kernel_layout(v_in);
+  const at::Tensor out = to_kernel_layout(out_in);
+  const at::Tensor lse = lse_in.contiguous();
+  at::Tensor dout = dout_in.scalar_type() == q.scalar_type() ? dout_in : dout_in.to(q.scalar_type());
+  dout = to_kernel_layout(dout);
+
+  at::Tensor dq = at::empty({s.batch, s.seqlen_q, s.num_heads, s.head_dim}, q.options());
+  at::Tensor dk = at::empty({s.batch, s.seqlen_k, s.num_heads_k, s.head_dim}, q.options());
+  at::Tensor dv = at::empty({s.batch, s.seqlen_k, s.num_heads_k, s.head_dim}, q.options());
+  maybe_poison(dq);
+  maybe_poison(dk);
+  maybe_poison(dv);
+  // Degenerate sizes: no query rows means no gradient reaches k/v; no keys means every output
+  // row is the constant 0 and q gets no gradient. Nothing to launch.
+  if (s.batch == 0 || s.seqlen_q == 0 || s.seqlen_k == 0) {
+    dq.zero_();
+    dk.zero_();
+    dv.zero_();
+    return {dq, dk, dv};
+  }
+
+  flashattn_cu::BwdParams p;
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.o = out.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  p.dout = dout.data_ptr();
+  p.dq = dq.data_ptr();
+  p.dk = dk.data_ptr();
+  p.dv = dv.data_ptr();
+  set_q_strides(p, q);
+  set_k_strides(p, k);
+  set_v_strides(p, v);
+  set_o_strides(p, out);
+  p.do_batch_stride = kstride(dout, 0);
+  p.do_row_stride = kstride(dout, 1);
+  p.do_head_stride = kstride(dout, 2);
+  p.dq_batch_stride = kstride(dq, 0);
+  p.dq_row_stride = kstride(dq, 1);
+  p.dq_head_stride = kstride(dq, 2);
+  p.dk_batch_stride = kstride(dk, 0);
+  p.dk_row_stride = kstride(dk, 1);
+  p.dk_head_stride = kstride(dk, 2);
+  p.dv_batch_stride = kstride(dv, 0);
+  p.dv_row_stride = kstride(dv, 1);
+  p.dv_head_stride = kstride(dv, 2);
+  set_sizes(p, s, softmax_scale, causal, q.scalar_type());
+  p.deterministic = deterministic;
+
+  const size_t ws_bytes = flashattn_cu::bwd_workspace_bytes(p);
+  at::Tensor workspace;
+  if (ws_bytes > 0) {
+    // The caching allocator hands out 512-byte aligned blocks, more than the 256 bwd() needs.
+    workspace = at::empty({static_cast<int64_t>(ws_bytes)}, q.options().dtype(at::kByte));
+    maybe_poison(workspace);
+    p.workspace = workspace.data_ptr();
+  }
+  check_status(flashattn_cu::bwd(p, c10::cuda::getCurrentCUDAStream()), "bwd");
+  return {dq, dk, dv};
+}
+
+std::vector<int64_t> built_archs() {
+  int buf[32];
+  const int n = flashattn_cu::built_archs(buf, 32);
+  return std::vector<int64_t>(buf, buf + std::min(n, 32));
+}
+
+std::vector<int64_t> built_head_dims() {
+  int buf[32];
+  const int n = flashattn_cu::built_head_dims(buf, 32);
+  return std::vector<int64_t>(buf, buf + std::min(n, 32));
+}
+
+}  // namespace
+
+TORCH_LIBRARY(flashattn_cu, m) {
+  m.def("fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal) -> (Tensor, Tensor)");
+  m.def(
+      "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
+      "float softmax_scale, bool causal, bool deterministic) -> (Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(flashattn_cu, CUDA, m) {
+  m.impl("fwd", &fwd_cuda);
+  m.impl("bwd", &bwd_cuda);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "flashattn_cu native extension (ops live in torch.ops.flashattn_cu)";
+  m.def("built_archs", &built_archs, "Compute capabilities this build has machine code for");
+  m.def("built_head_dims", &built_head_dims, "Head-dim instances compiled into this build");
+  m.def(
+      "_set_poison_outputs", [](bool on) { g_poison_outputs.store(on); },
+      "Test-only: fill outputs with NaN right after allocation");
+  m.def("_poison_outputs", []() { return g_poison_outputs.load(); });
+}

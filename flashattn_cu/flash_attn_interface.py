@@ -1,0 +1,276 @@
+"""The public API, a drop-in for flash_attn 2.x's `flash_attn_func`.
+
+Data path: validate in Python (every error names the argument, what it got and what is
+supported) -> pad the head dim up to a multiple of 8 if needed -> `FlashAttnFunc` (autograd) ->
+`torch.ops.flashattn_cu.fwd` / `.bwd` (C++ binding, csrc/torch/) -> kernels (csrc/flash/).
+
+The ops have fake (meta) implementations below, so `torch.compile(fullgraph=True)` traces
+`flash_attn_func`, forward and backward, without a graph break.
+"""
+
+import math
+import numbers
+
+import torch
+import torch.nn.functional as F
+
+from flashattn_cu import _C  # noqa: F401  (loads the library that defines torch.ops.flashattn_cu)
+
+__all__ = ["flash_attn_func", "FlashAttnFunc"]
+
+_SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+_MAX_HEAD_DIM = 256
+_NAMES = ("q", "k", "v")
+
+
+# ---------------------------------------------------------------------------------------------
+# Fake implementations: output shapes, dtypes and strides exactly as the C++ ops allocate them
+# (fresh contiguous tensors), for torch.compile / FakeTensor / meta tensors.
+
+
+@torch.library.register_fake("flashattn_cu::fwd")
+def _fwd_fake(q, k, v, softmax_scale, causal):
+    batch, seqlen_q, nheads, head_dim = q.shape
+    out = q.new_empty((batch, seqlen_q, nheads, head_dim))
+    lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.register_fake("flashattn_cu::bwd")
+def _bwd_fake(dout, q, k, v, out, softmax_lse, softmax_scale, causal, deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Autograd
+
+
+class FlashAttnFunc(torch.autograd.Function):
+    """Attention on (batch, seqlen, nheads, headdim) tensors whose head dim is already a multiple
+    of 8 and <= 256. Returns (out, softmax_lse); softmax_lse is not differentiable."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, softmax_scale, causal, deterministic):
+        out, softmax_lse = torch.ops.flashattn_cu.fwd(q, k, v, softmax_scale, causal)
+        ctx.save_for_backward(q, k, v, out, softmax_lse)
+        ctx.softmax_scale = softmax_scale
+        ctx.causal = causal
+        ctx.deterministic = deterministic
+        ctx.mark_non_differentiable(softmax_lse)
+        return out, softmax_lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, softmax_lse = ctx.saved_tensors
+        # dout may be any layout (out.sum() gives a stride-0 expand); the op copies if it must.
+        dq, dk, dv = torch.ops.flashattn_cu.bwd(
+            dout, q, k, v, out, softmax_lse, ctx.softmax_scale, ctx.causal, ctx.deterministic
+        )
+        return dq, dk, dv, None, None, None
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+
+
+def _not_implemented(feature, got, hint):
+    raise NotImplementedError(f"flashattn_cu 0.1 does not implement {feature} yet ({got}); {hint}")
+
+
+def _check_features(dropout_p, window_size, softcap, alibi_slopes):
+    """Returns True when window_size asks for plain causal masking, (-1, 0)."""
+    if dropout_p != 0.0:
+        _not_implemented(
+            "dropout", f"dropout_p={dropout_p}",
+            "pass dropout_p=0.0 (as at inference), or use flash_attn / "
+            "torch.nn.functional.scaled_dot_product_attention for attention dropout",
+        )
+    if softcap != 0.0:
+        _not_implemented("softcap", f"softcap={softcap}", "only softcap=0.0 is supported")
+    if alibi_slopes is not None:
+        _not_implemented("ALiBi", "alibi_slopes is not None", "only alibi_slopes=None is supported")
+    try:
+        left, right = window_size
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"flash_attn_func: window_size must be a pair (left, right), got {window_size!r}"
+        ) from None
+    # As in flash_attn, a negative size means unbounded on that side.
+    if left < 0 and right < 0:
+        return False
+    if left < 0 and right == 0:
+        return True  # unbounded left, no right context: exactly bottom-right causal
+    _not_implemented(
+        "sliding-window (local) attention", f"window_size={tuple(window_size)}",
+        "only window_size=(-1, -1) (and (-1, 0), which equals causal=True) is supported",
+    )
+
+
+def _check_scale(softmax_scale):
+    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
+        raise TypeError(
+            "flash_attn_func: softmax_scale must be None or a Python number, got "
+            f"{type(softmax_scale).__name__}"
+        )
+    if not (math.isfinite(softmax_scale) and softmax_scale > 0):
+        raise ValueError(
+            f"flash_attn_func: softmax_scale must be a positive finite number, got {softmax_scale}"
+            " (None means headdim ** -0.5)"
+        )
+
+
+_capability_cache = {}
+
+
+def _device_capability(device):
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    cap = _capability_cache.get(index)
+    if cap is None:
+        cap = _capability_cache[index] = torch.cuda.get_device_capability(index)
+    return cap
+
+
+def _check_tensors(q, k, v):
+    tensors = (q, k, v)
+    for name, t in zip(_NAMES, tensors):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"flash_attn_func: {name} must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in zip(_NAMES, tensors):
+        if t.dtype not in _SUPPORTED_DTYPES:
+            raise TypeError(
+                f"flash_attn_func: {name} has dtype {t.dtype}; supported: torch.float16, "
+                f"torch.bfloat16 (convert with {name}.half() or {name}.bfloat16())"
+            )
+    for name, t in zip(_NAMES[1:], tensors[1:]):
+        if t.dtype != q.dtype:
+            raise TypeError(
+                f"flash_attn_func: {name} has dtype {t.dtype} but q has {q.dtype}; q, k, v must "
+                "have the same dtype"
+            )
+    for name, t in zip(_NAMES, tensors):
+        if t.dim() != 4:
+            raise ValueError(
+                f"flash_attn_func: {name} must have rank 4 (batch, seqlen, nheads, headdim), got "
+                f"shape {tuple(t.shape)}"
+            )
+    batch, _, nheads, head_dim = q.shape
+    for name, t in zip(_NAMES[1:], tensors[1:]):
+        if t.shape[0] != batch:
+            raise ValueError(
+                f"flash_attn_func: {name} has batch size {t.shape[0]} but q has {batch}; shapes: "
+                f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+            )
+        if t.shape[3] != head_dim:
+            raise ValueError(
+                f"flash_attn_func: {name} has head dim {t.shape[3]} but q has {head_dim}; q, k, v "
+                "must share the head dim"
+            )
+    if v.shape[1] != k.shape[1]:
+        raise ValueError(
+            f"flash_attn_func: v has seqlen {v.shape[1]} but k has {k.shape[1]}; k and v must "
+            "have the same seqlen"
+        )
+    if v.shape[2] != k.shape[2]:
+        raise ValueError(
+            f"flash_attn_func: v has {v.shape[2]} heads but k has {k.shape[2]}; k and v must have "
+            "the same number of heads"
+        )
+    nheads_k = k.shape[2]
+    if nheads < 1 or nheads_k < 1 or nheads % nheads_k != 0:
+        raise ValueError(
+            f"flash_attn_func: q has {nheads} heads and k/v have {nheads_k}; nheads must be a "
+            "positive multiple of nheads_k (MHA, GQA or MQA)"
+        )
+    if head_dim < 1 or head_dim > _MAX_HEAD_DIM:
+        raise ValueError(
+            f"flash_attn_func: head dim {head_dim} is not supported; supported: 1 to "
+            f"{_MAX_HEAD_DIM} (multiples of 8 run natively, others are zero-padded)"
+        )
+    for name, t in zip(_NAMES, tensors):
+        if head_dim > 1 and t.stride(-1) != 1:
+            raise ValueError(
+                f"flash_attn_func: {name} must be contiguous in its last dimension (stride 1), got "
+                f"strides {tuple(t.stride())}; call {name}.contiguous() first"
+            )
+
+
+def _check_devices(q, k, v):
+    tensors = (q, k, v)
+    for name, t in zip(_NAMES, tensors):
+        if t.device.type != "cuda":
+            raise ValueError(
+                f"flash_attn_func: {name} is on device '{t.device}'; flashattn_cu runs on CUDA "
+                f"GPUs only (move it with {name}.cuda())"
+            )
+    for name, t in zip(_NAMES[1:], tensors[1:]):
+        if t.device != q.device:
+            raise ValueError(
+                f"flash_attn_func: {name} is on {t.device} but q is on {q.device}; q, k, v must "
+                "be on the same GPU"
+            )
+    # The C++ op checks the device too; skip the Python query while torch.compile traces.
+    if not torch.compiler.is_compiling():
+        major, minor = _device_capability(q.device)
+        if major < 8:
+            raise RuntimeError(
+                f"flash_attn_func: {q.device} ({torch.cuda.get_device_name(q.device)}) is "
+                f"sm_{major}{minor}; flashattn_cu needs sm_80 or newer (Ampere, Ada, Hopper)"
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# Public API
+
+
+def flash_attn_func(
+    q,
+    k,
+    v,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """Scaled dot-product attention, softmax(q k^T * softmax_scale) v, as flash_attn 2.x.
+
+    Arguments:
+        q: (batch, seqlen_q, nheads, headdim), float16 or bfloat16, on an sm_80+ GPU.
+        k, v: (batch, seqlen_k, nheads_k, headdim); nheads % nheads_k == 0 (GQA/MQA: query head
+            i uses kv head i // (nheads // nheads_k)).
+        dropout_p: must be 0.0 (dropout is not implemented).
+        softmax_scale: defaults to headdim ** -0.5; must be positive and finite.
+        causal: causal mask aligned to the bottom-right corner of the attention matrix: query i
+            sees keys j <= i + seqlen_k - seqlen_q. A query that sees no key outputs 0.
+        window_size, softcap, alibi_slopes: must keep their defaults (not implemented);
+            window_size=(-1, 0) is accepted as a synonym for causal=True.
+        deterministic: make the backward pass bitwise reproducible.
+        return_attn_probs: also return softmax_lse (batch, nheads, seqlen_q), float32, +inf for
+            rows that see no key, and None in place of the dropout mask.
+    Returns:
+        out (batch, seqlen_q, nheads, headdim), or (out, softmax_lse, None) if return_attn_probs.
+    """
+    window_causal = _check_features(dropout_p, window_size, softcap, alibi_slopes)
+    causal = bool(causal) or window_causal
+    _check_tensors(q, k, v)
+    _check_devices(q, k, v)
+    head_dim = q.shape[-1]
+    if softmax_scale is None:
+        softmax_scale = head_dim ** (-0.5)
+    else:
+        _check_scale(softmax_scale)
+        softmax_scale = float(softmax_scale)
+
+    # The kernels take head dims that are multiples of 8; zero columns change no dot product.
+    pad = -head_dim % 8
+    if pad:
+        q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
+    out, softmax_lse = FlashAttnFunc.apply(q, k, v, softmax_scale, causal, bool(deterministic))
+    if pad:
+        out = out[..., :head_dim]
+    if return_attn_probs:
+        return out, softmax_lse, None
+    return out

@@ -1,0 +1,75 @@
+"""Reference attention and test helpers (used by tests/, benchmarks/ and `python -m flashattn_cu`)."""
+
+import contextlib
+
+import torch
+
+__all__ = ["attention_ref", "poison_outputs", "max_abs_diff"]
+
+
+def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True):
+    """Attention computed with plain PyTorch ops, in the flash_attn layout.
+
+    q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim) with
+    nheads % nheads_k == 0 (query head i uses kv head i // (nheads // nheads_k)).
+    causal: bottom-right aligned, query i sees keys j <= i + seqlen_k - seqlen_q.
+    upcast=True computes in float32 (float64 inputs stay float64) and returns float32 output;
+    upcast=False computes in the input dtype (the "pt" baseline of the error rule) and returns
+    that dtype. A query row that sees no key gives output 0 and lse +inf.
+
+    Returns (out, lse): out like q; lse (batch, nheads, seqlen_q) float32 (float64 for float64
+    inputs).
+    """
+    if upcast and q.dtype != torch.float64:
+        q, k, v = q.float(), k.float(), v.float()
+    batch, seqlen_q, nheads, head_dim = q.shape
+    seqlen_k, nheads_k = k.shape[1], k.shape[2]
+    if nheads % nheads_k != 0:
+        raise ValueError(f"nheads ({nheads}) must be a multiple of nheads_k ({nheads_k})")
+    if softmax_scale is None:
+        softmax_scale = head_dim ** (-0.5)
+    group = nheads // nheads_k
+    if group > 1:
+        k = k.repeat_interleave(group, dim=2)
+        v = v.repeat_interleave(group, dim=2)
+
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * softmax_scale
+    visible = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=q.device)
+    if causal:
+        rows = torch.arange(seqlen_q, device=q.device).unsqueeze(1)
+        cols = torch.arange(seqlen_k, device=q.device).unsqueeze(0)
+        visible = cols <= rows + (seqlen_k - seqlen_q)
+    scores = scores.masked_fill(~visible, float("-inf"))
+    empty_row = ~visible.any(dim=1)  # (seqlen_q,), True where the query sees no key
+
+    lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    lse = torch.logsumexp(scores.to(lse_dtype), dim=-1)
+    lse = lse.masked_fill(empty_row, float("inf"))
+
+    probs = torch.softmax(scores, dim=-1)
+    probs = probs.masked_fill(empty_row.unsqueeze(1), 0.0)  # softmax of all -inf is NaN
+    out = torch.einsum("bhqk,bkhd->bqhd", probs, v)
+    return out, lse
+
+
+def max_abs_diff(a, b):
+    """max |a - b| in float32 (0.0 for empty tensors); inf-equal elements count as 0."""
+    if a.numel() == 0:
+        return 0.0
+    a, b = a.float(), b.float()
+    same = a == b  # covers matching infinities
+    return (a - b).abs().masked_fill(same, 0.0).max().item()
+
+
+@contextlib.contextmanager
+def poison_outputs(enabled=True):
+    """While active, the C++ ops fill every output (and the backward workspace) with NaN / 0xFF
+    right after allocating it, so elements a kernel fails to write show up in comparisons."""
+    from flashattn_cu import _C
+
+    previous = _C._poison_outputs()
+    _C._set_poison_outputs(enabled)
+    try:
+        yield
+    finally:
+        _C._set_poison_outputs(previous)

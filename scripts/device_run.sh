@@ -1,0 +1,312 @@
+#!/usr/bin/env bash
+# The one script to run on the GPU machine: build, check, test, benchmark, examples, sanitizers.
+#
+#   bash scripts/device_run.sh                                  # every step
+#   STEPS=build,check,test bash scripts/device_run.sh           # a subset, in this fixed order:
+#                                                               #   env,build,check,test,bench,example,sanitize
+#   FLASHATTN_CU_COMMIT=abc1234 STEPS=build,bench BENCH_ARGS="--quick" bash scripts/device_run.sh
+#
+# Run from anywhere; it works in the repository root. Results go to $OUT (default ./device_out),
+# kept to at most 8 files, 2 folders deep:
+#   run.log          everything this script printed (also streamed to stdout)
+#   build.log        the full pip/nvcc/ptxas output of the build
+#   junit.xml        pytest's report
+#   bench/<name>.md, .json, _fwd.png, _bwd.png   the benchmark (written as it goes)
+#   extras.tar.gz    per-step logs, sanitizer reports, the training-curve PNG (refreshed after each step)
+#
+# Knobs (environment variables):
+#   STEPS                 comma list of steps (default all: env,build,check,test,bench,example,sanitize)
+#   OUT, WORK             output folder; scratch folder (default /tmp/flashattn_cu_run)
+#   PYTHON                interpreter (default python3)
+#   FULL_BUILD=1          build setup.py's default archs; otherwise FLASHATTN_CU_ARCHS defaults to 90a
+#   FLASHATTN_CU_ARCHS, FLASHATTN_CU_HEAD_DIMS, MAX_JOBS (16)   passed to setup.py
+#   FLASHATTN_CU_PTXAS_VERBOSE (default 1)  registers/spills per kernel in build.log, summarised here
+#   FLASHATTN_CU_COMMIT   commit shown in the benchmark header when git is unavailable here
+#   PYTEST_ARGS           default "tests -q --durations=15"; PYTEST_X=1 adds -x
+#   BENCH_ARGS            extra benchmarks/bench.py flags (e.g. "--quick", "--dims 128");
+#   BENCH_BUDGET          most seconds the bench may time shapes (default 420); it is also cut so that the
+#                         steps after it fit before DEADLINE
+#   DEADLINE              seconds after the start by which everything should be done (default 570: the
+#                         device tool stops a command at 600 s); the bench and sanitizer runs shrink to fit
+#   SAVE_SO=1             copy the built flashattn_cu/_C*.so to $OUT (if under 16 MiB), so that a later call
+#                         on a fresh machine can carry it into flashattn_cu/ and skip the build
+#   TRAIN_ARGS, LONG_ARGS extra flags for examples/train_gpt.py and examples/long_context.py
+#   SANITIZE_TOOLS        default memcheck,racecheck (synccheck, initcheck also possible)
+#   SANITIZE_ARGS         extra flags for scripts/sanitize_case.py; SANITIZE_TIMEOUT (default 150 s each)
+#   SANITIZE_FILTER       e.g. "kns=flash" to instrument only kernels whose name contains it
+#
+# A failing step does not stop later ones; the exit status is 1 when any step failed.
+set -u -o pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+REPO=$PWD
+OUT=${OUT:-$REPO/device_out}
+WORK=${WORK:-/tmp/flashattn_cu_run}
+LOGS=$WORK/logs
+PY=${PYTHON:-python3}
+STEPS=${STEPS:-env,build,check,test,bench,example,sanitize}
+DEADLINE=${DEADLINE:-570}
+SANITIZE_TOOLS=${SANITIZE_TOOLS:-memcheck,racecheck}
+export PYTHONUNBUFFERED=1
+rm -rf "$LOGS"  # logs of an earlier call on a warm machine would be packed and summarised as this one's
+mkdir -p "$OUT" "$LOGS"
+
+RESULTS=()
+N_PASS=0
+N_FAIL=0
+N_SKIP=0
+BUILD_SECONDS=-
+
+want() { [[ ",$STEPS," == *",$1,"* ]]; }
+
+record() {  # record NAME pass|fail|skip SECONDS DETAIL
+    RESULTS+=("$(printf '%-22s %-5s %5ss  %s' "$1" "$2" "$3" "$4")")
+    case $2 in
+        pass) N_PASS=$((N_PASS + 1)) ;;
+        fail) N_FAIL=$((N_FAIL + 1)) ;;
+        *) N_SKIP=$((N_SKIP + 1)) ;;
+    esac
+}
+
+pack() {  # refresh extras.tar.gz so a run killed later still returns the logs so far
+    tar -czf "$OUT/extras.tar.gz.tmp" -C "$WORK" logs 2>/dev/null && mv -f "$OUT/extras.tar.gz.tmp" "$OUT/extras.tar.gz"
+}
+
+run_step() {  # run_step NAME LOGFILE COMMAND...   (output to stdout and LOGFILE)
+    local name=$1 log=$2
+    shift 2
+    echo
+    echo "===== [$name] $(date -u +%H:%M:%S) $*"
+    local t0=$SECONDS
+    "$@" 2>&1 | tee "$log"
+    local rc=${PIPESTATUS[0]}
+    local dt=$((SECONDS - t0))
+    if [ "$rc" -eq 0 ]; then
+        record "$name" pass "$dt" ""
+    else
+        record "$name" fail "$dt" "exit $rc, log ${log#"$WORK"/}"
+    fi
+    echo "===== [$name] exit $rc after ${dt}s"
+    pack
+    return "$rc"
+}
+
+step_env() {
+    echo "===== [env] $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname)"
+    nvidia-smi || echo "nvidia-smi failed"
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,memory.used,memory.total \
+        --format=csv 2>/dev/null
+    "$PY" - <<'EOF'
+import sys, platform
+import torch
+print(f"python {platform.python_version()} ({sys.executable})")
+print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}, "
+      f"GPU {torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}")
+for name in ("triton", "matplotlib", "numpy", "pytest"):
+    try:
+        mod = __import__(name)
+        print(f"{name} {mod.__version__}")
+    except Exception as exc:
+        print(f"{name}: not importable ({type(exc).__name__})")
+EOF
+    local rc=$?
+    command -v nvcc >/dev/null && nvcc --version | tail -n 2
+    command -v compute-sanitizer >/dev/null && compute-sanitizer --version | head -n 2
+    echo "cores $(nproc); $(free -g | awk '/Mem:/ {print "memory " $2 " GiB"}'); disk: $(df -h . | awk 'NR==2 {print $4 " free"}')"
+    echo "flashattn_cu commit: $FLASHATTN_CU_COMMIT"
+    return $rc
+}
+
+ptxas_summary() {  # registers / spills per kernel from the ptxas -v lines in build.log
+    "$PY" - "$OUT/build.log" <<'EOF'
+import re, subprocess, sys
+text = open(sys.argv[1], errors="replace").read()
+rows, name, arch = [], None, None
+for line in text.splitlines():
+    m = re.search(r"Compiling entry function '([^']+)' for '(sm_\w+)'", line)
+    if m:
+        name, arch = m.group(1), m.group(2)
+        continue
+    m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+    if m and name:
+        rows.append([name, arch, None, int(m.group(1)), int(m.group(2)), int(m.group(3))])
+        continue
+    m = re.search(r"Used (\d+) registers", line)
+    if m and rows and rows[-1][0] == name and rows[-1][2] is None:
+        rows[-1][2] = int(m.group(1))
+if not rows:
+    print("ptxas: no per-kernel report in build.log (FLASHATTN_CU_PTXAS_VERBOSE=0, or nothing recompiled)")
+    sys.exit(0)
+seen, unique = set(), []
+for r in rows:
+    if (r[0], r[1]) not in seen:
+        seen.add((r[0], r[1]))
+        unique.append(r)
+try:
+    names = subprocess.run(["c++filt"], input="\n".join(r[0] for r in unique), capture_output=True,
+                           text=True, timeout=20).stdout.splitlines()
+except Exception:
+    names = [r[0] for r in unique]
+spilling = sum(1 for r in unique if r[4] or r[5])
+print(f"ptxas: {len(unique)} kernels, {spilling} with spills")
+print(f"  {'arch':7} {'regs':>4} {'stack':>5} {'spill st':>8} {'spill ld':>8}  kernel")
+for r, n in zip(unique, names):
+    print(f"  {r[1]:7} {r[2] if r[2] is not None else '-':>4} {r[3]:>5} {r[4]:>8} {r[5]:>8}  {n[:110]}")
+EOF
+}
+
+step_build() {
+    if [ "${FULL_BUILD:-0}" != 1 ]; then
+        export FLASHATTN_CU_ARCHS=${FLASHATTN_CU_ARCHS:-90a}
+    fi
+    export FLASHATTN_CU_PTXAS_VERBOSE=${FLASHATTN_CU_PTXAS_VERBOSE:-1}
+    export MAX_JOBS=${MAX_JOBS:-16}
+    echo
+    echo "===== [build] $(date -u +%H:%M:%S) FLASHATTN_CU_ARCHS=${FLASHATTN_CU_ARCHS:-<setup.py default>}" \
+        "FLASHATTN_CU_HEAD_DIMS=${FLASHATTN_CU_HEAD_DIMS:-<all>} MAX_JOBS=$MAX_JOBS -> $OUT/build.log"
+    local t0=$SECONDS rc
+    {
+        echo "FLASHATTN_CU_ARCHS=${FLASHATTN_CU_ARCHS:-} FLASHATTN_CU_HEAD_DIMS=${FLASHATTN_CU_HEAD_DIMS:-} MAX_JOBS=$MAX_JOBS"
+        time "$PY" -m pip install --no-build-isolation --no-deps --no-index -e . -v
+    } > "$OUT/build.log" 2>&1
+    rc=$?
+    BUILD_SECONDS=$((SECONDS - t0))
+    if [ $rc -eq 0 ]; then
+        tail -n 4 "$OUT/build.log"
+        "$PY" -c "import flashattn_cu; print('import ok:', flashattn_cu.__file__)" || rc=$?
+        if [ "${SAVE_SO:-0}" = 1 ]; then
+            local so
+            for so in flashattn_cu/_C*.so; do
+                if [ -f "$so" ] && [ "$(stat -c %s "$so")" -lt $((16 * 1024 * 1024)) ]; then
+                    cp "$so" "$OUT/" && echo "saved $so to \$OUT ($(du -h "$so" | cut -f1))"
+                else
+                    echo "SAVE_SO: $so missing or over 16 MiB, not saved"
+                fi
+            done
+        fi
+    else
+        echo "--- build failed; errors from build.log:"
+        grep -nE "error|Error|FAILED" "$OUT/build.log" | grep -v "Werror" | head -n 40
+        echo "--- last lines of build.log:"
+        tail -n 40 "$OUT/build.log"
+    fi
+    ptxas_summary 2>&1 | tee "$LOGS/ptxas.txt" | head -n 60
+    if [ $rc -eq 0 ]; then record build pass "$BUILD_SECONDS" "archs ${FLASHATTN_CU_ARCHS:-default}"; else
+        record build fail "$BUILD_SECONDS" "exit $rc, see build.log"; fi
+    echo "===== [build] exit $rc after ${BUILD_SECONDS}s"
+    pack
+}
+
+junit_counts() {
+    "$PY" - "$OUT/junit.xml" <<'EOF' 2>/dev/null
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+get = lambda key: sum(int(s.get(key, 0)) for s in suites)
+tests, failures, errors, skipped = get("tests"), get("failures"), get("errors"), get("skipped")
+print(f"{tests - failures - errors - skipped} passed, {failures} failed, {errors} errors, {skipped} skipped")
+EOF
+}
+
+main() {
+    echo "device_run: STEPS=$STEPS OUT=$OUT WORK=$WORK ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
+    export FLASHATTN_CU_COMMIT=${FLASHATTN_CU_COMMIT:-$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+
+    if want env; then
+        local t0=$SECONDS
+        if step_env 2>&1 | tee "$LOGS/env.log"; then record env pass $((SECONDS - t0)) ""; else
+            record env fail $((SECONDS - t0)) "torch not importable?"; fi
+    fi
+
+    want build && step_build
+
+    if want check; then
+        run_step check "$LOGS/check.log" "$PY" -m flashattn_cu check
+    fi
+
+    if want test; then
+        local -a pytest_args extra=()
+        read -r -a pytest_args <<< "${PYTEST_ARGS:-tests -q --durations=15}"
+        [ "${PYTEST_X:-0}" = 1 ] && extra+=(-x)
+        rm -f "$OUT/junit.xml"
+        run_step test "$LOGS/pytest.log" "$PY" -m pytest "${pytest_args[@]}" "${extra[@]}" -p no:cacheprovider \
+            --junitxml="$OUT/junit.xml"
+        [ -f "$OUT/junit.xml" ] && echo "pytest: $(junit_counts)"
+    fi
+
+    if want bench; then
+        local -a bench_args
+        read -r -a bench_args <<< "${BENCH_ARGS:-}"
+        # leave time for the steps after the bench: examples ~90 s, sanitizers ~60-150 s each
+        local reserve=30 budget
+        want example && reserve=$((reserve + 100))
+        want sanitize && reserve=$((reserve + 120))
+        budget=$((DEADLINE - SECONDS - reserve))
+        [ "$budget" -gt "${BENCH_BUDGET:-420}" ] && budget=${BENCH_BUDGET:-420}
+        if [ "$budget" -lt 45 ]; then
+            echo "bench skipped: only ${budget}s left before DEADLINE=$DEADLINE (run it in a call of its own)"
+            record bench skip 0 "no time left before DEADLINE"
+        else
+            run_step bench "$LOGS/bench.log" "$PY" benchmarks/bench.py --out-dir "$OUT/bench" \
+                --time-budget "$budget" "${bench_args[@]}"
+        fi
+    fi
+
+    if want example; then
+        local -a train_args long_args
+        read -r -a train_args <<< "${TRAIN_ARGS:-}"
+        read -r -a long_args <<< "${LONG_ARGS:-}"
+        run_step example:train_gpt "$LOGS/train_gpt.log" "$PY" examples/train_gpt.py \
+            --out "$LOGS/train_gpt_loss.png" "${train_args[@]}"
+        run_step example:long_context "$LOGS/long_context.log" "$PY" examples/long_context.py "${long_args[@]}"
+    fi
+
+    if want sanitize; then
+        local cs
+        cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+        if [ -z "$cs" ]; then
+            echo "compute-sanitizer not found: sanitize skipped"
+            record sanitize skip 0 "compute-sanitizer not found"
+        else
+            local -a san_args filter=()
+            read -r -a san_args <<< "${SANITIZE_ARGS:-}"
+            [ -n "${SANITIZE_FILTER:-}" ] && filter=(--kernel-name "$SANITIZE_FILTER")
+            local tool limit
+            for tool in ${SANITIZE_TOOLS//,/ }; do
+                limit=$((DEADLINE - SECONDS - 10))
+                [ "$limit" -gt "${SANITIZE_TIMEOUT:-150}" ] && limit=${SANITIZE_TIMEOUT:-150}
+                if [ "$limit" -lt 20 ]; then
+                    record "sanitize:$tool" skip 0 "no time left before DEADLINE"
+                    continue
+                fi
+                # memcheck: every tensor its own allocation, so overruns hit unowned memory
+                run_step "sanitize:$tool" "$LOGS/sanitize_$tool.log" \
+                    timeout "$limit" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+                    "$cs" --tool "$tool" --error-exitcode 97 --print-limit 20 "${filter[@]}" \
+                    "$PY" scripts/sanitize_case.py --quiet "${san_args[@]}"
+            done
+        fi
+    fi
+
+    echo
+    echo "===================== device_run summary ====================="
+    printf '%s\n' "${RESULTS[@]}"
+    echo "steps: $N_PASS passed, $N_FAIL failed, $N_SKIP skipped; build ${BUILD_SECONDS}s (archs ${FLASHATTN_CU_ARCHS:-default})"
+    [ -f "$OUT/junit.xml" ] && echo "pytest: $(junit_counts)"
+    [ -s "$LOGS/ptxas.txt" ] && head -n 1 "$LOGS/ptxas.txt"
+    [ -f "$LOGS/check.log" ] && tail -n 3 "$LOGS/check.log"
+    [ -f "$LOGS/bench.log" ] && grep '^SUMMARY' "$LOGS/bench.log" | grep -v '^SUMMARY key' | head -n 30
+    grep -h '^RESULT' "$LOGS"/train_gpt.log "$LOGS"/long_context.log 2>/dev/null
+    for f in "$LOGS"/sanitize_*.log; do
+        [ -f "$f" ] && echo "$(basename "$f" .log): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitize_case:' "$f" | tr '\n' ' ')"
+    done
+    pack
+    local nfiles
+    nfiles=$(find "$OUT" -type f | wc -l)
+    [ "$nfiles" -gt 8 ] && echo "warning: $OUT holds $nfiles files; only 8 come back"
+    [ "$N_FAIL" -eq 0 ]
+}
+
+: > "$OUT/run.log"
+main 2>&1 | tee -a "$OUT/run.log"
+exit "${PIPESTATUS[0]}"

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""A few tiny flashattn_cu calls for compute-sanitizer (memcheck, racecheck, synccheck).
+
+    compute-sanitizer --tool memcheck --error-exitcode 97 python scripts/sanitize_case.py
+    python scripts/sanitize_case.py --dims 128 --quiet    # plain run, no sanitizer
+
+One forward (and backward, when implemented) per head dim, causal and not, on odd lengths that
+leave partial tiles on both axes, with GQA and with seqlen_q > seqlen_k (causal rows that see no
+key). The shapes are small so that the whole script finishes in well under a minute under the
+sanitizer, which makes every kernel launch much slower. The reference runs on the CPU in fp32, so
+the sanitizer instruments no cuBLAS kernels; the comparison here only catches gross errors (the
+test suite owns accuracy). Every call is followed by a synchronize so an error is attributed to
+the call that caused it. Exit 1 on a non-finite or grossly wrong result or an unexpected exception.
+
+Set PYTORCH_NO_CUDA_MEMORY_CACHING=1 for memcheck: each tensor then gets its own allocation and
+out-of-bounds accesses past a tensor's end are reported instead of landing in the cache's slack.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# (batch, seqlen_q, seqlen_k, nheads, nheads_k): partial tiles, GQA, sq > sk (empty causal rows), sq = 1
+CASES = [(1, 77, 133, 4, 2), (2, 129, 65, 2, 2), (1, 1, 97, 4, 1)]
+
+
+def reference(q, k, v, causal):
+    """fp32 attention on the CPU with flash_attn's semantics (bottom-right causal; rows that see
+    no key give 0)."""
+    q, k, v = (x.detach().float().cpu() for x in (q, k, v))
+    group = q.shape[2] // k.shape[2]
+    k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * q.shape[-1] ** -0.5
+    if causal:
+        s_q, s_k = q.shape[1], k.shape[1]
+        i = torch.arange(s_q)[:, None]
+        j = torch.arange(s_k)[None, :]
+        scores = scores.masked_fill(j > i + (s_k - s_q), float("-inf"))
+    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return torch.einsum("bhqk,bkhd->bqhd", probs, v)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dims", default=None,
+                   help="head dims (default: 64,128 that are built; FLASHATTN_CU_HEAD_DIMS narrows them)")
+    p.add_argument("--dtypes", default="bf16,fp16")
+    p.add_argument("--no-bwd", action="store_true", help="forward only")
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+
+    if not torch.cuda.is_available():
+        print("sanitize_case: no CUDA device")
+        return 1
+    if list((REPO_ROOT / "flashattn_cu").glob("_C*.so")) and str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    import flashattn_cu
+    from flashattn_cu import flash_attn_func
+
+    if args.dims:
+        dims = [int(x) for x in args.dims.split(",") if x]
+    else:
+        dims = [64, 128]
+        env = os.environ.get("FLASHATTN_CU_HEAD_DIMS", "").replace(";", ",").strip()
+        if env:
+            dims = [d for d in dims if str(d) in env.split(",")] or [int(env.split(",")[0])]
+        try:  # the build reports which head-dim instances it has
+            built = list(flashattn_cu._C.built_head_dims())
+            dims = [d for d in dims if d in built] or built[:1]
+        except Exception:
+            pass
+    dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    dtype_list = [dtypes[x] for x in args.dtypes.split(",") if x]
+
+    torch.manual_seed(0)
+    problems, bwd_state = [], "not tried"
+    calls = 0
+    for dtype in dtype_list:
+        for d in dims:
+            for causal in (False, True):
+                for b, s_q, s_k, h, h_k in CASES:
+                    tag = f"{str(dtype).split('.')[-1]} d={d} causal={int(causal)} b={b} sq={s_q} sk={s_k} h={h}/{h_k}"
+                    q = torch.randn(b, s_q, h, d, device="cuda", dtype=dtype)
+                    k = torch.randn(b, s_k, h_k, d, device="cuda", dtype=dtype)
+                    v = torch.randn(b, s_k, h_k, d, device="cuda", dtype=dtype)
+                    want_bwd = not args.no_bwd and bwd_state != "unavailable"
+                    for t in (q, k, v):
+                        t.requires_grad_(want_bwd)
+                    try:
+                        out = flash_attn_func(q, k, v, causal=causal)
+                        torch.cuda.synchronize()
+                        calls += 1
+                    except Exception as exc:
+                        problems.append(f"{tag}: forward raised {type(exc).__name__}: {exc}")
+                        continue
+                    ref = reference(q, k, v, causal)
+                    err = (out.detach().float().cpu() - ref).abs().max().item()
+                    bad = not torch.isfinite(out).all().item() or err > 0.1
+                    line = f"{tag}: fwd err {err:.2e}"
+                    if bad:
+                        problems.append(f"{tag}: forward wrong (max err {err:.3g})")
+                    if want_bwd:
+                        try:
+                            out.backward(torch.randn_like(out))
+                            torch.cuda.synchronize()
+                            calls += 1
+                            bwd_state = "ran"
+                            finite = all(torch.isfinite(t.grad).all().item() for t in (q, k, v))
+                            line += ", bwd ran" + ("" if finite else " (NON-FINITE grads)")
+                            if not finite:
+                                problems.append(f"{tag}: non-finite gradients")
+                        except (NotImplementedError, RuntimeError) as exc:
+                            if bwd_state == "not tried" and "CUDA" not in str(exc):
+                                bwd_state = "unavailable"
+                                line += f", bwd unavailable ({type(exc).__name__})"
+                            else:
+                                problems.append(f"{tag}: backward raised {type(exc).__name__}: {exc}")
+                    if not args.quiet:
+                        print(line)
+    print(f"sanitize_case: {calls} kernel calls, head dims {dims}, backward {bwd_state}; "
+          f"{len(problems)} problem(s)")
+    for line in problems:
+        print(f"  PROBLEM {line}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Build of flashattn_cu: one CUDAExtension, `flashattn_cu._C`, compiled with ninja.
+
+Knobs (environment variables):
+  FLASHATTN_CU_ARCHS       GPU archs to emit machine code for, ";" or "," separated
+                           (default "80;90a"). PTX for the lowest listed non-"a" arch is embedded
+                           too, so newer GPUs can JIT it.
+  FLASHATTN_CU_HEAD_DIMS   head-dim instances to compile (default all: 32,64,...,256), e.g. "128"
+                           or "64,128" for fast iteration; calls with other head dims then fail
+                           with "unsupported head dim".
+  FLASHATTN_CU_PTXAS_VERBOSE=1   add -Xptxas -v (registers, spills, smem per kernel).
+  MAX_JOBS                 parallel compile jobs (read by torch.utils.cpp_extension).
+  CUDA_HOME / CUDA_PATH    the CUDA toolkit; when unset, found from where `nvcc` really lives.
+"""
+
+import glob
+import os
+import re
+import shutil
+import subprocess
+
+from setuptools import find_packages, setup
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+ALL_HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
+DEFAULT_ARCHS = "80;90a"
+
+
+def find_cuda_home():
+    """The CUDA toolkit root. nvcc on PATH may be a wrapper script (e.g. /usr/local/bin/nvcc), so
+    ask nvcc itself: `--dryrun` prints `#$ TOP=<toolkit>/bin/..`."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            return os.environ[var]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        try:
+            res = subprocess.run([nvcc, "--dryrun", "-x", "cu", "-c", "/dev/null", "-o", "/dev/null"],
+                                 capture_output=True, text=True, timeout=60)
+            for line in (res.stdout + res.stderr).splitlines():
+                m = re.match(r"#\$ TOP=(.+)$", line.strip())
+                if m:
+                    top = os.path.realpath(m.group(1).strip())
+                    if os.path.isfile(os.path.join(top, "bin", "nvcc")):
+                        return top
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return "/usr/local/cuda"
+
+
+# torch.utils.cpp_extension reads CUDA_HOME when it is imported, so settle it first.
+os.environ["CUDA_HOME"] = find_cuda_home()
+
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension  # noqa: E402
+
+
+def parse_list(value):
+    return [x for x in re.split(r"[;,\s]+", value.strip()) if x]
+
+
+def arch_flags(archs):
+    """-gencode flags: machine code for each arch, PTX for the lowest portable one."""
+    flags = []
+    for arch in archs:
+        if not re.fullmatch(r"\d+a?", arch):
+            raise ValueError(f"FLASHATTN_CU_ARCHS: bad arch {arch!r}; expected e.g. 80, 86, 90a")
+        flags += ["-gencode", f"arch=compute_{arch},code=sm_{arch}"]
+    portable = sorted((a for a in archs if not a.endswith("a")), key=int)
+    if portable:
+        flags += ["-gencode", f"arch=compute_{portable[0]},code=compute_{portable[0]}"]
+    return flags
+
+
+def head_dims_from_env():
+    raw = os.environ.get("FLASHATTN_CU_HEAD_DIMS", "").strip()
+    if not raw or raw.lower() == "all":
+        return list(ALL_HEAD_DIMS)
+    dims = sorted({int(x) for x in parse_list(raw)})
+    bad = [d for d in dims if d not in ALL_HEAD_DIMS]
+    if bad:
+        raise ValueError(f"FLASHATTN_CU_HEAD_DIMS: {bad} not among the compiled instances {ALL_HEAD_DIMS}")
+    return dims
+
+
+def rel(path):
+    return os.path.relpath(path, ROOT)
+
+
+def sources_for(head_dims):
+    srcs = sorted(glob.glob(os.path.join(ROOT, "csrc", "flash", "*.cu")))  # dispatch.cu (+ any stubs)
+    for d in head_dims:
+        # fwd_hdim{D}_{dtype}.cu, and bwd_hdim{D}_{dtype}.cu once they exist.
+        srcs += sorted(glob.glob(os.path.join(ROOT, "csrc", "flash", "sm80", "inst", f"*_hdim{d}_*.cu")))
+    srcs += sorted(glob.glob(os.path.join(ROOT, "csrc", "torch", "*.cpp")))
+    return [rel(s) for s in srcs]
+
+
+def version():
+    with open(os.path.join(ROOT, "flashattn_cu", "__init__.py")) as f:
+        return re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
+
+
+archs = parse_list(os.environ.get("FLASHATTN_CU_ARCHS", DEFAULT_ARCHS))
+head_dims = head_dims_from_env()
+built_archs = ",".join(dict.fromkeys(a.rstrip("a") for a in archs))
+# nvcc splits -D values at commas unless escaped ("\\,"); the list initialises an int array.
+defines = [f"-DFLASHATTN_CU_HDIM_{d}" for d in head_dims] + [
+    "-DFLASHATTN_CU_BUILT_ARCHS=" + built_archs.replace(",", "\\,")
+]
+
+nvcc_flags = [
+    "-O3",
+    "-std=c++17",
+    "--use_fast_math",
+    "-lineinfo",
+    # torch adds -D__CUDA_NO_HALF_OPERATORS__ and friends; the kernels use cuda_fp16.h as shipped.
+    "-U__CUDA_NO_HALF_OPERATORS__",
+    "-U__CUDA_NO_HALF_CONVERSIONS__",
+    "-U__CUDA_NO_HALF2_OPERATORS__",
+    "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    "--expt-relaxed-constexpr",
+] + defines + arch_flags(archs)
+if os.environ.get("FLASHATTN_CU_PTXAS_VERBOSE", "0") not in ("", "0"):
+    nvcc_flags += ["-Xptxas", "-v"]
+
+ext = CUDAExtension(
+    name="flashattn_cu._C",
+    sources=sources_for(head_dims),
+    include_dirs=[os.path.join(ROOT, "csrc", "include"), os.path.join(ROOT, "csrc", "flash")],
+    extra_compile_args={"cxx": ["-O3"], "nvcc": nvcc_flags},
+)
+
+setup(
+    name="flashattn_cu",
+    version=version(),
+    packages=find_packages(include=["flashattn_cu", "flashattn_cu.*"]),
+    ext_modules=[ext],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    zip_safe=False,
+)

@@ -1,0 +1,306 @@
+"""CPU tests of the Python API: signature, validation messages, unsupported features, the fake
+(meta) implementations and torch.compile tracing. None of these needs a GPU."""
+
+import inspect
+import subprocess
+import sys
+from unittest import mock
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import flashattn_cu
+from flashattn_cu import _C, flash_attn_func
+from flashattn_cu import flash_attn_interface as fai
+
+F16 = torch.float16
+
+
+def _no_device_check(q, k, v):
+    """Stands in for the CUDA-only device checks when meta tensors carry the call."""
+
+
+def cpu_qkv(b=2, sq=5, sk=7, h=4, hk=2, d=64, dtype=F16):
+    return (torch.randn(b, sq, h, d, dtype=dtype), torch.randn(b, sk, hk, d, dtype=dtype),
+            torch.randn(b, sk, hk, d, dtype=dtype))
+
+
+def test_version_and_exports():
+    assert flashattn_cu.__version__ == "0.1.0"
+    assert flashattn_cu.flash_attn_func is flash_attn_func
+    assert "flash_attn_func" in flashattn_cu.__all__
+
+
+def test_signature_matches_flash_attn_2():
+    # flash_attn 2.x (flash_attn/flash_attn_interface.py), parameter for parameter.
+    expected = [
+        ("q", inspect.Parameter.empty), ("k", inspect.Parameter.empty),
+        ("v", inspect.Parameter.empty), ("dropout_p", 0.0), ("softmax_scale", None),
+        ("causal", False), ("window_size", (-1, -1)), ("softcap", 0.0),
+        ("alibi_slopes", None), ("deterministic", False), ("return_attn_probs", False),
+    ]
+    params = inspect.signature(flash_attn_func).parameters
+    assert [(p.name, p.default) for p in params.values()] == expected
+    assert all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params.values())
+
+
+def test_build_info():
+    archs, dims = _C.built_archs(), _C.built_head_dims()
+    assert archs and all(a >= 80 for a in archs), archs
+    assert dims and set(dims) <= {32, 64, 96, 128, 160, 192, 224, 256}, dims
+    assert dims == sorted(dims)
+
+
+def test_op_schemas():
+    assert str(torch.ops.flashattn_cu.fwd.default._schema) == (
+        "flashattn_cu::fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal) -> "
+        "(Tensor, Tensor)")
+    assert str(torch.ops.flashattn_cu.bwd.default._schema) == (
+        "flashattn_cu::bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, "
+        "Tensor softmax_lse, float softmax_scale, bool causal, bool deterministic) -> "
+        "(Tensor, Tensor, Tensor)")
+
+
+# --------------------------------------------------------------------------------------------
+# Unsupported features
+
+
+@pytest.mark.parametrize("kwargs, feature", [
+    (dict(dropout_p=0.1), "dropout yet (dropout_p=0.1)"),
+    (dict(window_size=(128, 0)), "sliding-window (local) attention yet (window_size=(128, 0))"),
+    (dict(window_size=(-1, 16)), "sliding-window (local) attention yet (window_size=(-1, 16))"),
+    (dict(softcap=30.0), "softcap yet (softcap=30.0)"),
+    (dict(alibi_slopes=torch.ones(4)), "ALiBi yet (alibi_slopes is not None)"),
+])
+def test_not_implemented(kwargs, feature):
+    q, k, v = cpu_qkv()
+    with pytest.raises(NotImplementedError, match=r"flashattn_cu 0\.1 does not implement") as e:
+        flash_attn_func(q, k, v, **kwargs)
+    assert feature in str(e.value)
+
+
+def test_window_size_must_be_pair():
+    q, k, v = cpu_qkv()
+    with pytest.raises(ValueError, match="window_size must be a pair"):
+        flash_attn_func(q, k, v, window_size=3)
+
+
+# --------------------------------------------------------------------------------------------
+# Validation: each message names the argument, what it got and what is supported.
+
+
+def _raises(exc, pattern, q, k, v, **kwargs):
+    with pytest.raises(exc, match=pattern):
+        flash_attn_func(q, k, v, **kwargs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_float_dtypes_rejected(dtype):
+    q, k, v = cpu_qkv(dtype=dtype)
+    _raises(TypeError, rf"q has dtype {dtype}; supported: torch\.float16, torch\.bfloat16", q, k, v)
+
+
+def test_k_float32_rejected():
+    q, k, v = cpu_qkv()
+    _raises(TypeError, r"k has dtype torch\.float32; supported", q, k.float(), v)
+
+
+def test_mixed_dtypes_rejected():
+    q, k, v = cpu_qkv()
+    _raises(TypeError, r"v has dtype torch\.bfloat16 but q has torch\.float16", q, k, v.bfloat16())
+
+
+def test_non_tensor_rejected():
+    q, k, v = cpu_qkv()
+    _raises(TypeError, "k must be a torch.Tensor, got list", q, [1, 2], v)
+
+
+def test_cpu_tensors_rejected():
+    q, k, v = cpu_qkv()
+    _raises(ValueError, r"q is on device 'cpu'; flashattn_cu runs on CUDA GPUs only", q, k, v)
+
+
+def test_wrong_rank():
+    q, k, v = cpu_qkv()
+    _raises(ValueError, r"q must have rank 4 \(batch, seqlen, nheads, headdim\), got shape "
+            r"\(5, 4, 64\)", q[0], k, v)
+    _raises(ValueError, r"v must have rank 4 .* got shape \(1, 2, 7, 2, 64\)", q, k, v[None])
+
+
+def test_batch_mismatch():
+    q, k, v = cpu_qkv()
+    _raises(ValueError, "k has batch size 1 but q has 2", q, k[:1], v)
+
+
+def test_head_dim_mismatch():
+    q, k, v = cpu_qkv()
+    _raises(ValueError, "v has head dim 32 but q has 64", q, k, v[..., :32])
+
+
+def test_k_v_seqlen_mismatch():
+    q, k, v = cpu_qkv()
+    _raises(ValueError, "v has seqlen 6 but k has 7", q, k, v[:, :6])
+
+
+def test_k_v_heads_mismatch():
+    q, k, v = cpu_qkv()
+    _raises(ValueError, "v has 1 heads but k has 2", q, k, v[:, :, :1])
+
+
+def test_nheads_not_multiple():
+    q, k, v = cpu_qkv(h=6, hk=4)
+    _raises(ValueError, r"q has 6 heads and k/v have 4; nheads must be a positive multiple of "
+            r"nheads_k", q, k, v)
+
+
+@pytest.mark.parametrize("d", [264, 512])
+def test_head_dim_too_large(d):
+    q, k, v = cpu_qkv(d=d)
+    _raises(ValueError, rf"head dim {d} is not supported; supported: 1 to 256", q, k, v)
+
+
+def test_non_contiguous_last_dim_is_an_error():
+    q, k, v = cpu_qkv()
+    q_t = q.transpose(-1, -2).contiguous().transpose(-1, -2)  # same values, last-dim stride != 1
+    _raises(ValueError, r"q must be contiguous in its last dimension \(stride 1\), got strides",
+            q_t, k, v)
+    _raises(ValueError, r"k must be contiguous in its last dimension",
+            q, torch.randn(2, 7, 2, 128, dtype=F16)[..., ::2], v)
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.125, float("inf"), float("nan")])
+def test_bad_softmax_scale(scale):
+    q, k, v = (t.to("meta") for t in cpu_qkv())
+    with mock.patch.object(fai, "_check_devices", _no_device_check):
+        _raises(ValueError, "softmax_scale must be a positive finite number", q, k, v,
+                softmax_scale=scale)
+
+
+@pytest.mark.parametrize("scale", [True, "0.1", torch.tensor(0.1)])
+def test_softmax_scale_type(scale):
+    q, k, v = (t.to("meta") for t in cpu_qkv())
+    with mock.patch.object(fai, "_check_devices", _no_device_check):
+        _raises(TypeError, "softmax_scale must be None or a Python number", q, k, v,
+                softmax_scale=scale)
+
+
+# Device checks with fake CUDA tensors (no GPU needed).
+
+
+def _fake_cuda_qkv(devices=("cuda:0", "cuda:0", "cuda:0"), d=64):
+    shapes = [(2, 5, 4, d), (2, 7, 2, d), (2, 7, 2, d)]
+    return [torch.empty(s, dtype=F16, device=dev) for s, dev in zip(shapes, devices)]
+
+
+def test_different_gpus_rejected():
+    with FakeTensorMode():
+        q, k, v = _fake_cuda_qkv(("cuda:0", "cuda:1", "cuda:0"))
+        _raises(ValueError, "k is on cuda:1 but q is on cuda:0; q, k, v must be on the same GPU",
+                q, k, v)
+
+
+def test_pre_ampere_gpu_rejected():
+    with FakeTensorMode(), \
+            mock.patch.object(fai, "_device_capability", return_value=(7, 5)), \
+            mock.patch.object(torch.cuda, "get_device_name", return_value="Tesla T4"):
+        q, k, v = _fake_cuda_qkv()
+        _raises(RuntimeError, r"cuda:0 \(Tesla T4\) is sm_75; flashattn_cu needs sm_80 or newer",
+                q, k, v)
+
+
+# --------------------------------------------------------------------------------------------
+# Shapes through the fake implementations (FakeTensorMode on a pretend sm_90 GPU).
+
+
+@pytest.mark.parametrize("d", [32, 59, 111, 256])
+def test_fake_cuda_shapes_and_padding(d):
+    with FakeTensorMode(), mock.patch.object(fai, "_device_capability", return_value=(9, 0)):
+        q, k, v = _fake_cuda_qkv(d=d)
+        out, lse, s_dmask = flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+        assert out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
+        assert lse.shape == (2, 4, 5) and lse.dtype == torch.float32
+        assert s_dmask is None
+        assert flash_attn_func(q, k, v).shape == q.shape
+
+
+def _capture_apply():
+    calls = []
+    real = fai.FlashAttnFunc.apply
+
+    def spy(*args):
+        calls.append(args)
+        return real(*args)
+    return calls, spy
+
+
+@pytest.mark.parametrize("d, scale", [(64, None), (59, None), (64, 0.3)])
+def test_default_scale_uses_original_head_dim(d, scale):
+    calls, spy = _capture_apply()
+    with FakeTensorMode(), mock.patch.object(fai, "_device_capability", return_value=(8, 0)), \
+            mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
+        q, k, v = _fake_cuda_qkv(d=d)
+        flash_attn_func(q, k, v, softmax_scale=scale)
+    (q_arg, _, _, scale_arg, causal_arg, det_arg), = calls
+    assert q_arg.shape[-1] == -(-d // 8) * 8  # padded to a multiple of 8
+    assert scale_arg == pytest.approx(d ** -0.5 if scale is None else scale)
+    assert causal_arg is False and det_arg is False
+
+
+@pytest.mark.parametrize("window, causal", [((-1, 0), True), ([-1, -1], False), ((-7, -2), False)])
+def test_window_sizes_that_mean_no_window_or_causal(window, causal):
+    calls, spy = _capture_apply()
+    with FakeTensorMode(), mock.patch.object(fai, "_device_capability", return_value=(8, 0)), \
+            mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
+        q, k, v = _fake_cuda_qkv()
+        flash_attn_func(q, k, v, window_size=window, deterministic=True)
+    assert calls[0][4] is causal and calls[0][5] is True
+
+
+def test_fake_impls_on_meta():
+    q = torch.empty(3, 9, 8, 128, device="meta", dtype=torch.bfloat16)
+    k = torch.empty(3, 17, 2, 128, device="meta", dtype=torch.bfloat16)
+    out, lse = torch.ops.flashattn_cu.fwd(q, k, k, 0.1, False)
+    assert out.shape == q.shape and out.is_contiguous() and out.dtype == q.dtype
+    assert lse.shape == (3, 8, 9) and lse.dtype == torch.float32 and lse.is_contiguous()
+    dq, dk, dv = torch.ops.flashattn_cu.bwd(out, q, k, k, out, lse, 0.1, False, True)
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == k.shape
+    assert all(t.is_contiguous() and t.dtype == q.dtype for t in (dq, dk, dv))
+
+
+@pytest.mark.parametrize("d", [64, 59])
+def test_compile_fullgraph_traces_forward_and_backward(d):
+    """torch.compile(fullgraph=True) traces validation, padding, the autograd Function and both
+    ops with no graph break. Run on meta tensors (fake impls), device check patched out."""
+    torch._dynamo.reset()
+    q = torch.randn(2, 5, 4, d, device="meta", dtype=F16, requires_grad=True)
+    k = torch.randn(2, 7, 2, d, device="meta", dtype=F16, requires_grad=True)
+    v = torch.randn(2, 7, 2, d, device="meta", dtype=F16, requires_grad=True)
+
+    def step(q, k, v):
+        out, lse, _ = flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+        return out.float().sum() + lse.sum() * 0
+
+    with mock.patch.object(fai, "_check_devices", _no_device_check):
+        loss = torch.compile(step, fullgraph=True, backend="aot_eager")(q, k, v)
+        loss.backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+@pytest.mark.parametrize("command", ["check", "bench"])
+def test_cli_without_gpu(command, tmp_path):
+    import os
+
+    # Run from an empty directory with flashattn_cu's own location on the path, so the
+    # subprocess imports the same (built) package as this test.
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(flashattn_cu.__file__)))
+    res = subprocess.run([sys.executable, "-m", "flashattn_cu", command], capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path, env=env)
+    assert res.returncode != 0
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == 1 and "no CUDA device" in lines[0], res.stdout + res.stderr

@@ -1,0 +1,248 @@
+"""GPU tests of the forward pass against the fp32 reference.
+
+Rule (flash_attn's): max|out - ref| <= 2 * max|pt - ref| + 1e-5, ref = fp32 attention on the same
+inputs, pt = the same math in the input dtype. Outputs are poisoned with NaN before the kernel
+(conftest), so unwritten elements fail. Budget: a few minutes on one H200.
+"""
+
+import pytest
+import torch
+
+import attn_helpers
+from attn_helpers import (DTYPES, HEAD_DIMS, HEADS, SEQLEN_PAIRS, assert_lse_close, assert_rule,
+                          instance_for, make_qkv)
+from flashattn_cu import _C, flash_attn_func
+from flashattn_cu.testing import attention_ref
+
+pytestmark = pytest.mark.gpu
+
+
+def built(head_dim):
+    return instance_for(head_dim) in _C.built_head_dims()
+
+
+def skip_unless_built(head_dim):
+    if not built(head_dim):
+        pytest.skip(f"head dim instance {instance_for(head_dim)} not in this build")
+
+
+def check_forward(q, k, v, causal, softmax_scale=None, batch_rows=None):
+    """Runs flash_attn_func and checks out and lse against the reference."""
+    out, lse, s_dmask = flash_attn_func(q, k, v, softmax_scale=softmax_scale, causal=causal,
+                                        return_attn_probs=True)
+    assert s_dmask is None
+    assert out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
+    assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == torch.float32
+    ref, lse_ref = attention_ref(q, k, v, causal=causal, softmax_scale=softmax_scale)
+    pt, _ = attention_ref(q, k, v, causal=causal, softmax_scale=softmax_scale, upcast=False)
+    assert_rule(out, ref, pt, 2, 1e-5, "out")
+    assert_lse_close(lse, lse_ref)
+    return out, lse
+
+
+# --------------------------------------------------------------------------------------------
+# The main grid: every head dim x dtype x causal x seqlen pair, heads cycling MHA/GQA/MQA, and
+# all three head layouts on a smaller set of pairs (so the grid is thorough without a full
+# cartesian product at 2048).
+
+
+@pytest.mark.parametrize("seqlen_q, seqlen_k", SEQLEN_PAIRS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_forward_grid(dtype, head_dim, causal, seqlen_q, seqlen_k):
+    skip_unless_built(head_dim)
+    kind = list(HEADS)[(HEAD_DIMS.index(head_dim) + SEQLEN_PAIRS.index((seqlen_q, seqlen_k))) % 3]
+    nheads, nheads_k = HEADS[kind]
+    batch = 1 if seqlen_q * seqlen_k >= 1 << 20 else 2
+    q, k, v = make_qkv(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype)
+    check_forward(q, k, v, causal)
+
+
+@pytest.mark.parametrize("heads", list(HEADS))
+@pytest.mark.parametrize("seqlen_q, seqlen_k", [(113, 203), (239, 1), (1023, 1024), (3, 799)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [59, 64, 128, 256])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_forward_heads(dtype, head_dim, causal, seqlen_q, seqlen_k, heads):
+    skip_unless_built(head_dim)
+    nheads, nheads_k = HEADS[heads]
+    q, k, v = make_qkv(2, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype)
+    check_forward(q, k, v, causal)
+
+
+@pytest.mark.parametrize("softmax_scale", [0.05, 0.3, 1.0])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_custom_softmax_scale(dtype, softmax_scale):
+    skip_unless_built(64)
+    q, k, v = make_qkv(2, 257, 300, 4, 2, 64, dtype)
+    check_forward(q, k, v, causal=True, softmax_scale=softmax_scale)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_large_logits(dtype, head_dim):
+    """q, k scaled so the logits reach the hundreds: the online softmax must not overflow."""
+    skip_unless_built(head_dim)
+    q, k, v = make_qkv(2, 300, 333, 4, 4, head_dim, dtype)
+    q, k = q * 8, k * 8
+    out, lse = check_forward(q, k, v, causal=False)
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+
+
+# --------------------------------------------------------------------------------------------
+# Layouts: strides the kernels take directly, and ones the binding must copy.
+
+
+def layouts(batch, seqlen, nheads, head_dim, dtype):
+    """Yields (name, tensor) for differently strided (batch, seqlen, nheads, head_dim) tensors."""
+    shape = (batch, seqlen, nheads, head_dim)
+    yield "contiguous", torch.randn(shape, device=attn_helpers.DEVICE, dtype=dtype)
+    yield "bhsd_transposed", torch.randn(batch, nheads, seqlen, head_dim, device=attn_helpers.DEVICE,
+                                         dtype=dtype).transpose(1, 2)
+    yield "seqlen_slice", torch.randn(batch, seqlen + 13, nheads, head_dim, device=attn_helpers.DEVICE,
+                                      dtype=dtype)[:, 5:5 + seqlen]
+    yield "head_slice", torch.randn(batch, seqlen, nheads + 3, head_dim, device=attn_helpers.DEVICE,
+                                    dtype=dtype)[:, :, 1:1 + nheads]
+    yield "batch_stride", torch.randn(2 * batch, seqlen, nheads, head_dim, device=attn_helpers.DEVICE,
+                                      dtype=dtype)[::2]
+    # Row stride not a multiple of 8 elements: the binding copies to a contiguous tensor.
+    yield "odd_row_stride", torch.randn(batch, seqlen, nheads, head_dim + 3, device=attn_helpers.DEVICE,
+                                        dtype=dtype)[..., :head_dim]
+    # Base pointer not 16-byte aligned: copied as well.
+    flat = torch.randn(batch * seqlen * nheads * head_dim + 1, device=attn_helpers.DEVICE, dtype=dtype)
+    yield "misaligned", flat[1:].view(shape)
+
+
+LAYOUT_NAMES = ["contiguous", "bhsd_transposed", "seqlen_slice", "head_slice", "batch_stride",
+                "odd_row_stride", "misaligned"]
+
+
+@pytest.mark.parametrize("layout", LAYOUT_NAMES)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_strided_inputs(layout, causal, head_dim):
+    skip_unless_built(head_dim)
+    dtype = torch.bfloat16
+    q = dict(layouts(2, 177, 4, head_dim, dtype))[layout]
+    k = dict(layouts(2, 250, 2, head_dim, dtype))[layout]
+    v = dict(layouts(2, 250, 2, head_dim, dtype))[layout]
+    check_forward(q, k, v, causal)
+
+
+def test_packed_qkv_views():
+    """q, k, v as views into one packed (batch, seqlen, 3, nheads, head_dim) tensor."""
+    skip_unless_built(128)
+    qkv = torch.randn(2, 300, 3, 8, 128, device=attn_helpers.DEVICE, dtype=torch.float16)
+    q, k, v = qkv.unbind(2)
+    check_forward(q, k, v, causal=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Degenerate sizes
+
+
+@pytest.mark.parametrize("batch, seqlen_q, seqlen_k", [(0, 16, 16), (2, 0, 16), (0, 0, 0),
+                                                       (2, 0, 0)])
+def test_empty_inputs(batch, seqlen_q, seqlen_k):
+    skip_unless_built(64)
+    q, k, v = make_qkv(batch, seqlen_q, seqlen_k, 4, 2, 64, torch.float16)
+    out, lse, _ = flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    assert out.shape == q.shape and lse.shape == (batch, 4, seqlen_q)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_no_keys(causal):
+    """seqlen_k = 0: every query sees no key -> output 0, lse +inf."""
+    skip_unless_built(64)
+    q, k, v = make_qkv(2, 37, 0, 4, 2, 64, torch.bfloat16)
+    out, lse, _ = flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    assert (out == 0).all()
+    assert (lse == float("inf")).all()
+
+
+def test_causal_rows_without_keys():
+    """seqlen_q > seqlen_k with causal: the first seqlen_q - seqlen_k rows see no key."""
+    skip_unless_built(64)
+    q, k, v = make_qkv(2, 100, 30, 4, 4, 64, torch.float16)
+    out, lse = check_forward(q, k, v, causal=True)
+    assert (out[:, :70] == 0).all() and (lse[:, :, :70] == float("inf")).all()
+
+
+def test_many_batch_heads_grid_limit():
+    """batch * nheads > 65535 (the gridDim.y/z limit) with tiny sequences."""
+    skip_unless_built(32)
+    q, k, v = make_qkv(1100, 3, 5, 64, 16, 32, torch.float16)
+    check_forward(q, k, v, causal=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Execution context: compile, streams, devices, determinism, op registration
+
+
+def test_compile_fullgraph_forward():
+    skip_unless_built(64)
+    torch._dynamo.reset()
+    q, k, v = make_qkv(2, 129, 257, 4, 2, 59, torch.bfloat16)
+
+    def attn(q, k, v):
+        return flash_attn_func(q, k, v, causal=True)
+
+    compiled = torch.compile(attn, fullgraph=True)
+    out = compiled(q, k, v)
+    assert torch.equal(out, attn(q, k, v))
+    ref, _ = attention_ref(q, k, v, causal=True)
+    pt, _ = attention_ref(q, k, v, causal=True, upcast=False)
+    assert_rule(out, ref, pt, 2, 1e-5, "compiled out")
+
+
+def test_runs_on_current_stream():
+    skip_unless_built(128)
+    q, k, v = make_qkv(2, 1024, 1024, 8, 8, 128, torch.float16)
+    expected = flash_attn_func(q, k, v)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        out = flash_attn_func(q, k, v)
+    torch.cuda.current_stream().wait_stream(stream)
+    assert torch.equal(out, expected)
+
+
+def test_forward_is_deterministic():
+    skip_unless_built(128)
+    q, k, v = make_qkv(2, 1000, 1100, 8, 2, 128, torch.bfloat16)
+    first = flash_attn_func(q, k, v, causal=True)
+    for _ in range(5):
+        assert torch.equal(flash_attn_func(q, k, v, causal=True), first)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_second_gpu():
+    skip_unless_built(64)
+    q, k, v = make_qkv(2, 200, 300, 4, 2, 64, torch.float16, device="cuda:1")
+    out, _ = check_forward(q, k, v, causal=True)
+    assert out.device == torch.device("cuda:1")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_different_gpus_rejected():
+    q, k, v = make_qkv(1, 8, 8, 2, 2, 64, torch.float16)
+    with pytest.raises(ValueError, match="k is on cuda:1 but q is on cuda:0"):
+        flash_attn_func(q, k.to("cuda:1"), v)
+
+
+def test_opcheck_fwd():
+    skip_unless_built(64)
+    q, k, v = make_qkv(2, 65, 80, 4, 2, 64, torch.float16)
+    torch.library.opcheck(torch.ops.flashattn_cu.fwd.default, (q, k, v, 0.125, True),
+                          test_utils=("test_schema", "test_faketensor",
+                                      "test_aot_dispatch_dynamic"))
+
+
+def test_head_dim_not_built_reports_clearly():
+    missing = [d for d in (32, 64, 96, 128, 160, 192, 224, 256) if d not in _C.built_head_dims()]
+    if not missing:
+        pytest.skip("every head-dim instance is built")
+    q, k, v = make_qkv(1, 8, 8, 2, 2, missing[0], torch.float16)
+    with pytest.raises(RuntimeError, match="unsupported head dim"):
+        flash_attn_func(q, k, v)
