@@ -176,6 +176,15 @@ void sweep(const char* tag) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "all";
+  if (mode == "ab") {  // the shipped configs of d = 64, 128, 256 at 8k, for A/B of code changes
+    for (bool c : {false, true}) {
+      run<64, 128, 128, 4>(8192, c, "ab");
+      run<128, 128, 64, 4>(8192, c, "ab");
+      run<256, 64, 64, 4>(8192, c, "ab");
+      run<256, 64, 64, 4>(2048, c, "ab");
+    }
+    return 0;
+  }
   if (mode == "quick") {
     sweep<64, 128, 128, 4>("cur");
     sweep<128, 128, 64, 4>("cur");

@@ -10,6 +10,21 @@
 // 16 keys, split the queries of S^T and the columns of dK/dV, and exchange P^T/dS^T through shared
 // memory. See tiles.h (BwdTile) for the sizes and why.
 //
+// One step (query block) of the loop, register path:
+//   [wait Q/dO/lse/D of this step; __syncthreads; issue next step's loads (2 stages)]
+//   S^T -> P^T -> (16-bit P^T) dV += P^T dO -> dP^T -> dS^T -> store dS^T, dK += dS^T Q
+//   [__syncthreads; issue next step's loads (1 stage)] dQ = dS K -> red.global.add.f32
+// P^T is kept only as the 16-bit A operand once dV used it, and dS^T is formed from those
+// rounded values: the fp32 P^T and dP^T are never live together (that is what lets d = 128
+// run 64 x 128 tiles and d = 64 128 x 128 tiles without spills). The extra rounding is the
+// one the reference in the input dtype makes too; dS^T itself is rounded for the mma anyway.
+// Split path: P^T and dS^T (fp32 P) are stored to shared memory, one more __syncthreads,
+// then dV/dK read their A operand with ldmatrix.
+//
+// Padding rows: the workspace gives rows >= seqlen_q lse = +inf and D = 0 and Q/dO are
+// zero-filled there, so they produce P = 0 and dS = 0 without any row test. Keys >= seqlen_k
+// (tail block) and the causal diagonal go through mask_scores_transposed; other steps skip it.
+//
 // Fragment conventions (ptx/mma.h, g = lane / 4, t = lane % 4):
 //   C tile of S^T/dP^T/dS^T (16 keys x 8 queries): [hr * 2 + e] = key g + 8 hr, query 2t + e.
 //   dK/dV accumulators (16 keys x 8 cols):         [hr * 2 + e] = key g + 8 hr, col 2t + e.
