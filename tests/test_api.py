@@ -193,6 +193,8 @@ def _fake_cuda_qkv(devices=("cuda:0", "cuda:0", "cuda:0"), d=64):
     return [torch.empty(s, dtype=F16, device=dev) for s, dev in zip(shapes, devices)]
 
 
+@pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.device_count() < 2,
+                    reason="FakeTensorMode cannot fake cuda:1 next to a real single GPU")
 def test_different_gpus_rejected():
     with FakeTensorMode():
         q, k, v = _fake_cuda_qkv(("cuda:0", "cuda:1", "cuda:0"))

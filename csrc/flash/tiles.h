@@ -14,6 +14,10 @@ struct FwdTile {
   int block_m;  // query rows per thread block
   int block_n;  // keys per K/V tile
   int warps;
+  // Full K/V tiles (head_dim == instance, all rows in range) are copied without per-chunk
+  // predicates. Measured on the H200 at seqlen 8k: +3.5% at d = 128 (355 vs 344 TFLOP/s), but
+  // -1% at d = 64 and -7% at d = 256 (ptxas schedules the predicated form better there).
+  bool unpredicated_bulk_loads = false;
 };
 
 // `small_smem`: the device allows < 128 KB of shared memory per block (sm_86, sm_89).
@@ -29,7 +33,8 @@ struct FwdTile {
 //  small smem, d = 256: 64 x 32 (64 x 64 needs 101 KB with the padded rows).
 __host__ __device__ constexpr FwdTile fwd_tile_sm80(int head_dim, bool small_smem) {
   if (head_dim <= 64) return FwdTile{128, 128, 4};
-  if (head_dim <= 128) return FwdTile{128, 64, 4};
+  if (head_dim <= 96) return FwdTile{128, 64, 4};
+  if (head_dim <= 128) return FwdTile{128, 64, 4, true};
   if (head_dim <= 224 || !small_smem) return FwdTile{64, 64, 4};
   return FwdTile{64, 32, 4};
 }

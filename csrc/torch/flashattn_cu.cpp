@@ -69,7 +69,8 @@ bool kernel_layout_ok(const at::Tensor& t) {
 }
 
 at::Tensor to_kernel_layout(const at::Tensor& t) {
-  return kernel_layout_ok(t) ? t : t.contiguous();
+  // clone, not contiguous(): a contiguous tensor at a misaligned offset would come back as is.
+  return kernel_layout_ok(t) ? t : t.clone(at::MemoryFormat::Contiguous);
 }
 
 // Stride of dim `i` as the kernels see it (elements; 0 for a size-1 dim).

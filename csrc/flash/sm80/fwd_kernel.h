@@ -22,8 +22,10 @@
 
 namespace flashattn_cu::sm80 {
 
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_>
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_,
+          bool kUnpredicatedBulkLoads_ = false>
 struct FwdTraits {
+  static constexpr bool kUnpredicatedBulkLoads = kUnpredicatedBulkLoads_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -94,15 +96,12 @@ __device__ __forceinline__ void fwd_block(const FwdParams& p, char* smem_raw) {
   softmax.init();
   const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
 
-  // Full tiles of a head_dim == kHeadDim call take the unpredicated copy.
+  // Full tiles of a head_dim == kHeadDim call may take the unpredicated copy (tiles.h says where).
   const bool full_cols = p.head_dim == Traits::kHeadDim;
   auto load_kv_tile = [&](uint32_t smem, const Element* base, int64_t row_stride, int n) {
     const Element* src = base + n * kBlockN * row_stride;
     const int rows = p.seqlen_k - n * kBlockN;
-#ifndef FLASHATTN_CU_EXP_FAST_LOADS
-#define FLASHATTN_CU_EXP_FAST_LOADS 1
-#endif
-    if (FLASHATTN_CU_EXP_FAST_LOADS && full_cols && rows >= kBlockN) {
+    if (Traits::kUnpredicatedBulkLoads && full_cols && rows >= kBlockN) {
       load_tile_async<Traits, kBlockN, false>(smem, src, row_stride, rows, p.head_dim, tid);
     } else {
       load_tile_async<Traits, kBlockN>(smem, src, row_stride, rows, p.head_dim, tid);

@@ -29,12 +29,13 @@ template <typename Element, int kHeadDim>
 Status run_fwd(const FwdParams& p, bool small_smem, cudaStream_t stream) {
   constexpr FwdTile big = fwd_tile_sm80(kHeadDim, false);
   constexpr FwdTile small = fwd_tile_sm80(kHeadDim, true);
-  using BigTraits = FwdTraits<kHeadDim, big.block_m, big.block_n, big.warps>;
+  using BigTraits =
+      FwdTraits<kHeadDim, big.block_m, big.block_n, big.warps, big.unpredicated_bulk_loads>;
   if constexpr (big.block_m != small.block_m || big.block_n != small.block_n ||
                 big.warps != small.warps) {
     if (small_smem) {
-      return launch_fwd<Element, FwdTraits<kHeadDim, small.block_m, small.block_n, small.warps>>(
-          p, stream);
+      return launch_fwd<Element, FwdTraits<kHeadDim, small.block_m, small.block_n, small.warps,
+                                           small.unpredicated_bulk_loads>>(p, stream);
     }
   }
   return launch_fwd<Element, BigTraits>(p, stream);

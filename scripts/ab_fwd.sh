@@ -1,2 +1,0 @@
-for c in 1 4; do for f in 0 1; do nvcc -std=c++17 -O3 --use_fast_math -DFLASHATTN_CU_EXP_CHAINS=$c -DFLASHATTN_CU_EXP_FAST_LOADS=$f -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash benchmarks/tune/tune_fwd.cu -o /tmp/tune_c${c}_f${f} & done; done; wait
-for rep in 1 2; do for c in 1 4; do for f in 0 1; do echo "== chains=$c fast_loads=$f"; /tmp/tune_c${c}_f${f} ab; done; done; done
