@@ -90,6 +90,8 @@ def sources_for(head_dims):
     for d in head_dims:
         # fwd_hdim{D}_{dtype}.cu, and bwd_hdim{D}_{dtype}.cu once they exist.
         srcs += sorted(glob.glob(os.path.join(ROOT, "csrc", "flash", "sm80", "inst", f"*_hdim{d}_*.cu")))
+        if "90a" in archs:  # wgmma kernels: sm_90a machine code only
+            srcs += sorted(glob.glob(os.path.join(ROOT, "csrc", "flash", "sm90", "inst", f"*_hdim{d}_*.cu")))
     srcs += sorted(glob.glob(os.path.join(ROOT, "csrc", "torch", "*.cpp")))
     return [rel(s) for s in srcs]
 
@@ -104,7 +106,8 @@ head_dims = head_dims_from_env()
 built_archs = ",".join(dict.fromkeys(a.rstrip("a") for a in archs))
 # nvcc splits -D values at commas unless escaped ("\\,"); the list initialises an int array.
 defines = [f"-DFLASHATTN_CU_HDIM_{d}" for d in head_dims] + [
-    "-DFLASHATTN_CU_BUILT_ARCHS=" + built_archs.replace(",", "\\,")
+    "-DFLASHATTN_CU_BUILT_ARCHS=" + built_archs.replace(",", "\\,"),
+    f"-DFLASHATTN_CU_HAS_SM90A={int('90a' in archs)}",
 ]
 
 nvcc_flags = [

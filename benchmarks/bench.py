@@ -53,9 +53,13 @@ HIDDEN = 2048
 
 MODES = ("fwd", "bwd", "fwdbwd")
 FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwdbwd": 3.5}
-BACKENDS = ("flashattn_cu", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "naive")
+BACKENDS = ("flashattn_cu", "flashattn_cu_sm80", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "naive")
+# flashattn_cu_sm80: our mma.sync kernels even where a faster path exists (on H100/H200 the
+# default path runs the sm_90a wgmma backward); opt-in, to compare the two paths.
+DEFAULT_BACKENDS = tuple(b for b in BACKENDS if b != "flashattn_cu_sm80")
 LABEL = {
     "flashattn_cu": "flashattn_cu",
+    "flashattn_cu_sm80": "ours (sm80 path)",
     "sdpa_flash": "SDPA flash",
     "sdpa_cudnn": "cuDNN",
     "sdpa_efficient": "efficient",
@@ -63,6 +67,7 @@ LABEL = {
 }
 COLOR = {
     "flashattn_cu": "#d62728",
+    "flashattn_cu_sm80": "#ff9896",
     "sdpa_flash": "#1f77b4",
     "sdpa_cudnn": "#2ca02c",
     "sdpa_efficient": "#9467bd",
@@ -146,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtypes", help=f"bf16 and/or fp16 (default {FULL_DEFAULTS['dtypes']})")
     p.add_argument("--causal", help="0, 1, or 0,1 / both (default both)")
     p.add_argument("--modes", help=f"any of fwd,bwd,fwdbwd (default {FULL_DEFAULTS['modes']})")
-    p.add_argument("--backends", default=",".join(BACKENDS), help="backends to time (default all)")
+    p.add_argument("--backends", default=",".join(DEFAULT_BACKENDS),
+                   help=f"backends to time (default all but flashattn_cu_sm80; choices {','.join(BACKENDS)})")
     p.add_argument("--tokens", type=int, default=TOKENS_PER_BATCH, help="tokens per batch: batch = tokens // seqlen (default 16384)")
     p.add_argument("--hidden", type=int, default=HIDDEN, help="hidden size: nheads = hidden // d (default 2048)")
     p.add_argument("--quick", action="store_true",
@@ -791,11 +797,14 @@ class Bench:
     def backend_context(self, backend):
         if backend in self.SDPA:
             return self.sdpa_kernel(self.SDPA[backend])
+        if backend == "flashattn_cu_sm80":
+            from flashattn_cu.testing import kernel_path
+            return kernel_path("sm80")
         return contextlib.nullcontext()
 
     def attn_fn(self, backend, causal):
         F = self.F
-        if backend == "flashattn_cu":
+        if backend in ("flashattn_cu", "flashattn_cu_sm80"):
             ours = self.ours
 
             def run(q, k, v):
@@ -986,7 +995,7 @@ class Bench:
                                mode=mode, backend=backend, ms=None, tflops=None, error=None)
                     if backend == "naive" and seqlen > args.naive_max_seqlen:
                         row["error"] = f"skipped: seqlen > --naive-max-seqlen {args.naive_max_seqlen}"
-                    elif backend == "flashattn_cu" and self.ours is None:
+                    elif backend.startswith("flashattn_cu") and self.ours is None:
                         row["error"] = f"import failed: {self.ours_error}"
                     else:
                         try:

@@ -73,3 +73,18 @@ def poison_outputs(enabled=True):
         yield
     finally:
         _C._set_poison_outputs(previous)
+
+
+@contextlib.contextmanager
+def kernel_path(path):
+    """While active, the ops use the given kernel family: "auto" (the fastest built for the GPU:
+    the sm_90a wgmma backward on H100/H200 where it covers the head dim) or "sm80" (the mma.sync
+    kernels everywhere). Process-wide, so tests and benchmarks can compare both on one GPU."""
+    from flashattn_cu import _C
+
+    previous = _C._kernel_path()
+    _C._set_kernel_path(path)
+    try:
+        yield
+    finally:
+        _C._set_kernel_path(previous)

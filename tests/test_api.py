@@ -52,6 +52,17 @@ def test_build_info():
     assert dims == sorted(dims)
 
 
+def test_kernel_path_switch():
+    from flashattn_cu.testing import kernel_path
+
+    assert _C._kernel_path() == "auto"
+    with kernel_path("sm80"):
+        assert _C._kernel_path() == "sm80"
+    assert _C._kernel_path() == "auto"
+    with pytest.raises(ValueError, match="'auto' or 'sm80', got 'sm90'"):
+        _C._set_kernel_path("sm90")
+
+
 def test_op_schemas():
     assert str(torch.ops.flashattn_cu.fwd.default._schema) == (
         "flashattn_cu::fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal) -> "

@@ -11,9 +11,24 @@ import torch
 import attn_helpers
 from attn_helpers import (DTYPES, HEAD_DIMS, HEADS, assert_rule, instance_for, make_qkv)
 from flashattn_cu import _C, flash_attn_func
-from flashattn_cu.testing import attention_ref
+from flashattn_cu.testing import attention_ref, kernel_path
 
 pytestmark = pytest.mark.gpu
+
+
+def _kernel_paths():
+    """On an sm_90 GPU with sm_90a code built, every test runs twice: the default path (wgmma
+    backward where it covers the head dim) and the sm80 mma.sync kernels."""
+    if (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+            and 90 in _C.built_archs()):
+        return ["auto", "sm80"]
+    return ["auto"]
+
+
+@pytest.fixture(autouse=True, params=_kernel_paths())
+def path(request):
+    with kernel_path(request.param):
+        yield request.param
 
 BWD_SEQLEN_PAIRS = [(1, 239), (113, 203), (128, 217), (512, 256), (3, 799), (239, 1), (799, 3),
                     (1023, 1024)]
@@ -283,3 +298,20 @@ def test_long_context_memory_is_linear():
     ref, _ = attention_ref(q.detach()[:, rows], k.detach(), v.detach(), causal=True)
     pt, _ = attention_ref(q.detach()[:, rows], k.detach(), v.detach(), causal=True, upcast=False)
     assert_rule(out.detach()[:, rows], ref, pt, 2, 1e-5, "out[-64:]")
+
+
+def test_sm90_backward_is_dispatched(path):
+    """On H100/H200 the default path runs the wgmma kernel for d = 128 (and the sm80 path does
+    not): the benchmark numbers are those of the kernel we think they are."""
+    if torch.cuda.get_device_capability() != (9, 0) or 90 not in _C.built_archs():
+        pytest.skip("needs an sm_90 GPU and a build with sm_90a")
+    skip_unless_bwd(128)
+    q, k, v = make_qkv(1, 256, 256, 2, 2, 128, torch.bfloat16, requires_grad=True)
+    out = flash_attn_func(q, k, v)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out.sum().backward()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if "bwd_kernel" in e.name]
+    assert names, "no backward kernel seen by the profiler"
+    uses_sm90 = any("sm90" in n for n in names)
+    assert uses_sm90 == (path == "auto"), names

@@ -7,16 +7,24 @@
 #include "flashattn_cu/flashattn_cu.h"
 #include "sm80/bwd_params.h"
 #include "sm80/launch.h"
+#include "sm90/launch.h"
 #include "tiles.h"
+
+#include <atomic>
 
 #ifndef FLASHATTN_CU_BUILT_ARCHS
 #define FLASHATTN_CU_BUILT_ARCHS 80
+#endif
+// setup.py defines it when sm_90a machine code is built (the sm90/ instances then exist).
+#ifndef FLASHATTN_CU_HAS_SM90A
+#define FLASHATTN_CU_HAS_SM90A 0
 #endif
 
 namespace flashattn_cu {
 namespace {
 
 thread_local cudaError_t g_last_error = cudaSuccess;
+std::atomic<int> g_kernel_path{static_cast<int>(KernelPath::kAuto)};
 
 struct DeviceInfo {
   int major = 0;
@@ -118,12 +126,24 @@ struct FwdRunner {
 struct BwdRunner {
   const BwdParams& params;
   bool small_smem;
+  bool sm90a;  // the device runs sm_90a code and the sm90 path is allowed
   cudaStream_t stream;
   template <typename Element, int kHeadDim>
   Status run() const {
+#if FLASHATTN_CU_HAS_SM90A
+    if constexpr (bwd_tile_sm90(kHeadDim).supported) {
+      if (sm90a) return sm90::run_bwd<Element, kHeadDim>(params, stream);
+    }
+#endif
     return sm80::run_bwd<Element, kHeadDim>(params, small_smem, stream);
   }
 };
+
+// sm_90a machine code runs on compute capability 9.0 only (not on later GPUs).
+bool use_sm90a(const DeviceInfo& dev) {
+  return FLASHATTN_CU_HAS_SM90A && dev.major == 9 && dev.minor == 0 &&
+         g_kernel_path.load(std::memory_order_relaxed) == static_cast<int>(KernelPath::kAuto);
+}
 
 // bwd() needs, beyond check_common: dout/dq/dk/dv like o/q/k/v (non-null, 16-byte aligned,
 // strides multiples of 8), the forward's lse and a workspace of bwd_workspace_bytes().
@@ -206,8 +226,13 @@ Status bwd(const BwdParams& p, cudaStream_t stream) {
   st = query_device(&dev);
   if (st != Status::kSuccess) return st;
   const bool small_smem = dev.smem_optin < kLargeSmemBytes;
-  return dispatch_instance(p.dtype, p.head_dim, BwdRunner{p, small_smem, stream});
+  return dispatch_instance(p.dtype, p.head_dim,
+                           BwdRunner{p, small_smem, use_sm90a(dev), stream});
 }
+
+void set_kernel_path(KernelPath path) { g_kernel_path.store(static_cast<int>(path)); }
+
+KernelPath kernel_path() { return static_cast<KernelPath>(g_kernel_path.load()); }
 
 int built_archs(int* out, int max) {
   static const int kArchs[] = {FLASHATTN_CU_BUILT_ARCHS};

@@ -136,4 +136,18 @@ __host__ __device__ constexpr int bwd_dq_smem_bytes(BwdTile tile, int head_dim) 
   return (2 * tile.dq_block_m + 2 * tile.dq_stages * tile.dq_block_n) * (head_dim + 8) * 2;
 }
 
+// sm90a backward (sm90/bwd_kernel.h): 128 keys per block in two warpgroups of 64, kBlockM queries
+// per step. A warpgroup thread holds dK + dV (d fp32 registers) and S^T + dP^T (kBlockM), so
+// d + kBlockM <= 192 as on sm80. Head dims without a sm90 instance use the sm80 kernels.
+struct BwdTileSm90 {
+  bool supported;
+  int block_m;
+};
+
+__host__ __device__ constexpr BwdTileSm90 bwd_tile_sm90(int head_dim) {
+  if (head_dim == 64) return BwdTileSm90{true, 64};
+  if (head_dim == 128) return BwdTileSm90{true, 64};
+  return BwdTileSm90{false, 0};
+}
+
 }  // namespace flashattn_cu

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -310,4 +312,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "_set_poison_outputs", [](bool on) { g_poison_outputs.store(on); },
       "Test-only: fill outputs with NaN right after allocation");
   m.def("_poison_outputs", []() { return g_poison_outputs.load(); });
+  m.def(
+      "_set_kernel_path",
+      [](const std::string& path) {
+        if (path == "auto") {
+          flashattn_cu::set_kernel_path(flashattn_cu::KernelPath::kAuto);
+        } else if (path == "sm80") {
+          flashattn_cu::set_kernel_path(flashattn_cu::KernelPath::kSm80);
+        } else {
+          throw std::invalid_argument("_set_kernel_path: path must be 'auto' or 'sm80', got '" +
+                                      path + "'");
+        }
+      },
+      "Test/benchmark: 'auto' (fastest kernels for the GPU) or 'sm80' (mma.sync kernels only)");
+  m.def("_kernel_path", []() {
+    return std::string(flashattn_cu::kernel_path() == flashattn_cu::KernelPath::kSm80 ? "sm80"
+                                                                                      : "auto");
+  });
 }

@@ -14,6 +14,14 @@
 #define FLASHATTN_CU_SM90_OR_NEWER 0
 #endif
 
+// sm_90a: the arch-specific Hopper features (wgmma, setmaxnreg) exist only in code compiled for
+// compute_90a, never in plain sm_90 or in PTX JIT-compiled for a later GPU.
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FLASHATTN_CU_SM90A 1
+#else
+#define FLASHATTN_CU_SM90A 0
+#endif
+
 #define FLASHATTN_CU_DEVICE __device__ __forceinline__
 
 namespace flashattn_cu::ptx {

@@ -63,8 +63,10 @@ Status launch_bwd_tiles(const BwdKernelParams& kp, cudaStream_t stream) {
   return st;
 }
 
-template <typename Element, int kHeadDim>
-Status run_bwd(const BwdParams& p, bool small_smem, cudaStream_t stream) {
+// preprocess -> main(kp) -> postprocess. `main` launches the main kernel (and, when
+// deterministic, the dQ kernel); the sm90 path shares the rest.
+template <typename Element, int kHeadDim, typename MainFn>
+Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& main) {
   const BwdWorkspaceLayout ws = bwd_workspace_layout(p);
   const BwdKernelParams kp = make_bwd_kernel_params(p, ws);
 
@@ -80,20 +82,7 @@ Status run_bwd(const BwdParams& p, bool small_smem, cudaStream_t stream) {
   }
 
   // 2. Main kernel (and the deterministic dQ kernel).
-  constexpr BwdTile big = bwd_tile_sm80(kHeadDim, false);
-  constexpr BwdTile small = bwd_tile_sm80(kHeadDim, true);
-  constexpr bool kSameTiles =
-      big.block_m == small.block_m && big.block_n == small.block_n && big.warps == small.warps &&
-      big.stages == small.stages && big.dq_warps_m == small.dq_warps_m &&
-      big.dq_passes == small.dq_passes && big.dq_block_m == small.dq_block_m &&
-      big.dq_block_n == small.dq_block_n && big.dq_stages == small.dq_stages;
-  Status st;
-  if constexpr (!kSameTiles) {
-    st = small_smem ? launch_bwd_tiles<Element, kHeadDim, true>(kp, stream)
-                    : launch_bwd_tiles<Element, kHeadDim, false>(kp, stream);
-  } else {
-    st = launch_bwd_tiles<Element, kHeadDim, false>(kp, stream);
-  }
+  const Status st = main(kp);
   if (st != Status::kSuccess) return st;
 
   // 3. Postprocess.
@@ -103,6 +92,33 @@ Status run_bwd(const BwdParams& p, bool small_smem, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>(want < 65536 ? want : 65536);
   bwd_convert_kernel<Element><<<dim3(blocks, cp.num_jobs), kConvertThreads, 0, stream>>>(cp);
   return launch_status();
+}
+
+// The deterministic dQ kernel of head dim kHeadDim's tiles (also used by the sm90 path).
+template <typename Element, int kHeadDim, bool kSmall>
+Status launch_bwd_dq_for(const BwdKernelParams& kp, cudaStream_t stream) {
+  constexpr BwdTile tile = bwd_tile_sm80(kHeadDim, kSmall);
+  using Dq = BwdDqTraits<kHeadDim, tile.dq_block_m, tile.dq_block_n, tile.dq_stages>;
+  return launch_bwd_dq<Element, Dq>(kp, stream);
+}
+
+template <typename Element, int kHeadDim>
+Status run_bwd(const BwdParams& p, bool small_smem, cudaStream_t stream) {
+  constexpr BwdTile big = bwd_tile_sm80(kHeadDim, false);
+  constexpr BwdTile small = bwd_tile_sm80(kHeadDim, true);
+  constexpr bool kSameTiles =
+      big.block_m == small.block_m && big.block_n == small.block_n && big.warps == small.warps &&
+      big.stages == small.stages && big.dq_warps_m == small.dq_warps_m &&
+      big.dq_passes == small.dq_passes && big.dq_block_m == small.dq_block_m &&
+      big.dq_block_n == small.dq_block_n && big.dq_stages == small.dq_stages;
+  return run_bwd_pipeline<Element, kHeadDim>(p, stream, [&](const BwdKernelParams& kp) {
+    if constexpr (!kSameTiles) {
+      return small_smem ? launch_bwd_tiles<Element, kHeadDim, true>(kp, stream)
+                        : launch_bwd_tiles<Element, kHeadDim, false>(kp, stream);
+    } else {
+      return launch_bwd_tiles<Element, kHeadDim, false>(kp, stream);
+    }
+  });
 }
 
 }  // namespace flashattn_cu::sm80

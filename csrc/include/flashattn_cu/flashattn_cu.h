@@ -102,6 +102,14 @@ size_t bwd_workspace_bytes(const BwdParams& params);
 // Backward: writes dq, dk, dv. Asynchronous on `stream`; never synchronizes.
 Status bwd(const BwdParams& params, cudaStream_t stream);
 
+// Which kernel family the entry points may pick. kAuto: the fastest one built for the device
+// (the sm_90a wgmma backward on compute capability 9.0 for the head dims it covers, else the
+// mma.sync sm80 kernels); kSm80: always the sm80 kernels, for tests and comparisons.
+// Process-wide; takes effect at the next call.
+enum class KernelPath : int { kAuto = 0, kSm80 = 1 };
+void set_kernel_path(KernelPath path);
+KernelPath kernel_path();
+
 // Compute capabilities this build has machine code for (e.g. 80, 90), and whether PTX for
 // newer GPUs is embedded. Filled into `out` (up to `max`); returns how many.
 int built_archs(int* out, int max);

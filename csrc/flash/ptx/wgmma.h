@@ -1,0 +1,142 @@
+// Warpgroup MMA (wgmma, sm_90a): the Hopper tensor-core instructions, issued by the 128 threads of
+// a warpgroup (4 consecutive warps, the first one's index a multiple of 4), asynchronous.
+//
+// Protocol (PTX ISA, "asynchronous warpgroup level matrix multiply"):
+//   wgmma_fence()   before the first wgmma of a batch whenever other instructions wrote its
+//                   accumulator or A registers since the last wgmma;
+//   wgmma_*()       issue; wgmma_commit() closes a group; wgmma_wait<N>() waits until at most N
+//                   groups are in flight. Registers of an in-flight wgmma are not to be touched.
+//   fence_operand() after a wait: keeps the compiler from moving reads of the accumulator above it.
+// Shared memory written by ordinary stores and read next by wgmma needs fence_proxy_async_shared()
+// in the writing threads before the barrier that publishes it.
+//
+// Accumulator layout of m64nN (fp32): thread `lane` of warp w of the warpgroup holds
+//   d[nt][hr * 2 + e] = row 16 w + lane / 4 + 8 hr, column 8 nt + 2 (lane % 4) + e,
+// i.e. each warp owns 16 rows laid out like the mma.sync m16n8 C fragment, and an A operand from
+// registers (m64k16, 16-bit) is the mma.sync m16n8k16 A fragment of the warp's 16 rows.
+//
+// Shared-memory operands use one layout, "sw128": a [rows][cols] 16-bit tile is stored as atoms
+// of 64 columns (128 bytes per row), atom after atom; inside an atom, row r's 16-byte chunk c sits
+// at chunk c ^ (r % 8) (the 128-byte swizzle), atoms 1024-byte aligned. The same tile is read
+// K-major (cols = K) or MN-major (cols = M or N), see sw128_desc_k_major / _mn_major.
+#pragma once
+
+#include <cstdint>
+
+#include "arch.h"
+
+namespace flashattn_cu::ptx {
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a sw128 tile of kRows rows.
+template <int kRows>
+__host__ __device__ __forceinline__ constexpr uint32_t sw128_offset(int row, int chunk) {
+  return static_cast<uint32_t>((chunk / 8) * (kRows * 128) + row * 128 +
+                               (((chunk % 8) ^ (row % 8)) * 16));
+}
+
+// Matrix descriptor (PTX "matrix descriptor format"): start address, leading- and stride-dimension
+// byte offsets (all >> 4), swizzle mode 1 = 128-byte.
+FLASHATTN_CU_DEVICE uint64_t smem_desc(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) |
+         (static_cast<uint64_t>(lbo_bytes >> 4) << 16) |
+         (static_cast<uint64_t>(sbo_bytes >> 4) << 32) | (1ull << 62);
+}
+
+// K-major view of a sw128 tile (cols = K): the 64 (M or N) x 16 (K) slab starting at row `row0`,
+// k-step `ks` (columns 16 ks ..). Core-matrix groups of 8 rows are 1024 bytes apart; inside an atom
+// the k-step moves the start by 32 bytes (the swizzle is applied to the final address).
+template <int kRows>
+FLASHATTN_CU_DEVICE uint64_t sw128_desc_k_major(uint32_t tile, int row0, int ks) {
+  return smem_desc(tile + (ks / 4) * (kRows * 128) + row0 * 128 + (ks % 4) * 32, 16, 1024);
+}
+
+// MN-major view of a sw128 tile (rows = K, cols = M or N): k-step `kk` (rows 16 kk ..), columns
+// from `col0` on. The next 64 columns are one atom (kRows * 128 bytes) further (leading offset),
+// the next 8 rows 1024 bytes (stride offset).
+template <int kRows>
+FLASHATTN_CU_DEVICE uint64_t sw128_desc_mn_major(uint32_t tile, int kk, int col0) {
+  return smem_desc(tile + kk * 16 * 128 + (col0 / 64) * (kRows * 128) + (col0 % 64) * 2,
+                   kRows * 128, 1024);
+}
+
+FLASHATTN_CU_DEVICE void wgmma_fence() {
+#if FLASHATTN_CU_SM90A
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#else
+  unsupported_arch();
+#endif
+}
+
+FLASHATTN_CU_DEVICE void wgmma_commit() {
+#if FLASHATTN_CU_SM90A
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#else
+  unsupported_arch();
+#endif
+}
+
+template <int kPending>
+FLASHATTN_CU_DEVICE void wgmma_wait() {
+#if FLASHATTN_CU_SM90A
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+#else
+  unsupported_arch();
+#endif
+}
+
+template <int kRows, int kCols>
+FLASHATTN_CU_DEVICE void fence_operand(float (&d)[kRows][kCols]) {
+#pragma unroll
+  for (int i = 0; i < kRows; ++i)
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) asm volatile("" : "+f"(d[i][j])::"memory");
+}
+
+FLASHATTN_CU_DEVICE void fence_proxy_async_shared() {
+#if FLASHATTN_CU_SM90_OR_NEWER
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#else
+  unsupported_arch();
+#endif
+}
+
+// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32).
+FLASHATTN_CU_DEVICE void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+#if FLASHATTN_CU_SM90A
+#include "wgmma_ops.h"
+#endif
+
+// d (m64 x kN) (+)= A (m64 x k16, shared, kTransA: MN-major) * B (k16 x kN, shared).
+template <int kN, bool kBf16, int kTransA, int kTransB>
+FLASHATTN_CU_DEVICE void wgmma_ss(float (&d)[kN / 8][4], uint64_t desc_a, uint64_t desc_b,
+                                  int scale_d) {
+#if FLASHATTN_CU_SM90A
+  static_assert(kN == 32 || kN == 64 || kN == 128 || kN == 256, "generated N (gen_wgmma.py)");
+  if constexpr (kN == 32) wgmma_ss_m64n32k16<kBf16, kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+  if constexpr (kN == 64) wgmma_ss_m64n64k16<kBf16, kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+  if constexpr (kN == 128) wgmma_ss_m64n128k16<kBf16, kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+  if constexpr (kN == 256) wgmma_ss_m64n256k16<kBf16, kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+#else
+  unsupported_arch();
+#endif
+}
+
+// d (m64 x kN) (+)= A (registers, mma.sync A fragments of each warp's 16 rows) * B (shared).
+template <int kN, bool kBf16, int kTransB>
+FLASHATTN_CU_DEVICE void wgmma_rs(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t desc_b,
+                                  int scale_d) {
+#if FLASHATTN_CU_SM90A
+  static_assert(kN == 32 || kN == 64 || kN == 128 || kN == 256, "generated N (gen_wgmma.py)");
+  if constexpr (kN == 32) wgmma_rs_m64n32k16<kBf16, kTransB>(d, a, desc_b, scale_d);
+  if constexpr (kN == 64) wgmma_rs_m64n64k16<kBf16, kTransB>(d, a, desc_b, scale_d);
+  if constexpr (kN == 128) wgmma_rs_m64n128k16<kBf16, kTransB>(d, a, desc_b, scale_d);
+  if constexpr (kN == 256) wgmma_rs_m64n256k16<kBf16, kTransB>(d, a, desc_b, scale_d);
+#else
+  unsupported_arch();
+#endif
+}
+
+}  // namespace flashattn_cu::ptx

@@ -1,0 +1,39 @@
+// Host side of the sm90a backward: the sm80 pipeline (preprocess, postprocess, deterministic dQ
+// kernel, workspace) around the wgmma main kernel.
+#pragma once
+
+#include <climits>
+
+#include "../sm80/bwd_launch.h"
+#include "../tiles.h"
+#include "bwd_kernel.h"
+#include "launch.h"
+
+namespace flashattn_cu::sm90 {
+
+template <typename Element, int kHeadDim>
+Status run_bwd(const BwdParams& p, cudaStream_t stream) {
+  constexpr BwdTileSm90 tile = bwd_tile_sm90(kHeadDim);
+  using Traits = BwdTraits<kHeadDim, tile.block_m>;
+  static_assert(Traits::kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
+  return sm80::run_bwd_pipeline<Element, kHeadDim>(p, stream, [&](const BwdKernelParams& kp) {
+    const int64_t blocks = static_cast<int64_t>(ceil_div(p.seqlen_k, Traits::kBlockN)) *
+                           p.batch * p.num_heads_k * kp.kv_splits;
+    if (blocks > INT_MAX) return Status::kInvalidArgument;
+    if (blocks > 0) {
+      auto kernel = bwd_kernel<Element, Traits>;
+      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               Traits::kSmemBytes) != cudaSuccess) {
+        return sm80::launch_status();
+      }
+      kernel<<<static_cast<unsigned>(blocks), Traits::kNThreads, Traits::kSmemBytes, stream>>>(
+          kp);
+      const Status st = sm80::launch_status();
+      if (st != Status::kSuccess) return st;
+    }
+    if (!p.deterministic) return Status::kSuccess;
+    return sm80::launch_bwd_dq_for<Element, kHeadDim, false>(kp, stream);
+  });
+}
+
+}  // namespace flashattn_cu::sm90
