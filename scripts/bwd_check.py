@@ -41,7 +41,7 @@ def case(path, dtype, d, sq, sk, h, hk, causal, deterministic=False):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--dims", default="64,128")
+    ap.add_argument("--dims", default="64,128,256")
     ap.add_argument("--paths", default="auto,sm80")
     args = ap.parse_args()
     bad = 0

@@ -136,18 +136,22 @@ __host__ __device__ constexpr int bwd_dq_smem_bytes(BwdTile tile, int head_dim) 
   return (2 * tile.dq_block_m + 2 * tile.dq_stages * tile.dq_block_n) * (head_dim + 8) * 2;
 }
 
-// sm90a backward (sm90/bwd_kernel.h): 128 keys per block in two warpgroups of 64, kBlockM queries
-// per step. A warpgroup thread holds dK + dV (d fp32 registers) and S^T + dP^T (kBlockM), so
-// d + kBlockM <= 192 as on sm80. Head dims without a sm90 instance use the sm80 kernels.
+// sm90a backward. Register path (sm90/bwd_kernel.h): 128 keys per block in two warpgroups of
+// 64, kBlockM queries per step; a thread holds dK + dV (d fp32 registers) and S^T + dP^T
+// (kBlockM), so d + kBlockM <= 192 as on sm80. Split path (sm90/bwd_split_kernel.h, d = 256):
+// 64 keys per block, warpgroup 0 computes S^T and warpgroup 1 dP^T, each owns half of the dK/dV
+// columns. Head dims without an sm90 instance use the sm80 kernels.
 struct BwdTileSm90 {
   bool supported;
+  bool split;
   int block_m;
 };
 
 __host__ __device__ constexpr BwdTileSm90 bwd_tile_sm90(int head_dim) {
-  if (head_dim == 64) return BwdTileSm90{true, 64};
-  if (head_dim == 128) return BwdTileSm90{true, 64};
-  return BwdTileSm90{false, 0};
+  if (head_dim == 64) return BwdTileSm90{true, false, 64};
+  if (head_dim == 128) return BwdTileSm90{true, false, 64};
+  if (head_dim == 256) return BwdTileSm90{true, true, 64};
+  return BwdTileSm90{false, false, 0};
 }
 
 }  // namespace flashattn_cu

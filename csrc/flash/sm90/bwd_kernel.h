@@ -33,15 +33,11 @@
 #include "../common/mask.h"
 #include "../common/numeric.h"
 #include "../ptx/atomic.h"
-#include "../ptx/cp_async.h"
-#include "../ptx/ldmatrix.h"
 #include "../ptx/math.h"
 #include "../ptx/wgmma.h"
-#include "../sm80/bwd_params.h"
+#include "bwd_common.h"
 
 namespace flashattn_cu::sm90 {
-
-using sm80::BwdKernelParams;
 
 template <int kHeadDim_, int kBlockM_>
 struct BwdTraits {
@@ -73,23 +69,6 @@ struct BwdTraits {
   static_assert(sm80::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
 };
 
-// Copies a kRows x head_dim tile into a sw128 tile with cp.async; rows >= rows_valid and columns
-// >= head_dim are zero-filled.
-template <int kRows, int kChunks, int kThreads, typename Element>
-__device__ __forceinline__ void load_tile_sw128(uint32_t smem, const Element* gmem,
-                                                int64_t row_stride, int rows_valid, int head_dim,
-                                                int tid) {
-  static_assert((kRows * kChunks) % kThreads == 0, "whole passes");
-#pragma unroll
-  for (int i = 0; i < kRows * kChunks / kThreads; ++i) {
-    const int idx = tid + i * kThreads;
-    const int r = idx / kChunks, c = idx % kChunks;
-    const bool valid = r < rows_valid && c * 8 < head_dim;
-    const Element* src = gmem + r * row_stride + c * 8;
-    ptx::cp_async_16_zfill(smem + ptx::sw128_offset<kRows>(r, c), valid ? src : gmem, valid);
-  }
-}
-
 template <typename Element, typename Traits>
 __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_raw) {
   using Ops = ElementOps<Element>;
@@ -101,34 +80,9 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wg = warp / 4;  // warpgroup: keys wg * 64 ..
-  const int g = lane / 4, t = lane % 4;
+  const int t = lane % 4;
   const int warp_key0 = warp * 16;  // this warp's 16 keys (rows of S^T, dK, dV)
-
-  // Block -> (batch, kv head, head split, key block), key block fastest (as sm80).
-  const int num_n = ceil_div(p.seqlen_k, kBlockN);
-  int rest = static_cast<int>(blockIdx.x);
-  const int n_block = rest % num_n;
-  rest /= num_n;
-  const int hsplit = rest % kp.kv_splits;
-  rest /= kp.kv_splits;
-  const int head_k = rest % p.num_heads_k;
-  const int batch = rest / p.num_heads_k;
-  const int head_first = head_k * (p.num_heads / p.num_heads_k) + hsplit * kp.heads_per_split;
-  const int n_start = n_block * kBlockN;
-  const int keys_valid = min(kBlockN, p.seqlen_k - n_start);
-
-  const int num_m = ceil_div(p.seqlen_q, kBlockM);
-  int m_begin = 0;
-  int m_masked_end = keys_valid < kBlockN ? num_m : 0;
-  if (p.is_causal) {
-    const int shift = p.seqlen_k - p.seqlen_q;
-    const int first_row = n_start - shift;
-    const int full_row = n_start + keys_valid - 1 - shift;
-    m_begin = first_row <= 0 ? 0 : min(num_m, first_row / kBlockM);
-    m_masked_end = max(m_masked_end, full_row <= 0 ? 0 : min(num_m, ceil_div(full_row, kBlockM)));
-  }
-  const int m_count = num_m - m_begin;
-  const int total = kp.heads_per_split * m_count;
+  const BwdWork w = bwd_work<kBlockM, kBlockN>(kp);
 
   const uint32_t s_base = (ptx::smem_u32(smem_raw) + 1023u) & ~1023u;
   char* smem = smem_raw + (s_base - ptx::smem_u32(smem_raw));
@@ -136,37 +90,9 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
   const uint32_t sQ = s_base + Traits::kOffQ, sDO = s_base + Traits::kOffDO;
   const uint32_t sDS = s_base + Traits::kOffDS;
 
-  const Element* q_bh = static_cast<const Element*>(p.q) + batch * p.q_batch_stride;
-  const Element* do_bh = static_cast<const Element*>(p.dout) + batch * p.do_batch_stride;
-  auto load_query_block = [&](int head, int m, int stage) {
-    const int row0 = m * kBlockM;
-    load_tile_sw128<kBlockM, Traits::kChunks, kThreads>(
-        sQ + stage * Traits::kQBytes, q_bh + head * p.q_head_stride + row0 * p.q_row_stride,
-        p.q_row_stride, p.seqlen_q - row0, p.head_dim, tid);
-    load_tile_sw128<kBlockM, Traits::kChunks, kThreads>(
-        sDO + stage * Traits::kQBytes, do_bh + head * p.do_head_stride + row0 * p.do_row_stride,
-        p.do_row_stride, p.seqlen_q - row0, p.head_dim, tid);
-    const int64_t ws_row0 = (static_cast<int64_t>(batch) * p.num_heads + head) * kp.rows + row0;
-    if (tid < kBlockM / 4) {
-      ptx::cp_async_16_zfill(s_base + Traits::kOffLse + (stage * kBlockM + tid * 4) * 4,
-                             kp.lse_log2 + ws_row0 + tid * 4, true);
-    } else if (tid < kBlockM / 2) {
-      const int c = tid - kBlockM / 4;
-      ptx::cp_async_16_zfill(s_base + Traits::kOffD + (stage * kBlockM + c * 4) * 4,
-                             kp.dpsum + ws_row0 + c * 4, true);
-    }
-  };
-
-  if (total > 0) {
-    const Element* k = static_cast<const Element*>(p.k) + batch * p.k_batch_stride +
-                       head_k * p.k_head_stride + n_start * p.k_row_stride;
-    const Element* v = static_cast<const Element*>(p.v) + batch * p.v_batch_stride +
-                       head_k * p.v_head_stride + n_start * p.v_row_stride;
-    load_tile_sw128<kBlockN, Traits::kChunks, kThreads>(sK, k, p.k_row_stride, keys_valid,
-                                                        p.head_dim, tid);
-    load_tile_sw128<kBlockN, Traits::kChunks, kThreads>(sV, v, p.v_row_stride, keys_valid,
-                                                        p.head_dim, tid);
-    load_query_block(head_first, m_begin, 0);
+  if (w.total > 0) {
+    load_kv<Traits, Element>(kp, w, s_base, tid);
+    load_query_block<Traits, Element>(kp, w, s_base, w.head_first, w.m_begin, 0, tid);
     ptx::cp_async_commit();
   }
 
@@ -178,22 +104,22 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
 
   const bool compute_dq = !p.deterministic;
   const float scale_log2 = kp.scale_log2;
-  int head = head_first, m = m_begin;
+  int head = w.head_first, m = w.m_begin;
 
 #pragma unroll 1
-  for (int it = 0; it < total; ++it) {
+  for (int it = 0; it < w.total; ++it) {
     const int stage = it & 1;
     int next_head = head, next_m = m + 1;
-    if (next_m == num_m) {
-      next_m = m_begin;
+    if (next_m == w.num_m) {
+      next_m = w.m_begin;
       ++next_head;
     }
 
     ptx::cp_async_wait<0>();
     ptx::fence_proxy_async_shared();  // this thread's cp.async data is read by wgmma next
     __syncthreads();                  // all of it landed; every warpgroup finished the last step
-    if (it + 1 < total) {
-      load_query_block(next_head, next_m, stage ^ 1);
+    if (it + 1 < w.total) {
+      load_query_block<Traits, Element>(kp, w, s_base, next_head, next_m, stage ^ 1, tid);
       ptx::cp_async_commit();
     }
     const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
@@ -219,8 +145,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
     ptx::wgmma_wait<1>();
     ptx::fence_operand(acc_s);
 
-    if (m < m_masked_end) {
-      mask_scores_transposed(acc_s, n_start + warp_key0, m * kBlockM, p.seqlen_q, p.seqlen_k,
+    if (m < w.m_masked_end) {
+      mask_scores_transposed(acc_s, w.n_start + warp_key0, m * kBlockM, p.seqlen_q, p.seqlen_k,
                              p.is_causal, lane);
     }
 #pragma unroll
@@ -232,18 +158,11 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
         acc_s[nt][hr * 2 + 1] = ptx::ex2_approx(fmaf(acc_s[nt][hr * 2 + 1], scale_log2, -lse.y));
       }
     }
-    // 16-bit A fragments of k-step kk (queries 16 kk ..) from C tiles 2kk, 2kk + 1.
-    auto pack_a = [](const float (&c)[kQTiles][4], int kk, uint32_t (&a)[4]) {
-      a[0] = Ops::pack(c[2 * kk][0], c[2 * kk][1]);
-      a[1] = Ops::pack(c[2 * kk][2], c[2 * kk][3]);
-      a[2] = Ops::pack(c[2 * kk + 1][0], c[2 * kk + 1][1]);
-      a[3] = Ops::pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
-    };
 
     // dV += P^T dO: B = dO rows of k-step kk, MN-major (n = d).
     uint32_t p16[kBlockM / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a(acc_s, kk, p16[kk]);
+    for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_s, kk, p16[kk]);
     ptx::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
@@ -269,20 +188,12 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
     }
     uint32_t ds16[kBlockM / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a(acc_dp, kk, ds16[kk]);
+    for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_dp, kk, ds16[kk]);
     if (compute_dq) {
-      // dS^T to shared memory [key][query] (sw128, kBlockN rows): a0 = (key g, queries 16kk +
-      // 2t..), a1 = key g + 8, a2 = queries + 8, a3 = both.
+      // dS^T to shared memory [key][query] (sw128, kBlockN rows).
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int row = warp_key0 + g + (j % 2) * 8;
-          const int col = kk * 16 + (j / 2) * 8 + 2 * t;
-          *reinterpret_cast<uint32_t*>(smem + Traits::kOffDS +
-                                       ptx::sw128_offset<kBlockN>(row, col / 8) + (col % 8) * 2) =
-              ds16[kk][j];
-        }
+        store_a_frag_sw128<kBlockN>(smem + Traits::kOffDS, warp_key0, kk * 16, ds16[kk], lane);
       }
       // Published before dK is issued: the proxy fence waits for this thread's wgmmas in flight
       // (only dV here), so dK and dQ can then run back to back.
@@ -317,8 +228,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
       for (int mt = 0; mt < Traits::kDqMTiles; ++mt) ptx::fence_operand(acc_dq[mt]);
       // Row (query) mt * 64 + (warp % 4) * 16 + g + 8 hr, column wg * kDqCols + 8 nt + 2t + e.
       float* dq_rows = kp.dq_accum +
-                       ((static_cast<int64_t>(batch) * p.num_heads + head) * kp.rows +
-                        m * kBlockM + (warp % 4) * 16 + g) * kHeadDim +
+                       ((static_cast<int64_t>(w.batch) * p.num_heads + head) * kp.rows +
+                        m * kBlockM + (warp % 4) * 16 + lane / 4) * kHeadDim +
                        wg * kDqCols + 2 * t;
 #pragma unroll
       for (int mt = 0; mt < Traits::kDqMTiles; ++mt)
@@ -339,60 +250,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
   ptx::fence_operand(acc_dv);
 
   // dK = softmax_scale * dS^T Q (the scale of S was left out of dS), dV as accumulated.
-  const float scale = p.softmax_scale;
-  if (kp.kv_splits == 1) {
-    // Stage both tiles in Element precision over sK / sV (sw128 layout), then 16-byte stores.
-    __syncthreads();  // every warpgroup is done reading K and V
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int row = warp_key0 + g + hr * 8;
-#pragma unroll
-      for (int i = 0; i < kColTiles; ++i) {
-        const uint32_t off = ptx::sw128_offset<kBlockN>(row, i) + t * 4;
-        *reinterpret_cast<uint32_t*>(smem + Traits::kOffK + off) =
-            Ops::pack(acc_dk[i][hr * 2] * scale, acc_dk[i][hr * 2 + 1] * scale);
-        *reinterpret_cast<uint32_t*>(smem + Traits::kOffV + off) =
-            Ops::pack(acc_dv[i][hr * 2], acc_dv[i][hr * 2 + 1]);
-      }
-    }
-    __syncthreads();
-    Element* dk = static_cast<Element*>(p.dk) + batch * p.dk_batch_stride +
-                  head_k * p.dk_head_stride + n_start * p.dk_row_stride;
-    Element* dv = static_cast<Element*>(p.dv) + batch * p.dv_batch_stride +
-                  head_k * p.dv_head_stride + n_start * p.dv_row_stride;
-    constexpr int kTotal = kBlockN * Traits::kChunks;
-#pragma unroll
-    for (int i = 0; i < kTotal / kThreads; ++i) {
-      const int idx = tid + i * kThreads;
-      const int r = idx / Traits::kChunks, c = idx % Traits::kChunks;
-      if (r < keys_valid && c * 8 < p.head_dim) {
-        const uint32_t off = ptx::sw128_offset<kBlockN>(r, c);
-        *reinterpret_cast<uint4*>(dk + r * p.dk_row_stride + c * 8) =
-            *reinterpret_cast<const uint4*>(smem + Traits::kOffK + off);
-        *reinterpret_cast<uint4*>(dv + r * p.dv_row_stride + c * 8) =
-            *reinterpret_cast<const uint4*>(smem + Traits::kOffV + off);
-      }
-    }
-  } else {
-    // fp32 partial sums of this head split, [split][batch][head_k][key][d] (as sm80).
-    const int64_t part_row0 =
-        ((static_cast<int64_t>(hsplit) * p.batch + batch) * p.num_heads_k + head_k) *
-            p.seqlen_k + n_start;
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int row = warp_key0 + g + hr * 8;
-      if (row < keys_valid) {
-        const int64_t off = (part_row0 + row) * kHeadDim + 2 * t;
-#pragma unroll
-        for (int i = 0; i < kColTiles; ++i) {
-          *reinterpret_cast<float2*>(kp.dk_part + off + i * 8) =
-              make_float2(acc_dk[i][hr * 2] * scale, acc_dk[i][hr * 2 + 1] * scale);
-          *reinterpret_cast<float2*>(kp.dv_part + off + i * 8) =
-              make_float2(acc_dv[i][hr * 2], acc_dv[i][hr * 2 + 1]);
-        }
-      }
-    }
-  }
+  store_dkdv<Element, Traits, kColTiles>(kp, w, smem, acc_dk, acc_dv, warp_key0, 0, tid);
 }
 
 template <typename Element, typename Traits>

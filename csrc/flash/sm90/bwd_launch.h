@@ -3,25 +3,38 @@
 #pragma once
 
 #include <climits>
+#include <type_traits>
 
 #include "../sm80/bwd_launch.h"
 #include "../tiles.h"
 #include "bwd_kernel.h"
+#include "bwd_split_kernel.h"
 #include "launch.h"
 
 namespace flashattn_cu::sm90 {
 
+template <typename Element, typename Traits, bool kSplit>
+constexpr auto main_kernel() {
+  if constexpr (kSplit) {
+    return bwd_split_kernel<Element, Traits>;
+  } else {
+    return bwd_kernel<Element, Traits>;
+  }
+}
+
 template <typename Element, int kHeadDim>
 Status run_bwd(const BwdParams& p, cudaStream_t stream) {
   constexpr BwdTileSm90 tile = bwd_tile_sm90(kHeadDim);
-  using Traits = BwdTraits<kHeadDim, tile.block_m>;
+  static_assert(tile.supported, "no sm90 backward tile for this head dim");
+  using Traits = std::conditional_t<tile.split, BwdSplitTraits<kHeadDim, tile.block_m>,
+                                    BwdTraits<kHeadDim, tile.block_m>>;
   static_assert(Traits::kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
   return sm80::run_bwd_pipeline<Element, kHeadDim>(p, stream, [&](const BwdKernelParams& kp) {
     const int64_t blocks = static_cast<int64_t>(ceil_div(p.seqlen_k, Traits::kBlockN)) *
                            p.batch * p.num_heads_k * kp.kv_splits;
     if (blocks > INT_MAX) return Status::kInvalidArgument;
     if (blocks > 0) {
-      auto kernel = bwd_kernel<Element, Traits>;
+      auto kernel = main_kernel<Element, Traits, tile.split>();
       if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                Traits::kSmemBytes) != cudaSuccess) {
         return sm80::launch_status();

@@ -1,0 +1,235 @@
+// Pieces shared by the two sm90a backward main kernels (bwd_kernel.h: register path, d <= 128;
+// bwd_split_kernel.h: d = 256): the block's work, tile loads into sw128 shared memory, the dK/dV
+// epilogue. A Traits type provides kHeadDim, kBlockM, kBlockN, kChunks, kNThreads, kQBytes and
+// the shared-memory offsets kOffK, kOffV, kOffQ, kOffDO, kOffLse, kOffD (two stages of Q, dO,
+// lse, D).
+#pragma once
+
+#include <cstdint>
+
+#include "flashattn_cu/flashattn_cu.h"
+
+#include "../common/numeric.h"
+#include "../ptx/cp_async.h"
+#include "../ptx/ldmatrix.h"
+#include "../ptx/wgmma.h"
+#include "../sm80/bwd_params.h"
+
+namespace flashattn_cu::sm90 {
+
+using sm80::BwdKernelParams;
+
+// Copies a kRows x head_dim tile into a sw128 tile with cp.async; rows >= rows_valid and columns
+// >= head_dim are zero-filled.
+template <int kRows, int kChunks, int kThreads, typename Element>
+__device__ __forceinline__ void load_tile_sw128(uint32_t smem, const Element* gmem,
+                                                int64_t row_stride, int rows_valid, int head_dim,
+                                                int tid) {
+  static_assert((kRows * kChunks) % kThreads == 0, "whole passes");
+#pragma unroll
+  for (int i = 0; i < kRows * kChunks / kThreads; ++i) {
+    const int idx = tid + i * kThreads;
+    const int r = idx / kChunks, c = idx % kChunks;
+    const bool valid = r < rows_valid && c * 8 < head_dim;
+    const Element* src = gmem + r * row_stride + c * 8;
+    ptx::cp_async_16_zfill(smem + ptx::sw128_offset<kRows>(r, c), valid ? src : gmem, valid);
+  }
+}
+
+// What one thread block does: kBlockN keys of (batch, head_k), query heads head_first .. +
+// heads_per_split, query blocks [m_begin, num_m) of each; blocks below m_masked_end need the mask
+// (a key past seqlen_k in the block, or a row missing a key on the causal diagonal). Block index
+// -> (batch, kv head, head split, key block), the key block fastest: blocks reading the same
+// Q/dO run together and share them through L2.
+struct BwdWork {
+  int batch, head_k, hsplit, head_first;
+  int n_start, keys_valid;
+  int num_m, m_begin, m_masked_end;
+  int total;  // steps: heads_per_split * (num_m - m_begin)
+};
+
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ BwdWork bwd_work(const BwdKernelParams& kp) {
+  const BwdParams& p = kp.p;
+  BwdWork w;
+  const int num_n = ceil_div(p.seqlen_k, kBlockN);
+  int rest = static_cast<int>(blockIdx.x);
+  const int n_block = rest % num_n;
+  rest /= num_n;
+  w.hsplit = rest % kp.kv_splits;
+  rest /= kp.kv_splits;
+  w.head_k = rest % p.num_heads_k;
+  w.batch = rest / p.num_heads_k;
+  w.head_first = w.head_k * (p.num_heads / p.num_heads_k) + w.hsplit * kp.heads_per_split;
+  w.n_start = n_block * kBlockN;
+  w.keys_valid = min(kBlockN, p.seqlen_k - w.n_start);
+  w.num_m = ceil_div(p.seqlen_q, kBlockM);
+  w.m_begin = 0;
+  w.m_masked_end = w.keys_valid < kBlockN ? w.num_m : 0;
+  if (p.is_causal) {
+    const int shift = p.seqlen_k - p.seqlen_q;
+    const int first_row = w.n_start - shift;                     // first query seeing key n_start
+    const int full_row = w.n_start + w.keys_valid - 1 - shift;   // first query seeing every key
+    w.m_begin = first_row <= 0 ? 0 : min(w.num_m, first_row / kBlockM);
+    w.m_masked_end = max(w.m_masked_end,
+                         full_row <= 0 ? 0 : min(w.num_m, ceil_div(full_row, kBlockM)));
+  }
+  w.total = kp.heads_per_split * (w.num_m - w.m_begin);
+  return w;
+}
+
+// Issues the cp.async loads of K and V of the block (no commit).
+template <typename Traits, typename Element>
+__device__ __forceinline__ void load_kv(const BwdKernelParams& kp, const BwdWork& w,
+                                        uint32_t s_base, int tid) {
+  const BwdParams& p = kp.p;
+  const Element* k = static_cast<const Element*>(p.k) + w.batch * p.k_batch_stride +
+                     w.head_k * p.k_head_stride + w.n_start * p.k_row_stride;
+  const Element* v = static_cast<const Element*>(p.v) + w.batch * p.v_batch_stride +
+                     w.head_k * p.v_head_stride + w.n_start * p.v_row_stride;
+  load_tile_sw128<Traits::kBlockN, Traits::kChunks, Traits::kNThreads>(
+      s_base + Traits::kOffK, k, p.k_row_stride, w.keys_valid, p.head_dim, tid);
+  load_tile_sw128<Traits::kBlockN, Traits::kChunks, Traits::kNThreads>(
+      s_base + Traits::kOffV, v, p.v_row_stride, w.keys_valid, p.head_dim, tid);
+}
+
+// Issues the cp.async loads of (query head `head`, query block m) into buffer `stage`: Q, dO,
+// and the lse_log2 / D rows (padded in the workspace, so whole 16-byte chunks; no commit).
+template <typename Traits, typename Element>
+__device__ __forceinline__ void load_query_block(const BwdKernelParams& kp, const BwdWork& w,
+                                                 uint32_t s_base, int head, int m, int stage,
+                                                 int tid) {
+  constexpr int kBlockM = Traits::kBlockM;
+  const BwdParams& p = kp.p;
+  const int row0 = m * kBlockM;
+  const Element* q = static_cast<const Element*>(p.q) + w.batch * p.q_batch_stride +
+                     head * p.q_head_stride + row0 * p.q_row_stride;
+  const Element* dout = static_cast<const Element*>(p.dout) + w.batch * p.do_batch_stride +
+                        head * p.do_head_stride + row0 * p.do_row_stride;
+  load_tile_sw128<kBlockM, Traits::kChunks, Traits::kNThreads>(
+      s_base + Traits::kOffQ + stage * Traits::kQBytes, q, p.q_row_stride, p.seqlen_q - row0,
+      p.head_dim, tid);
+  load_tile_sw128<kBlockM, Traits::kChunks, Traits::kNThreads>(
+      s_base + Traits::kOffDO + stage * Traits::kQBytes, dout, p.do_row_stride,
+      p.seqlen_q - row0, p.head_dim, tid);
+  const int64_t ws_row0 = (static_cast<int64_t>(w.batch) * p.num_heads + head) * kp.rows + row0;
+  if (tid < kBlockM / 4) {
+    ptx::cp_async_16_zfill(s_base + Traits::kOffLse + (stage * kBlockM + tid * 4) * 4,
+                           kp.lse_log2 + ws_row0 + tid * 4, true);
+  } else if (tid < kBlockM / 2) {
+    const int c = tid - kBlockM / 4;
+    ptx::cp_async_16_zfill(s_base + Traits::kOffD + (stage * kBlockM + c * 4) * 4,
+                           kp.dpsum + ws_row0 + c * 4, true);
+  }
+}
+
+// Stores an A-fragment quadruple of a 16-row x 16-column slab of a [row][col] sw128 tile of
+// kRows rows (16-bit pairs): a0 = (row g, cols 2t..), a1 = row g + 8, a2 = cols + 8, a3 = both.
+template <int kRows>
+__device__ __forceinline__ void store_a_frag_sw128(char* tile, int row0, int col0,
+                                                   const uint32_t (&a)[4], int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int row = row0 + g + (j % 2) * 8;
+    const int col = col0 + (j / 2) * 8 + 2 * t;
+    *reinterpret_cast<uint32_t*>(tile + ptx::sw128_offset<kRows>(row, col / 8) + (col % 8) * 2) =
+        a[j];
+  }
+}
+
+// Loads what store_a_frag_sw128 stored (same thread layout).
+template <int kRows>
+__device__ __forceinline__ void load_a_frag_sw128(const char* tile, int row0, int col0,
+                                                  uint32_t (&a)[4], int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int row = row0 + g + (j % 2) * 8;
+    const int col = col0 + (j / 2) * 8 + 2 * t;
+    a[j] = *reinterpret_cast<const uint32_t*>(tile + ptx::sw128_offset<kRows>(row, col / 8) +
+                                              (col % 8) * 2);
+  }
+}
+
+// dK = softmax_scale * (dS^T Q) and dV of the block, from accumulators laid out as wgmma C
+// fragments: acc[i][hr * 2 + e] = key row0 + g + 8 hr, column col0 + 8 i + 2t + e. With one
+// head split: staged in Element precision over sK / sV, then 16-byte row stores; otherwise fp32
+// partial sums [split][batch][head_k][key][d] for the postprocess to add in order.
+template <typename Element, typename Traits, int kColTiles>
+__device__ __forceinline__ void store_dkdv(const BwdKernelParams& kp, const BwdWork& w,
+                                           char* smem, const float (&acc_dk)[kColTiles][4],
+                                           const float (&acc_dv)[kColTiles][4], int row0,
+                                           int col0, int tid) {
+  using Ops = ElementOps<Element>;
+  constexpr int kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  const BwdParams& p = kp.p;
+  const int g = (tid % 32) / 4, t = tid % 4;
+  const float scale = p.softmax_scale;
+  if (kp.kv_splits == 1) {
+    __syncthreads();  // every warpgroup is done reading K and V
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = row0 + g + hr * 8;
+#pragma unroll
+      for (int i = 0; i < kColTiles; ++i) {
+        const uint32_t off = ptx::sw128_offset<kBlockN>(row, col0 / 8 + i) + t * 4;
+        *reinterpret_cast<uint32_t*>(smem + Traits::kOffK + off) =
+            Ops::pack(acc_dk[i][hr * 2] * scale, acc_dk[i][hr * 2 + 1] * scale);
+        *reinterpret_cast<uint32_t*>(smem + Traits::kOffV + off) =
+            Ops::pack(acc_dv[i][hr * 2], acc_dv[i][hr * 2 + 1]);
+      }
+    }
+    __syncthreads();
+    Element* dk = static_cast<Element*>(p.dk) + w.batch * p.dk_batch_stride +
+                  w.head_k * p.dk_head_stride + w.n_start * p.dk_row_stride;
+    Element* dv = static_cast<Element*>(p.dv) + w.batch * p.dv_batch_stride +
+                  w.head_k * p.dv_head_stride + w.n_start * p.dv_row_stride;
+    constexpr int kTotal = kBlockN * Traits::kChunks;
+    static_assert(kTotal % Traits::kNThreads == 0, "whole passes");
+#pragma unroll
+    for (int i = 0; i < kTotal / Traits::kNThreads; ++i) {
+      const int idx = tid + i * Traits::kNThreads;
+      const int r = idx / Traits::kChunks, c = idx % Traits::kChunks;
+      if (r < w.keys_valid && c * 8 < p.head_dim) {
+        const uint32_t off = ptx::sw128_offset<kBlockN>(r, c);
+        *reinterpret_cast<uint4*>(dk + r * p.dk_row_stride + c * 8) =
+            *reinterpret_cast<const uint4*>(smem + Traits::kOffK + off);
+        *reinterpret_cast<uint4*>(dv + r * p.dv_row_stride + c * 8) =
+            *reinterpret_cast<const uint4*>(smem + Traits::kOffV + off);
+      }
+    }
+  } else {
+    const int64_t part_row0 =
+        ((static_cast<int64_t>(w.hsplit) * p.batch + w.batch) * p.num_heads_k + w.head_k) *
+            p.seqlen_k + w.n_start;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = row0 + g + hr * 8;
+      if (row < w.keys_valid) {
+        const int64_t off = (part_row0 + row) * kHeadDim + col0 + 2 * t;
+#pragma unroll
+        for (int i = 0; i < kColTiles; ++i) {
+          *reinterpret_cast<float2*>(kp.dk_part + off + i * 8) =
+              make_float2(acc_dk[i][hr * 2] * scale, acc_dk[i][hr * 2 + 1] * scale);
+          *reinterpret_cast<float2*>(kp.dv_part + off + i * 8) =
+              make_float2(acc_dv[i][hr * 2], acc_dv[i][hr * 2 + 1]);
+        }
+      }
+    }
+  }
+}
+
+// 16-bit A fragments of k-step kk (columns 16 kk ..) from C tiles 2kk, 2kk + 1 (mma.sync and
+// wgmma share this register layout).
+template <typename Element, int kTiles>
+__device__ __forceinline__ void pack_a_frag(const float (&c)[kTiles][4], int kk,
+                                            uint32_t (&a)[4]) {
+  using Ops = ElementOps<Element>;
+  a[0] = Ops::pack(c[2 * kk][0], c[2 * kk][1]);
+  a[1] = Ops::pack(c[2 * kk][2], c[2 * kk][3]);
+  a[2] = Ops::pack(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+  a[3] = Ops::pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+}  // namespace flashattn_cu::sm90

@@ -1,0 +1,254 @@
+// FlashAttention backward on wgmma (sm_90a) for large head dims (d = 256): the split main kernel.
+//
+// At d = 256 a warpgroup cannot hold dK and dV of 64 keys (256 fp32 registers per thread), so the
+// two warpgroups of a block share 64 keys and split the work by operand instead of by keys:
+//   warpgroup 0: S^T  = K Q^T  (m64 keys x n kBlockM x k d)  -> P^T = exp2(..) -> P^T to smem
+//   warpgroup 1: dP^T = V dO^T (the same shape, at the same time) -> dS^T = P^T (dP^T - D),
+//                P^T read back from smem -> dS^T to smem
+//   both, columns 128 wg ..:  dV += P^T dO,  dK += dS^T Q,  dQ = dS K   (wgmma SS, n = 128)
+// so every GEMM is done once and each thread holds dK, dV (64 + 64) and dQ (64) fp32 registers.
+// P^T and dS^T live in sw128 [key][query] tiles: K-major A operands for dV/dK, MN-major A for
+// dQ. Semantics, workspace and padding conventions are those of bwd_kernel.h.
+//
+// One step (query block), barriers over the whole block:
+//   wait Q/dO/lse/D; fence.proxy.async; bar | issue next loads | wg0: S^T, wg1: dP^T; wait
+//   | wg0: mask, exp2, store P^T; fence.proxy.async | bar | wg0: dV (in flight)
+//   | wg1: read P^T, dS^T, store dS^T; fence.proxy.async | bar | wg1: dV; both: dK, dQ; wait all
+//   | red.global.add dQ
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "flashattn_cu/flashattn_cu.h"
+
+#include "../common/mask.h"
+#include "../common/numeric.h"
+#include "../ptx/atomic.h"
+#include "../ptx/math.h"
+#include "../ptx/wgmma.h"
+#include "bwd_common.h"
+
+namespace flashattn_cu::sm90 {
+
+template <int kHeadDim_, int kBlockM_>
+struct BwdSplitTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = 64;
+  static constexpr int kNThreads = 256;
+  static constexpr int kChunks = kHeadDim / 8;
+  static constexpr int kQTiles = kBlockM / 8;
+  static constexpr int kHalfCols = kHeadDim / 2;  // dK/dV/dQ columns per warpgroup
+  static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kPBytes = kBlockN * kBlockM * 2;
+  static constexpr int kOffK = 0;
+  static constexpr int kOffV = kOffK + kKVBytes;
+  static constexpr int kOffQ = kOffV + kKVBytes;
+  static constexpr int kOffDO = kOffQ + 2 * kQBytes;
+  static constexpr int kOffP = kOffDO + 2 * kQBytes;
+  static constexpr int kOffDS = kOffP + kPBytes;
+  static constexpr int kOffLse = kOffDS + kPBytes;
+  static constexpr int kOffD = kOffLse + 2 * kBlockM * 4;
+  static constexpr int kSmemBytes = kOffD + 2 * kBlockM * 4 + 1024;  // + alignment slack
+
+  static_assert(kHalfCols % 64 == 0, "each warpgroup owns whole 64-column atoms");
+  static_assert(kBlockM == 64, "dQ is one m64 slab");
+  static_assert(sm80::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
+};
+
+template <typename Element, typename Traits>
+__device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char* smem_raw) {
+  using Ops = ElementOps<Element>;
+  constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim, kHalf = Traits::kHalfCols;
+  constexpr int kQTiles = Traits::kQTiles, kColTiles = kHalf / 8;
+  const BwdParams& p = kp.p;
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int wg = warp / 4;
+  const int t = lane % 4;
+  const int warp_key0 = (warp % 4) * 16;  // both warpgroups cover keys 0..63
+  const int col0 = wg * kHalf;            // this warpgroup's dK/dV/dQ columns
+  const BwdWork w = bwd_work<kBlockM, kBlockN>(kp);
+
+  const uint32_t s_base = (ptx::smem_u32(smem_raw) + 1023u) & ~1023u;
+  char* smem = smem_raw + (s_base - ptx::smem_u32(smem_raw));
+  const uint32_t sK = s_base + Traits::kOffK, sV = s_base + Traits::kOffV;
+  const uint32_t sQ = s_base + Traits::kOffQ, sDO = s_base + Traits::kOffDO;
+  const uint32_t sP = s_base + Traits::kOffP, sDS = s_base + Traits::kOffDS;
+
+  if (w.total > 0) {
+    load_kv<Traits, Element>(kp, w, s_base, tid);
+    load_query_block<Traits, Element>(kp, w, s_base, w.head_first, w.m_begin, 0, tid);
+    ptx::cp_async_commit();
+  }
+
+  float acc_dk[kColTiles][4], acc_dv[kColTiles][4];
+#pragma unroll
+  for (int i = 0; i < kColTiles; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_dk[i][e] = acc_dv[i][e] = 0.f;
+
+  const bool compute_dq = !p.deterministic;
+  const float scale_log2 = kp.scale_log2;
+  int head = w.head_first, m = w.m_begin;
+
+#pragma unroll 1
+  for (int it = 0; it < w.total; ++it) {
+    const int stage = it & 1;
+    int next_head = head, next_m = m + 1;
+    if (next_m == w.num_m) {
+      next_m = w.m_begin;
+      ++next_head;
+    }
+
+    ptx::cp_async_wait<0>();
+    ptx::fence_proxy_async_shared();
+    __syncthreads();  // this step's tiles landed; both warpgroups finished the last step
+    if (it + 1 < w.total) {
+      load_query_block<Traits, Element>(kp, w, s_base, next_head, next_m, stage ^ 1, tid);
+      ptx::cp_async_commit();
+    }
+    const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
+    const char* s_lse = smem + Traits::kOffLse + stage * kBlockM * 4;
+    const char* s_d = smem + Traits::kOffD + stage * kBlockM * 4;
+
+    // Warpgroup 0: S^T = K Q^T; warpgroup 1: dP^T = V dO^T (A: 64 keys, B: queries, k = d).
+    float acc[kQTiles][4];
+    {
+      const uint32_t a_tile = wg == 0 ? sK : sV, b_tile = wg == 0 ? sQs : sDOs;
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        ptx::wgmma_ss<kBlockM, kBf16, 0, 0>(acc, ptx::sw128_desc_k_major<kBlockN>(a_tile, 0, ks),
+                                            ptx::sw128_desc_k_major<kBlockM>(b_tile, 0, ks),
+                                            ks > 0);
+      }
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(acc);
+    }
+
+    if (wg == 0) {
+      if (m < w.m_masked_end) {
+        mask_scores_transposed(acc, w.n_start + warp_key0, m * kBlockM, p.seqlen_q, p.seqlen_k,
+                               p.is_causal, lane);
+      }
+#pragma unroll
+      for (int nt = 0; nt < kQTiles; ++nt) {
+        const float2 lse = *reinterpret_cast<const float2*>(s_lse + (nt * 8 + 2 * t) * 4);
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          acc[nt][hr * 2] = ptx::ex2_approx(fmaf(acc[nt][hr * 2], scale_log2, -lse.x));
+          acc[nt][hr * 2 + 1] = ptx::ex2_approx(fmaf(acc[nt][hr * 2 + 1], scale_log2, -lse.y));
+        }
+      }
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk) {
+        uint32_t a[4];
+        pack_a_frag<Element>(acc, kk, a);
+        store_a_frag_sw128<kBlockN>(smem + Traits::kOffP, warp_key0, kk * 16, a, lane);
+      }
+      ptx::fence_proxy_async_shared();
+    }
+    __syncthreads();  // P^T published
+
+    // dV += P^T dO (A = P^T [key][query], K-major; B = dO, MN-major, this warpgroup's columns).
+    auto issue_dv = [&]() {
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk) {
+        ptx::wgmma_ss<kHalf, kBf16, 0, 1>(acc_dv, ptx::sw128_desc_k_major<kBlockN>(sP, 0, kk),
+                                          ptx::sw128_desc_mn_major<kBlockM>(sDOs, kk, col0), 1);
+      }
+      ptx::wgmma_commit();
+    };
+    if (wg == 0) {
+      issue_dv();
+    } else {
+      // dS^T = P^T (dP^T - D) from the 16-bit P^T warpgroup 0 stored (same fragment positions).
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk) {
+        uint32_t pa[4];
+        load_a_frag_sw128<kBlockN>(smem + Traits::kOffP, warp_key0, kk * 16, pa, lane);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {  // C tile 2kk + half: pa[2 half + hr]
+          const int nt = 2 * kk + half;
+          const float2 dsum = *reinterpret_cast<const float2*>(s_d + (nt * 8 + 2 * t) * 4);
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const float2 pr = Ops::unpack(pa[half * 2 + hr]);
+            acc[nt][hr * 2] = pr.x * (acc[nt][hr * 2] - dsum.x);
+            acc[nt][hr * 2 + 1] = pr.y * (acc[nt][hr * 2 + 1] - dsum.y);
+          }
+        }
+        uint32_t a[4];
+        pack_a_frag<Element>(acc, kk, a);
+        store_a_frag_sw128<kBlockN>(smem + Traits::kOffDS, warp_key0, kk * 16, a, lane);
+      }
+      ptx::fence_proxy_async_shared();
+    }
+    __syncthreads();  // dS^T published
+    if (wg == 1) issue_dv();
+
+    // dK += dS^T Q (A = dS^T, K-major; B = Q, MN-major).
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      ptx::wgmma_ss<kHalf, kBf16, 0, 1>(acc_dk, ptx::sw128_desc_k_major<kBlockN>(sDS, 0, kk),
+                                        ptx::sw128_desc_mn_major<kBlockM>(sQs, kk, col0), 1);
+    }
+    ptx::wgmma_commit();
+
+    if (compute_dq) {
+      // dQ (kBlockM x this warpgroup's columns) = dS K: A = dS from dS^T (MN-major, m = query),
+      // B = K [key][d] (MN-major, n = d).
+      float acc_dq[kColTiles][4];
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        ptx::wgmma_ss<kHalf, kBf16, 1, 1>(acc_dq, ptx::sw128_desc_mn_major<kBlockN>(sDS, kk, 0),
+                                          ptx::sw128_desc_mn_major<kBlockN>(sK, kk, col0),
+                                          kk > 0);
+      }
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(acc_dq);
+      // Row (query) (warp % 4) * 16 + g + 8 hr, column col0 + 8 nt + 2t + e.
+      float* dq_rows = kp.dq_accum +
+                       ((static_cast<int64_t>(w.batch) * p.num_heads + head) * kp.rows +
+                        m * kBlockM + (warp % 4) * 16 + lane / 4) * kHeadDim +
+                       col0 + 2 * t;
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+        for (int nt = 0; nt < kColTiles; ++nt) {
+          ptx::red_add_v2_f32(dq_rows + hr * 8 * kHeadDim + nt * 8, acc_dq[nt][hr * 2],
+                              acc_dq[nt][hr * 2 + 1]);
+        }
+    } else {
+      ptx::wgmma_wait<0>();
+    }
+    head = next_head;
+    m = next_m;
+  }
+  ptx::fence_operand(acc_dk);
+  ptx::fence_operand(acc_dv);
+
+  store_dkdv<Element, Traits, kColTiles>(kp, w, smem, acc_dk, acc_dv, warp_key0, col0, tid);
+}
+
+template <typename Element, typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads, 1)
+    bwd_split_kernel(const __grid_constant__ BwdKernelParams params) {
+#if FLASHATTN_CU_SM90A
+  extern __shared__ __align__(1024) char smem[];
+  sm90::bwd_split_block<Element, Traits>(params, smem);  // qualified: no ADL into sm80
+#else
+  ptx::unsupported_arch();
+#endif
+}
+
+}  // namespace flashattn_cu::sm90

@@ -1,0 +1,5 @@
+#include "../bwd_launch.h"
+
+namespace flashattn_cu::sm90 {
+template Status run_bwd<__half, 256>(const BwdParams&, cudaStream_t);
+}
