@@ -91,7 +91,6 @@ struct BwdKernelParams {
   int kv_splits;        // thread blocks sharing one kv head's query-head group
   int heads_per_split;  // query heads each of them loops over
   float scale_log2;     // softmax_scale * log2(e)
-  int rotate_m;         // sm90 kernels: rotate each block's query-block order (bwd_common.h)
 };
 
 // Kernel parameters over the workspace carved as `ws` describes.
@@ -108,7 +107,6 @@ inline BwdKernelParams make_bwd_kernel_params(const BwdParams& p, const BwdWorks
   kp.kv_splits = ws.kv_splits;
   kp.heads_per_split = p.num_heads / p.num_heads_k / ws.kv_splits;
   kp.scale_log2 = p.softmax_scale * 1.4426950408889634f;
-  kp.rotate_m = 1;
   return kp;
 }
 

@@ -41,37 +41,12 @@ __device__ __forceinline__ void load_tile_sw128(uint32_t smem, const Element* gm
 // (a key past seqlen_k in the block, or a row missing a key on the causal diagonal). Block index
 // -> (batch, kv head, head split, key block), the key block fastest: blocks reading the same
 // Q/dO run together and share them through L2.
-//
-// Each head's query blocks are walked in a rotated order, m_first .. num_m - 1, m_begin ..
-// m_first - 1, with m_first depending on the key block: the blocks running at the same time then
-// add into different dQ rows instead of all hitting the same ones (same-address atomics
-// serialize in L2).
 struct BwdWork {
   int batch, head_k, hsplit, head_first;
   int n_start, keys_valid;
-  int num_m, m_begin, m_masked_end, m_first;
+  int num_m, m_begin, m_masked_end;
   int total;  // steps: heads_per_split * (num_m - m_begin)
 };
-
-// Position in the block's walk: query head, query block, steps done in this head.
-struct BwdCursor {
-  int head, m, j;
-};
-
-__device__ __forceinline__ BwdCursor first_step(const BwdWork& w) {
-  return BwdCursor{w.head_first, w.m_first, 0};
-}
-
-__device__ __forceinline__ BwdCursor next_step(const BwdWork& w, BwdCursor c) {
-  if (++c.j == w.num_m - w.m_begin) {
-    c.j = 0;
-    ++c.head;
-    c.m = w.m_first;
-  } else if (++c.m == w.num_m) {
-    c.m = w.m_begin;
-  }
-  return c;
-}
 
 template <int kBlockM, int kBlockN>
 __device__ __forceinline__ BwdWork bwd_work(const BwdKernelParams& kp) {
@@ -99,10 +74,7 @@ __device__ __forceinline__ BwdWork bwd_work(const BwdKernelParams& kp) {
     w.m_masked_end = max(w.m_masked_end,
                          full_row <= 0 ? 0 : min(w.num_m, ceil_div(full_row, kBlockM)));
   }
-  const int m_count = w.num_m - w.m_begin;
-  w.m_first = w.m_begin;
-  if (kp.rotate_m && m_count > 0) w.m_first += n_block % m_count;
-  w.total = kp.heads_per_split * m_count;
+  w.total = kp.heads_per_split * (w.num_m - w.m_begin);
   return w;
 }
 

@@ -82,7 +82,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
 
   if (w.total > 0) {
     load_kv<Traits, Element>(kp, w, s_base, tid);
-    load_query_block<Traits, Element>(kp, w, s_base, w.head_first, w.m_first, 0, tid);
+    load_query_block<Traits, Element>(kp, w, s_base, w.head_first, w.m_begin, 0, tid);
     ptx::cp_async_commit();
   }
 
@@ -94,19 +94,22 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
 
   const bool compute_dq = !p.deterministic;
   const float scale_log2 = kp.scale_log2;
-  BwdCursor cur = first_step(w);
+  int head = w.head_first, m = w.m_begin;
 
 #pragma unroll 1
   for (int it = 0; it < w.total; ++it) {
     const int stage = it & 1;
-    const int head = cur.head, m = cur.m;
-    const BwdCursor next = next_step(w, cur);
+    int next_head = head, next_m = m + 1;
+    if (next_m == w.num_m) {
+      next_m = w.m_begin;
+      ++next_head;
+    }
 
     ptx::cp_async_wait<0>();
     ptx::fence_proxy_async_shared();
     __syncthreads();  // this step's tiles landed; both warpgroups finished the last step
     if (it + 1 < w.total) {
-      load_query_block<Traits, Element>(kp, w, s_base, next.head, next.m, stage ^ 1, tid);
+      load_query_block<Traits, Element>(kp, w, s_base, next_head, next_m, stage ^ 1, tid);
       ptx::cp_async_commit();
     }
     const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
@@ -228,7 +231,8 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
     } else {
       ptx::wgmma_wait<0>();
     }
-    cur = next;
+    head = next_head;
+    m = next_m;
   }
   ptx::fence_operand(acc_dk);
   ptx::fence_operand(acc_dv);
