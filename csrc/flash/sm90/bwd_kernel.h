@@ -33,7 +33,6 @@
 #include "../common/mask.h"
 #include "../common/numeric.h"
 #include "../ptx/atomic.h"
-#include "../ptx/bulk.h"
 #include "../ptx/math.h"
 #include "../ptx/wgmma.h"
 #include "bwd_common.h"
@@ -62,11 +61,7 @@ struct BwdTraits {
   static constexpr int kOffDS = kOffDO + 2 * kQBytes;
   static constexpr int kOffLse = kOffDS + kBlockN * kBlockM * 2;
   static constexpr int kOffD = kOffLse + 2 * kBlockM * 4;
-  // dQ staging for the bulk reduce: fp32 [query][d], rows padded by 16 bytes so the fragment
-  // stores of 8 rows spread over all banks.
-  static constexpr int kDqRowBytes = kHeadDim * 4 + 16;
-  static constexpr int kOffDq = kOffD + 2 * kBlockM * 4;
-  static constexpr int kSmemBytes = kOffDq + kBlockM * kDqRowBytes + 1024;  // + alignment slack
+  static constexpr int kSmemBytes = kOffD + 2 * kBlockM * 4 + 1024;  // + alignment slack
 
   static_assert(kHeadDim % 64 == 0, "d is whole 64-column atoms");
   static_assert(kBlockM % 64 == 0, "dQ is whole m64 slabs");
@@ -231,13 +226,12 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
       ptx::wgmma_wait<0>();
 #pragma unroll
       for (int mt = 0; mt < Traits::kDqMTiles; ++mt) ptx::fence_operand(acc_dq[mt]);
-      const int wtid = tid % 128;  // thread in the warpgroup
-      if (kp.ab_mode == 3) {
       // Row (query) mt * 64 + (warp % 4) * 16 + g + 8 hr, column wg * kDqCols + 8 nt + 2t + e.
       float* dq_rows = kp.dq_accum +
                        ((static_cast<int64_t>(w.batch) * p.num_heads + head) * kp.rows +
                         m * kBlockM + (warp % 4) * 16 + lane / 4) * kHeadDim +
                        wg * kDqCols + 2 * t;
+      if (kp.ab_mode != 1)
 #pragma unroll
       for (int mt = 0; mt < Traits::kDqMTiles; ++mt)
 #pragma unroll
@@ -247,36 +241,6 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
             ptx::red_add_v2_f32(dq_rows + (mt * 64 + hr * 8) * kHeadDim + nt * 8,
                                 acc_dq[mt][nt][hr * 2], acc_dq[mt][nt][hr * 2 + 1]);
           }
-      } else {
-      // Through shared memory: this warpgroup's columns of the kBlockM x d tile, then one bulk
-      // reduce-add per row (contiguous in dq_accum), carried out by the copy engine while the
-      // next step computes. The staging rows are reused only after the last step's bulk reads.
-      if (wtid < kBlockM) ptx::bulk_wait_read<0>();
-      ptx::named_barrier_sync(1 + wg, 128);
-#pragma unroll
-      for (int mt = 0; mt < Traits::kDqMTiles; ++mt)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int row = mt * 64 + (warp % 4) * 16 + lane / 4 + hr * 8;
-          char* dst = smem + Traits::kOffDq + row * Traits::kDqRowBytes + (wg * kDqCols + 2 * t) * 4;
-#pragma unroll
-          for (int nt = 0; nt < kDqCols / 8; ++nt) {
-            *reinterpret_cast<float2*>(dst + nt * 32) =
-                make_float2(acc_dq[mt][nt][hr * 2], acc_dq[mt][nt][hr * 2 + 1]);
-          }
-        }
-      ptx::fence_proxy_async_shared();
-      ptx::named_barrier_sync(1 + wg, 128);
-      if (wtid < kBlockM && kp.ab_mode != 1) {
-        float* dq_row = kp.dq_accum +
-                        ((static_cast<int64_t>(w.batch) * p.num_heads + head) * kp.rows +
-                         m * kBlockM + wtid) * kHeadDim + wg * kDqCols;
-        ptx::bulk_reduce_add_f32(
-            dq_row, s_base + Traits::kOffDq + wtid * Traits::kDqRowBytes + wg * kDqCols * 4,
-            kDqCols * 4);
-        ptx::bulk_commit();
-      }
-      }
     } else {
       ptx::wgmma_wait<0>();
     }
@@ -285,7 +249,6 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
   }
   ptx::fence_operand(acc_dk);
   ptx::fence_operand(acc_dv);
-  if (!p.deterministic && tid % 128 < kBlockM) ptx::bulk_wait<0>();  // staged dQ fully added
 
   // dK = softmax_scale * dS^T Q (the scale of S was left out of dS), dV as accumulated.
   store_dkdv<Element, Traits, kColTiles>(kp, w, smem, acc_dk, acc_dv, warp_key0, 0, tid);
