@@ -91,7 +91,6 @@ struct BwdKernelParams {
   int kv_splits;        // thread blocks sharing one kv head's query-head group
   int heads_per_split;  // query heads each of them loops over
   float scale_log2;     // softmax_scale * log2(e)
-  int ab_mode;          // TEMPORARY timing experiment: 1 skip dQ red, 2 skip dQ GEMM and red
 };
 
 // Kernel parameters over the workspace carved as `ws` describes.
@@ -108,7 +107,6 @@ inline BwdKernelParams make_bwd_kernel_params(const BwdParams& p, const BwdWorks
   kp.kv_splits = ws.kv_splits;
   kp.heads_per_split = p.num_heads / p.num_heads_k / ws.kv_splits;
   kp.scale_log2 = p.softmax_scale * 1.4426950408889634f;
-  kp.ab_mode = 0;
   return kp;
 }
 

@@ -102,7 +102,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_dk[i][e] = acc_dv[i][e] = 0.f;
 
-  const bool compute_dq = !p.deterministic && kp.ab_mode != 2;
+  const bool compute_dq = !p.deterministic;
   const float scale_log2 = kp.scale_log2;
   int head = w.head_first, m = w.m_begin;
 
@@ -231,7 +231,6 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
                        ((static_cast<int64_t>(w.batch) * p.num_heads + head) * kp.rows +
                         m * kBlockM + (warp % 4) * 16 + lane / 4) * kHeadDim +
                        wg * kDqCols + 2 * t;
-      if (kp.ab_mode != 1)
 #pragma unroll
       for (int mt = 0; mt < Traits::kDqMTiles; ++mt)
 #pragma unroll

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <climits>
-#include <cstdlib>
 #include <type_traits>
 
 #include "../sm80/bwd_launch.h"
@@ -30,9 +29,7 @@ Status run_bwd(const BwdParams& p, cudaStream_t stream) {
   using Traits = std::conditional_t<tile.split, BwdSplitTraits<kHeadDim, tile.block_m>,
                                     BwdTraits<kHeadDim, tile.block_m>>;
   static_assert(Traits::kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
-  return sm80::run_bwd_pipeline<Element, kHeadDim>(p, stream, [&](const BwdKernelParams& kp0) {
-    BwdKernelParams kp = kp0;
-    if (const char* e = getenv("FLASHATTN_CU_AB_MODE")) kp.ab_mode = e[0] - '0';  // TEMPORARY
+  return sm80::run_bwd_pipeline<Element, kHeadDim>(p, stream, [&](const BwdKernelParams& kp) {
     const int64_t blocks = static_cast<int64_t>(ceil_div(p.seqlen_k, Traits::kBlockN)) *
                            p.batch * p.num_heads_k * kp.kv_splits;
     if (blocks > INT_MAX) return Status::kInvalidArgument;
