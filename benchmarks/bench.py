@@ -269,7 +269,12 @@ def short_error(exc: BaseException) -> str:
 
 
 def git_commit() -> tuple[str, str]:
-    """(commit, source): git in the repo first, then $FLASHATTN_CU_COMMIT, else 'unknown'."""
+    """(commit, source): $FLASHATTN_CU_COMMIT when set (the device tool's copy of the tree carries
+    the .git of the last landed commit, so git there names the wrong one), else git in the repo,
+    else 'unknown'."""
+    env = os.environ.get("FLASHATTN_CU_COMMIT", "").strip()
+    if env:
+        return env, "FLASHATTN_CU_COMMIT"
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
                              capture_output=True, text=True, timeout=10)
@@ -282,9 +287,6 @@ def git_commit() -> tuple[str, str]:
             return commit, "git"
     except (OSError, subprocess.SubprocessError):
         pass
-    env = os.environ.get("FLASHATTN_CU_COMMIT", "").strip()
-    if env:
-        return env, "FLASHATTN_CU_COMMIT"
     return "unknown", "none"
 
 

@@ -141,6 +141,9 @@ __host__ __device__ constexpr int bwd_dq_smem_bytes(BwdTile tile, int head_dim) 
 // (kBlockM), so d + kBlockM <= 192 as on sm80. Split path (sm90/bwd_split_kernel.h, d = 256):
 // 64 keys per block, warpgroup 0 computes S^T and warpgroup 1 dP^T, each owns half of the dK/dV
 // columns. Head dims without an sm90 instance use the sm80 kernels.
+// Measured on the H200 (bf16, benchmarks/NOTES.md section 5): d=128 8k 365-375 TFLOP/s vs 264 for
+// the sm80 kernel in the same run; d=64 1.05-1.10x FA2; d=256 split 1.03-1.07x FA2. block_m = 128
+// at d=64 needs 255 registers with 172 bytes of spills (ptxas), so 64 there too.
 struct BwdTileSm90 {
   bool supported;
   bool split;
