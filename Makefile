@@ -3,7 +3,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: build install test clean
+.PHONY: build install test clean cpp
 
 # In-place editable build: flashattn_cu/_C*.so next to the sources.
 build:
@@ -15,6 +15,11 @@ install:
 test:
 	$(PYTHON) -m pytest -q tests
 
+# The torch-free static library and examples/cpp/attention_demo (CMake, build-cpp/).
+cpp:
+	cmake -S . -B build-cpp -G Ninja
+	cmake --build build-cpp
+
 clean:
-	rm -rf build dist *.egg-info flashattn_cu/_C*.so
+	rm -rf build build-cpp dist *.egg-info flashattn_cu/_C*.so
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
