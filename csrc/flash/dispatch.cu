@@ -198,6 +198,11 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
   if (st != Status::kSuccess) return st;
   if (p.lse == nullptr || !aligned16(p.lse)) return Status::kInvalidArgument;
   if (p.batch == 0 || p.seqlen_q == 0) return Status::kSuccess;
+  // Rows to read and write: q and o must exist, k and v too unless there is no key (then the
+  // output is 0 and lse +inf).
+  if (p.q == nullptr || p.o == nullptr || (p.seqlen_k > 0 && (p.k == nullptr || p.v == nullptr))) {
+    return Status::kInvalidArgument;
+  }
   DeviceInfo dev;
   st = query_device(&dev);
   if (st != Status::kSuccess) return st;

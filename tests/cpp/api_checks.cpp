@@ -1,0 +1,148 @@
+// Checks of the torch-free C++ API that need no GPU: argument validation (every bad input returns
+// its Status before anything touches the device), workspace sizing, build information, and, on
+// a machine without a GPU, the "no device" path. Built and run by CMake's ctest (.ci/run).
+// Pointers here are fake but 16-byte aligned: no case below reaches a kernel on a GPU machine,
+// and the one case that would (valid arguments) runs only when no GPU is present.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <type_traits>
+
+#include "flashattn_cu/flashattn_cu.h"
+
+namespace {
+
+using flashattn_cu::BwdParams;
+using flashattn_cu::FwdParams;
+using flashattn_cu::Status;
+
+int g_failures = 0;
+
+void expect(bool ok, const char* what) {
+  std::printf("%s %s\n", ok ? "ok  " : "FAIL", what);
+  if (!ok) ++g_failures;
+}
+
+void* fake(uintptr_t i) { return reinterpret_cast<void*>(0x100000 + i * 0x1000); }
+
+// A valid-looking contiguous problem: batch 2, seqlen 128 x 256, 8 heads over 2, d 64, fp16.
+template <typename Params>
+void fill_common(Params& p) {
+  p.q = fake(1), p.k = fake(2), p.v = fake(3);
+  p.batch = 2, p.seqlen_q = 128, p.seqlen_k = 256, p.num_heads = 8, p.num_heads_k = 2;
+  p.head_dim = 64;
+  p.softmax_scale = 0.125f;
+  p.q_row_stride = p.o_row_stride = 8 * 64, p.q_head_stride = p.o_head_stride = 64;
+  p.q_batch_stride = p.o_batch_stride = 128 * 8 * 64;
+  p.k_row_stride = p.v_row_stride = 2 * 64, p.k_head_stride = p.v_head_stride = 64;
+  p.k_batch_stride = p.v_batch_stride = 256 * 2 * 64;
+}
+
+FwdParams valid_fwd() {
+  FwdParams p;
+  fill_common(p);
+  p.o = fake(4);
+  p.lse = static_cast<float*>(fake(5));
+  return p;
+}
+
+BwdParams valid_bwd() {
+  BwdParams p;
+  fill_common(p);
+  p.o = fake(4), p.lse = static_cast<const float*>(fake(5)), p.dout = fake(6);
+  p.dq = fake(7), p.dk = fake(8), p.dv = fake(9), p.workspace = fake(10);
+  p.do_row_stride = p.dq_row_stride = 8 * 64, p.do_head_stride = p.dq_head_stride = 64;
+  p.do_batch_stride = p.dq_batch_stride = 128 * 8 * 64;
+  p.dk_row_stride = p.dv_row_stride = 2 * 64, p.dk_head_stride = p.dv_head_stride = 64;
+  p.dk_batch_stride = p.dv_batch_stride = 256 * 2 * 64;
+  return p;
+}
+
+template <typename Params, typename Edit>
+void expect_status(const char* what, Edit edit, Status want) {
+  Params p;
+  if constexpr (std::is_same_v<Params, FwdParams>) {
+    p = valid_fwd();
+  } else {
+    p = valid_bwd();
+  }
+  edit(p);
+  Status got;
+  if constexpr (std::is_same_v<Params, FwdParams>) {
+    got = flashattn_cu::fwd(p, nullptr);
+  } else {
+    got = flashattn_cu::bwd(p, nullptr);
+  }
+  char line[256];
+  std::snprintf(line, sizeof line, "%s -> '%s' (want '%s')", what, flashattn_cu::status_string(got),
+                flashattn_cu::status_string(want));
+  expect(got == want, line);
+}
+
+}  // namespace
+
+int main() {
+  using S = Status;
+  for (S s : {S::kSuccess, S::kInvalidArgument, S::kUnsupportedDevice, S::kUnsupportedHeadDim,
+              S::kLaunchFailed}) {
+    expect(std::strlen(flashattn_cu::status_string(s)) > 0, "status_string names every status");
+  }
+  int buf[16];
+  expect(flashattn_cu::built_archs(buf, 16) > 0 && buf[0] >= 80, "built_archs: sm_80 or newer");
+  expect(flashattn_cu::built_head_dims(buf, 16) > 0, "built_head_dims: at least one");
+
+  // Forward argument checks.
+  expect_status<FwdParams>("fwd: nheads % nheads_k != 0", [](FwdParams& p) { p.num_heads = 7; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: nheads_k = 0", [](FwdParams& p) { p.num_heads_k = 0; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: negative seqlen", [](FwdParams& p) { p.seqlen_k = -1; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: head_dim 300", [](FwdParams& p) { p.head_dim = 300; }, S::kUnsupportedHeadDim);
+  expect_status<FwdParams>("fwd: head_dim 60", [](FwdParams& p) { p.head_dim = 60; }, S::kUnsupportedHeadDim);
+  expect_status<FwdParams>("fwd: softmax_scale 0", [](FwdParams& p) { p.softmax_scale = 0.f; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: softmax_scale NaN", [](FwdParams& p) { p.softmax_scale = NAN; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: softmax_scale inf", [](FwdParams& p) { p.softmax_scale = INFINITY; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: row stride 12", [](FwdParams& p) { p.k_row_stride = 12; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: misaligned v", [](FwdParams& p) { p.v = static_cast<const char*>(p.v) + 8; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: null lse", [](FwdParams& p) { p.lse = nullptr; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: null q", [](FwdParams& p) { p.q = nullptr; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: null o", [](FwdParams& p) { p.o = nullptr; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: null k", [](FwdParams& p) { p.k = nullptr; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: batch 0 is a no-op", [](FwdParams& p) { p.batch = 0; }, S::kSuccess);
+  expect_status<FwdParams>("fwd: seqlen_q 0 is a no-op", [](FwdParams& p) { p.seqlen_q = 0; }, S::kSuccess);
+
+  // Backward argument checks.
+  expect_status<BwdParams>("bwd: head_dim 264", [](BwdParams& p) { p.head_dim = 264; }, S::kUnsupportedHeadDim);
+  expect_status<BwdParams>("bwd: null dout", [](BwdParams& p) { p.dout = nullptr; }, S::kInvalidArgument);
+  expect_status<BwdParams>("bwd: null dk", [](BwdParams& p) { p.dk = nullptr; }, S::kInvalidArgument);
+  expect_status<BwdParams>("bwd: null workspace", [](BwdParams& p) { p.workspace = nullptr; }, S::kInvalidArgument);
+  expect_status<BwdParams>("bwd: dq head stride 4", [](BwdParams& p) { p.dq_head_stride = 4; }, S::kInvalidArgument);
+  expect_status<BwdParams>("bwd: misaligned lse", [](BwdParams& p) { p.lse = p.lse + 1; }, S::kInvalidArgument);
+  expect_status<BwdParams>("bwd: batch 0 is a no-op", [](BwdParams& p) { p.batch = 0; }, S::kSuccess);
+
+  // Workspace sizing: the lse/D rows, plus the fp32 dQ accumulator unless deterministic.
+  BwdParams b = valid_bwd();
+  const size_t atomic = flashattn_cu::bwd_workspace_bytes(b);
+  b.deterministic = true;
+  const size_t det = flashattn_cu::bwd_workspace_bytes(b);
+  expect(atomic >= static_cast<size_t>(2) * 8 * 128 * 64 * 4, "workspace holds the fp32 dQ accumulator");
+  expect(det > 0 && det < atomic, "deterministic workspace is smaller (no dQ accumulator)");
+  b.num_heads = 7;
+  expect(flashattn_cu::bwd_workspace_bytes(b) == 0, "workspace of invalid sizes is 0");
+
+  // Valid arguments on a machine without a GPU: the device query fails, nothing launches.
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    cudaGetLastError();
+    const Status st = flashattn_cu::fwd(valid_fwd(), nullptr);
+    expect(st == S::kLaunchFailed || st == S::kUnsupportedDevice, "fwd without a GPU fails cleanly");
+    expect(flashattn_cu::last_cuda_error() != cudaSuccess || st == S::kUnsupportedDevice,
+           "last_cuda_error() says why");
+  } else {
+    std::printf("skip the no-GPU case: %d GPU(s) present\n", devices);
+  }
+
+  std::printf(g_failures ? "api_checks: %d FAILED\n" : "api_checks: all passed\n", g_failures);
+  return g_failures ? 1 : 0;
+}
