@@ -38,6 +38,7 @@
 
 #include "flashattn_cu/flashattn_cu.h"
 
+#include "../common/bwd_math.h"
 #include "../common/mask.h"
 #include "../common/numeric.h"
 #include "../common/tile_io.h"
@@ -255,15 +256,6 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
         }
       }
     };
-    // 16-bit packed pairs of a C tile pair as an A fragment for k-step kk (queries kk*16..+15):
-    // a0 = (key g, queries 2t..) = tile 2kk [0,1]; a1 = (key g+8) = tile 2kk [2,3];
-    // a2 = (key g, queries 8+2t..) = tile 2kk+1 [0,1]; a3 = tile 2kk+1 [2,3].
-    auto pack_a = [](const float (&c)[kQTiles][4], int kk, uint32_t (&a)[4]) {
-      a[0] = Ops::pack(c[2 * kk][0], c[2 * kk][1]);
-      a[1] = Ops::pack(c[2 * kk][2], c[2 * kk][3]);
-      a[2] = Ops::pack(c[2 * kk + 1][0], c[2 * kk + 1][1]);
-      a[3] = Ops::pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
-    };
     // Stores an A fragment of P^T/dS^T at [key][query] (keys warp_key0.., queries of step kk):
     // a0 -> (g, 2t), a1 -> (g + 8, 2t), a2 -> (g, 8 + 2t), a3 -> (g + 8, 8 + 2t).
     auto store_a = [&](int off_bytes, int kk, const uint32_t (&a)[4]) {
@@ -293,18 +285,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
       mask_scores_transposed(acc_s, n_start + warp_key0, m * kBlockM + warp_query0, p.seqlen_q,
                              p.seqlen_k, p.is_causal, lane);
     }
-    // P^T = exp2(S^T scale_log2 - lse_log2): 0 where masked or where lse = +inf. Column 2t + e
-    // of query tile nt is query warp_query0 + nt * 8 + 2t + e: one float2 of lse per tile.
-#pragma unroll
-    for (int nt = 0; nt < kQTiles; ++nt) {
-      const float2 lse =
-          *reinterpret_cast<const float2*>(s_lse + (warp_query0 + nt * 8 + 2 * t) * 4);
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        acc_s[nt][hr * 2] = ptx::ex2_approx(fmaf(acc_s[nt][hr * 2], scale_log2, -lse.x));
-        acc_s[nt][hr * 2 + 1] = ptx::ex2_approx(fmaf(acc_s[nt][hr * 2 + 1], scale_log2, -lse.y));
-      }
-    }
+    probs_from_scores(acc_s, s_lse, warp_query0, scale_log2, t);  // P^T, in place
     // dS^T = P^T (dP^T - D), in place in acc_dp.
     auto make_ds = [&]() {
 #pragma unroll
@@ -325,26 +306,19 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
       uint32_t p16[kBlockM / 16][4];
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        pack_a(acc_s, kk, p16[kk]);
+        pack_a_frag<Element>(acc_s, kk, p16[kk]);
         mma_kv(acc_dv, p16[kk], sDOs, kk);
       }
       gemm_t(acc_dp, v_a_lane, sDOs);
-      // dS^T = P^T (dP^T - D); element (tile nt, hr, e) of P^T sits in p16[nt / 2][(nt % 2) * 2
-      // + hr], half e.
+      // dS^T = P^T (dP^T - D) from the 16-bit P^T (warp_query0 = 0 on this path).
 #pragma unroll
-      for (int nt = 0; nt < kQTiles; ++nt) {
-        const float2 dsum = *reinterpret_cast<const float2*>(s_d + (nt * 8 + 2 * t) * 4);
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const float2 pr = Ops::unpack(p16[nt / 2][(nt % 2) * 2 + hr]);
-          acc_dp[nt][hr * 2] = pr.x * (acc_dp[nt][hr * 2] - dsum.x);
-          acc_dp[nt][hr * 2 + 1] = pr.y * (acc_dp[nt][hr * 2 + 1] - dsum.y);
-        }
+      for (int kk = 0; kk < kBlockM / 16; ++kk) {
+        ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t);
       }
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
         uint32_t a[4];
-        pack_a(acc_dp, kk, a);
+        pack_a_frag<Element>(acc_dp, kk, a);
         if (compute_dq) store_a(Traits::kOffDS, kk, a);
         mma_kv(acc_dk, a, sQs, kk);
       }
@@ -355,9 +329,9 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
 #pragma unroll
       for (int kk = 0; kk < Traits::kWarpQueries / 16; ++kk) {
         uint32_t a[4];
-        pack_a(acc_s, kk, a);
+        pack_a_frag<Element>(acc_s, kk, a);
         store_a(Traits::kOffP, kk, a);
-        pack_a(acc_dp, kk, a);
+        pack_a_frag<Element>(acc_dp, kk, a);
         store_a(Traits::kOffDS, kk, a);
       }
       __syncthreads();  // P^T and dS^T of all queries complete

@@ -220,16 +220,4 @@ __device__ __forceinline__ void store_dkdv(const BwdKernelParams& kp, const BwdW
   }
 }
 
-// 16-bit A fragments of k-step kk (columns 16 kk ..) from C tiles 2kk, 2kk + 1 (mma.sync and
-// wgmma share this register layout).
-template <typename Element, int kTiles>
-__device__ __forceinline__ void pack_a_frag(const float (&c)[kTiles][4], int kk,
-                                            uint32_t (&a)[4]) {
-  using Ops = ElementOps<Element>;
-  a[0] = Ops::pack(c[2 * kk][0], c[2 * kk][1]);
-  a[1] = Ops::pack(c[2 * kk][2], c[2 * kk][3]);
-  a[2] = Ops::pack(c[2 * kk + 1][0], c[2 * kk + 1][1]);
-  a[3] = Ops::pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
-}
-
 }  // namespace flashattn_cu::sm90

@@ -30,6 +30,7 @@
 
 #include "flashattn_cu/flashattn_cu.h"
 
+#include "../common/bwd_math.h"
 #include "../common/mask.h"
 #include "../common/numeric.h"
 #include "../ptx/atomic.h"
@@ -71,7 +72,6 @@ struct BwdTraits {
 
 template <typename Element, typename Traits>
 __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_raw) {
-  using Ops = ElementOps<Element>;
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim, kThreads = Traits::kNThreads;
@@ -149,15 +149,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
       mask_scores_transposed(acc_s, w.n_start + warp_key0, m * kBlockM, p.seqlen_q, p.seqlen_k,
                              p.is_causal, lane);
     }
-#pragma unroll
-    for (int nt = 0; nt < kQTiles; ++nt) {
-      const float2 lse = *reinterpret_cast<const float2*>(s_lse + (nt * 8 + 2 * t) * 4);
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        acc_s[nt][hr * 2] = ptx::ex2_approx(fmaf(acc_s[nt][hr * 2], scale_log2, -lse.x));
-        acc_s[nt][hr * 2 + 1] = ptx::ex2_approx(fmaf(acc_s[nt][hr * 2 + 1], scale_log2, -lse.y));
-      }
-    }
+    probs_from_scores(acc_s, s_lse, 0, scale_log2, t);  // P^T, in place
 
     // dV += P^T dO: B = dO rows of k-step kk, MN-major (n = d).
     uint32_t p16[kBlockM / 16][4];
@@ -174,17 +166,10 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
     ptx::fence_operand(acc_dp);
 
     // dS^T = P^T (dP^T - D), in place in acc_dp, from the 16-bit P^T (as sm80: the fp32 P^T dies
-    // once packed, which keeps d = 128 within 255 registers). Element (tile nt, hr, e) of P^T is
-    // half e of p16[nt / 2][(nt % 2) * 2 + hr].
+    // once packed, which keeps d = 128 within 255 registers).
 #pragma unroll
-    for (int nt = 0; nt < kQTiles; ++nt) {
-      const float2 dsum = *reinterpret_cast<const float2*>(s_d + (nt * 8 + 2 * t) * 4);
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const float2 pr = Ops::unpack(p16[nt / 2][(nt % 2) * 2 + hr]);
-        acc_dp[nt][hr * 2] = pr.x * (acc_dp[nt][hr * 2] - dsum.x);
-        acc_dp[nt][hr * 2 + 1] = pr.y * (acc_dp[nt][hr * 2 + 1] - dsum.y);
-      }
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t);
     }
     uint32_t ds16[kBlockM / 16][4];
 #pragma unroll

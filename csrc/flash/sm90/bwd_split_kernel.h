@@ -22,6 +22,7 @@
 
 #include "flashattn_cu/flashattn_cu.h"
 
+#include "../common/bwd_math.h"
 #include "../common/mask.h"
 #include "../common/numeric.h"
 #include "../ptx/atomic.h"
@@ -60,7 +61,6 @@ struct BwdSplitTraits {
 
 template <typename Element, typename Traits>
 __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char* smem_raw) {
-  using Ops = ElementOps<Element>;
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim, kHalf = Traits::kHalfCols;
@@ -137,15 +137,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
         mask_scores_transposed(acc, w.n_start + warp_key0, m * kBlockM, p.seqlen_q, p.seqlen_k,
                                p.is_causal, lane);
       }
-#pragma unroll
-      for (int nt = 0; nt < kQTiles; ++nt) {
-        const float2 lse = *reinterpret_cast<const float2*>(s_lse + (nt * 8 + 2 * t) * 4);
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          acc[nt][hr * 2] = ptx::ex2_approx(fmaf(acc[nt][hr * 2], scale_log2, -lse.x));
-          acc[nt][hr * 2 + 1] = ptx::ex2_approx(fmaf(acc[nt][hr * 2 + 1], scale_log2, -lse.y));
-        }
-      }
+      probs_from_scores(acc, s_lse, 0, scale_log2, t);  // P^T, in place
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
         uint32_t a[4];
@@ -174,17 +166,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
         uint32_t pa[4];
         load_a_frag_sw128<kBlockN>(smem + Traits::kOffP, warp_key0, kk * 16, pa, lane);
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {  // C tile 2kk + half: pa[2 half + hr]
-          const int nt = 2 * kk + half;
-          const float2 dsum = *reinterpret_cast<const float2*>(s_d + (nt * 8 + 2 * t) * 4);
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            const float2 pr = Ops::unpack(pa[half * 2 + hr]);
-            acc[nt][hr * 2] = pr.x * (acc[nt][hr * 2] - dsum.x);
-            acc[nt][hr * 2 + 1] = pr.y * (acc[nt][hr * 2 + 1] - dsum.y);
-          }
-        }
+        ds_from_packed_probs<Element>(acc, kk, pa, s_d, t);
         uint32_t a[4];
         pack_a_frag<Element>(acc, kk, a);
         store_a_frag_sw128<kBlockN>(smem + Traits::kOffDS, warp_key0, kk * 16, a, lane);

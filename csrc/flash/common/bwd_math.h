@@ -1,0 +1,65 @@
+// Backward math shared by the sm80 (mma.sync) and sm90 (wgmma) kernels. Both hold S^T, dP^T and
+// dS^T of a warp's 16 keys in the same C-fragment layout (ptx/mma.h, ptx/wgmma.h):
+//   c[nt][hr * 2 + e] = key g + 8 hr, query 8 nt + 2t + e   (g = lane / 4, t = lane % 4)
+// and feed P^T / dS^T back to the tensor cores as 16-bit A fragments of 16 queries each.
+#pragma once
+
+#include <cstdint>
+
+#include "../ptx/math.h"
+#include "numeric.h"
+
+namespace flashattn_cu {
+
+// 16-bit A fragment of k-step kk (queries 16 kk ..) from C tiles 2kk, 2kk + 1:
+// a0 = (key g, queries 2t..) = tile 2kk [0,1]; a1 = (key g + 8) = tile 2kk [2,3];
+// a2 = (key g, queries 8 + 2t..) = tile 2kk + 1 [0,1]; a3 = tile 2kk + 1 [2,3].
+template <typename Element, int kTiles>
+__device__ __forceinline__ void pack_a_frag(const float (&c)[kTiles][4], int kk,
+                                            uint32_t (&a)[4]) {
+  using Ops = ElementOps<Element>;
+  a[0] = Ops::pack(c[2 * kk][0], c[2 * kk][1]);
+  a[1] = Ops::pack(c[2 * kk][2], c[2 * kk][3]);
+  a[2] = Ops::pack(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+  a[3] = Ops::pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+// S^T -> P^T = exp2(S^T scale_log2 - lse_log2) in place: 0 where masked (-inf) or where the
+// row's lse is +inf (padding rows). s_lse holds the lse_log2 of the step's queries, the warp's
+// first query is query0; one float2 per 8-query tile.
+template <int kQTiles>
+__device__ __forceinline__ void probs_from_scores(float (&s)[kQTiles][4], const char* s_lse,
+                                                  int query0, float scale_log2, int t) {
+#pragma unroll
+  for (int nt = 0; nt < kQTiles; ++nt) {
+    const float2 lse = *reinterpret_cast<const float2*>(s_lse + (query0 + nt * 8 + 2 * t) * 4);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      s[nt][hr * 2] = ptx::ex2_approx(fmaf(s[nt][hr * 2], scale_log2, -lse.x));
+      s[nt][hr * 2 + 1] = ptx::ex2_approx(fmaf(s[nt][hr * 2 + 1], scale_log2, -lse.y));
+    }
+  }
+}
+
+// dP^T -> dS^T = P^T (dP^T - D) in place for the C tiles 2kk, 2kk + 1, with P^T taken from its
+// 16-bit A fragment p of k-step kk (tile 2kk + half, row hr is p[half * 2 + hr]). s_d points at
+// D of the warp's first query.
+template <typename Element, int kQTiles>
+__device__ __forceinline__ void ds_from_packed_probs(float (&dp)[kQTiles][4], int kk,
+                                                     const uint32_t (&p)[4], const char* s_d,
+                                                     int t) {
+  using Ops = ElementOps<Element>;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int nt = 2 * kk + half;
+    const float2 dsum = *reinterpret_cast<const float2*>(s_d + (nt * 8 + 2 * t) * 4);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const float2 pr = Ops::unpack(p[half * 2 + hr]);
+      dp[nt][hr * 2] = pr.x * (dp[nt][hr * 2] - dsum.x);
+      dp[nt][hr * 2 + 1] = pr.y * (dp[nt][hr * 2 + 1] - dsum.y);
+    }
+  }
+}
+
+}  // namespace flashattn_cu
