@@ -123,6 +123,53 @@ __device__ __forceinline__ void load_query_block(const BwdKernelParams& kp, cons
   }
 }
 
+// The dynamic shared memory rounded up to 1024 bytes (sw128 atoms; the Traits reserve the
+// slack): its shared-window address in s_base, its generic pointer returned.
+__device__ __forceinline__ char* align_smem_1024(char* smem_raw, uint32_t& s_base) {
+  s_base = (ptx::smem_u32(smem_raw) + 1023u) & ~1023u;
+  return smem_raw + (s_base - ptx::smem_u32(smem_raw));
+}
+
+// Query head and query block of one step of the block's walk: query blocks m_begin .. num_m - 1
+// of head_first, then of the next head, ...
+struct BwdStep {
+  int head, m;
+};
+
+__device__ __forceinline__ BwdStep next_step(const BwdWork& w, BwdStep s) {
+  if (++s.m == w.num_m) {
+    s.m = w.m_begin;
+    ++s.head;
+  }
+  return s;
+}
+
+// Issues the block's first loads (K, V and the first step's Q/dO/lse/D) as one cp.async group.
+template <typename Traits, typename Element>
+__device__ __forceinline__ void load_first_step(const BwdKernelParams& kp, const BwdWork& w,
+                                                uint32_t s_base, int tid) {
+  if (w.total > 0) {
+    load_kv<Traits, Element>(kp, w, s_base, tid);
+    load_query_block<Traits, Element>(kp, w, s_base, w.head_first, w.m_begin, 0, tid);
+    ptx::cp_async_commit();
+  }
+}
+
+// Start of step `it`: waits for its tiles (buffer it & 1), publishes them to the async proxy
+// (wgmma reads them next), waits for every warpgroup to finish the last step, then issues the
+// loads of step `next` into the other buffer.
+template <typename Traits, typename Element>
+__device__ __forceinline__ void begin_step(const BwdKernelParams& kp, const BwdWork& w,
+                                           uint32_t s_base, int it, BwdStep next, int tid) {
+  ptx::cp_async_wait<0>();
+  ptx::fence_proxy_async_shared();  // this thread's cp.async data
+  __syncthreads();                  // all of it landed; every warpgroup finished the last step
+  if (it + 1 < w.total) {
+    load_query_block<Traits, Element>(kp, w, s_base, next.head, next.m, (it & 1) ^ 1, tid);
+    ptx::cp_async_commit();
+  }
+}
+
 // Stores an A-fragment quadruple of a 16-row x 16-column slab of a [row][col] sw128 tile of
 // kRows rows (16-bit pairs): a0 = (row g, cols 2t..), a1 = row g + 8, a2 = cols + 8, a3 = both.
 template <int kRows>

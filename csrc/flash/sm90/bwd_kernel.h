@@ -74,7 +74,7 @@ template <typename Element, typename Traits>
 __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_raw) {
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
-  constexpr int kHeadDim = Traits::kHeadDim, kThreads = Traits::kNThreads;
+  constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kQTiles = Traits::kQTiles, kColTiles = Traits::kColTiles;
   const BwdParams& p = kp.p;
 
@@ -84,17 +84,12 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
   const int warp_key0 = warp * 16;  // this warp's 16 keys (rows of S^T, dK, dV)
   const BwdWork w = bwd_work<kBlockM, kBlockN>(kp);
 
-  const uint32_t s_base = (ptx::smem_u32(smem_raw) + 1023u) & ~1023u;
-  char* smem = smem_raw + (s_base - ptx::smem_u32(smem_raw));
+  uint32_t s_base;
+  char* smem = align_smem_1024(smem_raw, s_base);
   const uint32_t sK = s_base + Traits::kOffK, sV = s_base + Traits::kOffV;
   const uint32_t sQ = s_base + Traits::kOffQ, sDO = s_base + Traits::kOffDO;
   const uint32_t sDS = s_base + Traits::kOffDS;
-
-  if (w.total > 0) {
-    load_kv<Traits, Element>(kp, w, s_base, tid);
-    load_query_block<Traits, Element>(kp, w, s_base, w.head_first, w.m_begin, 0, tid);
-    ptx::cp_async_commit();
-  }
+  load_first_step<Traits, Element>(kp, w, s_base, tid);
 
   float acc_dk[kColTiles][4], acc_dv[kColTiles][4];
 #pragma unroll
@@ -104,24 +99,14 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
 
   const bool compute_dq = !p.deterministic;
   const float scale_log2 = kp.scale_log2;
-  int head = w.head_first, m = w.m_begin;
+  BwdStep step{w.head_first, w.m_begin};
 
 #pragma unroll 1
   for (int it = 0; it < w.total; ++it) {
     const int stage = it & 1;
-    int next_head = head, next_m = m + 1;
-    if (next_m == w.num_m) {
-      next_m = w.m_begin;
-      ++next_head;
-    }
-
-    ptx::cp_async_wait<0>();
-    ptx::fence_proxy_async_shared();  // this thread's cp.async data is read by wgmma next
-    __syncthreads();                  // all of it landed; every warpgroup finished the last step
-    if (it + 1 < w.total) {
-      load_query_block<Traits, Element>(kp, w, s_base, next_head, next_m, stage ^ 1, tid);
-      ptx::cp_async_commit();
-    }
+    const int head = step.head, m = step.m;
+    const BwdStep next = next_step(w, step);
+    begin_step<Traits, Element>(kp, w, s_base, it, next, tid);
     const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
     const char* s_lse = smem + Traits::kOffLse + stage * kBlockM * 4;
     const char* s_d = smem + Traits::kOffD + stage * kBlockM * 4;
@@ -228,8 +213,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
     } else {
       ptx::wgmma_wait<0>();
     }
-    head = next_head;
-    m = next_m;
+    step = next;
   }
   ptx::fence_operand(acc_dk);
   ptx::fence_operand(acc_dv);
