@@ -78,29 +78,12 @@ at::Tensor to_kernel_layout(const at::Tensor& t) {
 // Stride of dim `i` as the kernels see it (elements; 0 for a size-1 dim).
 int64_t kstride(const at::Tensor& t, int i) { return t.size(i) == 1 ? 0 : t.stride(i); }
 
-template <typename P>
-void set_q_strides(P& p, const at::Tensor& t) {
-  p.q_batch_stride = kstride(t, 0);
-  p.q_row_stride = kstride(t, 1);
-  p.q_head_stride = kstride(t, 2);
-}
-template <typename P>
-void set_k_strides(P& p, const at::Tensor& t) {
-  p.k_batch_stride = kstride(t, 0);
-  p.k_row_stride = kstride(t, 1);
-  p.k_head_stride = kstride(t, 2);
-}
-template <typename P>
-void set_v_strides(P& p, const at::Tensor& t) {
-  p.v_batch_stride = kstride(t, 0);
-  p.v_row_stride = kstride(t, 1);
-  p.v_head_stride = kstride(t, 2);
-}
-template <typename P>
-void set_o_strides(P& p, const at::Tensor& t) {
-  p.o_batch_stride = kstride(t, 0);
-  p.o_row_stride = kstride(t, 1);
-  p.o_head_stride = kstride(t, 2);
+// The (batch, row, head) strides of a (batch, seqlen, heads, head_dim) tensor.
+void set_strides(int64_t& batch_stride, int64_t& row_stride, int64_t& head_stride,
+                 const at::Tensor& t) {
+  batch_stride = kstride(t, 0);
+  row_stride = kstride(t, 1);
+  head_stride = kstride(t, 2);
 }
 
 struct Sizes {
@@ -181,10 +164,10 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   p.v = v.data_ptr();
   p.o = out.data_ptr();
   p.lse = lse.data_ptr<float>();
-  set_q_strides(p, q);
-  set_k_strides(p, k);
-  set_v_strides(p, v);
-  set_o_strides(p, out);
+  set_strides(p.q_batch_stride, p.q_row_stride, p.q_head_stride, q);
+  set_strides(p.k_batch_stride, p.k_row_stride, p.k_head_stride, k);
+  set_strides(p.v_batch_stride, p.v_row_stride, p.v_head_stride, v);
+  set_strides(p.o_batch_stride, p.o_row_stride, p.o_head_stride, out);
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
   check_status(flashattn_cu::fwd(p, c10::cuda::getCurrentCUDAStream()), "fwd");
   return {out, lse};
@@ -247,22 +230,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
   p.dq = dq.data_ptr();
   p.dk = dk.data_ptr();
   p.dv = dv.data_ptr();
-  set_q_strides(p, q);
-  set_k_strides(p, k);
-  set_v_strides(p, v);
-  set_o_strides(p, out);
-  p.do_batch_stride = kstride(dout, 0);
-  p.do_row_stride = kstride(dout, 1);
-  p.do_head_stride = kstride(dout, 2);
-  p.dq_batch_stride = kstride(dq, 0);
-  p.dq_row_stride = kstride(dq, 1);
-  p.dq_head_stride = kstride(dq, 2);
-  p.dk_batch_stride = kstride(dk, 0);
-  p.dk_row_stride = kstride(dk, 1);
-  p.dk_head_stride = kstride(dk, 2);
-  p.dv_batch_stride = kstride(dv, 0);
-  p.dv_row_stride = kstride(dv, 1);
-  p.dv_head_stride = kstride(dv, 2);
+  set_strides(p.q_batch_stride, p.q_row_stride, p.q_head_stride, q);
+  set_strides(p.k_batch_stride, p.k_row_stride, p.k_head_stride, k);
+  set_strides(p.v_batch_stride, p.v_row_stride, p.v_head_stride, v);
+  set_strides(p.o_batch_stride, p.o_row_stride, p.o_head_stride, out);
+  set_strides(p.do_batch_stride, p.do_row_stride, p.do_head_stride, dout);
+  set_strides(p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, dq);
+  set_strides(p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, dk);
+  set_strides(p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, dv);
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
   p.deterministic = deterministic;
 
