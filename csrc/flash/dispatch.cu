@@ -1,5 +1,6 @@
 // The one place that picks arch path, dtype and head-dim instance. Torch-free.
 #include <cmath>
+#include <initializer_list>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -48,7 +49,14 @@ Status query_device(DeviceInfo* info) {
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-bool stride_ok(int64_t stride) { return stride % 8 == 0; }
+
+// Every stride a multiple of 8 elements (16 bytes).
+bool strides_ok(std::initializer_list<int64_t> strides) {
+  for (int64_t s : strides) {
+    if (s % 8 != 0) return false;
+  }
+  return true;
+}
 
 // Checks shared by fwd() and bwd(); the torch binding checks the same things first with
 // messages that name the argument, so these fire only for direct C++ callers.
@@ -62,12 +70,11 @@ Status check_common(const Params& p) {
     return Status::kUnsupportedHeadDim;
   }
   if (!(p.softmax_scale > 0.f) || !std::isfinite(p.softmax_scale)) return Status::kInvalidArgument;
-  const int64_t strides[] = {p.q_batch_stride, p.q_row_stride, p.q_head_stride,
-                             p.k_batch_stride, p.k_row_stride, p.k_head_stride,
-                             p.v_batch_stride, p.v_row_stride, p.v_head_stride,
-                             p.o_batch_stride, p.o_row_stride, p.o_head_stride};
-  for (int64_t s : strides) {
-    if (!stride_ok(s)) return Status::kInvalidArgument;
+  if (!strides_ok({p.q_batch_stride, p.q_row_stride, p.q_head_stride,
+                   p.k_batch_stride, p.k_row_stride, p.k_head_stride,
+                   p.v_batch_stride, p.v_row_stride, p.v_head_stride,
+                   p.o_batch_stride, p.o_row_stride, p.o_head_stride})) {
+    return Status::kInvalidArgument;
   }
   if (!aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) || !aligned16(p.o)) {
     return Status::kInvalidArgument;
@@ -148,12 +155,11 @@ bool use_sm90a(const DeviceInfo& dev) {
 // bwd() needs, beyond check_common: dout/dq/dk/dv like o/q/k/v (non-null, 16-byte aligned,
 // strides multiples of 8), the forward's lse and a workspace of bwd_workspace_bytes().
 Status check_bwd(const BwdParams& p) {
-  const int64_t strides[] = {p.do_batch_stride, p.do_row_stride, p.do_head_stride,
-                             p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride,
-                             p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride,
-                             p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride};
-  for (int64_t s : strides) {
-    if (!stride_ok(s)) return Status::kInvalidArgument;
+  if (!strides_ok({p.do_batch_stride, p.do_row_stride, p.do_head_stride,
+                   p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride,
+                   p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride,
+                   p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride})) {
+    return Status::kInvalidArgument;
   }
   const void* ptrs[] = {p.q, p.k, p.v, p.o, p.dout, p.dq, p.dk, p.dv, p.lse};
   for (const void* ptr : ptrs) {
