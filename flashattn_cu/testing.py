@@ -62,29 +62,28 @@ def max_abs_diff(a, b):
 
 
 @contextlib.contextmanager
+def _set_while_active(get, set_, value):
+    """A process-wide setting of the C++ extension (getter, setter) at `value` for the block."""
+    previous = get()
+    set_(value)
+    try:
+        yield
+    finally:
+        set_(previous)
+
+
 def poison_outputs(enabled=True):
     """While active, the C++ ops fill every output (and the backward workspace) with NaN / 0xFF
     right after allocating it, so elements a kernel fails to write show up in comparisons."""
     from flashattn_cu import _C
 
-    previous = _C._poison_outputs()
-    _C._set_poison_outputs(enabled)
-    try:
-        yield
-    finally:
-        _C._set_poison_outputs(previous)
+    return _set_while_active(_C._poison_outputs, _C._set_poison_outputs, enabled)
 
 
-@contextlib.contextmanager
 def kernel_path(path):
     """While active, the ops use the given kernel family: "auto" (the fastest built for the GPU:
     the sm_90a wgmma backward on H100/H200 where it covers the head dim) or "sm80" (the mma.sync
     kernels everywhere). Process-wide, so tests and benchmarks can compare both on one GPU."""
     from flashattn_cu import _C
 
-    previous = _C._kernel_path()
-    _C._set_kernel_path(path)
-    try:
-        yield
-    finally:
-        _C._set_kernel_path(previous)
+    return _set_while_active(_C._kernel_path, _C._set_kernel_path, path)
