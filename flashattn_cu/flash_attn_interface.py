@@ -10,6 +10,7 @@ The ops have fake (meta) implementations below, so `torch.compile(fullgraph=True
 
 import math
 import numbers
+import struct
 
 import torch
 import torch.nn.functional as F
@@ -33,11 +34,13 @@ def _fwd_fake(q, k, v, softmax_scale, causal):
     batch, seqlen_q, nheads, head_dim = q.shape
     out = q.new_empty((batch, seqlen_q, nheads, head_dim))
     lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
-    return out, lse
+    stats = q.new_empty((batch, nheads, seqlen_q, 2), dtype=torch.float32)
+    return out, lse, stats
 
 
 @torch.library.register_fake("flashattn_cu::bwd")
-def _bwd_fake(dout, q, k, v, out, softmax_lse, softmax_scale, causal, deterministic):
+def _bwd_fake(dout, q, k, v, out, softmax_lse, softmax_scale, causal, deterministic,
+              softmax_stats=None):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
@@ -45,14 +48,47 @@ def _bwd_fake(dout, q, k, v, out, softmax_lse, softmax_scale, causal, determinis
 # Autograd
 
 
+_DOUBLE_BACKWARD_MESSAGE = (
+    b"flashattn_cu: flash_attn_func has no double backward: its gradients (dq, dk, dv) are not "
+    b"differentiable, so a gradient of them (torch.autograd.grad(..., create_graph=True) and a "
+    b"second backward through the result, e.g. a gradient penalty or a Hessian-vector product) "
+    b"cannot be computed. Use torch.nn.functional.scaled_dot_product_attention with the math "
+    b"backend for higher-order gradients."
+)
+
+
+def _no_double_backward(grads, inputs):
+    """Returns `grads` unchanged unless this backward itself is being recorded (create_graph=True
+    with an input that requires grad). Then each gradient comes back as an alias whose own
+    backward raises _DOUBLE_BACKWARD_MESSAGE: without it autograd would treat the kernel's
+    gradients as constants and silently drop every second-order term."""
+    if not torch.is_grad_enabled() or not any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in inputs
+    ):
+        return grads
+    err_fn = torch._C._functions.DelayedError(_DOUBLE_BACKWARD_MESSAGE, len(grads))
+    aliases = []
+    for g in grads:
+        g = g.detach()
+        g.requires_grad_(True)
+        aliases.append(g)
+    return tuple(err_fn(*aliases))
+
+
 class FlashAttnFunc(torch.autograd.Function):
     """Attention on (batch, seqlen, nheads, headdim) tensors whose head dim is already a multiple
-    of 8 and <= 256. Returns (out, softmax_lse); softmax_lse is not differentiable."""
+    of 8 and <= 256. Returns (out, softmax_lse); softmax_lse is not differentiable.
+
+    The forward saves the per-row statistics the kernel returns besides the LSE (row max and
+    log2 of the row sum), from which the backward recomputes the probabilities exactly at any
+    logit magnitude (csrc/include/flashattn_cu/flashattn_cu.h, FwdParams::softmax_stats)."""
 
     @staticmethod
     def forward(ctx, q, k, v, softmax_scale, causal, deterministic):
-        out, softmax_lse = torch.ops.flashattn_cu.fwd(q, k, v, softmax_scale, causal)
-        ctx.save_for_backward(q, k, v, out, softmax_lse)
+        out, softmax_lse, softmax_stats = torch.ops.flashattn_cu.fwd(
+            q, k, v, softmax_scale, causal
+        )
+        ctx.save_for_backward(q, k, v, out, softmax_lse, softmax_stats)
         ctx.softmax_scale = softmax_scale
         ctx.causal = causal
         ctx.deterministic = deterministic
@@ -61,11 +97,14 @@ class FlashAttnFunc(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, _dlse):
-        q, k, v, out, softmax_lse = ctx.saved_tensors
-        # dout may be any layout (out.sum() gives a stride-0 expand); the op copies if it must.
-        dq, dk, dv = torch.ops.flashattn_cu.bwd(
-            dout, q, k, v, out, softmax_lse, ctx.softmax_scale, ctx.causal, ctx.deterministic
-        )
+        q, k, v, out, softmax_lse, softmax_stats = ctx.saved_tensors
+        with torch.no_grad():
+            # dout may be any layout (out.sum() gives a stride-0 expand); the op copies if it must.
+            dq, dk, dv = torch.ops.flashattn_cu.bwd(
+                dout, q, k, v, out, softmax_lse, ctx.softmax_scale, ctx.causal,
+                ctx.deterministic, softmax_stats,
+            )
+        dq, dk, dv = _no_double_backward((dq, dk, dv), (dout, q, k, v))
         return dq, dk, dv, None, None, None
 
 
@@ -117,6 +156,22 @@ def _check_scale(softmax_scale):
             f"flash_attn_func: softmax_scale must be a positive finite number, got {softmax_scale}"
             " (None means headdim ** -0.5)"
         )
+    # The kernels take it as a float32 and flush subnormals: 1e-50 would become 0 there, 1e39 inf.
+    if not _FLOAT32_MIN_NORMAL <= _as_float32(softmax_scale) < math.inf:
+        raise ValueError(
+            f"flash_attn_func: softmax_scale={softmax_scale} is not a normal positive float32 "
+            "(the kernels compute in float32; supported: about 1.2e-38 to 3.4e38)"
+        )
+
+
+_FLOAT32_MIN_NORMAL = 2.0 ** -126
+
+
+def _as_float32(x):
+    try:
+        return struct.unpack("f", struct.pack("f", x))[0]
+    except OverflowError:
+        return math.inf
 
 
 _capability_cache = {}

@@ -3,7 +3,9 @@
 #
 #   bash scripts/device_run.sh                                  # every step
 #   STEPS=build,check,test bash scripts/device_run.sh           # a subset, in this fixed order:
-#                                                               #   env,build,check,test,bench,example,sanitize
+#                                                               #   env,diag,build,check,test,bench,example,sanitize
+#                                                               # (diag, not in the default set: the TORCH_CHECK
+#                                                               #  crash diagnosis, scripts/diag_torch_check.py)
 #   FLASHATTN_CU_COMMIT=abc1234 STEPS=build,bench BENCH_ARGS="--quick" bash scripts/device_run.sh
 #
 # Run from anywhere; it works in the repository root. Results go to $OUT (default ./device_out),
@@ -31,7 +33,7 @@
 #   SAVE_SO=1             copy the built flashattn_cu/_C*.so to $OUT (if under 16 MiB), so that a later call
 #                         on a fresh machine can carry it into flashattn_cu/ and skip the build
 #   TRAIN_ARGS, LONG_ARGS extra flags for examples/train_gpt.py and examples/long_context.py
-#   SANITIZE_TOOLS        default memcheck,racecheck (synccheck, initcheck also possible)
+#   SANITIZE_TOOLS        default memcheck,racecheck,synccheck (initcheck also possible)
 #   SANITIZE_ARGS         extra flags for scripts/sanitize_case.py; SANITIZE_TIMEOUT (default 150 s each)
 #   SANITIZE_FILTER       e.g. "kns=flash" to instrument only kernels whose name contains it
 #
@@ -46,7 +48,7 @@ LOGS=$WORK/logs
 PY=${PYTHON:-python3}
 STEPS=${STEPS:-env,build,check,test,bench,example,sanitize}
 DEADLINE=${DEADLINE:-570}
-SANITIZE_TOOLS=${SANITIZE_TOOLS:-memcheck,racecheck}
+SANITIZE_TOOLS=${SANITIZE_TOOLS:-memcheck,racecheck,synccheck}
 export PYTHONUNBUFFERED=1
 rm -rf "$LOGS"  # logs of an earlier call on a warm machine would be packed and summarised as this one's
 mkdir -p "$OUT" "$LOGS"
@@ -218,6 +220,10 @@ main() {
             record env fail $((SECONDS - t0)) "torch not importable?"; fi
     fi
 
+    if want diag; then
+        run_step diag "$LOGS/diag.log" "$PY" scripts/diag_torch_check.py
+    fi
+
     want build && step_build
 
     if want check; then
@@ -298,7 +304,7 @@ main() {
     [ -f "$LOGS/bench.log" ] && grep '^SUMMARY' "$LOGS/bench.log" | grep -v '^SUMMARY key' | head -n 30
     grep -h '^RESULT' "$LOGS"/train_gpt.log "$LOGS"/long_context.log 2>/dev/null
     for f in "$LOGS"/sanitize_*.log; do
-        [ -f "$f" ] && echo "$(basename "$f" .log): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|sanitize_case:' "$f" | tr '\n' ' ')"
+        [ -f "$f" ] && echo "$(basename "$f" .log): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY|sanitize_case:' "$f" | tr '\n' ' ')"
     done
     pack
     local nfiles

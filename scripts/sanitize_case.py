@@ -4,9 +4,10 @@
     compute-sanitizer --tool memcheck --error-exitcode 97 python scripts/sanitize_case.py
     python scripts/sanitize_case.py --dims 128 --quiet    # plain run, no sanitizer
 
-One forward (and backward, when implemented) per head dim, causal and not, on odd lengths that
-leave partial tiles on both axes, with GQA and with seqlen_q > seqlen_k (causal rows that see no
-key). The shapes are small so that the whole script finishes in well under a minute under the
+Forward and backward of every kernel instance in the build (each head dim, dtype, and on an
+sm_90 GPU both kernel paths), causal and not, deterministic and not, on odd lengths that leave
+partial tiles on both axes, with GQA/MQA head splits and with seqlen_q > seqlen_k (causal rows
+that see no key). The shapes are small so that the whole script finishes in well under a minute under the
 sanitizer, which makes every kernel launch much slower. The reference runs on the CPU in fp32, so
 the sanitizer instruments no cuBLAS kernels; the comparison here only catches gross errors (the
 test suite owns accuracy). Every call is followed by a synchronize so an error is attributed to
@@ -48,8 +49,8 @@ def reference(q, k, v, causal):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dims", default=None,
-                   help="head dims (default: 64,128 that are built; FLASHATTN_CU_HEAD_DIMS narrows them)")
+    p.add_argument("--dims", default="all",
+                   help="head dims, or 'all' (default): every instance in the build")
     p.add_argument("--dtypes", default="bf16,fp16")
     p.add_argument("--no-bwd", action="store_true", help="forward only")
     p.add_argument("--quiet", action="store_true")
@@ -62,68 +63,69 @@ def main(argv=None) -> int:
         sys.path.insert(0, str(REPO_ROOT))
     import flashattn_cu
     from flashattn_cu import flash_attn_func
+    from flashattn_cu.testing import kernel_path
 
-    if args.dims:
-        dims = [int(x) for x in args.dims.split(",") if x]
-    else:
-        dims = [64, 128]
-        env = os.environ.get("FLASHATTN_CU_HEAD_DIMS", "").replace(";", ",").strip()
-        if env:
-            dims = [d for d in dims if str(d) in env.split(",")] or [int(env.split(",")[0])]
-        try:  # the build reports which head-dim instances it has
-            built = list(flashattn_cu._C.built_head_dims())
-            dims = [d for d in dims if d in built] or built[:1]
-        except Exception:
-            pass
+    built = list(flashattn_cu._C.built_head_dims())
+    dims = built if args.dims == "all" else [int(x) for x in args.dims.split(",") if x]
+    # The sm80 kernels on an sm_90 GPU are a second set of instances (the default path runs the
+    # sm_90a backward where it has one).
+    paths = ["auto"]
+    if torch.cuda.get_device_capability() == (9, 0) and 90 in flashattn_cu._C.built_archs():
+        paths.append("sm80")
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     dtype_list = [dtypes[x] for x in args.dtypes.split(",") if x]
 
     torch.manual_seed(0)
-    problems, bwd_state = [], "not tried"
-    calls = 0
-    for dtype in dtype_list:
-        for d in dims:
-            for causal in (False, True):
-                for b, s_q, s_k, h, h_k in CASES:
-                    tag = f"{str(dtype).split('.')[-1]} d={d} causal={int(causal)} b={b} sq={s_q} sk={s_k} h={h}/{h_k}"
-                    q = torch.randn(b, s_q, h, d, device="cuda", dtype=dtype)
-                    k = torch.randn(b, s_k, h_k, d, device="cuda", dtype=dtype)
-                    v = torch.randn(b, s_k, h_k, d, device="cuda", dtype=dtype)
-                    want_bwd = not args.no_bwd and bwd_state != "unavailable"
-                    for t in (q, k, v):
-                        t.requires_grad_(want_bwd)
-                    try:
-                        out = flash_attn_func(q, k, v, causal=causal)
-                        torch.cuda.synchronize()
-                        calls += 1
-                    except Exception as exc:
-                        problems.append(f"{tag}: forward raised {type(exc).__name__}: {exc}")
-                        continue
-                    ref = reference(q, k, v, causal)
-                    err = (out.detach().float().cpu() - ref).abs().max().item()
-                    bad = not torch.isfinite(out).all().item() or err > 0.1
-                    line = f"{tag}: fwd err {err:.2e}"
-                    if bad:
-                        problems.append(f"{tag}: forward wrong (max err {err:.3g})")
-                    if want_bwd:
-                        try:
-                            out.backward(torch.randn_like(out))
-                            torch.cuda.synchronize()
-                            calls += 1
-                            bwd_state = "ran"
-                            finite = all(torch.isfinite(t.grad).all().item() for t in (q, k, v))
-                            line += ", bwd ran" + ("" if finite else " (NON-FINITE grads)")
-                            if not finite:
-                                problems.append(f"{tag}: non-finite gradients")
-                        except (NotImplementedError, RuntimeError) as exc:
-                            if bwd_state == "not tried" and "CUDA" not in str(exc):
-                                bwd_state = "unavailable"
-                                line += f", bwd unavailable ({type(exc).__name__})"
-                            else:
-                                problems.append(f"{tag}: backward raised {type(exc).__name__}: {exc}")
-                    if not args.quiet:
-                        print(line)
-    print(f"sanitize_case: {calls} kernel calls, head dims {dims}, backward {bwd_state}; "
+    problems, calls = [], 0
+
+    def run(tag, dtype, d, causal, deterministic, b, s_q, s_k, h, h_k):
+        nonlocal calls
+        q = torch.randn(b, s_q, h, d, device="cuda", dtype=dtype)
+        k = torch.randn(b, s_k, h_k, d, device="cuda", dtype=dtype)
+        v = torch.randn(b, s_k, h_k, d, device="cuda", dtype=dtype)
+        for t in (q, k, v):
+            t.requires_grad_(not args.no_bwd)
+        try:
+            out = flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
+            torch.cuda.synchronize()
+            calls += 1
+        except Exception as exc:  # noqa: BLE001
+            problems.append(f"{tag}: forward raised {type(exc).__name__}: {exc}")
+            return
+        ref = reference(q, k, v, causal)
+        err = (out.detach().float().cpu() - ref).abs().max().item()
+        if not torch.isfinite(out).all().item() or err > 0.1:
+            problems.append(f"{tag}: forward wrong (max err {err:.3g})")
+        line = f"{tag}: fwd err {err:.2e}"
+        if not args.no_bwd:
+            try:
+                out.backward(torch.randn_like(out))
+                torch.cuda.synchronize()
+                calls += 1
+                if not all(torch.isfinite(t.grad).all().item() for t in (q, k, v)):
+                    problems.append(f"{tag}: non-finite gradients")
+                line += ", bwd ran"
+            except Exception as exc:  # noqa: BLE001
+                problems.append(f"{tag}: backward raised {type(exc).__name__}: {exc}")
+        if not args.quiet:
+            print(line)
+
+    # Every (path, dtype, head dim) instance, each case once, causal and deterministic mixed
+    # over the cases so each kernel (main, dQ, preprocess, convert) runs on partial tiles.
+    modes = [(True, False), (False, True), (True, True)]
+    for path in paths:
+        with kernel_path(path):
+            for dtype in dtype_list:
+                for d in dims:
+                    for (b, s_q, s_k, h, h_k), (causal, det) in zip(CASES, modes):
+                        tag = (f"{path} {str(dtype).split('.')[-1]} d={d} causal={int(causal)} "
+                               f"det={int(det)} b={b} sq={s_q} sk={s_k} h={h}/{h_k}")
+                        run(tag, dtype, d, causal, det, b, s_q, s_k, h, h_k)
+            # One block summing two query heads of a split group (kv_splits 2 of group 4): a
+            # long key sequence keeps the block count high enough for that choice.
+            d = 128 if 128 in dims else dims[0]
+            run(f"{path} head-split d={d}", torch.bfloat16, d, True, False, 1, 9, 16384, 4, 1)
+    print(f"sanitize_case: {calls} kernel calls, paths {paths}, head dims {dims}; "
           f"{len(problems)} problem(s)")
     for line in problems:
         print(f"  PROBLEM {line}")

@@ -66,11 +66,11 @@ def test_kernel_path_switch():
 def test_op_schemas():
     assert str(torch.ops.flashattn_cu.fwd.default._schema) == (
         "flashattn_cu::fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal) -> "
-        "(Tensor, Tensor)")
+        "(Tensor, Tensor, Tensor)")
     assert str(torch.ops.flashattn_cu.bwd.default._schema) == (
         "flashattn_cu::bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, "
-        "Tensor softmax_lse, float softmax_scale, bool causal, bool deterministic) -> "
-        "(Tensor, Tensor, Tensor)")
+        "Tensor softmax_lse, float softmax_scale, bool causal, bool deterministic, "
+        "Tensor? softmax_stats=None) -> (Tensor, Tensor, Tensor)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -188,6 +188,22 @@ def test_bad_softmax_scale(scale):
                 softmax_scale=scale)
 
 
+@pytest.mark.parametrize("scale", [1e-50, 1e-40, 1e39, 3.5e38])
+def test_softmax_scale_not_a_normal_float32(scale):
+    """Finite and positive as a Python float, but 0, subnormal or inf as the float32 the kernels
+    use: rejected by name before anything runs."""
+    q, k, v = (t.to("meta") for t in cpu_qkv())
+    with mock.patch.object(fai, "_check_devices", _no_device_check):
+        _raises(ValueError, "is not a normal positive float32", q, k, v, softmax_scale=scale)
+
+
+@pytest.mark.parametrize("scale", [2.0 ** -126, 1e-30, 3.3e38])
+def test_softmax_scale_extremes_that_float32_holds(scale):
+    q, k, v = (t.to("meta") for t in cpu_qkv())
+    with mock.patch.object(fai, "_check_devices", _no_device_check):
+        assert flash_attn_func(q, k, v, softmax_scale=scale).shape == q.shape
+
+
 @pytest.mark.parametrize("scale", [True, "0.1", torch.tensor(0.1)])
 def test_softmax_scale_type(scale):
     q, k, v = (t.to("meta") for t in cpu_qkv())
@@ -273,12 +289,14 @@ def test_window_sizes_that_mean_no_window_or_causal(window, causal):
 def test_fake_impls_on_meta():
     q = torch.empty(3, 9, 8, 128, device="meta", dtype=torch.bfloat16)
     k = torch.empty(3, 17, 2, 128, device="meta", dtype=torch.bfloat16)
-    out, lse = torch.ops.flashattn_cu.fwd(q, k, k, 0.1, False)
+    out, lse, stats = torch.ops.flashattn_cu.fwd(q, k, k, 0.1, False)
     assert out.shape == q.shape and out.is_contiguous() and out.dtype == q.dtype
     assert lse.shape == (3, 8, 9) and lse.dtype == torch.float32 and lse.is_contiguous()
-    dq, dk, dv = torch.ops.flashattn_cu.bwd(out, q, k, k, out, lse, 0.1, False, True)
-    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == k.shape
-    assert all(t.is_contiguous() and t.dtype == q.dtype for t in (dq, dk, dv))
+    assert stats.shape == (3, 8, 9, 2) and stats.dtype == torch.float32 and stats.is_contiguous()
+    for extra in ((), (stats,)):
+        dq, dk, dv = torch.ops.flashattn_cu.bwd(out, q, k, k, out, lse, 0.1, False, True, *extra)
+        assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == k.shape
+        assert all(t.is_contiguous() and t.dtype == q.dtype for t in (dq, dk, dv))
 
 
 @pytest.mark.parametrize("d", [64, 59])

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import attn_helpers
-from attn_helpers import (DTYPES, HEAD_DIMS, HEADS, SEQLEN_PAIRS, assert_lse_close, assert_rule,
+from attn_helpers import (DTYPES, HEAD_DIMS, HEADS, SEQLEN_PAIRS, assert_lse_rule, assert_rule,
                           instance_for, make_qkv)
 from flashattn_cu import _C, flash_attn_func
 from flashattn_cu.testing import attention_ref
@@ -34,9 +34,9 @@ def check_forward(q, k, v, causal, softmax_scale=None, batch_rows=None):
     assert out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
     assert lse.shape == (q.shape[0], q.shape[2], q.shape[1]) and lse.dtype == torch.float32
     ref, lse_ref = attention_ref(q, k, v, causal=causal, softmax_scale=softmax_scale)
-    pt, _ = attention_ref(q, k, v, causal=causal, softmax_scale=softmax_scale, upcast=False)
+    pt, lse_pt = attention_ref(q, k, v, causal=causal, softmax_scale=softmax_scale, upcast=False)
     assert_rule(out, ref, pt, 2, 1e-5, "out")
-    assert_lse_close(lse, lse_ref)
+    assert_lse_rule(lse, lse_ref, lse_pt)
     return out, lse
 
 
@@ -77,17 +77,6 @@ def test_custom_softmax_scale(dtype, softmax_scale):
     skip_unless_built(64)
     q, k, v = make_qkv(2, 257, 300, 4, 2, 64, dtype)
     check_forward(q, k, v, causal=True, softmax_scale=softmax_scale)
-
-
-@pytest.mark.parametrize("head_dim", [64, 128])
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-def test_large_logits(dtype, head_dim):
-    """q, k scaled so the logits reach the hundreds: the online softmax must not overflow."""
-    skip_unless_built(head_dim)
-    q, k, v = make_qkv(2, 300, 333, 4, 4, head_dim, dtype)
-    q, k = q * 8, k * 8
-    out, lse = check_forward(q, k, v, causal=False)
-    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
 
 
 # --------------------------------------------------------------------------------------------
@@ -197,13 +186,22 @@ def test_compile_fullgraph_forward():
 
 
 def test_runs_on_current_stream():
+    """On a side stream, q is written only after a ~50 ms sleep kernel; the op, called on that
+    stream, must read it after the write. A launch on any other stream (the legacy default one,
+    or the stream current when the module loaded) would read q before it is written."""
     skip_unless_built(128)
-    q, k, v = make_qkv(2, 1024, 1024, 8, 8, 128, torch.float16)
-    expected = flash_attn_func(q, k, v)
+    q_src, k, v = make_qkv(2, 1024, 1024, 8, 8, 128, torch.float16)
+    expected = flash_attn_func(q_src, k, v)
+    torch.cuda.synchronize()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
+        torch.cuda._sleep(100_000_000)  # ~50 ms of GPU time on this stream only
+        q = q_src * 1  # allocated and written on `stream`, after the sleep
         out = flash_attn_func(q, k, v)
+        done = torch.cuda.Event()
+        done.record(stream)
+    assert not done.query(), "the sleep kernel did not delay the stream; the test proves nothing"
     torch.cuda.current_stream().wait_stream(stream)
     assert torch.equal(out, expected)
 

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include "flashattn_cu/flashattn_cu.h"
+#include "launch.h"
 #include "sm80/bwd_params.h"
 #include "sm80/launch.h"
 #include "sm90/launch.h"
@@ -50,6 +51,12 @@ Status query_device(DeviceInfo* info) {
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
+// A tensor with elements needs a non-null, 16-byte aligned pointer; an empty one may have any
+// (it is never dereferenced). The one rule for every pointer of fwd() and bwd().
+bool pointer_ok(const void* ptr, bool has_elements) {
+  return has_elements ? ptr != nullptr && aligned16(ptr) : ptr == nullptr || aligned16(ptr);
+}
+
 // Every stride a multiple of 8 elements (16 bytes).
 bool strides_ok(std::initializer_list<int64_t> strides) {
   for (int64_t s : strides) {
@@ -63,20 +70,23 @@ bool strides_ok(std::initializer_list<int64_t> strides) {
 template <typename Params>
 Status check_common(const Params& p) {
   if (p.batch < 0 || p.seqlen_q < 0 || p.seqlen_k < 0 || p.num_heads <= 0 ||
-      p.num_heads_k <= 0 || p.num_heads % p.num_heads_k != 0) {
+      p.num_heads_k <= 0 || p.num_heads % p.num_heads_k != 0 || p.seqlen_q > kMaxSeqlen ||
+      p.seqlen_k > kMaxSeqlen) {
     return Status::kInvalidArgument;
   }
   if (p.head_dim <= 0 || p.head_dim > 256 || p.head_dim % 8 != 0) {
     return Status::kUnsupportedHeadDim;
   }
-  if (!(p.softmax_scale > 0.f) || !std::isfinite(p.softmax_scale)) return Status::kInvalidArgument;
+  if (!(p.softmax_scale > 0.f) || !std::isnormal(p.softmax_scale)) return Status::kInvalidArgument;
   if (!strides_ok({p.q_batch_stride, p.q_row_stride, p.q_head_stride,
                    p.k_batch_stride, p.k_row_stride, p.k_head_stride,
                    p.v_batch_stride, p.v_row_stride, p.v_head_stride,
                    p.o_batch_stride, p.o_row_stride, p.o_head_stride})) {
     return Status::kInvalidArgument;
   }
-  if (!aligned16(p.q) || !aligned16(p.k) || !aligned16(p.v) || !aligned16(p.o)) {
+  const bool has_q = p.batch > 0 && p.seqlen_q > 0, has_k = p.batch > 0 && p.seqlen_k > 0;
+  if (!pointer_ok(p.q, has_q) || !pointer_ok(p.o, has_q) || !pointer_ok(p.k, has_k) ||
+      !pointer_ok(p.v, has_k)) {
     return Status::kInvalidArgument;
   }
   return Status::kSuccess;
@@ -152,8 +162,9 @@ bool use_sm90a(const DeviceInfo& dev) {
          g_kernel_path.load(std::memory_order_relaxed) == static_cast<int>(KernelPath::kAuto);
 }
 
-// bwd() needs, beyond check_common: dout/dq/dk/dv like o/q/k/v (non-null, 16-byte aligned,
-// strides multiples of 8), the forward's lse and a workspace of bwd_workspace_bytes().
+// bwd() needs, beyond check_common: dout/dq/dk/dv like o/q/k/v (strides multiples of 8, the
+// pointer rule of check_common), the forward's softmax_stats or lse, and a workspace of
+// bwd_workspace_bytes().
 Status check_bwd(const BwdParams& p) {
   if (!strides_ok({p.do_batch_stride, p.do_row_stride, p.do_head_stride,
                    p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride,
@@ -161,11 +172,15 @@ Status check_bwd(const BwdParams& p) {
                    p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride})) {
     return Status::kInvalidArgument;
   }
-  const void* ptrs[] = {p.q, p.k, p.v, p.o, p.dout, p.dq, p.dk, p.dv, p.lse};
-  for (const void* ptr : ptrs) {
-    if (ptr == nullptr || !aligned16(ptr)) return Status::kInvalidArgument;
+  const bool has_q = p.batch > 0 && p.seqlen_q > 0, has_k = p.batch > 0 && p.seqlen_k > 0;
+  // The row statistics are read only through softmax_stats when it is given, else through lse.
+  const bool has_stats = p.softmax_stats != nullptr;
+  if (!pointer_ok(p.dout, has_q) || !pointer_ok(p.dq, has_q) || !pointer_ok(p.dk, has_k) ||
+      !pointer_ok(p.dv, has_k) || !pointer_ok(p.softmax_stats, has_q && has_stats) ||
+      !pointer_ok(p.lse, has_q && !has_stats)) {
+    return Status::kInvalidArgument;
   }
-  if (bwd_workspace_bytes(p) > 0 && (p.workspace == nullptr || !aligned16(p.workspace))) {
+  if (bwd_workspace_bytes(p) > 0 && !pointer_ok(p.workspace, true)) {
     return Status::kInvalidArgument;
   }
   return Status::kSuccess;
@@ -173,17 +188,17 @@ Status check_bwd(const BwdParams& p) {
 
 }  // namespace
 
-namespace sm80 {
-Status launch_status() {
-  const cudaError_t err = cudaGetLastError();
+Status cuda_status(cudaError_t err) {
   if (err == cudaSuccess) return Status::kSuccess;
   g_last_error = err;
+  // The failed call recorded err as the thread's last error; take it back off (it is ours, and a
+  // later unrelated check should not see it). Sticky errors stay, as CUDA keeps them.
+  (void)cudaGetLastError();
   if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
     return Status::kUnsupportedDevice;
   }
   return Status::kLaunchFailed;
 }
-}  // namespace sm80
 
 const char* status_string(Status status) {
   switch (status) {
@@ -202,13 +217,11 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
   g_last_error = cudaSuccess;
   Status st = check_common(p);
   if (st != Status::kSuccess) return st;
-  if (p.lse == nullptr || !aligned16(p.lse)) return Status::kInvalidArgument;
-  if (p.batch == 0 || p.seqlen_q == 0) return Status::kSuccess;
-  // Rows to read and write: q and o must exist, k and v too unless there is no key (then the
-  // output is 0 and lse +inf).
-  if (p.q == nullptr || p.o == nullptr || (p.seqlen_k > 0 && (p.k == nullptr || p.v == nullptr))) {
+  const bool has_q = p.batch > 0 && p.seqlen_q > 0;
+  if (!pointer_ok(p.lse, has_q) || !pointer_ok(p.softmax_stats, false)) {
     return Status::kInvalidArgument;
   }
+  if (!has_q) return Status::kSuccess;  // no row to write (a keyless row is written: 0, +inf)
   DeviceInfo dev;
   st = query_device(&dev);
   if (st != Status::kSuccess) return st;
@@ -230,9 +243,9 @@ Status bwd(const BwdParams& p, cudaStream_t stream) {
   if (st != Status::kSuccess) return st;
   // Nothing to compute or write: no rows at all. (seqlen_q == 0 alone still zeroes dk/dv,
   // seqlen_k == 0 alone still zeroes dq.)
-  if (p.batch == 0 || (p.seqlen_q == 0 && p.seqlen_k == 0)) return Status::kSuccess;
   st = check_bwd(p);
   if (st != Status::kSuccess) return st;
+  if (p.batch == 0 || (p.seqlen_q == 0 && p.seqlen_k == 0)) return Status::kSuccess;
   DeviceInfo dev;
   st = query_device(&dev);
   if (st != Status::kSuccess) return st;

@@ -75,7 +75,7 @@ constexpr int kLargeSmemBytes = 128 * 1024;
 //    dq_block_m queries per thread block (16 per warp), key blocks of dq_block_n walked in order,
 //    dq_stages K/V buffers.
 // Shared memory (bytes): main = (2 block_n + 2 stages block_m) (d + 8) 2 + split block_n
-// (block_m + 8) 2 + 8 stages block_m; dQ kernel = (2 dq_block_m + 2 dq_stages dq_block_n) (d + 8) 2.
+// (block_m + 8) 2 + 12 stages block_m (M, L, D per query); dQ kernel = (2 dq_block_m + 2 dq_stages dq_block_n) (d + 8) 2.
 // Large class: <= 163 KB (sm_80; sm_90 has 227 KB but shares the config); small: <= 99 KB.
 // These are first choices by register/shared-memory arithmetic, to be revised with H200 numbers
 // in benchmarks/NOTES.md.
@@ -129,7 +129,7 @@ __host__ __device__ constexpr BwdTile bwd_tile_sm80(int head_dim, bool small_sme
 __host__ __device__ constexpr int bwd_smem_bytes(BwdTile tile, int head_dim) {
   return (2 * tile.block_n + 2 * tile.stages * tile.block_m) * (head_dim + 8) * 2 +
          (tile.warps * 16 / tile.block_n) * tile.block_n * (tile.block_m + 8) * 2 +
-         8 * tile.stages * tile.block_m;
+         12 * tile.stages * tile.block_m;
 }
 
 __host__ __device__ constexpr int bwd_dq_smem_bytes(BwdTile tile, int head_dim) {

@@ -3,12 +3,17 @@
 // the current stream. Never synchronizes, never prints.
 //
 // Ops (TORCH_LIBRARY, so torch.compile and torch.library see them):
-//   flashattn_cu::fwd(q, k, v, softmax_scale, causal) -> (out, softmax_lse)
-//   flashattn_cu::bwd(dout, q, k, v, out, softmax_lse, softmax_scale, causal, deterministic)
-//       -> (dq, dk, dv)
+//   flashattn_cu::fwd(q, k, v, softmax_scale, causal) -> (out, softmax_lse, softmax_stats)
+//   flashattn_cu::bwd(dout, q, k, v, out, softmax_lse, softmax_scale, causal, deterministic,
+//                     softmax_stats=None) -> (dq, dk, dv)
+// softmax_stats (batch, nheads, seqlen_q, 2) fp32 is what bwd needs to recompute the
+// probabilities exactly at any logit magnitude (flashattn_cu.h, FwdParams); without it bwd
+// works from softmax_lse alone, as flash_attn does.
 // plus a pybind11 module (flashattn_cu._C) with build information and a test-only hook.
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <optional>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -42,19 +47,54 @@ flashattn_cu::DType to_dtype(at::ScalarType t) {
   return t == at::kBFloat16 ? flashattn_cu::DType::kBFloat16 : flashattn_cu::DType::kFloat16;
 }
 
+// Error messages are built here with std::to_string / snprintf and handed to TORCH_CHECK* as one
+// std::string, never streamed: on the H200 image (g++ 13.3 against torch 2.11.0+cu130) a message
+// that streams a number through c10::str's std::ostringstream crashed the process (SIGSEGV)
+// instead of raising; see benchmarks/NOTES.md, "TORCH_CHECK crash", for the diagnosis.
+std::string text(const char* s) { return s; }
+std::string text(const std::string& s) { return s; }
+std::string text(int64_t v) { return std::to_string(v); }
+std::string text(int v) { return std::to_string(v); }
+std::string text(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+std::string text(at::ScalarType t) { return c10::toString(t); }
+std::string text(const c10::Device& d) {
+  std::string s = d.is_cuda() ? "cuda" : d.is_cpu() ? "cpu" : "device type " +
+                                                              std::to_string(static_cast<int>(d.type()));
+  if (d.has_index()) s += ":" + std::to_string(d.index());
+  return s;
+}
+std::string text(at::IntArrayRef v) {
+  std::string s = "(";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + (v.size() == 1 ? ",)" : ")");
+}
+
+template <typename... Parts>
+std::string msg(const Parts&... parts) {
+  std::string s = "flashattn_cu: ";
+  ((s += text(parts)), ...);
+  return s;
+}
+
 void check_input(const at::Tensor& t, const char* name, const at::Tensor& ref) {
-  TORCH_CHECK(t.is_cuda(), "flashattn_cu: ", name, " must be a CUDA tensor, got device ",
-              t.device());
-  TORCH_CHECK(t.device() == ref.device(), "flashattn_cu: ", name, " is on ", t.device(),
-              " but q is on ", ref.device(), "; all tensors must be on the same GPU");
-  TORCH_CHECK(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16, "flashattn_cu: ",
-              name, " has dtype ", t.scalar_type(), "; supported: float16, bfloat16");
-  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "flashattn_cu: ", name, " has dtype ",
-              t.scalar_type(), " but q has ", ref.scalar_type(), "; dtypes must match");
-  TORCH_CHECK(t.dim() == 4, "flashattn_cu: ", name,
-              " must have rank 4 (batch, seqlen, nheads, headdim), got shape ", t.sizes());
-  TORCH_CHECK(t.size(-1) == 0 || t.stride(-1) == 1 || t.size(-1) == 1, "flashattn_cu: ", name,
-              " must be contiguous in its last (head) dimension, got strides ", t.strides());
+  TORCH_CHECK_VALUE(t.is_cuda(), msg(name, " must be a CUDA tensor, got device ", t.device()));
+  TORCH_CHECK_VALUE(t.device() == ref.device(),
+                    msg(name, " is on ", t.device(), " but q is on ", ref.device(),
+                        "; all tensors must be on the same GPU"));
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16,
+                   msg(name, " has dtype ", t.scalar_type(), "; supported: float16, bfloat16"));
+  TORCH_CHECK_TYPE(t.scalar_type() == ref.scalar_type(),
+                   msg(name, " has dtype ", t.scalar_type(), " but q has ", ref.scalar_type(),
+                       "; dtypes must match"));
+  TORCH_CHECK_VALUE(t.dim() == 4, msg(name, " must have rank 4 (batch, seqlen, nheads, headdim), "
+                                      "got shape ", t.sizes()));
+  TORCH_CHECK_VALUE(t.size(-1) == 0 || t.stride(-1) == 1 || t.size(-1) == 1,
+                    msg(name, " must be contiguous in its last (head) dimension, got strides ",
+                        t.strides()));
 }
 
 // The kernels need every non-last stride to be a multiple of 8 elements (16 bytes) and a 16-byte
@@ -96,37 +136,47 @@ Sizes check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   check_input(k, "k", q);
   check_input(v, "v", q);
   const Sizes s{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3)};
-  TORCH_CHECK(k.size(0) == s.batch && v.size(0) == s.batch, "flashattn_cu: batch sizes differ: q ",
-              s.batch, ", k ", k.size(0), ", v ", v.size(0));
-  TORCH_CHECK(k.size(3) == s.head_dim && v.size(3) == s.head_dim,
-              "flashattn_cu: head dims differ: q ", s.head_dim, ", k ", k.size(3), ", v ",
-              v.size(3));
-  TORCH_CHECK(v.size(1) == s.seqlen_k && v.size(2) == s.num_heads_k,
-              "flashattn_cu: k and v must have the same (seqlen, nheads), got k ", k.sizes(),
-              ", v ", v.sizes());
-  TORCH_CHECK(s.head_dim % 8 == 0 && s.head_dim > 0 && s.head_dim <= 256,
-              "flashattn_cu: head dim must be a positive multiple of 8 and <= 256, got ",
-              s.head_dim, " (flash_attn_func pads other sizes)");
-  TORCH_CHECK(s.num_heads_k > 0 && s.num_heads % s.num_heads_k == 0,
-              "flashattn_cu: nheads of q (", s.num_heads,
-              ") must be a multiple of nheads of k/v (", s.num_heads_k, ")");
+  TORCH_CHECK_VALUE(k.size(0) == s.batch && v.size(0) == s.batch,
+                    msg("batch sizes differ: q ", s.batch, ", k ", k.size(0), ", v ", v.size(0)));
+  TORCH_CHECK_VALUE(k.size(3) == s.head_dim && v.size(3) == s.head_dim,
+                    msg("head dims differ: q ", s.head_dim, ", k ", k.size(3), ", v ", v.size(3)));
+  TORCH_CHECK_VALUE(v.size(1) == s.seqlen_k && v.size(2) == s.num_heads_k,
+                    msg("k and v must have the same (seqlen, nheads), got k ", k.sizes(), ", v ",
+                        v.sizes()));
+  TORCH_CHECK_VALUE(s.head_dim % 8 == 0 && s.head_dim > 0 && s.head_dim <= 256,
+                    msg("head dim must be a positive multiple of 8 and <= 256, got ", s.head_dim,
+                        " (flash_attn_func pads other sizes)"));
+  TORCH_CHECK_VALUE(s.num_heads_k > 0 && s.num_heads % s.num_heads_k == 0,
+                    msg("nheads of q (", s.num_heads, ") must be a multiple of nheads of k/v (",
+                        s.num_heads_k, ")"));
   const int64_t kIntMax = std::numeric_limits<int>::max();
-  TORCH_CHECK(s.batch <= kIntMax && s.seqlen_q <= kIntMax && s.seqlen_k <= kIntMax &&
-                  s.num_heads <= kIntMax,
-              "flashattn_cu: sizes must fit in int32, got q ", q.sizes(), ", k ", k.sizes());
+  TORCH_CHECK_VALUE(s.seqlen_q <= flashattn_cu::kMaxSeqlen && s.seqlen_k <= flashattn_cu::kMaxSeqlen,
+                    msg("seqlen_q (", s.seqlen_q, ") and seqlen_k (", s.seqlen_k,
+                        ") must be at most ", static_cast<int64_t>(flashattn_cu::kMaxSeqlen),
+                        " (2^31 - 2^16), the longest sequence the kernels index"));
+  TORCH_CHECK_VALUE(s.batch <= kIntMax && s.num_heads <= kIntMax,
+                    msg("batch (", s.batch, ") and nheads (", s.num_heads,
+                        ") must fit in int32"));
   return s;
 }
 
+// The kernels take the scale as a float and flush subnormals: a double that is positive and
+// finite can still become 0 (1e-50) or inf (1e39) there.
 void check_scale(double softmax_scale) {
-  TORCH_CHECK(std::isfinite(softmax_scale) && softmax_scale > 0,
-              "flashattn_cu: softmax_scale must be a positive finite number, got ", softmax_scale);
+  const float as_float = softmax_scale > 0 && softmax_scale < 3.5e38
+                             ? static_cast<float>(softmax_scale)
+                             : std::numeric_limits<float>::infinity();
+  TORCH_CHECK_VALUE(std::isnormal(as_float) && as_float > 0.f,
+                    msg("softmax_scale must be a positive number that is a normal float32 "
+                        "(about 1.2e-38 to 3.4e38; the kernels compute in float32), got ",
+                        softmax_scale));
 }
 
 void check_status(flashattn_cu::Status st, const char* which) {
   if (st == flashattn_cu::Status::kSuccess) return;
   const cudaError_t err = flashattn_cu::last_cuda_error();
-  TORCH_CHECK(false, "flashattn_cu::", which, " failed: ", flashattn_cu::status_string(st),
-              " (CUDA: ", cudaGetErrorString(err), ")");
+  TORCH_CHECK(false, msg(which, " failed: ", flashattn_cu::status_string(st), " (CUDA: ",
+                         cudaGetErrorString(err), ")"));
 }
 
 template <typename P>
@@ -142,9 +192,20 @@ void set_sizes(P& p, const Sizes& s, double softmax_scale, bool causal, at::Scal
   p.dtype = to_dtype(dtype);
 }
 
-std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Tensor& k_in,
-                                            const at::Tensor& v_in, double softmax_scale,
-                                            bool causal) {
+// A float32 tensor on q's device with the given shape (softmax_lse, softmax_stats).
+void check_row_tensor(const at::Tensor& t, const char* name, const at::Tensor& q,
+                      at::IntArrayRef shape) {
+  TORCH_CHECK_VALUE(t.is_cuda() && t.device() == q.device(),
+                    msg(name, " must be on ", q.device(), ", got ", t.device()));
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat,
+                   msg(name, " must be float32, got ", t.scalar_type()));
+  TORCH_CHECK_VALUE(t.sizes() == shape, msg(name, " must have shape ", shape, ", got ", t.sizes()));
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in,
+                                                        const at::Tensor& k_in,
+                                                        const at::Tensor& v_in,
+                                                        double softmax_scale, bool causal) {
   const Sizes s = check_qkv(q_in, k_in, v_in);
   check_scale(softmax_scale);
   const c10::cuda::CUDAGuard guard(q_in.device());
@@ -154,47 +215,48 @@ std::tuple<at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in, const at::Te
   const at::Tensor v = to_kernel_layout(v_in);
   at::Tensor out = at::empty({s.batch, s.seqlen_q, s.num_heads, s.head_dim}, q.options());
   at::Tensor lse = at::empty({s.batch, s.num_heads, s.seqlen_q}, q.options().dtype(at::kFloat));
+  at::Tensor stats =
+      at::empty({s.batch, s.num_heads, s.seqlen_q, 2}, q.options().dtype(at::kFloat));
   maybe_poison(out);
   maybe_poison(lse);
-  if (out.numel() == 0) return {out, lse};
+  maybe_poison(stats);
+  if (out.numel() == 0) return {out, lse, stats};
 
   flashattn_cu::FwdParams p;
   p.q = q.data_ptr();
-  p.k = k.data_ptr();
-  p.v = v.data_ptr();
+  p.k = k.numel() > 0 ? k.data_ptr() : nullptr;
+  p.v = v.numel() > 0 ? v.data_ptr() : nullptr;
   p.o = out.data_ptr();
   p.lse = lse.data_ptr<float>();
+  p.softmax_stats = stats.data_ptr<float>();
   set_strides(p.q_batch_stride, p.q_row_stride, p.q_head_stride, q);
   set_strides(p.k_batch_stride, p.k_row_stride, p.k_head_stride, k);
   set_strides(p.v_batch_stride, p.v_row_stride, p.v_head_stride, v);
   set_strides(p.o_batch_stride, p.o_row_stride, p.o_head_stride, out);
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
   check_status(flashattn_cu::fwd(p, c10::cuda::getCurrentCUDAStream()), "fwd");
-  return {out, lse};
+  return {out, lse, stats};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
     const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in,
     const at::Tensor& v_in, const at::Tensor& out_in, const at::Tensor& lse_in,
-    double softmax_scale, bool causal, bool deterministic) {
+    double softmax_scale, bool causal, bool deterministic,
+    const std::optional<at::Tensor>& stats_in) {
   const Sizes s = check_qkv(q_in, k_in, v_in);
   check_scale(softmax_scale);
   check_input(out_in, "out", q_in);
-  TORCH_CHECK(out_in.sizes() == q_in.sizes(), "flashattn_cu: out must have the shape of q ",
-              q_in.sizes(), ", got ", out_in.sizes());
+  TORCH_CHECK_VALUE(out_in.sizes() == q_in.sizes(),
+                    msg("out must have the shape of q ", q_in.sizes(), ", got ", out_in.sizes()));
   // dout is an incoming gradient: any layout (e.g. the stride-0 expand of out.sum()) is accepted.
-  TORCH_CHECK(dout_in.is_cuda() && dout_in.device() == q_in.device(),
-              "flashattn_cu: dout must be on ", q_in.device(), ", got ", dout_in.device());
-  TORCH_CHECK(dout_in.sizes() == q_in.sizes(), "flashattn_cu: dout must have the shape of q ",
-              q_in.sizes(), ", got ", dout_in.sizes());
-  TORCH_CHECK(lse_in.is_cuda() && lse_in.device() == q_in.device() &&
-                  lse_in.scalar_type() == at::kFloat,
-              "flashattn_cu: softmax_lse must be a float32 tensor on ", q_in.device(), ", got ",
-              lse_in.scalar_type(), " on ", lse_in.device());
-  TORCH_CHECK(lse_in.dim() == 3 && lse_in.size(0) == s.batch && lse_in.size(1) == s.num_heads &&
-                  lse_in.size(2) == s.seqlen_q,
-              "flashattn_cu: softmax_lse must have shape (batch, nheads, seqlen_q) = (", s.batch,
-              ", ", s.num_heads, ", ", s.seqlen_q, "), got ", lse_in.sizes());
+  TORCH_CHECK_VALUE(dout_in.is_cuda() && dout_in.device() == q_in.device(),
+                    msg("dout must be on ", q_in.device(), ", got ", dout_in.device()));
+  TORCH_CHECK_VALUE(dout_in.sizes() == q_in.sizes(),
+                    msg("dout must have the shape of q ", q_in.sizes(), ", got ", dout_in.sizes()));
+  check_row_tensor(lse_in, "softmax_lse", q_in, {s.batch, s.num_heads, s.seqlen_q});
+  if (stats_in.has_value()) {
+    check_row_tensor(*stats_in, "softmax_stats", q_in, {s.batch, s.num_heads, s.seqlen_q, 2});
+  }
   const c10::cuda::CUDAGuard guard(q_in.device());
 
   const at::Tensor q = to_kernel_layout(q_in);
@@ -202,6 +264,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
   const at::Tensor v = to_kernel_layout(v_in);
   const at::Tensor out = to_kernel_layout(out_in);
   const at::Tensor lse = lse_in.contiguous();
+  const at::Tensor stats = stats_in.has_value() ? stats_in->contiguous() : at::Tensor();
   at::Tensor dout = dout_in.scalar_type() == q.scalar_type() ? dout_in : dout_in.to(q.scalar_type());
   dout = to_kernel_layout(dout);
 
@@ -226,6 +289,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
   p.v = v.data_ptr();
   p.o = out.data_ptr();
   p.lse = lse.data_ptr<float>();
+  p.softmax_stats = stats.defined() ? stats.data_ptr<float>() : nullptr;
   p.dout = dout.data_ptr();
   p.dq = dq.data_ptr();
   p.dk = dk.data_ptr();
@@ -268,10 +332,13 @@ std::vector<int64_t> built_head_dims() {
 }  // namespace
 
 TORCH_LIBRARY(flashattn_cu, m) {
-  m.def("fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal) -> (Tensor, Tensor)");
+  m.def(
+      "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal) -> "
+      "(Tensor, Tensor, Tensor)");
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
-      "float softmax_scale, bool causal, bool deterministic) -> (Tensor, Tensor, Tensor)");
+      "float softmax_scale, bool causal, bool deterministic, Tensor? softmax_stats=None) -> "
+      "(Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(flashattn_cu, CUDA, m) {

@@ -148,6 +148,8 @@ bool run_case(int d, bool causal, bool deterministic, std::mt19937& gen) {
   __half *o = to_device(std::vector<__half>(nq)), *dq = to_device(std::vector<__half>(nq));
   __half *dk = to_device(std::vector<__half>(nk)), *dv = to_device(std::vector<__half>(nk));
   float* lse = to_device(std::vector<float>(nl));
+  // Per-row (max, log2 sum): lets bwd() recompute the probabilities exactly (optional).
+  float* stats = to_device(std::vector<float>(2 * nl));
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
 
   // Contiguous (batch, seqlen, heads, d): strides in elements.
@@ -155,7 +157,7 @@ bool run_case(int d, bool causal, bool deterministic, std::mt19937& gen) {
   const int64_t k_row = static_cast<int64_t>(kHeadsK) * d, k_batch = k_row * kSeqK;
 
   flashattn_cu::FwdParams f;
-  f.q = q, f.k = k, f.v = v, f.o = o, f.lse = lse;
+  f.q = q, f.k = k, f.v = v, f.o = o, f.lse = lse, f.softmax_stats = stats;
   f.q_batch_stride = f.o_batch_stride = q_batch;
   f.q_row_stride = f.o_row_stride = q_row;
   f.q_head_stride = f.o_head_stride = d;
@@ -175,7 +177,7 @@ bool run_case(int d, bool causal, bool deterministic, std::mt19937& gen) {
   }
 
   flashattn_cu::BwdParams b;
-  b.q = q, b.k = k, b.v = v, b.o = o, b.lse = lse, b.dout = dout;
+  b.q = q, b.k = k, b.v = v, b.o = o, b.lse = lse, b.softmax_stats = stats, b.dout = dout;
   b.dq = dq, b.dk = dk, b.dv = dv;
   b.q_batch_stride = b.o_batch_stride = b.do_batch_stride = b.dq_batch_stride = q_batch;
   b.q_row_stride = b.o_row_stride = b.do_row_stride = b.dq_row_stride = q_row;
@@ -215,7 +217,7 @@ bool run_case(int d, bool causal, bool deterministic, std::mt19937& gen) {
   for (void* ptr : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v),
                     static_cast<void*>(dout), static_cast<void*>(o), static_cast<void*>(dq),
                     static_cast<void*>(dk), static_cast<void*>(dv), static_cast<void*>(lse),
-                    workspace}) {
+                    static_cast<void*>(stats), workspace}) {
     CHECK_CUDA(cudaFree(ptr));
   }
   return ok;

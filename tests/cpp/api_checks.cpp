@@ -13,6 +13,8 @@
 
 #include "flashattn_cu/flashattn_cu.h"
 
+#include "common/mask.h"  // kernel-core host/device helper, checked here near INT_MAX
+
 namespace {
 
 using flashattn_cu::BwdParams;
@@ -103,6 +105,10 @@ int main() {
   expect_status<FwdParams>("fwd: softmax_scale 0", [](FwdParams& p) { p.softmax_scale = 0.f; }, S::kInvalidArgument);
   expect_status<FwdParams>("fwd: softmax_scale NaN", [](FwdParams& p) { p.softmax_scale = NAN; }, S::kInvalidArgument);
   expect_status<FwdParams>("fwd: softmax_scale inf", [](FwdParams& p) { p.softmax_scale = INFINITY; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: softmax_scale subnormal", [](FwdParams& p) { p.softmax_scale = 1e-40f; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: seqlen_k > kMaxSeqlen", [](FwdParams& p) { p.seqlen_k = flashattn_cu::kMaxSeqlen + 1; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: seqlen_q > kMaxSeqlen", [](FwdParams& p) { p.seqlen_q = flashattn_cu::kMaxSeqlen + 1; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: misaligned softmax_stats", [](FwdParams& p) { p.softmax_stats = p.lse + 2; }, S::kInvalidArgument);
   expect_status<FwdParams>("fwd: row stride 12", [](FwdParams& p) { p.k_row_stride = 12; }, S::kInvalidArgument);
   expect_status<FwdParams>("fwd: misaligned v", [](FwdParams& p) { p.v = static_cast<const char*>(p.v) + 8; }, S::kInvalidArgument);
   expect_status<FwdParams>("fwd: null lse", [](FwdParams& p) { p.lse = nullptr; }, S::kInvalidArgument);
@@ -111,6 +117,11 @@ int main() {
   expect_status<FwdParams>("fwd: null k", [](FwdParams& p) { p.k = nullptr; }, S::kInvalidArgument);
   expect_status<FwdParams>("fwd: batch 0 is a no-op", [](FwdParams& p) { p.batch = 0; }, S::kSuccess);
   expect_status<FwdParams>("fwd: seqlen_q 0 is a no-op", [](FwdParams& p) { p.seqlen_q = 0; }, S::kSuccess);
+  // The one pointer rule of fwd() and bwd(): null is allowed exactly for a tensor without elements.
+  expect_status<FwdParams>("fwd: seqlen_q 0 with null q, o, lse",
+                           [](FwdParams& p) { p.seqlen_q = 0; p.q = nullptr; p.o = nullptr; p.lse = nullptr; }, S::kSuccess);
+  expect_status<FwdParams>("fwd: batch 0 with every pointer null",
+                           [](FwdParams& p) { p.batch = 0; p.q = p.k = p.v = nullptr; p.o = nullptr; p.lse = nullptr; }, S::kSuccess);
 
   // Backward argument checks.
   expect_status<BwdParams>("bwd: head_dim 264", [](BwdParams& p) { p.head_dim = 264; }, S::kUnsupportedHeadDim);
@@ -120,6 +131,38 @@ int main() {
   expect_status<BwdParams>("bwd: dq head stride 4", [](BwdParams& p) { p.dq_head_stride = 4; }, S::kInvalidArgument);
   expect_status<BwdParams>("bwd: misaligned lse", [](BwdParams& p) { p.lse = p.lse + 1; }, S::kInvalidArgument);
   expect_status<BwdParams>("bwd: batch 0 is a no-op", [](BwdParams& p) { p.batch = 0; }, S::kSuccess);
+  expect_status<BwdParams>("bwd: null lse and no softmax_stats", [](BwdParams& p) { p.lse = nullptr; }, S::kInvalidArgument);
+  expect_status<BwdParams>("bwd: misaligned softmax_stats", [](BwdParams& p) { p.softmax_stats = p.lse + 2; }, S::kInvalidArgument);
+  expect_status<BwdParams>("bwd: seqlen_k > kMaxSeqlen", [](BwdParams& p) { p.seqlen_k = flashattn_cu::kMaxSeqlen + 1; }, S::kInvalidArgument);
+  expect_status<BwdParams>("bwd: softmax_scale subnormal", [](BwdParams& p) { p.softmax_scale = 1e-40f; }, S::kInvalidArgument);
+  // Empty inputs: the same pointer rule as fwd().
+  expect_status<BwdParams>("bwd: batch 0 with every pointer null", [](BwdParams& p) {
+    p.batch = 0; p.q = p.k = p.v = p.o = p.dout = nullptr; p.lse = nullptr;
+    p.dq = p.dk = p.dv = nullptr; p.workspace = nullptr;
+  }, S::kSuccess);
+  expect_status<BwdParams>("bwd: seqlen 0 x 0 with every pointer null", [](BwdParams& p) {
+    p.seqlen_q = p.seqlen_k = 0; p.q = p.k = p.v = p.o = p.dout = nullptr; p.lse = nullptr;
+    p.dq = p.dk = p.dv = nullptr; p.workspace = nullptr;
+  }, S::kSuccess);
+  expect_status<BwdParams>("bwd: seqlen_q 0 but null dk (dk has elements)", [](BwdParams& p) {
+    p.seqlen_q = 0; p.q = p.o = p.dout = nullptr; p.lse = nullptr; p.dq = nullptr; p.dk = nullptr;
+  }, S::kInvalidArgument);
+  expect_status<BwdParams>("bwd: seqlen_k 0 but null dq (dq has elements)", [](BwdParams& p) {
+    p.seqlen_k = 0; p.k = p.v = nullptr; p.dk = p.dv = nullptr; p.dq = nullptr;
+  }, S::kInvalidArgument);
+
+  // The causal key limit at the largest supported sequence lengths (no int overflow).
+  {
+    const int kMax = flashattn_cu::kMaxSeqlen;
+    expect(flashattn_cu::visible_key_limit(0, 1, kMax, true) == kMax,
+           "causal limit: 1 query over kMaxSeqlen keys sees them all");
+    expect(flashattn_cu::visible_key_limit(kMax - 1, kMax, kMax, true) == kMax,
+           "causal limit: last row of kMaxSeqlen x kMaxSeqlen");
+    expect(flashattn_cu::visible_key_limit(0, kMax, kMax, true) == 1,
+           "causal limit: first row of kMaxSeqlen x kMaxSeqlen");
+    expect(flashattn_cu::visible_key_limit(5, kMax, 10, true) <= 0,
+           "causal limit: a row that sees no key is <= 0 (kMaxSeqlen queries over 10 keys)");
+  }
 
   // Workspace sizing: the lse/D rows, plus the fp32 dQ accumulator unless deterministic.
   BwdParams b = valid_bwd();

@@ -24,19 +24,30 @@ __device__ __forceinline__ void pack_a_frag(const float (&c)[kTiles][4], int kk,
   a[3] = Ops::pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
 }
 
-// S^T -> P^T = exp2(S^T scale_log2 - lse_log2) in place: 0 where masked (-inf) or where the
-// row's lse is +inf (padding rows). s_lse holds the lse_log2 of the step's queries, the warp's
-// first query is query0; one float2 per 8-query tile.
+// P = exp2((S - M) * scale_log2 - L) for one score, with the row's (M, L) from the workspace
+// (common/softmax.h, RowStats). S - M first, as in the forward: the row's largest score gives
+// exactly exp2(-L) = 1/l at any logit magnitude. Masked scores (-inf) and padding rows
+// (M = +inf) give 0.
+__device__ __forceinline__ float prob_from_score(float s, float row_max, float row_log2sum,
+                                                 float scale_log2) {
+  return ptx::ex2_approx(fmaf(s - row_max, scale_log2, -row_log2sum));
+}
+
+// S^T -> P^T in place (prob_from_score). s_max / s_log2sum hold M / L of the step's queries
+// (fp32, one per query), the warp's first query is query0; one float2 per 8-query tile.
 template <int kQTiles>
-__device__ __forceinline__ void probs_from_scores(float (&s)[kQTiles][4], const char* s_lse,
-                                                  int query0, float scale_log2, int t) {
+__device__ __forceinline__ void probs_from_scores(float (&s)[kQTiles][4], const char* s_max,
+                                                  const char* s_log2sum, int query0,
+                                                  float scale_log2, int t) {
 #pragma unroll
   for (int nt = 0; nt < kQTiles; ++nt) {
-    const float2 lse = *reinterpret_cast<const float2*>(s_lse + (query0 + nt * 8 + 2 * t) * 4);
+    const int off = (query0 + nt * 8 + 2 * t) * 4;
+    const float2 mx = *reinterpret_cast<const float2*>(s_max + off);
+    const float2 lg = *reinterpret_cast<const float2*>(s_log2sum + off);
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      s[nt][hr * 2] = ptx::ex2_approx(fmaf(s[nt][hr * 2], scale_log2, -lse.x));
-      s[nt][hr * 2 + 1] = ptx::ex2_approx(fmaf(s[nt][hr * 2 + 1], scale_log2, -lse.y));
+      s[nt][hr * 2] = prob_from_score(s[nt][hr * 2], mx.x, lg.x, scale_log2);
+      s[nt][hr * 2 + 1] = prob_from_score(s[nt][hr * 2 + 1], mx.y, lg.y, scale_log2);
     }
   }
 }

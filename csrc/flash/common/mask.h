@@ -11,7 +11,8 @@ namespace flashattn_cu {
 __host__ __device__ __forceinline__ int visible_key_limit(int row, int seqlen_q, int seqlen_k,
                                                           bool causal) {
   if (!causal) return seqlen_k;
-  const int limit = row + 1 + seqlen_k - seqlen_q;
+  // (seqlen_k - seqlen_q) first: row + 1 + seqlen_k alone can pass INT_MAX (kMaxSeqlen).
+  const int limit = row + 1 + (seqlen_k - seqlen_q);
   return limit < seqlen_k ? limit : seqlen_k;
 }
 

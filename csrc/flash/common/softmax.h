@@ -3,6 +3,13 @@
 // Each lane holds 2 rows per 16-row m-tile (g and g + 8). l is a per-lane partial sum over the
 // lane's own columns and is reduced across the quad only in finalize(): the rescale factor is the
 // same for the whole row, so partial sums rescale correctly.
+//
+// Exactness at any logit magnitude (a constant added to every logit of a row changes nothing):
+// every exponent is formed as (s - m) * scale_log2, the difference of two raw scores first. The
+// row's largest score gives exactly exp2(0) = 1, and a tile that leaves the max unchanged
+// rescales by exactly exp2(0) = 1. The fused form s * scale_log2 - m * scale_log2 would carry the
+// rounding error r of m * scale_log2 into every exponent (2^r instead of 1, compounding once per
+// key block, and overflowing l once |m * scale_log2| passes ~2^31). The cost is one FADD per score.
 #pragma once
 
 #include <math.h>
@@ -11,6 +18,14 @@
 #include "numeric.h"
 
 namespace flashattn_cu {
+
+// What the backward needs to recompute P = exp2((s - row_max) * scale_log2 - log2_sum) exactly:
+// the row's max raw score and log2 of its sum of exp2((s - row_max) * scale_log2). A row that saw
+// no key gets (+inf, 0), which makes every recomputed P exp2(-inf) = 0.
+struct RowStats {
+  float row_max;
+  float log2_sum;
+};
 
 template <int kMTiles>
 struct OnlineSoftmax {
@@ -29,14 +44,13 @@ struct OnlineSoftmax {
   }
 
   // Takes a tile of raw scores, turns them into unnormalised probabilities
-  // p = 2^(s * scale_log2 - m_new * scale_log2) in place, and rescales l and the output
-  // accumulator o by 2^((m_old - m_new) * scale_log2). Requires scale_log2 >= 0 (max of the raw
-  // scores is then the max of the scaled ones). Fully masked rows (m_new = -inf) use 0 as their
-  // shift so no inf - inf appears; their p are exp2(-inf) = 0.
+  // p = 2^((s - m_new) * scale_log2) in place, and rescales l and the output accumulator o by
+  // 2^((m_old - m_new) * scale_log2). Requires scale_log2 > 0. A row whose scores so far are all
+  // -inf (masked) uses 0 as its reference, so no inf - inf appears; its p are exp2(-inf) = 0.
   template <int kNTiles, int kDTiles>
   __device__ __forceinline__ void update(float (&s)[kMTiles][kNTiles][4],
                                          float (&o)[kMTiles][kDTiles][4], float scale_log2) {
-    float shift[kMTiles][2], rescale[kMTiles][2];
+    float ref[kMTiles][2], rescale[kMTiles][2];
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -49,8 +63,9 @@ struct OnlineSoftmax {
           m_new = fmaxf(m_new, fmaxf(s[mt][nt][hr * 2], s[mt][nt][hr * 2 + 1]));
         }
         m_new = quad_max(m_new);
-        shift[mt][hr] = m_new == -INFINITY ? 0.f : m_new * scale_log2;
-        rescale[mt][hr] = ptx::ex2_approx(m[mt][hr] * scale_log2 - shift[mt][hr]);
+        ref[mt][hr] = m_new == -INFINITY ? 0.f : m_new;
+        // Exactly 1 when the max did not change; 0 when the row had seen no key before.
+        rescale[mt][hr] = ptx::ex2_approx((m[mt][hr] - ref[mt][hr]) * scale_log2);
         m[mt][hr] = m_new;
       }
     }
@@ -69,7 +84,7 @@ struct OnlineSoftmax {
         for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float p = ptx::ex2_approx(fmaf(s[mt][nt][hr * 2 + e], scale_log2, -shift[mt][hr]));
+            const float p = ptx::ex2_approx((s[mt][nt][hr * 2 + e] - ref[mt][hr]) * scale_log2);
             s[mt][nt][hr * 2 + e] = p;
             row_sum += p;
           }
@@ -79,10 +94,12 @@ struct OnlineSoftmax {
     }
   }
 
-  // Reduces l across the quad, writes the row's 1/l (0 for a row that saw no key) and its
-  // natural-log LSE (+inf for a row that saw no key).
+  // Reduces l across the quad and gives, per row: 1/l (0 for a row that saw no key), the
+  // natural-log LSE m * softmax_scale + ln(l) (+inf for a row that saw no key; finite otherwise,
+  // since the max score contributes exactly 1 to l) and the RowStats for the backward.
   __device__ __forceinline__ void finalize(float softmax_scale, float (&inv_l)[kMTiles][2],
-                                           float (&lse)[kMTiles][2]) const {
+                                           float (&lse)[kMTiles][2],
+                                           RowStats (&stats)[kMTiles][2]) const {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -91,6 +108,8 @@ struct OnlineSoftmax {
         const bool empty = !(sum > 0.f);
         inv_l[mt][hr] = empty ? 0.f : 1.f / sum;
         lse[mt][hr] = empty ? INFINITY : m[mt][hr] * softmax_scale + logf(sum);
+        stats[mt][hr].row_max = empty ? INFINITY : m[mt][hr];
+        stats[mt][hr].log2_sum = empty ? 0.f : log2f(sum);
       }
     }
   }

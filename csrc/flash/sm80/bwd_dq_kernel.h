@@ -1,7 +1,7 @@
 // Deterministic dQ for the sm80 backward: instead of fp32 atomics from every key block, one thread
 // block owns kBlockM query rows of one (batch, head) and walks its key blocks in ascending order,
 // recomputing
-//   S = Q K^T,  P = exp2(S * scale_log2 - lse_log2),  dP = dO V^T,  dS = P (dP - D),  dQ += dS K
+//   S = Q K^T,  P = exp2((S - M) * scale_log2 - L),  dP = dO V^T,  dS = P (dP - D),  dQ += dS K
 // with dQ in fp32 registers, and writes dQ * softmax_scale once. The summation order is fixed, so
 // dq is bitwise reproducible. Cost: S and dP are computed a second time (the main kernel computes
 // them for dK/dV), 7 instead of 5 GEMM passes over the score matrix.
@@ -16,6 +16,7 @@
 
 #include "flashattn_cu/flashattn_cu.h"
 
+#include "../common/bwd_math.h"
 #include "../common/mask.h"
 #include "../common/numeric.h"
 #include "../common/tile_io.h"
@@ -95,9 +96,10 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
                                      p.v_row_stride, p.seqlen_k - n * kBlockN, p.head_dim, tid);
   };
 
-  // lse_log2 and D of this lane's two rows (workspace rows are padded: always readable).
+  // M, L and D of this lane's two rows (workspace rows are padded: always readable).
   const int64_t ws_row = bh * kp.rows + m_start + warp * 16 + g;
-  const float lse_log2[2] = {kp.lse_log2[ws_row], kp.lse_log2[ws_row + 8]};
+  const float row_max[2] = {kp.row_max[ws_row], kp.row_max[ws_row + 8]};
+  const float row_log2sum[2] = {kp.row_log2sum[ws_row], kp.row_log2sum[ws_row + 8]};
   const float dsum[2] = {kp.dpsum[ws_row], kp.dpsum[ws_row + 8]};
 
   if (n_end > 0) {
@@ -199,7 +201,8 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
       for (int hr = 0; hr < 2; ++hr)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float pr = ptx::ex2_approx(fmaf(acc_s[0][nt][hr * 2 + e], scale_log2, -lse_log2[hr]));
+          const float pr = prob_from_score(acc_s[0][nt][hr * 2 + e], row_max[hr],
+                                           row_log2sum[hr], scale_log2);
           acc_dp[nt][hr * 2 + e] = pr * (acc_dp[nt][hr * 2 + e] - dsum[hr]);
         }
     // dQ += dS K: A = dS from registers (k-step kk = keys kk*16..: a0 = tile 2kk [0,1] (row g),

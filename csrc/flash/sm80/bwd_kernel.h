@@ -3,7 +3,7 @@
 // One thread block owns kBlockN keys of one (batch, kv head), keeps K and V in shared memory and
 // dK, dV in fp32 registers, and walks every (query head of its group share, query block) that
 // sees those keys, recomputing per query block of kBlockM rows
-//   S^T = K Q^T,  P^T = exp2(S^T * scale_log2 - lse_log2),  dP^T = V dO^T,
+//   S^T = K Q^T,  P^T = exp2((S^T - M) * scale_log2 - L),  dP^T = V dO^T,
 //   dS^T = P^T * (dP^T - D),  dV += P^T dO,  dK += dS^T Q,  dQ += dS K (fp32 atomics).
 // Warps own 16 keys each (rows of S^T), so P^T and dS^T leave the mma in exactly the layout the
 // A operand of dV/dK needs (register path). With kSplit = 2 (large head dims) two warps share each
@@ -11,7 +11,7 @@
 // memory. See tiles.h (BwdTile) for the sizes and why.
 //
 // One step (query block) of the loop, register path:
-//   [wait Q/dO/lse/D of this step; __syncthreads; issue next step's loads (2 stages)]
+//   [wait Q/dO/M/L/D of this step; __syncthreads; issue next step's loads (2 stages)]
 //   S^T -> P^T -> (16-bit P^T) dV += P^T dO -> dP^T -> dS^T -> store dS^T, dK += dS^T Q
 //   [__syncthreads; issue next step's loads (1 stage)] dQ = dS K -> red.global.add.f32
 // P^T is kept only as the 16-bit A operand once dV used it, and dS^T is formed from those
@@ -21,7 +21,7 @@
 // Split path: P^T and dS^T (fp32 P) are stored to shared memory, one more __syncthreads,
 // then dV/dK read their A operand with ldmatrix.
 //
-// Padding rows: the workspace gives rows >= seqlen_q lse = +inf and D = 0 and Q/dO are
+// Padding rows: the workspace gives rows >= seqlen_q (M, L) = (+inf, 0) and D = 0 and Q/dO are
 // zero-filled there, so they produce P = 0 and dS = 0 without any row test. Keys >= seqlen_k
 // (tail block) and the causal diagonal go through mask_scores_transposed; other steps skip it.
 //
@@ -87,8 +87,9 @@ struct BwdTraits {
   static constexpr int kOffDO = kOffQ + kStages * kQBytes;
   static constexpr int kOffDS = kOffDO + kStages * kQBytes;
   static constexpr int kOffP = kOffDS + kPBytes;  // split path only
-  static constexpr int kOffLse = kOffP + (kSplit == 2 ? kPBytes : 0);
-  static constexpr int kOffD = kOffLse + kStages * kBlockM * 4;
+  static constexpr int kOffMax = kOffP + (kSplit == 2 ? kPBytes : 0);  // M of each query
+  static constexpr int kOffLog2Sum = kOffMax + kStages * kBlockM * 4;   // L of each query
+  static constexpr int kOffD = kOffLog2Sum + kStages * kBlockM * 4;
   static constexpr int kSmemBytes = kOffD + kStages * kBlockM * 4;
 
   static_assert(kBlockN % 16 == 0 && kNWarps % kKeyWarps == 0, "warps own 16 keys each");
@@ -99,7 +100,7 @@ struct BwdTraits {
   static_assert(kNWarps % kDqWarpsM == 0 && kDqRows % 16 == 0 && kDqCols % 8 == 0 &&
                     kDqCols % kDqPasses == 0 && (kDqCols / kDqPasses) % 8 == 0,
                 "dQ warp grid tiles the block_m x head_dim output");
-  static_assert(kNThreads >= kBlockM / 2, "lse/D rows are loaded by one chunk per thread");
+  static_assert(kNThreads >= 3 * kBlockM / 4, "M/L/D rows are loaded by one chunk per thread");
   static_assert(kBwdRowPad % kBlockM == 0, "workspace rows are padded to whole query blocks");
 };
 
@@ -167,15 +168,14 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
     load_tile_async<Traits, kBlockM>(sDO + stage * Traits::kQBytes,
                                      do_bh + head * p.do_head_stride + row0 * p.do_row_stride,
                                      p.do_row_stride, p.seqlen_q - row0, p.head_dim, tid);
-    // lse_log2 / D rows exist up to kp.rows (padded), so whole 16-byte chunks are always valid.
+    // M / L / D rows exist up to kp.rows (padded), so whole 16-byte chunks are always valid.
     const int64_t ws_row0 = (static_cast<int64_t>(batch) * p.num_heads + head) * kp.rows + row0;
-    if (tid < kBlockM / 4) {
-      ptx::cp_async_16_zfill(s_base + Traits::kOffLse + (stage * kBlockM + tid * 4) * 4,
-                             kp.lse_log2 + ws_row0 + tid * 4, true);
-    } else if (tid < kBlockM / 2) {
-      const int c = tid - kBlockM / 4;
-      ptx::cp_async_16_zfill(s_base + Traits::kOffD + (stage * kBlockM + c * 4) * 4,
-                             kp.dpsum + ws_row0 + c * 4, true);
+    if (tid < 3 * kBlockM / 4) {
+      const int plane = tid / (kBlockM / 4), c = tid % (kBlockM / 4);
+      const float* src = plane == 0 ? kp.row_max : plane == 1 ? kp.row_log2sum : kp.dpsum;
+      const int off = plane == 0 ? Traits::kOffMax : plane == 1 ? Traits::kOffLog2Sum : Traits::kOffD;
+      ptx::cp_async_16_zfill(s_base + off + (stage * kBlockM + c * 4) * 4, src + ws_row0 + c * 4,
+                             true);
     }
   };
 
@@ -233,7 +233,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
       }
     }
     const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
-    const char* s_lse = smem + Traits::kOffLse + stage * kBlockM * 4;
+    const char* s_max = smem + Traits::kOffMax + stage * kBlockM * 4;
+    const char* s_log2sum = smem + Traits::kOffLog2Sum + stage * kBlockM * 4;
     const char* s_d = smem + Traits::kOffD + stage * kBlockM * 4;
 
     // 16 keys x kWarpQueries of S^T = K Q^T (or dP^T = V dO^T): A = this warp's K (V) rows,
@@ -285,7 +286,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
       mask_scores_transposed(acc_s, n_start + warp_key0, m * kBlockM + warp_query0, p.seqlen_q,
                              p.seqlen_k, p.is_causal, lane);
     }
-    probs_from_scores(acc_s, s_lse, warp_query0, scale_log2, t);  // P^T, in place
+    probs_from_scores(acc_s, s_max, s_log2sum, warp_query0, scale_log2, t);  // P^T, in place
     // dS^T = P^T (dP^T - D), in place in acc_dp.
     auto make_ds = [&]() {
 #pragma unroll

@@ -1,11 +1,12 @@
 // Host side of the sm80 backward: workspace carving and the launch sequence
-//   preprocess (D, lse_log2, clear dQ accumulator) -> main kernel (dK, dV, atomic dQ)
+//   preprocess (D, row max / log2 sum, clear dQ accumulator) -> main kernel (dK, dV, atomic dQ)
 //   -> [deterministic: dQ kernel] -> postprocess (dQ accumulator and/or dK/dV head-split partials
 //   to the output dtype; skipped when there is nothing to convert).
 #pragma once
 
 #include <climits>
 
+#include "../launch.h"
 #include "../tiles.h"
 #include "bwd_dq_kernel.h"
 #include "bwd_kernel.h"
@@ -18,33 +19,22 @@ namespace flashattn_cu::sm80 {
 template <typename Element, typename Traits>
 Status launch_bwd_main(const BwdKernelParams& kp, cudaStream_t stream) {
   const BwdParams& p = kp.p;
-  const int64_t blocks = static_cast<int64_t>(ceil_div(p.seqlen_k, Traits::kBlockN)) * p.batch *
-                         p.num_heads_k * kp.kv_splits;
+  const int64_t blocks =
+      ceil_div<int64_t>(p.seqlen_k, Traits::kBlockN) * p.batch * p.num_heads_k * kp.kv_splits;
   if (blocks == 0) return Status::kSuccess;
   if (blocks > INT_MAX) return Status::kInvalidArgument;
-  auto kernel = bwd_kernel<Element, Traits>;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           Traits::kSmemBytes) != cudaSuccess) {
-    return launch_status();
-  }
-  kernel<<<static_cast<unsigned>(blocks), Traits::kNThreads, Traits::kSmemBytes, stream>>>(kp);
-  return launch_status();
+  return launch_kernel(bwd_kernel<Element, Traits>, dim3(static_cast<unsigned>(blocks)),
+                       dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
 }
 
 template <typename Element, typename Traits>
 Status launch_bwd_dq(const BwdKernelParams& kp, cudaStream_t stream) {
   const BwdParams& p = kp.p;
-  const int64_t blocks =
-      static_cast<int64_t>(ceil_div(p.seqlen_q, Traits::kBlockM)) * p.batch * p.num_heads;
+  const int64_t blocks = ceil_div<int64_t>(p.seqlen_q, Traits::kBlockM) * p.batch * p.num_heads;
   if (blocks == 0) return Status::kSuccess;
   if (blocks > INT_MAX) return Status::kInvalidArgument;
-  auto kernel = bwd_dq_kernel<Element, Traits>;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           Traits::kSmemBytes) != cudaSuccess) {
-    return launch_status();
-  }
-  kernel<<<static_cast<unsigned>(blocks), Traits::kNThreads, Traits::kSmemBytes, stream>>>(kp);
-  return launch_status();
+  return launch_kernel(bwd_dq_kernel<Element, Traits>, dim3(static_cast<unsigned>(blocks)),
+                       dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
 }
 
 template <typename Element, int kHeadDim, bool kSmall>
@@ -75,9 +65,9 @@ Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& m
                               kPrepRowsPerBlock;
   if (prep_blocks > INT_MAX) return Status::kInvalidArgument;
   if (prep_blocks > 0) {
-    bwd_preprocess_kernel<Element, kHeadDim>
-        <<<static_cast<unsigned>(prep_blocks), kPrepThreads, 0, stream>>>(kp);
-    const Status st = launch_status();
+    const Status st = launch_kernel(bwd_preprocess_kernel<Element, kHeadDim>,
+                                    dim3(static_cast<unsigned>(prep_blocks)), dim3(kPrepThreads),
+                                    0, stream, kp);
     if (st != Status::kSuccess) return st;
   }
 
@@ -90,8 +80,8 @@ Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& m
   if (cp.num_jobs == 0) return Status::kSuccess;
   const int64_t want = ceil_div<int64_t>(cp.max_chunks, kConvertThreads);
   const unsigned blocks = static_cast<unsigned>(want < 65536 ? want : 65536);
-  bwd_convert_kernel<Element><<<dim3(blocks, cp.num_jobs), kConvertThreads, 0, stream>>>(cp);
-  return launch_status();
+  return launch_kernel(bwd_convert_kernel<Element>, dim3(blocks, cp.num_jobs),
+                       dim3(kConvertThreads), 0, stream, cp);
 }
 
 // The deterministic dQ kernel of head dim kHeadDim's tiles (also used by the sm90 path).

@@ -2,13 +2,15 @@
 // kernel-free: dispatch.cu includes it for bwd_workspace_bytes().
 //
 // Workspace (fp32, every section 256-byte aligned):
-//   lse_log2  [batch * num_heads][rows]           lse * log2(e); +inf on padding rows
+//   row_max, row_log2sum [batch * num_heads][rows]  (M, L) of P = exp2((S - M) * scale_log2 - L):
+//                        the forward's RowStats when the caller passes softmax_stats, else
+//                        (0, lse * log2(e)); (+inf, 0) on padding rows
 //   dpsum     [batch * num_heads][rows]           D = rowsum(dO * O); 0 on padding rows
 //   dq_accum  [batch * num_heads][rows][d]        fp32 dQ (unscaled), non-deterministic only
 //   dk_part, dv_part [kv_splits][batch * num_heads_k][seqlen_k][d]   only when kv_splits > 1
 // rows = seqlen_q rounded up to kBwdRowPad and d = round_head_dim(head_dim), so the kernels read
-// whole query blocks of lse/D (and add whole blocks into dq_accum) without bounds checks: a
-// padding row has P = exp2(s - inf) = 0 and contributes nothing.
+// whole query blocks of M/L/D (and add whole blocks into dq_accum) without bounds checks: a
+// padding row has P = exp2((s - inf) * scale_log2) = 0 and contributes nothing.
 #pragma once
 
 #include <cstddef>
@@ -33,8 +35,8 @@ constexpr int64_t kBwdMaxSplitBlocks = 1024;
 
 inline int bwd_kv_splits(const BwdParams& p) {
   const int group = p.num_heads / p.num_heads_k;
-  const int64_t base =
-      static_cast<int64_t>(p.batch) * p.num_heads_k * ((p.seqlen_k + 127) / 128);
+  const int64_t base = static_cast<int64_t>(p.batch) * p.num_heads_k *
+                       ((static_cast<int64_t>(p.seqlen_k) + 127) / 128);
   if (group <= 1 || base <= 0 || base >= kBwdMinBlocks) return 1;
   int chosen = 1;
   for (int s = 2; s <= group; ++s) {
@@ -49,7 +51,7 @@ inline int bwd_kv_splits(const BwdParams& p) {
 struct BwdWorkspaceLayout {
   int64_t rows = 0;  // padded seqlen_q
   int kv_splits = 1;
-  size_t lse_log2 = 0, dpsum = 0, dq_accum = 0, dk_part = 0, dv_part = 0;  // byte offsets
+  size_t row_max = 0, row_log2sum = 0, dpsum = 0, dq_accum = 0, dk_part = 0, dv_part = 0;  // bytes
   size_t bytes = 0;
 };
 
@@ -62,7 +64,9 @@ inline BwdWorkspaceLayout bwd_workspace_layout(const BwdParams& p) {
   const size_t bh = static_cast<size_t>(p.batch) * p.num_heads;
   const size_t row_bytes = bh * static_cast<size_t>(w.rows) * sizeof(float);
   size_t off = 0;
-  w.lse_log2 = off;
+  w.row_max = off;
+  off = align(off + row_bytes);
+  w.row_log2sum = off;
   off = align(off + row_bytes);
   w.dpsum = off;
   off = align(off + row_bytes);
@@ -82,12 +86,13 @@ inline BwdWorkspaceLayout bwd_workspace_layout(const BwdParams& p) {
 // What every backward kernel receives (as a __grid_constant__ parameter).
 struct BwdKernelParams {
   BwdParams p;
-  float* lse_log2;
+  float* row_max;
+  float* row_log2sum;
   float* dpsum;
   float* dq_accum;  // null when deterministic
   float* dk_part;   // null unless kv_splits > 1
   float* dv_part;
-  int64_t rows;         // padded seqlen_q: row stride of lse_log2/dpsum, rows of dq_accum
+  int64_t rows;         // padded seqlen_q: row stride of row_max/row_log2sum/dpsum, rows of dq_accum
   int kv_splits;        // thread blocks sharing one kv head's query-head group
   int heads_per_split;  // query heads each of them loops over
   float scale_log2;     // softmax_scale * log2(e)
@@ -98,7 +103,8 @@ inline BwdKernelParams make_bwd_kernel_params(const BwdParams& p, const BwdWorks
   char* base = static_cast<char*>(p.workspace);
   BwdKernelParams kp;
   kp.p = p;
-  kp.lse_log2 = reinterpret_cast<float*>(base + ws.lse_log2);
+  kp.row_max = reinterpret_cast<float*>(base + ws.row_max);
+  kp.row_log2sum = reinterpret_cast<float*>(base + ws.row_log2sum);
   kp.dpsum = reinterpret_cast<float*>(base + ws.dpsum);
   kp.dq_accum = p.deterministic ? nullptr : reinterpret_cast<float*>(base + ws.dq_accum);
   kp.dk_part = ws.kv_splits > 1 ? reinterpret_cast<float*>(base + ws.dk_part) : nullptr;

@@ -1,7 +1,8 @@
 // The small kernels around the sm80 backward:
-//  * preprocess: D = rowsum(dO * O) in fp32 and lse * log2(e) into the padded workspace rows
-//    (padding rows get D = 0, lse = +inf so they produce P = 0), and clears the fp32 dQ
-//    accumulator when dQ is accumulated with atomics;
+//  * preprocess: D = rowsum(dO * O) in fp32 and the (M, L) of P = exp2((S - M) * scale_log2 - L)
+//    into the padded workspace rows: the forward's RowStats when given (exact at any logit
+//    magnitude), else (0, lse * log2(e)); padding rows get D = 0, (M, L) = (+inf, 0), so they
+//    produce P = 0. Clears the fp32 dQ accumulator when dQ is accumulated with atomics;
 //  * postprocess: sums fp32 partials (dQ accumulator, or the dK/dV head-split partials in split
 //    order) times a scale into the output dtype.
 #pragma once
@@ -62,9 +63,21 @@ __global__ void __launch_bounds__(kPrepThreads)
   const int64_t ws_row = bh * kp.rows + row;
   if (sub == 0) {
     const bool real = row < p.seqlen_q;
+    float row_max = INFINITY, row_log2sum = 0.f;
+    if (real) {
+      const int64_t lse_row = bh * p.seqlen_q + row;
+      if (p.softmax_stats != nullptr) {
+        const float2 st = reinterpret_cast<const float2*>(p.softmax_stats)[lse_row];
+        row_max = st.x;
+        row_log2sum = st.y;
+      } else {
+        row_max = 0.f;
+        row_log2sum = p.lse[lse_row] * 1.4426950408889634f;
+      }
+    }
     kp.dpsum[ws_row] = real ? sum : 0.f;
-    kp.lse_log2[ws_row] =
-        real ? p.lse[bh * p.seqlen_q + row] * 1.4426950408889634f : INFINITY;
+    kp.row_max[ws_row] = row_max;
+    kp.row_log2sum[ws_row] = row_log2sum;
   }
   if (kp.dq_accum != nullptr) {
     float4* dq = reinterpret_cast<float4*>(kp.dq_accum + ws_row * kHeadDim);

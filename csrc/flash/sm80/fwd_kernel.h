@@ -191,9 +191,13 @@ __device__ __forceinline__ void fwd_block(const FwdParams& p, char* smem_raw) {
 
   Element* o = static_cast<Element*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride +
                m_start * p.o_row_stride;
-  float* lse = p.lse + (static_cast<int64_t>(batch) * p.num_heads + head) * p.seqlen_q + m_start;
+  const int64_t row0 = (static_cast<int64_t>(batch) * p.num_heads + head) * p.seqlen_q + m_start;
+  float* lse = p.lse + row0;
+  float2* stats = p.softmax_stats != nullptr ? reinterpret_cast<float2*>(p.softmax_stats) + row0
+                                             : nullptr;
   float inv_l[kMTiles][2], row_lse[kMTiles][2];
-  softmax.finalize(p.softmax_scale, inv_l, row_lse);
+  RowStats row_stats[kMTiles][2];
+  softmax.finalize(p.softmax_scale, inv_l, row_lse, row_stats);
 
   // Stage O through this warp's own rows of sQ (only this warp ever read them), then write
   // 16-byte chunks to global memory.
@@ -203,7 +207,12 @@ __device__ __forceinline__ void fwd_block(const FwdParams& p, char* smem_raw) {
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int row = warp_row0 + mt * 16 + g + hr * 8;
-      if (t == 0 && row < rows_q) lse[row] = row_lse[mt][hr];
+      if (t == 0 && row < rows_q) {
+        lse[row] = row_lse[mt][hr];
+        if (stats != nullptr) {
+          stats[row] = make_float2(row_stats[mt][hr].row_max, row_stats[mt][hr].log2_sum);
+        }
+      }
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt) {
         const uint32_t packed = Ops::pack(acc_o[mt][dt][hr * 2] * inv_l[mt][hr],

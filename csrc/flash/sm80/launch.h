@@ -15,7 +15,4 @@ Status run_fwd(const FwdParams& params, bool small_smem, cudaStream_t stream);
 template <typename Element, int kHeadDim>
 Status run_bwd(const BwdParams& params, bool small_smem, cudaStream_t stream);
 
-// Maps the error of the last launch to a Status (and records it for last_cuda_error()).
-Status launch_status();
-
 }  // namespace flashattn_cu::sm80

@@ -1,8 +1,8 @@
 // Pieces shared by the two sm90a backward main kernels (bwd_kernel.h: register path, d <= 128;
 // bwd_split_kernel.h: d = 256): the block's work, tile loads into sw128 shared memory, the dK/dV
 // epilogue. A Traits type provides kHeadDim, kBlockM, kBlockN, kChunks, kNThreads, kQBytes and
-// the shared-memory offsets kOffK, kOffV, kOffQ, kOffDO, kOffLse, kOffD (two stages of Q, dO,
-// lse, D).
+// the shared-memory offsets kOffK, kOffV, kOffQ, kOffDO, kOffMax, kOffLog2Sum, kOffD (two stages
+// of Q, dO, M, L, D).
 #pragma once
 
 #include <cstdint>
@@ -94,7 +94,7 @@ __device__ __forceinline__ void load_kv(const BwdKernelParams& kp, const BwdWork
 }
 
 // Issues the cp.async loads of (query head `head`, query block m) into buffer `stage`: Q, dO,
-// and the lse_log2 / D rows (padded in the workspace, so whole 16-byte chunks; no commit).
+// and the M / L / D rows (padded in the workspace, so whole 16-byte chunks; no commit).
 template <typename Traits, typename Element>
 __device__ __forceinline__ void load_query_block(const BwdKernelParams& kp, const BwdWork& w,
                                                  uint32_t s_base, int head, int m, int stage,
@@ -113,13 +113,13 @@ __device__ __forceinline__ void load_query_block(const BwdKernelParams& kp, cons
       s_base + Traits::kOffDO + stage * Traits::kQBytes, dout, p.do_row_stride,
       p.seqlen_q - row0, p.head_dim, tid);
   const int64_t ws_row0 = (static_cast<int64_t>(w.batch) * p.num_heads + head) * kp.rows + row0;
-  if (tid < kBlockM / 4) {
-    ptx::cp_async_16_zfill(s_base + Traits::kOffLse + (stage * kBlockM + tid * 4) * 4,
-                           kp.lse_log2 + ws_row0 + tid * 4, true);
-  } else if (tid < kBlockM / 2) {
-    const int c = tid - kBlockM / 4;
-    ptx::cp_async_16_zfill(s_base + Traits::kOffD + (stage * kBlockM + c * 4) * 4,
-                           kp.dpsum + ws_row0 + c * 4, true);
+  static_assert(Traits::kNThreads >= 3 * kBlockM / 4, "M/L/D rows: one chunk per thread");
+  if (tid < 3 * kBlockM / 4) {
+    const int plane = tid / (kBlockM / 4), c = tid % (kBlockM / 4);
+    const float* src = plane == 0 ? kp.row_max : plane == 1 ? kp.row_log2sum : kp.dpsum;
+    const int off = plane == 0 ? Traits::kOffMax : plane == 1 ? Traits::kOffLog2Sum : Traits::kOffD;
+    ptx::cp_async_16_zfill(s_base + off + (stage * kBlockM + c * 4) * 4, src + ws_row0 + c * 4,
+                           true);
   }
 }
 
@@ -144,7 +144,7 @@ __device__ __forceinline__ BwdStep next_step(const BwdWork& w, BwdStep s) {
   return s;
 }
 
-// Issues the block's first loads (K, V and the first step's Q/dO/lse/D) as one cp.async group.
+// Issues the block's first loads (K, V and the first step's Q/dO/M/L/D) as one cp.async group.
 template <typename Traits, typename Element>
 __device__ __forceinline__ void load_first_step(const BwdKernelParams& kp, const BwdWork& w,
                                                 uint32_t s_base, int tid) {

@@ -3,15 +3,15 @@
 // Same work split and semantics as the sm80 main kernel (sm80/bwd_kernel.h): one thread block owns
 // kBlockN keys of one (batch, kv head), keeps K and V in shared memory and dK, dV in fp32
 // registers, and walks every (query head of its group share, query block of kBlockM rows) that
-// sees those keys. The workspace, the preprocess (D, lse_log2), the deterministic dQ kernel and
-// the postprocess are the sm80 ones.
+// sees those keys. The workspace, the preprocess (D, row max / log2 sum), the deterministic dQ
+// kernel and the postprocess are the sm80 ones.
 //
 // Two consumer warpgroups, each owning 64 of the 128 keys; per query block each computes
 //   S^T  = K Q^T            wgmma SS, m64 (keys) x n kBlockM (queries) x k d
 //   dP^T = V dO^T           wgmma SS, issued right behind S^T, overlapping the exponentials
-//   P^T  = exp2(S^T scale_log2 - lse_log2)      (registers; the accumulator layout of S^T is the
-//   dV  += P^T dO           wgmma RS              A-operand layout, so P^T never leaves them)
-//   dS^T = P^T (dP^T - D);  dK += dS^T Q          wgmma RS; dS^T also to shared memory
+//   P^T  = exp2((S^T - M) scale_log2 - L)       (registers; the accumulator layout of S^T is the
+//   dS^T = P^T (dP^T - D)                         A-operand layout, so P^T never leaves them)
+//   dV  += P^T dO,  dK += dS^T Q                  wgmma RS; dS^T also to shared memory
 //   (dS^T is formed from the 16-bit P^T, as on sm80, so fp32 P^T and dP^T are never both live)
 //   dQ   = dS K  (both warpgroups, half of d each)  wgmma SS, MN-major A and B, red.global.add
 // Shared tiles are sw128 (ptx/wgmma.h): K, V [key][d], Q, dO [query][d] (two stages), dS^T
@@ -19,10 +19,15 @@
 // dQ: dS^T, K), so nothing is stored twice.
 //
 // One step (query block):
-//   wait for this step's Q/dO/lse/D; fence.proxy.async; __syncthreads; issue next step's loads
-//   S^T, dP^T (2 groups) | wait S^T: mask, exp2 | dV (group) | wait dP^T: dS^T, store dS^T,
-//   fence.proxy.async; __syncthreads | dK, dQ (2 groups) | wait all, red.global.add
-// Padding rows (>= seqlen_q) have lse = +inf, D = 0 and zero Q/dO: P = 0, dS = 0 without a test.
+//   wait for this step's Q/dO/M/L/D; fence.proxy.async; __syncthreads; issue next step's loads
+//   S^T, dP^T (2 groups) | wait S^T: mask, exp2, pack P^T | wait dP^T: dS^T from the packed P^T,
+//   store dS^T, fence.proxy.async; __syncthreads | dV, dK (1 group), dQ (1 group) | wait all,
+//   red.global.add
+// The registers of P^T and dS^T are the A operands of dV and dK, so nothing reads or writes them
+// while those wgmmas are in flight (the PTX ISA leaves that undefined): dS^T is formed before dV
+// is issued, and the next write to either comes after the step's final wait.
+// Padding rows (>= seqlen_q) have (M, L) = (+inf, 0), D = 0 and zero Q/dO: P = 0, dS = 0 without
+// a test.
 #pragma once
 
 #include <cstdint>
@@ -60,13 +65,13 @@ struct BwdTraits {
   static constexpr int kOffQ = kOffV + kKVBytes;
   static constexpr int kOffDO = kOffQ + 2 * kQBytes;
   static constexpr int kOffDS = kOffDO + 2 * kQBytes;
-  static constexpr int kOffLse = kOffDS + kBlockN * kBlockM * 2;
-  static constexpr int kOffD = kOffLse + 2 * kBlockM * 4;
+  static constexpr int kOffMax = kOffDS + kBlockN * kBlockM * 2;
+  static constexpr int kOffLog2Sum = kOffMax + 2 * kBlockM * 4;
+  static constexpr int kOffD = kOffLog2Sum + 2 * kBlockM * 4;
   static constexpr int kSmemBytes = kOffD + 2 * kBlockM * 4 + 1024;  // + alignment slack
 
   static_assert(kHeadDim % 64 == 0, "d is whole 64-column atoms");
   static_assert(kBlockM % 64 == 0, "dQ is whole m64 slabs");
-  static_assert(kNThreads >= kBlockM / 2, "lse/D rows are loaded by one chunk per thread");
   static_assert(sm80::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
 };
 
@@ -108,7 +113,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
     const BwdStep next = next_step(w, step);
     begin_step<Traits, Element>(kp, w, s_base, it, next, tid);
     const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
-    const char* s_lse = smem + Traits::kOffLse + stage * kBlockM * 4;
+    const char* s_max = smem + Traits::kOffMax + stage * kBlockM * 4;
+    const char* s_log2sum = smem + Traits::kOffLog2Sum + stage * kBlockM * 4;
     const char* s_d = smem + Traits::kOffD + stage * kBlockM * 4;
 
     // S^T and dP^T: A = this warpgroup's 64 rows of K / V, B = Q / dO (both K-major, k = d).
@@ -134,20 +140,12 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
       mask_scores_transposed(acc_s, w.n_start + warp_key0, m * kBlockM, p.seqlen_q, p.seqlen_k,
                              p.is_causal, lane);
     }
-    probs_from_scores(acc_s, s_lse, 0, scale_log2, t);  // P^T, in place
+    probs_from_scores(acc_s, s_max, s_log2sum, 0, scale_log2, t);  // P^T, in place
 
-    // dV += P^T dO: B = dO rows of k-step kk, MN-major (n = d).
     uint32_t p16[kBlockM / 16][4];
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_s, kk, p16[kk]);
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      ptx::wgmma_rs<kHeadDim, kBf16, 1>(acc_dv, p16[kk],
-                                        ptx::sw128_desc_mn_major<kBlockM>(sDOs, kk, 0), 1);
-    }
-    ptx::wgmma_commit();
-    ptx::wgmma_wait<1>();  // dP^T done (dV may still run)
+    ptx::wgmma_wait<0>();  // dP^T done; no wgmma in flight
     ptx::fence_operand(acc_dp);
 
     // dS^T = P^T (dP^T - D), in place in acc_dp, from the 16-bit P^T (as sm80: the fp32 P^T dies
@@ -165,12 +163,17 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
         store_a_frag_sw128<kBlockN>(smem + Traits::kOffDS, warp_key0, kk * 16, ds16[kk], lane);
       }
-      // Published before dK is issued: the proxy fence waits for this thread's wgmmas in flight
-      // (only dV here), so dK and dQ can then run back to back.
+      // Published before dQ is issued (no wgmma is in flight here for the fence to wait on).
       ptx::fence_proxy_async_shared();
       __syncthreads();  // dS^T of both warpgroups stored
     }
+    // dV += P^T dO and dK += dS^T Q: B = dO / Q rows of k-step kk, MN-major (n = d).
     ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      ptx::wgmma_rs<kHeadDim, kBf16, 1>(acc_dv, p16[kk],
+                                        ptx::sw128_desc_mn_major<kBlockM>(sDOs, kk, 0), 1);
+    }
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
       ptx::wgmma_rs<kHeadDim, kBf16, 1>(acc_dk, ds16[kk],

@@ -5,6 +5,7 @@
 #include <climits>
 #include <type_traits>
 
+#include "../launch.h"
 #include "../sm80/bwd_launch.h"
 #include "../tiles.h"
 #include "bwd_kernel.h"
@@ -30,18 +31,13 @@ Status run_bwd(const BwdParams& p, cudaStream_t stream) {
                                     BwdTraits<kHeadDim, tile.block_m>>;
   static_assert(Traits::kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
   return sm80::run_bwd_pipeline<Element, kHeadDim>(p, stream, [&](const BwdKernelParams& kp) {
-    const int64_t blocks = static_cast<int64_t>(ceil_div(p.seqlen_k, Traits::kBlockN)) *
-                           p.batch * p.num_heads_k * kp.kv_splits;
+    const int64_t blocks =
+        ceil_div<int64_t>(p.seqlen_k, Traits::kBlockN) * p.batch * p.num_heads_k * kp.kv_splits;
     if (blocks > INT_MAX) return Status::kInvalidArgument;
     if (blocks > 0) {
-      auto kernel = main_kernel<Element, Traits, tile.split>();
-      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               Traits::kSmemBytes) != cudaSuccess) {
-        return sm80::launch_status();
-      }
-      kernel<<<static_cast<unsigned>(blocks), Traits::kNThreads, Traits::kSmemBytes, stream>>>(
-          kp);
-      const Status st = sm80::launch_status();
+      const Status st = launch_kernel(main_kernel<Element, Traits, tile.split>(),
+                                      dim3(static_cast<unsigned>(blocks)),
+                                      dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
       if (st != Status::kSuccess) return st;
     }
     if (!p.deterministic) return Status::kSuccess;

@@ -11,7 +11,7 @@
 // dQ. Semantics, workspace and padding conventions are those of bwd_kernel.h.
 //
 // One step (query block), barriers over the whole block:
-//   wait Q/dO/lse/D; fence.proxy.async; bar | issue next loads | wg0: S^T, wg1: dP^T; wait
+//   wait Q/dO/M/L/D; fence.proxy.async; bar | issue next loads | wg0: S^T, wg1: dP^T; wait
 //   | wg0: mask, exp2, store P^T; fence.proxy.async | bar | wg0: dV (in flight)
 //   | wg1: read P^T, dS^T, store dS^T; fence.proxy.async | bar | wg1: dV; both: dK, dQ; wait all
 //   | red.global.add dQ
@@ -50,8 +50,9 @@ struct BwdSplitTraits {
   static constexpr int kOffDO = kOffQ + 2 * kQBytes;
   static constexpr int kOffP = kOffDO + 2 * kQBytes;
   static constexpr int kOffDS = kOffP + kPBytes;
-  static constexpr int kOffLse = kOffDS + kPBytes;
-  static constexpr int kOffD = kOffLse + 2 * kBlockM * 4;
+  static constexpr int kOffMax = kOffDS + kPBytes;
+  static constexpr int kOffLog2Sum = kOffMax + 2 * kBlockM * 4;
+  static constexpr int kOffD = kOffLog2Sum + 2 * kBlockM * 4;
   static constexpr int kSmemBytes = kOffD + 2 * kBlockM * 4 + 1024;  // + alignment slack
 
   static_assert(kHalfCols % 64 == 0, "each warpgroup owns whole 64-column atoms");
@@ -98,7 +99,8 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
     const BwdStep next = next_step(w, step);
     begin_step<Traits, Element>(kp, w, s_base, it, next, tid);
     const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
-    const char* s_lse = smem + Traits::kOffLse + stage * kBlockM * 4;
+    const char* s_max = smem + Traits::kOffMax + stage * kBlockM * 4;
+    const char* s_log2sum = smem + Traits::kOffLog2Sum + stage * kBlockM * 4;
     const char* s_d = smem + Traits::kOffD + stage * kBlockM * 4;
 
     // Warpgroup 0: S^T = K Q^T; warpgroup 1: dP^T = V dO^T (A: 64 keys, B: queries, k = d).
@@ -122,7 +124,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
         mask_scores_transposed(acc, w.n_start + warp_key0, m * kBlockM, p.seqlen_q, p.seqlen_k,
                                p.is_causal, lane);
       }
-      probs_from_scores(acc, s_lse, 0, scale_log2, t);  // P^T, in place
+      probs_from_scores(acc, s_max, s_log2sum, 0, scale_log2, t);  // P^T, in place
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
         uint32_t a[4];

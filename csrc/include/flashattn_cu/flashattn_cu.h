@@ -2,10 +2,13 @@
 // the library. Tensors are described by raw pointers and int64 strides counted in elements.
 //
 // Layouts (flash_attn 2.x): q (batch, seqlen_q, num_heads, head_dim); k, v (batch, seqlen_k,
-// num_heads_k, head_dim); o like q; lse fp32 (batch, num_heads, seqlen_q), contiguous.
+// num_heads_k, head_dim); o like q; lse fp32 (batch, num_heads, seqlen_q), contiguous;
+// softmax_stats fp32 (batch, num_heads, seqlen_q, 2), contiguous.
 // Requirements checked by fwd()/bwd(): last dim contiguous, every other stride a multiple of 8
-// elements, every pointer 16-byte aligned, head_dim a multiple of 8 and <= 256,
-// num_heads % num_heads_k == 0, an sm_80 or newer device.
+// elements, every pointer of a tensor that has elements non-null and 16-byte aligned (a pointer
+// of an empty tensor may be null, in fwd() and bwd() alike), head_dim a multiple of 8 and
+// <= 256, num_heads % num_heads_k == 0, seqlen_q and seqlen_k <= kMaxSeqlen, a softmax_scale
+// that is positive and finite as a float, an sm_80 or newer device.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +28,10 @@ enum class Status : int {
   kLaunchFailed = 4,        // a CUDA launch or attribute call failed; cuda_error holds why
 };
 
+// Longest sequence the kernels index (2^31 - 2^16): block counts and the causal/tail arithmetic
+// stay in 32-bit integers with room to spare. Longer sequences return kInvalidArgument.
+constexpr int kMaxSeqlen = 2147418112;
+
 // Human-readable name of a status.
 const char* status_string(Status status);
 
@@ -33,7 +40,13 @@ struct FwdParams {
   const void* k = nullptr;
   const void* v = nullptr;
   void* o = nullptr;
-  float* lse = nullptr;  // (batch, num_heads, seqlen_q), contiguous
+  float* lse = nullptr;  // (batch, num_heads, seqlen_q), contiguous: natural-log LSE, +inf for a
+                         // row that sees no key
+  // Optional (null: not written). Per row (batch, num_heads, seqlen_q, 2), contiguous: the row's
+  // max score before scaling and log2 of its sum of exp2((s - max) * scale * log2(e)), or
+  // (+inf, 0) for a row that sees no key. bwd() recomputes the probabilities from these exactly
+  // at any logit magnitude; from lse alone they carry lse's rounding (see BwdParams).
+  float* softmax_stats = nullptr;
 
   int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
   int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
@@ -59,6 +72,11 @@ struct BwdParams {
   const void* v = nullptr;
   const void* o = nullptr;
   const float* lse = nullptr;  // (batch, num_heads, seqlen_q), contiguous, as fwd() wrote it
+  // Optional: fwd()'s softmax_stats for these inputs. When given, the probabilities are
+  // recomputed from it and lse is not read (may be null). Without it they are recomputed from
+  // lse, whose fp32 rounding then enters every exponent: a relative error of about
+  // |lse| * 2^-23 per probability, below bf16's resolution while |lse| < ~2^14.
+  const float* softmax_stats = nullptr;
   const void* dout = nullptr;  // like o
   // Gradients: dq like q; dk, dv like k, v (num_heads_k heads; summed over each head group).
   void* dq = nullptr;

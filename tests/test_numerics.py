@@ -1,0 +1,248 @@
+"""GPU tests of what the math promises beyond unit-scale random inputs, forward and backward, on
+every kernel path (default and sm80):
+
+- softmax is invariant to a constant added to every logit of a row: ~5,800 nats over 65k keys
+  (1,024 key blocks) changes nothing beyond the usual error;
+- logits near the largest magnitudes each dtype can produce while they stay finite in fp32 give
+  the right softmax, a finite LSE, and right gradients, ties included;
+- logits in the hundreds, where pt (the math in the input dtype) is itself far off.
+
+Where pt means nothing (its 16-bit scores cannot hold large logits), the reference is float64
+and the baseline of the rule is attention_fp32_scores (the kernels' precision points: fp32
+scores, probabilities rounded to the input dtype); where even that is exact, fixed bounds derived
+from fp32 rounding are used, each stated beside its check.
+"""
+
+import math
+
+import pytest
+import torch
+
+import attn_helpers
+from attn_helpers import assert_lse_rule, assert_rule, attention_fp32_scores, instance_for
+from flashattn_cu import _C, flash_attn_func
+from flashattn_cu.testing import attention_ref, kernel_path, max_abs_diff
+
+pytestmark = pytest.mark.gpu
+
+DEV = attn_helpers.DEVICE
+EPS = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}  # half an ulp at 1.0, relative
+
+
+@pytest.fixture(autouse=True, params=attn_helpers.kernel_paths())
+def path(request):
+    with kernel_path(request.param):
+        yield request.param
+
+
+def skip_unless_built(head_dim):
+    if instance_for(head_dim) not in _C.built_head_dims():
+        pytest.skip(f"head dim instance {instance_for(head_dim)} not in this build")
+
+
+def ours(q, k, v, causal, dout):
+    """out, lse and (dq, dk, dv) from flash_attn_func."""
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out, lse, _ = flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
+    return out.detach(), lse, torch.autograd.grad(out, (q, k, v), dout)
+
+
+def ref64(q, k, v, causal, dout):
+    """out, lse and gradients in float64 from the same (16-bit) inputs."""
+    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
+    out, lse = attention_ref(q, k, v, causal=causal)
+    return out.detach(), lse, torch.autograd.grad(out, (q, k, v), dout.double())
+
+
+def fp32_scores_baseline(q, k, v, causal, dout):
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out = attention_fp32_scores(q, k, v, causal=causal)
+    return out.detach(), torch.autograd.grad(out, (q, k, v), dout)
+
+
+def assert_finite(*tensors):
+    for t in tensors:
+        assert torch.isfinite(t).all(), "non-finite values"
+
+
+# --------------------------------------------------------------------------------------------
+# A constant logit offset
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_constant_logit_offset(dtype, causal):
+    """The last head-dim column of q is A and of k is B (the other columns random, theirs zero
+    in the offset-free copy): every logit gains A * B * scale = 65536 / sqrt(128) = 5,793 nats.
+    65,536 keys make 1,024 key blocks per row, so a rescale that is not exactly 1 when the max
+    does not change (the bug this guards) compounds 1,024 times."""
+    skip_unless_built(128)
+    d, sq, sk, a = 128, 128, 65536, 256.0
+    q0, k0, v = attn_helpers.make_qkv(1, sq, sk, 2, 1, d, dtype)
+    q0[..., -1] = 0
+    k0[..., -1] = 0
+    q1, k1 = q0.clone(), k0.clone()
+    q1[..., -1] = a
+    k1[..., -1] = a
+    offset = a * a / math.sqrt(d)
+    dout = torch.randn_like(q0)
+
+    out1, lse1, grads1 = ours(q1, k1, v, causal, dout)
+    assert_finite(out1, lse1, *grads1)
+
+    # Invariance, by the usual rule: the offset output against the offset-free fp32 reference
+    # and pt (softmax does not change, so neither may ours beyond the usual error).
+    ref0, lse_ref0 = attention_ref(q0, k0, v, causal=causal)
+    pt0, lse_pt0 = attention_ref(q0, k0, v, causal=causal, upcast=False)
+    assert_rule(out1, ref0, pt0, 2, 1e-5, "out with offset vs offset-free reference")
+    assert_lse_rule((lse1.double() - offset).float(), lse_ref0, lse_pt0, "lse - offset")
+
+    # Gradients, against float64 on the offset inputs themselves (q and k's last column gets a
+    # real gradient there), baseline: fp32 scores of the same offset inputs.
+    _, _, g64 = ref64(q1, k1, v, causal, dout)
+    _, gbase = fp32_scores_baseline(q1, k1, v, causal, dout)
+    for name, g, r, b in zip(("dq", "dk", "dv"), grads1, g64, gbase):
+        assert_rule(g, r, b, 3, 1e-4, f"{name} with offset")
+
+
+# --------------------------------------------------------------------------------------------
+# Extreme magnitudes
+
+
+def integer_scale(dtype, head_dim):
+    """Largest power of two M such that q, k entries in M * {-1, 0, 1} give fp32 scores of at
+    most head_dim * M^2 <= 2^126 (fp16: its largest power of two, 2^15)."""
+    if dtype == torch.float16:
+        return 2.0 ** 15
+    return 2.0 ** ((126 - int(math.log2(head_dim))) // 2)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_extreme_magnitudes_exact_scores(dtype, head_dim):
+    """q, k with entries M * {-1, 0, 1}: every score is an integer times M^2, exact in fp32 and
+    in every kernel's tensor-core sum, up to ~2^126 (bf16) or 2^38 (fp16, entries at 32768).
+    The softmax is one-hot, or uniform over exactly tied keys; both are exact at these points,
+    and so must ours be: a rescale or exponent that is not exactly 1 at the row max shows up
+    as an output off by a power of two, a zero row or an infinite LSE."""
+    skip_unless_built(head_dim)
+    m = integer_scale(dtype, head_dim)
+    b, sq, sk, h, hk = 2, 150, 200, 4, 2
+    q = (torch.randint(-1, 2, (b, sq, h, head_dim), device=DEV) * m).to(dtype)
+    k = (torch.randint(-1, 2, (b, sk, hk, head_dim), device=DEV) * m).to(dtype)
+    v = torch.randn(b, sk, hk, head_dim, device=DEV, dtype=dtype)
+    dout = torch.randn(b, sq, h, head_dim, device=DEV, dtype=dtype)
+
+    out, lse, grads = ours(q, k, v, False, dout)
+    assert_finite(out, lse, *grads)
+    out64, lse64, g64 = ref64(q, k, v, False, dout)
+    outb, gbase = fp32_scores_baseline(q, k, v, False, dout)
+
+    # Ties make dS (and so dq, dk) nonzero and exercise P = 1/l with l > 1.
+    scores = torch.einsum("bqhd,bkhd->bhqk", q.double(), k.double().repeat_interleave(h // hk, 2))
+    ties = (scores == scores.amax(-1, keepdim=True)).sum(-1) > 1
+    assert ties.float().mean() > 0.1, "too few tied rows to exercise l > 1"
+
+    assert_rule(out, out64, outb, 2, 1e-5, "out")
+    # LSE: fp32 holds max * scale to half an ulp; ln(l) <= ln(sk) is below that ulp here.
+    tol = lse64.abs() * 2.0 ** -21
+    assert ((lse.double() - lse64).abs() <= tol).all(), "lse beyond 2 ulp of float32"
+    for name, g, r, base in zip(("dq", "dk", "dv"), grads, g64, gbase):
+        assert_rule(g, r, base, 3, 1e-4, name)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("dtype, magnitude", [(torch.float16, 2e4), (torch.bfloat16, 1e4),
+                                              (torch.bfloat16, 1e17)],
+                         ids=["fp16-2e4", "bf16-1e4", "bf16-1e17"])
+def test_extreme_magnitudes_random(dtype, magnitude, head_dim):
+    """Gaussian q, k times `magnitude` (fp16 clamped to its range): scores up to ~1e9 (fp16,
+    bf16 1e4) or ~1e35 (bf16 1e17), one-hot softmax. The forward must give v of the row's max
+    key and an LSE equal to the max logit; the backward must recompute P = 1 at that key, which
+    needs the forward's and backward's fp32 scores and the forward's row max to agree exactly.
+    Rows whose two largest scores lie within 1e-5 (relative) of each other are ill-conditioned in
+    fp32 (which key wins depends on the order of the sum): their dout is zeroed and they are not
+    compared."""
+    skip_unless_built(head_dim)
+    b, sq, sk, h, hk = 2, 150, 200, 4, 2
+    q, k, v = attn_helpers.make_qkv(b, sq, sk, h, hk, head_dim, torch.float32)
+    lim = 6e4 if dtype == torch.float16 else 3e38
+    q, k = ((t * magnitude).clamp(-lim, lim).to(dtype) for t in (q, k))
+    v = v.to(dtype)
+    scores = torch.einsum("bqhd,bkhd->bqhk", q.double(), k.double().repeat_interleave(h // hk, 2))
+    top2 = scores.topk(2, dim=-1).values
+    clear = (top2[..., 0] - top2[..., 1]) > 1e-5 * top2[..., 0].abs()  # (b, sq, h)
+    assert clear.float().mean() > 0.9
+    dout = torch.randn(b, sq, h, head_dim, device=DEV, dtype=dtype) * clear.unsqueeze(-1)
+
+    out, lse, (dq, dk, dv) = ours(q, k, v, False, dout)
+    assert_finite(out, lse, dq, dk, dv)
+    out64, lse64, (dq64, dk64, dv64) = ref64(q, k, v, False, dout)
+    eps = EPS[dtype]
+    rows = clear.unsqueeze(-1).expand_as(out)
+    # out: v of the max key, rounded once to the output dtype.
+    assert max_abs_diff(out[rows], out64[rows]) <= eps * v.abs().max().item()
+    # lse: the max logit, to the fp32 rounding of a d-term score sum (a few ulp).
+    lse_rows = clear.transpose(1, 2)
+    rel = ((lse.double() - lse64).abs() / lse64.abs())[lse_rows]
+    assert rel.max().item() <= 2.0 ** -19, f"lse relative error {rel.max().item():.2e}"
+    # dv: dout summed over the rows whose max key it is, in fp32, rounded once.
+    assert max_abs_diff(dv, dv64) <= 2 * eps * dv64.abs().max().item() + 1e-4
+    # dq, dk: exactly 0 in float64 (one-hot P gives dS = P (dP - D) = 0). Ours forms D = rowsum(dO
+    # O) and dP = dO . v with fp32 sums of d terms in different orders, so dS is their rounding
+    # difference (<= d 2^-24 |dO| |v| each, 8x margin), times K (Q) and the scale.
+    scale = head_dim ** -0.5
+    noise = 8 * head_dim * 2.0 ** -24 * dout.abs().max().item() * v.abs().max().item() * scale
+    assert dq.abs().max().item() <= noise * k.abs().max().item(), "dq beyond fp32 rounding"
+    assert dk.abs().max().item() <= noise * q.abs().max().item() * sq, "dk beyond fp32 rounding"
+
+
+# --------------------------------------------------------------------------------------------
+# Logits in the hundreds
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_large_logits(dtype, head_dim, causal):
+    """q, k scaled by 6 (logits of a few hundred): against float64, with the fp32-scores
+    baseline (pt's 16-bit scores are off by whole nats here, so its error says nothing)."""
+    skip_unless_built(head_dim)
+    q, k, v = attn_helpers.make_qkv(2, 256, 300, 4, 2, head_dim, dtype)
+    q, k = q * 6, k * 6
+    with torch.no_grad():
+        logits = torch.einsum("bqhd,bkhd->bhqk", q[:, :, :2].float(), k.float()) / head_dim ** 0.5
+    assert logits.abs().max() > 100
+    dout = torch.randn_like(q)
+    out, lse, grads = ours(q, k, v, causal, dout)
+    assert_finite(out, lse, *grads)
+    out64, lse64, g64 = ref64(q, k, v, causal, dout)
+    outb, gbase = fp32_scores_baseline(q, k, v, causal, dout)
+    assert_rule(out, out64, outb, 2, 1e-5, "out")
+    # The fp32 LSE of logits ~300: a few ulp of 300 plus the rounding of the score sums.
+    assert max_abs_diff(lse, lse64) <= 5e-4
+    for name, g, r, b in zip(("dq", "dk", "dv"), grads, g64, gbase):
+        assert_rule(g, r, b, 3, 1e-4, name)
+
+
+# --------------------------------------------------------------------------------------------
+# The backward from softmax_lse alone (what PyTorch's SDPA interface hands a flash backend)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_backward_from_lse_only(head_dim):
+    """bwd without softmax_stats recomputes P from the LSE (flash_attn's way): at unit-scale
+    logits it must pass the same rule as the default (stats) path."""
+    skip_unless_built(head_dim)
+    q, k, v = attn_helpers.make_qkv(2, 200, 333, 4, 2, head_dim, torch.bfloat16)
+    scale = head_dim ** -0.5
+    out, lse, stats = torch.ops.flashattn_cu.fwd(q, k, v, scale, True)
+    dout = torch.randn_like(out)
+    got = torch.ops.flashattn_cu.bwd(dout, q, k, v, out, lse, scale, True, False)
+    qr, kr, vr = (t.detach().requires_grad_() for t in (q, k, v))
+    ref, _ = attention_ref(qr, kr, vr, causal=True)
+    pt, _ = attention_ref(qr, kr, vr, causal=True, upcast=False)
+    refs = torch.autograd.grad(ref, (qr, kr, vr), dout.float())
+    pts = torch.autograd.grad(pt, (qr, kr, vr), dout)
+    for name, g, r, p in zip(("dq", "dk", "dv"), got, refs, pts):
+        assert_rule(g, r, p, 3, 1e-4, f"{name} (lse only)")

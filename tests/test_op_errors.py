@@ -1,0 +1,117 @@
+"""Bad arguments straight to torch.ops.flashattn_cu.fwd / .bwd (as torch.compile, opcheck and
+C++ callers reach them, past flash_attn_func's Python checks) must raise a Python exception that
+names the argument: never crash the process. Each call runs in a child process, so a crash is a
+test failure with its exit status, not the end of the test run (on the H200 image a message that
+streamed a number once killed the process with SIGSEGV)."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+# (name, code run with q, k, v (bf16, (2, 64, 4, 64) / (2, 80, 2, 64)), out, lse, stats, dout
+# and the ops in scope; expected exception type; a fragment of its message)
+CASES = [
+    ("scale_zero", "fwd(q, k, v, 0.0, False)", "ValueError", "softmax_scale"),
+    ("scale_negative", "fwd(q, k, v, -0.5, False)", "ValueError", "softmax_scale"),
+    ("scale_nan", "fwd(q, k, v, float('nan'), False)", "ValueError", "softmax_scale"),
+    ("scale_underflows_float32", "fwd(q, k, v, 1e-50, False)", "ValueError", "softmax_scale"),
+    ("scale_subnormal_float32", "fwd(q, k, v, 1e-40, False)", "ValueError", "softmax_scale"),
+    ("scale_overflows_float32", "fwd(q, k, v, 1e39, False)", "ValueError", "softmax_scale"),
+    ("bwd_scale_underflows", "bwd(dout, q, k, v, out, lse, 1e-50, False, False, stats)",
+     "ValueError", "softmax_scale"),
+    ("head_dim_60", "fwd(q[..., :60].contiguous(), k[..., :60].contiguous(), "
+                    "v[..., :60].contiguous(), 0.125, False)", "ValueError", "head dim"),
+    ("head_dim_264", "fwd(*(torch.zeros(1, 4, 2, 264, device='cuda', dtype=torch.bfloat16),) * 3,"
+                     " 0.06, False)", "ValueError", "head dim"),
+    ("nheads_not_multiple", "fwd(q, k[:, :, :1].expand(2, 80, 3, 64), v[:, :, :1].expand(2, 80, 3, 64), "
+                            "0.125, False)", "ValueError", "multiple of nheads"),
+    ("float32_inputs", "fwd(q.float(), k.float(), v.float(), 0.125, False)", "TypeError",
+     "dtype"),
+    ("mixed_dtypes", "fwd(q, k.half(), v, 0.125, False)", "TypeError", "dtypes must match"),
+    ("k_on_cpu", "fwd(q, k.cpu(), v, 0.125, False)", "ValueError", "k must be a CUDA tensor"),
+    ("rank_3", "fwd(q[0], k[0], v[0], 0.125, False)", "ValueError", "rank 4"),
+    ("batch_mismatch", "fwd(q, k[:1], v[:1], 0.125, False)", "ValueError", "batch sizes differ"),
+    ("last_dim_strided", "fwd(torch.zeros(2, 64, 4, 128, device='cuda', dtype=torch.bfloat16)"
+                         "[..., ::2], k, v, 0.125, False)", "ValueError", "contiguous"),
+    ("seqlen_beyond_kernels", "fwd(q, k[:, :1].expand(2, 2**31 - 1, 2, 64), "
+                              "v[:, :1].expand(2, 2**31 - 1, 2, 64), 0.125, False)",
+     "ValueError", "seqlen"),
+    ("bwd_lse_shape", "bwd(dout, q, k, v, out, lse[:, :, :10], 0.125, False, False)",
+     "ValueError", "softmax_lse must have shape"),
+    ("bwd_lse_dtype", "bwd(dout, q, k, v, out, lse.double(), 0.125, False, False)",
+     "TypeError", "softmax_lse must be float32"),
+    ("bwd_stats_shape", "bwd(dout, q, k, v, out, lse, 0.125, False, False, stats[..., :1])",
+     "ValueError", "softmax_stats must have shape"),
+    ("bwd_out_shape", "bwd(dout, q, k, v, out[:, :10], lse, 0.125, False, False)", "ValueError",
+     "out must have the shape of q"),
+    ("bwd_dout_on_cpu", "bwd(dout.cpu(), q, k, v, out, lse, 0.125, False, False)", "ValueError",
+     "dout must be on"),
+]
+
+CHILD = textwrap.dedent("""
+    import json, sys, torch
+    import flashattn_cu  # noqa: F401  (registers the ops)
+    fwd, bwd = torch.ops.flashattn_cu.fwd, torch.ops.flashattn_cu.bwd
+    torch.manual_seed(0)
+    q = torch.randn(2, 64, 4, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, 80, 2, 64, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    out, lse, stats = fwd(q, k, v, 0.125, False)
+    dout = torch.randn_like(out)
+    try:
+        eval(sys.argv[1])
+        torch.cuda.synchronize()
+        print(json.dumps({"type": None, "message": ""}))
+    except Exception as exc:
+        print(json.dumps({"type": type(exc).__name__, "message": str(exc)}))
+""")
+
+
+@pytest.mark.parametrize("name, code, exc_type, fragment", CASES, ids=[c[0] for c in CASES])
+def test_bad_argument_raises_in_child(name, code, exc_type, fragment):
+    res = subprocess.run([sys.executable, "-c", CHILD, code], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, (
+        f"{name}: the child process died (exit {res.returncode}) instead of raising:\n"
+        f"{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got["type"] == exc_type and fragment in got["message"], (name, got)
+    assert got["message"].startswith("flashattn_cu: "), got["message"]
+
+
+def test_launch_does_not_take_an_unrelated_error():
+    """An error left in the thread's CUDA last-error state by another library before our call is
+    neither reported as ours nor cleared by us (our launches are checked by their own return
+    value). The error is planted through the very libcudart mapped into the process, so it is
+    the state our extension's runtime calls would see."""
+    child = textwrap.dedent("""
+        import ctypes, torch
+        from flashattn_cu import flash_attn_func
+        q = torch.randn(1, 32, 2, 64, device="cuda", dtype=torch.float16)
+        flash_attn_func(q, q, q)
+        torch.cuda.synchronize()
+        with open("/proc/self/maps") as f:
+            mapped = sorted({l.split()[-1] for l in f if "libcudart.so" in l})
+        if len(mapped) != 1:
+            print("SKIP libcudart instances mapped:", mapped)
+            raise SystemExit(0)
+        rt = ctypes.CDLL(mapped[0])
+        # Another library's failed call: an invalid device ordinal sets the last error.
+        assert rt.cudaSetDevice(ctypes.c_int(10**6)) != 0
+        out = flash_attn_func(q, q, q)   # must not raise on the foreign error
+        torch.cuda.synchronize()
+        print("last_error_after", rt.cudaGetLastError())
+    """)
+    res = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    if res.stdout.startswith("SKIP"):
+        pytest.skip(res.stdout.strip())
+    # cudaErrorInvalidDevice = 101: still there for its owner to read.
+    assert "last_error_after 101" in res.stdout, res.stdout + res.stderr
