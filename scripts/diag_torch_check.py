@@ -60,6 +60,27 @@ def mapped_libs(pid="self"):
     return sorted(p for p in paths if re.search(r"libstdc\+\+|libgcc_s|libc10\.so", p))
 
 
+def probe_toolchain(cxx):
+    """Does `cxx` link libstdc++ into a shared object dynamically (NEEDED libstdc++.so.6) or
+    statically (its own copy of iostreams and locales inside the .so)?"""
+    print(f"-- {cxx}: {sh(f'{cxx} --version | head -1')}")
+    print("   libstdc++.so:", sh(f"{cxx} -print-file-name=libstdc++.so"),
+          "| libstdc++.a:", sh(f"{cxx} -print-file-name=libstdc++.a"))
+    print("   specs mentioning static:", sh(f"{cxx} -dumpspecs | grep -n 'static' | head -5 | tr '\\n' ' '")[:300])
+    work = tempfile.mkdtemp(prefix="probe_")
+    src = os.path.join(work, "p.cpp")
+    with open(src, "w") as f:
+        f.write('#include <sstream>\n#include <string>\nstd::string f(long x) { std::ostringstream s; s << x; return s.str(); }\n')
+    for label, extra in (("default", ""), ("explicit -lstdc++", "-lstdc++"),
+                         ("-Wl,-Bdynamic -lstdc++", "-Wl,-Bdynamic -lstdc++")):
+        out = os.path.join(work, "p.so")
+        res = subprocess.run(f"{cxx} -O2 -fPIC -shared {src} -o {out} {extra}", shell=True,
+                             capture_output=True, text=True)
+        needed = sh(f"readelf -d {out} | grep NEEDED | grep -o '\\[.*\\]' | tr '\\n' ' '") if res.returncode == 0 else res.stderr[-200:]
+        inside = sh(f"nm -C --defined-only {out} | grep -c 'basic_ostream<char, std::char_traits<char> >::_M_insert'") if res.returncode == 0 else "-"
+        print(f"   link {label:24s}: NEEDED {needed} | ostream _M_insert defined inside: {inside}")
+
+
 def child(build_dir, name):
     sys.path.insert(0, build_dir)
     import torch  # noqa: F401
@@ -93,6 +114,18 @@ def main():
     print("GLIBCXX in libc10:", sh(f"objdump -T {lib}/libc10.so | grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -2"))
     print("libstdc++ of this process:", mapped_libs())
     print("bundled libstdc++ in the venv:", sh(f"find {os.path.dirname(os.path.dirname(torch.__file__))} -name 'libstdc++*' | head"))
+
+    print("CXX env:", os.environ.get("CXX"), "| CC env:", os.environ.get("CC"))
+    print("which -a g++ c++:", sh("which -a g++ c++ | tr '\\n' ' '"))
+    cxx = os.environ.get("CXX") or "c++"
+    for compiler in dict.fromkeys([cxx, "/usr/bin/g++"]):
+        probe_toolchain(compiler)
+    so = sorted(__import__("glob").glob(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                     "..", "flashattn_cu", "_C*.so")))
+    for path in so:
+        print("flashattn_cu _C NEEDED:", sh(f"readelf -d {path} | grep NEEDED | grep -o '\\[.*\\]' | tr '\\n' ' '"))
+        print("flashattn_cu _C ostream symbols defined inside:",
+              sh(f"nm -C --defined-only {path} | grep -c 'std::basic_ostream<char, std::char_traits<char> >::_M_insert'"))
 
     build_dir = tempfile.mkdtemp(prefix="diag_ext_")
     funcs = [f"void {n}() {{ {body} }}" for n, (body, _) in CASES.items()]
