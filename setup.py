@@ -125,11 +125,54 @@ nvcc_flags = [
 if os.environ.get("FLASHATTN_CU_PTXAS_VERBOSE", "0") not in ("", "0"):
     nvcc_flags += ["-Xptxas", "-v"]
 
+def shared_libstdcxx_link_args():
+    """Link arguments that make the extension use the process's shared libstdc++, or [] when the
+    C++ compiler does so by itself.
+
+    A compiler that can only link libstdc++ statically (seen on the H200 image: CXX=/opt/gcc/bin/g++
+    has libstdc++.a and no libstdc++.so) puts a private copy of iostreams and locales into the
+    extension, next to the shared libstdc++ that torch uses. Numeric formatting through that copy
+    (c10::str, TORCH_CHECK messages with numbers, std::ostringstream << int) then crashes with
+    SIGSEGV. Naming the libstdc++.so.6 that torch's libc10 loads on the link line makes the linker
+    take every libstdc++ symbol from it (NEEDED libstdc++.so.6), so the process keeps one copy.
+    scripts/diag_torch_check.py shows the crash and the toolchain facts."""
+    import sysconfig
+    import tempfile
+
+    cxx = os.environ.get("CXX") or (sysconfig.get_config_var("CXX") or "c++").split()[0]
+    with tempfile.TemporaryDirectory() as work:
+        src, out = os.path.join(work, "probe.cpp"), os.path.join(work, "probe.so")
+        with open(src, "w") as f:
+            f.write("#include <sstream>\n#include <string>\n"
+                    "std::string f(long x) { std::ostringstream s; s << x; return s.str(); }\n")
+        try:
+            subprocess.run([cxx, "-fPIC", "-shared", src, "-o", out], check=True,
+                           capture_output=True, timeout=120)
+            needed = subprocess.run(["readelf", "-d", out], capture_output=True, text=True,
+                                    timeout=60).stdout
+        except (OSError, subprocess.SubprocessError):
+            return []  # no probe possible: leave the link as the toolchain does it
+    if "libstdc++.so" in needed:
+        return []
+    import torch
+
+    libc10 = os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so")
+    ldd = subprocess.run(["ldd", libc10], capture_output=True, text=True, timeout=60).stdout
+    m = re.search(r"libstdc\+\+\.so\.6 => (\S+)", ldd)
+    if not m:
+        print(f"setup.py: warning: {cxx} links libstdc++ statically and the libstdc++.so.6 of "
+              f"{libc10} was not found; C++ number formatting inside the extension may crash")
+        return []
+    print(f"setup.py: {cxx} links libstdc++ statically; linking {m.group(1)} (torch's) instead")
+    return [m.group(1)]
+
+
 ext = CUDAExtension(
     name="flashattn_cu._C",
     sources=sources_for(head_dims),
     include_dirs=[os.path.join(ROOT, "csrc", "include"), os.path.join(ROOT, "csrc", "flash")],
     extra_compile_args={"cxx": ["-O3"], "nvcc": nvcc_flags},
+    extra_link_args=shared_libstdcxx_link_args(),
 )
 
 setup(

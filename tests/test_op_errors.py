@@ -87,30 +87,71 @@ def test_bad_argument_raises_in_child(name, code, exc_type, fragment):
 
 def test_launch_does_not_take_an_unrelated_error():
     """An error left in the thread's CUDA last-error state by another library before our call is
-    neither reported as ours nor cleared by us (our launches are checked by their own return
-    value). The error is planted through the very libcudart mapped into the process, so it is
-    the state our extension's runtime calls would see."""
+    neither reported as ours nor cleared by us: our launches are checked by their own return
+    values. The error is planted through the very libcudart mapped into the process. The op must
+    not raise on it (the old check read cudaGetLastError and failed the call with it), and the C++
+    entry point, called through ctypes with nothing of torch in between, must leave it in place."""
     child = textwrap.dedent("""
-        import ctypes, torch
-        import flashattn_cu  # noqa: F401
+        import ctypes, glob, os, torch
+        import flashattn_cu
         q = torch.randn(1, 32, 2, 64, device="cuda", dtype=torch.float16)
-        torch.ops.flashattn_cu.fwd(q, q, q, 0.125, False)
+        out, lse, stats = torch.ops.flashattn_cu.fwd(q, q, q, 0.125, False)
         torch.cuda.synchronize()
         with open("/proc/self/maps") as f:
             mapped = sorted({l.split()[-1] for l in f if "libcudart.so" in l})
         assert len(mapped) == 1, f"expected one libcudart in the process, found {mapped}"
         rt = ctypes.CDLL(mapped[0])
-        rt.cudaGetLastError()
-        # Another library's failed call: an invalid device ordinal sets the last error.
-        assert rt.cudaSetDevice(ctypes.c_int(10**6)) != 0
-        planted = rt.cudaPeekAtLastError()
+
+        def plant():
+            rt.cudaGetLastError()
+            assert rt.cudaSetDevice(ctypes.c_int(10**6)) != 0  # invalid device ordinal
+            return rt.cudaPeekAtLastError()
+
+        planted = plant()
         torch.ops.flashattn_cu.fwd(q, q, q, 0.125, False)  # must not raise on the foreign error
-        after = rt.cudaPeekAtLastError()
-        print("planted", planted, "after", after)
+        after_op = rt.cudaPeekAtLastError()
+
+        # flashattn_cu::fwd(const FwdParams&, cudaStream_t) straight from the extension.
+        class FwdParams(ctypes.Structure):
+            _fields_ = ([(n, ctypes.c_void_p) for n in ("q", "k", "v", "o", "lse", "stats")]
+                        + [(f"s{i}", ctypes.c_int64) for i in range(12)]
+                        + [(n, ctypes.c_int) for n in ("batch", "seqlen_q", "seqlen_k",
+                                                       "num_heads", "num_heads_k", "head_dim")]
+                        + [("scale", ctypes.c_float), ("causal", ctypes.c_bool),
+                           ("dtype", ctypes.c_int)])
+        p = FwdParams()
+        p.q = p.k = p.v = q.data_ptr()
+        p.o, p.lse, p.stats = out.data_ptr(), lse.data_ptr(), stats.data_ptr()
+        for t in range(4):  # (batch, row, head) strides of q, k, v, o: all laid out as q
+            p.__setattr__(f"s{3 * t}", 0)
+            p.__setattr__(f"s{3 * t + 1}", q.stride(1))
+            p.__setattr__(f"s{3 * t + 2}", q.stride(2))
+        p.batch, p.seqlen_q, p.seqlen_k, p.num_heads, p.num_heads_k, p.head_dim = 1, 32, 32, 2, 2, 64
+        p.scale, p.causal, p.dtype = 0.125, False, 0
+        lib = ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(flashattn_cu.__file__), "_C*.so"))[0])
+        fwd = lib._ZN12flashattn_cu3fwdERKNS_9FwdParamsEP11CUstream_st
+        fwd.restype = ctypes.c_int
+        # Control: does the runtime itself keep the error across the successful queries fwd()
+        # makes before launching (cudaGetDevice, cudaDeviceGetAttribute)?
+        plant()
+        dev, val = ctypes.c_int(), ctypes.c_int()
+        rt.cudaGetDevice(ctypes.byref(dev))
+        rt.cudaDeviceGetAttribute(ctypes.byref(val), 75, dev)  # compute capability major
+        control = rt.cudaPeekAtLastError()
+        plant()
+        status = fwd(ctypes.byref(p), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        after_cpp = rt.cudaPeekAtLastError()
+        torch.cuda.synchronize()
+        print("planted", planted, "after_op", after_op, "control", control, "status", status,
+              "after_cpp", after_cpp)
     """)
     res = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
                          timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "planted 101" in res.stdout, f"the foreign error was not planted: {res.stdout}"
-    # cudaErrorInvalidDevice = 101: still there for its owner to read.
-    assert "after 101" in res.stdout, res.stdout + res.stderr
+    # The call succeeded (status 0): the foreign error was not reported as ours.
+    assert "status 0 " in res.stdout, res.stdout + res.stderr
+    # Where the runtime keeps the error across successful calls (control), ours must too:
+    # cudaErrorInvalidDevice (101) is still there for its owner to read.
+    if "control 101" in res.stdout:
+        assert "after_cpp 101" in res.stdout, res.stdout + res.stderr
