@@ -335,3 +335,21 @@ def test_cli_without_gpu(command, tmp_path):
     assert res.returncode != 0
     lines = res.stdout.strip().splitlines()
     assert len(lines) == 1 and "no CUDA device" in lines[0], res.stdout + res.stderr
+
+
+def test_number_formatting_inside_the_extension_raises_cleanly():
+    """c10::str / std::ostringstream inside _C must use the process's one libstdc++: with a
+    private static copy (a compiler that links libstdc++ statically, e.g. the H200 image's CXX)
+    the first number formatted there crashed the process. Run in a child so a crash is reported,
+    not fatal."""
+    code = ("import flashattn_cu._C as C\n"
+            "try:\n    C._raise_with_number(60)\n"
+            "except RuntimeError as e:\n    print('raised:', str(e).splitlines()[0])\n")
+    import os
+
+    # From outside the checkout, with the tested package's own location on the path.
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(flashattn_cu.__file__)))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd="/", env=env)
+    assert res.returncode == 0, f"child died (exit {res.returncode}): {res.stderr[-2000:]}"
+    assert "a message that streams a number: 60" in res.stdout, res.stdout + res.stderr

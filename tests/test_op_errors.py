@@ -5,12 +5,19 @@ test failure with its exit status, not the end of the test run (on the H200 imag
 streamed a number once killed the process with SIGSEGV)."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
 import torch
+
+import flashattn_cu
+
+# Children run from outside the checkout with the tested package's own location on the path, so
+# they import the same built package as this process.
+CHILD_ENV = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(flashattn_cu.__file__)))
 
 pytestmark = pytest.mark.gpu
 
@@ -76,7 +83,7 @@ CHILD = textwrap.dedent("""
 @pytest.mark.parametrize("name, code, exc_type, fragment", CASES, ids=[c[0] for c in CASES])
 def test_bad_argument_raises_in_child(name, code, exc_type, fragment):
     res = subprocess.run([sys.executable, "-c", CHILD, code], capture_output=True, text=True,
-                         timeout=300)
+                         timeout=300, cwd="/", env=CHILD_ENV)
     assert res.returncode == 0, (
         f"{name}: the child process died (exit {res.returncode}) instead of raising:\n"
         f"{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
@@ -146,7 +153,7 @@ def test_launch_does_not_take_an_unrelated_error():
               "after_cpp", after_cpp)
     """)
     res = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
-                         timeout=300)
+                         timeout=300, cwd="/", env=CHILD_ENV)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "planted 101" in res.stdout, f"the foreign error was not planted: {res.stdout}"
     # The call succeeded (status 0): the foreign error was not reported as ours.

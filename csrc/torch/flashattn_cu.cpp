@@ -367,6 +367,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         }
       },
       "Test/benchmark: 'auto' (fastest kernels for the GPU) or 'sm80' (mma.sync kernels only)");
+  m.def(
+      "_raise_with_number",
+      [](int64_t x) { TORCH_CHECK(false, "flashattn_cu: a message that streams a number: ", x); },
+      "Test-only: raises through c10::str's std::ostringstream (crashed when the extension "
+      "carried a static copy of libstdc++; setup.py, shared_libstdcxx_link_args)");
   m.def("_kernel_path", []() {
     return std::string(flashattn_cu::kernel_path() == flashattn_cu::KernelPath::kSm80 ? "sm80"
                                                                                       : "auto");
