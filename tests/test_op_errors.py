@@ -116,7 +116,7 @@ def test_launch_does_not_take_an_unrelated_error():
 
         planted = plant()
         torch.ops.flashattn_cu.fwd(q, q, q, 0.125, False)  # must not raise on the foreign error
-        after_op = rt.cudaPeekAtLastError()
+        after_op = rt.cudaPeekAtLastError()  # torch's own calls around the op may clear it
 
         # flashattn_cu::fwd(const FwdParams&, cudaStream_t) straight from the extension.
         class FwdParams(ctypes.Structure):
@@ -145,8 +145,9 @@ def test_launch_does_not_take_an_unrelated_error():
         rt.cudaGetDevice(ctypes.byref(dev))
         rt.cudaDeviceGetAttribute(ctypes.byref(val), 75, dev)  # compute capability major
         control = rt.cudaPeekAtLastError()
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)  # before planting
         plant()
-        status = fwd(ctypes.byref(p), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        status = fwd(ctypes.byref(p), stream)
         after_cpp = rt.cudaPeekAtLastError()
         torch.cuda.synchronize()
         print("planted", planted, "after_op", after_op, "control", control, "status", status,
