@@ -1,8 +1,14 @@
 // Host-side launch helper shared by every arch path. Each kernel is launched through
 // cudaLaunchKernelEx, whose return value is the error of this launch alone: the thread's
-// last-error state, which may hold an unrelated error of another library, is neither read nor
-// cleared on success (a `kernel<<<...>>>` launch can only be checked through that state).
+// last-error state, which may hold an unrelated error of another library, is not read.
+//
+// Nor is it cleared: cudaFuncSetAttribute resets that state to cudaSuccess even when it succeeds
+// (measured on the H200, CUDA 13.0 runtime; a launch, cudaGetDevice and cudaDeviceGetAttribute
+// leave it), so the shared-memory limit of each kernel is raised once per device and not on
+// every call. The first call on a device can still clear a pending foreign error that way.
 #pragma once
+
+#include <atomic>
 
 #include <cuda_runtime.h>
 
@@ -14,22 +20,30 @@ namespace flashattn_cu {
 // last_cuda_error() and taken off the thread's last-error state (it is ours). dispatch.cu.
 Status cuda_status(cudaError_t err);
 
-// Launches kernel<<<grid, block, smem_bytes, stream>>>(args...), first raising the kernel's
-// dynamic shared-memory limit when it needs more than the default 48 KB.
-template <typename... KernelArgs, typename... Args>
-Status launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, int smem_bytes,
-                     cudaStream_t stream, const Args&... args) {
+// Launches Kernel<<<grid, block, smem_bytes, stream>>>(args...), first raising the kernel's
+// dynamic shared-memory limit on the current device when it needs more than the default 48 KB
+// and has not been raised that far there yet.
+template <auto Kernel, typename... Args>
+Status launch_kernel(dim3 grid, dim3 block, int smem_bytes, cudaStream_t stream,
+                     const Args&... args) {
   if (smem_bytes > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+    constexpr int kMaxDevices = 64;
+    static std::atomic<int> raised_to[kMaxDevices];  // per device, zero-initialised
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
     if (err != cudaSuccess) return cuda_status(err);
+    if (device >= kMaxDevices || raised_to[device].load(std::memory_order_relaxed) < smem_bytes) {
+      err = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+      if (err != cudaSuccess) return cuda_status(err);
+      if (device < kMaxDevices) raised_to[device].store(smem_bytes, std::memory_order_relaxed);
+    }
   }
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
   config.stream = stream;
-  return cuda_status(cudaLaunchKernelEx(&config, kernel, args...));
+  return cuda_status(cudaLaunchKernelEx(&config, Kernel, args...));
 }
 
 }  // namespace flashattn_cu

@@ -23,7 +23,7 @@ Status launch_bwd_main(const BwdKernelParams& kp, cudaStream_t stream) {
       ceil_div<int64_t>(p.seqlen_k, Traits::kBlockN) * p.batch * p.num_heads_k * kp.kv_splits;
   if (blocks == 0) return Status::kSuccess;
   if (blocks > INT_MAX) return Status::kInvalidArgument;
-  return launch_kernel(bwd_kernel<Element, Traits>, dim3(static_cast<unsigned>(blocks)),
+  return launch_kernel<bwd_kernel<Element, Traits>>(dim3(static_cast<unsigned>(blocks)),
                        dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
 }
 
@@ -33,7 +33,7 @@ Status launch_bwd_dq(const BwdKernelParams& kp, cudaStream_t stream) {
   const int64_t blocks = ceil_div<int64_t>(p.seqlen_q, Traits::kBlockM) * p.batch * p.num_heads;
   if (blocks == 0) return Status::kSuccess;
   if (blocks > INT_MAX) return Status::kInvalidArgument;
-  return launch_kernel(bwd_dq_kernel<Element, Traits>, dim3(static_cast<unsigned>(blocks)),
+  return launch_kernel<bwd_dq_kernel<Element, Traits>>(dim3(static_cast<unsigned>(blocks)),
                        dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
 }
 
@@ -65,7 +65,7 @@ Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& m
                               kPrepRowsPerBlock;
   if (prep_blocks > INT_MAX) return Status::kInvalidArgument;
   if (prep_blocks > 0) {
-    const Status st = launch_kernel(bwd_preprocess_kernel<Element, kHeadDim>,
+    const Status st = launch_kernel<bwd_preprocess_kernel<Element, kHeadDim>>(
                                     dim3(static_cast<unsigned>(prep_blocks)), dim3(kPrepThreads),
                                     0, stream, kp);
     if (st != Status::kSuccess) return st;
@@ -80,7 +80,7 @@ Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& m
   if (cp.num_jobs == 0) return Status::kSuccess;
   const int64_t want = ceil_div<int64_t>(cp.max_chunks, kConvertThreads);
   const unsigned blocks = static_cast<unsigned>(want < 65536 ? want : 65536);
-  return launch_kernel(bwd_convert_kernel<Element>, dim3(blocks, cp.num_jobs),
+  return launch_kernel<bwd_convert_kernel<Element>>(dim3(blocks, cp.num_jobs),
                        dim3(kConvertThreads), 0, stream, cp);
 }
 

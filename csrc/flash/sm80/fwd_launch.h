@@ -16,7 +16,7 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   const int64_t blocks = ceil_div<int64_t>(p.seqlen_q, Traits::kBlockM) * p.batch * p.num_heads;
   if (blocks == 0) return Status::kSuccess;
   if (blocks > INT_MAX) return Status::kInvalidArgument;
-  return launch_kernel(fwd_kernel<Element, Traits>, dim3(static_cast<unsigned>(blocks)),
+  return launch_kernel<fwd_kernel<Element, Traits>>(dim3(static_cast<unsigned>(blocks)),
                        dim3(Traits::kNThreads), Traits::kSmemBytes, stream, p);
 }
 

@@ -35,7 +35,7 @@ Status run_bwd(const BwdParams& p, cudaStream_t stream) {
         ceil_div<int64_t>(p.seqlen_k, Traits::kBlockN) * p.batch * p.num_heads_k * kp.kv_splits;
     if (blocks > INT_MAX) return Status::kInvalidArgument;
     if (blocks > 0) {
-      const Status st = launch_kernel(main_kernel<Element, Traits, tile.split>(),
+      const Status st = launch_kernel<main_kernel<Element, Traits, tile.split>()>(
                                       dim3(static_cast<unsigned>(blocks)),
                                       dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
       if (st != Status::kSuccess) return st;
