@@ -9,6 +9,5 @@ __version__ = "0.1.0"
 import torch  # noqa: E402,F401  (loads libc10/libtorch, which the extension links against)
 
 from flashattn_cu.flash_attn_interface import flash_attn_func  # noqa: E402
-from flashattn_cu import sdpa  # noqa: E402,F401  (names "flashattn_cu" in torch's registry; activates nothing)
 
 __all__ = ["flash_attn_func", "__version__"]

@@ -234,8 +234,8 @@ def reset_call_counts():
     _counts.clear()
 
 
-# Known to torch's registry by name from import on (so that
+# Known to torch's registry by name once this module is imported (so that
 # `torch.nn.attention.activate_flash_attention_impl("flashattn_cu")` works too); nothing is
-# activated until asked.
+# activated until asked. `import flashattn_cu` alone does not import this module.
 if _torch_registry() is not None:
     _torch_registry().register_flash_attention_impl(NAME, register_fn=_register)

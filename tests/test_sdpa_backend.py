@@ -44,8 +44,8 @@ def active():
 
 
 def test_registered_by_name_in_torch_registry():
-    """Importing flashattn_cu names it in torch's registry (where torch has one; without it the
-    direct override below serves) and activates nothing."""
+    """Importing flashattn_cu.sdpa names it in torch's registry (where torch has one; without it
+    the direct override below serves) and activates nothing."""
     registry = fsdpa._torch_registry()
     assert registry is None or fsdpa.NAME in registry.list_flash_attention_impls()
     assert not fsdpa.is_active()
