@@ -25,19 +25,15 @@ def _describe_build():
     return _C.built_head_dims()
 
 
-def _instance_for(head_dim):
-    """The compiled head-dim instance that runs `head_dim` (after padding to a multiple of 8)."""
-    return next(d for d in (32, 64, 96, 128, 160, 192, 224, 256) if d >= head_dim)
-
-
 def _check(args):
     _require_gpu("check")
     from flashattn_cu import flash_attn_func
+    from flashattn_cu.flash_attn_interface import _head_dim_instance
     from flashattn_cu.testing import attention_ref, max_abs_diff, poison_outputs
 
     built = _describe_build()
     # One odd head dim (zero-padded to 64 and run by the d=64 instance) and native ones.
-    head_dims = [d for d in (59, 64, 128, 256) if _instance_for(d) in built]
+    head_dims = [d for d in (59, 64, 128, 256) if _head_dim_instance(d) in built]
     shapes = [(2, 1024, 1024, 8, 2), (1, 113, 203, 4, 4), (3, 799, 3, 6, 1)]  # b, sq, sk, h, hk
     torch.manual_seed(0)
     failures = 0

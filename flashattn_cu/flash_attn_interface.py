@@ -174,6 +174,11 @@ def _as_float32(x):
         return math.inf
 
 
+def _head_dim_instance(head_dim):
+    """The compiled head-dim instance that runs `head_dim` (after padding to a multiple of 8)."""
+    return next(d for d in (32, 64, 96, 128, 160, 192, 224, 256) if d >= head_dim)
+
+
 _capability_cache = {}
 
 

@@ -57,6 +57,12 @@ bool pointer_ok(const void* ptr, bool has_elements) {
   return has_elements ? ptr != nullptr && aligned16(ptr) : ptr == nullptr || aligned16(ptr);
 }
 
+// Whether q/o/dout/dq/lse (rows of seqlen_q) and k/v/dk/dv (rows of seqlen_k) have elements.
+template <typename Params>
+bool has_q_rows(const Params& p) { return p.batch > 0 && p.seqlen_q > 0; }
+template <typename Params>
+bool has_k_rows(const Params& p) { return p.batch > 0 && p.seqlen_k > 0; }
+
 // Every stride a multiple of 8 elements (16 bytes).
 bool strides_ok(std::initializer_list<int64_t> strides) {
   for (int64_t s : strides) {
@@ -84,9 +90,8 @@ Status check_common(const Params& p) {
                    p.o_batch_stride, p.o_row_stride, p.o_head_stride})) {
     return Status::kInvalidArgument;
   }
-  const bool has_q = p.batch > 0 && p.seqlen_q > 0, has_k = p.batch > 0 && p.seqlen_k > 0;
-  if (!pointer_ok(p.q, has_q) || !pointer_ok(p.o, has_q) || !pointer_ok(p.k, has_k) ||
-      !pointer_ok(p.v, has_k)) {
+  if (!pointer_ok(p.q, has_q_rows(p)) || !pointer_ok(p.o, has_q_rows(p)) ||
+      !pointer_ok(p.k, has_k_rows(p)) || !pointer_ok(p.v, has_k_rows(p))) {
     return Status::kInvalidArgument;
   }
   return Status::kSuccess;
@@ -172,7 +177,7 @@ Status check_bwd(const BwdParams& p) {
                    p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride})) {
     return Status::kInvalidArgument;
   }
-  const bool has_q = p.batch > 0 && p.seqlen_q > 0, has_k = p.batch > 0 && p.seqlen_k > 0;
+  const bool has_q = has_q_rows(p), has_k = has_k_rows(p);
   // The row statistics are read only through softmax_stats when it is given, else through lse.
   const bool has_stats = p.softmax_stats != nullptr;
   if (!pointer_ok(p.dout, has_q) || !pointer_ok(p.dq, has_q) || !pointer_ok(p.dk, has_k) ||
@@ -217,11 +222,10 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
   g_last_error = cudaSuccess;
   Status st = check_common(p);
   if (st != Status::kSuccess) return st;
-  const bool has_q = p.batch > 0 && p.seqlen_q > 0;
-  if (!pointer_ok(p.lse, has_q) || !pointer_ok(p.softmax_stats, false)) {
+  if (!pointer_ok(p.lse, has_q_rows(p)) || !pointer_ok(p.softmax_stats, false)) {
     return Status::kInvalidArgument;
   }
-  if (!has_q) return Status::kSuccess;  // no row to write (a keyless row is written: 0, +inf)
+  if (!has_q_rows(p)) return Status::kSuccess;  // no row to write (a keyless row is written: 0, +inf)
   DeviceInfo dev;
   st = query_device(&dev);
   if (st != Status::kSuccess) return st;
@@ -241,10 +245,10 @@ Status bwd(const BwdParams& p, cudaStream_t stream) {
   g_last_error = cudaSuccess;
   Status st = check_common(p);
   if (st != Status::kSuccess) return st;
-  // Nothing to compute or write: no rows at all. (seqlen_q == 0 alone still zeroes dk/dv,
-  // seqlen_k == 0 alone still zeroes dq.)
   st = check_bwd(p);
   if (st != Status::kSuccess) return st;
+  // Nothing to compute or write: no rows at all. (seqlen_q == 0 alone still zeroes dk/dv,
+  // seqlen_k == 0 alone still zeroes dq.)
   if (p.batch == 0 || (p.seqlen_q == 0 && p.seqlen_k == 0)) return Status::kSuccess;
   DeviceInfo dev;
   st = query_device(&dev);
