@@ -47,6 +47,7 @@
 #include "../ptx/ldmatrix.h"
 #include "../ptx/math.h"
 #include "bwd_params.h"
+#include "bwd_preprocess.h"
 
 namespace flashattn_cu::sm80 {
 
@@ -100,7 +101,6 @@ struct BwdTraits {
   static_assert(kNWarps % kDqWarpsM == 0 && kDqRows % 16 == 0 && kDqCols % 8 == 0 &&
                     kDqCols % kDqPasses == 0 && (kDqCols / kDqPasses) % 8 == 0,
                 "dQ warp grid tiles the block_m x head_dim output");
-  static_assert(kNThreads >= 3 * kBlockM / 4, "M/L/D rows are loaded by one chunk per thread");
   static_assert(kBwdRowPad % kBlockM == 0, "workspace rows are padded to whole query blocks");
 };
 
@@ -168,15 +168,9 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
     load_tile_async<Traits, kBlockM>(sDO + stage * Traits::kQBytes,
                                      do_bh + head * p.do_head_stride + row0 * p.do_row_stride,
                                      p.do_row_stride, p.seqlen_q - row0, p.head_dim, tid);
-    // M / L / D rows exist up to kp.rows (padded), so whole 16-byte chunks are always valid.
-    const int64_t ws_row0 = (static_cast<int64_t>(batch) * p.num_heads + head) * kp.rows + row0;
-    if (tid < 3 * kBlockM / 4) {
-      const int plane = tid / (kBlockM / 4), c = tid % (kBlockM / 4);
-      const float* src = plane == 0 ? kp.row_max : plane == 1 ? kp.row_log2sum : kp.dpsum;
-      const int off = plane == 0 ? Traits::kOffMax : plane == 1 ? Traits::kOffLog2Sum : Traits::kOffD;
-      ptx::cp_async_16_zfill(s_base + off + (stage * kBlockM + c * 4) * 4, src + ws_row0 + c * 4,
-                             true);
-    }
+    load_row_stats_async<Traits>(
+        kp, (static_cast<int64_t>(batch) * p.num_heads + head) * kp.rows + row0, s_base, stage,
+        tid);
   };
 
   if (total > 0) {

@@ -14,6 +14,7 @@
 #include "flashattn_cu/flashattn_cu.h"
 
 #include "../common/numeric.h"
+#include "../ptx/cp_async.h"
 #include "bwd_params.h"
 
 namespace flashattn_cu::sm80 {
@@ -83,6 +84,25 @@ __global__ void __launch_bounds__(kPrepThreads)
     float4* dq = reinterpret_cast<float4*>(kp.dq_accum + ws_row * kHeadDim);
 #pragma unroll
     for (int i = sub; i < kHeadDim / 4; i += kPrepRowThreads) dq[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+// The consumer side of the rows written above, shared by the sm80 and sm90 main kernels: issues
+// the cp.async copies of the M, L and D rows of one query block (kBlockM each; workspace rows
+// are padded, so whole 16-byte chunks are always valid) into the three shared arrays of
+// buffer `stage` at Traits::kOffMax / kOffLog2Sum / kOffD. Threads below 3 kBlockM / 4 take one
+// chunk each; no commit.
+template <typename Traits>
+__device__ __forceinline__ void load_row_stats_async(const BwdKernelParams& kp, int64_t ws_row0,
+                                                     uint32_t s_base, int stage, int tid) {
+  constexpr int kBlockM = Traits::kBlockM;
+  static_assert(Traits::kNThreads >= 3 * kBlockM / 4, "M/L/D rows: one chunk per thread");
+  if (tid < 3 * kBlockM / 4) {
+    const int plane = tid / (kBlockM / 4), c = tid % (kBlockM / 4);
+    const float* src = plane == 0 ? kp.row_max : plane == 1 ? kp.row_log2sum : kp.dpsum;
+    const int off = plane == 0 ? Traits::kOffMax : plane == 1 ? Traits::kOffLog2Sum : Traits::kOffD;
+    ptx::cp_async_16_zfill(s_base + off + (stage * kBlockM + c * 4) * 4, src + ws_row0 + c * 4,
+                           true);
   }
 }
 

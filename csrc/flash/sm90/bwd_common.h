@@ -14,6 +14,7 @@
 #include "../ptx/ldmatrix.h"
 #include "../ptx/wgmma.h"
 #include "../sm80/bwd_params.h"
+#include "../sm80/bwd_preprocess.h"
 
 namespace flashattn_cu::sm90 {
 
@@ -112,15 +113,9 @@ __device__ __forceinline__ void load_query_block(const BwdKernelParams& kp, cons
   load_tile_sw128<kBlockM, Traits::kChunks, Traits::kNThreads>(
       s_base + Traits::kOffDO + stage * Traits::kQBytes, dout, p.do_row_stride,
       p.seqlen_q - row0, p.head_dim, tid);
-  const int64_t ws_row0 = (static_cast<int64_t>(w.batch) * p.num_heads + head) * kp.rows + row0;
-  static_assert(Traits::kNThreads >= 3 * kBlockM / 4, "M/L/D rows: one chunk per thread");
-  if (tid < 3 * kBlockM / 4) {
-    const int plane = tid / (kBlockM / 4), c = tid % (kBlockM / 4);
-    const float* src = plane == 0 ? kp.row_max : plane == 1 ? kp.row_log2sum : kp.dpsum;
-    const int off = plane == 0 ? Traits::kOffMax : plane == 1 ? Traits::kOffLog2Sum : Traits::kOffD;
-    ptx::cp_async_16_zfill(s_base + off + (stage * kBlockM + c * 4) * 4, src + ws_row0 + c * 4,
-                           true);
-  }
+  sm80::load_row_stats_async<Traits>(
+      kp, (static_cast<int64_t>(w.batch) * p.num_heads + head) * kp.rows + row0, s_base, stage,
+      tid);
 }
 
 // The dynamic shared memory rounded up to 1024 bytes (sw128 atoms; the Traits reserve the
