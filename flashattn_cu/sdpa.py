@@ -35,7 +35,7 @@ import logging
 import torch
 
 from flashattn_cu import _C
-from flashattn_cu.flash_attn_interface import _head_dim_instance
+from flashattn_cu.flash_attn_interface import _device_capability, _head_dim_instance
 
 __all__ = ["activate", "deactivate", "is_active", "call_counts", "reset_call_counts", "NAME"]
 
@@ -62,16 +62,6 @@ def _torch_registry():
 # What flashattn_cu serves
 
 
-_capability = {}
-
-
-def _major(device):
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _capability:
-        _capability[index] = torch.cuda.get_device_capability(index)[0]
-    return _capability[index]
-
-
 def _unsupported(query, key, value, dropout_p, is_causal, *more):
     """Why a call must run PyTorch's own kernel, or None when flashattn_cu serves it. Depends on
     nothing the forward knows and the backward does not (except return_debug_mask, which only
@@ -91,7 +81,7 @@ def _unsupported(query, key, value, dropout_p, is_causal, *more):
         return "head dims differ"
     if head_dim % 8 != 0 or not 0 < head_dim <= 256:
         return "head dim not a multiple of 8 up to 256"
-    if _head_dim_instance(head_dim) not in _built_head_dims():
+    if _head_dim_instance(head_dim) not in _C.built_head_dims():
         return "head dim not in this build"
     if any(t.stride(-1) != 1 and t.shape[-1] > 1 for t in tensors):
         return "head dim not contiguous"
@@ -99,18 +89,9 @@ def _unsupported(query, key, value, dropout_p, is_causal, *more):
         return "heads"
     if is_causal and query.shape[2] != key.shape[2]:
         return "causal with seqlen_q != seqlen_k (SDPA aligns causal top-left)"
-    if _major(query.device) < 8:
+    if _device_capability(query.device)[0] < 8:
         return "GPU older than sm_80"
     return None
-
-
-_built = []
-
-
-def _built_head_dims():
-    if not _built:
-        _built.extend(_C.built_head_dims())
-    return _built
 
 
 def _count(key, reason=None):

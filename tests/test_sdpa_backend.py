@@ -105,14 +105,14 @@ def fake_bhsd(b=2, h=4, hk=None, sq=64, sk=64, d=64, dtype=torch.bfloat16):
 def test_fallback_reasons(change, reason):
     change = dict(change)
     dropout_p, causal = change.pop("dropout_p", 0.0), change.pop("causal", False)
-    with FakeTensorMode(), mock.patch.object(fsdpa, "_major", return_value=9):
+    with FakeTensorMode(), mock.patch.object(fsdpa, "_device_capability", return_value=(9, 0)):
         q, k, v = fake_bhsd(**change)
         got = fsdpa._unsupported(q, k, v, dropout_p, causal)
     assert got is not None and got.startswith(reason), got
 
 
 def test_served_cases():
-    with FakeTensorMode(), mock.patch.object(fsdpa, "_major", return_value=9):
+    with FakeTensorMode(), mock.patch.object(fsdpa, "_device_capability", return_value=(9, 0)):
         for args, causal in ((dict(), True), (dict(h=8, hk=2), True), (dict(sk=80), False),
                              (dict(d=128, sq=33, sk=33), True)):
             q, k, v = fake_bhsd(**args)
@@ -120,13 +120,13 @@ def test_served_cases():
         q, k, v = fake_bhsd()
         q_strided = torch.empty(2, 4, 64, 128, dtype=torch.bfloat16, device="cuda")[..., ::2]
         assert fsdpa._unsupported(q_strided, k, v, 0.0, False) == "head dim not contiguous"
-    with FakeTensorMode(), mock.patch.object(fsdpa, "_major", return_value=7):
+    with FakeTensorMode(), mock.patch.object(fsdpa, "_device_capability", return_value=(7, 5)):
         assert fsdpa._unsupported(*fake_bhsd(), 0.0, False) == "GPU older than sm_80"
 
 
 def test_forward_tuple_on_fake_tensors():
     fsdpa.reset_call_counts()
-    with FakeTensorMode(), mock.patch.object(fsdpa, "_major", return_value=9):
+    with FakeTensorMode(), mock.patch.object(fsdpa, "_device_capability", return_value=(9, 0)):
         q, k, v = fake_bhsd(b=2, h=8, hk=2, sq=33, sk=70, d=64)
         res = fsdpa._forward(None, None, q, k, v, 0.0, False, False)
         out, lse, cum_q, cum_k, max_q, max_k, rng_state, unused, debug = res
@@ -140,7 +140,7 @@ def test_forward_tuple_on_fake_tensors():
 def test_fallback_calls_the_original_kernel():
     fsdpa.reset_call_counts()
     original = mock.Mock()
-    with FakeTensorMode(), mock.patch.object(fsdpa, "_major", return_value=9):
+    with FakeTensorMode(), mock.patch.object(fsdpa, "_device_capability", return_value=(9, 0)):
         q, k, v = fake_bhsd()
         fsdpa._forward(original, "keyset", q, k, v, 0.25, True, False, scale=0.5)
     original.call_boxed.assert_called_once()
