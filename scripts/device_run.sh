@@ -3,7 +3,7 @@
 #
 #   bash scripts/device_run.sh                                  # every step
 #   STEPS=build,check,test bash scripts/device_run.sh           # a subset, in this fixed order:
-#                                                               #   env,diag,build,check,test,bench,example,sanitize
+#                                                               #   env,diag,build,check,test,bench,example,cp,sanitize
 #                                                               # (diag, not in the default set: the TORCH_CHECK
 #                                                               #  crash diagnosis, scripts/diag_torch_check.py)
 #   FLASHATTN_CU_COMMIT=abc1234 STEPS=build,bench BENCH_ARGS="--quick" bash scripts/device_run.sh
@@ -17,7 +17,7 @@
 #   extras.tar.gz    per-step logs, sanitizer reports, the training-curve PNG (refreshed after each step)
 #
 # Knobs (environment variables):
-#   STEPS                 comma list of steps (default all: env,build,check,test,bench,example,sanitize)
+#   STEPS                 comma list of steps (default all: env,build,check,test,bench,example,cp,sanitize)
 #   OUT, WORK             output folder; scratch folder (default /tmp/flashattn_cu_run)
 #   PYTHON                interpreter (default python3)
 #   FULL_BUILD=1          build setup.py's default archs; otherwise FLASHATTN_CU_ARCHS defaults to 90a
@@ -33,6 +33,8 @@
 #   SAVE_SO=1             copy the built flashattn_cu/_C*.so to $OUT (if under 16 MiB), so that a later call
 #                         on a fresh machine can carry it into flashattn_cu/ and skip the build
 #   TRAIN_ARGS, LONG_ARGS extra flags for examples/train_gpt.py and examples/long_context.py
+#   CP_NPROC, CP_ARGS     GPUs for examples/context_parallel.py (default: all visible) and its flags;
+#                         its table goes to bench/context_parallel.md
 #   SANITIZE_TOOLS        default memcheck,racecheck,synccheck (initcheck also possible)
 #   SANITIZE_ARGS         extra flags for scripts/sanitize_case.py; SANITIZE_TIMEOUT (default 150 s each)
 #   SANITIZE_FILTER       e.g. "kns=flash" to instrument only kernels whose name contains it
@@ -46,7 +48,7 @@ OUT=${OUT:-$REPO/device_out}
 WORK=${WORK:-/tmp/flashattn_cu_run}
 LOGS=$WORK/logs
 PY=${PYTHON:-python3}
-STEPS=${STEPS:-env,build,check,test,bench,example,sanitize}
+STEPS=${STEPS:-env,build,check,test,bench,example,cp,sanitize}
 DEADLINE=${DEADLINE:-570}
 SANITIZE_TOOLS=${SANITIZE_TOOLS:-memcheck,racecheck,synccheck}
 export PYTHONUNBUFFERED=1
@@ -246,6 +248,7 @@ main() {
         # leave time for the steps after the bench: examples ~90 s, sanitizers ~60-150 s each
         local reserve=30 budget
         want example && reserve=$((reserve + 100))
+        want cp && reserve=$((reserve + 90))
         want sanitize && reserve=$((reserve + 120))
         budget=$((DEADLINE - SECONDS - reserve))
         [ "$budget" -gt "${BENCH_BUDGET:-420}" ] && budget=${BENCH_BUDGET:-420}
@@ -265,6 +268,17 @@ main() {
         run_step example:train_gpt "$LOGS/train_gpt.log" "$PY" examples/train_gpt.py \
             --out "$LOGS/train_gpt_loss.png" "${train_args[@]}"
         run_step example:long_context "$LOGS/long_context.log" "$PY" examples/long_context.py "${long_args[@]}"
+    fi
+
+    if want cp; then
+        local -a cp_args
+        read -r -a cp_args <<< "${CP_ARGS:-}"
+        local nproc=${CP_NPROC:-$(nvidia-smi -L 2>/dev/null | wc -l)}
+        [ "$nproc" -ge 1 ] || nproc=1
+        mkdir -p "$OUT/bench"
+        run_step "example:context_parallel" "$LOGS/context_parallel.log" \
+            "$PY" -m torch.distributed.run --standalone --nproc-per-node "$nproc" \
+            examples/context_parallel.py --out "$OUT/bench/context_parallel.md" "${cp_args[@]}"
     fi
 
     if want sanitize; then
@@ -302,7 +316,7 @@ main() {
     [ -s "$LOGS/ptxas.txt" ] && head -n 1 "$LOGS/ptxas.txt"
     [ -f "$LOGS/check.log" ] && tail -n 3 "$LOGS/check.log"
     [ -f "$LOGS/bench.log" ] && grep '^SUMMARY' "$LOGS/bench.log" | grep -v '^SUMMARY key' | head -n 30
-    grep -h '^RESULT' "$LOGS"/train_gpt.log "$LOGS"/long_context.log 2>/dev/null
+    grep -h '^RESULT' "$LOGS"/train_gpt.log "$LOGS"/long_context.log "$LOGS"/context_parallel.log 2>/dev/null
     for f in "$LOGS"/sanitize_*.log; do
         [ -f "$f" ] && echo "$(basename "$f" .log): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY|sanitize_case:' "$f" | tr '\n' ' ')"
     done
