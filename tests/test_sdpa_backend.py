@@ -194,7 +194,11 @@ def test_sdpa_flash_runs_flashattn_cu(active, d, dtype, causal, deterministic):
     assert torch.equal(out, out_d)
     for name, g, gd in zip(("dq", "dk", "dv"), grads, grads_d):
         if name == "dq" and not deterministic:
-            torch.testing.assert_close(g, gd, atol=0, rtol=2.0 ** -7)
+            # fp32 atomics in another order: the sums differ by fp32 rounding of their terms,
+            # which can flip the final fp16/bf16 rounding (one ulp) or, where terms cancel to
+            # near zero, leave a tiny absolute difference.
+            atol = 2.0 ** -16 * gd.abs().max().item()
+            torch.testing.assert_close(g, gd, atol=atol, rtol=2.0 ** -7)
         else:
             assert torch.equal(g, gd), name
     # And the reference, by the rule (flash layout for attention_ref).
