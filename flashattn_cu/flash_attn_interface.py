@@ -25,14 +25,37 @@ _NAMES = ("q", "k", "v")
 
 
 # ---------------------------------------------------------------------------------------------
-# Fake implementations: output shapes, dtypes and strides exactly as the C++ ops allocate them
-# (fresh contiguous tensors), for torch.compile / FakeTensor / meta tensors.
+# Fake implementations: output shapes, dtypes and strides exactly as the C++ ops allocate them,
+# for torch.compile / FakeTensor / meta tensors.
+
+
+def _non_overlapping_and_dense(t):
+    """Tensor.is_non_overlapping_and_dense() of ATen (c10's rule): the dims of size != 1, in
+    order of increasing stride, have strides 1, size0, size0*size1, ..."""
+    required = 1
+    for size, stride in sorted(((n, st) for n, st in zip(t.shape, t.stride()) if n != 1),
+                               key=lambda ns: ns[1]):
+        if stride != required:
+            return False
+        required *= size
+    return True
+
+
+def _empty_like_layout(t):
+    """What the C++ ops allocate for an output or gradient shaped like t (empty_like_layout in
+    csrc/torch/flashattn_cu.cpp): t's strides where t is dense with a contiguous last dim and
+    every other stride a multiple of 8 (flash_attn's `torch.empty_like(q)`), else contiguous."""
+    keep = _non_overlapping_and_dense(t) and (t.shape[-1] <= 1 or t.stride(-1) == 1)
+    keep = keep and all(n <= 1 or st % 8 == 0 for n, st in zip(t.shape[:-1], t.stride()[:-1]))
+    if keep:
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    return t.new_empty(t.shape)
 
 
 @torch.library.register_fake("flashattn_cu::fwd")
 def _fwd_fake(q, k, v, softmax_scale, causal):
     batch, seqlen_q, nheads, head_dim = q.shape
-    out = q.new_empty((batch, seqlen_q, nheads, head_dim))
+    out = _empty_like_layout(q)
     lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
     stats = q.new_empty((batch, nheads, seqlen_q, 2), dtype=torch.float32)
     return out, lse, stats
@@ -41,7 +64,7 @@ def _fwd_fake(q, k, v, softmax_scale, causal):
 @torch.library.register_fake("flashattn_cu::bwd")
 def _bwd_fake(dout, q, k, v, out, softmax_lse, softmax_scale, causal, deterministic,
               softmax_stats=None):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    return _empty_like_layout(q), _empty_like_layout(k), _empty_like_layout(v)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -124,8 +124,8 @@ def _forward(original, keyset, query, key, value, dropout_p=0.0, is_causal=False
     rng_state = torch.zeros((2,), dtype=torch.uint64, device=device)
     unused = torch.zeros((), dtype=torch.uint64, device=device)
     debug_attn_mask = torch.empty(0, dtype=query.dtype, device=device)
-    return (out.transpose(1, 2), lse, None, None, query.shape[2], key.shape[2], rng_state, unused,
-            debug_attn_mask)
+    return (_aten_layout(out.transpose(1, 2), query), lse, None, None, query.shape[2],
+            key.shape[2], rng_state, unused, debug_attn_mask)
 
 
 def _backward(original, keyset, grad_out, query, key, value, out, logsumexp, cum_seq_q,
@@ -143,7 +143,19 @@ def _backward(original, keyset, grad_out, query, key, value, out, logsumexp, cum
         grad_out.transpose(1, 2), query.transpose(1, 2), key.transpose(1, 2),
         value.transpose(1, 2), out.transpose(1, 2), logsumexp, softmax_scale, is_causal,
         torch.are_deterministic_algorithms_enabled())
-    return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
+    return (_aten_layout(dq.transpose(1, 2), query), _aten_layout(dk.transpose(1, 2), key),
+            _aten_layout(dv.transpose(1, 2), value))
+
+
+def _aten_layout(result, like):
+    """result in the strides aten's meta functions give it, `torch.empty_like(like)` (compiled
+    graphs assert them). flashattn_cu's ops already allocate so for every dense input, the usual
+    case; other layouts (e.g. a query sliced from a packed tensor) get a copy."""
+    expected = torch.empty_like(like, device="meta").stride()
+    if result.stride() == expected:
+        return result
+    fixed = torch.empty_strided(like.shape, expected, dtype=result.dtype, device=result.device)
+    return fixed.copy_(result)
 
 
 class _Handle:

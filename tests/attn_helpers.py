@@ -19,6 +19,18 @@ def instance_for(head_dim):
     return next(d for d in (32, 64, 96, 128, 160, 192, 224, 256) if d >= head_dim)
 
 
+def layouts(device, b=2, s=24, h=4, d=64, dtype=torch.bfloat16):
+    """(b, s, h, d) tensors as callers hand them over: contiguous; a transposed view of
+    (b, h, s, d) storage (dense, not contiguous); sliced from a packed (b, s, 3, h, d) qkv (not
+    dense)."""
+    packed = torch.empty(b, s, 3, h, d, device=device, dtype=dtype)
+    return {
+        "contiguous": torch.empty(b, s, h, d, device=device, dtype=dtype),
+        "transposed": torch.empty(b, h, s, d, device=device, dtype=dtype).transpose(1, 2),
+        "packed": packed[:, :, 0],
+    }
+
+
 def make_qkv(batch, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, dtype, *,
              requires_grad=False, scale=1.0, device=None):
     device = DEVICE if device is None else device

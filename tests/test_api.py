@@ -11,6 +11,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import flashattn_cu
+from attn_helpers import layouts
 from flashattn_cu import _C, flash_attn_func
 from flashattn_cu import flash_attn_interface as fai
 
@@ -299,6 +300,20 @@ def test_fake_impls_on_meta():
         assert all(t.is_contiguous() and t.dtype == q.dtype for t in (dq, dk, dv))
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "packed"])
+def test_fake_output_layout_follows_q(layout):
+    """Outputs and gradients take q's (k's, v's) strides where the input is dense, as
+    flash_attn's torch.empty_like(q) does (and SDPA's meta functions); fresh contiguous
+    otherwise."""
+    q = layouts("meta")[layout]
+    out, lse, _ = torch.ops.flashattn_cu.fwd(q, q, q, 0.1, False)
+    dense = layout != "packed"
+    expected = q.stride() if dense else q.contiguous().stride()
+    assert out.stride() == expected
+    dq, dk, dv = torch.ops.flashattn_cu.bwd(out, q, q, q, out, lse, 0.1, False, False)
+    assert dq.stride() == dk.stride() == dv.stride() == expected
+
+
 @pytest.mark.parametrize("d", [64, 59])
 def test_compile_fullgraph_traces_forward_and_backward(d):
     """torch.compile(fullgraph=True) traces validation, padding, the autograd Function and both
@@ -353,3 +368,14 @@ def test_number_formatting_inside_the_extension_raises_cleanly():
                          cwd="/", env=env)
     assert res.returncode == 0, f"child died (exit {res.returncode}): {res.stderr[-2000:]}"
     assert "a message that streams a number: 60" in res.stdout, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("shape, stride", [((2, 3, 4), (12, 4, 1)), ((2, 3, 4), (4, 8, 1)),
+                                           ((2, 3, 4), (24, 4, 1)), ((2, 1, 4), (4, 99, 1)),
+                                           ((2, 3, 4), (0, 4, 1)), ((3, 4), (1, 3)),
+                                           ((2, 2), (1, 1)), ((0, 5), (5, 1))])
+def test_non_overlapping_and_dense_matches_aten(shape, stride):
+    """ATen's own test, seen through empty_like: it keeps the strides exactly of a
+    non-overlapping and dense tensor, and gives fresh dense strides to any other."""
+    t = torch.empty_strided(shape, stride)
+    assert fai._non_overlapping_and_dense(t) == (torch.empty_like(t).stride() == t.stride())

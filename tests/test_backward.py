@@ -236,6 +236,26 @@ def test_opcheck_bwd(with_stats):
                                       "test_aot_dispatch_dynamic"))
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "packed"])
+def test_real_output_layout_matches_fake(layout):
+    """The ops allocate outputs and gradients with the strides their fake implementations
+    promise (torch.compile'd graphs assert them), for dense and non-dense inputs."""
+    skip_unless_bwd(64)
+    q = attn_helpers.layouts(attn_helpers.DEVICE)[layout].normal_()
+    k, v = torch.randn_like(q), torch.randn_like(q)
+    out, lse, _ = torch.ops.flashattn_cu.fwd(q, k, v, 0.125, True)
+    dq, dk, dv = torch.ops.flashattn_cu.bwd(torch.randn_like(out), q, k, v, out, lse, 0.125, True,
+                                            False)
+    metas = [t.to("meta") for t in (q, k, v)]
+    fake_out, fake_lse, _ = torch.ops.flashattn_cu.fwd(*metas, 0.125, True)
+    fakes = torch.ops.flashattn_cu.bwd(fake_out, *metas, fake_out, fake_lse, 0.125, True, False)
+    assert out.stride() == fake_out.stride()
+    assert [g.stride() for g in (dq, dk, dv)] == [f.stride() for f in fakes]
+    ref, _ = attention_ref(q, k, v, causal=True)
+    pt, _ = attention_ref(q, k, v, causal=True, upcast=False)
+    assert_rule(out, ref, pt, 2, 1e-5, f"out ({layout})")
+
+
 def test_long_context_memory_is_linear():
     """seqlen 32k, 16 heads, d 128, bf16, causal: forward + backward within a small multiple of
     the inputs' size (naive attention would need 32 GiB for one bf16 score matrix)."""

@@ -214,15 +214,38 @@ def test_sdpa_flash_runs_flashattn_cu(active, d, dtype, causal, deterministic):
         assert max_abs_diff(g.transpose(1, 2), r) <= 3 * max_abs_diff(p, r) + 1e-4, name
 
 
+def layout_qkv(layout, b=2, h=8, s=100, d=64, dtype=torch.bfloat16):
+    """(b, h, s, d) q, k, v in the layouts SDPA callers hand over: contiguous (b, h, s, d),
+    transposed from (b, s, h, d) (Hugging Face, torchtitan), sliced from a packed (b, s, 3, h, d)
+    projection (not dense: aten's meta gives its output fresh strides)."""
+    if layout == "bhsd":
+        return tuple(torch.randn(b, h, s, d, device="cuda", dtype=dtype) for _ in range(3))
+    if layout == "bshd":
+        return tuple(torch.randn(b, s, h, d, device="cuda", dtype=dtype).transpose(1, 2)
+                     for _ in range(3))
+    qkv = torch.randn(b, s, 3, h, d, device="cuda", dtype=dtype)
+    return tuple(qkv[:, :, i].transpose(1, 2) for i in range(3))
+
+
 @pytest.mark.gpu
-def test_output_tuple_matches_pytorchs_kernel():
-    q, k, v = bhsd(2, 8, 8, 100, 100, 64, torch.bfloat16)
-    theirs = FWD(q, k, v, 0.0, True, False)
-    fsdpa.activate()
-    try:
-        ours = FWD(q, k, v, 0.0, True, False)
-    finally:
-        fsdpa.deactivate()
+@pytest.mark.parametrize("layout", ["bhsd", "bshd", "packed"])
+def test_output_tuple_matches_pytorchs_kernel(layout):
+    """The 9-tuple, the output's strides and the gradients' strides as PyTorch's own kernel
+    gives them (torch.compile'd graphs assert the strides of aten's meta functions)."""
+    q, k, v = layout_qkv(layout)
+    dout = torch.randn_like(q)
+    bwd = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
+
+    def both(fn):
+        theirs = fn()
+        fsdpa.activate()
+        try:
+            ours = fn()
+        finally:
+            fsdpa.deactivate()
+        return ours, theirs
+
+    ours, theirs = both(lambda: FWD(q, k, v, 0.0, True, False))
     assert len(ours) == len(theirs) == 9
     for i, (a, b) in enumerate(zip(ours, theirs)):
         if isinstance(b, torch.Tensor):
@@ -231,7 +254,15 @@ def test_output_tuple_matches_pytorchs_kernel():
         else:
             assert a == b, i
     assert ours[0].stride() == theirs[0].stride()
+    assert ours[0].stride() == torch.empty_like(q, device="meta").stride()
     torch.testing.assert_close(ours[1], theirs[1], atol=1e-4, rtol=0)
+
+    out, lse = theirs[0], theirs[1]
+    g_ours, g_theirs = both(lambda: bwd(dout, q, k, v, out, lse, None, None, 100, 100, 0.0, True,
+                                        theirs[6], theirs[7]))
+    for a, b, x in zip(g_ours, g_theirs, (q, k, v)):
+        assert a.shape == b.shape and a.stride() == b.stride(), (a.stride(), b.stride())
+        assert a.stride() == torch.empty_like(x, device="meta").stride()
 
 
 @pytest.mark.gpu

@@ -115,6 +115,19 @@ at::Tensor to_kernel_layout(const at::Tensor& t) {
   return kernel_layout_ok(t) ? t : t.clone(at::MemoryFormat::Contiguous);
 }
 
+// A fresh tensor for an output or gradient with t's shape: t's strides where t is dense and they
+// suit the kernels (the layout of flash_attn's `torch.empty_like(q)`, which is also what SDPA's
+// meta functions give and what compiled graphs assert), contiguous otherwise. Decided from sizes
+// and strides alone, so the fake implementations (flash_attn_interface.py) decide alike.
+at::Tensor empty_like_layout(const at::Tensor& t) {
+  bool keep = t.is_non_overlapping_and_dense() && (t.size(-1) <= 1 || t.stride(-1) == 1);
+  for (int i = 0; keep && i < t.dim() - 1; ++i) {
+    keep = t.size(i) <= 1 || t.stride(i) % 8 == 0;
+  }
+  return keep ? at::empty_strided(t.sizes(), t.strides(), t.options())
+              : at::empty(t.sizes(), t.options());
+}
+
 // Stride of dim `i` as the kernels see it (elements; 0 for a size-1 dim).
 int64_t kstride(const at::Tensor& t, int i) { return t.size(i) == 1 ? 0 : t.stride(i); }
 
@@ -213,7 +226,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in,
   const at::Tensor q = to_kernel_layout(q_in);
   const at::Tensor k = to_kernel_layout(k_in);
   const at::Tensor v = to_kernel_layout(v_in);
-  at::Tensor out = at::empty({s.batch, s.seqlen_q, s.num_heads, s.head_dim}, q.options());
+  at::Tensor out = empty_like_layout(q_in);
   at::Tensor lse = at::empty({s.batch, s.num_heads, s.seqlen_q}, q.options().dtype(at::kFloat));
   at::Tensor stats =
       at::empty({s.batch, s.num_heads, s.seqlen_q, 2}, q.options().dtype(at::kFloat));
@@ -268,9 +281,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
   at::Tensor dout = dout_in.scalar_type() == q.scalar_type() ? dout_in : dout_in.to(q.scalar_type());
   dout = to_kernel_layout(dout);
 
-  at::Tensor dq = at::empty({s.batch, s.seqlen_q, s.num_heads, s.head_dim}, q.options());
-  at::Tensor dk = at::empty({s.batch, s.seqlen_k, s.num_heads_k, s.head_dim}, q.options());
-  at::Tensor dv = at::empty({s.batch, s.seqlen_k, s.num_heads_k, s.head_dim}, q.options());
+  at::Tensor dq = empty_like_layout(q_in);
+  at::Tensor dk = empty_like_layout(k_in);
+  at::Tensor dv = empty_like_layout(v_in);
   maybe_poison(dq);
   maybe_poison(dk);
   maybe_poison(dv);
