@@ -34,7 +34,7 @@
 #                         on a fresh machine can carry it into flashattn_cu/ and skip the build
 #   TRAIN_ARGS, LONG_ARGS extra flags for examples/train_gpt.py and examples/long_context.py
 #   CP_NPROC, CP_ARGS     GPUs for examples/context_parallel.py (default: all visible) and its flags;
-#                         its table goes to bench/context_parallel.md
+#                         its table goes into extras.tar.gz (context_parallel.md), RESULT lines to the summary
 #   SANITIZE_TOOLS        default memcheck,racecheck,synccheck (initcheck also possible)
 #   SANITIZE_ARGS         extra flags for scripts/sanitize_case.py; SANITIZE_TIMEOUT (default 150 s each)
 #   SANITIZE_FILTER       e.g. "kns=flash" to instrument only kernels whose name contains it
@@ -275,10 +275,9 @@ main() {
         read -r -a cp_args <<< "${CP_ARGS:-}"
         local nproc=${CP_NPROC:-$(nvidia-smi -L 2>/dev/null | wc -l)}
         [ "$nproc" -ge 1 ] || nproc=1
-        mkdir -p "$OUT/bench"
         run_step "example:context_parallel" "$LOGS/context_parallel.log" \
             "$PY" -m torch.distributed.run --standalone --nproc-per-node "$nproc" \
-            examples/context_parallel.py --out "$OUT/bench/context_parallel.md" "${cp_args[@]}"
+            examples/context_parallel.py --out "$LOGS/context_parallel.md" "${cp_args[@]}"
     fi
 
     if want sanitize; then
