@@ -66,7 +66,7 @@ def assert_lse_rule(lse, lse_ref, lse_pt, what="lse"):
 
 def kv_splits(batch, nheads, nheads_k, seqlen_k):
     """How many thread blocks share one kv head's query-head group in the backward: a mirror of
-    bwd_kv_splits() in csrc/flash/sm80/bwd_params.h (the tests use it to aim at each case)."""
+    bwd_kv_splits() in csrc/flash/bwd/params.h (the tests use it to aim at each case)."""
     group = nheads // nheads_k
     base = batch * nheads_k * ((seqlen_k + 127) // 128)
     if group <= 1 or base <= 0 or base >= 256:

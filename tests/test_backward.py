@@ -303,7 +303,7 @@ def test_sm90_backward_is_dispatched(path):
 
 # --------------------------------------------------------------------------------------------
 # GQA/MQA: one thread block summing several query heads into dK/dV, and head groups cut into
-# kv_splits parts whose partial sums the postprocess adds (bwd_kv_splits in sm80/bwd_params.h).
+# kv_splits parts whose partial sums the postprocess adds (bwd_kv_splits in bwd/params.h).
 
 GQA_SPLIT_CASES = {
     # name: (batch, seqlen_q, seqlen_k, nheads, nheads_k), and the (kv_splits, heads per split)

@@ -7,7 +7,7 @@
 
 #include "flashattn_cu/flashattn_cu.h"
 #include "launch.h"
-#include "sm80/bwd_params.h"
+#include "bwd/params.h"
 #include "sm80/launch.h"
 #include "sm90/launch.h"
 #include "tiles.h"
@@ -238,7 +238,7 @@ size_t bwd_workspace_bytes(const BwdParams& p) {
       p.seqlen_k < 0 || p.head_dim <= 0 || p.num_heads % p.num_heads_k != 0) {
     return 0;
   }
-  return sm80::bwd_workspace_layout(p).bytes;
+  return backward::bwd_workspace_layout(p).bytes;
 }
 
 Status bwd(const BwdParams& p, cudaStream_t stream) {

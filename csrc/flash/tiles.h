@@ -54,8 +54,9 @@ __host__ __device__ constexpr int fwd_smem_bytes(FwdTile tile, int head_dim) {
 constexpr int kLargeSmemBytes = 128 * 1024;
 
 // ---------------------------------------------------------------------------------------------
-// Backward (sm80/bwd_*.h). The main kernel gives each thread block block_n keys of one kv head;
-// its warps own 16 keys each and loop over the query blocks (block_m rows) that see them.
+// Backward (sm80/bwd_kernel.h; the pipeline around it in bwd/). The main kernel gives each thread
+// block block_n keys of one kv head; its warps own 16 keys each and loop over the query blocks
+// (block_m rows) that see them.
 //
 //  * Register path (warps == block_n / 16): a warp computes S^T = K Q^T and dP^T = V dO^T for its
 //    16 keys x all block_m queries, so P^T and dS^T come out in mma accumulator layout already
@@ -71,7 +72,7 @@ constexpr int kLargeSmemBytes = 128 * 1024;
 //    accumulators are live next to dK/dV (d = 256).
 //  * stages = 2 double-buffers Q/dO (the next block loads during the whole step); 1 loads the
 //    next block only after dK, overlapping just the dQ GEMM (d >= 192 on 163 KB sm_80 class).
-//  * Deterministic mode skips the atomics and runs a separate dQ kernel (bwd_dq_kernel.h):
+//  * Deterministic mode skips the atomics and runs a separate dQ kernel (bwd/dq_kernel.h):
 //    dq_block_m queries per thread block (16 per warp), key blocks of dq_block_n walked in order,
 //    dq_stages K/V buffers.
 // Shared memory (bytes): main = (2 block_n + 2 stages block_m) (d + 8) 2 + split block_n

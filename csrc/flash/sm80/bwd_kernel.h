@@ -46,10 +46,14 @@
 #include "../ptx/cp_async.h"
 #include "../ptx/ldmatrix.h"
 #include "../ptx/math.h"
-#include "bwd_params.h"
-#include "bwd_preprocess.h"
+#include "../bwd/params.h"
+#include "../bwd/preprocess.h"
 
 namespace flashattn_cu::sm80 {
+
+using backward::BwdKernelParams;
+using backward::kBwdRowPad;
+using backward::load_row_stats_async;
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_, int kStages_, int kDqWarpsM_,
           int kDqPasses_>

@@ -13,12 +13,12 @@
 #include "../ptx/cp_async.h"
 #include "../ptx/ldmatrix.h"
 #include "../ptx/wgmma.h"
-#include "../sm80/bwd_params.h"
-#include "../sm80/bwd_preprocess.h"
+#include "../bwd/params.h"
+#include "../bwd/preprocess.h"
 
 namespace flashattn_cu::sm90 {
 
-using sm80::BwdKernelParams;
+using backward::BwdKernelParams;
 
 // Copies a kRows x head_dim tile into a sw128 tile with cp.async; rows >= rows_valid and columns
 // >= head_dim are zero-filled.
@@ -113,7 +113,7 @@ __device__ __forceinline__ void load_query_block(const BwdKernelParams& kp, cons
   load_tile_sw128<kBlockM, Traits::kChunks, Traits::kNThreads>(
       s_base + Traits::kOffDO + stage * Traits::kQBytes, dout, p.do_row_stride,
       p.seqlen_q - row0, p.head_dim, tid);
-  sm80::load_row_stats_async<Traits>(
+  backward::load_row_stats_async<Traits>(
       kp, (static_cast<int64_t>(w.batch) * p.num_heads + head) * kp.rows + row0, s_base, stage,
       tid);
 }

@@ -72,7 +72,7 @@ struct BwdTraits {
 
   static_assert(kHeadDim % 64 == 0, "d is whole 64-column atoms");
   static_assert(kBlockM % 64 == 0, "dQ is whole m64 slabs");
-  static_assert(sm80::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
+  static_assert(backward::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
 };
 
 template <typename Element, typename Traits>

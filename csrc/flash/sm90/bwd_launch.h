@@ -1,12 +1,12 @@
-// Host side of the sm90a backward: the sm80 pipeline (preprocess, postprocess, deterministic dQ
-// kernel, workspace) around the wgmma main kernel.
+// Host side of the sm90a backward: its wgmma main kernel's launch, in the arch-neutral pipeline of
+// bwd/pipeline.h (preprocess, postprocess, deterministic dQ kernel, workspace).
 #pragma once
 
 #include <climits>
 #include <type_traits>
 
+#include "../bwd/pipeline.h"
 #include "../launch.h"
-#include "../sm80/bwd_launch.h"
 #include "../tiles.h"
 #include "bwd_kernel.h"
 #include "bwd_split_kernel.h"
@@ -30,7 +30,7 @@ Status run_bwd(const BwdParams& p, cudaStream_t stream) {
   using Traits = std::conditional_t<tile.split, BwdSplitTraits<kHeadDim, tile.block_m>,
                                     BwdTraits<kHeadDim, tile.block_m>>;
   static_assert(Traits::kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
-  return sm80::run_bwd_pipeline<Element, kHeadDim>(p, stream, [&](const BwdKernelParams& kp) {
+  return backward::run_bwd_pipeline<Element, kHeadDim>(p, stream, [&](const BwdKernelParams& kp) {
     const int64_t blocks =
         ceil_div<int64_t>(p.seqlen_k, Traits::kBlockN) * p.batch * p.num_heads_k * kp.kv_splits;
     if (blocks > INT_MAX) return Status::kInvalidArgument;
@@ -41,7 +41,7 @@ Status run_bwd(const BwdParams& p, cudaStream_t stream) {
       if (st != Status::kSuccess) return st;
     }
     if (!p.deterministic) return Status::kSuccess;
-    return sm80::launch_bwd_dq_for<Element, kHeadDim, false>(kp, stream);
+    return backward::launch_bwd_dq_for<Element, kHeadDim, false>(kp, stream);
   });
 }
 

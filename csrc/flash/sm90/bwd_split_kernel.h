@@ -57,7 +57,7 @@ struct BwdSplitTraits {
 
   static_assert(kHalfCols % 64 == 0, "each warpgroup owns whole 64-column atoms");
   static_assert(kBlockM == 64, "dQ is one m64 slab");
-  static_assert(sm80::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
+  static_assert(backward::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
 };
 
 template <typename Element, typename Traits>

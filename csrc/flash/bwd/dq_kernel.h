@@ -1,4 +1,5 @@
-// Deterministic dQ for the sm80 backward: instead of fp32 atomics from every key block, one thread
+// Deterministic dQ for the backward of every path (mma.sync, so it runs on sm_80 and newer; the
+// sm_90a path uses it as it is): instead of fp32 atomics from every key block, one thread
 // block owns kBlockM query rows of one (batch, head) and walks its key blocks in ascending order,
 // recomputing
 //   S = Q K^T,  P = exp2((S - M) * scale_log2 - L),  dP = dO V^T,  dS = P (dP - D),  dQ += dS K
@@ -23,9 +24,9 @@
 #include "../ptx/cp_async.h"
 #include "../ptx/ldmatrix.h"
 #include "../ptx/math.h"
-#include "bwd_params.h"
+#include "params.h"
 
-namespace flashattn_cu::sm80 {
+namespace flashattn_cu::backward {
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_>
 struct BwdDqTraits {
@@ -268,4 +269,4 @@ __global__ void __launch_bounds__(Traits::kNThreads)
   bwd_dq_block<Element, Traits>(params, smem);
 }
 
-}  // namespace flashattn_cu::sm80
+}  // namespace flashattn_cu::backward

@@ -1,5 +1,6 @@
-// Backward workspace layout and the parameter block of the sm80 backward kernels. Torch-free and
-// kernel-free: dispatch.cu includes it for bwd_workspace_bytes().
+// The backward's workspace layout and the parameter block every backward kernel receives (the
+// arch-neutral pipeline of bwd/pipeline.h and the main kernels of sm80/ and sm90/). Torch-free
+// and kernel-free: dispatch.cu includes it for bwd_workspace_bytes().
 //
 // Workspace (fp32, every section 256-byte aligned):
 //   row_max, row_log2sum [batch * num_heads][rows]  (M, L) of P = exp2((S - M) * scale_log2 - L):
@@ -20,7 +21,7 @@
 
 #include "../tiles.h"
 
-namespace flashattn_cu::sm80 {
+namespace flashattn_cu::backward {
 
 constexpr int kBwdRowPad = 128;  // every block_m of bwd_tile_sm80 divides it
 
@@ -191,4 +192,4 @@ inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp) {
   return cp;
 }
 
-}  // namespace flashattn_cu::sm80
+}  // namespace flashattn_cu::backward

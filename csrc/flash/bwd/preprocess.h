@@ -1,4 +1,4 @@
-// The small kernels around the sm80 backward:
+// The small kernels around every backward main kernel (sm80/ and sm90/ alike):
 //  * preprocess: D = rowsum(dO * O) in fp32 and the (M, L) of P = exp2((S - M) * scale_log2 - L)
 //    into the padded workspace rows: the forward's RowStats when given (exact at any logit
 //    magnitude), else (0, lse * log2(e)); padding rows get D = 0, (M, L) = (+inf, 0), so they
@@ -15,9 +15,9 @@
 
 #include "../common/numeric.h"
 #include "../ptx/cp_async.h"
-#include "bwd_params.h"
+#include "params.h"
 
-namespace flashattn_cu::sm80 {
+namespace flashattn_cu::backward {
 
 constexpr int kPrepThreads = 256;
 constexpr int kPrepRowThreads = 8;                              // threads sharing one row
@@ -146,4 +146,4 @@ __global__ void __launch_bounds__(kConvertThreads)
   }
 }
 
-}  // namespace flashattn_cu::sm80
+}  // namespace flashattn_cu::backward

@@ -1,0 +1,68 @@
+// The backward's launch sequence, shared by every path (arch-neutral):
+//   preprocess (D, row max / log2 sum, clear dQ accumulator) -> main kernel (dK, dV, atomic dQ;
+//   supplied by the path: sm80/bwd_launch.h, sm90/bwd_launch.h) -> [deterministic: dQ kernel]
+//   -> postprocess (dQ accumulator and/or dK/dV head-split partials to the output dtype; skipped
+//   when there is nothing to convert).
+#pragma once
+
+#include <climits>
+
+#include "../launch.h"
+#include "../tiles.h"
+#include "dq_kernel.h"
+#include "params.h"
+#include "preprocess.h"
+
+namespace flashattn_cu::backward {
+
+template <typename Element, typename Traits>
+Status launch_bwd_dq(const BwdKernelParams& kp, cudaStream_t stream) {
+  const BwdParams& p = kp.p;
+  const int64_t blocks = ceil_div<int64_t>(p.seqlen_q, Traits::kBlockM) * p.batch * p.num_heads;
+  if (blocks == 0) return Status::kSuccess;
+  if (blocks > INT_MAX) return Status::kInvalidArgument;
+  return launch_kernel<bwd_dq_kernel<Element, Traits>>(dim3(static_cast<unsigned>(blocks)),
+                       dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
+}
+
+// The deterministic dQ kernel with head dim kHeadDim's tiles (tiles.h, bwd_tile_sm80).
+template <typename Element, int kHeadDim, bool kSmall>
+Status launch_bwd_dq_for(const BwdKernelParams& kp, cudaStream_t stream) {
+  constexpr BwdTile tile = bwd_tile_sm80(kHeadDim, kSmall);
+  using Dq = BwdDqTraits<kHeadDim, tile.dq_block_m, tile.dq_block_n, tile.dq_stages>;
+  static_assert(Dq::kSmemBytes == bwd_dq_smem_bytes(tile, kHeadDim), "tiles.h formula");
+  return launch_bwd_dq<Element, Dq>(kp, stream);
+}
+
+// preprocess -> main(kp) -> postprocess. `main` launches the path's main kernel and, when
+// deterministic, the dQ kernel.
+template <typename Element, int kHeadDim, typename MainFn>
+Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& main) {
+  const BwdWorkspaceLayout ws = bwd_workspace_layout(p);
+  const BwdKernelParams kp = make_bwd_kernel_params(p, ws);
+
+  // 1. Preprocess.
+  const int64_t prep_blocks = static_cast<int64_t>(p.batch) * p.num_heads * ws.rows /
+                              kPrepRowsPerBlock;
+  if (prep_blocks > INT_MAX) return Status::kInvalidArgument;
+  if (prep_blocks > 0) {
+    const Status st = launch_kernel<bwd_preprocess_kernel<Element, kHeadDim>>(
+                                    dim3(static_cast<unsigned>(prep_blocks)), dim3(kPrepThreads),
+                                    0, stream, kp);
+    if (st != Status::kSuccess) return st;
+  }
+
+  // 2. Main kernel (and the deterministic dQ kernel).
+  const Status st = main(kp);
+  if (st != Status::kSuccess) return st;
+
+  // 3. Postprocess.
+  const BwdConvertParams cp = make_bwd_convert_params(kp);
+  if (cp.num_jobs == 0) return Status::kSuccess;
+  const int64_t want = ceil_div<int64_t>(cp.max_chunks, kConvertThreads);
+  const unsigned blocks = static_cast<unsigned>(want < 65536 ? want : 65536);
+  return launch_kernel<bwd_convert_kernel<Element>>(dim3(blocks, cp.num_jobs),
+                       dim3(kConvertThreads), 0, stream, cp);
+}
+
+}  // namespace flashattn_cu::backward
