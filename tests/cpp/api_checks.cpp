@@ -13,7 +13,7 @@
 
 #include "flashattn_cu/flashattn_cu.h"
 
-#include "common/mask.h"  // kernel-core host/device helper, checked here near INT_MAX
+#include "problem/mask.h"  // the mask policy (host/device), checked here near INT_MAX
 
 namespace {
 
@@ -162,6 +162,67 @@ int main() {
            "causal limit: first row of kMaxSeqlen x kMaxSeqlen");
     expect(flashattn_cu::visible_key_limit(5, kMax, 10, true) <= 0,
            "causal limit: a row that sees no key is <= 0 (kMaxSeqlen queries over 10 keys)");
+  }
+
+  // The mask policy's block ranges against the element rule, brute force over small shapes:
+  // key_blocks(m_start) must visit every key block holding a key some row of the query block
+  // sees and only skip the element mask on blocks every row sees whole; query_blocks(n_start)
+  // likewise from the key block's side.
+  {
+    constexpr int kBM = 16, kBN = 8;
+    bool ok = true;
+    for (int sq = 1; sq <= 40 && ok; sq += 3) {
+      for (int sk = 1; sk <= 40 && ok; sk += 5) {
+        for (int causal = 0; causal < 2 && ok; ++causal) {
+          flashattn_cu::SeqInfo si{0, sq, sk};
+          const flashattn_cu::Mask mask(si, causal != 0);
+          const int num_m = (sq + kBM - 1) / kBM, num_n = (sk + kBN - 1) / kBN;
+          auto sees = [&](int row, int key) { return key < mask.key_limit(row); };
+          for (int m = 0; m < num_m; ++m) {
+            const flashattn_cu::KeyBlocks kb = mask.key_blocks<kBM, kBN>(m * kBM);
+            for (int n = 0; n < num_n; ++n) {
+              bool any = false, all = true;
+              for (int r = m * kBM; r < (m + 1) * kBM; ++r) {
+                for (int j = n * kBN; j < (n + 1) * kBN; ++j) {
+                  const bool v = r < sq && j < sk && sees(r, j);
+                  any = any || v;
+                  if (r < sq) all = all && v;  // padding rows are never stored
+                }
+              }
+              if (any && n >= kb.end) ok = false;             // a visible key skipped
+              if (n < kb.unmasked && !all) ok = false;        // mask skipped where needed
+            }
+          }
+          for (int n = 0; n < num_n; ++n) {
+            const int keys_valid = sk - n * kBN < kBN ? sk - n * kBN : kBN;
+            const flashattn_cu::QueryBlocks qb =
+                mask.query_blocks<kBM, kBN>(n * kBN, keys_valid, num_m);
+            for (int m = 0; m < num_m; ++m) {
+              bool any = false, all = true;
+              for (int r = m * kBM; r < (m + 1) * kBM && r < sq; ++r) {
+                for (int j = n * kBN; j < (n + 1) * kBN; ++j) {
+                  const bool v = j < sk && sees(r, j);
+                  any = any || v;
+                  all = all && v;
+                }
+              }
+              if (any && m < qb.begin) ok = false;
+              if (m >= qb.begin && m >= qb.masked_end && !all) ok = false;
+            }
+          }
+          if (!ok) std::printf("mask block ranges wrong at sq=%d sk=%d causal=%d\n", sq, sk, causal);
+        }
+      }
+    }
+    expect(ok, "mask policy: key_blocks / query_blocks agree with the element rule");
+    const int kMax = flashattn_cu::kMaxSeqlen;
+    const flashattn_cu::Mask big(flashattn_cu::SeqInfo{0, kMax, kMax}, true);
+    const flashattn_cu::KeyBlocks last = big.key_blocks<128, 128>(kMax - 128);
+    expect(last.end == kMax / 128 && last.unmasked == (kMax - 127) / 128,
+           "mask policy: key blocks of the last query block at kMaxSeqlen");
+    const flashattn_cu::QueryBlocks first = big.query_blocks<128, 128>(0, 128, kMax / 128);
+    expect(first.begin == 0 && first.masked_end == 1,
+           "mask policy: query blocks of the first key block at kMaxSeqlen");
   }
 
   // Workspace sizing: the lse/D rows, plus the fp32 dQ accumulator unless deterministic.

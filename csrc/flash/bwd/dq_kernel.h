@@ -18,9 +18,11 @@
 #include "flashattn_cu/flashattn_cu.h"
 
 #include "../common/bwd_math.h"
-#include "../common/mask.h"
 #include "../common/numeric.h"
 #include "../common/tile_io.h"
+#include "../problem/mask.h"
+#include "../problem/scheduler.h"
+#include "../problem/seqlen.h"
 #include "../ptx/cp_async.h"
 #include "../ptx/ldmatrix.h"
 #include "../ptx/math.h"
@@ -62,39 +64,32 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, t = lane % 4;
-  const int num_m = ceil_div(p.seqlen_q, kBlockM);
-  // Heaviest (last, for causal) query blocks of each (batch, head) first.
-  const int m_block = num_m - 1 - static_cast<int>(blockIdx.x % num_m);
-  const int bh = static_cast<int>(blockIdx.x / num_m);
-  const int batch = bh / p.num_heads, head = bh % p.num_heads;
+  const QueryTile tile = query_tile(ceil_div(p.seqlen_q, kBlockM), p.num_heads);
+  const SeqInfo seq = seq_info(p, tile.batch);
+  const int head = tile.head;
+  const int bh = tile.batch * p.num_heads + head;
   const int head_k = head / (p.num_heads / p.num_heads_k);
-  const int m_start = m_block * kBlockM;
-  const int rows_q = min(kBlockM, p.seqlen_q - m_start);
+  const int m_start = tile.m_block * kBlockM;
+  const int rows_q = min(kBlockM, seq.seqlen_q - m_start);
 
   // Key blocks [0, n_end) hold keys some row sees; [0, n_unmasked) are seen whole by every row.
-  const int shift = p.seqlen_k - p.seqlen_q;
-  int key_end = p.seqlen_k, unmasked_keys = p.seqlen_k;
-  if (p.is_causal) {
-    key_end = min(p.seqlen_k, m_start + kBlockM + shift);
-    unmasked_keys = min(p.seqlen_k, m_start + 1 + shift);
-  }
-  const int n_end = key_end > 0 ? ceil_div(key_end, kBlockN) : 0;
-  const int n_unmasked = unmasked_keys > 0 ? unmasked_keys / kBlockN : 0;
+  const KeyBlocks key_blocks = Mask(seq, p.is_causal).key_blocks<kBlockM, kBlockN>(m_start);
+  const int n_end = key_blocks.end, n_unmasked = key_blocks.unmasked;
 
-  const Element* k = static_cast<const Element*>(p.k) + batch * p.k_batch_stride +
-                     head_k * p.k_head_stride;
-  const Element* v = static_cast<const Element*>(p.v) + batch * p.v_batch_stride +
-                     head_k * p.v_head_stride;
+  const Element* k = static_cast<const Element*>(p.k) +
+                     seq.k_offset(p.k_batch_stride, p.k_row_stride) + head_k * p.k_head_stride;
+  const Element* v = static_cast<const Element*>(p.v) +
+                     seq.k_offset(p.v_batch_stride, p.v_row_stride) + head_k * p.v_head_stride;
   const uint32_t s_base = ptx::smem_u32(smem);
   const uint32_t sQ = s_base + Traits::kOffQ, sDO = s_base + Traits::kOffDO;
   const uint32_t sK = s_base + Traits::kOffK, sV = s_base + Traits::kOffV;
   auto load_k = [&](int n, int stage) {
     load_tile_async<Traits, kBlockN>(sK + stage * Traits::kKVBytes, k + n * kBlockN * p.k_row_stride,
-                                     p.k_row_stride, p.seqlen_k - n * kBlockN, p.head_dim, tid);
+                                     p.k_row_stride, seq.seqlen_k - n * kBlockN, p.head_dim, tid);
   };
   auto load_v = [&](int n, int stage) {
     load_tile_async<Traits, kBlockN>(sV + stage * Traits::kKVBytes, v + n * kBlockN * p.v_row_stride,
-                                     p.v_row_stride, p.seqlen_k - n * kBlockN, p.head_dim, tid);
+                                     p.v_row_stride, seq.seqlen_k - n * kBlockN, p.head_dim, tid);
   };
 
   // M, L and D of this lane's two rows (workspace rows are padded: always readable).
@@ -105,12 +100,13 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
 
   if (n_end > 0) {
     load_tile_async<Traits, kBlockM>(
-        sQ, static_cast<const Element*>(p.q) + batch * p.q_batch_stride + head * p.q_head_stride +
-                m_start * p.q_row_stride,
+        sQ, static_cast<const Element*>(p.q) + seq.q_offset(p.q_batch_stride, p.q_row_stride) +
+                head * p.q_head_stride + m_start * p.q_row_stride,
         p.q_row_stride, rows_q, p.head_dim, tid);
     load_tile_async<Traits, kBlockM>(
-        sDO, static_cast<const Element*>(p.dout) + batch * p.do_batch_stride +
-                 head * p.do_head_stride + m_start * p.do_row_stride,
+        sDO, static_cast<const Element*>(p.dout) +
+                 seq.q_offset(p.do_batch_stride, p.do_row_stride) + head * p.do_head_stride +
+                 m_start * p.do_row_stride,
         p.do_row_stride, rows_q, p.head_dim, tid);
     load_v(0, 0);
     if constexpr (kStages == 1) ptx::cp_async_commit();  // group: Q, dO, V_0
@@ -192,8 +188,8 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
       }
     }
     if (n >= n_unmasked) {
-      mask_scores(acc_s, m_start + warp * 16, n * kBlockN, p.seqlen_q, p.seqlen_k, p.is_causal,
-                  lane);
+      Mask(seq_info(p, tile.batch), p.is_causal).apply(acc_s, m_start + warp * 16, n * kBlockN,
+                                                       lane);
     }
     // P and dS = P (dP - D), in acc_dp.
 #pragma unroll
@@ -247,7 +243,7 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
     }
   }
   __syncwarp();
-  Element* dq = static_cast<Element*>(p.dq) + batch * p.dq_batch_stride +
+  Element* dq = static_cast<Element*>(p.dq) + seq.q_offset(p.dq_batch_stride, p.dq_row_stride) +
                 head * p.dq_head_stride + m_start * p.dq_row_stride;
   constexpr int kWarpChunks = 16 * Traits::kChunks;
 #pragma unroll

@@ -8,6 +8,7 @@
 #include <climits>
 
 #include "../launch.h"
+#include "../problem/scheduler.h"
 #include "../tiles.h"
 #include "dq_kernel.h"
 #include "params.h"
@@ -18,7 +19,8 @@ namespace flashattn_cu::backward {
 template <typename Element, typename Traits>
 Status launch_bwd_dq(const BwdKernelParams& kp, cudaStream_t stream) {
   const BwdParams& p = kp.p;
-  const int64_t blocks = ceil_div<int64_t>(p.seqlen_q, Traits::kBlockM) * p.batch * p.num_heads;
+  const int64_t blocks =
+      query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
   if (blocks == 0) return Status::kSuccess;
   if (blocks > INT_MAX) return Status::kInvalidArgument;
   return launch_kernel<bwd_dq_kernel<Element, Traits>>(dim3(static_cast<unsigned>(blocks)),

@@ -14,6 +14,7 @@
 #include "flashattn_cu/flashattn_cu.h"
 
 #include "../common/numeric.h"
+#include "../problem/seqlen.h"
 #include "../ptx/cp_async.h"
 #include "params.h"
 
@@ -35,12 +36,15 @@ __global__ void __launch_bounds__(kPrepThreads)
                   threadIdx.x / kPrepRowThreads;
   const int sub = threadIdx.x % kPrepRowThreads;
   const int batch = static_cast<int>(bh / p.num_heads), head = static_cast<int>(bh % p.num_heads);
+  const SeqInfo seq = seq_info(p, batch);
 
   float sum = 0.f;
-  if (row < p.seqlen_q) {
-    const Element* o = static_cast<const Element*>(p.o) + batch * p.o_batch_stride +
-                       head * p.o_head_stride + row * p.o_row_stride;
-    const Element* dout = static_cast<const Element*>(p.dout) + batch * p.do_batch_stride +
+  if (row < seq.seqlen_q) {
+    const Element* o = static_cast<const Element*>(p.o) +
+                       seq.q_offset(p.o_batch_stride, p.o_row_stride) + head * p.o_head_stride +
+                       row * p.o_row_stride;
+    const Element* dout = static_cast<const Element*>(p.dout) +
+                          seq.q_offset(p.do_batch_stride, p.do_row_stride) +
                           head * p.do_head_stride + row * p.do_row_stride;
 #pragma unroll
     for (int c = sub; c < kHeadDim / 8; c += kPrepRowThreads) {
@@ -63,7 +67,7 @@ __global__ void __launch_bounds__(kPrepThreads)
   sum += __shfl_xor_sync(0xffffffffu, sum, 4);
   const int64_t ws_row = bh * kp.rows + row;
   if (sub == 0) {
-    const bool real = row < p.seqlen_q;
+    const bool real = row < seq.seqlen_q;
     float row_max = INFINITY, row_log2sum = 0.f;
     if (real) {
       const int64_t lse_row = bh * p.seqlen_q + row;

@@ -8,13 +8,9 @@
 #include <cuda_fp16.h>
 
 #include "../ptx/mma.h"
+#include "int_math.h"
 
 namespace flashattn_cu {
-
-template <typename T>
-__host__ __device__ constexpr T ceil_div(T a, T b) {
-  return (a + b - 1) / b;
-}
 
 template <typename Element>
 struct ElementOps;

@@ -23,7 +23,7 @@
 //
 // Padding rows: the workspace gives rows >= seqlen_q (M, L) = (+inf, 0) and D = 0 and Q/dO are
 // zero-filled there, so they produce P = 0 and dS = 0 without any row test. Keys >= seqlen_k
-// (tail block) and the causal diagonal go through mask_scores_transposed; other steps skip it.
+// (tail block) and the causal diagonal go through Mask::apply_transposed; other steps skip it.
 //
 // Fragment conventions (ptx/mma.h, g = lane / 4, t = lane % 4):
 //   C tile of S^T/dP^T/dS^T (16 keys x 8 queries): [hr * 2 + e] = key g + 8 hr, query 2t + e.
@@ -39,9 +39,11 @@
 #include "flashattn_cu/flashattn_cu.h"
 
 #include "../common/bwd_math.h"
-#include "../common/mask.h"
 #include "../common/numeric.h"
 #include "../common/tile_io.h"
+#include "../problem/mask.h"
+#include "../problem/scheduler.h"
+#include "../problem/seqlen.h"
 #include "../ptx/atomic.h"
 #include "../ptx/cp_async.h"
 #include "../ptx/ldmatrix.h"
@@ -126,33 +128,19 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
   const int warp_query0 = split * Traits::kWarpQueries;
   const int warp_col0 = split * Traits::kWarpCols;
 
-  // Block -> (batch, kv head, head split, key block), the key block fastest: the blocks that
-  // read the same Q/dO run together and share them through L2; key block 0 (the longest for
-  // causal) of each head starts first.
-  const int num_n = ceil_div(p.seqlen_k, kBlockN);
-  int rest = static_cast<int>(blockIdx.x);
-  const int n_block = rest % num_n;
-  rest /= num_n;
-  const int hsplit = rest % kp.kv_splits;
-  rest /= kp.kv_splits;
-  const int head_k = rest % p.num_heads_k;
-  const int batch = rest / p.num_heads_k;
+  const KeyTile tile = key_tile(ceil_div(p.seqlen_k, kBlockN), kp.kv_splits, p.num_heads_k);
+  const SeqInfo seq = seq_info(p, tile.batch);
+  const int batch = tile.batch, head_k = tile.head_k, hsplit = tile.split;
   const int head_first = head_k * (p.num_heads / p.num_heads_k) + hsplit * kp.heads_per_split;
-  const int n_start = n_block * kBlockN;
-  const int keys_valid = min(kBlockN, p.seqlen_k - n_start);
+  const int n_start = tile.n_block * kBlockN;
+  const int keys_valid = min(kBlockN, seq.seqlen_k - n_start);
 
   // Query blocks [m_begin, num_m) see some key of this block; those below m_masked_end need the
-  // mask (a key past seqlen_k in the block, or a row that misses a key on the causal diagonal).
-  const int num_m = ceil_div(p.seqlen_q, kBlockM);
-  int m_begin = 0;
-  int m_masked_end = keys_valid < kBlockN ? num_m : 0;
-  if (p.is_causal) {
-    const int shift = p.seqlen_k - p.seqlen_q;
-    const int first_row = n_start - shift;                   // first query seeing key n_start
-    const int full_row = n_start + keys_valid - 1 - shift;   // first query seeing every key
-    m_begin = first_row <= 0 ? 0 : min(num_m, first_row / kBlockM);
-    m_masked_end = max(m_masked_end, full_row <= 0 ? 0 : min(num_m, ceil_div(full_row, kBlockM)));
-  }
+  // mask (problem/mask.h).
+  const int num_m = ceil_div(seq.seqlen_q, kBlockM);
+  const QueryBlocks query_blocks =
+      Mask(seq, p.is_causal).query_blocks<kBlockM, kBlockN>(n_start, keys_valid, num_m);
+  const int m_begin = query_blocks.begin, m_masked_end = query_blocks.masked_end;
   const int m_count = num_m - m_begin;
   const int total = kp.heads_per_split * m_count;
 
@@ -161,27 +149,31 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
   const uint32_t sQ = s_base + Traits::kOffQ, sDO = s_base + Traits::kOffDO;
   const uint32_t sDS = s_base + Traits::kOffDS, sP = s_base + Traits::kOffP;
 
-  const Element* q_bh = static_cast<const Element*>(p.q) + batch * p.q_batch_stride;
-  const Element* do_bh = static_cast<const Element*>(p.dout) + batch * p.do_batch_stride;
+  const Element* q_bh = static_cast<const Element*>(p.q) +
+                        seq.q_offset(p.q_batch_stride, p.q_row_stride);
+  const Element* do_bh = static_cast<const Element*>(p.dout) +
+                         seq.q_offset(p.do_batch_stride, p.do_row_stride);
   // Issues the cp.async loads of (query head `head`, query block m) into buffer `stage`.
   auto load_query_block = [&](int head, int m, int stage) {
     const int row0 = m * kBlockM;
     load_tile_async<Traits, kBlockM>(sQ + stage * Traits::kQBytes,
                                      q_bh + head * p.q_head_stride + row0 * p.q_row_stride,
-                                     p.q_row_stride, p.seqlen_q - row0, p.head_dim, tid);
+                                     p.q_row_stride, seq.seqlen_q - row0, p.head_dim, tid);
     load_tile_async<Traits, kBlockM>(sDO + stage * Traits::kQBytes,
                                      do_bh + head * p.do_head_stride + row0 * p.do_row_stride,
-                                     p.do_row_stride, p.seqlen_q - row0, p.head_dim, tid);
+                                     p.do_row_stride, seq.seqlen_q - row0, p.head_dim, tid);
     load_row_stats_async<Traits>(
         kp, (static_cast<int64_t>(batch) * p.num_heads + head) * kp.rows + row0, s_base, stage,
         tid);
   };
 
   if (total > 0) {
-    const Element* k = static_cast<const Element*>(p.k) + batch * p.k_batch_stride +
-                       head_k * p.k_head_stride + n_start * p.k_row_stride;
-    const Element* v = static_cast<const Element*>(p.v) + batch * p.v_batch_stride +
-                       head_k * p.v_head_stride + n_start * p.v_row_stride;
+    const Element* k = static_cast<const Element*>(p.k) +
+                       seq.k_offset(p.k_batch_stride, p.k_row_stride) + head_k * p.k_head_stride +
+                       n_start * p.k_row_stride;
+    const Element* v = static_cast<const Element*>(p.v) +
+                       seq.k_offset(p.v_batch_stride, p.v_row_stride) + head_k * p.v_head_stride +
+                       n_start * p.v_row_stride;
     load_tile_async<Traits, kBlockN>(sK, k, p.k_row_stride, keys_valid, p.head_dim, tid);
     load_tile_async<Traits, kBlockN>(sV, v, p.v_row_stride, keys_valid, p.head_dim, tid);
     load_query_block(head_first, m_begin, 0);
@@ -281,8 +273,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
     float acc_s[kQTiles][4], acc_dp[kQTiles][4];
     gemm_t(acc_s, k_a_lane, sQs);
     if (m < m_masked_end) {
-      mask_scores_transposed(acc_s, n_start + warp_key0, m * kBlockM + warp_query0, p.seqlen_q,
-                             p.seqlen_k, p.is_causal, lane);
+      Mask(seq_info(p, batch), p.is_causal)
+          .apply_transposed(acc_s, n_start + warp_key0, m * kBlockM + warp_query0, lane);
     }
     probs_from_scores(acc_s, s_max, s_log2sum, warp_query0, scale_log2, t);  // P^T, in place
     // dS^T = P^T (dP^T - D), in place in acc_dp.
@@ -449,9 +441,9 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
       }
     }
     __syncthreads();
-    Element* dk = static_cast<Element*>(p.dk) + batch * p.dk_batch_stride +
+    Element* dk = static_cast<Element*>(p.dk) + seq.k_offset(p.dk_batch_stride, p.dk_row_stride) +
                   head_k * p.dk_head_stride + n_start * p.dk_row_stride;
-    Element* dv = static_cast<Element*>(p.dv) + batch * p.dv_batch_stride +
+    Element* dv = static_cast<Element*>(p.dv) + seq.k_offset(p.dv_batch_stride, p.dv_row_stride) +
                   head_k * p.dv_head_stride + n_start * p.dv_row_stride;
     constexpr int kTotal = kBlockN * Traits::kChunks;
 #pragma unroll

@@ -6,6 +6,7 @@
 
 #include "../bwd/pipeline.h"
 #include "../launch.h"
+#include "../problem/scheduler.h"
 #include "../tiles.h"
 #include "bwd_kernel.h"
 #include "launch.h"
@@ -17,8 +18,8 @@ using backward::BwdKernelParams;
 template <typename Element, typename Traits>
 Status launch_bwd_main(const BwdKernelParams& kp, cudaStream_t stream) {
   const BwdParams& p = kp.p;
-  const int64_t blocks =
-      ceil_div<int64_t>(p.seqlen_k, Traits::kBlockN) * p.batch * p.num_heads_k * kp.kv_splits;
+  const int64_t blocks = key_tile_count(ceil_div(p.seqlen_k, Traits::kBlockN), p.batch,
+                                        p.num_heads_k, kp.kv_splits);
   if (blocks == 0) return Status::kSuccess;
   if (blocks > INT_MAX) return Status::kInvalidArgument;
   return launch_kernel<bwd_kernel<Element, Traits>>(dim3(static_cast<unsigned>(blocks)),

@@ -12,10 +12,13 @@
 
 #include "flashattn_cu/flashattn_cu.h"
 
-#include "../common/mask.h"
 #include "../common/numeric.h"
 #include "../common/softmax.h"
 #include "../common/tile_io.h"
+#include "../problem/mask.h"
+#include "../problem/params.h"
+#include "../problem/scheduler.h"
+#include "../problem/seqlen.h"
 #include "../ptx/cp_async.h"
 #include "../ptx/ldmatrix.h"
 #include "../tiles.h"
@@ -43,28 +46,28 @@ struct FwdTraits {
 };
 
 template <typename Element, typename Traits>
-__device__ __forceinline__ void fwd_block(const FwdParams& p, char* smem_raw) {
+__device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_raw) {
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kMTiles = Traits::kMTiles, kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
   constexpr int kRowChunks = Traits::kSmemRowChunks;
 
+  const FwdParams& p = kp.p;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int num_m_blocks = ceil_div(p.seqlen_q, kBlockM);
-  // Heaviest (last, for causal) query blocks of each (batch, head) are scheduled first.
-  const int m_block = num_m_blocks - 1 - static_cast<int>(blockIdx.x % num_m_blocks);
-  const int bh = static_cast<int>(blockIdx.x / num_m_blocks);
-  const int batch = bh / p.num_heads, head = bh % p.num_heads;
+  const QueryTile tile = query_tile(ceil_div(p.seqlen_q, kBlockM), p.num_heads);
+  const SeqInfo seq = seq_info(p, tile.batch);
+  const int head = tile.head;
   const int head_k = head / (p.num_heads / p.num_heads_k);
-  const int m_start = m_block * kBlockM;
-  const int rows_q = min(kBlockM, p.seqlen_q - m_start);
+  const int m_start = tile.m_block * kBlockM;
+  const int rows_q = min(kBlockM, seq.seqlen_q - m_start);
 
-  const Element* q = static_cast<const Element*>(p.q) + batch * p.q_batch_stride +
-                     head * p.q_head_stride + m_start * p.q_row_stride;
-  const Element* k = static_cast<const Element*>(p.k) + batch * p.k_batch_stride +
-                     head_k * p.k_head_stride;
-  const Element* v = static_cast<const Element*>(p.v) + batch * p.v_batch_stride +
-                     head_k * p.v_head_stride;
+  const Element* q = static_cast<const Element*>(p.q) +
+                     seq.q_offset(p.q_batch_stride, p.q_row_stride) + head * p.q_head_stride +
+                     m_start * p.q_row_stride;
+  const Element* k = static_cast<const Element*>(p.k) +
+                     seq.k_offset(p.k_batch_stride, p.k_row_stride) + head_k * p.k_head_stride;
+  const Element* v = static_cast<const Element*>(p.v) +
+                     seq.k_offset(p.v_batch_stride, p.v_row_stride) + head_k * p.v_head_stride;
 
   const uint32_t sQ = ptx::smem_u32(smem_raw);
   const uint32_t sK = sQ + kBlockM * kRowChunks * 16;
@@ -72,14 +75,8 @@ __device__ __forceinline__ void fwd_block(const FwdParams& p, char* smem_raw) {
 
   // Key blocks [0, n_end) hold keys some row of this block sees; [0, n_unmasked) are seen whole
   // by every row of the block.
-  const int causal_shift = p.seqlen_k - p.seqlen_q;
-  int key_end = p.seqlen_k, unmasked_keys = p.seqlen_k;
-  if (p.is_causal) {
-    key_end = min(p.seqlen_k, m_start + kBlockM + causal_shift);
-    unmasked_keys = min(p.seqlen_k, m_start + 1 + causal_shift);
-  }
-  const int n_end = key_end > 0 ? ceil_div(key_end, kBlockN) : 0;
-  const int n_unmasked = unmasked_keys > 0 ? unmasked_keys / kBlockN : 0;
+  const KeyBlocks key_blocks = Mask(seq, p.is_causal).key_blocks<kBlockM, kBlockN>(m_start);
+  const int n_end = key_blocks.end, n_unmasked = key_blocks.unmasked;
 
   const int g = lane / 4, t = lane % 4;
   const int warp_row0 = warp * Traits::kWarpRows;
@@ -94,13 +91,13 @@ __device__ __forceinline__ void fwd_block(const FwdParams& p, char* smem_raw) {
 
   OnlineSoftmax<kMTiles> softmax;
   softmax.init();
-  const float scale_log2 = p.softmax_scale * 1.4426950408889634f;
+  const float scale_log2 = kp.scale_log2;
 
   // Full tiles of a head_dim == kHeadDim call may take the unpredicated copy (tiles.h says where).
   const bool full_cols = p.head_dim == Traits::kHeadDim;
   auto load_kv_tile = [&](uint32_t smem, const Element* base, int64_t row_stride, int n) {
     const Element* src = base + n * kBlockN * row_stride;
-    const int rows = p.seqlen_k - n * kBlockN;
+    const int rows = seq.seqlen_k - n * kBlockN;
     if (Traits::kUnpredicatedBulkLoads && full_cols && rows >= kBlockN) {
       load_tile_async<Traits, kBlockN, false>(smem, src, row_stride, rows, p.head_dim, tid);
     } else {
@@ -154,8 +151,9 @@ __device__ __forceinline__ void fwd_block(const FwdParams& p, char* smem_raw) {
     }
 
     if (n >= n_unmasked) {
-      mask_scores(acc_s, m_start + warp_row0, n * kBlockN, p.seqlen_q, p.seqlen_k, p.is_causal,
-                  lane);
+      // Built here, not held across the loop (whose registers are full).
+      Mask(seq_info(p, tile.batch), p.is_causal).apply(acc_s, m_start + warp_row0, n * kBlockN,
+                                                       lane);
     }
     softmax.update(acc_s, acc_o, scale_log2);
 
@@ -189,9 +187,10 @@ __device__ __forceinline__ void fwd_block(const FwdParams& p, char* smem_raw) {
     }
   }
 
-  Element* o = static_cast<Element*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride +
-               m_start * p.o_row_stride;
-  const int64_t row0 = (static_cast<int64_t>(batch) * p.num_heads + head) * p.seqlen_q + m_start;
+  Element* o = static_cast<Element*>(p.o) + seq.q_offset(p.o_batch_stride, p.o_row_stride) +
+               head * p.o_head_stride + m_start * p.o_row_stride;
+  const int64_t row0 =
+      (static_cast<int64_t>(tile.batch) * p.num_heads + head) * p.seqlen_q + m_start;
   float* lse = p.lse + row0;
   float2* stats = p.softmax_stats != nullptr ? reinterpret_cast<float2*>(p.softmax_stats) + row0
                                              : nullptr;
@@ -237,7 +236,7 @@ __device__ __forceinline__ void fwd_block(const FwdParams& p, char* smem_raw) {
 
 template <typename Element, typename Traits>
 __global__ void __launch_bounds__(Traits::kNThreads)
-    fwd_kernel(const __grid_constant__ FwdParams params) {
+    fwd_kernel(const __grid_constant__ FwdKernelParams params) {
   extern __shared__ __align__(128) char smem[];
   fwd_block<Element, Traits>(params, smem);
 }

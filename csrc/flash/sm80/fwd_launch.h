@@ -4,6 +4,8 @@
 #include <climits>
 
 #include "../launch.h"
+#include "../problem/params.h"
+#include "../problem/scheduler.h"
 #include "../tiles.h"
 #include "fwd_kernel.h"
 #include "launch.h"
@@ -12,12 +14,13 @@ namespace flashattn_cu::sm80 {
 
 template <typename Element, typename Traits>
 Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
-  // One flat grid dimension (2^31 - 1 blocks) so batch x heads is never capped at 65535.
-  const int64_t blocks = ceil_div<int64_t>(p.seqlen_q, Traits::kBlockM) * p.batch * p.num_heads;
+  const int64_t blocks =
+      query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
   if (blocks == 0) return Status::kSuccess;
   if (blocks > INT_MAX) return Status::kInvalidArgument;
   return launch_kernel<fwd_kernel<Element, Traits>>(dim3(static_cast<unsigned>(blocks)),
-                       dim3(Traits::kNThreads), Traits::kSmemBytes, stream, p);
+                       dim3(Traits::kNThreads), Traits::kSmemBytes, stream,
+                       make_fwd_kernel_params(p));
 }
 
 template <typename Element, int kHeadDim>

@@ -10,6 +10,9 @@
 #include "flashattn_cu/flashattn_cu.h"
 
 #include "../common/numeric.h"
+#include "../problem/mask.h"
+#include "../problem/scheduler.h"
+#include "../problem/seqlen.h"
 #include "../ptx/cp_async.h"
 #include "../ptx/ldmatrix.h"
 #include "../ptx/wgmma.h"
@@ -37,11 +40,9 @@ __device__ __forceinline__ void load_tile_sw128(uint32_t smem, const Element* gm
   }
 }
 
-// What one thread block does: kBlockN keys of (batch, head_k), query heads head_first .. +
-// heads_per_split, query blocks [m_begin, num_m) of each; blocks below m_masked_end need the mask
-// (a key past seqlen_k in the block, or a row missing a key on the causal diagonal). Block index
-// -> (batch, kv head, head split, key block), the key block fastest: blocks reading the same
-// Q/dO run together and share them through L2.
+// What one thread block does (its tile from problem/scheduler.h): kBlockN keys of
+// (batch, head_k), query heads head_first .. + heads_per_split, query blocks [m_begin, num_m) of
+// each; blocks below m_masked_end need the mask (problem/mask.h).
 struct BwdWork {
   int batch, head_k, hsplit, head_first;
   int n_start, keys_valid;
@@ -53,30 +54,28 @@ template <int kBlockM, int kBlockN>
 __device__ __forceinline__ BwdWork bwd_work(const BwdKernelParams& kp) {
   const BwdParams& p = kp.p;
   BwdWork w;
-  const int num_n = ceil_div(p.seqlen_k, kBlockN);
-  int rest = static_cast<int>(blockIdx.x);
-  const int n_block = rest % num_n;
-  rest /= num_n;
-  w.hsplit = rest % kp.kv_splits;
-  rest /= kp.kv_splits;
-  w.head_k = rest % p.num_heads_k;
-  w.batch = rest / p.num_heads_k;
+  const KeyTile tile = key_tile(ceil_div(p.seqlen_k, kBlockN), kp.kv_splits, p.num_heads_k);
+  const SeqInfo seq = seq_info(p, tile.batch);
+  w.batch = tile.batch;
+  w.hsplit = tile.split;
+  w.head_k = tile.head_k;
   w.head_first = w.head_k * (p.num_heads / p.num_heads_k) + w.hsplit * kp.heads_per_split;
-  w.n_start = n_block * kBlockN;
-  w.keys_valid = min(kBlockN, p.seqlen_k - w.n_start);
-  w.num_m = ceil_div(p.seqlen_q, kBlockM);
-  w.m_begin = 0;
-  w.m_masked_end = w.keys_valid < kBlockN ? w.num_m : 0;
-  if (p.is_causal) {
-    const int shift = p.seqlen_k - p.seqlen_q;
-    const int first_row = w.n_start - shift;                     // first query seeing key n_start
-    const int full_row = w.n_start + w.keys_valid - 1 - shift;   // first query seeing every key
-    w.m_begin = first_row <= 0 ? 0 : min(w.num_m, first_row / kBlockM);
-    w.m_masked_end = max(w.m_masked_end,
-                         full_row <= 0 ? 0 : min(w.num_m, ceil_div(full_row, kBlockM)));
-  }
+  w.n_start = tile.n_block * kBlockN;
+  w.keys_valid = min(kBlockN, seq.seqlen_k - w.n_start);
+  w.num_m = ceil_div(seq.seqlen_q, kBlockM);
+  const QueryBlocks query_blocks =
+      Mask(seq, p.is_causal).query_blocks<kBlockM, kBlockN>(w.n_start, w.keys_valid, w.num_m);
+  w.m_begin = query_blocks.begin;
+  w.m_masked_end = query_blocks.masked_end;
   w.total = kp.heads_per_split * (w.num_m - w.m_begin);
   return w;
+}
+
+// The block's mask, built where it is applied: a Mask held across the main loop keeps its
+// fields in registers (measured: one more spilled register in the d = 128 kernel); built at the
+// point of use it reads them from the kernel parameters.
+__device__ __forceinline__ Mask block_mask(const BwdParams& p, const BwdWork& w) {
+  return Mask(seq_info(p, w.batch), p.is_causal);
 }
 
 // Issues the cp.async loads of K and V of the block (no commit).
@@ -84,9 +83,12 @@ template <typename Traits, typename Element>
 __device__ __forceinline__ void load_kv(const BwdKernelParams& kp, const BwdWork& w,
                                         uint32_t s_base, int tid) {
   const BwdParams& p = kp.p;
-  const Element* k = static_cast<const Element*>(p.k) + w.batch * p.k_batch_stride +
+  const SeqInfo seq = seq_info(p, w.batch);
+  const Element* k = static_cast<const Element*>(p.k) +
+                     seq.k_offset(p.k_batch_stride, p.k_row_stride) +
                      w.head_k * p.k_head_stride + w.n_start * p.k_row_stride;
-  const Element* v = static_cast<const Element*>(p.v) + w.batch * p.v_batch_stride +
+  const Element* v = static_cast<const Element*>(p.v) +
+                     seq.k_offset(p.v_batch_stride, p.v_row_stride) +
                      w.head_k * p.v_head_stride + w.n_start * p.v_row_stride;
   load_tile_sw128<Traits::kBlockN, Traits::kChunks, Traits::kNThreads>(
       s_base + Traits::kOffK, k, p.k_row_stride, w.keys_valid, p.head_dim, tid);
@@ -103,16 +105,19 @@ __device__ __forceinline__ void load_query_block(const BwdKernelParams& kp, cons
   constexpr int kBlockM = Traits::kBlockM;
   const BwdParams& p = kp.p;
   const int row0 = m * kBlockM;
-  const Element* q = static_cast<const Element*>(p.q) + w.batch * p.q_batch_stride +
+  const SeqInfo seq = seq_info(p, w.batch);
+  const Element* q = static_cast<const Element*>(p.q) +
+                     seq.q_offset(p.q_batch_stride, p.q_row_stride) +
                      head * p.q_head_stride + row0 * p.q_row_stride;
-  const Element* dout = static_cast<const Element*>(p.dout) + w.batch * p.do_batch_stride +
+  const Element* dout = static_cast<const Element*>(p.dout) +
+                        seq.q_offset(p.do_batch_stride, p.do_row_stride) +
                         head * p.do_head_stride + row0 * p.do_row_stride;
   load_tile_sw128<kBlockM, Traits::kChunks, Traits::kNThreads>(
-      s_base + Traits::kOffQ + stage * Traits::kQBytes, q, p.q_row_stride, p.seqlen_q - row0,
+      s_base + Traits::kOffQ + stage * Traits::kQBytes, q, p.q_row_stride, seq.seqlen_q - row0,
       p.head_dim, tid);
   load_tile_sw128<kBlockM, Traits::kChunks, Traits::kNThreads>(
       s_base + Traits::kOffDO + stage * Traits::kQBytes, dout, p.do_row_stride,
-      p.seqlen_q - row0, p.head_dim, tid);
+      seq.seqlen_q - row0, p.head_dim, tid);
   backward::load_row_stats_async<Traits>(
       kp, (static_cast<int64_t>(w.batch) * p.num_heads + head) * kp.rows + row0, s_base, stage,
       tid);
@@ -223,9 +228,10 @@ __device__ __forceinline__ void store_dkdv(const BwdKernelParams& kp, const BwdW
       }
     }
     __syncthreads();
-    Element* dk = static_cast<Element*>(p.dk) + w.batch * p.dk_batch_stride +
+    const SeqInfo seq = seq_info(p, w.batch);
+    Element* dk = static_cast<Element*>(p.dk) + seq.k_offset(p.dk_batch_stride, p.dk_row_stride) +
                   w.head_k * p.dk_head_stride + w.n_start * p.dk_row_stride;
-    Element* dv = static_cast<Element*>(p.dv) + w.batch * p.dv_batch_stride +
+    Element* dv = static_cast<Element*>(p.dv) + seq.k_offset(p.dv_batch_stride, p.dv_row_stride) +
                   w.head_k * p.dv_head_stride + w.n_start * p.dv_row_stride;
     constexpr int kTotal = kBlockN * Traits::kChunks;
     static_assert(kTotal % Traits::kNThreads == 0, "whole passes");

@@ -36,8 +36,8 @@
 #include "flashattn_cu/flashattn_cu.h"
 
 #include "../common/bwd_math.h"
-#include "../common/mask.h"
 #include "../common/numeric.h"
+#include "../problem/mask.h"
 #include "../ptx/atomic.h"
 #include "../ptx/math.h"
 #include "../ptx/wgmma.h"
@@ -137,8 +137,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
     ptx::fence_operand(acc_s);
 
     if (m < w.m_masked_end) {
-      mask_scores_transposed(acc_s, w.n_start + warp_key0, m * kBlockM, p.seqlen_q, p.seqlen_k,
-                             p.is_causal, lane);
+      block_mask(p, w).apply_transposed(acc_s, w.n_start + warp_key0, m * kBlockM, lane);
     }
     probs_from_scores(acc_s, s_max, s_log2sum, 0, scale_log2, t);  // P^T, in place
 

@@ -7,6 +7,7 @@
 
 #include "../bwd/pipeline.h"
 #include "../launch.h"
+#include "../problem/scheduler.h"
 #include "../tiles.h"
 #include "bwd_kernel.h"
 #include "bwd_split_kernel.h"
@@ -31,8 +32,8 @@ Status run_bwd(const BwdParams& p, cudaStream_t stream) {
                                     BwdTraits<kHeadDim, tile.block_m>>;
   static_assert(Traits::kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
   return backward::run_bwd_pipeline<Element, kHeadDim>(p, stream, [&](const BwdKernelParams& kp) {
-    const int64_t blocks =
-        ceil_div<int64_t>(p.seqlen_k, Traits::kBlockN) * p.batch * p.num_heads_k * kp.kv_splits;
+    const int64_t blocks = key_tile_count(ceil_div(p.seqlen_k, Traits::kBlockN), p.batch,
+                                          p.num_heads_k, kp.kv_splits);
     if (blocks > INT_MAX) return Status::kInvalidArgument;
     if (blocks > 0) {
       const Status st = launch_kernel<main_kernel<Element, Traits, tile.split>()>(

@@ -23,8 +23,8 @@
 #include "flashattn_cu/flashattn_cu.h"
 
 #include "../common/bwd_math.h"
-#include "../common/mask.h"
 #include "../common/numeric.h"
+#include "../problem/mask.h"
 #include "../ptx/atomic.h"
 #include "../ptx/math.h"
 #include "../ptx/wgmma.h"
@@ -121,8 +121,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
 
     if (wg == 0) {
       if (m < w.m_masked_end) {
-        mask_scores_transposed(acc, w.n_start + warp_key0, m * kBlockM, p.seqlen_q, p.seqlen_k,
-                               p.is_causal, lane);
+        block_mask(p, w).apply_transposed(acc, w.n_start + warp_key0, m * kBlockM, lane);
       }
       probs_from_scores(acc, s_max, s_log2sum, 0, scale_log2, t);  // P^T, in place
 #pragma unroll

@@ -35,18 +35,13 @@ constexpr int kMaxSeqlen = 2147418112;
 // Human-readable name of a status.
 const char* status_string(Status status);
 
-struct FwdParams {
+// What fwd() and bwd() share: the problem's sizes, the layouts of q, k, v and o, and the softmax.
+// The entry points copy what the kernels need into private kernel parameters, so a new kernel
+// field never changes this ABI.
+struct AttnParams {
   const void* q = nullptr;
   const void* k = nullptr;
   const void* v = nullptr;
-  void* o = nullptr;
-  float* lse = nullptr;  // (batch, num_heads, seqlen_q), contiguous: natural-log LSE, +inf for a
-                         // row that sees no key
-  // Optional (null: not written). Per row (batch, num_heads, seqlen_q, 2), contiguous: the row's
-  // max score before scaling and log2 of its sum of exp2((s - max) * scale * log2(e)), or
-  // (+inf, 0) for a row that sees no key. bwd() recomputes the probabilities from these exactly
-  // at any logit magnitude; from lse alone they carry lse's rounding (see BwdParams).
-  float* softmax_stats = nullptr;
 
   int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
   int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
@@ -65,11 +60,19 @@ struct FwdParams {
   DType dtype = DType::kFloat16;
 };
 
-struct BwdParams {
-  // Forward inputs and outputs.
-  const void* q = nullptr;
-  const void* k = nullptr;
-  const void* v = nullptr;
+struct FwdParams : AttnParams {
+  void* o = nullptr;
+  float* lse = nullptr;  // (batch, num_heads, seqlen_q), contiguous: natural-log LSE, +inf for a
+                         // row that sees no key
+  // Optional (null: not written). Per row (batch, num_heads, seqlen_q, 2), contiguous: the row's
+  // max score before scaling and log2 of its sum of exp2((s - max) * scale * log2(e)), or
+  // (+inf, 0) for a row that sees no key. bwd() recomputes the probabilities from these exactly
+  // at any logit magnitude; from lse alone they carry lse's rounding (see BwdParams).
+  float* softmax_stats = nullptr;
+};
+
+struct BwdParams : AttnParams {
+  // The forward's output and row statistics.
   const void* o = nullptr;
   const float* lse = nullptr;  // (batch, num_heads, seqlen_q), contiguous, as fwd() wrote it
   // Optional: fwd()'s softmax_stats for these inputs. When given, the probabilities are
@@ -86,26 +89,12 @@ struct BwdParams {
   // initialised (bwd() clears what it needs on the stream).
   void* workspace = nullptr;
 
-  int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
-  int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
-  int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;
-  int64_t o_batch_stride = 0, o_row_stride = 0, o_head_stride = 0;
   int64_t do_batch_stride = 0, do_row_stride = 0, do_head_stride = 0;
   int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;
   int64_t dk_batch_stride = 0, dk_row_stride = 0, dk_head_stride = 0;
   int64_t dv_batch_stride = 0, dv_row_stride = 0, dv_head_stride = 0;
 
-  int batch = 0;
-  int seqlen_q = 0;
-  int seqlen_k = 0;
-  int num_heads = 0;
-  int num_heads_k = 0;
-  int head_dim = 0;
-
-  float softmax_scale = 0.f;
-  bool is_causal = false;
   bool deterministic = false;  // true: dq, dk, dv bitwise identical run to run (no float atomics)
-  DType dtype = DType::kFloat16;
 };
 
 // Last CUDA error seen by the entry points of this thread (cudaSuccess if none).
