@@ -4,9 +4,9 @@ Knobs (environment variables):
   FLASHATTN_CU_ARCHS       GPU archs to emit machine code for, ";" or "," separated
                            (default "80;90a"). PTX for the lowest listed non-"a" arch is embedded
                            too, so newer GPUs can JIT it.
-  FLASHATTN_CU_HEAD_DIMS   head-dim instances to compile (default all: 32,64,...,256), e.g. "128"
-                           or "64,128" for fast iteration; calls with other head dims then fail
-                           with "unsupported head dim".
+  FLASHATTN_CU_HEAD_DIMS   head-dim instances to compile (default all: every one listed in
+                           csrc/flash/head_dims.h), e.g. "128" or "64,128" for fast iteration;
+                           calls with other head dims then fail with "unsupported head dim".
   FLASHATTN_CU_PTXAS_VERBOSE=1   add -Xptxas -v (registers, spills, smem per kernel).
   MAX_JOBS                 parallel compile jobs (read by torch.utils.cpp_extension).
   CUDA_HOME / CUDA_PATH    the CUDA toolkit; when unset, found from where `nvcc` really lives.
@@ -21,8 +21,22 @@ import subprocess
 from setuptools import find_packages, setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-ALL_HEAD_DIMS = (32, 64, 96, 128, 160, 192, 224, 256)
 DEFAULT_ARCHS = "80;90a"
+
+
+def head_dim_instances():
+    """Every head-dim instance, from the one list: FLASHATTN_CU_HEAD_DIM_INSTANCES in
+    csrc/flash/head_dims.h (which dispatch.cu and CMakeLists.txt read too)."""
+    header = os.path.join(ROOT, "csrc", "flash", "head_dims.h")
+    with open(header) as f:
+        m = re.search(r"^#define FLASHATTN_CU_HEAD_DIM_INSTANCES\s+(\d+(?:\s*,\s*\d+)*)\s*$",
+                      f.read(), re.M)
+    if not m:
+        raise RuntimeError(f"{header}: no '#define FLASHATTN_CU_HEAD_DIM_INSTANCES ...' line")
+    return tuple(int(x) for x in m.group(1).split(","))
+
+
+ALL_HEAD_DIMS = head_dim_instances()
 
 
 def find_cuda_home():
@@ -104,8 +118,9 @@ def version():
 archs = parse_list(os.environ.get("FLASHATTN_CU_ARCHS", DEFAULT_ARCHS))
 head_dims = head_dims_from_env()
 built_archs = ",".join(dict.fromkeys(a.rstrip("a") for a in archs))
-# nvcc splits -D values at commas unless escaped ("\\,"); the list initialises an int array.
-defines = [f"-DFLASHATTN_CU_HDIM_{d}" for d in head_dims] + [
+# nvcc splits -D values at commas unless escaped ("\\,"); each list initialises an int array.
+defines = [
+    "-DFLASHATTN_CU_BUILT_HEAD_DIMS=" + "\\,".join(str(d) for d in head_dims),
     "-DFLASHATTN_CU_BUILT_ARCHS=" + built_archs.replace(",", "\\,"),
     f"-DFLASHATTN_CU_HAS_SM90A={int('90a' in archs)}",
 ]

@@ -8,6 +8,7 @@ The ops have fake (meta) implementations below, so `torch.compile(fullgraph=True
 `flash_attn_func`, forward and backward, without a graph break.
 """
 
+import functools
 import math
 import numbers
 import struct
@@ -15,7 +16,7 @@ import struct
 import torch
 import torch.nn.functional as F
 
-from flashattn_cu import _C  # noqa: F401  (loads the library that defines torch.ops.flashattn_cu)
+from flashattn_cu import _C  # also loads the library that defines torch.ops.flashattn_cu
 
 __all__ = ["flash_attn_func", "FlashAttnFunc"]
 
@@ -197,9 +198,20 @@ def _as_float32(x):
         return math.inf
 
 
+# Every head-dim instance, built or not (csrc/flash/head_dims.h), ascending.
+_HEAD_DIM_INSTANCES = tuple(_C.head_dim_instances())
+
+
 def _head_dim_instance(head_dim):
-    """The compiled head-dim instance that runs `head_dim` (after padding to a multiple of 8)."""
-    return next(d for d in (32, 64, 96, 128, 160, 192, 224, 256) if d >= head_dim)
+    """The compiled head-dim instance that runs `head_dim` (after padding to a multiple of 8):
+    the smallest instance >= head_dim, as round_head_dim() in csrc/flash/head_dims.h."""
+    return next(d for d in _HEAD_DIM_INSTANCES if d >= head_dim)
+
+
+@functools.lru_cache(maxsize=None)
+def _built_head_dims():
+    """The head-dim instances compiled into this build (FLASHATTN_CU_HEAD_DIMS), ascending."""
+    return tuple(_C.built_head_dims())
 
 
 _capability_cache = {}
@@ -278,6 +290,8 @@ def _check_tensors(q, k, v):
 
 
 def _check_devices(q, k, v):
+    """Where the call runs: CUDA tensors on one sm_80+ GPU, and this build's instance of the head
+    dim."""
     tensors = (q, k, v)
     for name, t in zip(_NAMES, tensors):
         if t.device.type != "cuda":
@@ -291,13 +305,23 @@ def _check_devices(q, k, v):
                 f"flash_attn_func: {name} is on {t.device} but q is on {q.device}; q, k, v must "
                 "be on the same GPU"
             )
-    # The C++ op checks the device too; skip the Python query while torch.compile traces.
+    # The C++ op checks the device and the head dim too (the latter without naming what the
+    # build has); skip the Python queries while torch.compile traces.
     if not torch.compiler.is_compiling():
         major, minor = _device_capability(q.device)
         if major < 8:
             raise RuntimeError(
                 f"flash_attn_func: {q.device} ({torch.cuda.get_device_name(q.device)}) is "
                 f"sm_{major}{minor}; flashattn_cu needs sm_80 or newer (Ampere, Ada, Hopper)"
+            )
+        head_dim = q.shape[-1]
+        instance, built = _head_dim_instance(head_dim), _built_head_dims()
+        if instance not in built:
+            raise RuntimeError(
+                f"flash_attn_func: unsupported head dim {head_dim}: it runs on the head-dim "
+                f"instance {instance}, which this build does not have (built: "
+                f"{', '.join(str(d) for d in built)}); rebuild flashattn_cu with {instance} in "
+                "FLASHATTN_CU_HEAD_DIMS, or with FLASHATTN_CU_HEAD_DIMS unset for every instance"
             )
 
 

@@ -7,7 +7,8 @@ from flashattn_cu.testing import max_abs_diff
 
 # (nheads, nheads_k)
 HEADS = {"mha": (6, 6), "gqa": (6, 2), "mqa": (6, 1)}
-HEAD_DIMS = [32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256]
+# Every head-dim instance, and head dims that run zero-padded on one.
+HEAD_DIMS = sorted({*_C.head_dim_instances(), 40, 59, 80, 111})
 SEQLEN_PAIRS = [(1, 239), (113, 203), (128, 217), (512, 256), (1023, 1024), (2048, 2048),
                 (3, 799), (239, 1), (799, 3)]
 DTYPES = [torch.float16, torch.bfloat16]
@@ -16,7 +17,7 @@ DEVICE = "cuda"
 
 def instance_for(head_dim):
     """The compiled head-dim instance that runs `head_dim`."""
-    return next(d for d in (32, 64, 96, 128, 160, 192, 224, 256) if d >= head_dim)
+    return next(d for d in _C.head_dim_instances() if d >= head_dim)
 
 
 def layouts(device, b=2, s=24, h=4, d=64, dtype=torch.bfloat16):

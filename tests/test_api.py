@@ -1,9 +1,12 @@
 """CPU tests of the Python API: signature, validation messages, unsupported features, the fake
 (meta) implementations and torch.compile tracing. None of these needs a GPU."""
 
+import contextlib
 import inspect
+import re
 import subprocess
 import sys
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -49,8 +52,23 @@ def test_signature_matches_flash_attn_2():
 def test_build_info():
     archs, dims = _C.built_archs(), _C.built_head_dims()
     assert archs and all(a >= 80 for a in archs), archs
-    assert dims and set(dims) <= {32, 64, 96, 128, 160, 192, 224, 256}, dims
+    assert dims and set(dims) <= set(_C.head_dim_instances()), dims
     assert dims == sorted(dims)
+    assert fai._built_head_dims() == tuple(dims)
+
+
+def test_head_dim_instances():
+    """One list (csrc/flash/head_dims.h) behind the extension, the kernels' round_head_dim()
+    and the Python interface's _head_dim_instance()."""
+    instances = _C.head_dim_instances()
+    assert instances == sorted(set(instances)) and all(d > 0 and d % 8 == 0 for d in instances)
+    assert instances[-1] == fai._MAX_HEAD_DIM
+    header = Path(__file__).resolve().parent.parent / "csrc" / "flash" / "head_dims.h"
+    m = re.search(r"^#define FLASHATTN_CU_HEAD_DIM_INSTANCES\s+(.+)$", header.read_text(), re.M)
+    assert [int(x) for x in m.group(1).split(",")] == instances, "extension built from another list"
+    for d in range(1, fai._MAX_HEAD_DIM + 1):
+        smallest = min(i for i in instances if i >= d)
+        assert _C._round_head_dim(d) == fai._head_dim_instance(d) == smallest, d
 
 
 def test_kernel_path_switch():
@@ -221,6 +239,17 @@ def _fake_cuda_qkv(devices=("cuda:0", "cuda:0", "cuda:0"), d=64):
     return [torch.empty(s, dtype=F16, device=dev) for s, dev in zip(shapes, devices)]
 
 
+@contextlib.contextmanager
+def _pretend_gpu(capability, built=None):
+    """FakeTensorMode on a pretend GPU of compute capability `capability`, with a build that has
+    the head-dim instances `built` (default: every one, whatever this build holds)."""
+    built = tuple(_C.head_dim_instances() if built is None else built)
+    with FakeTensorMode(), \
+            mock.patch.object(fai, "_device_capability", return_value=capability), \
+            mock.patch.object(fai, "_built_head_dims", return_value=built):
+        yield
+
+
 @pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.device_count() < 2,
                     reason="FakeTensorMode cannot fake cuda:1 next to a real single GPU")
 def test_different_gpus_rejected():
@@ -231,12 +260,31 @@ def test_different_gpus_rejected():
 
 
 def test_pre_ampere_gpu_rejected():
-    with FakeTensorMode(), \
-            mock.patch.object(fai, "_device_capability", return_value=(7, 5)), \
+    with _pretend_gpu((7, 5)), \
             mock.patch.object(torch.cuda, "get_device_name", return_value="Tesla T4"):
         q, k, v = _fake_cuda_qkv()
         _raises(RuntimeError, r"cuda:0 \(Tesla T4\) is sm_75; flashattn_cu needs sm_80 or newer",
                 q, k, v)
+
+
+@pytest.mark.parametrize("missing", _C.head_dim_instances())
+def test_head_dim_not_built_message(missing):
+    """A build without the instance `missing` (FLASHATTN_CU_HEAD_DIMS) says so, naming the head
+    dim, the instance and what the build has, also for head dims padded up to the instance; the
+    instances it has still run. On a GPU, test_forward.py::test_head_dim_not_built_reports_clearly
+    checks a real partial build."""
+    instances = _C.head_dim_instances()
+    built = [d for d in instances if d != missing]
+    below = ([0] + instances)[instances.index(missing)]  # the next smaller instance, or 0
+    with _pretend_gpu((8, 0), built):
+        for d in sorted({below + 1, missing - 3, missing}):
+            _raises(RuntimeError, rf"flash_attn_func: unsupported head dim {d}: it runs on the "
+                    rf"head-dim instance {missing}, which this build does not have \(built: "
+                    rf"{', '.join(map(str, built))}\); rebuild flashattn_cu with {missing} in "
+                    "FLASHATTN_CU_HEAD_DIMS", *_fake_cuda_qkv(d=d))
+        for d in built:
+            q, k, v = _fake_cuda_qkv(d=d)
+            assert flash_attn_func(q, k, v).shape == q.shape
 
 
 # --------------------------------------------------------------------------------------------
@@ -245,7 +293,7 @@ def test_pre_ampere_gpu_rejected():
 
 @pytest.mark.parametrize("d", [32, 59, 111, 256])
 def test_fake_cuda_shapes_and_padding(d):
-    with FakeTensorMode(), mock.patch.object(fai, "_device_capability", return_value=(9, 0)):
+    with _pretend_gpu((9, 0)):
         q, k, v = _fake_cuda_qkv(d=d)
         out, lse, s_dmask = flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
         assert out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
@@ -267,8 +315,7 @@ def _capture_apply():
 @pytest.mark.parametrize("d, scale", [(64, None), (59, None), (64, 0.3)])
 def test_default_scale_uses_original_head_dim(d, scale):
     calls, spy = _capture_apply()
-    with FakeTensorMode(), mock.patch.object(fai, "_device_capability", return_value=(8, 0)), \
-            mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
+    with _pretend_gpu((8, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
         q, k, v = _fake_cuda_qkv(d=d)
         flash_attn_func(q, k, v, softmax_scale=scale)
     (q_arg, _, _, scale_arg, causal_arg, det_arg), = calls
@@ -280,8 +327,7 @@ def test_default_scale_uses_original_head_dim(d, scale):
 @pytest.mark.parametrize("window, causal", [((-1, 0), True), ([-1, -1], False), ((-7, -2), False)])
 def test_window_sizes_that_mean_no_window_or_causal(window, causal):
     calls, spy = _capture_apply()
-    with FakeTensorMode(), mock.patch.object(fai, "_device_capability", return_value=(8, 0)), \
-            mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
+    with _pretend_gpu((8, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
         q, k, v = _fake_cuda_qkv()
         flash_attn_func(q, k, v, window_size=window, deterministic=True)
     assert calls[0][4] is causal and calls[0][5] is True

@@ -238,9 +238,19 @@ def test_opcheck_fwd():
 
 
 def test_head_dim_not_built_reports_clearly():
-    missing = [d for d in (32, 64, 96, 128, 160, 192, 224, 256) if d not in _C.built_head_dims()]
+    """A head-dim instance left out of the build, on the GPU: flash_attn_func's message and the
+    ops' own (C++ dispatch) error. Needs a build without some instance; the message is checked
+    on every build by test_api.py::test_head_dim_not_built_message (a pretend partial build)."""
+    missing = [d for d in _C.head_dim_instances() if d not in _C.built_head_dims()]
     if not missing:
-        pytest.skip("every head-dim instance is built")
-    q, k, v = make_qkv(1, 8, 8, 2, 2, missing[0], torch.float16)
-    with pytest.raises(RuntimeError, match="unsupported head dim"):
+        pytest.skip("every head-dim instance is built (test_api.py checks the message on the CPU)")
+    d = missing[0]
+    q, k, v = make_qkv(1, 8, 8, 2, 2, d, torch.float16)
+    with pytest.raises(RuntimeError, match=rf"unsupported head dim {d}: it runs on the head-dim "
+                       rf"instance {d}, which this build does not have"):
         flash_attn_func(q, k, v)
+    with pytest.raises(RuntimeError, match="fwd failed: unsupported head dim"):
+        torch.ops.flashattn_cu.fwd(q, k, v, 0.125, False)
+    out, lse = torch.zeros_like(q), torch.zeros(1, 2, 8, device=q.device)
+    with pytest.raises(RuntimeError, match="bwd failed: unsupported head dim"):
+        torch.ops.flashattn_cu.bwd(out, q, k, v, out, lse, 0.125, False, False)

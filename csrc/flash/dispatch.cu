@@ -1,11 +1,13 @@
 // The one place that picks arch path, dtype and head-dim instance. Torch-free.
 #include <cmath>
 #include <initializer_list>
+#include <utility>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "flashattn_cu/flashattn_cu.h"
+#include "head_dims.h"
 #include "launch.h"
 #include "bwd/params.h"
 #include "sm80/launch.h"
@@ -20,6 +22,11 @@
 // setup.py defines it when sm_90a machine code is built (the sm90/ instances then exist).
 #ifndef FLASHATTN_CU_HAS_SM90A
 #define FLASHATTN_CU_HAS_SM90A 0
+#endif
+// The head-dim instances compiled in (FLASHATTN_CU_HEAD_DIMS of setup.py / CMakeLists.txt), an
+// int array initializer such as 64,128; every instance of head_dims.h when absent.
+#ifndef FLASHATTN_CU_BUILT_HEAD_DIMS
+#define FLASHATTN_CU_BUILT_HEAD_DIMS FLASHATTN_CU_HEAD_DIM_INSTANCES
 #endif
 
 namespace flashattn_cu {
@@ -97,42 +104,38 @@ Status check_common(const Params& p) {
   return Status::kSuccess;
 }
 
+constexpr int kBuiltHeadDims[] = {FLASHATTN_CU_BUILT_HEAD_DIMS};
+constexpr int kNumBuiltHeadDims =
+    static_cast<int>(sizeof(kBuiltHeadDims) / sizeof(kBuiltHeadDims[0]));
+
+constexpr bool built_head_dims_ok() {
+  for (int i = 0; i < kNumBuiltHeadDims; ++i) {
+    if (!is_head_dim_instance(kBuiltHeadDims[i])) return false;
+    if (i > 0 && kBuiltHeadDims[i] <= kBuiltHeadDims[i - 1]) return false;
+  }
+  return true;
+}
+static_assert(built_head_dims_ok(),
+              "FLASHATTN_CU_BUILT_HEAD_DIMS: ascending instances of head_dims.h");
+
+// fn.template run<Element, kBuiltHeadDims[I]>() for the one I whose instance is `rounded`;
+// kUnsupportedHeadDim when none is.
+template <typename Element, typename Fn, std::size_t... I>
+Status run_built_instance(int rounded, const Fn& fn, std::index_sequence<I...>) {
+  Status status = Status::kUnsupportedHeadDim;
+  (void)((rounded == kBuiltHeadDims[I] &&
+          (status = fn.template run<Element, kBuiltHeadDims[I]>(), true)) ||
+         ...);
+  return status;
+}
+
 // Calls fn.template run<Element, kHeadDim>() for the compiled instance covering head_dim.
 template <typename Fn>
 Status dispatch_instance(DType dtype, int head_dim, const Fn& fn) {
   const int rounded = round_head_dim(head_dim);
-#define FLASHATTN_CU_CASE(D)                                                        \
-  if (rounded == D) {                                                               \
-    return dtype == DType::kBFloat16 ? fn.template run<__nv_bfloat16, D>() \
-                                     : fn.template run<__half, D>();       \
-  }
-#ifdef FLASHATTN_CU_HDIM_32
-  FLASHATTN_CU_CASE(32)
-#endif
-#ifdef FLASHATTN_CU_HDIM_64
-  FLASHATTN_CU_CASE(64)
-#endif
-#ifdef FLASHATTN_CU_HDIM_96
-  FLASHATTN_CU_CASE(96)
-#endif
-#ifdef FLASHATTN_CU_HDIM_128
-  FLASHATTN_CU_CASE(128)
-#endif
-#ifdef FLASHATTN_CU_HDIM_160
-  FLASHATTN_CU_CASE(160)
-#endif
-#ifdef FLASHATTN_CU_HDIM_192
-  FLASHATTN_CU_CASE(192)
-#endif
-#ifdef FLASHATTN_CU_HDIM_224
-  FLASHATTN_CU_CASE(224)
-#endif
-#ifdef FLASHATTN_CU_HDIM_256
-  FLASHATTN_CU_CASE(256)
-#endif
-#undef FLASHATTN_CU_CASE
-  (void)fn;
-  return Status::kUnsupportedHeadDim;
+  constexpr auto kBuilt = std::make_index_sequence<kNumBuiltHeadDims>();
+  return dtype == DType::kBFloat16 ? run_built_instance<__nv_bfloat16>(rounded, fn, kBuilt)
+                                   : run_built_instance<__half>(rounded, fn, kBuilt);
 }
 
 struct FwdRunner {
@@ -270,35 +273,13 @@ int built_archs(int* out, int max) {
 }
 
 int built_head_dims(int* out, int max) {
-  static const int kDims[] = {
-#ifdef FLASHATTN_CU_HDIM_32
-      32,
-#endif
-#ifdef FLASHATTN_CU_HDIM_64
-      64,
-#endif
-#ifdef FLASHATTN_CU_HDIM_96
-      96,
-#endif
-#ifdef FLASHATTN_CU_HDIM_128
-      128,
-#endif
-#ifdef FLASHATTN_CU_HDIM_160
-      160,
-#endif
-#ifdef FLASHATTN_CU_HDIM_192
-      192,
-#endif
-#ifdef FLASHATTN_CU_HDIM_224
-      224,
-#endif
-#ifdef FLASHATTN_CU_HDIM_256
-      256,
-#endif
-      0};
-  const int n = static_cast<int>(sizeof(kDims) / sizeof(kDims[0])) - 1;
-  for (int i = 0; i < n && i < max; ++i) out[i] = kDims[i];
-  return n;
+  for (int i = 0; i < kNumBuiltHeadDims && i < max; ++i) out[i] = kBuiltHeadDims[i];
+  return kNumBuiltHeadDims;
+}
+
+int head_dim_instances(int* out, int max) {
+  for (int i = 0; i < kNumHeadDimInstances && i < max; ++i) out[i] = kHeadDimInstances[i];
+  return kNumHeadDimInstances;
 }
 
 }  // namespace flashattn_cu

@@ -8,6 +8,8 @@
 // ~255 registers/thread, so 4 warps x 255 = 2 blocks/SM; 16 rows per warp for d > 128.
 #pragma once
 
+#include "head_dims.h"  // round_head_dim(): the instance that runs a head dim
+
 namespace flashattn_cu {
 
 struct FwdTile {
@@ -37,13 +39,6 @@ __host__ __device__ constexpr FwdTile fwd_tile_sm80(int head_dim, bool small_sme
   if (head_dim <= 128) return FwdTile{128, 64, 4, true};
   if (head_dim <= 224 || !small_smem) return FwdTile{64, 64, 4};
   return FwdTile{64, 32, 4};
-}
-
-// Head dims that get their own compiled instance; a call with head_dim d runs the smallest
-// instance >= d with the columns past d zero-filled on load and skipped on store.
-__host__ __device__ constexpr int round_head_dim(int head_dim) {
-  return head_dim <= 32 ? 32 : head_dim <= 64 ? 64 : head_dim <= 96 ? 96 : head_dim <= 128 ? 128
-       : head_dim <= 160 ? 160 : head_dim <= 192 ? 192 : head_dim <= 224 ? 224 : 256;
 }
 
 __host__ __device__ constexpr int fwd_smem_bytes(FwdTile tile, int head_dim) {

@@ -26,6 +26,7 @@
 #include <torch/library.h>
 
 #include "flashattn_cu/flashattn_cu.h"
+#include "head_dims.h"  // round_head_dim(), for the test hook _round_head_dim
 
 namespace {
 
@@ -342,6 +343,12 @@ std::vector<int64_t> built_head_dims() {
   return std::vector<int64_t>(buf, buf + std::min(n, 32));
 }
 
+std::vector<int64_t> head_dim_instances() {
+  int buf[32];
+  const int n = flashattn_cu::head_dim_instances(buf, 32);
+  return std::vector<int64_t>(buf, buf + std::min(n, 32));
+}
+
 }  // namespace
 
 TORCH_LIBRARY(flashattn_cu, m) {
@@ -363,6 +370,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "flashattn_cu native extension (ops live in torch.ops.flashattn_cu)";
   m.def("built_archs", &built_archs, "Compute capabilities this build has machine code for");
   m.def("built_head_dims", &built_head_dims, "Head-dim instances compiled into this build");
+  m.def("head_dim_instances", &head_dim_instances,
+        "Every head-dim instance, built or not; a head dim runs on the smallest one >= it");
+  m.def(
+      "_round_head_dim", [](int head_dim) { return flashattn_cu::round_head_dim(head_dim); },
+      "Test-only: the instance the kernels run `head_dim` on (round_head_dim of head_dims.h)");
   m.def(
       "_set_poison_outputs", [](bool on) { g_poison_outputs.store(on); },
       "Test-only: fill outputs with NaN right after allocation");

@@ -13,6 +13,7 @@
 
 #include "flashattn_cu/flashattn_cu.h"
 
+#include "head_dims.h"      // round_head_dim(), checked against head_dim_instances()
 #include "problem/mask.h"  // the mask policy (host/device), checked here near INT_MAX
 
 namespace {
@@ -95,6 +96,23 @@ int main() {
   int buf[16];
   expect(flashattn_cu::built_archs(buf, 16) > 0 && buf[0] >= 80, "built_archs: sm_80 or newer");
   expect(flashattn_cu::built_head_dims(buf, 16) > 0, "built_head_dims: at least one");
+  int instances[16];
+  const int n_instances = flashattn_cu::head_dim_instances(instances, 16);
+  expect(n_instances > 0 && n_instances <= 16 && instances[n_instances - 1] == 256,
+         "head_dim_instances: up to 256");
+  bool built_are_instances = true;
+  for (int i = 0, n = flashattn_cu::built_head_dims(buf, 16); i < n && i < 16; ++i) {
+    bool found = false;
+    for (int j = 0; j < n_instances && j < 16; ++j) found = found || buf[i] == instances[j];
+    built_are_instances = built_are_instances && found;
+  }
+  expect(built_are_instances, "built_head_dims: among head_dim_instances");
+  bool rounds = true;
+  for (int d = 1, j = 0; d <= 256 && j < n_instances && j < 16; ++d) {
+    if (d > instances[j]) ++j;
+    rounds = rounds && j < n_instances && flashattn_cu::round_head_dim(d) == instances[j];
+  }
+  expect(rounds, "round_head_dim: the smallest instance >= head_dim, for 1..256");
 
   // Forward argument checks.
   expect_status<FwdParams>("fwd: nheads % nheads_k != 0", [](FwdParams& p) { p.num_heads = 7; }, S::kInvalidArgument);

@@ -122,5 +122,9 @@ KernelPath kernel_path();
 int built_archs(int* out, int max);
 // Head-dim instances compiled into this build (32, 64, ..., 256); returns how many.
 int built_head_dims(int* out, int max);
+// Every head-dim instance the library defines, built into this one or not (32, 64, ..., 256),
+// ascending: a head_dim runs on the smallest instance >= it, which must be among
+// built_head_dims() (else kUnsupportedHeadDim). Filled into `out` (up to `max`); returns how many.
+int head_dim_instances(int* out, int max);
 
 }  // namespace flashattn_cu
