@@ -119,13 +119,15 @@ def test_launch_does_not_take_an_unrelated_error():
         after_op = rt.cudaPeekAtLastError()  # torch's own calls around the op may clear it
 
         # flashattn_cu::fwd(const FwdParams&, cudaStream_t) straight from the extension.
+        # The layout of flashattn_cu.h: the AttnParams base, then FwdParams' own fields.
         class FwdParams(ctypes.Structure):
-            _fields_ = ([(n, ctypes.c_void_p) for n in ("q", "k", "v", "o", "lse", "stats")]
+            _fields_ = ([(n, ctypes.c_void_p) for n in ("q", "k", "v")]
                         + [(f"s{i}", ctypes.c_int64) for i in range(12)]
                         + [(n, ctypes.c_int) for n in ("batch", "seqlen_q", "seqlen_k",
                                                        "num_heads", "num_heads_k", "head_dim")]
                         + [("scale", ctypes.c_float), ("causal", ctypes.c_bool),
-                           ("dtype", ctypes.c_int)])
+                           ("dtype", ctypes.c_int)]
+                        + [(n, ctypes.c_void_p) for n in ("o", "lse", "stats")])
         p = FwdParams()
         p.q = p.k = p.v = q.data_ptr()
         p.o, p.lse, p.stats = out.data_ptr(), lse.data_ptr(), stats.data_ptr()
