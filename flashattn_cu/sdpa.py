@@ -34,8 +34,8 @@ import logging
 
 import torch
 
-from flashattn_cu import _C
-from flashattn_cu.flash_attn_interface import _device_capability, _head_dim_instance
+from flashattn_cu.flash_attn_interface import (_built_head_dims, _device_capability,
+                                                _head_dim_instance)
 
 __all__ = ["activate", "deactivate", "is_active", "call_counts", "reset_call_counts", "NAME"]
 
@@ -81,7 +81,7 @@ def _unsupported(query, key, value, dropout_p, is_causal, *more):
         return "head dims differ"
     if head_dim % 8 != 0 or not 0 < head_dim <= 256:
         return "head dim not a multiple of 8 up to 256"
-    if _head_dim_instance(head_dim) not in _C.built_head_dims():
+    if _head_dim_instance(head_dim) not in _built_head_dims():
         return "head dim not in this build"
     if any(t.stride(-1) != 1 and t.shape[-1] > 1 for t in tensors):
         return "head dim not contiguous"

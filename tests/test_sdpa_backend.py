@@ -18,6 +18,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashattn_cu.sdpa as fsdpa
+from flashattn_cu import _C
 from flashattn_cu.testing import attention_ref, max_abs_diff
 
 FWD = torch.ops.aten._scaled_dot_product_flash_attention.default
@@ -27,6 +28,20 @@ CUDA_LINE = "CUDA: registered at"
 def cuda_kernel_line():
     dump = torch._C._dispatch_dump("aten::_scaled_dot_product_flash_attention")
     return next(line for line in dump.splitlines() if line.startswith(CUDA_LINE))
+
+
+def full_build():
+    """The CPU tests decide as a build with every head-dim instance would."""
+    return mock.patch.object(fsdpa, "_built_head_dims",
+                             return_value=tuple(_C.head_dim_instances()))
+
+
+def need_built(*dims):
+    """GPU tests that must run flashattn_cu's kernel at these head dims skip on a build without
+    them (FLASHATTN_CU_HEAD_DIMS); the fallback decision itself is tested on CPU."""
+    missing = [d for d in dims if d not in fsdpa._built_head_dims()]
+    if missing:
+        pytest.skip(f"head dim instances {missing} not in this build")
 
 
 @pytest.fixture
@@ -105,14 +120,23 @@ def fake_bhsd(b=2, h=4, hk=None, sq=64, sk=64, d=64, dtype=torch.bfloat16):
 def test_fallback_reasons(change, reason):
     change = dict(change)
     dropout_p, causal = change.pop("dropout_p", 0.0), change.pop("causal", False)
-    with FakeTensorMode(), mock.patch.object(fsdpa, "_device_capability", return_value=(9, 0)):
+    with FakeTensorMode(), mock.patch.object(fsdpa, "_device_capability", return_value=(9, 0)), \
+            full_build():
         q, k, v = fake_bhsd(**change)
         got = fsdpa._unsupported(q, k, v, dropout_p, causal)
     assert got is not None and got.startswith(reason), got
 
 
+def test_head_dim_not_built_falls_back():
+    with FakeTensorMode(), mock.patch.object(fsdpa, "_device_capability", return_value=(9, 0)), \
+            mock.patch.object(fsdpa, "_built_head_dims", return_value=(128,)):
+        assert fsdpa._unsupported(*fake_bhsd(d=64), 0.0, False) == "head dim not in this build"
+        assert fsdpa._unsupported(*fake_bhsd(d=120), 0.0, False) is None  # runs on 128
+
+
 def test_served_cases():
-    with FakeTensorMode(), mock.patch.object(fsdpa, "_device_capability", return_value=(9, 0)):
+    with FakeTensorMode(), mock.patch.object(fsdpa, "_device_capability", return_value=(9, 0)), \
+            full_build():
         for args, causal in ((dict(), True), (dict(h=8, hk=2), True), (dict(sk=80), False),
                              (dict(d=128, sq=33, sk=33), True)):
             q, k, v = fake_bhsd(**args)
@@ -178,6 +202,7 @@ def direct(q, k, v, causal, dout, scale=None, deterministic=False):
 def test_sdpa_flash_runs_flashattn_cu(active, d, dtype, causal, deterministic):
     """Bitwise what flashattn_cu's ops give when called directly (dq too in deterministic mode;
     otherwise its fp32 atomics add in a run-dependent order), and the reference by the rule."""
+    need_built(d)
     q, k, v = bhsd(2, 4, 4, 300, 300, d, dtype, requires_grad=True)
     dout = torch.randn_like(q)
     previous = torch.are_deterministic_algorithms_enabled()
@@ -232,6 +257,7 @@ def layout_qkv(layout, b=2, h=8, s=100, d=64, dtype=torch.bfloat16):
 def test_output_tuple_matches_pytorchs_kernel(layout):
     """The 9-tuple, the output's strides and the gradients' strides as PyTorch's own kernel
     gives them (torch.compile'd graphs assert the strides of aten's meta functions)."""
+    need_built(64)
     q, k, v = layout_qkv(layout)
     dout = torch.randn_like(q)
     bwd = torch.ops.aten._scaled_dot_product_flash_attention_backward.default
@@ -293,6 +319,7 @@ def test_fallbacks_give_pytorchs_answer(case):
 
 @pytest.mark.gpu
 def test_deactivate_restores_pytorchs_kernel():
+    need_built(64)
     q, k, v = bhsd(1, 2, 2, 128, 128, 64, torch.bfloat16)
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         theirs = F.scaled_dot_product_attention(q, k, v)
@@ -305,6 +332,7 @@ def test_deactivate_restores_pytorchs_kernel():
 
 @pytest.mark.gpu
 def test_compile_and_cuda_graph(active):
+    need_built(64)
     q, k, v = bhsd(2, 4, 4, 256, 256, 64, torch.bfloat16)
 
     def attn(q, k, v):
@@ -335,6 +363,7 @@ def test_one_gpu_ring_emulation():
     """Ring attention on one GPU: the keys of one sequence in 4 shards, each attended to with
     flashattn_cu's forward (causal on the diagonal shard, full before it, skipped after), the
     partial outputs merged in fp32 through their LSEs; against the whole sequence at once."""
+    need_built(128)
     b, h, s, d, shards = 1, 4, 4096, 128, 4
     q, k, v = bhsd(b, h, h, s, s, d, torch.bfloat16)
     t = lambda x: x.transpose(1, 2)  # noqa: E731
@@ -362,6 +391,7 @@ def test_one_gpu_ring_emulation():
 
 @pytest.mark.gpu
 def test_transformers_model_runs_flashattn_cu(active):
+    need_built(32)
     transformers = pytest.importorskip("transformers")
     config = transformers.LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256,
                                       num_hidden_layers=2, num_attention_heads=4,
