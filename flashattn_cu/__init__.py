@@ -8,6 +8,11 @@ __version__ = "0.1.0"
 
 import torch  # noqa: E402,F401  (loads libc10/libtorch, which the extension links against)
 
-from flashattn_cu.flash_attn_interface import flash_attn_func  # noqa: E402
+from flashattn_cu.flash_attn_interface import (  # noqa: E402
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_qkvpacked_func,
+)
 
-__all__ = ["flash_attn_func", "__version__"]
+__all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
+           "__version__"]

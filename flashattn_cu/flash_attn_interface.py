@@ -381,3 +381,52 @@ def flash_attn_func(
     if return_attn_probs:
         return out, softmax_lse, None
     return out
+
+
+def _check_packed(name, t, dim, count, what):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != dim or t.shape[2] != count:
+        raise ValueError(f"{name} must be {what}, got shape {tuple(t.shape)}")
+
+
+def flash_attn_qkvpacked_func(
+    qkv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """flash_attn_func on a packed projection, as flash_attn 2.x: qkv (batch, seqlen, 3, nheads,
+    headdim) holds q, k and v (self-attention, so nheads_k == nheads); the other arguments and
+    the returns are flash_attn_func's. The gradient reaches qkv as one (batch, seqlen, 3, nheads,
+    headdim) tensor."""
+    _check_packed("qkv", qkv, 5, 3, "(batch, seqlen, 3, nheads, headdim)")
+    q, k, v = qkv.unbind(dim=2)
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                           alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_kvpacked_func(
+    q,
+    kv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """flash_attn_func with k and v packed, as flash_attn 2.x: q (batch, seqlen_q, nheads,
+    headdim), kv (batch, seqlen_k, 2, nheads_k, headdim); nheads % nheads_k == 0. The other
+    arguments and the returns are flash_attn_func's."""
+    _check_packed("kv", kv, 5, 2, "(batch, seqlen_k, 2, nheads_k, headdim)")
+    k, v = kv.unbind(dim=2)
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+                           alibi_slopes, deterministic, return_attn_probs)

@@ -1,0 +1,114 @@
+"""Padding helpers for variable-length batches, as flash_attn.bert_padding defines them.
+
+    from flashattn_cu.bert_padding import unpad_input, pad_input
+    x_unpad, indices, cu_seqlens, max_seqlen, seqused = unpad_input(x, attention_mask)
+    ...                                   # (total_tokens, ...) work, e.g. varlen attention
+    x = pad_input(y_unpad, indices, batch, seqlen)
+
+`attention_mask` is (batch, seqlen), nonzero (True / 1) for the tokens to keep. Tokens are kept in
+row-major order, so sequence b occupies rows cu_seqlens[b]:cu_seqlens[b + 1] of the unpadded
+tensor. Pure PyTorch (any device); gradients flow through every function.
+"""
+
+import torch
+
+__all__ = ["index_first_axis", "index_put_first_axis", "unpad_input", "pad_input"]
+
+
+class _IndexFirstAxis(torch.autograd.Function):
+    """input[indices] along the first axis; the backward scatters into zeros (no dense
+    (batch * seqlen) x (total) gather matrix, no atomics: indices are unique)."""
+
+    @staticmethod
+    def forward(ctx, input, indices):
+        ctx.save_for_backward(indices)
+        ctx.first_axis = input.shape[0]
+        return input.index_select(0, indices)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (indices,) = ctx.saved_tensors
+        grad_input = grad_output.new_zeros((ctx.first_axis,) + tuple(grad_output.shape[1:]))
+        grad_input.index_copy_(0, indices, grad_output)
+        return grad_input, None
+
+
+class _IndexPutFirstAxis(torch.autograd.Function):
+    """A (first_axis, ...) tensor of zeros with values[i] at row indices[i]."""
+
+    @staticmethod
+    def forward(ctx, values, indices, first_axis):
+        ctx.save_for_backward(indices)
+        out = values.new_zeros((first_axis,) + tuple(values.shape[1:]))
+        out.index_copy_(0, indices, values)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (indices,) = ctx.saved_tensors
+        return grad_output.index_select(0, indices), None, None
+
+
+def _check_indices(indices, what):
+    if not isinstance(indices, torch.Tensor) or indices.dim() != 1 or \
+            indices.dtype not in (torch.int64, torch.int32):
+        got = (f"a {indices.dim()}-d {indices.dtype} tensor" if isinstance(indices, torch.Tensor)
+               else type(indices).__name__)
+        raise ValueError(f"{what}: indices must be a 1-d int64 or int32 tensor, got {got}")
+    return indices.long()
+
+
+def index_first_axis(input, indices):
+    """input[indices] along the first axis, e.g. the kept tokens of a (batch * seqlen, ...)
+    tensor. input: at least 1-d; indices: 1-d integer tensor."""
+    indices = _check_indices(indices, "index_first_axis")
+    if input.dim() < 1:
+        raise ValueError("index_first_axis: input must have at least one dimension")
+    return _IndexFirstAxis.apply(input, indices)
+
+
+def index_put_first_axis(values, indices, first_axis):
+    """The inverse of index_first_axis: zeros of first_axis rows with values[i] at indices[i]."""
+    indices = _check_indices(indices, "index_put_first_axis")
+    if values.shape[0] != indices.shape[0]:
+        raise ValueError(f"index_put_first_axis: values has {values.shape[0]} rows but indices "
+                         f"has {indices.shape[0]}")
+    return _IndexPutFirstAxis.apply(values, indices, int(first_axis))
+
+
+def unpad_input(hidden_states, attention_mask, unused_mask=None):
+    """Drops the padding tokens of a padded batch.
+
+    hidden_states: (batch, seqlen, ...); attention_mask: (batch, seqlen), nonzero where a token is
+    kept; unused_mask (optional, (batch, seqlen)): tokens that are kept in the output but not
+    counted in `seqused` (flash_attn 2.7's contract, for KV caches with allocated but unused
+    slots). A token must not be set in both masks.
+
+    Returns (hidden_states (total, ...), indices (total,) int64 into the flattened batch * seqlen,
+    cu_seqlens (batch + 1,) int32, max_seqlen_in_batch (int), seqused (batch,) int32: the tokens
+    of each sequence set in attention_mask).
+    """
+    if attention_mask.dim() != 2 or tuple(attention_mask.shape) != tuple(hidden_states.shape[:2]):
+        raise ValueError(f"unpad_input: attention_mask must be (batch, seqlen) = "
+                         f"{tuple(hidden_states.shape[:2])}, got {tuple(attention_mask.shape)}")
+    keep = attention_mask.bool()
+    if unused_mask is not None:
+        if tuple(unused_mask.shape) != tuple(attention_mask.shape):
+            raise ValueError(f"unpad_input: unused_mask must have attention_mask's shape "
+                             f"{tuple(attention_mask.shape)}, got {tuple(unused_mask.shape)}")
+        keep = keep | unused_mask.bool()
+    seqlens = keep.sum(dim=-1, dtype=torch.int32)
+    seqused = attention_mask.bool().sum(dim=-1, dtype=torch.int32)
+    indices = torch.nonzero(keep.flatten(), as_tuple=False).flatten()
+    max_seqlen_in_batch = int(seqlens.max().item()) if seqlens.numel() > 0 else 0
+    cu_seqlens = torch.zeros(seqlens.shape[0] + 1, dtype=torch.int32, device=seqlens.device)
+    torch.cumsum(seqlens, dim=0, dtype=torch.int32, out=cu_seqlens[1:])
+    flat = hidden_states.reshape((-1,) + tuple(hidden_states.shape[2:]))
+    return index_first_axis(flat, indices), indices, cu_seqlens, max_seqlen_in_batch, seqused
+
+
+def pad_input(hidden_states, indices, batch, seqlen):
+    """Puts the rows of an unpadded (total, ...) tensor back at their places in a zero-padded
+    (batch, seqlen, ...) tensor (indices as unpad_input returned them)."""
+    out = index_put_first_axis(hidden_states, indices, batch * seqlen)
+    return out.reshape((batch, seqlen) + tuple(hidden_states.shape[1:]))
