@@ -68,6 +68,21 @@ def _bwd_fake(dout, q, k, v, out, softmax_lse, softmax_scale, causal, determinis
     return _empty_like_layout(q), _empty_like_layout(k), _empty_like_layout(v)
 
 
+@torch.library.register_fake("flashattn_cu::fwd_varlen")
+def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
+                     softmax_scale, causal):
+    total_q, nheads, _ = q.shape
+    lse = q.new_empty((nheads, total_q), dtype=torch.float32)
+    stats = q.new_empty((nheads, total_q, 2), dtype=torch.float32)
+    return _empty_like_layout(q), lse, stats
+
+
+@torch.library.register_fake("flashattn_cu::bwd_varlen")
+def _bwd_varlen_fake(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                     max_seqlen_k, softmax_scale, causal, deterministic, softmax_stats=None):
+    return _empty_like_layout(q), _empty_like_layout(k), _empty_like_layout(v)
+
+
 # ---------------------------------------------------------------------------------------------
 # Autograd
 
@@ -130,6 +145,38 @@ class FlashAttnFunc(torch.autograd.Function):
             )
         dq, dk, dv = _no_double_backward((dq, dk, dv), (dout, q, k, v))
         return dq, dk, dv, None, None, None
+
+
+class FlashAttnVarlenFunc(torch.autograd.Function):
+    """Attention on varlen (total, nheads, headdim) tensors (head dim a multiple of 8, <= 256)
+    with cu_seqlens_q / cu_seqlens_k. Returns (out, softmax_lse (nheads, total_q))."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                softmax_scale, causal, deterministic):
+        out, softmax_lse, softmax_stats = torch.ops.flashattn_cu.fwd_varlen(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, None, max_seqlen_q, max_seqlen_k, softmax_scale,
+            causal
+        )
+        ctx.save_for_backward(q, k, v, out, softmax_lse, softmax_stats, cu_seqlens_q,
+                              cu_seqlens_k)
+        ctx.max_seqlen_q, ctx.max_seqlen_k = max_seqlen_q, max_seqlen_k
+        ctx.softmax_scale = softmax_scale
+        ctx.causal = causal
+        ctx.deterministic = deterministic
+        ctx.mark_non_differentiable(softmax_lse)
+        return out, softmax_lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        q, k, v, out, softmax_lse, softmax_stats, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+        with torch.no_grad():
+            dq, dk, dv = torch.ops.flashattn_cu.bwd_varlen(
+                dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q,
+                ctx.max_seqlen_k, ctx.softmax_scale, ctx.causal, ctx.deterministic, softmax_stats,
+            )
+        dq, dk, dv = _no_double_backward((dq, dk, dv), (dout, q, k, v))
+        return dq, dk, dv, None, None, None, None, None, None, None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -430,3 +477,151 @@ def flash_attn_kvpacked_func(
     k, v = kv.unbind(dim=2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
                            alibi_slopes, deterministic, return_attn_probs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Variable-length batches (flash_attn's packed (total, nheads, headdim) layout)
+
+
+def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, fn):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 3:
+            raise ValueError(f"{fn}: {name} must have rank 3 (total_tokens, nheads, headdim), got "
+                             f"shape {tuple(t.shape)}")
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 1 or \
+                t.numel() < 1:
+            got = (f"a {t.dim()}-d {t.dtype} tensor of shape {tuple(t.shape)}"
+                   if isinstance(t, torch.Tensor) else type(t).__name__)
+            raise ValueError(f"{fn}: {name} must be a 1-d int32 tensor of batch + 1 cumulative "
+                             f"lengths, got {got}")
+        if t.device != q.device:
+            raise ValueError(f"{fn}: {name} is on {t.device} but q is on {q.device}")
+    if cu_seqlens_k.numel() != cu_seqlens_q.numel():
+        raise ValueError(f"{fn}: cu_seqlens_q has {cu_seqlens_q.numel()} elements and "
+                         f"cu_seqlens_k {cu_seqlens_k.numel()}; both are batch + 1")
+    out = []
+    for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if isinstance(m, torch.Tensor) and m.numel() == 1:
+            m = m.item()
+        if isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 0:
+            raise ValueError(f"{fn}: {name} must be a non-negative int, got {m!r}")
+        out.append(int(m))
+    return out
+
+
+def flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    block_table=None,
+):
+    """Attention over a batch of sequences of different lengths, as flash_attn 2.x.
+
+    Arguments:
+        q: (total_q, nheads, headdim), the queries of every sequence one after the other;
+            k, v: (total_k, nheads_k, headdim).
+        cu_seqlens_q, cu_seqlens_k: (batch + 1,) int32 on q's GPU, cumulative lengths starting
+            at 0: sequence b is rows cu_seqlens[b] .. cu_seqlens[b + 1] - 1. Lengths of 0 are
+            allowed.
+        max_seqlen_q, max_seqlen_k: ints, at least every sequence's length (they size the grid;
+            rows past them are not computed, as in flash_attn).
+        causal: per sequence, aligned to the bottom-right corner of its own attention matrix.
+        The other arguments as flash_attn_func; block_table (paged KV) is not implemented.
+    Returns:
+        out (total_q, nheads, headdim), or (out, softmax_lse (nheads, total_q), None) if
+        return_attn_probs.
+    """
+    fn = "flash_attn_varlen_func"
+    if block_table is not None:
+        _not_implemented("block_table (paged KV cache)", "block_table given",
+                         "pass contiguous k and v")
+    window_causal = _check_features(dropout_p, window_size, softcap, alibi_slopes)
+    causal = bool(causal) or window_causal
+    max_seqlen_q, max_seqlen_k = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                               max_seqlen_k, fn)
+    q4, k4, v4 = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
+    _check_tensors(q4, k4, v4)
+    _check_devices(q4, k4, v4)
+    head_dim = q.shape[-1]
+    if softmax_scale is None:
+        softmax_scale = head_dim ** (-0.5)
+    else:
+        _check_scale(softmax_scale)
+        softmax_scale = float(softmax_scale)
+    pad = -head_dim % 8
+    if pad:
+        q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
+    out, softmax_lse = FlashAttnVarlenFunc.apply(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                                 max_seqlen_q, max_seqlen_k, softmax_scale,
+                                                 causal, bool(deterministic))
+    if pad:
+        out = out[..., :head_dim]
+    if return_attn_probs:
+        return out, softmax_lse, None
+    return out
+
+
+def flash_attn_varlen_qkvpacked_func(
+    qkv,
+    cu_seqlens,
+    max_seqlen,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """flash_attn_varlen_func on a packed projection, as flash_attn 2.x: qkv (total, 3, nheads,
+    headdim); cu_seqlens and max_seqlen serve queries and keys alike."""
+    if not isinstance(qkv, torch.Tensor) or qkv.dim() != 4 or qkv.shape[1] != 3:
+        got = tuple(qkv.shape) if isinstance(qkv, torch.Tensor) else type(qkv).__name__
+        raise ValueError(f"qkv must be (total, 3, nheads, headdim), got {got}")
+    q, k, v = qkv.unbind(dim=1)
+    return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+                                  dropout_p, softmax_scale, causal, window_size, softcap,
+                                  alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(
+    q,
+    kv,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+):
+    """flash_attn_varlen_func with k and v packed, as flash_attn 2.x: kv (total_k, 2, nheads_k,
+    headdim)."""
+    if not isinstance(kv, torch.Tensor) or kv.dim() != 4 or kv.shape[1] != 2:
+        got = tuple(kv.shape) if isinstance(kv, torch.Tensor) else type(kv).__name__
+        raise ValueError(f"kv must be (total_k, 2, nheads_k, headdim), got {got}")
+    k, v = kv.unbind(dim=1)
+    return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                  max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
+                                  softcap, alibi_slopes, deterministic, return_attn_probs)

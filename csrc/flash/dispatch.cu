@@ -66,7 +66,9 @@ bool pointer_ok(const void* ptr, bool has_elements) {
 
 // Whether q/o/dout/dq/lse (rows of seqlen_q) and k/v/dk/dv (rows of seqlen_k) have elements.
 template <typename Params>
-bool has_q_rows(const Params& p) { return p.batch > 0 && p.seqlen_q > 0; }
+bool has_q_rows(const Params& p) {
+  return p.batch > 0 && p.seqlen_q > 0 && (p.cu_seqlens_q == nullptr || p.total_q > 0);
+}
 template <typename Params>
 bool has_k_rows(const Params& p) { return p.batch > 0 && p.seqlen_k > 0; }
 
@@ -91,6 +93,14 @@ Status check_common(const Params& p) {
     return Status::kUnsupportedHeadDim;
   }
   if (!(p.softmax_scale > 0.f) || !std::isnormal(p.softmax_scale)) return Status::kInvalidArgument;
+  // Varlen: cu_seqlens_q and cu_seqlens_k together, int32-aligned; total_q >= 0.
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  if (varlen != (p.cu_seqlens_k != nullptr) || (varlen && p.total_q < 0) ||
+      reinterpret_cast<uintptr_t>(p.cu_seqlens_q) % 4 != 0 ||
+      reinterpret_cast<uintptr_t>(p.cu_seqlens_k) % 4 != 0 ||
+      reinterpret_cast<uintptr_t>(p.seqused_k) % 4 != 0) {
+    return Status::kInvalidArgument;
+  }
   if (!strides_ok({p.q_batch_stride, p.q_row_stride, p.q_head_stride,
                    p.k_batch_stride, p.k_row_stride, p.k_head_stride,
                    p.v_batch_stride, p.v_row_stride, p.v_head_stride,
@@ -174,6 +184,7 @@ bool use_sm90a(const DeviceInfo& dev) {
 // pointer rule of check_common), the forward's softmax_stats or lse, and a workspace of
 // bwd_workspace_bytes().
 Status check_bwd(const BwdParams& p) {
+  if (p.seqused_k != nullptr) return Status::kInvalidArgument;  // fwd() only (flashattn_cu.h)
   if (!strides_ok({p.do_batch_stride, p.do_row_stride, p.do_head_stride,
                    p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride,
                    p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride,

@@ -331,6 +331,202 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
   return {dq, dk, dv};
 }
 
+// ---------------------------------------------------------------------------------------------
+// Varlen (flash_attn's packed layout): q, out (total_q, nheads, d); k, v (total_k, nheads_k, d);
+// cu_seqlens_q / cu_seqlens_k int32 (batch + 1); lse (nheads, total_q). The tensors are handed to
+// the kernels as the rows of one (1, total, heads, d) entry (batch stride unused), with the
+// entries' starts and lengths in cu_seqlens.
+
+// Checks a (total, heads, d) varlen tensor and returns it viewed as (1, total, heads, d).
+at::Tensor varlen_view(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.dim() == 3, msg(name, " must have rank 3 (total_tokens, nheads, headdim) "
+                                      "for the varlen functions, got shape ", t.sizes()));
+  return t.unsqueeze(0);
+}
+
+// A cu_seqlens / seqused tensor: int32, 1-d of `n` elements, on q's device. Made contiguous.
+at::Tensor check_seq_array(const at::Tensor& t, const char* name, const at::Tensor& q, int64_t n) {
+  TORCH_CHECK_VALUE(t.is_cuda() && t.device() == q.device(),
+                    msg(name, " must be on ", q.device(), ", got ", t.device()));
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kInt,
+                   msg(name, " must be int32, got ", t.scalar_type()));
+  TORCH_CHECK_VALUE(t.dim() == 1 && (n < 0 || t.size(0) == n),
+                    msg(name, " must be 1-d",
+                        n < 0 ? std::string() : " of " + std::to_string(n) + " elements",
+                        ", got shape ", t.sizes()));
+  return t.contiguous();
+}
+
+struct VarlenArgs {
+  at::Tensor cu_q, cu_k, seqused_k;
+  int64_t batch, max_q, max_k, total_q;
+};
+
+VarlenArgs check_varlen(const at::Tensor& q, const at::Tensor& cu_q, const at::Tensor& cu_k,
+                        const std::optional<at::Tensor>& seqused_k, int64_t max_q, int64_t max_k) {
+  VarlenArgs a;
+  a.cu_q = check_seq_array(cu_q, "cu_seqlens_q", q, -1);
+  TORCH_CHECK_VALUE(a.cu_q.size(0) >= 1, msg("cu_seqlens_q must have batch + 1 >= 1 elements, "
+                                             "got shape ", cu_q.sizes()));
+  a.batch = a.cu_q.size(0) - 1;
+  a.cu_k = check_seq_array(cu_k, "cu_seqlens_k", q, a.batch + 1);
+  if (seqused_k.has_value()) a.seqused_k = check_seq_array(*seqused_k, "seqused_k", q, a.batch);
+  TORCH_CHECK_VALUE(max_q >= 0 && max_k >= 0 && max_q <= flashattn_cu::kMaxSeqlen &&
+                        max_k <= flashattn_cu::kMaxSeqlen,
+                    msg("max_seqlen_q (", max_q, ") and max_seqlen_k (", max_k,
+                        ") must be in [0, ", static_cast<int64_t>(flashattn_cu::kMaxSeqlen), "]"));
+  TORCH_CHECK_VALUE(q.size(0) <= std::numeric_limits<int>::max() && a.batch < (1 << 30),
+                    msg("total_q (", q.size(0), ") and batch (", a.batch, ") must fit in int32"));
+  a.max_q = max_q;
+  a.max_k = max_k;
+  a.total_q = q.size(0);
+  return a;
+}
+
+template <typename P>
+void set_varlen(P& p, const VarlenArgs& a) {
+  p.batch = static_cast<int>(a.batch);
+  p.seqlen_q = static_cast<int>(a.max_q);
+  p.seqlen_k = static_cast<int>(a.max_k);
+  p.total_q = static_cast<int>(a.total_q);
+  p.cu_seqlens_q = a.cu_q.data_ptr<int>();
+  p.cu_seqlens_k = a.cu_k.data_ptr<int>();
+  p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = 0;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_varlen_cuda(
+    const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
+    const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
+    const std::optional<at::Tensor>& seqused_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+    double softmax_scale, bool causal) {
+  const Sizes s = check_qkv(varlen_view(q_in, "q"), varlen_view(k_in, "k"), varlen_view(v_in, "v"));
+  check_scale(softmax_scale);
+  VarlenArgs a =
+      check_varlen(q_in, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k);
+  if (k_in.size(0) == 0) a.max_k = 0;  // no key rows at all: every query sees no key
+  const c10::cuda::CUDAGuard guard(q_in.device());
+
+  const at::Tensor q = to_kernel_layout(q_in);
+  const at::Tensor k = to_kernel_layout(k_in);
+  const at::Tensor v = to_kernel_layout(v_in);
+  at::Tensor out = empty_like_layout(q_in);
+  at::Tensor lse = at::empty({s.num_heads, a.total_q}, q.options().dtype(at::kFloat));
+  at::Tensor stats = at::empty({s.num_heads, a.total_q, 2}, q.options().dtype(at::kFloat));
+  maybe_poison(out);
+  maybe_poison(lse);
+  maybe_poison(stats);
+  if (out.numel() == 0 || a.batch == 0 || a.max_q == 0) {
+    // Rows past every max_seqlen_q bound are not computed (flash_attn's contract); with no
+    // bound at all there is nothing to launch: zero output, +inf LSE (no key seen).
+    out.zero_();
+    lse.fill_(std::numeric_limits<float>::infinity());
+    stats.select(-1, 0).fill_(std::numeric_limits<float>::infinity());
+    stats.select(-1, 1).zero_();
+    return {out, lse, stats};
+  }
+
+  flashattn_cu::FwdParams p;
+  p.q = q.data_ptr();
+  p.k = k.numel() > 0 ? k.data_ptr() : nullptr;
+  p.v = v.numel() > 0 ? v.data_ptr() : nullptr;
+  p.o = out.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  p.softmax_stats = stats.data_ptr<float>();
+  const at::Tensor q4 = q.unsqueeze(0), k4 = k.unsqueeze(0), v4 = v.unsqueeze(0);
+  const at::Tensor o4 = out.unsqueeze(0);
+  set_strides(p.q_batch_stride, p.q_row_stride, p.q_head_stride, q4);
+  set_strides(p.k_batch_stride, p.k_row_stride, p.k_head_stride, k4);
+  set_strides(p.v_batch_stride, p.v_row_stride, p.v_head_stride, v4);
+  set_strides(p.o_batch_stride, p.o_row_stride, p.o_head_stride, o4);
+  set_sizes(p, s, softmax_scale, causal, q.scalar_type());
+  set_varlen(p, a);
+  p.seqused_k = a.seqused_k.defined() ? a.seqused_k.data_ptr<int>() : nullptr;
+  check_status(flashattn_cu::fwd(p, c10::cuda::getCurrentCUDAStream()), "fwd_varlen");
+  return {out, lse, stats};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
+    const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in,
+    const at::Tensor& v_in, const at::Tensor& out_in, const at::Tensor& lse_in,
+    const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
+    int64_t max_seqlen_k, double softmax_scale, bool causal, bool deterministic,
+    const std::optional<at::Tensor>& stats_in) {
+  const Sizes s = check_qkv(varlen_view(q_in, "q"), varlen_view(k_in, "k"), varlen_view(v_in, "v"));
+  check_scale(softmax_scale);
+  const VarlenArgs a = check_varlen(q_in, cu_seqlens_q, cu_seqlens_k, std::nullopt, max_seqlen_q,
+                                    max_seqlen_k);
+  check_input(varlen_view(out_in, "out"), "out", q_in.unsqueeze(0));
+  TORCH_CHECK_VALUE(out_in.sizes() == q_in.sizes(),
+                    msg("out must have the shape of q ", q_in.sizes(), ", got ", out_in.sizes()));
+  TORCH_CHECK_VALUE(dout_in.is_cuda() && dout_in.device() == q_in.device(),
+                    msg("dout must be on ", q_in.device(), ", got ", dout_in.device()));
+  TORCH_CHECK_VALUE(dout_in.sizes() == q_in.sizes(),
+                    msg("dout must have the shape of q ", q_in.sizes(), ", got ", dout_in.sizes()));
+  check_row_tensor(lse_in, "softmax_lse", q_in, {s.num_heads, a.total_q});
+  if (stats_in.has_value()) {
+    check_row_tensor(*stats_in, "softmax_stats", q_in, {s.num_heads, a.total_q, 2});
+  }
+  const c10::cuda::CUDAGuard guard(q_in.device());
+
+  const at::Tensor q = to_kernel_layout(q_in);
+  const at::Tensor k = to_kernel_layout(k_in);
+  const at::Tensor v = to_kernel_layout(v_in);
+  const at::Tensor out = to_kernel_layout(out_in);
+  const at::Tensor lse = lse_in.contiguous();
+  const at::Tensor stats = stats_in.has_value() ? stats_in->contiguous() : at::Tensor();
+  at::Tensor dout = dout_in.scalar_type() == q.scalar_type() ? dout_in : dout_in.to(q.scalar_type());
+  dout = to_kernel_layout(dout);
+
+  at::Tensor dq = empty_like_layout(q_in);
+  at::Tensor dk = empty_like_layout(k_in);
+  at::Tensor dv = empty_like_layout(v_in);
+  maybe_poison(dq);
+  maybe_poison(dk);
+  maybe_poison(dv);
+  // Rows of entries whose length is 0 on the other side are written by the kernels (as zeros);
+  // with no rows or no bounds on one side at all, nothing is launched.
+  if (a.batch == 0 || a.total_q == 0 || k.size(0) == 0 || a.max_q == 0 || a.max_k == 0) {
+    dq.zero_();
+    dk.zero_();
+    dv.zero_();
+    return {dq, dk, dv};
+  }
+
+  flashattn_cu::BwdParams p;
+  p.q = q.data_ptr();
+  p.k = k.data_ptr();
+  p.v = v.data_ptr();
+  p.o = out.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  p.softmax_stats = stats.defined() ? stats.data_ptr<float>() : nullptr;
+  p.dout = dout.data_ptr();
+  p.dq = dq.data_ptr();
+  p.dk = dk.data_ptr();
+  p.dv = dv.data_ptr();
+  set_strides(p.q_batch_stride, p.q_row_stride, p.q_head_stride, q.unsqueeze(0));
+  set_strides(p.k_batch_stride, p.k_row_stride, p.k_head_stride, k.unsqueeze(0));
+  set_strides(p.v_batch_stride, p.v_row_stride, p.v_head_stride, v.unsqueeze(0));
+  set_strides(p.o_batch_stride, p.o_row_stride, p.o_head_stride, out.unsqueeze(0));
+  set_strides(p.do_batch_stride, p.do_row_stride, p.do_head_stride, dout.unsqueeze(0));
+  set_strides(p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, dq.unsqueeze(0));
+  set_strides(p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, dk.unsqueeze(0));
+  set_strides(p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, dv.unsqueeze(0));
+  set_sizes(p, s, softmax_scale, causal, q.scalar_type());
+  set_varlen(p, a);
+  p.do_batch_stride = p.dq_batch_stride = p.dk_batch_stride = p.dv_batch_stride = 0;
+  p.deterministic = deterministic;
+
+  const size_t ws_bytes = flashattn_cu::bwd_workspace_bytes(p);
+  at::Tensor workspace;
+  if (ws_bytes > 0) {
+    workspace = at::empty({static_cast<int64_t>(ws_bytes)}, q.options().dtype(at::kByte));
+    maybe_poison(workspace);
+    p.workspace = workspace.data_ptr();
+  }
+  check_status(flashattn_cu::bwd(p, c10::cuda::getCurrentCUDAStream()), "bwd_varlen");
+  return {dq, dk, dv};
+}
+
 std::vector<int64_t> built_archs() {
   int buf[32];
   const int n = flashattn_cu::built_archs(buf, 32);
@@ -359,11 +555,22 @@ TORCH_LIBRARY(flashattn_cu, m) {
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
       "float softmax_scale, bool causal, bool deterministic, Tensor? softmax_stats=None) -> "
       "(Tensor, Tensor, Tensor)");
+  m.def(
+      "fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
+      "Tensor? seqused_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal) "
+      "-> (Tensor, Tensor, Tensor)");
+  m.def(
+      "bwd_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
+      "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, "
+      "float softmax_scale, bool causal, bool deterministic, Tensor? softmax_stats=None) -> "
+      "(Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(flashattn_cu, CUDA, m) {
   m.impl("fwd", &fwd_cuda);
   m.impl("bwd", &bwd_cuda);
+  m.impl("fwd_varlen", &fwd_varlen_cuda);
+  m.impl("bwd_varlen", &bwd_varlen_cuda);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

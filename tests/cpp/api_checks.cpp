@@ -10,10 +10,14 @@
 #include <cstdio>
 #include <cstring>
 #include <type_traits>
+#include <utility>
+#include <vector>
+#include <algorithm>
 
 #include "flashattn_cu/flashattn_cu.h"
 
 #include "head_dims.h"      // round_head_dim(), checked against head_dim_instances()
+#include "bwd/params.h"     // the varlen workspace layout, checked here
 #include "problem/mask.h"  // the mask policy (host/device), checked here near INT_MAX
 
 namespace {
@@ -241,6 +245,57 @@ int main() {
     const flashattn_cu::QueryBlocks first = big.query_blocks<128, 128>(0, 128, kMax / 128);
     expect(first.begin == 0 && first.masked_end == 1,
            "mask policy: query blocks of the first key block at kMaxSeqlen");
+  }
+
+  // Varlen sequence info from host arrays (seq_info is host-callable), and the varlen workspace
+  // layout: every (entry, head) slot, rounded up to whole kBwdRowPad blocks, 16-byte aligned,
+  // disjoint from every other and inside num_heads * ws_plane rows.
+  {
+    const int lens[] = {37, 0, 1, 200, 129, 64, 3, 128, 127};
+    const int batch = static_cast<int>(sizeof(lens) / sizeof(lens[0]));
+    int cu[16] = {0};
+    for (int b = 0; b < batch; ++b) cu[b + 1] = cu[b] + lens[b];
+    BwdParams p = valid_bwd();
+    p.batch = batch;
+    p.num_heads = 3;
+    p.seqlen_q = 200;
+    p.cu_seqlens_q = cu;
+    p.cu_seqlens_k = cu;
+    p.total_q = cu[batch];
+    bool seq_ok = true;
+    for (int b = 0; b < batch; ++b) {
+      const flashattn_cu::SeqInfo si = flashattn_cu::seq_info<true>(p, b);
+      seq_ok = seq_ok && si.start_q == cu[b] && si.seqlen_q == lens[b] &&
+               si.q_offset(999, 7) == static_cast<int64_t>(cu[b]) * 7 &&
+               si.lse_row0(2, 3, 200, p.total_q) == 2LL * p.total_q + cu[b];
+    }
+    p.seqlen_q = 100;  // a max_seqlen below some lengths clamps them
+    seq_ok = seq_ok && flashattn_cu::seq_info<true>(p, 3).seqlen_q == 100 &&
+             flashattn_cu::seq_info<false>(p, 3).start_q == -1;
+    expect(seq_ok, "varlen: seq_info from cu_seqlens (starts, lengths, offsets, clamp)");
+    p.seqlen_q = 200;
+
+    const flashattn_cu::backward::BwdWorkspaceLayout ws =
+        flashattn_cu::backward::bwd_workspace_layout(p);
+    flashattn_cu::backward::BwdKernelParams kp{};
+    kp.p = p;
+    kp.rows = ws.rows;
+    kp.ws_plane = ws.ws_plane;
+    bool ws_ok = ws.ws_plane >= p.total_q + batch * flashattn_cu::backward::kVarlenSlack &&
+                 ws.ws_plane % 4 == 0;
+    std::vector<std::pair<int64_t, int64_t>> slots;
+    for (int b = 0; b < batch; ++b) {
+      const flashattn_cu::SeqInfo si = flashattn_cu::seq_info<true>(p, b);
+      for (int h = 0; h < p.num_heads; ++h) {
+        const int64_t r0 = flashattn_cu::backward::ws_row0<true>(kp, si, h);
+        const int64_t n = (lens[b] + 127) / 128 * 128;
+        ws_ok = ws_ok && r0 % 4 == 0 && r0 >= 0 && r0 + n <= p.num_heads * ws.ws_plane;
+        if (n > 0) slots.emplace_back(r0, r0 + n);
+      }
+    }
+    std::sort(slots.begin(), slots.end());
+    for (size_t i = 1; i < slots.size(); ++i) ws_ok = ws_ok && slots[i - 1].second <= slots[i].first;
+    expect(ws_ok, "varlen: workspace slots aligned, disjoint, inside the planes");
   }
 
   // Workspace sizing: the lse/D rows, plus the fp32 dQ accumulator unless deterministic.

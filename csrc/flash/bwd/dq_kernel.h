@@ -54,7 +54,7 @@ struct BwdDqTraits {
   static_assert(kBwdRowPad % kBlockM == 0, "workspace rows are padded to whole query blocks");
 };
 
-template <typename Element, typename Traits>
+template <typename Element, typename Traits, bool kDynamic>
 __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* smem) {
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
@@ -65,11 +65,11 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, t = lane % 4;
   const QueryTile tile = query_tile(ceil_div(p.seqlen_q, kBlockM), p.num_heads);
-  const SeqInfo seq = seq_info(p, tile.batch);
+  const SeqInfo seq = seq_info<kDynamic>(p, tile.batch);
   const int head = tile.head;
-  const int bh = tile.batch * p.num_heads + head;
   const int head_k = head / (p.num_heads / p.num_heads_k);
   const int m_start = tile.m_block * kBlockM;
+  if (m_start >= seq.seqlen_q) return;  // varlen: a query block past this entry's length
   const int rows_q = min(kBlockM, seq.seqlen_q - m_start);
 
   // Key blocks [0, n_end) hold keys some row sees; [0, n_unmasked) are seen whole by every row.
@@ -93,7 +93,7 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
   };
 
   // M, L and D of this lane's two rows (workspace rows are padded: always readable).
-  const int64_t ws_row = bh * kp.rows + m_start + warp * 16 + g;
+  const int64_t ws_row = ws_row0<kDynamic>(kp, seq, head) + m_start + warp * 16 + g;
   const float row_max[2] = {kp.row_max[ws_row], kp.row_max[ws_row + 8]};
   const float row_log2sum[2] = {kp.row_log2sum[ws_row], kp.row_log2sum[ws_row + 8]};
   const float dsum[2] = {kp.dpsum[ws_row], kp.dpsum[ws_row + 8]};
@@ -188,7 +188,7 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
       }
     }
     if (n >= n_unmasked) {
-      Mask(seq_info(p, tile.batch), p.is_causal).apply(acc_s, m_start + warp * 16, n * kBlockN,
+      Mask(seq_info<kDynamic>(p, tile.batch), p.is_causal).apply(acc_s, m_start + warp * 16, n * kBlockN,
                                                        lane);
     }
     // P and dS = P (dP - D), in acc_dp.
@@ -258,11 +258,11 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
   }
 }
 
-template <typename Element, typename Traits>
+template <typename Element, typename Traits, bool kDynamic>
 __global__ void __launch_bounds__(Traits::kNThreads)
     bwd_dq_kernel(const __grid_constant__ BwdKernelParams params) {
   extern __shared__ __align__(128) char smem[];
-  bwd_dq_block<Element, Traits>(params, smem);
+  bwd_dq_block<Element, Traits, kDynamic>(params, smem);
 }
 
 }  // namespace flashattn_cu::backward

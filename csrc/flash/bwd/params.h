@@ -19,6 +19,7 @@
 
 #include "flashattn_cu/flashattn_cu.h"
 
+#include "../problem/seqlen.h"
 #include "../tiles.h"
 
 namespace flashattn_cu::backward {
@@ -49,8 +50,19 @@ inline int bwd_kv_splits(const BwdParams& p) {
   return chosen;
 }
 
+// Rows of the per-row planes (M, L, D) and of dq_accum, per query head:
+//  * padded layout: batch * num_heads slots of `rows` = max_seqlen_q rounded up to kBwdRowPad;
+//    (entry b, head h) starts at row (b * num_heads + h) * rows;
+//  * varlen: one plane of `ws_plane` = total_q + batch * kVarlenSlack rows (rounded up to a
+//    multiple of 4) per head; entry b of
+//    head h starts at h * ws_plane + b * kVarlenSlack + round_up(start_q, 4): each entry gets
+//    room for its rows rounded up to whole kBwdRowPad blocks, and 16-byte aligned starts (the
+//    main kernels copy M/L/D in 16-byte chunks) without a prefix sum over rounded lengths.
+constexpr int kVarlenSlack = kBwdRowPad + 4;
+
 struct BwdWorkspaceLayout {
-  int64_t rows = 0;  // padded seqlen_q
+  int64_t rows = 0;      // padded layout: rows per (entry, head) slot (max_seqlen_q rounded up)
+  int64_t ws_plane = 0;  // varlen: rows per head (0 in the padded layout)
   int kv_splits = 1;
   size_t row_max = 0, row_log2sum = 0, dpsum = 0, dq_accum = 0, dk_part = 0, dv_part = 0;  // bytes
   size_t bytes = 0;
@@ -62,8 +74,14 @@ inline BwdWorkspaceLayout bwd_workspace_layout(const BwdParams& p) {
   w.rows = (static_cast<int64_t>(p.seqlen_q) + kBwdRowPad - 1) / kBwdRowPad * kBwdRowPad;
   w.kv_splits = bwd_kv_splits(p);
   const size_t d = static_cast<size_t>(round_head_dim(p.head_dim));
-  const size_t bh = static_cast<size_t>(p.batch) * p.num_heads;
-  const size_t row_bytes = bh * static_cast<size_t>(w.rows) * sizeof(float);
+  size_t total_rows = static_cast<size_t>(p.batch) * p.num_heads * static_cast<size_t>(w.rows);
+  if (p.cu_seqlens_q != nullptr) {
+    // Rounded up to 4 rows so that every head's plane starts 16-byte aligned too.
+    w.ws_plane =
+        (static_cast<int64_t>(p.total_q) + static_cast<int64_t>(p.batch) * kVarlenSlack + 3) / 4 * 4;
+    total_rows = static_cast<size_t>(p.num_heads) * static_cast<size_t>(w.ws_plane);
+  }
+  const size_t row_bytes = total_rows * sizeof(float);
   size_t off = 0;
   w.row_max = off;
   off = align(off + row_bytes);
@@ -93,7 +111,8 @@ struct BwdKernelParams {
   float* dq_accum;  // null when deterministic
   float* dk_part;   // null unless kv_splits > 1
   float* dv_part;
-  int64_t rows;         // padded seqlen_q: row stride of row_max/row_log2sum/dpsum, rows of dq_accum
+  int64_t rows;      // padded layout: rows per (entry, head) slot of M/L/D and dq_accum
+  int64_t ws_plane;  // varlen: rows per head of M/L/D and dq_accum (0: padded layout)
   int kv_splits;        // thread blocks sharing one kv head's query-head group
   int heads_per_split;  // query heads each of them loops over
   float scale_log2;     // softmax_scale * log2(e)
@@ -111,18 +130,43 @@ inline BwdKernelParams make_bwd_kernel_params(const BwdParams& p, const BwdWorks
   kp.dk_part = ws.kv_splits > 1 ? reinterpret_cast<float*>(base + ws.dk_part) : nullptr;
   kp.dv_part = ws.kv_splits > 1 ? reinterpret_cast<float*>(base + ws.dv_part) : nullptr;
   kp.rows = ws.rows;
+  kp.ws_plane = ws.ws_plane;
   kp.kv_splits = ws.kv_splits;
   kp.heads_per_split = p.num_heads / p.num_heads_k / ws.kv_splits;
   kp.scale_log2 = p.softmax_scale * 1.4426950408889634f;
   return kp;
 }
 
-// One output of the postprocess: dst[b, row, head, :head_dim] (Element) =
-// scale * sum over s < splits of src[s * split_stride + (b * heads + head) * bh_stride +
-// row * row_stride + :head_dim] (fp32), the splits added in order.
+// The varlen layout's row of (entry batch starting at row start_q of q, query head `head`).
+__host__ __device__ __forceinline__ int64_t varlen_ws_row0(int64_t ws_plane, int batch,
+                                                           int start_q, int head) {
+  return head * ws_plane + static_cast<int64_t>(batch) * kVarlenSlack + ((start_q + 3) & ~3);
+}
+
+// Row of (entry seq.batch, query head `head`, the entry's row 0) in M/L/D and dq_accum (the
+// layout above). Rows past the entry's length up to its rounded-up slot are padding the
+// preprocess fills with P = 0 rows.
+template <bool kDynamic>
+__host__ __device__ __forceinline__ int64_t ws_row0(const BwdKernelParams& kp,
+                                                    const SeqInfo& seq, int head) {
+  if (!kDynamic || kp.ws_plane == 0) {
+    return (static_cast<int64_t>(seq.batch) * kp.p.num_heads + head) * kp.rows;
+  }
+  return varlen_ws_row0(kp.ws_plane, seq.batch, seq.start_q, head);
+}
+
+// One output of the postprocess: dst[entry b, row, head, :head_dim] (Element) =
+// scale * sum over s < splits of src[s * split_stride + src_row(b, head, row) * row_stride +
+// :head_dim] (fp32), the splits added in order, for the rows of each entry (all `rows` in the
+// padded layout; with cu_seqlens, entry b's length clamped to `rows`, its rows starting at
+// cu_seqlens[b] in dst). src_row is (b * heads + head) * bh_stride / row_stride + row, or with
+// src_plane (dq_accum of a varlen batch, ws_row0's layout) head * src_plane + b * kVarlenSlack +
+// round_up(cu_seqlens[b], 4) + row.
 struct BwdConvertJob {
   const float* src = nullptr;
   int64_t split_stride = 0, bh_stride = 0, row_stride = 0;
+  int64_t src_plane = 0;
+  const int* cu_seqlens = nullptr;
   int splits = 1;
   int heads = 0;
   int rows = 0;
@@ -157,6 +201,8 @@ inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp) {
     job.src = kp.dq_accum;
     job.bh_stride = kp.rows * d;
     job.row_stride = d;
+    job.src_plane = kp.ws_plane;
+    job.cu_seqlens = p.cu_seqlens_q;
     job.heads = p.num_heads;
     job.rows = p.seqlen_q;
     job.dst = p.dq;
@@ -174,6 +220,7 @@ inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp) {
     job.row_stride = d;
     job.heads = p.num_heads_k;
     job.rows = p.seqlen_k;
+    job.cu_seqlens = p.cu_seqlens_k;  // the partials themselves are padded to seqlen_k rows
     job.scale = 1.f;  // the main kernel already scaled dK
     job.src = kp.dk_part;
     job.dst = p.dk;

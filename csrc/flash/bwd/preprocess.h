@@ -24,8 +24,8 @@ constexpr int kPrepThreads = 256;
 constexpr int kPrepRowThreads = 8;                              // threads sharing one row
 constexpr int kPrepRowsPerBlock = kPrepThreads / kPrepRowThreads;  // 32, divides kBwdRowPad
 
-// Grid: batch * num_heads * rows / kPrepRowsPerBlock blocks (rows = padded seqlen_q).
-template <typename Element, int kHeadDim>
+// Grid: batch * num_heads * rows / kPrepRowsPerBlock blocks (rows = max_seqlen_q padded).
+template <typename Element, int kHeadDim, bool kDynamic>
 __global__ void __launch_bounds__(kPrepThreads)
     bwd_preprocess_kernel(const __grid_constant__ BwdKernelParams kp) {
   using Ops = ElementOps<Element>;
@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kPrepThreads)
                   threadIdx.x / kPrepRowThreads;
   const int sub = threadIdx.x % kPrepRowThreads;
   const int batch = static_cast<int>(bh / p.num_heads), head = static_cast<int>(bh % p.num_heads);
-  const SeqInfo seq = seq_info(p, batch);
+  const SeqInfo seq = seq_info<kDynamic>(p, batch);
 
   float sum = 0.f;
   if (row < seq.seqlen_q) {
@@ -65,12 +65,15 @@ __global__ void __launch_bounds__(kPrepThreads)
   sum += __shfl_xor_sync(0xffffffffu, sum, 1);
   sum += __shfl_xor_sync(0xffffffffu, sum, 2);
   sum += __shfl_xor_sync(0xffffffffu, sum, 4);
-  const int64_t ws_row = bh * kp.rows + row;
-  if (sub == 0) {
+  // Rows of this entry's slot: its rows, then padding up to whole kBwdRowPad blocks (what the
+  // main kernels read). In the varlen layout the rows past that belong to the next entry.
+  const bool in_slot = row < (seq.seqlen_q + kBwdRowPad - 1) / kBwdRowPad * kBwdRowPad;
+  const int64_t ws_row = ws_row0<kDynamic>(kp, seq, head) + row;
+  if (sub == 0 && in_slot) {
     const bool real = row < seq.seqlen_q;
     float row_max = INFINITY, row_log2sum = 0.f;
     if (real) {
-      const int64_t lse_row = bh * p.seqlen_q + row;
+      const int64_t lse_row = seq.lse_row0(head, p.num_heads, p.seqlen_q, p.total_q) + row;
       if (p.softmax_stats != nullptr) {
         const float2 st = reinterpret_cast<const float2*>(p.softmax_stats)[lse_row];
         row_max = st.x;
@@ -84,7 +87,7 @@ __global__ void __launch_bounds__(kPrepThreads)
     kp.row_max[ws_row] = row_max;
     kp.row_log2sum[ws_row] = row_log2sum;
   }
-  if (kp.dq_accum != nullptr) {
+  if (kp.dq_accum != nullptr && in_slot) {
     float4* dq = reinterpret_cast<float4*>(kp.dq_accum + ws_row * kHeadDim);
 #pragma unroll
     for (int i = sub; i < kHeadDim / 4; i += kPrepRowThreads) dq[i] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -97,7 +100,7 @@ __global__ void __launch_bounds__(kPrepThreads)
 // buffer `stage` at Traits::kOffMax / kOffLog2Sum / kOffD. Threads below 3 kBlockM / 4 take one
 // chunk each; no commit.
 template <typename Traits>
-__device__ __forceinline__ void load_row_stats_async(const BwdKernelParams& kp, int64_t ws_row0,
+__device__ __forceinline__ void load_row_stats_async(const BwdKernelParams& kp, int64_t ws_row,
                                                      uint32_t s_base, int stage, int tid) {
   constexpr int kBlockM = Traits::kBlockM;
   static_assert(Traits::kNThreads >= 3 * kBlockM / 4, "M/L/D rows: one chunk per thread");
@@ -105,7 +108,7 @@ __device__ __forceinline__ void load_row_stats_async(const BwdKernelParams& kp, 
     const int plane = tid / (kBlockM / 4), c = tid % (kBlockM / 4);
     const float* src = plane == 0 ? kp.row_max : plane == 1 ? kp.row_log2sum : kp.dpsum;
     const int off = plane == 0 ? Traits::kOffMax : plane == 1 ? Traits::kOffLog2Sum : Traits::kOffD;
-    ptx::cp_async_16_zfill(s_base + off + (stage * kBlockM + c * 4) * 4, src + ws_row0 + c * 4,
+    ptx::cp_async_16_zfill(s_base + off + (stage * kBlockM + c * 4) * 4, src + ws_row + c * 4,
                            true);
   }
 }
@@ -128,8 +131,18 @@ __global__ void __launch_bounds__(kConvertThreads)
     rest /= job.rows;
     const int head = static_cast<int>(rest % job.heads);
     const int batch = static_cast<int>(rest / job.heads);
-    const float* src = job.src + (static_cast<int64_t>(batch) * job.heads + head) * job.bh_stride +
-                       row * job.row_stride + c * 8;
+    int start = -1;
+    if (job.cu_seqlens != nullptr) {  // varlen: this entry's rows only
+      start = job.cu_seqlens[batch];
+      const int len = job.cu_seqlens[batch + 1] - start;
+      if (row >= len) continue;  // (len <= 0 included); rows >= job.rows never get here
+    }
+    const float* src =
+        job.src + c * 8 +
+        (job.src_plane != 0
+             ? (varlen_ws_row0(job.src_plane, batch, start, head) + row) * job.row_stride
+             : (static_cast<int64_t>(batch) * job.heads + head) * job.bh_stride +
+                   row * job.row_stride);
     float acc[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] = 0.f;
@@ -144,8 +157,10 @@ __global__ void __launch_bounds__(kConvertThreads)
     out.y = Ops::pack(acc[2] * job.scale, acc[3] * job.scale);
     out.z = Ops::pack(acc[4] * job.scale, acc[5] * job.scale);
     out.w = Ops::pack(acc[6] * job.scale, acc[7] * job.scale);
-    Element* dst = static_cast<Element*>(job.dst) + batch * job.dst_batch_stride +
-                   row * job.dst_row_stride + head * job.dst_head_stride + c * 8;
+    const int64_t dst_row0 = start >= 0 ? static_cast<int64_t>(start) * job.dst_row_stride
+                                        : batch * job.dst_batch_stride;
+    Element* dst = static_cast<Element*>(job.dst) + dst_row0 + row * job.dst_row_stride +
+                   head * job.dst_head_stride + c * 8;
     *reinterpret_cast<uint4*>(dst) = out;
   }
 }

@@ -110,7 +110,7 @@ struct BwdTraits {
   static_assert(kBwdRowPad % kBlockM == 0, "workspace rows are padded to whole query blocks");
 };
 
-template <typename Element, typename Traits>
+template <typename Element, typename Traits, bool kDynamic>
 __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem) {
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
@@ -129,10 +129,11 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
   const int warp_col0 = split * Traits::kWarpCols;
 
   const KeyTile tile = key_tile(ceil_div(p.seqlen_k, kBlockN), kp.kv_splits, p.num_heads_k);
-  const SeqInfo seq = seq_info(p, tile.batch);
+  const SeqInfo seq = seq_info<kDynamic>(p, tile.batch);
   const int batch = tile.batch, head_k = tile.head_k, hsplit = tile.split;
   const int head_first = head_k * (p.num_heads / p.num_heads_k) + hsplit * kp.heads_per_split;
   const int n_start = tile.n_block * kBlockN;
+  if (n_start >= seq.seqlen_k) return;  // varlen: a key block past this entry's length
   const int keys_valid = min(kBlockN, seq.seqlen_k - n_start);
 
   // Query blocks [m_begin, num_m) see some key of this block; those below m_masked_end need the
@@ -163,7 +164,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
                                      do_bh + head * p.do_head_stride + row0 * p.do_row_stride,
                                      p.do_row_stride, seq.seqlen_q - row0, p.head_dim, tid);
     load_row_stats_async<Traits>(
-        kp, (static_cast<int64_t>(batch) * p.num_heads + head) * kp.rows + row0, s_base, stage,
+        kp, backward::ws_row0<kDynamic>(kp, seq_info<kDynamic>(p, batch), head) + row0, s_base, stage,
         tid);
   };
 
@@ -273,7 +274,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
     float acc_s[kQTiles][4], acc_dp[kQTiles][4];
     gemm_t(acc_s, k_a_lane, sQs);
     if (m < m_masked_end) {
-      Mask(seq_info(p, batch), p.is_causal)
+      Mask(seq_info<kDynamic>(p, batch), p.is_causal)
           .apply_transposed(acc_s, n_start + warp_key0, m * kBlockM + warp_query0, lane);
     }
     probs_from_scores(acc_s, s_max, s_log2sum, warp_query0, scale_log2, t);  // P^T, in place
@@ -363,8 +364,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
       const uint32_t k_bt =
           sK + ((lane % 16) * kRowChunks + dq_d * Traits::kDqCols / 8 + lane / 16) * 16;
       float* dq_rows = kp.dq_accum +
-                       ((static_cast<int64_t>(batch) * p.num_heads + head) * kp.rows +
-                        m * kBlockM + dq_m * Traits::kDqRows) * kHeadDim +
+                       (backward::ws_row0<kDynamic>(kp, seq_info<kDynamic>(p, batch), head) + m * kBlockM +
+                        dq_m * Traits::kDqRows) * kHeadDim +
                        dq_d * Traits::kDqCols;
       constexpr int kPT = Traits::kDqPassTiles;
 #pragma unroll
@@ -482,11 +483,11 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
   }
 }
 
-template <typename Element, typename Traits>
+template <typename Element, typename Traits, bool kDynamic>
 __global__ void __launch_bounds__(Traits::kNThreads)
     bwd_kernel(const __grid_constant__ BwdKernelParams params) {
   extern __shared__ __align__(128) char smem[];
-  bwd_block<Element, Traits>(params, smem);
+  bwd_block<Element, Traits, kDynamic>(params, smem);
 }
 
 }  // namespace flashattn_cu::sm80

@@ -45,7 +45,7 @@ struct FwdTraits {
   static_assert(kBlockN % 16 == 0 && kHeadDim % 32 == 0, "tiles are made of 16x16 mma steps");
 };
 
-template <typename Element, typename Traits>
+template <typename Element, typename Traits, bool kDynamic>
 __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_raw) {
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
@@ -55,10 +55,11 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
   const FwdParams& p = kp.p;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const QueryTile tile = query_tile(ceil_div(p.seqlen_q, kBlockM), p.num_heads);
-  const SeqInfo seq = seq_info(p, tile.batch);
+  const SeqInfo seq = seq_info<kDynamic>(p, tile.batch);
   const int head = tile.head;
   const int head_k = head / (p.num_heads / p.num_heads_k);
   const int m_start = tile.m_block * kBlockM;
+  if (m_start >= seq.seqlen_q) return;  // varlen: a query block past this entry's length
   const int rows_q = min(kBlockM, seq.seqlen_q - m_start);
 
   const Element* q = static_cast<const Element*>(p.q) +
@@ -152,7 +153,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
 
     if (n >= n_unmasked) {
       // Built here, not held across the loop (whose registers are full).
-      Mask(seq_info(p, tile.batch), p.is_causal).apply(acc_s, m_start + warp_row0, n * kBlockN,
+      Mask(seq_info<kDynamic>(p, tile.batch), p.is_causal).apply(acc_s, m_start + warp_row0, n * kBlockN,
                                                        lane);
     }
     softmax.update(acc_s, acc_o, scale_log2);
@@ -189,8 +190,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
 
   Element* o = static_cast<Element*>(p.o) + seq.q_offset(p.o_batch_stride, p.o_row_stride) +
                head * p.o_head_stride + m_start * p.o_row_stride;
-  const int64_t row0 =
-      (static_cast<int64_t>(tile.batch) * p.num_heads + head) * p.seqlen_q + m_start;
+  const int64_t row0 = seq.lse_row0(head, p.num_heads, p.seqlen_q, p.total_q) + m_start;
   float* lse = p.lse + row0;
   float2* stats = p.softmax_stats != nullptr ? reinterpret_cast<float2*>(p.softmax_stats) + row0
                                              : nullptr;
@@ -234,11 +234,12 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
   }
 }
 
-template <typename Element, typename Traits>
+// kDynamic: sequence lengths from cu_seqlens / seqused_k (problem/seqlen.h).
+template <typename Element, typename Traits, bool kDynamic>
 __global__ void __launch_bounds__(Traits::kNThreads)
     fwd_kernel(const __grid_constant__ FwdKernelParams params) {
   extern __shared__ __align__(128) char smem[];
-  fwd_block<Element, Traits>(params, smem);
+  fwd_block<Element, Traits, kDynamic>(params, smem);
 }
 
 }  // namespace flashattn_cu::sm80

@@ -18,9 +18,13 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
       query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
   if (blocks == 0) return Status::kSuccess;
   if (blocks > INT_MAX) return Status::kInvalidArgument;
-  return launch_kernel<fwd_kernel<Element, Traits>>(dim3(static_cast<unsigned>(blocks)),
-                       dim3(Traits::kNThreads), Traits::kSmemBytes, stream,
-                       make_fwd_kernel_params(p));
+  const FwdKernelParams kp = make_fwd_kernel_params(p);
+  if (dynamic_seqlens(p)) {
+    return launch_kernel<fwd_kernel<Element, Traits, true>>(dim3(static_cast<unsigned>(blocks)),
+                         dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
+  }
+  return launch_kernel<fwd_kernel<Element, Traits, false>>(dim3(static_cast<unsigned>(blocks)),
+                       dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
 }
 
 template <typename Element, int kHeadDim>

@@ -43,19 +43,21 @@ __device__ __forceinline__ void load_tile_sw128(uint32_t smem, const Element* gm
 // What one thread block does (its tile from problem/scheduler.h): kBlockN keys of
 // (batch, head_k), query heads head_first .. + heads_per_split, query blocks [m_begin, num_m) of
 // each; blocks below m_masked_end need the mask (problem/mask.h).
+template <bool kDynamic_>  // sequence lengths from cu_seqlens (problem/seqlen.h)
 struct BwdWork {
+  static constexpr bool kDynamic = kDynamic_;
   int batch, head_k, hsplit, head_first;
   int n_start, keys_valid;
   int num_m, m_begin, m_masked_end;
   int total;  // steps: heads_per_split * (num_m - m_begin)
 };
 
-template <int kBlockM, int kBlockN>
-__device__ __forceinline__ BwdWork bwd_work(const BwdKernelParams& kp) {
+template <int kBlockM, int kBlockN, bool kDynamic>
+__device__ __forceinline__ BwdWork<kDynamic> bwd_work(const BwdKernelParams& kp) {
   const BwdParams& p = kp.p;
-  BwdWork w;
+  BwdWork<kDynamic> w;
   const KeyTile tile = key_tile(ceil_div(p.seqlen_k, kBlockN), kp.kv_splits, p.num_heads_k);
-  const SeqInfo seq = seq_info(p, tile.batch);
+  const SeqInfo seq = seq_info<kDynamic>(p, tile.batch);
   w.batch = tile.batch;
   w.hsplit = tile.split;
   w.head_k = tile.head_k;
@@ -74,16 +76,17 @@ __device__ __forceinline__ BwdWork bwd_work(const BwdKernelParams& kp) {
 // The block's mask, built where it is applied: a Mask held across the main loop keeps its
 // fields in registers (measured: one more spilled register in the d = 128 kernel); built at the
 // point of use it reads them from the kernel parameters.
-__device__ __forceinline__ Mask block_mask(const BwdParams& p, const BwdWork& w) {
-  return Mask(seq_info(p, w.batch), p.is_causal);
+template <typename Work>
+__device__ __forceinline__ Mask block_mask(const BwdParams& p, const Work& w) {
+  return Mask(seq_info<Work::kDynamic>(p, w.batch), p.is_causal);
 }
 
 // Issues the cp.async loads of K and V of the block (no commit).
-template <typename Traits, typename Element>
-__device__ __forceinline__ void load_kv(const BwdKernelParams& kp, const BwdWork& w,
+template <typename Traits, typename Element, typename Work>
+__device__ __forceinline__ void load_kv(const BwdKernelParams& kp, const Work& w,
                                         uint32_t s_base, int tid) {
   const BwdParams& p = kp.p;
-  const SeqInfo seq = seq_info(p, w.batch);
+  const SeqInfo seq = seq_info<Work::kDynamic>(p, w.batch);
   const Element* k = static_cast<const Element*>(p.k) +
                      seq.k_offset(p.k_batch_stride, p.k_row_stride) +
                      w.head_k * p.k_head_stride + w.n_start * p.k_row_stride;
@@ -98,14 +101,14 @@ __device__ __forceinline__ void load_kv(const BwdKernelParams& kp, const BwdWork
 
 // Issues the cp.async loads of (query head `head`, query block m) into buffer `stage`: Q, dO,
 // and the M / L / D rows (padded in the workspace, so whole 16-byte chunks; no commit).
-template <typename Traits, typename Element>
-__device__ __forceinline__ void load_query_block(const BwdKernelParams& kp, const BwdWork& w,
+template <typename Traits, typename Element, typename Work>
+__device__ __forceinline__ void load_query_block(const BwdKernelParams& kp, const Work& w,
                                                  uint32_t s_base, int head, int m, int stage,
                                                  int tid) {
   constexpr int kBlockM = Traits::kBlockM;
   const BwdParams& p = kp.p;
   const int row0 = m * kBlockM;
-  const SeqInfo seq = seq_info(p, w.batch);
+  const SeqInfo seq = seq_info<Work::kDynamic>(p, w.batch);
   const Element* q = static_cast<const Element*>(p.q) +
                      seq.q_offset(p.q_batch_stride, p.q_row_stride) +
                      head * p.q_head_stride + row0 * p.q_row_stride;
@@ -119,7 +122,7 @@ __device__ __forceinline__ void load_query_block(const BwdKernelParams& kp, cons
       s_base + Traits::kOffDO + stage * Traits::kQBytes, dout, p.do_row_stride,
       seq.seqlen_q - row0, p.head_dim, tid);
   backward::load_row_stats_async<Traits>(
-      kp, (static_cast<int64_t>(w.batch) * p.num_heads + head) * kp.rows + row0, s_base, stage,
+      kp, backward::ws_row0<Work::kDynamic>(kp, seq, head) + row0, s_base, stage,
       tid);
 }
 
@@ -136,7 +139,8 @@ struct BwdStep {
   int head, m;
 };
 
-__device__ __forceinline__ BwdStep next_step(const BwdWork& w, BwdStep s) {
+template <typename Work>
+__device__ __forceinline__ BwdStep next_step(const Work& w, BwdStep s) {
   if (++s.m == w.num_m) {
     s.m = w.m_begin;
     ++s.head;
@@ -145,8 +149,8 @@ __device__ __forceinline__ BwdStep next_step(const BwdWork& w, BwdStep s) {
 }
 
 // Issues the block's first loads (K, V and the first step's Q/dO/M/L/D) as one cp.async group.
-template <typename Traits, typename Element>
-__device__ __forceinline__ void load_first_step(const BwdKernelParams& kp, const BwdWork& w,
+template <typename Traits, typename Element, typename Work>
+__device__ __forceinline__ void load_first_step(const BwdKernelParams& kp, const Work& w,
                                                 uint32_t s_base, int tid) {
   if (w.total > 0) {
     load_kv<Traits, Element>(kp, w, s_base, tid);
@@ -158,8 +162,8 @@ __device__ __forceinline__ void load_first_step(const BwdKernelParams& kp, const
 // Start of step `it`: waits for its tiles (buffer it & 1), publishes them to the async proxy
 // (wgmma reads them next), waits for every warpgroup to finish the last step, then issues the
 // loads of step `next` into the other buffer.
-template <typename Traits, typename Element>
-__device__ __forceinline__ void begin_step(const BwdKernelParams& kp, const BwdWork& w,
+template <typename Traits, typename Element, typename Work>
+__device__ __forceinline__ void begin_step(const BwdKernelParams& kp, const Work& w,
                                            uint32_t s_base, int it, BwdStep next, int tid) {
   ptx::cp_async_wait<0>();
   ptx::fence_proxy_async_shared();  // this thread's cp.async data
@@ -203,8 +207,8 @@ __device__ __forceinline__ void load_a_frag_sw128(const char* tile, int row0, in
 // fragments: acc[i][hr * 2 + e] = key row0 + g + 8 hr, column col0 + 8 i + 2t + e. With one
 // head split: staged in Element precision over sK / sV, then 16-byte row stores; otherwise fp32
 // partial sums [split][batch][head_k][key][d] for the postprocess to add in order.
-template <typename Element, typename Traits, int kColTiles>
-__device__ __forceinline__ void store_dkdv(const BwdKernelParams& kp, const BwdWork& w,
+template <typename Element, typename Traits, int kColTiles, typename Work>
+__device__ __forceinline__ void store_dkdv(const BwdKernelParams& kp, const Work& w,
                                            char* smem, const float (&acc_dk)[kColTiles][4],
                                            const float (&acc_dv)[kColTiles][4], int row0,
                                            int col0, int tid) {
@@ -228,7 +232,7 @@ __device__ __forceinline__ void store_dkdv(const BwdKernelParams& kp, const BwdW
       }
     }
     __syncthreads();
-    const SeqInfo seq = seq_info(p, w.batch);
+    const SeqInfo seq = seq_info<Work::kDynamic>(p, w.batch);
     Element* dk = static_cast<Element*>(p.dk) + seq.k_offset(p.dk_batch_stride, p.dk_row_stride) +
                   w.head_k * p.dk_head_stride + w.n_start * p.dk_row_stride;
     Element* dv = static_cast<Element*>(p.dv) + seq.k_offset(p.dv_batch_stride, p.dv_row_stride) +

@@ -75,7 +75,7 @@ struct BwdTraits {
   static_assert(backward::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
 };
 
-template <typename Element, typename Traits>
+template <typename Element, typename Traits, bool kDynamic>
 __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_raw) {
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
@@ -87,7 +87,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
   const int wg = warp / 4;  // warpgroup: keys wg * 64 ..
   const int t = lane % 4;
   const int warp_key0 = warp * 16;  // this warp's 16 keys (rows of S^T, dK, dV)
-  const BwdWork w = bwd_work<kBlockM, kBlockN>(kp);
+  const auto w = bwd_work<kBlockM, kBlockN, kDynamic>(kp);
+  if (w.keys_valid <= 0) return;  // varlen: a key block past this entry's length
 
   uint32_t s_base;
   char* smem = align_smem_1024(smem_raw, s_base);
@@ -200,8 +201,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
       for (int mt = 0; mt < Traits::kDqMTiles; ++mt) ptx::fence_operand(acc_dq[mt]);
       // Row (query) mt * 64 + (warp % 4) * 16 + g + 8 hr, column wg * kDqCols + 8 nt + 2t + e.
       float* dq_rows = kp.dq_accum +
-                       ((static_cast<int64_t>(w.batch) * p.num_heads + head) * kp.rows +
-                        m * kBlockM + (warp % 4) * 16 + lane / 4) * kHeadDim +
+                       (backward::ws_row0<kDynamic>(kp, seq_info<kDynamic>(p, w.batch), head) + m * kBlockM +
+                        (warp % 4) * 16 + lane / 4) * kHeadDim +
                        wg * kDqCols + 2 * t;
 #pragma unroll
       for (int mt = 0; mt < Traits::kDqMTiles; ++mt)
@@ -224,12 +225,12 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
   store_dkdv<Element, Traits, kColTiles>(kp, w, smem, acc_dk, acc_dv, warp_key0, 0, tid);
 }
 
-template <typename Element, typename Traits>
+template <typename Element, typename Traits, bool kDynamic>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     bwd_kernel(const __grid_constant__ BwdKernelParams params) {
 #if FLASHATTN_CU_SM90A
   extern __shared__ __align__(1024) char smem[];
-  sm90::bwd_block<Element, Traits>(params, smem);  // qualified: no ADL into sm80
+  sm90::bwd_block<Element, Traits, kDynamic>(params, smem);  // qualified: no ADL into sm80
 #else
   ptx::unsupported_arch();
 #endif

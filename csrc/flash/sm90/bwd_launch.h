@@ -15,12 +15,12 @@
 
 namespace flashattn_cu::sm90 {
 
-template <typename Element, typename Traits, bool kSplit>
+template <typename Element, typename Traits, bool kSplit, bool kDynamic>
 constexpr auto main_kernel() {
   if constexpr (kSplit) {
-    return bwd_split_kernel<Element, Traits>;
+    return bwd_split_kernel<Element, Traits, kDynamic>;
   } else {
-    return bwd_kernel<Element, Traits>;
+    return bwd_kernel<Element, Traits, kDynamic>;
   }
 }
 
@@ -36,9 +36,13 @@ Status run_bwd(const BwdParams& p, cudaStream_t stream) {
                                           p.num_heads_k, kp.kv_splits);
     if (blocks > INT_MAX) return Status::kInvalidArgument;
     if (blocks > 0) {
-      const Status st = launch_kernel<main_kernel<Element, Traits, tile.split>()>(
-                                      dim3(static_cast<unsigned>(blocks)),
-                                      dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
+      const dim3 grid(static_cast<unsigned>(blocks)), block(Traits::kNThreads);
+      const Status st =
+          dynamic_seqlens(p)
+              ? launch_kernel<main_kernel<Element, Traits, tile.split, true>()>(
+                    grid, block, Traits::kSmemBytes, stream, kp)
+              : launch_kernel<main_kernel<Element, Traits, tile.split, false>()>(
+                    grid, block, Traits::kSmemBytes, stream, kp);
       if (st != Status::kSuccess) return st;
     }
     if (!p.deterministic) return Status::kSuccess;

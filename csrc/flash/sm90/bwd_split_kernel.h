@@ -60,7 +60,7 @@ struct BwdSplitTraits {
   static_assert(backward::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
 };
 
-template <typename Element, typename Traits>
+template <typename Element, typename Traits, bool kDynamic>
 __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char* smem_raw) {
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
@@ -73,7 +73,8 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
   const int t = lane % 4;
   const int warp_key0 = (warp % 4) * 16;  // both warpgroups cover keys 0..63
   const int col0 = wg * kHalf;            // this warpgroup's dK/dV/dQ columns
-  const BwdWork w = bwd_work<kBlockM, kBlockN>(kp);
+  const auto w = bwd_work<kBlockM, kBlockN, kDynamic>(kp);
+  if (w.keys_valid <= 0) return;  // varlen: a key block past this entry's length
 
   uint32_t s_base;
   char* smem = align_smem_1024(smem_raw, s_base);
@@ -186,8 +187,8 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
       ptx::fence_operand(acc_dq);
       // Row (query) (warp % 4) * 16 + g + 8 hr, column col0 + 8 nt + 2t + e.
       float* dq_rows = kp.dq_accum +
-                       ((static_cast<int64_t>(w.batch) * p.num_heads + head) * kp.rows +
-                        m * kBlockM + (warp % 4) * 16 + lane / 4) * kHeadDim +
+                       (backward::ws_row0<kDynamic>(kp, seq_info<kDynamic>(p, w.batch), head) + m * kBlockM +
+                        (warp % 4) * 16 + lane / 4) * kHeadDim +
                        col0 + 2 * t;
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr)
@@ -207,12 +208,12 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
   store_dkdv<Element, Traits, kColTiles>(kp, w, smem, acc_dk, acc_dv, warp_key0, col0, tid);
 }
 
-template <typename Element, typename Traits>
+template <typename Element, typename Traits, bool kDynamic>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     bwd_split_kernel(const __grid_constant__ BwdKernelParams params) {
 #if FLASHATTN_CU_SM90A
   extern __shared__ __align__(1024) char smem[];
-  sm90::bwd_split_block<Element, Traits>(params, smem);  // qualified: no ADL into sm80
+  sm90::bwd_split_block<Element, Traits, kDynamic>(params, smem);  // qualified: no ADL into sm80
 #else
   ptx::unsupported_arch();
 #endif

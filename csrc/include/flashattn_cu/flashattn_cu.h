@@ -58,6 +58,21 @@ struct AttnParams {
   float softmax_scale = 0.f;  // the caller resolves "None" to head_dim ** -0.5
   bool is_causal = false;     // bottom-right aligned: query i sees keys j <= i + seqlen_k - seqlen_q
   DType dtype = DType::kFloat16;
+
+  // Variable-length batches (flash_attn's varlen layout); both null: the padded layout above.
+  // cu_seqlens_q / cu_seqlens_k: batch + 1 int32 in device memory, starting at 0,
+  // nondecreasing: entry b owns rows cu[b] .. cu[b + 1] - 1 of q and o (total_q rows) and of k
+  // and v, whose tensors are then (total, heads, head_dim) (the batch strides are not used).
+  // seqlen_q / seqlen_k then mean max_seqlen_q / max_seqlen_k: bounds on every entry's length
+  // that size the grid and the workspace; rows of an entry past its bound are not computed (as
+  // in flash_attn). Entries of length 0 are allowed. lse is (num_heads, total_q) and
+  // softmax_stats (num_heads, total_q, 2), both contiguous.
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_k = nullptr;
+  int total_q = 0;  // rows of q and o with cu_seqlens_q
+  // Optional, fwd() only (batch int32 in device memory): entry b attends to its first
+  // seqused_k[b] keys (at most its length), padded or varlen.
+  const int* seqused_k = nullptr;
 };
 
 struct FwdParams : AttnParams {

@@ -1,0 +1,207 @@
+"""Variable-length batches: flash_attn_varlen_func and its packed forms.
+
+GPU: every sequence of a random batch (lengths 0, 1, odd, one long) against the fp32 reference
+of that sequence alone by the rule (forward 2x, gradients 3x), outputs poisoned first (conftest);
+equal lengths bitwise equal to flash_attn_func on the same batch; deterministic mode bitwise
+repeatable. CPU: argument checks and shapes on fake tensors.
+"""
+
+from unittest import mock
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from attn_helpers import DTYPES, HEADS, assert_lse_rule, assert_rule, instance_for
+from flashattn_cu import (
+    _C,
+    flash_attn_func,
+    flash_attn_varlen_func,
+    flash_attn_varlen_kvpacked_func,
+    flash_attn_varlen_qkvpacked_func,
+)
+from flashattn_cu import flash_attn_interface as fai
+from flashattn_cu.testing import attention_ref
+
+LENGTH_LISTS = {
+    "mixed": ([37, 0, 1, 200, 129, 64], [50, 3, 0, 257, 129, 64]),
+    "one_long": ([5, 1030, 17], [5, 1030, 17]),
+    "all_empty_k": ([7, 9], [0, 0]),
+}
+
+
+def cu(lengths):
+    out = torch.zeros(len(lengths) + 1, dtype=torch.int32, device="cuda")
+    out[1:] = torch.tensor(lengths, device="cuda").cumsum(0)
+    return out
+
+
+def skip_unless_built(head_dim):
+    if instance_for(head_dim) not in _C.built_head_dims():
+        pytest.skip(f"head dim {head_dim} not in this build")
+
+
+def varlen_inputs(lq, lk, nheads, nheads_k, d, dtype):
+    q = torch.randn(sum(lq), nheads, d, device="cuda", dtype=dtype, requires_grad=True)
+    k = torch.randn(sum(lk), nheads_k, d, device="cuda", dtype=dtype, requires_grad=True)
+    v = torch.randn(sum(lk), nheads_k, d, device="cuda", dtype=dtype, requires_grad=True)
+    return q, k, v
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("lengths", list(LENGTH_LISTS), ids=list(LENGTH_LISTS))
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("heads", ["mha", "gqa"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("d", [64, 128, 59])
+def test_varlen_against_each_sequence(lengths, causal, heads, dtype, d):
+    skip_unless_built(d)
+    lq, lk = LENGTH_LISTS[lengths]
+    nheads, nheads_k = HEADS[heads]
+    q, k, v = varlen_inputs(lq, lk, nheads, nheads_k, d, dtype)
+    dout = torch.randn_like(q)
+    out, lse, _ = flash_attn_varlen_func(q, k, v, cu(lq), cu(lk), max(lq), max(lk),
+                                         causal=causal, return_attn_probs=True)
+    assert out.shape == q.shape and lse.shape == (nheads, sum(lq))
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
+    sq, sk = 0, 0
+    for b, (nq, nk) in enumerate(zip(lq, lk)):
+        what = f"sequence {b} ({nq} x {nk})"
+        qb, kb, vb = (t.detach()[s:s + n].unsqueeze(0).requires_grad_()
+                      for t, s, n in ((q, sq, nq), (k, sk, nk), (v, sk, nk)))
+        ref, ref_lse = attention_ref(qb, kb, vb, causal=causal)
+        pt, pt_lse = attention_ref(qb, kb, vb, causal=causal, upcast=False)
+        assert_rule(out[sq:sq + nq].unsqueeze(0), ref, pt, 2, 1e-5, f"out, {what}")
+        assert_lse_rule(lse[:, sq:sq + nq].unsqueeze(0), ref_lse, pt_lse, f"lse, {what}")
+        if nq > 0 and nk > 0:
+            g = dout[sq:sq + nq].unsqueeze(0)
+            refs = torch.autograd.grad(ref, (qb, kb, vb), g.float())
+            qp, kp, vp = (t.detach().requires_grad_() for t in (qb, kb, vb))
+            pt, _ = attention_ref(qp, kp, vp, causal=causal, upcast=False)
+            pts = torch.autograd.grad(pt, (qp, kp, vp), g)
+            for name, ours, r, p in zip(("dq", "dk", "dv"),
+                                        (dq[sq:sq + nq], dk[sk:sk + nk], dv[sk:sk + nk]),
+                                        refs, pts):
+                assert_rule(ours.unsqueeze(0), r, p, 3, 1e-4, f"{name}, {what}")
+        else:  # nothing to attend to, or nobody attending: zero gradients, no NaN
+            assert (dq[sq:sq + nq] == 0).all() and (dk[sk:sk + nk] == 0).all()
+            assert (dv[sk:sk + nk] == 0).all()
+        sq, sk = sq + nq, sk + nk
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_equal_lengths_match_the_padded_kernel(causal, deterministic):
+    """All sequences of one length: the same arithmetic as flash_attn_func on the batch, so the
+    output, LSE and (deterministic) gradients are bitwise equal."""
+    skip_unless_built(128)
+    b, s, h, d = 3, 300, 4, 128
+    q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    dout = torch.randn_like(q)
+    out, lse, _ = flash_attn_func(q, k, v, causal=causal, deterministic=deterministic,
+                                  return_attn_probs=True)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    flat = [t.detach().reshape(b * s, h, d).requires_grad_() for t in (q, k, v)]
+    cs = cu([s] * b)
+    vout, vlse, _ = flash_attn_varlen_func(*flat, cs, cs, s, s, causal=causal,
+                                           deterministic=deterministic, return_attn_probs=True)
+    vgrads = torch.autograd.grad(vout, flat, dout.reshape(b * s, h, d))
+    assert torch.equal(vout, out.reshape(b * s, h, d))
+    assert torch.equal(vlse, lse.permute(1, 0, 2).reshape(h, b * s))
+    for name, g, vg in zip(("dq", "dk", "dv"), grads, vgrads):
+        if name == "dq" and not deterministic:
+            torch.testing.assert_close(vg, g.reshape(b * s, h, d), rtol=2 ** -7, atol=1e-5)
+        else:
+            assert torch.equal(vg, g.reshape(b * s, h, d)), name
+
+
+@pytest.mark.gpu
+def test_varlen_deterministic_is_bitwise_repeatable():
+    skip_unless_built(64)
+    lq, lk = LENGTH_LISTS["mixed"]
+    q, k, v = varlen_inputs(lq, lk, 6, 2, 64, torch.float16)
+    dout = torch.randn_like(q)
+    runs = []
+    for _ in range(2):
+        out = flash_attn_varlen_func(q, k, v, cu(lq), cu(lk), max(lq), max(lk), causal=True,
+                                     deterministic=True)
+        runs.append((out,) + torch.autograd.grad(out, (q, k, v), dout))
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+@pytest.mark.gpu
+def test_varlen_packed_forms():
+    skip_unless_built(64)
+    lens = [33, 0, 70, 1]
+    qkv = torch.randn(sum(lens), 3, 4, 64, device="cuda", dtype=torch.bfloat16)
+    c = cu(lens)
+    out = flash_attn_varlen_qkvpacked_func(qkv, c, max(lens), causal=True)
+    ref = flash_attn_varlen_func(*qkv.unbind(1), c, c, max(lens), max(lens), causal=True)
+    assert torch.equal(out, ref)
+    out = flash_attn_varlen_kvpacked_func(qkv[:, 0], qkv[:, 1:], c, c, max(lens), max(lens))
+    assert torch.equal(out, flash_attn_varlen_func(*qkv.unbind(1), c, c, max(lens), max(lens)))
+
+
+@pytest.mark.gpu
+def test_seqused_k_in_the_op():
+    """fwd_varlen's seqused_k (flash_attn's varlen_fwd argument): entry b attends to its first
+    seqused_k[b] keys only."""
+    skip_unless_built(64)
+    lq, lk, used = [20, 31], [40, 50], [13, 50]
+    q, k, v = varlen_inputs(lq, lk, 4, 4, 64, torch.bfloat16)
+    seqused = torch.tensor(used, dtype=torch.int32, device="cuda")
+    out, _, _ = torch.ops.flashattn_cu.fwd_varlen(q, k, v, cu(lq), cu(lk), seqused, max(lq),
+                                                  max(lk), 0.125, False)
+    short_k = [k[0:13], k[40:90]]
+    short_v = [v[0:13], v[40:90]]
+    ref = flash_attn_varlen_func(q, torch.cat(short_k), torch.cat(short_v), cu(lq), cu(used),
+                                 max(lq), max(used), softmax_scale=0.125)
+    assert torch.equal(out, ref)
+
+
+# --------------------------------------------------------------------------------------------
+# CPU: arguments and shapes
+
+
+def fake_full_build():
+    return mock.patch.object(fai, "_built_head_dims",
+                             return_value=tuple(_C.head_dim_instances()))
+
+
+def test_varlen_shapes_on_fake_tensors():
+    with FakeTensorMode(), mock.patch.object(fai, "_device_capability", return_value=(9, 0)), \
+            fake_full_build():
+        q = torch.empty(70, 6, 59, dtype=torch.bfloat16, device="cuda")
+        k = torch.empty(90, 2, 59, dtype=torch.bfloat16, device="cuda")
+        c = torch.empty(4, dtype=torch.int32, device="cuda")
+        out, lse, dmask = flash_attn_varlen_func(q, k, k, c, c, 40, 50, causal=True,
+                                                 return_attn_probs=True)
+        assert out.shape == q.shape and lse.shape == (6, 70) and dmask is None
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (dict(q=(70, 6, 64, 1)), ValueError, r"q must have rank 3 \(total_tokens, nheads, headdim\)"),
+    (dict(cu_q=torch.int64), ValueError, "cu_seqlens_q must be a 1-d int32 tensor"),
+    (dict(cu_k_len=3), ValueError, "cu_seqlens_q has 4 elements and cu_seqlens_k 3"),
+    (dict(max_q=-1), ValueError, "max_seqlen_q must be a non-negative int"),
+    (dict(max_k=2.5), ValueError, "max_seqlen_k must be a non-negative int"),
+    (dict(block_table=True), NotImplementedError, "block_table"),
+    (dict(dropout_p=0.1), NotImplementedError, "dropout"),
+])
+def test_varlen_argument_errors(change, error, message):
+    with FakeTensorMode(), mock.patch.object(fai, "_device_capability", return_value=(9, 0)), \
+            fake_full_build():
+        q = torch.empty(change.get("q", (70, 6, 64)), dtype=torch.float16, device="cuda")
+        k = torch.empty(90, 2, 64, dtype=torch.float16, device="cuda")
+        cu_q = torch.empty(4, dtype=change.get("cu_q", torch.int32), device="cuda")
+        cu_k = torch.empty(change.get("cu_k_len", 4), dtype=torch.int32, device="cuda")
+        kwargs = {}
+        if "block_table" in change:
+            kwargs["block_table"] = torch.empty(3, 2, dtype=torch.int32, device="cuda")
+        if "dropout_p" in change:
+            kwargs["dropout_p"] = change["dropout_p"]
+        with pytest.raises(error, match=message):
+            flash_attn_varlen_func(q, k, k, cu_q, cu_k, change.get("max_q", 40),
+                                   change.get("max_k", 50), **kwargs)
