@@ -54,7 +54,7 @@ def _empty_like_layout(t):
 
 
 @torch.library.register_fake("flashattn_cu::fwd")
-def _fwd_fake(q, k, v, softmax_scale, causal):
+def _fwd_fake(q, k, v, softmax_scale, causal, window_left=-1, window_right=-1):
     batch, seqlen_q, nheads, head_dim = q.shape
     out = _empty_like_layout(q)
     lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
@@ -64,13 +64,13 @@ def _fwd_fake(q, k, v, softmax_scale, causal):
 
 @torch.library.register_fake("flashattn_cu::bwd")
 def _bwd_fake(dout, q, k, v, out, softmax_lse, softmax_scale, causal, deterministic,
-              softmax_stats=None):
+              softmax_stats=None, window_left=-1, window_right=-1):
     return _empty_like_layout(q), _empty_like_layout(k), _empty_like_layout(v)
 
 
 @torch.library.register_fake("flashattn_cu::fwd_varlen")
 def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
-                     softmax_scale, causal):
+                     softmax_scale, causal, window_left=-1, window_right=-1):
     total_q, nheads, _ = q.shape
     lse = q.new_empty((nheads, total_q), dtype=torch.float32)
     stats = q.new_empty((nheads, total_q, 2), dtype=torch.float32)
@@ -79,7 +79,8 @@ def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_
 
 @torch.library.register_fake("flashattn_cu::bwd_varlen")
 def _bwd_varlen_fake(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                     max_seqlen_k, softmax_scale, causal, deterministic, softmax_stats=None):
+                     max_seqlen_k, softmax_scale, causal, deterministic, softmax_stats=None,
+                     window_left=-1, window_right=-1):
     return _empty_like_layout(q), _empty_like_layout(k), _empty_like_layout(v)
 
 
@@ -123,14 +124,16 @@ class FlashAttnFunc(torch.autograd.Function):
     logit magnitude (csrc/include/flashattn_cu/flashattn_cu.h, FwdParams::softmax_stats)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, softmax_scale, causal, deterministic):
+    def forward(ctx, q, k, v, softmax_scale, causal, deterministic, window_left=-1,
+                window_right=-1):
         out, softmax_lse, softmax_stats = torch.ops.flashattn_cu.fwd(
-            q, k, v, softmax_scale, causal
+            q, k, v, softmax_scale, causal, window_left, window_right
         )
         ctx.save_for_backward(q, k, v, out, softmax_lse, softmax_stats)
         ctx.softmax_scale = softmax_scale
         ctx.causal = causal
         ctx.deterministic = deterministic
+        ctx.window = (window_left, window_right)
         ctx.mark_non_differentiable(softmax_lse)
         return out, softmax_lse
 
@@ -141,10 +144,10 @@ class FlashAttnFunc(torch.autograd.Function):
             # dout may be any layout (out.sum() gives a stride-0 expand); the op copies if it must.
             dq, dk, dv = torch.ops.flashattn_cu.bwd(
                 dout, q, k, v, out, softmax_lse, ctx.softmax_scale, ctx.causal,
-                ctx.deterministic, softmax_stats,
+                ctx.deterministic, softmax_stats, *ctx.window,
             )
         dq, dk, dv = _no_double_backward((dq, dk, dv), (dout, q, k, v))
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None, None, None, None, None
 
 
 class FlashAttnVarlenFunc(torch.autograd.Function):
@@ -153,11 +156,12 @@ class FlashAttnVarlenFunc(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                softmax_scale, causal, deterministic):
+                softmax_scale, causal, deterministic, window_left=-1, window_right=-1):
         out, softmax_lse, softmax_stats = torch.ops.flashattn_cu.fwd_varlen(
             q, k, v, cu_seqlens_q, cu_seqlens_k, None, max_seqlen_q, max_seqlen_k, softmax_scale,
-            causal
+            causal, window_left, window_right
         )
+        ctx.window = (window_left, window_right)
         ctx.save_for_backward(q, k, v, out, softmax_lse, softmax_stats, cu_seqlens_q,
                               cu_seqlens_k)
         ctx.max_seqlen_q, ctx.max_seqlen_k = max_seqlen_q, max_seqlen_k
@@ -174,9 +178,10 @@ class FlashAttnVarlenFunc(torch.autograd.Function):
             dq, dk, dv = torch.ops.flashattn_cu.bwd_varlen(
                 dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q,
                 ctx.max_seqlen_k, ctx.softmax_scale, ctx.causal, ctx.deterministic, softmax_stats,
+                *ctx.window,
             )
         dq, dk, dv = _no_double_backward((dq, dk, dv), (dout, q, k, v))
-        return dq, dk, dv, None, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,7 +193,8 @@ def _not_implemented(feature, got, hint):
 
 
 def _check_features(dropout_p, window_size, softcap, alibi_slopes):
-    """Returns True when window_size asks for plain causal masking, (-1, 0)."""
+    """Returns the window as (left, right), -1 for an unbounded side (flash_attn: any negative
+    size is unbounded)."""
     if dropout_p != 0.0:
         _not_implemented(
             "dropout", f"dropout_p={dropout_p}",
@@ -205,15 +211,14 @@ def _check_features(dropout_p, window_size, softcap, alibi_slopes):
         raise ValueError(
             f"flash_attn_func: window_size must be a pair (left, right), got {window_size!r}"
         ) from None
-    # As in flash_attn, a negative size means unbounded on that side.
-    if left < 0 and right < 0:
-        return False
-    if left < 0 and right == 0:
-        return True  # unbounded left, no right context: exactly bottom-right causal
-    _not_implemented(
-        "sliding-window (local) attention", f"window_size={tuple(window_size)}",
-        "only window_size=(-1, -1) (and (-1, 0), which equals causal=True) is supported",
-    )
+    for side in (left, right):
+        if isinstance(side, bool) or not isinstance(side, numbers.Integral):
+            raise ValueError(f"flash_attn_func: window_size must be a pair of ints, got "
+                             f"{window_size!r}")
+    # As in flash_attn, a negative size means unbounded on that side; sizes past the matrix are
+    # unbounded too (the kernels clamp per sequence).
+    limit = 2 ** 31 - 1
+    return (-1 if left < 0 else min(int(left), limit), -1 if right < 0 else min(int(right), limit))
 
 
 def _check_scale(softmax_scale):
@@ -399,16 +404,21 @@ def flash_attn_func(
         softmax_scale: defaults to headdim ** -0.5; must be positive and finite.
         causal: causal mask aligned to the bottom-right corner of the attention matrix: query i
             sees keys j <= i + seqlen_k - seqlen_q. A query that sees no key outputs 0.
-        window_size, softcap, alibi_slopes: must keep their defaults (not implemented);
-            window_size=(-1, 0) is accepted as a synonym for causal=True.
+        window_size: (left, right) sliding window, -1 for an unbounded side: query i sees keys j
+            with d - left <= j <= d + right, d = i + seqlen_k - seqlen_q (bottom-right aligned,
+            as flash_attn); causal=True sets right = 0. Only the key blocks a query block can
+            see are visited. A query that sees no key outputs 0.
+        softcap, alibi_slopes: must keep their defaults (not implemented).
         deterministic: make the backward pass bitwise reproducible.
         return_attn_probs: also return softmax_lse (batch, nheads, seqlen_q), float32, +inf for
             rows that see no key, and None in place of the dropout mask.
     Returns:
         out (batch, seqlen_q, nheads, headdim), or (out, softmax_lse, None) if return_attn_probs.
     """
-    window_causal = _check_features(dropout_p, window_size, softcap, alibi_slopes)
-    causal = bool(causal) or window_causal
+    window_left, window_right = _check_features(dropout_p, window_size, softcap, alibi_slopes)
+    causal = bool(causal) or (window_left < 0 and window_right == 0)
+    if causal:
+        window_right = 0
     _check_tensors(q, k, v)
     _check_devices(q, k, v)
     head_dim = q.shape[-1]
@@ -422,7 +432,8 @@ def flash_attn_func(
     pad = -head_dim % 8
     if pad:
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
-    out, softmax_lse = FlashAttnFunc.apply(q, k, v, softmax_scale, causal, bool(deterministic))
+    out, softmax_lse = FlashAttnFunc.apply(q, k, v, softmax_scale, causal, bool(deterministic),
+                                           window_left, window_right)
     if pad:
         out = out[..., :head_dim]
     if return_attn_probs:
@@ -550,8 +561,10 @@ def flash_attn_varlen_func(
     if block_table is not None:
         _not_implemented("block_table (paged KV cache)", "block_table given",
                          "pass contiguous k and v")
-    window_causal = _check_features(dropout_p, window_size, softcap, alibi_slopes)
-    causal = bool(causal) or window_causal
+    window_left, window_right = _check_features(dropout_p, window_size, softcap, alibi_slopes)
+    causal = bool(causal) or (window_left < 0 and window_right == 0)
+    if causal:
+        window_right = 0
     max_seqlen_q, max_seqlen_k = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                max_seqlen_k, fn)
     q4, k4, v4 = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
@@ -568,7 +581,8 @@ def flash_attn_varlen_func(
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
     out, softmax_lse = FlashAttnVarlenFunc.apply(q, k, v, cu_seqlens_q, cu_seqlens_k,
                                                  max_seqlen_q, max_seqlen_k, softmax_scale,
-                                                 causal, bool(deterministic))
+                                                 causal, bool(deterministic), window_left,
+                                                 window_right)
     if pad:
         out = out[..., :head_dim]
     if return_attn_probs:

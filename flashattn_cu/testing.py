@@ -7,12 +7,15 @@ import torch
 __all__ = ["attention_ref", "poison_outputs", "max_abs_diff"]
 
 
-def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True):
+def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window_size=(-1, -1)):
     """Attention computed with plain PyTorch ops, in the flash_attn layout.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim) with
     nheads % nheads_k == 0 (query head i uses kv head i // (nheads // nheads_k)).
     causal: bottom-right aligned, query i sees keys j <= i + seqlen_k - seqlen_q.
+    window_size: (left, right), flash_attn's sliding window: with d = i + seqlen_k - seqlen_q,
+    query i sees keys d - left <= j <= d + right; a negative side is unbounded; causal sets
+    right = 0.
     upcast=True computes in float32 (float64 inputs stay float64) and returns float32 output;
     upcast=False computes in the input dtype (the "pt" baseline of the error rule) and returns
     that dtype. A query row that sees no key gives output 0 and lse +inf.
@@ -34,11 +37,17 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True):
         v = v.repeat_interleave(group, dim=2)
 
     scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * softmax_scale
-    visible = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=q.device)
+    left, right = window_size
     if causal:
-        rows = torch.arange(seqlen_q, device=q.device).unsqueeze(1)
-        cols = torch.arange(seqlen_k, device=q.device).unsqueeze(0)
-        visible = cols <= rows + (seqlen_k - seqlen_q)
+        right = 0
+    rows = torch.arange(seqlen_q, device=q.device).unsqueeze(1)
+    cols = torch.arange(seqlen_k, device=q.device).unsqueeze(0)
+    diagonal = rows + (seqlen_k - seqlen_q)
+    visible = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=q.device)
+    if right >= 0:
+        visible &= cols <= diagonal + right
+    if left >= 0:
+        visible &= cols >= diagonal - left
     scores = scores.masked_fill(~visible, float("-inf"))
     empty_row = ~visible.any(dim=1)  # (seqlen_q,), True where the query sees no key
 

@@ -84,12 +84,24 @@ def test_kernel_path_switch():
 
 def test_op_schemas():
     assert str(torch.ops.flashattn_cu.fwd.default._schema) == (
-        "flashattn_cu::fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal) -> "
-        "(Tensor, Tensor, Tensor)")
+        "flashattn_cu::fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, "
+        "int window_left=-1, int window_right=-1) -> (Tensor, Tensor, Tensor)")
     assert str(torch.ops.flashattn_cu.bwd.default._schema) == (
         "flashattn_cu::bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, "
         "Tensor softmax_lse, float softmax_scale, bool causal, bool deterministic, "
-        "Tensor? softmax_stats=None) -> (Tensor, Tensor, Tensor)")
+        "Tensor? softmax_stats=None, int window_left=-1, int window_right=-1) -> "
+        "(Tensor, Tensor, Tensor)")
+    assert str(torch.ops.flashattn_cu.fwd_varlen.default._schema) == (
+        "flashattn_cu::fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, "
+        "Tensor cu_seqlens_k, Tensor? seqused_k, int max_seqlen_q, int max_seqlen_k, "
+        "float softmax_scale, bool causal, int window_left=-1, int window_right=-1) -> "
+        "(Tensor, Tensor, Tensor)")
+    assert str(torch.ops.flashattn_cu.bwd_varlen.default._schema) == (
+        "flashattn_cu::bwd_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, "
+        "Tensor softmax_lse, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
+        "int max_seqlen_k, float softmax_scale, bool causal, bool deterministic, "
+        "Tensor? softmax_stats=None, int window_left=-1, int window_right=-1) -> "
+        "(Tensor, Tensor, Tensor)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -98,8 +110,6 @@ def test_op_schemas():
 
 @pytest.mark.parametrize("kwargs, feature", [
     (dict(dropout_p=0.1), "dropout yet (dropout_p=0.1)"),
-    (dict(window_size=(128, 0)), "sliding-window (local) attention yet (window_size=(128, 0))"),
-    (dict(window_size=(-1, 16)), "sliding-window (local) attention yet (window_size=(-1, 16))"),
     (dict(softcap=30.0), "softcap yet (softcap=30.0)"),
     (dict(alibi_slopes=torch.ones(4)), "ALiBi yet (alibi_slopes is not None)"),
 ])
@@ -318,19 +328,41 @@ def test_default_scale_uses_original_head_dim(d, scale):
     with _pretend_gpu((8, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
         q, k, v = _fake_cuda_qkv(d=d)
         flash_attn_func(q, k, v, softmax_scale=scale)
-    (q_arg, _, _, scale_arg, causal_arg, det_arg), = calls
+    (q_arg, _, _, scale_arg, causal_arg, det_arg, *_), = calls
     assert q_arg.shape[-1] == -(-d // 8) * 8  # padded to a multiple of 8
     assert scale_arg == pytest.approx(d ** -0.5 if scale is None else scale)
     assert causal_arg is False and det_arg is False
 
 
-@pytest.mark.parametrize("window, causal", [((-1, 0), True), ([-1, -1], False), ((-7, -2), False)])
-def test_window_sizes_that_mean_no_window_or_causal(window, causal):
+@pytest.mark.parametrize("window, causal, passed", [
+    ((-1, 0), True, (-1, 0)), ([-1, -1], False, (-1, -1)), ((-7, -2), False, (-1, -1)),
+    ((128, 0), False, (128, 0)), ((-1, 16), False, (-1, 16)), ((3, 5), False, (3, 5)),
+    ((2**40, 7), False, (2**31 - 1, 7)),
+])
+def test_window_sizes_reach_the_kernel(window, causal, passed):
+    """flash_attn's window_size: negative sides are unbounded, (-1, 0) is causal; the rest reach
+    the op as (window_left, window_right)."""
     calls, spy = _capture_apply()
     with _pretend_gpu((8, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
         q, k, v = _fake_cuda_qkv()
         flash_attn_func(q, k, v, window_size=window, deterministic=True)
     assert calls[0][4] is causal and calls[0][5] is True
+    assert tuple(calls[0][6:8]) == passed
+
+
+def test_causal_sets_the_window_right_side_to_zero():
+    calls, spy = _capture_apply()
+    with _pretend_gpu((8, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
+        q, k, v = _fake_cuda_qkv()
+        flash_attn_func(q, k, v, window_size=(9, 4), causal=True)
+    assert calls[0][4] is True and tuple(calls[0][6:8]) == (9, 0)
+
+
+@pytest.mark.parametrize("window", [(1.5, 0), ("a", 1), (True, 0)])
+def test_window_size_must_be_ints(window):
+    q, k, v = cpu_qkv()
+    with pytest.raises(ValueError, match="window_size must be a pair of ints"):
+        flash_attn_func(q, k, v, window_size=window)
 
 
 def test_fake_impls_on_meta():

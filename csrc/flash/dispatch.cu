@@ -93,6 +93,7 @@ Status check_common(const Params& p) {
     return Status::kUnsupportedHeadDim;
   }
   if (!(p.softmax_scale > 0.f) || !std::isnormal(p.softmax_scale)) return Status::kInvalidArgument;
+  if (p.window_left < -1 || p.window_right < -1) return Status::kInvalidArgument;
   // Varlen: cu_seqlens_q and cu_seqlens_k together, int32-aligned; total_q >= 0.
   const bool varlen = p.cu_seqlens_q != nullptr;
   if (varlen != (p.cu_seqlens_k != nullptr) || (varlen && p.total_q < 0) ||

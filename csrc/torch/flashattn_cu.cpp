@@ -216,10 +216,28 @@ void check_row_tensor(const at::Tensor& t, const char* name, const at::Tensor& q
   TORCH_CHECK_VALUE(t.sizes() == shape, msg(name, " must have shape ", shape, ", got ", t.sizes()));
 }
 
+// window_left / window_right: flashattn_cu.h, AttnParams (-1: unbounded).
+void check_window(int64_t window_left, int64_t window_right) {
+  TORCH_CHECK_VALUE(window_left >= -1 && window_right >= -1 &&
+                        window_left <= std::numeric_limits<int>::max() &&
+                        window_right <= std::numeric_limits<int>::max(),
+                    msg("window sizes must be -1 (unbounded) or in [0, 2^31), got (", window_left,
+                        ", ", window_right, ")"));
+}
+
+template <typename P>
+void set_window(P& p, int64_t window_left, int64_t window_right) {
+  p.window_left = static_cast<int>(window_left);
+  p.window_right = static_cast<int>(window_right);
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in,
                                                         const at::Tensor& k_in,
                                                         const at::Tensor& v_in,
-                                                        double softmax_scale, bool causal) {
+                                                        double softmax_scale, bool causal,
+                                                        int64_t window_left,
+                                                        int64_t window_right) {
+  check_window(window_left, window_right);
   const Sizes s = check_qkv(q_in, k_in, v_in);
   check_scale(softmax_scale);
   const c10::cuda::CUDAGuard guard(q_in.device());
@@ -248,6 +266,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in,
   set_strides(p.v_batch_stride, p.v_row_stride, p.v_head_stride, v);
   set_strides(p.o_batch_stride, p.o_row_stride, p.o_head_stride, out);
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
+  set_window(p, window_left, window_right);
   check_status(flashattn_cu::fwd(p, c10::cuda::getCurrentCUDAStream()), "fwd");
   return {out, lse, stats};
 }
@@ -256,7 +275,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
     const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in,
     const at::Tensor& v_in, const at::Tensor& out_in, const at::Tensor& lse_in,
     double softmax_scale, bool causal, bool deterministic,
-    const std::optional<at::Tensor>& stats_in) {
+    const std::optional<at::Tensor>& stats_in, int64_t window_left, int64_t window_right) {
+  check_window(window_left, window_right);
   const Sizes s = check_qkv(q_in, k_in, v_in);
   check_scale(softmax_scale);
   check_input(out_in, "out", q_in);
@@ -317,6 +337,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
   set_strides(p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, dk);
   set_strides(p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, dv);
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
+  set_window(p, window_left, window_right);
   p.deterministic = deterministic;
 
   const size_t ws_bytes = flashattn_cu::bwd_workspace_bytes(p);
@@ -398,7 +419,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_varlen_cuda(
     const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
     const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
     const std::optional<at::Tensor>& seqused_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
-    double softmax_scale, bool causal) {
+    double softmax_scale, bool causal, int64_t window_left, int64_t window_right) {
+  check_window(window_left, window_right);
   const Sizes s = check_qkv(varlen_view(q_in, "q"), varlen_view(k_in, "k"), varlen_view(v_in, "v"));
   check_scale(softmax_scale);
   VarlenArgs a =
@@ -440,6 +462,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_varlen_cuda(
   set_strides(p.o_batch_stride, p.o_row_stride, p.o_head_stride, o4);
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
   set_varlen(p, a);
+  set_window(p, window_left, window_right);
   p.seqused_k = a.seqused_k.defined() ? a.seqused_k.data_ptr<int>() : nullptr;
   check_status(flashattn_cu::fwd(p, c10::cuda::getCurrentCUDAStream()), "fwd_varlen");
   return {out, lse, stats};
@@ -450,7 +473,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
     const at::Tensor& v_in, const at::Tensor& out_in, const at::Tensor& lse_in,
     const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
     int64_t max_seqlen_k, double softmax_scale, bool causal, bool deterministic,
-    const std::optional<at::Tensor>& stats_in) {
+    const std::optional<at::Tensor>& stats_in, int64_t window_left, int64_t window_right) {
+  check_window(window_left, window_right);
   const Sizes s = check_qkv(varlen_view(q_in, "q"), varlen_view(k_in, "k"), varlen_view(v_in, "v"));
   check_scale(softmax_scale);
   const VarlenArgs a = check_varlen(q_in, cu_seqlens_q, cu_seqlens_k, std::nullopt, max_seqlen_q,
@@ -513,6 +537,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
   set_strides(p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, dv.unsqueeze(0));
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
   set_varlen(p, a);
+  set_window(p, window_left, window_right);
   p.do_batch_stride = p.dq_batch_stride = p.dk_batch_stride = p.dv_batch_stride = 0;
   p.deterministic = deterministic;
 
@@ -549,21 +574,21 @@ std::vector<int64_t> head_dim_instances() {
 
 TORCH_LIBRARY(flashattn_cu, m) {
   m.def(
-      "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal) -> "
-      "(Tensor, Tensor, Tensor)");
+      "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left=-1, "
+      "int window_right=-1) -> (Tensor, Tensor, Tensor)");
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
-      "float softmax_scale, bool causal, bool deterministic, Tensor? softmax_stats=None) -> "
-      "(Tensor, Tensor, Tensor)");
+      "float softmax_scale, bool causal, bool deterministic, Tensor? softmax_stats=None, "
+      "int window_left=-1, int window_right=-1) -> (Tensor, Tensor, Tensor)");
   m.def(
       "fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
-      "Tensor? seqused_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal) "
-      "-> (Tensor, Tensor, Tensor)");
+      "Tensor? seqused_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
+      "int window_left=-1, int window_right=-1) -> (Tensor, Tensor, Tensor)");
   m.def(
       "bwd_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
       "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, "
-      "float softmax_scale, bool causal, bool deterministic, Tensor? softmax_stats=None) -> "
-      "(Tensor, Tensor, Tensor)");
+      "float softmax_scale, bool causal, bool deterministic, Tensor? softmax_stats=None, "
+      "int window_left=-1, int window_right=-1) -> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(flashattn_cu, CUDA, m) {

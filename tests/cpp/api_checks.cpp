@@ -186,33 +186,52 @@ int main() {
            "causal limit: a row that sees no key is <= 0 (kMaxSeqlen queries over 10 keys)");
   }
 
-  // The mask policy's block ranges against the element rule, brute force over small shapes:
-  // key_blocks(m_start) must visit every key block holding a key some row of the query block
-  // sees and only skip the element mask on blocks every row sees whole; query_blocks(n_start)
-  // likewise from the key block's side.
+  // The mask policy's block ranges against the element rule, brute force over small shapes,
+  // causal and sliding windows: key_blocks(m_start) must visit every key block holding a key some
+  // row of the query block sees and skip the element mask only on blocks every row sees whole;
+  // query_blocks(n_start) likewise from the key block's side.
   {
     constexpr int kBM = 16, kBN = 8;
-    bool ok = true;
+    const int windows[][3] = {{0, -1, -1}, {1, -1, -1}, {0, 0, -1}, {0, 3, 5}, {0, -1, 0},
+                              {0, 17, 0},  {1, 9, -1},  {0, 0, 0},  {0, 40, 2}, {0, 2, 40}};
+    bool ok = true, tight = true;
     for (int sq = 1; sq <= 40 && ok; sq += 3) {
       for (int sk = 1; sk <= 40 && ok; sk += 5) {
-        for (int causal = 0; causal < 2 && ok; ++causal) {
-          flashattn_cu::SeqInfo si{0, sq, sk};
-          const flashattn_cu::Mask mask(si, causal != 0);
+        for (const auto& w : windows) {
+          if (!ok) break;
+          flashattn_cu::SeqInfo si{0, sq, sk, -1, -1};
+          const flashattn_cu::Mask mask(si, w[0] != 0, w[1], w[2]);
           const int num_m = (sq + kBM - 1) / kBM, num_n = (sk + kBN - 1) / kBN;
-          auto sees = [&](int row, int key) { return key < mask.key_limit(row); };
+          // The rule itself, from flash_attn's definition (not from Mask).
+          auto sees = [&](int row, int key) {
+            const int d = row + sk - sq;
+            const int right = w[0] != 0 ? 0 : w[2];
+            return key >= 0 && key < sk && (w[1] < 0 || key >= d - w[1]) &&
+                   (right < 0 || key <= d + right);
+          };
           for (int m = 0; m < num_m; ++m) {
             const flashattn_cu::KeyBlocks kb = mask.key_blocks<kBM, kBN>(m * kBM);
             for (int n = 0; n < num_n; ++n) {
               bool any = false, all = true;
-              for (int r = m * kBM; r < (m + 1) * kBM; ++r) {
+              for (int r = m * kBM; r < (m + 1) * kBM && r < sq; ++r) {
                 for (int j = n * kBN; j < (n + 1) * kBN; ++j) {
-                  const bool v = r < sq && j < sk && sees(r, j);
+                  const bool v = sees(r, j);
                   any = any || v;
-                  if (r < sq) all = all && v;  // padding rows are never stored
+                  all = all && v;
                 }
               }
-              if (any && n >= kb.end) ok = false;             // a visible key skipped
-              if (n < kb.unmasked && !all) ok = false;        // mask skipped where needed
+              const bool visited = n >= kb.begin && n < kb.end;
+              const bool unmasked = n >= kb.unmasked_begin && n < kb.unmasked_end;
+              if (any && !visited) ok = false;        // a visible key skipped
+              if (unmasked && (!all || !visited)) ok = false;  // mask skipped where needed
+              // Tight: a whole query block visits no key block it sees nothing of (the cost
+              // of a window is the blocks it covers).
+              if (visited && !any && (m + 1) * kBM <= sq) tight = false;
+            }
+            for (int r = m * kBM; r < (m + 1) * kBM && r < sq; ++r) {  // the element rule
+              for (int j = 0; j < sk; ++j) {
+                if (sees(r, j) != (j >= mask.key_begin(r) && j < mask.key_end(r))) ok = false;
+              }
             }
           }
           for (int n = 0; n < num_n; ++n) {
@@ -220,31 +239,46 @@ int main() {
             const flashattn_cu::QueryBlocks qb =
                 mask.query_blocks<kBM, kBN>(n * kBN, keys_valid, num_m);
             for (int m = 0; m < num_m; ++m) {
-              bool any = false, all = true;
+              bool any = false, all = keys_valid == kBN;
               for (int r = m * kBM; r < (m + 1) * kBM && r < sq; ++r) {
                 for (int j = n * kBN; j < (n + 1) * kBN; ++j) {
-                  const bool v = j < sk && sees(r, j);
+                  const bool v = sees(r, j);
                   any = any || v;
                   all = all && v;
                 }
               }
-              if (any && m < qb.begin) ok = false;
-              if (m >= qb.begin && m >= qb.masked_end && !all) ok = false;
+              const bool visited = m >= qb.begin && m < qb.end;
+              const bool unmasked = m >= qb.unmasked_begin && m < qb.unmasked_end;
+              if (any && !visited) ok = false;
+              if (unmasked && (!all || !visited)) ok = false;
+              if (visited && !any && (m + 1) * kBM <= sq) tight = false;
             }
           }
-          if (!ok) std::printf("mask block ranges wrong at sq=%d sk=%d causal=%d\n", sq, sk, causal);
+          if (!ok) {
+            std::printf("mask block ranges wrong at sq=%d sk=%d causal=%d window=(%d, %d)\n", sq,
+                        sk, w[0], w[1], w[2]);
+          }
         }
       }
     }
     expect(ok, "mask policy: key_blocks / query_blocks agree with the element rule");
+    expect(tight, "mask policy: whole query blocks visit only blocks they see a key of");
     const int kMax = flashattn_cu::kMaxSeqlen;
-    const flashattn_cu::Mask big(flashattn_cu::SeqInfo{0, kMax, kMax}, true);
+    const flashattn_cu::Mask big(flashattn_cu::SeqInfo{0, kMax, kMax, -1, -1}, true);
     const flashattn_cu::KeyBlocks last = big.key_blocks<128, 128>(kMax - 128);
-    expect(last.end == kMax / 128 && last.unmasked == (kMax - 127) / 128,
+    expect(last.begin == 0 && last.end == kMax / 128 && last.unmasked_begin == 0 &&
+               last.unmasked_end == (kMax - 127) / 128,
            "mask policy: key blocks of the last query block at kMaxSeqlen");
     const flashattn_cu::QueryBlocks first = big.query_blocks<128, 128>(0, 128, kMax / 128);
-    expect(first.begin == 0 && first.masked_end == 1,
+    expect(first.begin == 0 && first.end == kMax / 128 && first.unmasked_begin == 1 &&
+               first.unmasked_end == kMax / 128,
            "mask policy: query blocks of the first key block at kMaxSeqlen");
+    const flashattn_cu::Mask wide(flashattn_cu::SeqInfo{0, kMax, kMax, -1, -1}, false,
+                                  kMax - 1, kMax - 1);
+    const flashattn_cu::KeyBlocks wb = wide.key_blocks<128, 128>(kMax - 128);
+    expect(wb.begin == 0 && wb.end == kMax / 128 && wide.key_end(0) == kMax &&
+               wide.key_begin(kMax - 1) == 0,
+           "mask policy: windows as wide as kMaxSeqlen do not overflow");
   }
 
   // Varlen sequence info from host arrays (seq_info is host-callable), and the varlen workspace

@@ -72,9 +72,11 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
   if (m_start >= seq.seqlen_q) return;  // varlen: a query block past this entry's length
   const int rows_q = min(kBlockM, seq.seqlen_q - m_start);
 
-  // Key blocks [0, n_end) hold keys some row sees; [0, n_unmasked) are seen whole by every row.
-  const KeyBlocks key_blocks = Mask(seq, p.is_causal).key_blocks<kBlockM, kBlockN>(m_start);
-  const int n_end = key_blocks.end, n_unmasked = key_blocks.unmasked;
+  // Key blocks [n_begin, n_end) hold keys some row sees; [um_begin, um_end) are seen whole by
+  // every row (problem/mask.h).
+  const KeyBlocks key_blocks = mask_of<kDynamic>(seq, p).template key_blocks<kBlockM, kBlockN>(m_start);
+  const int n_begin = key_blocks.begin, n_end = key_blocks.end;
+  const int um_begin = key_blocks.unmasked_begin, um_end = key_blocks.unmasked_end;
 
   const Element* k = static_cast<const Element*>(p.k) +
                      seq.k_offset(p.k_batch_stride, p.k_row_stride) + head_k * p.k_head_stride;
@@ -98,7 +100,7 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
   const float row_log2sum[2] = {kp.row_log2sum[ws_row], kp.row_log2sum[ws_row + 8]};
   const float dsum[2] = {kp.dpsum[ws_row], kp.dpsum[ws_row + 8]};
 
-  if (n_end > 0) {
+  if (n_end > n_begin) {
     load_tile_async<Traits, kBlockM>(
         sQ, static_cast<const Element*>(p.q) + seq.q_offset(p.q_batch_stride, p.q_row_stride) +
                 head * p.q_head_stride + m_start * p.q_row_stride,
@@ -108,9 +110,9 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
                  seq.q_offset(p.do_batch_stride, p.do_row_stride) + head * p.do_head_stride +
                  m_start * p.do_row_stride,
         p.do_row_stride, rows_q, p.head_dim, tid);
-    load_v(0, 0);
+    load_v(n_begin, 0);
     if constexpr (kStages == 1) ptx::cp_async_commit();  // group: Q, dO, V_0
-    load_k(0, 0);
+    load_k(n_begin, 0);
     ptx::cp_async_commit();  // group: K_0 (1 stage); everything (2 stages)
   }
 
@@ -131,8 +133,8 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
   const float scale_log2 = kp.scale_log2;
 
 #pragma unroll 1
-  for (int n = 0; n < n_end; ++n) {
-    const int stage = kStages == 2 ? (n & 1) : 0;
+  for (int n = n_begin; n < n_end; ++n) {
+    const int stage = kStages == 2 ? ((n - n_begin) & 1) : 0;
     const uint32_t sKs = sK + stage * Traits::kKVBytes, sVs = sV + stage * Traits::kKVBytes;
     float acc_s[1][kNTiles][4], acc_dp[kNTiles][4];
 #pragma unroll
@@ -187,8 +189,8 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
         Ops::mma(acc_s[0][2 * np + 1], a, b[2], b[3]);
       }
     }
-    if (n >= n_unmasked) {
-      Mask(seq_info<kDynamic>(p, tile.batch), p.is_causal).apply(acc_s, m_start + warp * 16, n * kBlockN,
+    if (n >= um_end || n < um_begin) {
+      mask_of<kDynamic>(seq_info<kDynamic>(p, tile.batch), p).apply(acc_s, m_start + warp * 16, n * kBlockN,
                                                        lane);
     }
     // P and dS = P (dP - D), in acc_dp.

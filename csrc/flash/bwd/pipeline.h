@@ -23,7 +23,7 @@ Status launch_bwd_dq(const BwdKernelParams& kp, cudaStream_t stream) {
       query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
   if (blocks == 0) return Status::kSuccess;
   if (blocks > INT_MAX) return Status::kInvalidArgument;
-  if (dynamic_seqlens(p)) {
+  if (dynamic_instance(p)) {
     return launch_kernel<bwd_dq_kernel<Element, Traits, true>>(dim3(static_cast<unsigned>(blocks)),
                          dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
   }
@@ -53,7 +53,7 @@ Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& m
   if (prep_blocks > INT_MAX) return Status::kInvalidArgument;
   if (prep_blocks > 0) {
     const Status st =
-        dynamic_seqlens(p)
+        dynamic_instance(p)
             ? launch_kernel<bwd_preprocess_kernel<Element, kHeadDim, true>>(
                   dim3(static_cast<unsigned>(prep_blocks)), dim3(kPrepThreads), 0, stream, kp)
             : launch_kernel<bwd_preprocess_kernel<Element, kHeadDim, false>>(

@@ -1,10 +1,12 @@
-// The mask policy: which keys each query row sees, in one place for every kernel. Today no mask
-// and causal, bottom-right aligned as flash_attn 2.1+ defines it (query i sees keys
-// j <= i + seqlen_k - seqlen_q); sliding windows join here. It answers three questions:
-//  * key_blocks: the key blocks a query block visits, and from which one on the element mask is
-//    needed (forward, deterministic dQ kernel), so the bulk of the loop pays nothing;
-//  * query_blocks: the query blocks a key block visits, and up to which one the element mask is
-//    needed (backward main kernels);
+// The mask policy: which keys each query row sees, in one place for every kernel. flash_attn's
+// rules, bottom-right aligned: with d = i + seqlen_k - seqlen_q the diagonal key of query i, it
+// sees keys j with d - window_left <= j <= d + window_right (a side of -1 is unbounded); causal is
+// window_right = 0. It answers three questions:
+//  * key_blocks: the key blocks a query block visits, and which of them need the element mask
+//    (forward, deterministic dQ kernel), so the bulk of the loop pays nothing and a window costs
+//    only the blocks it covers;
+//  * query_blocks: the query blocks a key block visits, and which need the element mask
+//    (backward main kernels);
 //  * the element mask itself on a score tile (apply, apply_transposed), also covering the
 //    sequence tail (keys >= seqlen_k).
 // Score tiles are mma C fragments: s[mt][nt][hr * 2 + e] is row (row0 + mt * 16 + g + hr * 8),
@@ -27,57 +29,107 @@ __host__ __device__ __forceinline__ int visible_key_limit(int row, int seqlen_q,
   return limit < seqlen_k ? limit : seqlen_k;
 }
 
-// Key blocks [0, end) hold keys some row of the query block sees; blocks [0, unmasked) are seen
-// whole by every row, the rest need the element mask.
+// Key blocks a query block visits: [begin, end). Blocks in [unmasked_begin, unmasked_end) are seen
+// whole by every row of the query block; the others need the element mask.
 struct KeyBlocks {
+  int begin;
   int end;
-  int unmasked;
+  int unmasked_begin;
+  int unmasked_end;
 };
 
-// Query blocks [begin, num_m) see some key of the key block; blocks [begin, masked_end) need the
-// element mask (a key past seqlen_k in the block, or a row that misses a key on the diagonal).
+// Query blocks a key block is visited by: [begin, end). Blocks in [unmasked_begin, unmasked_end)
+// see every key of the key block (and the key block is whole); the others need the element mask.
 struct QueryBlocks {
   int begin;
-  int masked_end;
+  int end;
+  int unmasked_begin;
+  int unmasked_end;
 };
 
 struct Mask {
   int seqlen_q;
   int seqlen_k;
-  bool causal;
+  int left;   // window: keys at most `left` before the diagonal; -1: unbounded
+  int right;  // keys at most `right` after it; -1: unbounded; causal: 0
 
-  __host__ __device__ __forceinline__ Mask(const SeqInfo& si, bool is_causal)
-      : seqlen_q(si.seqlen_q), seqlen_k(si.seqlen_k), causal(is_causal) {}
+  // A window side at least as wide as the matrix is the same as none (and keeps the arithmetic
+  // below within int64 trivially).
+  __host__ __device__ __forceinline__ Mask(const SeqInfo& si, bool causal, int window_left = -1,
+                                           int window_right = -1)
+      : seqlen_q(si.seqlen_q),
+        seqlen_k(si.seqlen_k),
+        left(window_left < 0 || window_left >= si.seqlen_k ? -1 : window_left),
+        right(causal ? 0 : window_right < 0 || window_right >= si.seqlen_q ? -1 : window_right) {}
 
-  __host__ __device__ __forceinline__ int key_limit(int row) const {
-    return visible_key_limit(row, seqlen_q, seqlen_k, causal);
+  // Params: AttnParams or a struct derived from it (is_causal, window_left, window_right).
+  template <typename Params>
+  __host__ __device__ __forceinline__ Mask(const SeqInfo& si, const Params& p)
+      : Mask(si, p.is_causal, p.window_left, p.window_right) {}
+
+  // The visible keys of `row`: [key_begin(row), key_end(row)), empty when begin >= end.
+  // (row + seqlen_k - seqlen_q) is the row's diagonal key; int64: window sides up to seqlen.
+  __host__ __device__ __forceinline__ int key_begin(int row) const {
+    if (left < 0) return 0;
+    const int64_t b = static_cast<int64_t>(row) + (seqlen_k - seqlen_q) - left;
+    return b <= 0 ? 0 : b >= seqlen_k ? seqlen_k : static_cast<int>(b);
   }
+  __host__ __device__ __forceinline__ int key_end(int row) const {
+    if (right < 0) return seqlen_k;
+    if (right == 0) return visible_key_limit(row, seqlen_q, seqlen_k, true);
+    const int64_t e = static_cast<int64_t>(row) + (seqlen_k - seqlen_q) + right + 1;
+    return e <= 0 ? 0 : e >= seqlen_k ? seqlen_k : static_cast<int>(e);
+  }
+  // Kept for the causal-only callers: the end of row's visible keys.
+  __host__ __device__ __forceinline__ int key_limit(int row) const { return key_end(row); }
 
   template <int kBlockM, int kBlockN>
   __host__ __device__ __forceinline__ KeyBlocks key_blocks(int m_start) const {
-    const int shift = seqlen_k - seqlen_q;
-    int key_end = seqlen_k, unmasked_keys = seqlen_k;
-    if (causal) {
-      key_end = imin(seqlen_k, m_start + kBlockM + shift);
-      unmasked_keys = imin(seqlen_k, m_start + 1 + shift);
-    }
-    return KeyBlocks{key_end > 0 ? ceil_div(key_end, kBlockN) : 0,
-                     unmasked_keys > 0 ? unmasked_keys / kBlockN : 0};
+    const int last = m_start + kBlockM - 1;  // rows past seqlen_q are padding: never stored
+    KeyBlocks r;
+    r.begin = key_begin(m_start) / kBlockN;
+    const int end_key = key_end(last);
+    r.end = end_key > 0 ? ceil_div(end_key, kBlockN) : 0;
+    if (r.end < r.begin) r.end = r.begin;
+    // Keys every row sees: from the last row's begin to the first row's end.
+    r.unmasked_begin = ceil_div(key_begin(last), kBlockN);
+    const int all_end = key_end(m_start);
+    r.unmasked_end = all_end > 0 ? all_end / kBlockN : 0;
+    if (r.unmasked_end < r.unmasked_begin) r.unmasked_end = r.unmasked_begin;
+    return r;
   }
 
   // n_start: the key block's first key; keys_valid: its keys below seqlen_k; num_m: query blocks.
   template <int kBlockM, int kBlockN>
   __host__ __device__ __forceinline__ QueryBlocks query_blocks(int n_start, int keys_valid,
                                                                int num_m) const {
-    QueryBlocks r{0, keys_valid < kBlockN ? num_m : 0};
-    if (causal) {
-      const int shift = seqlen_k - seqlen_q;
-      const int first_row = n_start - shift;                  // first query seeing key n_start
-      const int full_row = n_start + keys_valid - 1 - shift;  // first query seeing every key
-      r.begin = first_row <= 0 ? 0 : imin(num_m, first_row / kBlockM);
-      r.masked_end =
-          imax(r.masked_end, full_row <= 0 ? 0 : imin(num_m, ceil_div(full_row, kBlockM)));
+    const int64_t shift = static_cast<int64_t>(seqlen_k) - seqlen_q;
+    const int64_t first_key = n_start, last_key = static_cast<int64_t>(n_start) + keys_valid - 1;
+    // Row i sees key j when j - shift - right <= i (right >= 0) and i <= j - shift + left
+    // (left >= 0).
+    const int64_t first_row = right < 0 ? 0 : first_key - shift - right;
+    const int64_t last_row = left < 0 ? seqlen_q - 1 : last_key - shift + left;
+    QueryBlocks r;
+    r.begin = first_row <= 0 ? 0 : static_cast<int>(imin64(num_m, first_row / kBlockM));
+    r.end = last_row < first_row || last_row < 0
+                ? r.begin
+                : static_cast<int>(imin64(num_m, last_row / kBlockM + 1));
+    if (r.end < r.begin) r.end = r.begin;
+    // Rows that see every key of the block: from the row that sees its last key to the row
+    // that still sees its first key.
+    if (keys_valid < kBlockN) {
+      r.unmasked_begin = r.unmasked_end = num_m;
+      return r;
     }
+    const int64_t full_first = right < 0 ? 0 : last_key - shift - right;
+    r.unmasked_begin = full_first <= 0 ? 0 : static_cast<int>(imin64(num_m, ceil_div<int64_t>(full_first, kBlockM)));
+    if (left < 0) {
+      r.unmasked_end = num_m;
+    } else {
+      const int64_t full_last = first_key - shift + left;  // inclusive
+      r.unmasked_end = full_last < 0 ? 0 : static_cast<int>(imin64(num_m, (full_last + 1) / kBlockM));
+    }
+    if (r.unmasked_end < r.unmasked_begin) r.unmasked_end = r.unmasked_begin;
     return r;
   }
 
@@ -90,12 +142,14 @@ struct Mask {
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        const int limit = key_limit(row0 + mt * 16 + g + hr * 8);
+        const int row = row0 + mt * 16 + g + hr * 8;
+        const int lo = key_begin(row), hi = key_end(row);
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            if (col0 + nt * 8 + 2 * t + e >= limit) s[mt][nt][hr * 2 + e] = -INFINITY;
+            const int key = col0 + nt * 8 + 2 * t + e;
+            if (key >= hi || (left >= 0 && key < lo)) s[mt][nt][hr * 2 + e] = -INFINITY;
           }
         }
       }
@@ -112,14 +166,33 @@ struct Mask {
     for (int nt = 0; nt < kQTiles; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int limit = key_limit(query0 + nt * 8 + 2 * t + e);
+        const int query = query0 + nt * 8 + 2 * t + e;
+        const int lo = key_begin(query), hi = key_end(query);
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
-          if (key0 + g + hr * 8 >= limit) s[nt][hr * 2 + e] = -INFINITY;
+          const int key = key0 + g + hr * 8;
+          if (key >= hi || (left >= 0 && key < lo)) s[nt][hr * 2 + e] = -INFINITY;
         }
       }
     }
   }
 };
+
+// Which compiled instance of a kernel a call needs: the dynamic one (kDynamic = true) reads
+// sequence arrays (problem/seqlen.h) and applies sliding windows (a left window's first visited
+// and first unmasked key blocks are live values in the main loop, a window's bounds need int64
+// arithmetic); the static one knows at compile time there is neither, so the common case
+// (padded, no mask or causal) keeps the registers it had.
+template <typename Params>
+__host__ __device__ __forceinline__ bool dynamic_instance(const Params& p) {
+  return dynamic_seqlens(p) || p.window_left >= 0 || (!p.is_causal && p.window_right >= 0);
+}
+
+// The mask of `seq` for kernel instance kDynamic (the static one has no window: none or causal,
+// known at compile time to need no int64 window arithmetic).
+template <bool kDynamic, typename Params>
+__host__ __device__ __forceinline__ Mask mask_of(const SeqInfo& seq, const Params& p) {
+  return Mask(seq, p.is_causal, kDynamic ? p.window_left : -1, kDynamic ? p.window_right : -1);
+}
 
 }  // namespace flashattn_cu

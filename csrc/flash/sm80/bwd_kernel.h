@@ -136,13 +136,17 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
   if (n_start >= seq.seqlen_k) return;  // varlen: a key block past this entry's length
   const int keys_valid = min(kBlockN, seq.seqlen_k - n_start);
 
-  // Query blocks [m_begin, num_m) see some key of this block; those below m_masked_end need the
-  // mask (problem/mask.h).
+  // Query blocks [m_begin, m_end) see some key of this block; those outside
+  // [um_begin, um_end) need the mask (problem/mask.h).
   const int num_m = ceil_div(seq.seqlen_q, kBlockM);
   const QueryBlocks query_blocks =
-      Mask(seq, p.is_causal).query_blocks<kBlockM, kBlockN>(n_start, keys_valid, num_m);
-  const int m_begin = query_blocks.begin, m_masked_end = query_blocks.masked_end;
-  const int m_count = num_m - m_begin;
+      mask_of<kDynamic>(seq, p).template query_blocks<kBlockM, kBlockN>(n_start, keys_valid, num_m);
+  // The static instance has no window: its blocks run to num_m, unmasked up to the end (said
+  // here at compile time, as registers are full).
+  const int m_begin = query_blocks.begin, m_end = kDynamic ? query_blocks.end : num_m;
+  const int um_begin = query_blocks.unmasked_begin;
+  const int um_end = kDynamic ? query_blocks.unmasked_end : num_m;
+  const int m_count = m_end - m_begin;
   const int total = kp.heads_per_split * m_count;
 
   const uint32_t s_base = ptx::smem_u32(smem);
@@ -209,7 +213,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
   for (int it = 0; it < total; ++it) {
     const int stage = kStages == 2 ? (it & 1) : 0;
     int next_head = head, next_m = m + 1;
-    if (next_m == num_m) {
+    if (next_m == m_end) {
       next_m = m_begin;
       ++next_head;
     }
@@ -273,8 +277,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
 
     float acc_s[kQTiles][4], acc_dp[kQTiles][4];
     gemm_t(acc_s, k_a_lane, sQs);
-    if (m < m_masked_end) {
-      Mask(seq_info<kDynamic>(p, batch), p.is_causal)
+    if (m < um_begin || (kDynamic && m >= um_end)) {
+      mask_of<kDynamic>(seq_info<kDynamic>(p, batch), p)
           .apply_transposed(acc_s, n_start + warp_key0, m * kBlockM + warp_query0, lane);
     }
     probs_from_scores(acc_s, s_max, s_log2sum, warp_query0, scale_log2, t);  // P^T, in place

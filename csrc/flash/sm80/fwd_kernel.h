@@ -74,10 +74,11 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
   const uint32_t sK = sQ + kBlockM * kRowChunks * 16;
   const uint32_t sV = sK + kBlockN * kRowChunks * 16;
 
-  // Key blocks [0, n_end) hold keys some row of this block sees; [0, n_unmasked) are seen whole
-  // by every row of the block.
-  const KeyBlocks key_blocks = Mask(seq, p.is_causal).key_blocks<kBlockM, kBlockN>(m_start);
-  const int n_end = key_blocks.end, n_unmasked = key_blocks.unmasked;
+  // Key blocks [n_begin, n_end) hold keys some row of this block sees; those in
+  // [um_begin, um_end) are seen whole by every row of the block (problem/mask.h).
+  const KeyBlocks key_blocks = mask_of<kDynamic>(seq, p).template key_blocks<kBlockM, kBlockN>(m_start);
+  const int n_begin = key_blocks.begin, n_end = key_blocks.end;
+  const int um_begin = key_blocks.unmasked_begin, um_end = key_blocks.unmasked_end;
 
   const int g = lane / 4, t = lane % 4;
   const int warp_row0 = warp * Traits::kWarpRows;
@@ -106,7 +107,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
     }
   };
 
-  if (n_end > 0) {
+  if (n_end > n_begin) {
     load_tile_async<Traits, kBlockM>(sQ, q, p.q_row_stride, rows_q, p.head_dim, tid);
     load_kv_tile(sK, k, p.k_row_stride, n_end - 1);
     ptx::cp_async_commit();
@@ -117,9 +118,9 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
   const uint32_t k_lane = sK + (((lane / 16) * 8 + lane % 8) * kRowChunks + (lane / 8) % 2) * 16;
   const uint32_t v_lane = sV + ((lane % 16) * kRowChunks + lane / 16) * 16;
 
-  // Key blocks n >= n_unmasked need the mask; below it the branch is skipped uniformly.
+  // Key blocks outside [um_begin, um_end) need the mask; inside, the branch is skipped uniformly.
 #pragma unroll 1
-  for (int n = n_end - 1; n >= 0; --n) {
+  for (int n = n_end - 1; n >= n_begin; --n) {
     ptx::cp_async_wait<0>();
     __syncthreads();  // K_n landed for all threads; every warp is done reading V_{n+1}
     load_kv_tile(sV, v, p.v_row_stride, n);
@@ -151,16 +152,16 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
       }
     }
 
-    if (n >= n_unmasked) {
+    if (n >= um_end || n < um_begin) {
       // Built here, not held across the loop (whose registers are full).
-      Mask(seq_info<kDynamic>(p, tile.batch), p.is_causal).apply(acc_s, m_start + warp_row0, n * kBlockN,
+      mask_of<kDynamic>(seq_info<kDynamic>(p, tile.batch), p).apply(acc_s, m_start + warp_row0, n * kBlockN,
                                                        lane);
     }
     softmax.update(acc_s, acc_o, scale_log2);
 
     ptx::cp_async_wait<0>();
     __syncthreads();  // V_n landed; every warp is done reading K_n
-    if (n > 0) {
+    if (n > n_begin) {
       load_kv_tile(sK, k, p.k_row_stride, n - 1);
       ptx::cp_async_commit();
     }

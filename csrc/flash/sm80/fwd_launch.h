@@ -19,7 +19,7 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   if (blocks == 0) return Status::kSuccess;
   if (blocks > INT_MAX) return Status::kInvalidArgument;
   const FwdKernelParams kp = make_fwd_kernel_params(p);
-  if (dynamic_seqlens(p)) {
+  if (dynamic_instance(p)) {
     return launch_kernel<fwd_kernel<Element, Traits, true>>(dim3(static_cast<unsigned>(blocks)),
                          dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
   }

@@ -41,15 +41,15 @@ __device__ __forceinline__ void load_tile_sw128(uint32_t smem, const Element* gm
 }
 
 // What one thread block does (its tile from problem/scheduler.h): kBlockN keys of
-// (batch, head_k), query heads head_first .. + heads_per_split, query blocks [m_begin, num_m) of
-// each; blocks below m_masked_end need the mask (problem/mask.h).
+// (batch, head_k), query heads head_first .. + heads_per_split, query blocks [m_begin, m_end) of
+// each; blocks outside [um_begin, um_end) need the mask (problem/mask.h).
 template <bool kDynamic_>  // sequence lengths from cu_seqlens (problem/seqlen.h)
 struct BwdWork {
   static constexpr bool kDynamic = kDynamic_;
   int batch, head_k, hsplit, head_first;
   int n_start, keys_valid;
-  int num_m, m_begin, m_masked_end;
-  int total;  // steps: heads_per_split * (num_m - m_begin)
+  int m_begin, m_end, um_begin, um_end;
+  int total;  // steps: heads_per_split * (m_end - m_begin)
 };
 
 template <int kBlockM, int kBlockN, bool kDynamic>
@@ -64,12 +64,16 @@ __device__ __forceinline__ BwdWork<kDynamic> bwd_work(const BwdKernelParams& kp)
   w.head_first = w.head_k * (p.num_heads / p.num_heads_k) + w.hsplit * kp.heads_per_split;
   w.n_start = tile.n_block * kBlockN;
   w.keys_valid = min(kBlockN, seq.seqlen_k - w.n_start);
-  w.num_m = ceil_div(seq.seqlen_q, kBlockM);
+  const int num_m = ceil_div(seq.seqlen_q, kBlockM);
   const QueryBlocks query_blocks =
-      Mask(seq, p.is_causal).query_blocks<kBlockM, kBlockN>(w.n_start, w.keys_valid, w.num_m);
+      mask_of<kDynamic>(seq, p).template query_blocks<kBlockM, kBlockN>(w.n_start, w.keys_valid,
+                                                                        num_m);
+  // The static instance has no window: blocks run to num_m, unmasked up to the end.
   w.m_begin = query_blocks.begin;
-  w.m_masked_end = query_blocks.masked_end;
-  w.total = kp.heads_per_split * (w.num_m - w.m_begin);
+  w.m_end = kDynamic ? query_blocks.end : num_m;
+  w.um_begin = query_blocks.unmasked_begin;
+  w.um_end = kDynamic ? query_blocks.unmasked_end : num_m;
+  w.total = kp.heads_per_split * (w.m_end - w.m_begin);
   return w;
 }
 
@@ -78,7 +82,7 @@ __device__ __forceinline__ BwdWork<kDynamic> bwd_work(const BwdKernelParams& kp)
 // point of use it reads them from the kernel parameters.
 template <typename Work>
 __device__ __forceinline__ Mask block_mask(const BwdParams& p, const Work& w) {
-  return Mask(seq_info<Work::kDynamic>(p, w.batch), p.is_causal);
+  return mask_of<Work::kDynamic>(seq_info<Work::kDynamic>(p, w.batch), p);
 }
 
 // Issues the cp.async loads of K and V of the block (no commit).
@@ -133,7 +137,7 @@ __device__ __forceinline__ char* align_smem_1024(char* smem_raw, uint32_t& s_bas
   return smem_raw + (s_base - ptx::smem_u32(smem_raw));
 }
 
-// Query head and query block of one step of the block's walk: query blocks m_begin .. num_m - 1
+// Query head and query block of one step of the block's walk: query blocks m_begin .. m_end - 1
 // of head_first, then of the next head, ...
 struct BwdStep {
   int head, m;
@@ -141,7 +145,7 @@ struct BwdStep {
 
 template <typename Work>
 __device__ __forceinline__ BwdStep next_step(const Work& w, BwdStep s) {
-  if (++s.m == w.num_m) {
+  if (++s.m == w.m_end) {
     s.m = w.m_begin;
     ++s.head;
   }

@@ -137,7 +137,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
     ptx::wgmma_wait<1>();
     ptx::fence_operand(acc_s);
 
-    if (m < w.m_masked_end) {
+    if (m < w.um_begin || (kDynamic && m >= w.um_end)) {
       block_mask(p, w).apply_transposed(acc_s, w.n_start + warp_key0, m * kBlockM, lane);
     }
     probs_from_scores(acc_s, s_max, s_log2sum, 0, scale_log2, t);  // P^T, in place

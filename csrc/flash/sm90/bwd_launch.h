@@ -38,7 +38,7 @@ Status run_bwd(const BwdParams& p, cudaStream_t stream) {
     if (blocks > 0) {
       const dim3 grid(static_cast<unsigned>(blocks)), block(Traits::kNThreads);
       const Status st =
-          dynamic_seqlens(p)
+          dynamic_instance(p)
               ? launch_kernel<main_kernel<Element, Traits, tile.split, true>()>(
                     grid, block, Traits::kSmemBytes, stream, kp)
               : launch_kernel<main_kernel<Element, Traits, tile.split, false>()>(

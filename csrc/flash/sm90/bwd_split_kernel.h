@@ -121,7 +121,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
     }
 
     if (wg == 0) {
-      if (m < w.m_masked_end) {
+      if (m < w.um_begin || (kDynamic && m >= w.um_end)) {
         block_mask(p, w).apply_transposed(acc, w.n_start + warp_key0, m * kBlockM, lane);
       }
       probs_from_scores(acc, s_max, s_log2sum, 0, scale_log2, t);  // P^T, in place

@@ -58,6 +58,12 @@ struct AttnParams {
   float softmax_scale = 0.f;  // the caller resolves "None" to head_dim ** -0.5
   bool is_causal = false;     // bottom-right aligned: query i sees keys j <= i + seqlen_k - seqlen_q
   DType dtype = DType::kFloat16;
+  // Sliding window (flash_attn's window_size = (window_left, window_right)): query i sees keys j
+  // with d - window_left <= j <= d + window_right, d = i + seqlen_k - seqlen_q its diagonal key;
+  // -1 leaves a side unbounded (other negative values are invalid). is_causal makes
+  // window_right 0. A row that sees no key outputs 0 with LSE +inf.
+  int window_left = -1;
+  int window_right = -1;
 
   // Variable-length batches (flash_attn's varlen layout); both null: the padded layout above.
   // cu_seqlens_q / cu_seqlens_k: batch + 1 int32 in device memory, starting at 0,

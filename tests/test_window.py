@@ -1,0 +1,95 @@
+"""Sliding-window attention (flash_attn's window_size): forward and backward against the fp32
+reference by the rule, over windows, causal, seqlen pairs, MHA/GQA, dtypes and head dims, padded
+and varlen; rows that see no key; and the block-skipping that makes its cost scale with the
+window (tested on the host in tests/cpp/api_checks.cpp, measured in the benchmark)."""
+
+import pytest
+import torch
+
+from attn_helpers import DTYPES, HEADS, assert_lse_rule, assert_rule, instance_for, make_qkv
+from flashattn_cu import _C, flash_attn_func, flash_attn_varlen_func
+from flashattn_cu.testing import attention_ref, kernel_path
+
+WINDOWS = [(0, 0), (16, 0), (100, 0), (7, 9), (-1, 33), (64, -1), (1000, 1000)]
+SEQLENS = [(1, 239), (113, 203), (512, 256), (1023, 1024), (799, 3)]
+
+
+def skip_unless_built(head_dim):
+    if instance_for(head_dim) not in _C.built_head_dims():
+        pytest.skip(f"head dim {head_dim} not in this build")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seqlens", SEQLENS)
+@pytest.mark.parametrize("heads", ["mha", "gqa"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_window_against_reference(window, causal, seqlens, heads, dtype, d):
+    skip_unless_built(d)
+    sq, sk = seqlens
+    nheads, nheads_k = HEADS[heads]
+    q, k, v = make_qkv(2, sq, sk, nheads, nheads_k, d, dtype, requires_grad=True)
+    dout = torch.randn_like(q)
+    out, lse, _ = flash_attn_func(q, k, v, causal=causal, window_size=window,
+                                  return_attn_probs=True)
+    ref, ref_lse = attention_ref(q, k, v, causal=causal, window_size=window)
+    pt, pt_lse = attention_ref(q, k, v, causal=causal, window_size=window, upcast=False)
+    assert_rule(out, ref, pt, 2, 1e-5, "out")
+    assert_lse_rule(lse, ref_lse, pt_lse)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    refs = torch.autograd.grad(ref, (q, k, v), dout.float())
+    pts = torch.autograd.grad(pt, (q, k, v), dout)
+    for name, g, r, p in zip(("dq", "dk", "dv"), grads, refs, pts):
+        assert_rule(g, r, p, 3, 1e-4, name)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_window_deterministic_and_sm80_path(deterministic):
+    """The deterministic dQ kernel and the sm80 path walk the window too."""
+    skip_unless_built(128)
+    q, k, v = make_qkv(2, 700, 900, 6, 2, 128, torch.bfloat16, requires_grad=True)
+    dout = torch.randn_like(q)
+    window = (200, 10)
+    ref, _ = attention_ref(q, k, v, window_size=window)
+    pt, _ = attention_ref(q, k, v, window_size=window, upcast=False)
+    refs = torch.autograd.grad(ref, (q, k, v), dout.float())
+    pts = torch.autograd.grad(pt, (q, k, v), dout)
+    for path in ("auto", "sm80"):
+        with kernel_path(path):
+            out = flash_attn_func(q, k, v, window_size=window, deterministic=deterministic)
+            grads = torch.autograd.grad(out, (q, k, v), dout)
+        assert_rule(out, ref, pt, 2, 1e-5, f"out ({path})")
+        for name, g, r, p in zip(("dq", "dk", "dv"), grads, refs, pts):
+            assert_rule(g, r, p, 3, 1e-4, f"{name} ({path})")
+
+
+@pytest.mark.gpu
+def test_window_varlen():
+    skip_unless_built(64)
+    lens = [300, 0, 1, 77, 129]
+    cu = torch.zeros(len(lens) + 1, dtype=torch.int32, device="cuda")
+    cu[1:] = torch.tensor(lens, device="cuda").cumsum(0)
+    q = torch.randn(sum(lens), 4, 64, device="cuda", dtype=torch.float16, requires_grad=True)
+    k = torch.randn_like(q, requires_grad=True)
+    v = torch.randn_like(q, requires_grad=True)
+    window = (32, 0)
+    out = flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), window_size=window)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+    start = 0
+    for n in lens:
+        sl = slice(start, start + n)
+        qb, kb, vb = (t.detach()[sl].unsqueeze(0).requires_grad_() for t in (q, k, v))
+        ref, _ = attention_ref(qb, kb, vb, window_size=window)
+        pt, _ = attention_ref(qb, kb, vb, window_size=window, upcast=False)
+        assert_rule(out[sl].unsqueeze(0), ref, pt, 2, 1e-5, f"out, length {n}")
+        if n > 0:
+            r = torch.autograd.grad(ref, (qb, kb, vb), torch.ones_like(ref))
+            qp, kp, vp = (t.detach().requires_grad_() for t in (qb, kb, vb))
+            ptr, _ = attention_ref(qp, kp, vp, window_size=window, upcast=False)
+            p = torch.autograd.grad(ptr, (qp, kp, vp), torch.ones_like(ptr))
+            for name, g, rr, pp in zip(("dq", "dk", "dv"), (dq[sl], dk[sl], dv[sl]), r, p):
+                assert_rule(g.unsqueeze(0), rr, pp, 3, 1e-4, f"{name}, length {n}")
+        start += n
