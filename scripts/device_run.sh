@@ -3,7 +3,7 @@
 #
 #   bash scripts/device_run.sh                                  # every step
 #   STEPS=build,check,test bash scripts/device_run.sh           # a subset, in this fixed order:
-#                                                               #   env,diag,build,check,test,bench,example,cp,sanitize
+#                                                               #   env,diag,build,check,test,bench,features,example,cp,sanitize
 #                                                               # (diag, not in the default set: the TORCH_CHECK
 #                                                               #  crash diagnosis, scripts/diag_torch_check.py)
 #   FLASHATTN_CU_COMMIT=abc1234 STEPS=build,bench BENCH_ARGS="--quick" bash scripts/device_run.sh
@@ -33,6 +33,8 @@
 #   SAVE_SO=1             copy the built flashattn_cu/_C*.so to $OUT (if under 16 MiB), so that a later call
 #                         on a fresh machine can carry it into flashattn_cu/ and skip the build
 #   TRAIN_ARGS, LONG_ARGS extra flags for examples/train_gpt.py and examples/long_context.py
+#   FEATURES_ARGS         flags for benchmarks/bench_features.py (step "features", not in the default
+#                         set: varlen and sliding window against padded / causal); table in extras
 #   CP_NPROC, CP_ARGS     GPUs for examples/context_parallel.py (default: all visible) and its flags;
 #                         its table goes into extras.tar.gz (context_parallel.md), RESULT lines to the summary
 #   SANITIZE_TOOLS        default memcheck,racecheck,synccheck (initcheck also possible)
@@ -261,6 +263,13 @@ main() {
         fi
     fi
 
+    if want features; then
+        local -a features_args
+        read -r -a features_args <<< "${FEATURES_ARGS:-}"
+        run_step features "$LOGS/features.log" "$PY" benchmarks/bench_features.py \
+            --out "$LOGS/features.md" "${features_args[@]}"
+    fi
+
     if want example; then
         local -a train_args long_args
         read -r -a train_args <<< "${TRAIN_ARGS:-}"
@@ -315,7 +324,8 @@ main() {
     [ -s "$LOGS/ptxas.txt" ] && head -n 1 "$LOGS/ptxas.txt"
     [ -f "$LOGS/check.log" ] && tail -n 3 "$LOGS/check.log"
     [ -f "$LOGS/bench.log" ] && grep '^SUMMARY' "$LOGS/bench.log" | grep -v '^SUMMARY key' | head -n 30
-    grep -h '^RESULT' "$LOGS"/train_gpt.log "$LOGS"/long_context.log "$LOGS"/context_parallel.log 2>/dev/null
+    grep -h '^RESULT' "$LOGS"/train_gpt.log "$LOGS"/long_context.log "$LOGS"/context_parallel.log \
+        "$LOGS"/features.log 2>/dev/null
     for f in "$LOGS"/sanitize_*.log; do
         [ -f "$f" ] && echo "$(basename "$f" .log): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY|sanitize_case:' "$f" | tr '\n' ' ')"
     done

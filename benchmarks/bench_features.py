@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Benchmarks of the features of issue 8 (item 10): variable-length batches and sliding windows.
+
+    python benchmarks/bench_features.py --out benchmarks/results/features_h200.md
+
+bf16, head dim 128, 16 heads; medians of triton.testing.do_bench (CUDA events when triton is
+missing); times in ms, TFLOP/s with flash_attn's count (causal halves it; a window counts the
+score entries it covers).
+
+* varlen: 6 causal sequences of 64 to 4096 tokens, 16k in all (the batch FlashAttention-4's
+  Hopper kernels were measured on: varlen 1.54x faster than the same batch padded), through
+  flash_attn_varlen_func, against the same batch padded to 4096 (flash_attn_func) and against
+  torch.nn.attention.varlen.varlen_attn where this torch has it. Bar: varlen >= 1.5x padded.
+* window: window_size (1024, 0) and (4096, 0) at 4k, 8k and 16k tokens (batch = 16k / seqlen)
+  against full causal. Bar: (1024, 0) at 16k >= 6x faster than causal (FA4: 6.1x).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if list((REPO_ROOT / "flashattn_cu").glob("_C*.so")) and str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from flashattn_cu import flash_attn_func, flash_attn_varlen_func  # noqa: E402
+
+try:
+    from triton.testing import do_bench
+except ImportError:  # pragma: no cover
+    do_bench = None
+
+HEADS, D, DTYPE = 16, 128, torch.bfloat16
+VARLEN_LENGTHS = [4096, 4096, 4096, 2048, 1984, 64]
+
+
+def time_ms(fn, reps=30):
+    if do_bench is not None:
+        return do_bench(fn, warmup=20, rep=80)
+    fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def fwd_bwd(fn, inputs, dout):
+    def run():
+        out = fn()
+        torch.autograd.grad(out, inputs, dout)
+    return run
+
+
+def covered_entries(sq, sk, causal, window):
+    """Score entries a row-wise mask leaves visible (for TFLOP/s)."""
+    left, right = window
+    if causal:
+        right = 0
+    total = 0
+    for i in range(sq):
+        d = i + sk - sq
+        lo = 0 if left < 0 else max(0, d - left)
+        hi = sk if right < 0 else min(sk, d + right + 1)
+        total += max(0, hi - lo)
+    return total
+
+
+def tflops(entries, batch, ms, mode):
+    flops = 4 * entries * batch * HEADS * D * (1.0 if mode == "fwd" else 3.5)
+    return flops / (ms * 1e-3) / 1e12
+
+
+def bench_varlen(lines):
+    lengths = VARLEN_LENGTHS
+    total, longest = sum(lengths), max(lengths)
+    cu = torch.zeros(len(lengths) + 1, dtype=torch.int32, device="cuda")
+    cu[1:] = torch.tensor(lengths, device="cuda").cumsum(0)
+    q, k, v = (torch.randn(total, HEADS, D, device="cuda", dtype=DTYPE, requires_grad=True)
+               for _ in range(3))
+    qp, kp, vp = (torch.randn(len(lengths), longest, HEADS, D, device="cuda", dtype=DTYPE,
+                              requires_grad=True) for _ in range(3))
+    entries = sum(covered_entries(n, n, True, (-1, -1)) for n in lengths)
+    rows = []
+    for mode in ("fwd", "fwd+bwd"):
+        def ours():
+            return flash_attn_varlen_func(q, k, v, cu, cu, longest, longest, causal=True)
+
+        def padded():
+            return flash_attn_func(qp, kp, vp, causal=True)
+        if mode == "fwd":
+            t_var, t_pad = time_ms(ours), time_ms(padded)
+        else:
+            t_var = time_ms(fwd_bwd(ours, (q, k, v), torch.randn_like(q)))
+            t_pad = time_ms(fwd_bwd(padded, (qp, kp, vp), torch.randn_like(qp)))
+        t_torch = None
+        try:
+            from torch.nn.attention.varlen import varlen_attn
+
+            def theirs():
+                return varlen_attn(q, k, v, cu, cu, longest, longest, window_size=(-1, 0))
+            t_torch = time_ms(theirs if mode == "fwd" else
+                              fwd_bwd(theirs, (q, k, v), torch.randn_like(q)))
+        except Exception as exc:  # not in this torch, or it refuses the shapes
+            t_torch = None
+            torch_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
+        rows.append((mode, t_var, t_pad, t_torch))
+        print(f"RESULT varlen {mode}: ours {t_var:.3f} ms ({tflops(entries, 1, t_var, mode):.0f} "
+              f"TFLOP/s), padded {t_pad:.3f} ms -> {t_pad / t_var:.2f}x"
+              + (f", torch varlen_attn {t_torch:.3f} ms -> {t_torch / t_var:.2f}x"
+                 if t_torch else f", torch varlen_attn n/a ({torch_error})"), flush=True)
+    lines += ["## Variable-length batch", "",
+              f"6 causal sequences {lengths} ({total} tokens), bf16, d {D}, {HEADS} heads. "
+              "'padded' = the same batch padded to the longest sequence through "
+              "flash_attn_func (bar: varlen >= 1.5x padded; FlashAttention-4: 1.54x).", "",
+              "| mode | varlen ms | padded ms | padded / varlen | torch varlen_attn ms | "
+              "torch / ours |", "|---|---|---|---|---|---|"]
+    for mode, t_var, t_pad, t_torch in rows:
+        lines.append(f"| {mode} | {t_var:.3f} | {t_pad:.3f} | {t_pad / t_var:.2f}x | "
+                     + (f"{t_torch:.3f} | {t_torch / t_var:.2f}x |" if t_torch else "- | - |"))
+    lines.append("")
+
+
+def bench_window(lines, seqlens):
+    lines += ["## Sliding window", "",
+              f"bf16, d {D}, {HEADS} heads, batch = 16k / seqlen; speedup = causal time / window "
+              "time (bar: (1024, 0) at 16k >= 6x; FlashAttention-4: 6.1x).", "",
+              "| seqlen | window | mode | ms | TFLOP/s | causal ms | speedup |",
+              "|---|---|---|---|---|---|---|"]
+    for s in seqlens:
+        batch = max(1, 16384 // s)
+        q, k, v = (torch.randn(batch, s, HEADS, D, device="cuda", dtype=DTYPE, requires_grad=True)
+                   for _ in range(3))
+        dout = torch.randn_like(q)
+        for mode in ("fwd", "fwd+bwd"):
+            def run(window):
+                fn = lambda: flash_attn_func(q, k, v, causal=True, window_size=window)  # noqa
+                return time_ms(fn if mode == "fwd" else fwd_bwd(fn, (q, k, v), dout))
+            t_causal = run((-1, -1))
+            for window in ((1024, 0), (4096, 0)):
+                if window[0] >= s:
+                    continue
+                t = run(window)
+                entries = covered_entries(s, s, True, window)
+                print(f"RESULT window {window} s={s} {mode}: {t:.3f} ms, causal {t_causal:.3f} ms "
+                      f"-> {t_causal / t:.2f}x", flush=True)
+                lines.append(f"| {s} | {window} | {mode} | {t:.3f} | "
+                             f"{tflops(entries, batch, t, mode):.0f} | {t_causal:.3f} | "
+                             f"{t_causal / t:.2f}x |")
+        del q, k, v, dout
+        torch.cuda.empty_cache()
+    lines.append("")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path)
+    p.add_argument("--seqlens", type=int, nargs="+", default=[4096, 8192, 16384])
+    p.add_argument("--skip", nargs="*", default=[], choices=["varlen", "window"])
+    args = p.parse_args()
+    lines = [f"# Features benchmark, {torch.cuda.get_device_name()}, torch {torch.__version__}",
+             ""]
+    if "varlen" not in args.skip:
+        bench_varlen(lines)
+    if "window" not in args.skip:
+        bench_window(lines, args.seqlens)
+    lines += ["softcap and ALiBi: not implemented yet (NotImplementedError), not measured.", ""]
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
