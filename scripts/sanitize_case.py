@@ -7,7 +7,8 @@
 Forward and backward of every kernel instance in the build (each head dim, dtype, and on an
 sm_90 GPU both kernel paths), causal and not, deterministic and not, on odd lengths that leave
 partial tiles on both axes, with GQA/MQA head splits and with seqlen_q > seqlen_k (causal rows
-that see no key). The shapes are small so that the whole script finishes in well under a minute under the
+that see no key); then varlen batches with lengths 0 and 1 and sliding windows (the dynamic
+kernel instances and the per-entry workspace slots). The shapes are small so that the whole script finishes in well under a minute under the
 sanitizer, which makes every kernel launch much slower. The reference runs on the CPU in fp32, so
 the sanitizer instruments no cuBLAS kernels; the comparison here only catches gross errors (the
 test suite owns accuracy). Every call is followed by a synchronize so an error is attributed to
@@ -31,18 +32,21 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 CASES = [(1, 77, 133, 4, 2), (2, 129, 65, 2, 2), (1, 1, 97, 4, 1)]
 
 
-def reference(q, k, v, causal):
-    """fp32 attention on the CPU with flash_attn's semantics (bottom-right causal; rows that see
-    no key give 0)."""
+def reference(q, k, v, causal, window=(-1, -1)):
+    """fp32 attention on the CPU with flash_attn's semantics (bottom-right causal and windows;
+    rows that see no key give 0)."""
     q, k, v = (x.detach().float().cpu() for x in (q, k, v))
     group = q.shape[2] // k.shape[2]
     k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
     scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * q.shape[-1] ** -0.5
-    if causal:
-        s_q, s_k = q.shape[1], k.shape[1]
-        i = torch.arange(s_q)[:, None]
-        j = torch.arange(s_k)[None, :]
-        scores = scores.masked_fill(j > i + (s_k - s_q), float("-inf"))
+    left, right = window[0], 0 if causal else window[1]
+    s_q, s_k = q.shape[1], k.shape[1]
+    diagonal = torch.arange(s_q)[:, None] + (s_k - s_q)
+    j = torch.arange(s_k)[None, :]
+    if right >= 0:
+        scores = scores.masked_fill(j > diagonal + right, float("-inf"))
+    if left >= 0:
+        scores = scores.masked_fill(j < diagonal - left, float("-inf"))
     probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
     return torch.einsum("bhqk,bkhd->bqhd", probs, v)
 
@@ -125,6 +129,54 @@ def main(argv=None) -> int:
             # long key sequence keeps the block count high enough for that choice.
             d = 128 if 128 in dims else dims[0]
             run(f"{path} head-split d={d}", torch.bfloat16, d, True, False, 1, 9, 16384, 4, 1)
+    # Varlen (the dynamic kernel instances, the per-entry workspace slots) and sliding windows:
+    # lengths 0, 1 and partial tiles, a window on each side.
+    from flashattn_cu import flash_attn_varlen_func
+
+    lens_q, lens_k = [37, 0, 1, 130], [50, 3, 0, 129]
+    cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32,
+                        device="cuda")
+    cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32,
+                        device="cuda")
+    for path in paths:
+        with kernel_path(path):
+            for d in dims:
+                for causal, det, window in ((True, False, (-1, -1)), (False, True, (9, 4)),
+                                            (True, True, (17, -1))):
+                    tag = (f"{path} varlen d={d} causal={int(causal)} det={int(det)} "
+                           f"window={window}")
+                    q = torch.randn(sum(lens_q), 4, d, device="cuda", dtype=torch.bfloat16)
+                    k = torch.randn(sum(lens_k), 2, d, device="cuda", dtype=torch.bfloat16)
+                    v = torch.randn_like(k)
+                    for t in (q, k, v):
+                        t.requires_grad_(not args.no_bwd)
+                    try:
+                        out = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q),
+                                                     max(lens_k), causal=causal,
+                                                     deterministic=det, window_size=window)
+                        torch.cuda.synchronize()
+                        calls += 1
+                        err = 0.0
+                        for i in range(len(lens_q)):
+                            sq = slice(int(cu_q[i]), int(cu_q[i + 1]))
+                            sk = slice(int(cu_k[i]), int(cu_k[i + 1]))
+                            ref = reference(q[sq].unsqueeze(0), k[sk].unsqueeze(0),
+                                            v[sk].unsqueeze(0), causal, window)
+                            if ref.numel():
+                                err = max(err, (out[sq].detach().float().cpu() - ref[0])
+                                          .abs().max().item())
+                        if not torch.isfinite(out).all().item() or err > 0.1:
+                            problems.append(f"{tag}: forward wrong (max err {err:.3g})")
+                        if not args.no_bwd:
+                            out.backward(torch.randn_like(out))
+                            torch.cuda.synchronize()
+                            calls += 1
+                            if not all(torch.isfinite(t.grad).all().item() for t in (q, k, v)):
+                                problems.append(f"{tag}: non-finite gradients")
+                        if not args.quiet:
+                            print(f"{tag}: fwd err {err:.2e}")
+                    except Exception as exc:  # noqa: BLE001
+                        problems.append(f"{tag}: raised {type(exc).__name__}: {exc}")
     print(f"sanitize_case: {calls} kernel calls, paths {paths}, head dims {dims}; "
           f"{len(problems)} problem(s)")
     for line in problems:
