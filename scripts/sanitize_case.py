@@ -134,9 +134,9 @@ def main(argv=None) -> int:
     from flashattn_cu import flash_attn_varlen_func
 
     lens_q, lens_k = [37, 0, 1, 130], [50, 3, 0, 129]
-    cu_q = torch.tensor([0] + list(torch.tensor(lens_q).cumsum(0)), dtype=torch.int32,
+    cu_q = torch.tensor([0] + torch.tensor(lens_q).cumsum(0).tolist(), dtype=torch.int32,
                         device="cuda")
-    cu_k = torch.tensor([0] + list(torch.tensor(lens_k).cumsum(0)), dtype=torch.int32,
+    cu_k = torch.tensor([0] + torch.tensor(lens_k).cumsum(0).tolist(), dtype=torch.int32,
                         device="cuda")
     for path in paths:
         with kernel_path(path):
