@@ -54,7 +54,7 @@ def _empty_like_layout(t):
 
 
 @torch.library.register_fake("flashattn_cu::fwd")
-def _fwd_fake(q, k, v, softmax_scale, causal, window_left=-1, window_right=-1):
+def _fwd_fake(q, k, v, softmax_scale, causal, window_left=-1, window_right=-1, alibi_slopes=None):
     batch, seqlen_q, nheads, head_dim = q.shape
     out = _empty_like_layout(q)
     lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
@@ -64,13 +64,13 @@ def _fwd_fake(q, k, v, softmax_scale, causal, window_left=-1, window_right=-1):
 
 @torch.library.register_fake("flashattn_cu::bwd")
 def _bwd_fake(dout, q, k, v, out, softmax_lse, softmax_scale, causal, deterministic,
-              softmax_stats=None, window_left=-1, window_right=-1):
+              softmax_stats=None, window_left=-1, window_right=-1, alibi_slopes=None):
     return _empty_like_layout(q), _empty_like_layout(k), _empty_like_layout(v)
 
 
 @torch.library.register_fake("flashattn_cu::fwd_varlen")
 def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
-                     softmax_scale, causal, window_left=-1, window_right=-1):
+                     softmax_scale, causal, window_left=-1, window_right=-1, alibi_slopes=None):
     total_q, nheads, _ = q.shape
     lse = q.new_empty((nheads, total_q), dtype=torch.float32)
     stats = q.new_empty((nheads, total_q, 2), dtype=torch.float32)
@@ -80,7 +80,7 @@ def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_
 @torch.library.register_fake("flashattn_cu::bwd_varlen")
 def _bwd_varlen_fake(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                      max_seqlen_k, softmax_scale, causal, deterministic, softmax_stats=None,
-                     window_left=-1, window_right=-1):
+                     window_left=-1, window_right=-1, alibi_slopes=None):
     return _empty_like_layout(q), _empty_like_layout(k), _empty_like_layout(v)
 
 
@@ -125,10 +125,11 @@ class FlashAttnFunc(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, softmax_scale, causal, deterministic, window_left=-1,
-                window_right=-1):
+                window_right=-1, alibi_slopes=None):
         out, softmax_lse, softmax_stats = torch.ops.flashattn_cu.fwd(
-            q, k, v, softmax_scale, causal, window_left, window_right
+            q, k, v, softmax_scale, causal, window_left, window_right, alibi_slopes
         )
+        ctx.alibi_slopes = alibi_slopes
         ctx.save_for_backward(q, k, v, out, softmax_lse, softmax_stats)
         ctx.softmax_scale = softmax_scale
         ctx.causal = causal
@@ -144,10 +145,10 @@ class FlashAttnFunc(torch.autograd.Function):
             # dout may be any layout (out.sum() gives a stride-0 expand); the op copies if it must.
             dq, dk, dv = torch.ops.flashattn_cu.bwd(
                 dout, q, k, v, out, softmax_lse, ctx.softmax_scale, ctx.causal,
-                ctx.deterministic, softmax_stats, *ctx.window,
+                ctx.deterministic, softmax_stats, *ctx.window, ctx.alibi_slopes,
             )
         dq, dk, dv = _no_double_backward((dq, dk, dv), (dout, q, k, v))
-        return dq, dk, dv, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 class FlashAttnVarlenFunc(torch.autograd.Function):
@@ -156,11 +157,13 @@ class FlashAttnVarlenFunc(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                softmax_scale, causal, deterministic, window_left=-1, window_right=-1):
+                softmax_scale, causal, deterministic, window_left=-1, window_right=-1,
+                alibi_slopes=None):
         out, softmax_lse, softmax_stats = torch.ops.flashattn_cu.fwd_varlen(
             q, k, v, cu_seqlens_q, cu_seqlens_k, None, max_seqlen_q, max_seqlen_k, softmax_scale,
-            causal, window_left, window_right
+            causal, window_left, window_right, alibi_slopes
         )
+        ctx.alibi_slopes = alibi_slopes
         ctx.window = (window_left, window_right)
         ctx.save_for_backward(q, k, v, out, softmax_lse, softmax_stats, cu_seqlens_q,
                               cu_seqlens_k)
@@ -178,10 +181,10 @@ class FlashAttnVarlenFunc(torch.autograd.Function):
             dq, dk, dv = torch.ops.flashattn_cu.bwd_varlen(
                 dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q,
                 ctx.max_seqlen_k, ctx.softmax_scale, ctx.causal, ctx.deterministic, softmax_stats,
-                *ctx.window,
+                *ctx.window, ctx.alibi_slopes,
             )
         dq, dk, dv = _no_double_backward((dq, dk, dv), (dout, q, k, v))
-        return dq, dk, dv, None, None, None, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,8 +206,6 @@ def _check_features(dropout_p, window_size, softcap, alibi_slopes):
         )
     if softcap != 0.0:
         _not_implemented("softcap", f"softcap={softcap}", "only softcap=0.0 is supported")
-    if alibi_slopes is not None:
-        _not_implemented("ALiBi", "alibi_slopes is not None", "only alibi_slopes=None is supported")
     try:
         left, right = window_size
     except (TypeError, ValueError):
@@ -219,6 +220,25 @@ def _check_features(dropout_p, window_size, softcap, alibi_slopes):
     # unbounded too (the kernels clamp per sequence).
     limit = 2 ** 31 - 1
     return (-1 if left < 0 else min(int(left), limit), -1 if right < 0 else min(int(right), limit))
+
+
+def _check_alibi(alibi_slopes, batch, nheads, device):
+    """alibi_slopes as flash_attn takes them: fp32 (nheads,) or (batch, nheads) on q's GPU."""
+    if alibi_slopes is None:
+        return None
+    if not isinstance(alibi_slopes, torch.Tensor):
+        raise TypeError(f"flash_attn_func: alibi_slopes must be a torch.Tensor, got "
+                        f"{type(alibi_slopes).__name__}")
+    if alibi_slopes.dtype != torch.float32:
+        raise TypeError(f"flash_attn_func: alibi_slopes must be float32, got {alibi_slopes.dtype}")
+    if tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads)):
+        raise ValueError(f"flash_attn_func: alibi_slopes must have shape (nheads,) = ({nheads},) "
+                         f"or (batch, nheads) = ({batch}, {nheads}), got "
+                         f"{tuple(alibi_slopes.shape)}")
+    if alibi_slopes.device != device:
+        raise ValueError(f"flash_attn_func: alibi_slopes is on {alibi_slopes.device} but q is on "
+                         f"{device}")
+    return alibi_slopes
 
 
 def _check_scale(softmax_scale):
@@ -408,7 +428,9 @@ def flash_attn_func(
             with d - left <= j <= d + right, d = i + seqlen_k - seqlen_q (bottom-right aligned,
             as flash_attn); causal=True sets right = 0. Only the key blocks a query block can
             see are visited. A query that sees no key outputs 0.
-        softcap, alibi_slopes: must keep their defaults (not implemented).
+        softcap: must keep its default (not implemented).
+        alibi_slopes: fp32 (nheads,) or (batch, nheads): ALiBi as flash_attn defines it (with d
+            query i's diagonal key, + slope * j on key j when causal, - slope * |d - j| else).
         deterministic: make the backward pass bitwise reproducible.
         return_attn_probs: also return softmax_lse (batch, nheads, seqlen_q), float32, +inf for
             rows that see no key, and None in place of the dropout mask.
@@ -432,8 +454,9 @@ def flash_attn_func(
     pad = -head_dim % 8
     if pad:
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
+    alibi_slopes = _check_alibi(alibi_slopes, q.shape[0], q.shape[2], q.device)
     out, softmax_lse = FlashAttnFunc.apply(q, k, v, softmax_scale, causal, bool(deterministic),
-                                           window_left, window_right)
+                                           window_left, window_right, alibi_slopes)
     if pad:
         out = out[..., :head_dim]
     if return_attn_probs:
@@ -582,7 +605,10 @@ def flash_attn_varlen_func(
     out, softmax_lse = FlashAttnVarlenFunc.apply(q, k, v, cu_seqlens_q, cu_seqlens_k,
                                                  max_seqlen_q, max_seqlen_k, softmax_scale,
                                                  causal, bool(deterministic), window_left,
-                                                 window_right)
+                                                 window_right,
+                                                 _check_alibi(alibi_slopes,
+                                                              cu_seqlens_q.numel() - 1,
+                                                              q.shape[1], q.device))
     if pad:
         out = out[..., :head_dim]
     if return_attn_probs:

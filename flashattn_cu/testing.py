@@ -7,7 +7,8 @@ import torch
 __all__ = ["attention_ref", "poison_outputs", "max_abs_diff"]
 
 
-def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window_size=(-1, -1)):
+def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window_size=(-1, -1),
+                  alibi_slopes=None):
     """Attention computed with plain PyTorch ops, in the flash_attn layout.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim) with
@@ -16,6 +17,9 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window
     window_size: (left, right), flash_attn's sliding window: with d = i + seqlen_k - seqlen_q,
     query i sees keys d - left <= j <= d + right; a negative side is unbounded; causal sets
     right = 0.
+    alibi_slopes: fp32 (nheads,) or (batch, nheads), flash_attn's ALiBi: with d the diagonal key,
+    the scaled score of key j gets + slope * j when causal without a left window, else
+    - slope * |d - j|.
     upcast=True computes in float32 (float64 inputs stay float64) and returns float32 output;
     upcast=False computes in the input dtype (the "pt" baseline of the error rule) and returns
     that dtype. A query row that sees no key gives output 0 and lse +inf.
@@ -48,6 +52,15 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window
         visible &= cols <= diagonal + right
     if left >= 0:
         visible &= cols >= diagonal - left
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.to(scores.dtype)
+        slopes = slopes.view(1, nheads, 1, 1) if slopes.dim() == 1 else slopes.view(batch, nheads,
+                                                                                   1, 1)
+        if causal and left < 0:
+            bias = cols.to(scores.dtype).expand(seqlen_q, seqlen_k)
+        else:
+            bias = -(diagonal - cols).abs().to(scores.dtype)
+        scores = scores + slopes * bias
     scores = scores.masked_fill(~visible, float("-inf"))
     empty_row = ~visible.any(dim=1)  # (seqlen_q,), True where the query sees no key
 

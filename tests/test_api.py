@@ -85,23 +85,24 @@ def test_kernel_path_switch():
 def test_op_schemas():
     assert str(torch.ops.flashattn_cu.fwd.default._schema) == (
         "flashattn_cu::fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, "
-        "int window_left=-1, int window_right=-1) -> (Tensor, Tensor, Tensor)")
+        "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None) -> "
+        "(Tensor, Tensor, Tensor)")
     assert str(torch.ops.flashattn_cu.bwd.default._schema) == (
         "flashattn_cu::bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, "
         "Tensor softmax_lse, float softmax_scale, bool causal, bool deterministic, "
-        "Tensor? softmax_stats=None, int window_left=-1, int window_right=-1) -> "
-        "(Tensor, Tensor, Tensor)")
+        "Tensor? softmax_stats=None, int window_left=-1, int window_right=-1, "
+        "Tensor? alibi_slopes=None) -> (Tensor, Tensor, Tensor)")
     assert str(torch.ops.flashattn_cu.fwd_varlen.default._schema) == (
         "flashattn_cu::fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, "
         "Tensor cu_seqlens_k, Tensor? seqused_k, int max_seqlen_q, int max_seqlen_k, "
-        "float softmax_scale, bool causal, int window_left=-1, int window_right=-1) -> "
-        "(Tensor, Tensor, Tensor)")
+        "float softmax_scale, bool causal, int window_left=-1, int window_right=-1, "
+        "Tensor? alibi_slopes=None) -> (Tensor, Tensor, Tensor)")
     assert str(torch.ops.flashattn_cu.bwd_varlen.default._schema) == (
         "flashattn_cu::bwd_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, "
         "Tensor softmax_lse, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
         "int max_seqlen_k, float softmax_scale, bool causal, bool deterministic, "
-        "Tensor? softmax_stats=None, int window_left=-1, int window_right=-1) -> "
-        "(Tensor, Tensor, Tensor)")
+        "Tensor? softmax_stats=None, int window_left=-1, int window_right=-1, "
+        "Tensor? alibi_slopes=None) -> (Tensor, Tensor, Tensor)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -111,7 +112,6 @@ def test_op_schemas():
 @pytest.mark.parametrize("kwargs, feature", [
     (dict(dropout_p=0.1), "dropout yet (dropout_p=0.1)"),
     (dict(softcap=30.0), "softcap yet (softcap=30.0)"),
-    (dict(alibi_slopes=torch.ones(4)), "ALiBi yet (alibi_slopes is not None)"),
 ])
 def test_not_implemented(kwargs, feature):
     q, k, v = cpu_qkv()
@@ -457,3 +457,25 @@ def test_non_overlapping_and_dense_matches_aten(shape, stride):
     non-overlapping and dense tensor, and gives fresh dense strides to any other."""
     t = torch.empty_strided(shape, stride)
     assert fai._non_overlapping_and_dense(t) == (torch.empty_like(t).stride() == t.stride())
+
+
+@pytest.mark.parametrize("slopes, error, message", [
+    (lambda: torch.ones(4, dtype=torch.float16, device="cuda"), TypeError, "must be float32"),
+    (lambda: torch.ones(3, device="cuda"), ValueError, r"shape \(nheads,\) = \(4,\)"),
+    (lambda: torch.ones(2, 4, 1, device="cuda"), ValueError, r"or \(batch, nheads\) = \(2, 4\)"),
+    (lambda: [0.5] * 4, TypeError, "must be a torch.Tensor"),
+])
+def test_alibi_slopes_checked(slopes, error, message):
+    with _pretend_gpu((9, 0)):
+        q, k, v = _fake_cuda_qkv()
+        with pytest.raises(error, match=message):
+            flash_attn_func(q, k, v, alibi_slopes=slopes())
+
+
+def test_alibi_slopes_reach_the_kernel():
+    calls, spy = _capture_apply()
+    with _pretend_gpu((9, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
+        q, k, v = _fake_cuda_qkv()
+        for shape in ((4,), (2, 4)):
+            flash_attn_func(q, k, v, alibi_slopes=torch.ones(shape, device="cuda"))
+            assert tuple(calls[-1][8].shape) == shape

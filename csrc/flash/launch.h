@@ -8,6 +8,8 @@
 // every call. The first call on a device can still clear a pending foreign error that way.
 #pragma once
 
+#include <type_traits>
+
 #include <atomic>
 
 #include <cuda_runtime.h>
@@ -44,6 +46,17 @@ Status launch_kernel(dim3 grid, dim3 block, int smem_bytes, cudaStream_t stream,
   config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
   config.stream = stream;
   return cuda_status(cudaLaunchKernelEx(&config, Kernel, args...));
+}
+
+// fn(std::integral_constant<int, V>{}) for the kernel variant `variant` (problem/mask.h:
+// static, dynamic, ALiBi): the one place a runtime variant becomes a template argument.
+template <typename Fn>
+Status with_variant(int variant, const Fn& fn) {
+  switch (variant) {
+    case 2: return fn(std::integral_constant<int, 2>{});
+    case 1: return fn(std::integral_constant<int, 1>{});
+    default: return fn(std::integral_constant<int, 0>{});
+  }
 }
 
 }  // namespace flashattn_cu

@@ -231,12 +231,36 @@ void set_window(P& p, int64_t window_left, int64_t window_right) {
   p.window_right = static_cast<int>(window_right);
 }
 
+// alibi_slopes: fp32 (nheads,) or (batch, nheads) on q's device; the returned tensor (contiguous)
+// must outlive the call.
+template <typename P>
+at::Tensor set_alibi(P& p, const std::optional<at::Tensor>& slopes, const at::Tensor& q,
+                     int64_t batch, int64_t num_heads) {
+  if (!slopes.has_value()) return at::Tensor();
+  const at::Tensor& t = *slopes;
+  TORCH_CHECK_VALUE(t.is_cuda() && t.device() == q.device(),
+                    msg("alibi_slopes must be on ", q.device(), ", got ", t.device()));
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat,
+                   msg("alibi_slopes must be float32, got ", t.scalar_type()));
+  const bool per_head = t.dim() == 1 && t.size(0) == num_heads;
+  const bool per_batch = t.dim() == 2 && t.size(0) == batch && t.size(1) == num_heads;
+  TORCH_CHECK_VALUE(per_head || per_batch,
+                    msg("alibi_slopes must have shape (nheads,) = (", num_heads,
+                        ",) or (batch, nheads) = (", batch, ", ", num_heads, "), got ",
+                        t.sizes()));
+  at::Tensor c = t.contiguous();
+  p.alibi_slopes = c.data_ptr<float>();
+  p.alibi_slopes_batch_stride = per_batch ? num_heads : 0;
+  return c;
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in,
                                                         const at::Tensor& k_in,
                                                         const at::Tensor& v_in,
                                                         double softmax_scale, bool causal,
                                                         int64_t window_left,
-                                                        int64_t window_right) {
+                                                        int64_t window_right,
+                                                        const std::optional<at::Tensor>& alibi) {
   check_window(window_left, window_right);
   const Sizes s = check_qkv(q_in, k_in, v_in);
   check_scale(softmax_scale);
@@ -267,6 +291,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in,
   set_strides(p.o_batch_stride, p.o_row_stride, p.o_head_stride, out);
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
   set_window(p, window_left, window_right);
+  const at::Tensor slopes = set_alibi(p, alibi, q_in, s.batch, s.num_heads);
   check_status(flashattn_cu::fwd(p, c10::cuda::getCurrentCUDAStream()), "fwd");
   return {out, lse, stats};
 }
@@ -275,7 +300,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
     const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in,
     const at::Tensor& v_in, const at::Tensor& out_in, const at::Tensor& lse_in,
     double softmax_scale, bool causal, bool deterministic,
-    const std::optional<at::Tensor>& stats_in, int64_t window_left, int64_t window_right) {
+    const std::optional<at::Tensor>& stats_in, int64_t window_left, int64_t window_right,
+    const std::optional<at::Tensor>& alibi) {
   check_window(window_left, window_right);
   const Sizes s = check_qkv(q_in, k_in, v_in);
   check_scale(softmax_scale);
@@ -338,6 +364,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
   set_strides(p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, dv);
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
   set_window(p, window_left, window_right);
+  const at::Tensor slopes = set_alibi(p, alibi, q_in, s.batch, s.num_heads);
   p.deterministic = deterministic;
 
   const size_t ws_bytes = flashattn_cu::bwd_workspace_bytes(p);
@@ -419,7 +446,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_varlen_cuda(
     const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
     const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
     const std::optional<at::Tensor>& seqused_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
-    double softmax_scale, bool causal, int64_t window_left, int64_t window_right) {
+    double softmax_scale, bool causal, int64_t window_left, int64_t window_right,
+    const std::optional<at::Tensor>& alibi) {
   check_window(window_left, window_right);
   const Sizes s = check_qkv(varlen_view(q_in, "q"), varlen_view(k_in, "k"), varlen_view(v_in, "v"));
   check_scale(softmax_scale);
@@ -463,6 +491,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_varlen_cuda(
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
   set_varlen(p, a);
   set_window(p, window_left, window_right);
+  const at::Tensor slopes = set_alibi(p, alibi, q_in, a.batch, s.num_heads);
   p.seqused_k = a.seqused_k.defined() ? a.seqused_k.data_ptr<int>() : nullptr;
   check_status(flashattn_cu::fwd(p, c10::cuda::getCurrentCUDAStream()), "fwd_varlen");
   return {out, lse, stats};
@@ -473,7 +502,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
     const at::Tensor& v_in, const at::Tensor& out_in, const at::Tensor& lse_in,
     const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
     int64_t max_seqlen_k, double softmax_scale, bool causal, bool deterministic,
-    const std::optional<at::Tensor>& stats_in, int64_t window_left, int64_t window_right) {
+    const std::optional<at::Tensor>& stats_in, int64_t window_left, int64_t window_right,
+    const std::optional<at::Tensor>& alibi) {
   check_window(window_left, window_right);
   const Sizes s = check_qkv(varlen_view(q_in, "q"), varlen_view(k_in, "k"), varlen_view(v_in, "v"));
   check_scale(softmax_scale);
@@ -538,6 +568,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
   set_varlen(p, a);
   set_window(p, window_left, window_right);
+  const at::Tensor slopes = set_alibi(p, alibi, q_in, a.batch, s.num_heads);
   p.do_batch_stride = p.dq_batch_stride = p.dk_batch_stride = p.dv_batch_stride = 0;
   p.deterministic = deterministic;
 
@@ -575,20 +606,23 @@ std::vector<int64_t> head_dim_instances() {
 TORCH_LIBRARY(flashattn_cu, m) {
   m.def(
       "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left=-1, "
-      "int window_right=-1) -> (Tensor, Tensor, Tensor)");
+      "int window_right=-1, Tensor? alibi_slopes=None) -> (Tensor, Tensor, Tensor)");
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
       "float softmax_scale, bool causal, bool deterministic, Tensor? softmax_stats=None, "
-      "int window_left=-1, int window_right=-1) -> (Tensor, Tensor, Tensor)");
+      "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None) -> "
+      "(Tensor, Tensor, Tensor)");
   m.def(
       "fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
       "Tensor? seqused_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
-      "int window_left=-1, int window_right=-1) -> (Tensor, Tensor, Tensor)");
+      "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None) -> "
+      "(Tensor, Tensor, Tensor)");
   m.def(
       "bwd_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
       "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, "
       "float softmax_scale, bool causal, bool deterministic, Tensor? softmax_stats=None, "
-      "int window_left=-1, int window_right=-1) -> (Tensor, Tensor, Tensor)");
+      "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None) -> "
+      "(Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(flashattn_cu, CUDA, m) {

@@ -54,8 +54,10 @@ struct BwdDqTraits {
   static_assert(kBwdRowPad % kBlockM == 0, "workspace rows are padded to whole query blocks");
 };
 
-template <typename Element, typename Traits, bool kDynamic>
+template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* smem) {
+  constexpr bool kDynamic = kVariant != kStaticVariant;  // problem/mask.h
+  constexpr bool kAlibi = kVariant == kAlibiVariant;
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
@@ -189,6 +191,12 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
         Ops::mma(acc_s[0][2 * np + 1], a, b[2], b[3]);
       }
     }
+    if constexpr (kAlibi) {  // ALiBi: every tile
+      {
+        alibi_of(seq_info<kDynamic>(p, tile.batch), p, head)
+            .apply(acc_s, m_start + warp * 16, n * kBlockN, lane);
+      }
+    }
     if (n >= um_end || n < um_begin) {
       mask_of<kDynamic>(seq_info<kDynamic>(p, tile.batch), p).apply(acc_s, m_start + warp * 16, n * kBlockN,
                                                        lane);
@@ -260,11 +268,11 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
   }
 }
 
-template <typename Element, typename Traits, bool kDynamic>
+template <typename Element, typename Traits, int kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads)
     bwd_dq_kernel(const __grid_constant__ BwdKernelParams params) {
   extern __shared__ __align__(128) char smem[];
-  bwd_dq_block<Element, Traits, kDynamic>(params, smem);
+  bwd_dq_block<Element, Traits, kVariant>(params, smem);
 }
 
 }  // namespace flashattn_cu::backward

@@ -23,12 +23,11 @@ Status launch_bwd_dq(const BwdKernelParams& kp, cudaStream_t stream) {
       query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
   if (blocks == 0) return Status::kSuccess;
   if (blocks > INT_MAX) return Status::kInvalidArgument;
-  if (dynamic_instance(p)) {
-    return launch_kernel<bwd_dq_kernel<Element, Traits, true>>(dim3(static_cast<unsigned>(blocks)),
-                         dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
-  }
-  return launch_kernel<bwd_dq_kernel<Element, Traits, false>>(dim3(static_cast<unsigned>(blocks)),
-                       dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
+  return with_variant(kernel_variant(p), [&](auto variant) {
+    return launch_kernel<bwd_dq_kernel<Element, Traits, decltype(variant)::value>>(
+        dim3(static_cast<unsigned>(blocks)), dim3(Traits::kNThreads), Traits::kSmemBytes, stream,
+        kp);
+  });
 }
 
 // The deterministic dQ kernel with head dim kHeadDim's tiles (tiles.h, bwd_tile_sm80).

@@ -110,8 +110,10 @@ struct BwdTraits {
   static_assert(kBwdRowPad % kBlockM == 0, "workspace rows are padded to whole query blocks");
 };
 
-template <typename Element, typename Traits, bool kDynamic>
+template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem) {
+  constexpr bool kDynamic = kVariant != kStaticVariant;  // problem/mask.h
+  constexpr bool kAlibi = kVariant == kAlibiVariant;
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -277,6 +279,12 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
 
     float acc_s[kQTiles][4], acc_dp[kQTiles][4];
     gemm_t(acc_s, k_a_lane, sQs);
+    if constexpr (kAlibi) {  // ALiBi: every tile
+      {
+        alibi_of(seq_info<kDynamic>(p, batch), p, head)
+            .apply_transposed(acc_s, n_start + warp_key0, m * kBlockM + warp_query0, lane);
+      }
+    }
     if (m < um_begin || (kDynamic && m >= um_end)) {
       mask_of<kDynamic>(seq_info<kDynamic>(p, batch), p)
           .apply_transposed(acc_s, n_start + warp_key0, m * kBlockM + warp_query0, lane);
@@ -487,11 +495,11 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
   }
 }
 
-template <typename Element, typename Traits, bool kDynamic>
+template <typename Element, typename Traits, int kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads)
     bwd_kernel(const __grid_constant__ BwdKernelParams params) {
   extern __shared__ __align__(128) char smem[];
-  bwd_block<Element, Traits, kDynamic>(params, smem);
+  bwd_block<Element, Traits, kVariant>(params, smem);
 }
 
 }  // namespace flashattn_cu::sm80

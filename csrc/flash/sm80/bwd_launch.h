@@ -22,12 +22,11 @@ Status launch_bwd_main(const BwdKernelParams& kp, cudaStream_t stream) {
                                         p.num_heads_k, kp.kv_splits);
   if (blocks == 0) return Status::kSuccess;
   if (blocks > INT_MAX) return Status::kInvalidArgument;
-  if (dynamic_instance(p)) {
-    return launch_kernel<bwd_kernel<Element, Traits, true>>(dim3(static_cast<unsigned>(blocks)),
-                         dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
-  }
-  return launch_kernel<bwd_kernel<Element, Traits, false>>(dim3(static_cast<unsigned>(blocks)),
-                       dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
+  return with_variant(kernel_variant(p), [&](auto variant) {
+    return launch_kernel<bwd_kernel<Element, Traits, decltype(variant)::value>>(
+        dim3(static_cast<unsigned>(blocks)), dim3(Traits::kNThreads), Traits::kSmemBytes, stream,
+        kp);
+  });
 }
 
 template <typename Element, int kHeadDim, bool kSmall>

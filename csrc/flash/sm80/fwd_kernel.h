@@ -45,8 +45,10 @@ struct FwdTraits {
   static_assert(kBlockN % 16 == 0 && kHeadDim % 32 == 0, "tiles are made of 16x16 mma steps");
 };
 
-template <typename Element, typename Traits, bool kDynamic>
+template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_raw) {
+  constexpr bool kDynamic = kVariant != kStaticVariant;  // problem/mask.h
+  constexpr bool kAlibi = kVariant == kAlibiVariant;
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kMTiles = Traits::kMTiles, kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
@@ -152,6 +154,12 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
       }
     }
 
+    if constexpr (kAlibi) {  // ALiBi: every tile
+      {
+        alibi_of(seq_info<kDynamic>(p, tile.batch), p, head)
+            .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
+      }
+    }
     if (n >= um_end || n < um_begin) {
       // Built here, not held across the loop (whose registers are full).
       mask_of<kDynamic>(seq_info<kDynamic>(p, tile.batch), p).apply(acc_s, m_start + warp_row0, n * kBlockN,
@@ -236,11 +244,11 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
 }
 
 // kDynamic: sequence lengths from cu_seqlens / seqused_k (problem/seqlen.h).
-template <typename Element, typename Traits, bool kDynamic>
+template <typename Element, typename Traits, int kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads)
     fwd_kernel(const __grid_constant__ FwdKernelParams params) {
   extern __shared__ __align__(128) char smem[];
-  fwd_block<Element, Traits, kDynamic>(params, smem);
+  fwd_block<Element, Traits, kVariant>(params, smem);
 }
 
 }  // namespace flashattn_cu::sm80

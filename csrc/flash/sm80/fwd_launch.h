@@ -19,12 +19,11 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   if (blocks == 0) return Status::kSuccess;
   if (blocks > INT_MAX) return Status::kInvalidArgument;
   const FwdKernelParams kp = make_fwd_kernel_params(p);
-  if (dynamic_instance(p)) {
-    return launch_kernel<fwd_kernel<Element, Traits, true>>(dim3(static_cast<unsigned>(blocks)),
-                         dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
-  }
-  return launch_kernel<fwd_kernel<Element, Traits, false>>(dim3(static_cast<unsigned>(blocks)),
-                       dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
+  return with_variant(kernel_variant(p), [&](auto variant) {
+    return launch_kernel<fwd_kernel<Element, Traits, decltype(variant)::value>>(
+        dim3(static_cast<unsigned>(blocks)), dim3(Traits::kNThreads), Traits::kSmemBytes, stream,
+        kp);
+  });
 }
 
 template <typename Element, int kHeadDim>

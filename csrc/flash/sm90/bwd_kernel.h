@@ -75,8 +75,10 @@ struct BwdTraits {
   static_assert(backward::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
 };
 
-template <typename Element, typename Traits, bool kDynamic>
+template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_raw) {
+  constexpr bool kDynamic = kVariant != kStaticVariant;  // problem/mask.h
+  constexpr bool kAlibi = kVariant == kAlibiVariant;
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -137,6 +139,12 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
     ptx::wgmma_wait<1>();
     ptx::fence_operand(acc_s);
 
+    if constexpr (kAlibi) {  // ALiBi: every tile
+      {
+        alibi_of(seq_info<kDynamic>(p, w.batch), p, head)
+            .apply_transposed(acc_s, w.n_start + warp_key0, m * kBlockM, lane);
+      }
+    }
     if (m < w.um_begin || (kDynamic && m >= w.um_end)) {
       block_mask(p, w).apply_transposed(acc_s, w.n_start + warp_key0, m * kBlockM, lane);
     }
@@ -225,12 +233,12 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
   store_dkdv<Element, Traits, kColTiles>(kp, w, smem, acc_dk, acc_dv, warp_key0, 0, tid);
 }
 
-template <typename Element, typename Traits, bool kDynamic>
+template <typename Element, typename Traits, int kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     bwd_kernel(const __grid_constant__ BwdKernelParams params) {
 #if FLASHATTN_CU_SM90A
   extern __shared__ __align__(1024) char smem[];
-  sm90::bwd_block<Element, Traits, kDynamic>(params, smem);  // qualified: no ADL into sm80
+  sm90::bwd_block<Element, Traits, kVariant>(params, smem);  // qualified: no ADL into sm80
 #else
   ptx::unsupported_arch();
 #endif

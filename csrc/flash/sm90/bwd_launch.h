@@ -15,12 +15,12 @@
 
 namespace flashattn_cu::sm90 {
 
-template <typename Element, typename Traits, bool kSplit, bool kDynamic>
+template <typename Element, typename Traits, bool kSplit, int kVariant>
 constexpr auto main_kernel() {
   if constexpr (kSplit) {
-    return bwd_split_kernel<Element, Traits, kDynamic>;
+    return bwd_split_kernel<Element, Traits, kVariant>;
   } else {
-    return bwd_kernel<Element, Traits, kDynamic>;
+    return bwd_kernel<Element, Traits, kVariant>;
   }
 }
 
@@ -37,12 +37,10 @@ Status run_bwd(const BwdParams& p, cudaStream_t stream) {
     if (blocks > INT_MAX) return Status::kInvalidArgument;
     if (blocks > 0) {
       const dim3 grid(static_cast<unsigned>(blocks)), block(Traits::kNThreads);
-      const Status st =
-          dynamic_instance(p)
-              ? launch_kernel<main_kernel<Element, Traits, tile.split, true>()>(
-                    grid, block, Traits::kSmemBytes, stream, kp)
-              : launch_kernel<main_kernel<Element, Traits, tile.split, false>()>(
-                    grid, block, Traits::kSmemBytes, stream, kp);
+      const Status st = with_variant(kernel_variant(p), [&](auto variant) {
+        return launch_kernel<main_kernel<Element, Traits, tile.split, decltype(variant)::value>()>(
+            grid, block, Traits::kSmemBytes, stream, kp);
+      });
       if (st != Status::kSuccess) return st;
     }
     if (!p.deterministic) return Status::kSuccess;

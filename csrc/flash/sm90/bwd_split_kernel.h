@@ -60,8 +60,10 @@ struct BwdSplitTraits {
   static_assert(backward::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
 };
 
-template <typename Element, typename Traits, bool kDynamic>
+template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char* smem_raw) {
+  constexpr bool kDynamic = kVariant != kStaticVariant;  // problem/mask.h
+  constexpr bool kAlibi = kVariant == kAlibiVariant;
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim, kHalf = Traits::kHalfCols;
@@ -121,6 +123,12 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
     }
 
     if (wg == 0) {
+      if constexpr (kAlibi) {  // ALiBi: every tile
+        {
+          alibi_of(seq_info<kDynamic>(p, w.batch), p, head)
+              .apply_transposed(acc, w.n_start + warp_key0, m * kBlockM, lane);
+        }
+      }
       if (m < w.um_begin || (kDynamic && m >= w.um_end)) {
         block_mask(p, w).apply_transposed(acc, w.n_start + warp_key0, m * kBlockM, lane);
       }
@@ -208,12 +216,12 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
   store_dkdv<Element, Traits, kColTiles>(kp, w, smem, acc_dk, acc_dv, warp_key0, col0, tid);
 }
 
-template <typename Element, typename Traits, bool kDynamic>
+template <typename Element, typename Traits, int kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     bwd_split_kernel(const __grid_constant__ BwdKernelParams params) {
 #if FLASHATTN_CU_SM90A
   extern __shared__ __align__(1024) char smem[];
-  sm90::bwd_split_block<Element, Traits, kDynamic>(params, smem);  // qualified: no ADL into sm80
+  sm90::bwd_split_block<Element, Traits, kVariant>(params, smem);  // qualified: no ADL into sm80
 #else
   ptx::unsupported_arch();
 #endif

@@ -64,6 +64,13 @@ struct AttnParams {
   // window_right 0. A row that sees no key outputs 0 with LSE +inf.
   int window_left = -1;
   int window_right = -1;
+  // ALiBi (flash_attn's definition), optional: fp32 slopes in device memory, slope of (entry b,
+  // head h) at alibi_slopes[b * alibi_slopes_batch_stride + h] (stride 0: one slope per head).
+  // With d = i + seqlen_k - seqlen_q the diagonal key of query i, the scaled score of key j gets
+  // + slope * j when causal without a left window (the row-constant part of -slope * (d - j)
+  // cancels in the softmax; the LSE is flash_attn's), else - slope * |d - j|.
+  const float* alibi_slopes = nullptr;
+  int64_t alibi_slopes_batch_stride = 0;
 
   // Variable-length batches (flash_attn's varlen layout); both null: the padded layout above.
   // cu_seqlens_q / cu_seqlens_k: batch + 1 int32 in device memory, starting at 0,

@@ -1,0 +1,94 @@
+"""ALiBi (flash_attn's alibi_slopes): forward and backward against the fp32 reference by the rule
+(forward 2x, gradients 3x), slopes per head and per (batch, head), causal and not, with windows,
+seqlen_q != seqlen_k, GQA, fp16/bf16, padded and varlen, every kernel path."""
+
+import pytest
+import torch
+
+from attn_helpers import DTYPES, HEADS, assert_lse_rule, assert_rule, instance_for, make_qkv
+from flashattn_cu import _C, flash_attn_func, flash_attn_varlen_func
+from flashattn_cu.testing import attention_ref, kernel_path
+
+
+def skip_unless_built(head_dim):
+    if instance_for(head_dim) not in _C.built_head_dims():
+        pytest.skip(f"head dim {head_dim} not in this build")
+
+
+def slopes_for(batch, nheads, per_batch):
+    """ALiBi's geometric slopes 2^(-8 i / nheads), per batch entry perturbed."""
+    base = torch.tensor([2.0 ** (-8.0 * (i + 1) / nheads) for i in range(nheads)], device="cuda")
+    if not per_batch:
+        return base
+    return base.unsqueeze(0) * torch.linspace(0.5, 1.5, batch, device="cuda").unsqueeze(1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("per_batch", [False, True])
+@pytest.mark.parametrize("causal, window", [(False, (-1, -1)), (True, (-1, -1)), (True, (64, 0)),
+                                            (False, (50, 17))])
+@pytest.mark.parametrize("seqlens", [(113, 203), (512, 256), (1, 239)])
+@pytest.mark.parametrize("heads", ["mha", "gqa"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_alibi_against_reference(per_batch, causal, window, seqlens, heads, dtype, d):
+    skip_unless_built(d)
+    sq, sk = seqlens
+    nheads, nheads_k = HEADS[heads]
+    q, k, v = make_qkv(2, sq, sk, nheads, nheads_k, d, dtype, requires_grad=True)
+    slopes = slopes_for(2, nheads, per_batch)
+    dout = torch.randn_like(q)
+    kw = dict(causal=causal, window_size=window, alibi_slopes=slopes)
+    for path in ("auto", "sm80"):
+        with kernel_path(path):
+            out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **kw)
+            grads = torch.autograd.grad(out, (q, k, v), dout)
+        ref, ref_lse = attention_ref(q, k, v, **kw)
+        pt, pt_lse = attention_ref(q, k, v, upcast=False, **kw)
+        assert_rule(out, ref, pt, 2, 1e-5, f"out ({path})")
+        assert_lse_rule(lse, ref_lse, pt_lse, f"lse ({path})")
+        refs = torch.autograd.grad(ref, (q, k, v), dout.float())
+        pts = torch.autograd.grad(pt, (q, k, v), dout)
+        for name, g, r, p in zip(("dq", "dk", "dv"), grads, refs, pts):
+            assert_rule(g, r, p, 3, 1e-4, f"{name} ({path})")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_alibi_varlen(deterministic):
+    skip_unless_built(64)
+    lens = [130, 0, 1, 77]
+    cu = torch.zeros(len(lens) + 1, dtype=torch.int32, device="cuda")
+    cu[1:] = torch.tensor(lens, device="cuda").cumsum(0)
+    q = torch.randn(sum(lens), 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn_like(q, requires_grad=True)
+    v = torch.randn_like(q, requires_grad=True)
+    slopes = slopes_for(len(lens), 4, True)
+    out = flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True,
+                                 alibi_slopes=slopes, deterministic=deterministic)
+    start = 0
+    for b, n in enumerate(lens):
+        sl = slice(start, start + n)
+        qb, kb, vb = (t.detach()[sl].unsqueeze(0) for t in (q, k, v))
+        ref, _ = attention_ref(qb, kb, vb, causal=True, alibi_slopes=slopes[b:b + 1])
+        pt, _ = attention_ref(qb, kb, vb, causal=True, alibi_slopes=slopes[b:b + 1], upcast=False)
+        assert_rule(out[sl].unsqueeze(0), ref, pt, 2, 1e-5, f"out, sequence {b}")
+        start += n
+    grads = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.gpu
+def test_alibi_shifts_by_a_row_constant_when_causal():
+    """flash_attn's causal ALiBi adds slope * j, not -slope * (d - j): the same probabilities
+    (the difference is constant along a row), an LSE larger by slope * d."""
+    skip_unless_built(64)
+    q, k, v = make_qkv(1, 64, 64, 2, 2, 64, torch.float16)
+    slopes = torch.tensor([0.25, 0.5], device="cuda")
+    out, lse, _ = flash_attn_func(q, k, v, causal=True, alibi_slopes=slopes,
+                                  return_attn_probs=True)
+    ref, ref_lse = attention_ref(q, k, v, window_size=(-1, 0), alibi_slopes=slopes)  # abs form
+    d = torch.arange(64, device="cuda", dtype=torch.float32)
+    torch.testing.assert_close(out.float(), ref, atol=2e-3, rtol=0)
+    torch.testing.assert_close(lse, ref_lse + slopes.view(1, 2, 1) * d, atol=2e-3,
+                               rtol=1e-5)
