@@ -310,15 +310,16 @@ def test_dropout_raises_in_training_only():
             mha.train()(x)
 
 
-@pytest.mark.parametrize("kwargs, feature", [
-    (dict(window_size=(3, 3)), "sliding-window"),
-    (dict(alibi_slopes=torch.ones(4)), "ALiBi"),
-])
-def test_unimplemented_features_raise_from_the_interface(kwargs, feature):
+def test_window_and_alibi_reach_the_interface():
+    """Sliding windows and ALiBi are the interface's (tested there): the module hands them on."""
     with _pretend_gpu():
         qkv = torch.empty(2, 9, 3, 4, 64, dtype=F16, device="cuda")
-        with pytest.raises(NotImplementedError, match=f"does not implement {feature}"):
-            FlashSelfAttention(**kwargs)(qkv)
+        slopes = torch.ones(4, device="cuda")
+        with _spy("flash_attn_qkvpacked_func") as fn:
+            FlashSelfAttention(window_size=(3, 3), alibi_slopes=slopes)(qkv)
+        kwargs = fn.call_args.kwargs
+        assert tuple(kwargs["window_size"]) == (3, 3)
+        assert tuple(kwargs["alibi_slopes"].shape) == (4,)
 
 
 # --------------------------------------------------------------------------------------------
