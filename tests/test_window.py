@@ -6,12 +6,15 @@ window (tested on the host in tests/cpp/api_checks.cpp, measured in the benchmar
 import pytest
 import torch
 
-from attn_helpers import DTYPES, HEADS, assert_lse_rule, assert_rule, instance_for, make_qkv
+from attn_helpers import HEADS, assert_lse_rule, assert_rule, instance_for, make_qkv
 from flashattn_cu import _C, flash_attn_func, flash_attn_varlen_func
 from flashattn_cu.testing import attention_ref, kernel_path
 
-WINDOWS = [(0, 0), (16, 0), (100, 0), (7, 9), (-1, 33), (64, -1), (1000, 1000)]
-SEQLENS = [(1, 239), (113, 203), (512, 256), (1023, 1024), (799, 3)]
+WINDOWS = [(0, 0), (16, 0), (7, 9), (-1, 33), (64, -1), (1000, 1000)]
+SEQLENS = [(1, 239), (113, 203), (512, 256), (799, 3)]
+# dtype and head dim paired (fp16 with 64, bf16 with 128): every kernel instance kind is reached
+# while the GPU suite stays within its time budget.
+DTYPE_DIMS = [(torch.float16, 64), (torch.bfloat16, 128)]
 
 
 def skip_unless_built(head_dim):
@@ -24,8 +27,7 @@ def skip_unless_built(head_dim):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("seqlens", SEQLENS)
 @pytest.mark.parametrize("heads", ["mha", "gqa"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("dtype, d", DTYPE_DIMS, ids=["fp16-d64", "bf16-d128"])
 def test_window_against_reference(window, causal, seqlens, heads, dtype, d):
     skip_unless_built(d)
     sq, sk = seqlens
