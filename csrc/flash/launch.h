@@ -9,6 +9,8 @@
 #pragma once
 
 #include <atomic>
+#include <climits>
+#include <cstdint>
 
 #include <cuda_runtime.h>
 
@@ -44,6 +46,18 @@ Status launch_kernel(dim3 grid, dim3 block, int smem_bytes, cudaStream_t stream,
   config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
   config.stream = stream;
   return cuda_status(cudaLaunchKernelEx(&config, Kernel, args...));
+}
+
+// launch_kernel over a flat 1-D grid of `blocks` tiles (problem/scheduler.h counts them; one grid
+// dimension, so batch x heads is never capped at 65535): nothing to launch for 0, kInvalidArgument
+// past the 2^31 - 1 blocks a grid dimension holds.
+template <auto Kernel, typename... Args>
+Status launch_tiles(int64_t blocks, int threads, int smem_bytes, cudaStream_t stream,
+                    const Args&... args) {
+  if (blocks == 0) return Status::kSuccess;
+  if (blocks > INT_MAX) return Status::kInvalidArgument;
+  return launch_kernel<Kernel>(dim3(static_cast<unsigned>(blocks)), dim3(threads), smem_bytes,
+                               stream, args...);
 }
 
 }  // namespace flashattn_cu

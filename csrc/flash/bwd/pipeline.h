@@ -5,8 +5,6 @@
 //   when there is nothing to convert).
 #pragma once
 
-#include <climits>
-
 #include "../launch.h"
 #include "../problem/scheduler.h"
 #include "../tiles.h"
@@ -19,12 +17,9 @@ namespace flashattn_cu::backward {
 template <typename Element, typename Traits>
 Status launch_bwd_dq(const BwdKernelParams& kp, cudaStream_t stream) {
   const BwdParams& p = kp.p;
-  const int64_t blocks =
-      query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
-  if (blocks == 0) return Status::kSuccess;
-  if (blocks > INT_MAX) return Status::kInvalidArgument;
-  return launch_kernel<bwd_dq_kernel<Element, Traits>>(dim3(static_cast<unsigned>(blocks)),
-                       dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
+  return launch_tiles<bwd_dq_kernel<Element, Traits>>(
+      query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads),
+      Traits::kNThreads, Traits::kSmemBytes, stream, kp);
 }
 
 // The deterministic dQ kernel with head dim kHeadDim's tiles (tiles.h, bwd_tile_sm80).
@@ -46,16 +41,12 @@ Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& m
   // 1. Preprocess.
   const int64_t prep_blocks = static_cast<int64_t>(p.batch) * p.num_heads * ws.rows /
                               kPrepRowsPerBlock;
-  if (prep_blocks > INT_MAX) return Status::kInvalidArgument;
-  if (prep_blocks > 0) {
-    const Status st = launch_kernel<bwd_preprocess_kernel<Element, kHeadDim>>(
-                                    dim3(static_cast<unsigned>(prep_blocks)), dim3(kPrepThreads),
-                                    0, stream, kp);
-    if (st != Status::kSuccess) return st;
-  }
+  Status st = launch_tiles<bwd_preprocess_kernel<Element, kHeadDim>>(prep_blocks, kPrepThreads, 0,
+                                                                       stream, kp);
+  if (st != Status::kSuccess) return st;
 
   // 2. Main kernel (and the deterministic dQ kernel).
-  const Status st = main(kp);
+  st = main(kp);
   if (st != Status::kSuccess) return st;
 
   // 3. Postprocess.

@@ -2,8 +2,6 @@
 // bwd/pipeline.h (preprocess -> main kernel -> [deterministic dQ kernel] -> postprocess).
 #pragma once
 
-#include <climits>
-
 #include "../bwd/pipeline.h"
 #include "../launch.h"
 #include "../problem/scheduler.h"
@@ -18,12 +16,9 @@ using backward::BwdKernelParams;
 template <typename Element, typename Traits>
 Status launch_bwd_main(const BwdKernelParams& kp, cudaStream_t stream) {
   const BwdParams& p = kp.p;
-  const int64_t blocks = key_tile_count(ceil_div(p.seqlen_k, Traits::kBlockN), p.batch,
-                                        p.num_heads_k, kp.kv_splits);
-  if (blocks == 0) return Status::kSuccess;
-  if (blocks > INT_MAX) return Status::kInvalidArgument;
-  return launch_kernel<bwd_kernel<Element, Traits>>(dim3(static_cast<unsigned>(blocks)),
-                       dim3(Traits::kNThreads), Traits::kSmemBytes, stream, kp);
+  return launch_tiles<bwd_kernel<Element, Traits>>(
+      key_tile_count(ceil_div(p.seqlen_k, Traits::kBlockN), p.batch, p.num_heads_k, kp.kv_splits),
+      Traits::kNThreads, Traits::kSmemBytes, stream, kp);
 }
 
 template <typename Element, int kHeadDim, bool kSmall>
