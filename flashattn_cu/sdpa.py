@@ -35,7 +35,7 @@ import logging
 import torch
 
 from flashattn_cu.flash_attn_interface import (_built_head_dims, _device_capability,
-                                                _head_dim_instance)
+                                                _head_dim_instance, _non_overlapping_and_dense)
 
 __all__ = ["activate", "deactivate", "is_active", "call_counts", "reset_call_counts", "NAME"]
 
@@ -151,7 +151,11 @@ def _aten_layout(result, like):
     """result in the strides aten's meta functions give it, `torch.empty_like(like)` (compiled
     graphs assert them). flashattn_cu's ops already allocate so for every dense input, the usual
     case; other layouts (e.g. a query sliced from a packed tensor) get a copy."""
-    expected = torch.empty_like(like, device="meta").stride()
+    # empty_like keeps the strides of a dense tensor exactly; only the others need asking.
+    if _non_overlapping_and_dense(like):
+        expected = like.stride()
+    else:
+        expected = torch.empty_like(like, device="meta").stride()
     if result.stride() == expected:
         return result
     fixed = torch.empty_strided(like.shape, expected, dtype=result.dtype, device=result.device)

@@ -8,9 +8,10 @@
 // every call. The first call on a device can still clear a pending foreign error that way.
 #pragma once
 
-#include <type_traits>
-
 #include <atomic>
+#include <climits>
+#include <cstdint>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 
@@ -57,6 +58,18 @@ Status with_variant(int variant, const Fn& fn) {
     case 1: return fn(std::integral_constant<int, 1>{});
     default: return fn(std::integral_constant<int, 0>{});
   }
+}
+
+// launch_kernel over a flat 1-D grid of `blocks` tiles (problem/scheduler.h counts them; one grid
+// dimension, so batch x heads is never capped at 65535): nothing to launch for 0, kInvalidArgument
+// past the 2^31 - 1 blocks a grid dimension holds.
+template <auto Kernel, typename... Args>
+Status launch_tiles(int64_t blocks, int threads, int smem_bytes, cudaStream_t stream,
+                    const Args&... args) {
+  if (blocks == 0) return Status::kSuccess;
+  if (blocks > INT_MAX) return Status::kInvalidArgument;
+  return launch_kernel<Kernel>(dim3(static_cast<unsigned>(blocks)), dim3(threads), smem_bytes,
+                               stream, args...);
 }
 
 }  // namespace flashattn_cu

@@ -5,8 +5,6 @@
 //   when there is nothing to convert).
 #pragma once
 
-#include <climits>
-
 #include "../launch.h"
 #include "../problem/scheduler.h"
 #include "../tiles.h"
@@ -19,14 +17,10 @@ namespace flashattn_cu::backward {
 template <typename Element, typename Traits>
 Status launch_bwd_dq(const BwdKernelParams& kp, cudaStream_t stream) {
   const BwdParams& p = kp.p;
-  const int64_t blocks =
-      query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
-  if (blocks == 0) return Status::kSuccess;
-  if (blocks > INT_MAX) return Status::kInvalidArgument;
   return with_variant(kernel_variant(p), [&](auto variant) {
-    return launch_kernel<bwd_dq_kernel<Element, Traits, decltype(variant)::value>>(
-        dim3(static_cast<unsigned>(blocks)), dim3(Traits::kNThreads), Traits::kSmemBytes, stream,
-        kp);
+    return launch_tiles<bwd_dq_kernel<Element, Traits, decltype(variant)::value>>(
+        query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads),
+        Traits::kNThreads, Traits::kSmemBytes, stream, kp);
   });
 }
 
@@ -49,19 +43,15 @@ Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& m
   // 1. Preprocess.
   const int64_t prep_blocks = static_cast<int64_t>(p.batch) * p.num_heads * ws.rows /
                               kPrepRowsPerBlock;
-  if (prep_blocks > INT_MAX) return Status::kInvalidArgument;
-  if (prep_blocks > 0) {
-    const Status st =
-        dynamic_instance(p)
-            ? launch_kernel<bwd_preprocess_kernel<Element, kHeadDim, true>>(
-                  dim3(static_cast<unsigned>(prep_blocks)), dim3(kPrepThreads), 0, stream, kp)
-            : launch_kernel<bwd_preprocess_kernel<Element, kHeadDim, false>>(
-                  dim3(static_cast<unsigned>(prep_blocks)), dim3(kPrepThreads), 0, stream, kp);
-    if (st != Status::kSuccess) return st;
-  }
+  Status st = dynamic_instance(p)
+                  ? launch_tiles<bwd_preprocess_kernel<Element, kHeadDim, true>>(
+                        prep_blocks, kPrepThreads, 0, stream, kp)
+                  : launch_tiles<bwd_preprocess_kernel<Element, kHeadDim, false>>(
+                        prep_blocks, kPrepThreads, 0, stream, kp);
+  if (st != Status::kSuccess) return st;
 
   // 2. Main kernel (and the deterministic dQ kernel).
-  const Status st = main(kp);
+  st = main(kp);
   if (st != Status::kSuccess) return st;
 
   // 3. Postprocess.

@@ -2,8 +2,6 @@
 // bwd/pipeline.h (preprocess -> main kernel -> [deterministic dQ kernel] -> postprocess).
 #pragma once
 
-#include <climits>
-
 #include "../bwd/pipeline.h"
 #include "../launch.h"
 #include "../problem/scheduler.h"
@@ -18,14 +16,11 @@ using backward::BwdKernelParams;
 template <typename Element, typename Traits>
 Status launch_bwd_main(const BwdKernelParams& kp, cudaStream_t stream) {
   const BwdParams& p = kp.p;
-  const int64_t blocks = key_tile_count(ceil_div(p.seqlen_k, Traits::kBlockN), p.batch,
-                                        p.num_heads_k, kp.kv_splits);
-  if (blocks == 0) return Status::kSuccess;
-  if (blocks > INT_MAX) return Status::kInvalidArgument;
   return with_variant(kernel_variant(p), [&](auto variant) {
-    return launch_kernel<bwd_kernel<Element, Traits, decltype(variant)::value>>(
-        dim3(static_cast<unsigned>(blocks)), dim3(Traits::kNThreads), Traits::kSmemBytes, stream,
-        kp);
+    return launch_tiles<bwd_kernel<Element, Traits, decltype(variant)::value>>(
+        key_tile_count(ceil_div(p.seqlen_k, Traits::kBlockN), p.batch, p.num_heads_k,
+                       kp.kv_splits),
+        Traits::kNThreads, Traits::kSmemBytes, stream, kp);
   });
 }
 

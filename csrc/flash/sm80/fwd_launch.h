@@ -1,8 +1,6 @@
 // Host side of the sm80 forward: grid shape, shared-memory attribute, launch.
 #pragma once
 
-#include <climits>
-
 #include "../launch.h"
 #include "../problem/params.h"
 #include "../problem/scheduler.h"
@@ -14,15 +12,11 @@ namespace flashattn_cu::sm80 {
 
 template <typename Element, typename Traits>
 Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
-  const int64_t blocks =
-      query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
-  if (blocks == 0) return Status::kSuccess;
-  if (blocks > INT_MAX) return Status::kInvalidArgument;
   const FwdKernelParams kp = make_fwd_kernel_params(p);
   return with_variant(kernel_variant(p), [&](auto variant) {
-    return launch_kernel<fwd_kernel<Element, Traits, decltype(variant)::value>>(
-        dim3(static_cast<unsigned>(blocks)), dim3(Traits::kNThreads), Traits::kSmemBytes, stream,
-        kp);
+    return launch_tiles<fwd_kernel<Element, Traits, decltype(variant)::value>>(
+        query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads),
+        Traits::kNThreads, Traits::kSmemBytes, stream, kp);
   });
 }
 

@@ -2,7 +2,6 @@
 // bwd/pipeline.h (preprocess, postprocess, deterministic dQ kernel, workspace).
 #pragma once
 
-#include <climits>
 #include <type_traits>
 
 #include "../bwd/pipeline.h"
@@ -32,17 +31,13 @@ Status run_bwd(const BwdParams& p, cudaStream_t stream) {
                                     BwdTraits<kHeadDim, tile.block_m>>;
   static_assert(Traits::kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
   return backward::run_bwd_pipeline<Element, kHeadDim>(p, stream, [&](const BwdKernelParams& kp) {
-    const int64_t blocks = key_tile_count(ceil_div(p.seqlen_k, Traits::kBlockN), p.batch,
-                                          p.num_heads_k, kp.kv_splits);
-    if (blocks > INT_MAX) return Status::kInvalidArgument;
-    if (blocks > 0) {
-      const dim3 grid(static_cast<unsigned>(blocks)), block(Traits::kNThreads);
-      const Status st = with_variant(kernel_variant(p), [&](auto variant) {
-        return launch_kernel<main_kernel<Element, Traits, tile.split, decltype(variant)::value>()>(
-            grid, block, Traits::kSmemBytes, stream, kp);
-      });
-      if (st != Status::kSuccess) return st;
-    }
+    const Status st = with_variant(kernel_variant(p), [&](auto variant) {
+      return launch_tiles<main_kernel<Element, Traits, tile.split, decltype(variant)::value>()>(
+          key_tile_count(ceil_div(p.seqlen_k, Traits::kBlockN), p.batch, p.num_heads_k,
+                         kp.kv_splits),
+          Traits::kNThreads, Traits::kSmemBytes, stream, kp);
+    });
+    if (st != Status::kSuccess) return st;
     if (!p.deterministic) return Status::kSuccess;
     return backward::launch_bwd_dq_for<Element, kHeadDim, false>(kp, stream);
   });
