@@ -106,6 +106,8 @@ def sources_for(head_dims):
         srcs += sorted(glob.glob(os.path.join(ROOT, "csrc", "flash", "sm80", "inst", f"*_hdim{d}_*.cu")))
         if "90a" in archs:  # wgmma kernels: sm_90a machine code only
             srcs += sorted(glob.glob(os.path.join(ROOT, "csrc", "flash", "sm90", "inst", f"*_hdim{d}_*.cu")))
+    if "90a" in archs:  # the Hopper data-movement self-test (a test hook, sm_90a only)
+        srcs.append(os.path.join(ROOT, "csrc", "flash", "sm90", "selftest.cu"))
     srcs += sorted(glob.glob(os.path.join(ROOT, "csrc", "torch", "*.cpp")))
     return [rel(s) for s in srcs]
 

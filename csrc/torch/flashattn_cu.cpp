@@ -27,6 +27,9 @@
 
 #include "flashattn_cu/flashattn_cu.h"
 #include "head_dims.h"  // round_head_dim(), for the test hook _round_head_dim
+#if FLASHATTN_CU_HAS_SM90A
+#include "sm90/launch.h"  // the test hook _tma_copy_selftest
+#endif
 
 namespace {
 
@@ -667,4 +670,29 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return std::string(flashattn_cu::kernel_path() == flashattn_cu::KernelPath::kSm80 ? "sm80"
                                                                                       : "auto");
   });
+  m.def(
+      "_tma_copy_selftest",
+      [](const at::Tensor& src, at::Tensor& dst) {
+#if FLASHATTN_CU_HAS_SM90A
+        TORCH_CHECK_VALUE(src.is_cuda() && dst.is_cuda() && src.device() == dst.device() &&
+                              src.dim() == 2 && src.sizes() == dst.sizes() &&
+                              src.strides() == dst.strides() && src.stride(1) == 1 &&
+                              src.stride(0) % 8 == 0 &&
+                              (src.scalar_type() == at::kHalf ||
+                               src.scalar_type() == at::kBFloat16) &&
+                              dst.scalar_type() == src.scalar_type(),
+                          "_tma_copy_selftest: two 2-d CUDA fp16/bf16 tensors of one shape and "
+                          "layout, rows contiguous, row stride a multiple of 8");
+        const c10::cuda::CUDAGuard guard(src.device());
+        check_status(flashattn_cu::sm90::tma_copy_selftest(
+                         src.data_ptr(), dst.data_ptr(), src.size(0), src.size(1), src.stride(0),
+                         to_dtype(src.scalar_type()), c10::cuda::getCurrentCUDAStream()),
+                     "_tma_copy_selftest");
+#else
+        (void)src;
+        (void)dst;
+        TORCH_CHECK(false, "_tma_copy_selftest: this build has no sm_90a code");
+#endif
+      },
+      "Test-only: copies src to dst through TMA loads and stores (sm90/selftest.cu)");
 }

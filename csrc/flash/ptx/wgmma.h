@@ -100,11 +100,6 @@ FLASHATTN_CU_DEVICE void fence_proxy_async_shared() {
 #endif
 }
 
-// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32).
-FLASHATTN_CU_DEVICE void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 #if FLASHATTN_CU_SM90A
 #include "wgmma_ops.h"
 #endif

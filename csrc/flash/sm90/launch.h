@@ -11,4 +11,9 @@ namespace flashattn_cu::sm90 {
 template <typename Element, int kHeadDim>
 Status run_bwd(const BwdParams& params, cudaStream_t stream);
 
+// Test hook (sm90/selftest.cu): copies a rows x cols 16-bit matrix (row stride in elements, a
+// multiple of 8; pointers 128-byte aligned) through TMA loads and stores.
+Status tma_copy_selftest(const void* src, void* dst, int64_t rows, int64_t cols,
+                         int64_t row_stride, DType dtype, cudaStream_t stream);
+
 }  // namespace flashattn_cu::sm90

@@ -1,0 +1,75 @@
+// A self-test of the Hopper data-movement wrappers (ptx/tma.h, ptx/mbarrier.h, ptx/sync.h,
+// tma_host.h), run by tests/test_hopper_ptx.py through _C._tma_copy_selftest: a 2-d copy of a
+// 16-bit matrix tile by tile, global -> shared by a TMA load completing on an mbarrier, shared ->
+// global by a TMA store, both through 128-byte-swizzled 64 x 64 boxes (the layout the wgmma
+// kernels read), with partial boxes at the edges (zero-filled loads, clipped stores). A wrong
+// coordinate order, swizzle, byte count or barrier protocol shows up as a wrong copy or a hang.
+#include <cstdint>
+
+#include "../launch.h"
+#include "../ptx/arch.h"
+#include "../ptx/ldmatrix.h"
+#include "../ptx/mbarrier.h"
+#include "../ptx/sync.h"
+#include "../ptx/tma.h"
+#include "../ptx/wgmma.h"
+#include "../tma_host.h"
+#include "launch.h"
+
+namespace flashattn_cu::sm90 {
+namespace {
+
+constexpr int kBox = 64;                        // 64 x 64 16-bit elements: one sw128 atom
+constexpr uint32_t kBoxBytes = kBox * kBox * 2;  // 8 KiB
+constexpr int kThreads = 128;
+
+__global__ void __launch_bounds__(kThreads)
+    tma_copy_kernel(const __grid_constant__ CUtensorMap src, const __grid_constant__ CUtensorMap dst) {
+  extern __shared__ char smem_raw[];
+  __shared__ alignas(8) uint64_t full;
+  // 128-byte swizzled boxes need 1024-byte aligned shared memory.
+  const uint32_t tile = (ptx::smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t bar = ptx::smem_u32(&full);
+  const int32_t coords[2] = {static_cast<int32_t>(blockIdx.x) * kBox,
+                             static_cast<int32_t>(blockIdx.y) * kBox};
+  if (threadIdx.x == 0) {
+    ptx::tma_prefetch_map(&src);
+    ptx::mbarrier_init(bar, 1);
+    ptx::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x / 32 == 0 && ptx::elect_one_sync()) {
+    ptx::mbarrier_arrive_expect_tx(bar, kBoxBytes);  // the whole box, also where it overhangs
+    ptx::tma_load<2>(tile, &src, bar, coords);
+  }
+  ptx::mbarrier_wait_parity(bar, 0);  // every thread: phase 0 complete, the tile has landed
+  ptx::named_barrier_sync(ptx::NamedBarrier::kSelftest, kThreads);
+  if (threadIdx.x == 0) {
+    ptx::tma_store<2>(&dst, tile, coords);
+    ptx::tma_store_commit();
+    ptx::tma_store_wait<0>();  // shared memory read before the block exits
+  }
+}
+
+}  // namespace
+
+Status tma_copy_selftest(const void* src, void* dst, int64_t rows, int64_t cols,
+                         int64_t row_stride, DType dtype, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return Status::kSuccess;
+  CUtensorMap src_map, dst_map;
+  const uint64_t dims[2] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
+  const uint64_t strides[1] = {static_cast<uint64_t>(row_stride) * 2};
+  const uint32_t box[2] = {kBox, kBox};
+  Status st = encode_tensor_map(&src_map, dtype, 2, src, dims, strides, box,
+                                CU_TENSOR_MAP_SWIZZLE_128B);
+  if (st == Status::kSuccess) {
+    st = encode_tensor_map(&dst_map, dtype, 2, dst, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+  }
+  if (st != Status::kSuccess) return st;
+  const dim3 grid(static_cast<unsigned>((cols + kBox - 1) / kBox),
+                  static_cast<unsigned>((rows + kBox - 1) / kBox));
+  return launch_kernel<tma_copy_kernel>(grid, dim3(kThreads), kBoxBytes + 1024, stream, src_map,
+                                        dst_map);
+}
+
+}  // namespace flashattn_cu::sm90
