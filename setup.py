@@ -188,7 +188,7 @@ ext = CUDAExtension(
     name="flashattn_cu._C",
     sources=sources_for(head_dims),
     include_dirs=[os.path.join(ROOT, "csrc", "include"), os.path.join(ROOT, "csrc", "flash")],
-    extra_compile_args={"cxx": ["-O3"], "nvcc": nvcc_flags},
+    extra_compile_args={"cxx": ["-O3", f"-DFLASHATTN_CU_HAS_SM90A={int('90a' in archs)}"], "nvcc": nvcc_flags},
     extra_link_args=shared_libstdcxx_link_args(),
 )
 

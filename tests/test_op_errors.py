@@ -126,7 +126,11 @@ def test_launch_does_not_take_an_unrelated_error():
                         + [(n, ctypes.c_int) for n in ("batch", "seqlen_q", "seqlen_k",
                                                        "num_heads", "num_heads_k", "head_dim")]
                         + [("scale", ctypes.c_float), ("causal", ctypes.c_bool),
-                           ("dtype", ctypes.c_int)]
+                           ("dtype", ctypes.c_int), ("window_left", ctypes.c_int),
+                           ("window_right", ctypes.c_int), ("alibi_slopes", ctypes.c_void_p),
+                           ("alibi_slopes_batch_stride", ctypes.c_int64),
+                           ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
+                           ("total_q", ctypes.c_int), ("seqused_k", ctypes.c_void_p)]
                         + [(n, ctypes.c_void_p) for n in ("o", "lse", "stats")])
         p = FwdParams()
         p.q = p.k = p.v = q.data_ptr()
@@ -137,6 +141,7 @@ def test_launch_does_not_take_an_unrelated_error():
             p.__setattr__(f"s{3 * t + 2}", q.stride(2))
         p.batch, p.seqlen_q, p.seqlen_k, p.num_heads, p.num_heads_k, p.head_dim = 1, 32, 32, 2, 2, 64
         p.scale, p.causal, p.dtype = 0.125, False, 0
+        p.window_left = p.window_right = -1
         lib = ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(flashattn_cu.__file__), "_C*.so"))[0])
         fwd = lib._ZN12flashattn_cu3fwdERKNS_9FwdParamsEP11CUstream_st
         fwd.restype = ctypes.c_int
