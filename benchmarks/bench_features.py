@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmarks of the features of issue 8 (item 10): variable-length batches and sliding windows.
+"""Benchmarks of the features of issue 8 (item 10): varlen batches, sliding windows, score modifiers.
 
     python benchmarks/bench_features.py --out benchmarks/results/features_h200.md
 
@@ -13,6 +13,9 @@ score entries it covers).
   torch.nn.attention.varlen.varlen_attn where this torch has it. Bar: varlen >= 1.5x padded.
 * window: window_size (1024, 0) and (4096, 0) at 4k, 8k and 16k tokens (batch = 16k / seqlen)
   against full causal. Bar: (1024, 0) at 16k >= 6x faster than causal (FA4: 6.1x).
+* modifiers: softcap 30, ALiBi and both against plain attention at 4k and 16k tokens (batch =
+  16k / seqlen), causal and not, d 64 and 128. Bar: softcap and ALiBi within 10% of plain
+  (FA4's Hopper kernel: softcap 30 costs it 55%).
 """
 from __future__ import annotations
 
@@ -160,11 +163,45 @@ def bench_window(lines, seqlens):
     lines.append("")
 
 
+def bench_modifiers(lines, seqlens, dims):
+    lines += ["## Score modifiers", "",
+              f"bf16, {HEADS} heads, batch = 16k / seqlen; ratio = plain time / modified time "
+              "(1.0 = free; bar: >= 0.9 for softcap and ALiBi).", "",
+              "| d | seqlen | causal | mode | plain ms | softcap 30 | ALiBi | both |",
+              "|---|---|---|---|---|---|---|---|"]
+    for d in dims:
+        for s in seqlens:
+            batch = max(1, 16384 // s)
+            q, k, v = (torch.randn(batch, s, HEADS, d, device="cuda", dtype=DTYPE,
+                                   requires_grad=True) for _ in range(3))
+            dout = torch.randn_like(q)
+            slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / HEADS) for i in range(HEADS)],
+                                  device="cuda")
+            for causal in (False, True):
+                for mode in ("fwd", "fwd+bwd"):
+                    def run(**kw):
+                        fn = lambda: flash_attn_func(q, k, v, causal=causal, **kw)  # noqa
+                        return time_ms(fn if mode == "fwd" else fwd_bwd(fn, (q, k, v), dout))
+                    t_plain = run()
+                    ratios = [t_plain / run(softcap=30.0), t_plain / run(alibi_slopes=slopes),
+                              t_plain / run(softcap=30.0, alibi_slopes=slopes)]
+                    print(f"RESULT modifiers d={d} s={s} causal={causal} {mode}: plain "
+                          f"{t_plain:.3f} ms, softcap {ratios[0]:.3f}, alibi {ratios[1]:.3f}, "
+                          f"both {ratios[2]:.3f}", flush=True)
+                    lines.append(f"| {d} | {s} | {causal} | {mode} | {t_plain:.3f} | "
+                                 + " | ".join(f"{r:.3f}" for r in ratios) + " |")
+            del q, k, v, dout
+            torch.cuda.empty_cache()
+    lines.append("")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path)
     p.add_argument("--seqlens", type=int, nargs="+", default=[4096, 8192, 16384])
-    p.add_argument("--skip", nargs="*", default=[], choices=["varlen", "window"])
+    p.add_argument("--skip", nargs="*", default=[], choices=["varlen", "window", "modifiers"])
+    p.add_argument("--modifier-seqlens", type=int, nargs="+", default=[4096, 16384])
+    p.add_argument("--modifier-dims", type=int, nargs="+", default=[64, 128])
     args = p.parse_args()
     lines = [f"# Features benchmark, {torch.cuda.get_device_name()}, torch {torch.__version__}",
              ""]
@@ -172,7 +209,8 @@ def main():
         bench_varlen(lines)
     if "window" not in args.skip:
         bench_window(lines, args.seqlens)
-    lines += ["softcap and ALiBi: not implemented yet (NotImplementedError), not measured.", ""]
+    if "modifiers" not in args.skip:
+        bench_modifiers(lines, args.modifier_seqlens, args.modifier_dims)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n".join(lines))

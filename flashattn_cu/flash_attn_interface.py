@@ -54,7 +54,8 @@ def _empty_like_layout(t):
 
 
 @torch.library.register_fake("flashattn_cu::fwd")
-def _fwd_fake(q, k, v, softmax_scale, causal, window_left=-1, window_right=-1, alibi_slopes=None):
+def _fwd_fake(q, k, v, softmax_scale, causal, window_left=-1, window_right=-1, alibi_slopes=None,
+              softcap=0.0):
     batch, seqlen_q, nheads, head_dim = q.shape
     out = _empty_like_layout(q)
     lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
@@ -64,13 +65,15 @@ def _fwd_fake(q, k, v, softmax_scale, causal, window_left=-1, window_right=-1, a
 
 @torch.library.register_fake("flashattn_cu::bwd")
 def _bwd_fake(dout, q, k, v, out, softmax_lse, softmax_scale, causal, deterministic,
-              softmax_stats=None, window_left=-1, window_right=-1, alibi_slopes=None):
+              softmax_stats=None, window_left=-1, window_right=-1, alibi_slopes=None,
+              softcap=0.0):
     return _empty_like_layout(q), _empty_like_layout(k), _empty_like_layout(v)
 
 
 @torch.library.register_fake("flashattn_cu::fwd_varlen")
 def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
-                     softmax_scale, causal, window_left=-1, window_right=-1, alibi_slopes=None):
+                     softmax_scale, causal, window_left=-1, window_right=-1, alibi_slopes=None,
+                     softcap=0.0):
     total_q, nheads, _ = q.shape
     lse = q.new_empty((nheads, total_q), dtype=torch.float32)
     stats = q.new_empty((nheads, total_q, 2), dtype=torch.float32)
@@ -80,7 +83,7 @@ def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_
 @torch.library.register_fake("flashattn_cu::bwd_varlen")
 def _bwd_varlen_fake(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                      max_seqlen_k, softmax_scale, causal, deterministic, softmax_stats=None,
-                     window_left=-1, window_right=-1, alibi_slopes=None):
+                     window_left=-1, window_right=-1, alibi_slopes=None, softcap=0.0):
     return _empty_like_layout(q), _empty_like_layout(k), _empty_like_layout(v)
 
 
@@ -125,11 +128,12 @@ class FlashAttnFunc(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, softmax_scale, causal, deterministic, window_left=-1,
-                window_right=-1, alibi_slopes=None):
+                window_right=-1, alibi_slopes=None, softcap=0.0):
         out, softmax_lse, softmax_stats = torch.ops.flashattn_cu.fwd(
-            q, k, v, softmax_scale, causal, window_left, window_right, alibi_slopes
+            q, k, v, softmax_scale, causal, window_left, window_right, alibi_slopes, softcap
         )
         ctx.alibi_slopes = alibi_slopes
+        ctx.softcap = softcap
         ctx.save_for_backward(q, k, v, out, softmax_lse, softmax_stats)
         ctx.softmax_scale = softmax_scale
         ctx.causal = causal
@@ -145,10 +149,10 @@ class FlashAttnFunc(torch.autograd.Function):
             # dout may be any layout (out.sum() gives a stride-0 expand); the op copies if it must.
             dq, dk, dv = torch.ops.flashattn_cu.bwd(
                 dout, q, k, v, out, softmax_lse, ctx.softmax_scale, ctx.causal,
-                ctx.deterministic, softmax_stats, *ctx.window, ctx.alibi_slopes,
+                ctx.deterministic, softmax_stats, *ctx.window, ctx.alibi_slopes, ctx.softcap,
             )
         dq, dk, dv = _no_double_backward((dq, dk, dv), (dout, q, k, v))
-        return dq, dk, dv, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None
 
 
 class FlashAttnVarlenFunc(torch.autograd.Function):
@@ -158,12 +162,13 @@ class FlashAttnVarlenFunc(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                 softmax_scale, causal, deterministic, window_left=-1, window_right=-1,
-                alibi_slopes=None):
+                alibi_slopes=None, softcap=0.0):
         out, softmax_lse, softmax_stats = torch.ops.flashattn_cu.fwd_varlen(
             q, k, v, cu_seqlens_q, cu_seqlens_k, None, max_seqlen_q, max_seqlen_k, softmax_scale,
-            causal, window_left, window_right, alibi_slopes
+            causal, window_left, window_right, alibi_slopes, softcap
         )
         ctx.alibi_slopes = alibi_slopes
+        ctx.softcap = softcap
         ctx.window = (window_left, window_right)
         ctx.save_for_backward(q, k, v, out, softmax_lse, softmax_stats, cu_seqlens_q,
                               cu_seqlens_k)
@@ -181,10 +186,10 @@ class FlashAttnVarlenFunc(torch.autograd.Function):
             dq, dk, dv = torch.ops.flashattn_cu.bwd_varlen(
                 dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q,
                 ctx.max_seqlen_k, ctx.softmax_scale, ctx.causal, ctx.deterministic, softmax_stats,
-                *ctx.window, ctx.alibi_slopes,
+                *ctx.window, ctx.alibi_slopes, ctx.softcap,
             )
         dq, dk, dv = _no_double_backward((dq, dk, dv), (dout, q, k, v))
-        return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,6 +198,24 @@ class FlashAttnVarlenFunc(torch.autograd.Function):
 
 def _not_implemented(feature, got, hint):
     raise NotImplementedError(f"flashattn_cu 0.1 does not implement {feature} yet ({got}); {hint}")
+
+
+def _check_softcap(softcap):
+    """softcap as a float: 0.0 (none) or a positive normal float32 (the kernels compute in
+    float32)."""
+    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
+        raise TypeError(f"flash_attn_func: softcap must be a Python number, got "
+                        f"{type(softcap).__name__}")
+    softcap = float(softcap)
+    if softcap == 0.0:
+        return 0.0
+    if not (math.isfinite(softcap) and softcap > 0):
+        raise ValueError(f"flash_attn_func: softcap must be 0.0 (none) or a positive finite "
+                         f"number, got {softcap}")
+    if not _FLOAT32_MIN_NORMAL <= _as_float32(softcap) < 2.3e38:
+        raise ValueError(f"flash_attn_func: softcap={softcap} is not a normal positive float32 "
+                         "below 2.3e38 (the kernels compute in float32)")
+    return softcap
 
 
 def _check_features(dropout_p, window_size, softcap, alibi_slopes):
@@ -204,8 +227,6 @@ def _check_features(dropout_p, window_size, softcap, alibi_slopes):
             "pass dropout_p=0.0 (as at inference), or use flash_attn / "
             "torch.nn.functional.scaled_dot_product_attention for attention dropout",
         )
-    if softcap != 0.0:
-        _not_implemented("softcap", f"softcap={softcap}", "only softcap=0.0 is supported")
     try:
         left, right = window_size
     except (TypeError, ValueError):
@@ -428,7 +449,9 @@ def flash_attn_func(
             with d - left <= j <= d + right, d = i + seqlen_k - seqlen_q (bottom-right aligned,
             as flash_attn); causal=True sets right = 0. Only the key blocks a query block can
             see are visited. A query that sees no key outputs 0.
-        softcap: must keep its default (not implemented).
+        softcap: 0.0 (none) or > 0: the logits q k^T * softmax_scale become
+            softcap * tanh(logits / softcap) before ALiBi, the mask and the softmax (flash_attn's
+            convention); softmax_lse is of the capped logits.
         alibi_slopes: fp32 (nheads,) or (batch, nheads): ALiBi as flash_attn defines it (with d
             query i's diagonal key, + slope * j on key j when causal, - slope * |d - j| else).
         deterministic: make the backward pass bitwise reproducible.
@@ -456,7 +479,8 @@ def flash_attn_func(
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
     alibi_slopes = _check_alibi(alibi_slopes, q.shape[0], q.shape[2], q.device)
     out, softmax_lse = FlashAttnFunc.apply(q, k, v, softmax_scale, causal, bool(deterministic),
-                                           window_left, window_right, alibi_slopes)
+                                           window_left, window_right, alibi_slopes,
+                                           _check_softcap(softcap))
     if pad:
         out = out[..., :head_dim]
     if return_attn_probs:
@@ -608,7 +632,8 @@ def flash_attn_varlen_func(
                                                  window_right,
                                                  _check_alibi(alibi_slopes,
                                                               cu_seqlens_q.numel() - 1,
-                                                              q.shape[1], q.device))
+                                                              q.shape[1], q.device),
+                                                 _check_softcap(softcap))
     if pad:
         out = out[..., :head_dim]
     if return_attn_probs:

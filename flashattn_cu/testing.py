@@ -8,7 +8,7 @@ __all__ = ["attention_ref", "poison_outputs", "max_abs_diff"]
 
 
 def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window_size=(-1, -1),
-                  alibi_slopes=None):
+                  alibi_slopes=None, softcap=0.0):
     """Attention computed with plain PyTorch ops, in the flash_attn layout.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim) with
@@ -20,6 +20,8 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window
     alibi_slopes: fp32 (nheads,) or (batch, nheads), flash_attn's ALiBi: with d the diagonal key,
     the scaled score of key j gets + slope * j when causal without a left window, else
     - slope * |d - j|.
+    softcap: > 0 caps the scaled scores: softcap * tanh(scores / softcap), before ALiBi and the
+    mask (flash_attn's order).
     upcast=True computes in float32 (float64 inputs stay float64) and returns float32 output;
     upcast=False computes in the input dtype (the "pt" baseline of the error rule) and returns
     that dtype. A query row that sees no key gives output 0 and lse +inf.
@@ -41,6 +43,8 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window
         v = v.repeat_interleave(group, dim=2)
 
     scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * softmax_scale
+    if softcap > 0:
+        scores = torch.tanh(scores / softcap) * softcap
     left, right = window_size
     if causal:
         right = 0

@@ -85,24 +85,24 @@ def test_kernel_path_switch():
 def test_op_schemas():
     assert str(torch.ops.flashattn_cu.fwd.default._schema) == (
         "flashattn_cu::fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, "
-        "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None) -> "
-        "(Tensor, Tensor, Tensor)")
+        "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, "
+        "float softcap=0.) -> (Tensor, Tensor, Tensor)")
     assert str(torch.ops.flashattn_cu.bwd.default._schema) == (
         "flashattn_cu::bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, "
         "Tensor softmax_lse, float softmax_scale, bool causal, bool deterministic, "
         "Tensor? softmax_stats=None, int window_left=-1, int window_right=-1, "
-        "Tensor? alibi_slopes=None) -> (Tensor, Tensor, Tensor)")
+        "Tensor? alibi_slopes=None, float softcap=0.) -> (Tensor, Tensor, Tensor)")
     assert str(torch.ops.flashattn_cu.fwd_varlen.default._schema) == (
         "flashattn_cu::fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, "
         "Tensor cu_seqlens_k, Tensor? seqused_k, int max_seqlen_q, int max_seqlen_k, "
         "float softmax_scale, bool causal, int window_left=-1, int window_right=-1, "
-        "Tensor? alibi_slopes=None) -> (Tensor, Tensor, Tensor)")
+        "Tensor? alibi_slopes=None, float softcap=0.) -> (Tensor, Tensor, Tensor)")
     assert str(torch.ops.flashattn_cu.bwd_varlen.default._schema) == (
         "flashattn_cu::bwd_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, "
         "Tensor softmax_lse, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
         "int max_seqlen_k, float softmax_scale, bool causal, bool deterministic, "
         "Tensor? softmax_stats=None, int window_left=-1, int window_right=-1, "
-        "Tensor? alibi_slopes=None) -> (Tensor, Tensor, Tensor)")
+        "Tensor? alibi_slopes=None, float softcap=0.) -> (Tensor, Tensor, Tensor)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -111,7 +111,6 @@ def test_op_schemas():
 
 @pytest.mark.parametrize("kwargs, feature", [
     (dict(dropout_p=0.1), "dropout yet (dropout_p=0.1)"),
-    (dict(softcap=30.0), "softcap yet (softcap=30.0)"),
 ])
 def test_not_implemented(kwargs, feature):
     q, k, v = cpu_qkv()
@@ -479,3 +478,28 @@ def test_alibi_slopes_reach_the_kernel():
         for shape in ((4,), (2, 4)):
             flash_attn_func(q, k, v, alibi_slopes=torch.ones(shape, device="cuda"))
             assert tuple(calls[-1][8].shape) == shape
+
+
+@pytest.mark.parametrize("softcap, error, message", [
+    (-1.0, ValueError, "softcap must be 0.0 .none. or a positive finite number, got -1.0"),
+    (float("nan"), ValueError, "softcap must be 0.0"),
+    (float("inf"), ValueError, "softcap must be 0.0"),
+    (1e-50, ValueError, "not a normal positive float32"),
+    (1e39, ValueError, "not a normal positive float32"),
+    (True, TypeError, "softcap must be a Python number, got bool"),
+    ("30", TypeError, "softcap must be a Python number, got str"),
+])
+def test_softcap_checked(softcap, error, message):
+    with _pretend_gpu((9, 0)):
+        q, k, v = _fake_cuda_qkv()
+        with pytest.raises(error, match=message):
+            flash_attn_func(q, k, v, softcap=softcap)
+
+
+def test_softcap_reaches_the_kernel():
+    calls, spy = _capture_apply()
+    with _pretend_gpu((9, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
+        q, k, v = _fake_cuda_qkv()
+        for softcap, expected in ((30, 30.0), (0.5, 0.5), (0, 0.0), (0.0, 0.0)):
+            flash_attn_func(q, k, v, softcap=softcap)
+            assert calls[-1][9] == expected and type(calls[-1][9]) is float

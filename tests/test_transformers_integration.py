@@ -537,14 +537,6 @@ def test_partial_packed_kwargs_raise(standins):
 # CPU: with the real functions, what the kernels do not implement raises by name
 
 
-def test_gemma2_softcap_raises_by_name_with_the_real_kernels():
-    """flashattn_cu has no softcap yet: the glue passes Gemma 2's softcap on and the kernels'
-    NotImplementedError (naming softcap) surfaces before anything runs."""
-    model = tiny_model("gemma2", attn=NAME)
-    with pytest.raises(NotImplementedError, match="softcap"):
-        model(batch(padded=False)[0])
-
-
 def test_training_dropout_raises_by_name_with_the_real_kernels():
     model = tiny_model("llama", attn=NAME, attention_dropout=0.1).train()
     with pytest.raises(NotImplementedError, match="dropout"):
@@ -560,15 +552,6 @@ def need_built(head_dim=64):
         pytest.skip(f"head dim {head_dim} not in this build")
 
 
-def softcap_implemented():
-    q = torch.zeros(1, 1, 1, 64, device=GPU, dtype=torch.bfloat16)
-    try:
-        flash_attn_func(q, q, q, softcap=50.0)
-    except NotImplementedError:
-        return False
-    return True
-
-
 def gpu_models(kind, **overrides):
     """(bf16 model, float32 eager copy with the same weights) on CUDA."""
     model = tiny_model(kind, attn="sdpa", **overrides).to(GPU, torch.bfloat16)
@@ -581,16 +564,6 @@ def max_diff_rows(a, b, keep):
     return max_abs_diff(a[keep], b[keep])
 
 
-def check_softcap_or_skip_comparison(kind, model, ids):
-    """Gemma 2 until flashattn_cu has softcap: the model must raise NotImplementedError naming
-    softcap (a real assertion); once softcap exists this returns False and the test compares."""
-    if kind != "gemma2" or softcap_implemented():
-        return False
-    with attn(model, NAME), pytest.raises(NotImplementedError, match="softcap"):
-        model(ids)
-    return True
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", MODELS)
 @pytest.mark.parametrize("padded", [False, True], ids=["full", "left_padded"])
@@ -601,8 +574,6 @@ def test_gpu_logits_against_sdpa(kind, padded):
     need_built()
     model, ref_model = gpu_models(kind)
     ids, mask = batch(GPU, padded=padded)
-    if check_softcap_or_skip_comparison(kind, model, ids):
-        return
     with torch.no_grad():
         ref = ref_model(ids, attention_mask=mask).logits
         sdpa = model(ids, attention_mask=mask).logits
@@ -626,8 +597,6 @@ def test_gpu_training_step_gradients_against_sdpa(kind, padded):
     model, ref_model = gpu_models(kind)
     ids, mask = batch(GPU, padded=padded)
     labels = training_labels(ids, mask)
-    if check_softcap_or_skip_comparison(kind, model, ids):
-        return
 
     def grads(m):
         m.train()
@@ -659,8 +628,6 @@ def test_gpu_left_padded_greedy_generation_matches_sdpa(kind):
     need_built()
     model, ref_model = gpu_models(kind)
     ids, mask = batch(GPU)
-    if check_softcap_or_skip_comparison(kind, model, ids):
-        return
     new = 5
     options = dict(attention_mask=mask, max_new_tokens=new, min_new_tokens=new, do_sample=False,
                    pad_token_id=0)

@@ -94,6 +94,13 @@ Status check_common(const Params& p) {
   }
   if (!(p.softmax_scale > 0.f) || !std::isnormal(p.softmax_scale)) return Status::kInvalidArgument;
   if (p.window_left < -1 || p.window_right < -1) return Status::kInvalidArgument;
+  // Softcap: 0 (none) or positive and normal, with finite softmax_scale / softcap and
+  // softcap * log2(e) (problem/score_mod.h).
+  if (p.softcap != 0.f &&
+      (!(p.softcap > 0.f) || !std::isnormal(p.softcap) ||
+       !std::isfinite(p.softmax_scale / p.softcap) || !std::isfinite(p.softcap * 1.4426950408889634f))) {
+    return Status::kInvalidArgument;
+  }
   // Varlen: cu_seqlens_q and cu_seqlens_k together, int32-aligned; total_q >= 0.
   const bool varlen = p.cu_seqlens_q != nullptr;
   if (varlen != (p.cu_seqlens_k != nullptr) || (varlen && p.total_q < 0) ||

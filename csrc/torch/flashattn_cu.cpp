@@ -189,6 +189,24 @@ void check_scale(double softmax_scale) {
                         softmax_scale));
 }
 
+// softcap: 0 (none), or a positive normal float32 with softmax_scale / softcap finite
+// (flashattn_cu.h, AttnParams::softcap).
+void check_softcap(double softcap, double softmax_scale) {
+  if (softcap == 0.0) return;
+  const float as_float = softcap > 0 && softcap < 2.3e38 ? static_cast<float>(softcap)
+                                                         : std::numeric_limits<float>::infinity();
+  TORCH_CHECK_VALUE(std::isnormal(as_float) && as_float > 0.f &&
+                        std::isfinite(static_cast<float>(softmax_scale) / as_float),
+                    msg("softcap must be 0 (none) or a positive normal float32 below 2.3e38 "
+                        "with softmax_scale / softcap finite, got softcap=",
+                        softcap, " (softmax_scale ", softmax_scale, ")"));
+}
+
+template <typename P>
+void set_softcap(P& p, double softcap) {
+  p.softcap = static_cast<float>(softcap);
+}
+
 void check_status(flashattn_cu::Status st, const char* which) {
   if (st == flashattn_cu::Status::kSuccess) return;
   const cudaError_t err = flashattn_cu::last_cuda_error();
@@ -263,10 +281,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in,
                                                         double softmax_scale, bool causal,
                                                         int64_t window_left,
                                                         int64_t window_right,
-                                                        const std::optional<at::Tensor>& alibi) {
+                                                        const std::optional<at::Tensor>& alibi,
+                                                        double softcap) {
   check_window(window_left, window_right);
   const Sizes s = check_qkv(q_in, k_in, v_in);
   check_scale(softmax_scale);
+  check_softcap(softcap, softmax_scale);
   const c10::cuda::CUDAGuard guard(q_in.device());
 
   const at::Tensor q = to_kernel_layout(q_in);
@@ -294,6 +314,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in,
   set_strides(p.o_batch_stride, p.o_row_stride, p.o_head_stride, out);
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
   set_window(p, window_left, window_right);
+  set_softcap(p, softcap);
   const at::Tensor slopes = set_alibi(p, alibi, q_in, s.batch, s.num_heads);
   check_status(flashattn_cu::fwd(p, c10::cuda::getCurrentCUDAStream()), "fwd");
   return {out, lse, stats};
@@ -304,10 +325,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
     const at::Tensor& v_in, const at::Tensor& out_in, const at::Tensor& lse_in,
     double softmax_scale, bool causal, bool deterministic,
     const std::optional<at::Tensor>& stats_in, int64_t window_left, int64_t window_right,
-    const std::optional<at::Tensor>& alibi) {
+    const std::optional<at::Tensor>& alibi, double softcap) {
   check_window(window_left, window_right);
   const Sizes s = check_qkv(q_in, k_in, v_in);
   check_scale(softmax_scale);
+  check_softcap(softcap, softmax_scale);
   check_input(out_in, "out", q_in);
   TORCH_CHECK_VALUE(out_in.sizes() == q_in.sizes(),
                     msg("out must have the shape of q ", q_in.sizes(), ", got ", out_in.sizes()));
@@ -367,6 +389,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
   set_strides(p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, dv);
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
   set_window(p, window_left, window_right);
+  set_softcap(p, softcap);
   const at::Tensor slopes = set_alibi(p, alibi, q_in, s.batch, s.num_heads);
   p.deterministic = deterministic;
 
@@ -450,10 +473,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_varlen_cuda(
     const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
     const std::optional<at::Tensor>& seqused_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
     double softmax_scale, bool causal, int64_t window_left, int64_t window_right,
-    const std::optional<at::Tensor>& alibi) {
+    const std::optional<at::Tensor>& alibi, double softcap) {
   check_window(window_left, window_right);
   const Sizes s = check_qkv(varlen_view(q_in, "q"), varlen_view(k_in, "k"), varlen_view(v_in, "v"));
   check_scale(softmax_scale);
+  check_softcap(softcap, softmax_scale);
   VarlenArgs a =
       check_varlen(q_in, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k);
   if (k_in.size(0) == 0) a.max_k = 0;  // no key rows at all: every query sees no key
@@ -494,6 +518,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_varlen_cuda(
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
   set_varlen(p, a);
   set_window(p, window_left, window_right);
+  set_softcap(p, softcap);
   const at::Tensor slopes = set_alibi(p, alibi, q_in, a.batch, s.num_heads);
   p.seqused_k = a.seqused_k.defined() ? a.seqused_k.data_ptr<int>() : nullptr;
   check_status(flashattn_cu::fwd(p, c10::cuda::getCurrentCUDAStream()), "fwd_varlen");
@@ -506,10 +531,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
     const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
     int64_t max_seqlen_k, double softmax_scale, bool causal, bool deterministic,
     const std::optional<at::Tensor>& stats_in, int64_t window_left, int64_t window_right,
-    const std::optional<at::Tensor>& alibi) {
+    const std::optional<at::Tensor>& alibi, double softcap) {
   check_window(window_left, window_right);
   const Sizes s = check_qkv(varlen_view(q_in, "q"), varlen_view(k_in, "k"), varlen_view(v_in, "v"));
   check_scale(softmax_scale);
+  check_softcap(softcap, softmax_scale);
   const VarlenArgs a = check_varlen(q_in, cu_seqlens_q, cu_seqlens_k, std::nullopt, max_seqlen_q,
                                     max_seqlen_k);
   check_input(varlen_view(out_in, "out"), "out", q_in.unsqueeze(0));
@@ -571,6 +597,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
   set_varlen(p, a);
   set_window(p, window_left, window_right);
+  set_softcap(p, softcap);
   const at::Tensor slopes = set_alibi(p, alibi, q_in, a.batch, s.num_heads);
   p.do_batch_stride = p.dq_batch_stride = p.dk_batch_stride = p.dv_batch_stride = 0;
   p.deterministic = deterministic;
@@ -609,22 +636,22 @@ std::vector<int64_t> head_dim_instances() {
 TORCH_LIBRARY(flashattn_cu, m) {
   m.def(
       "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left=-1, "
-      "int window_right=-1, Tensor? alibi_slopes=None) -> (Tensor, Tensor, Tensor)");
+      "int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0) -> (Tensor, Tensor, Tensor)");
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
       "float softmax_scale, bool causal, bool deterministic, Tensor? softmax_stats=None, "
-      "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None) -> "
+      "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0) -> "
       "(Tensor, Tensor, Tensor)");
   m.def(
       "fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
       "Tensor? seqused_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
-      "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None) -> "
+      "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0) -> "
       "(Tensor, Tensor, Tensor)");
   m.def(
       "bwd_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
       "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, "
       "float softmax_scale, bool causal, bool deterministic, Tensor? softmax_stats=None, "
-      "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None) -> "
+      "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0) -> "
       "(Tensor, Tensor, Tensor)");
 }
 

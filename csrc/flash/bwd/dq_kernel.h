@@ -21,6 +21,7 @@
 #include "../common/numeric.h"
 #include "../common/tile_io.h"
 #include "../problem/mask.h"
+#include "../problem/score_mod.h"
 #include "../problem/scheduler.h"
 #include "../problem/seqlen.h"
 #include "../ptx/cp_async.h"
@@ -56,8 +57,9 @@ struct BwdDqTraits {
 
 template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* smem) {
-  constexpr bool kDynamic = kVariant != kStaticVariant;  // problem/mask.h
-  constexpr bool kAlibi = kVariant == kAlibiVariant;
+  constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
+  constexpr bool kAlibi = variant_alibi(kVariant);
+  constexpr bool kSoftcap = variant_softcap(kVariant);
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
@@ -191,9 +193,10 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
         Ops::mma(acc_s[0][2 * np + 1], a, b[2], b[3]);
       }
     }
-    if constexpr (kAlibi) {  // ALiBi: every tile
-      {
-        alibi_of(seq_info<kDynamic>(p, tile.batch), p, head)
+    {  // score modifiers (problem/score_mod.h)
+      if constexpr (kSoftcap) apply_softcap(acc_s, kp.softcap_pre);
+      if constexpr (kAlibi) {
+        alibi_of(seq_info<kDynamic>(p, tile.batch), p, head, kp.score_scale)
             .apply(acc_s, m_start + warp * 16, n * kBlockN, lane);
       }
     }
@@ -210,7 +213,16 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
         for (int e = 0; e < 2; ++e) {
           const float pr = prob_from_score(acc_s[0][nt][hr * 2 + e], row_max[hr],
                                            row_log2sum[hr], scale_log2);
-          acc_dp[nt][hr * 2 + e] = pr * (acc_dp[nt][hr * 2 + e] - dsum[hr]);
+          float ds = pr * (acc_dp[nt][hr * 2 + e] - dsum[hr]);
+          if constexpr (kSoftcap) {  // softcap's factor (problem/score_mod.h)
+            float bias = 0.f;
+            if constexpr (kAlibi) {
+              bias = alibi_of(seq_info<kDynamic>(p, tile.batch), p, head, kp.score_scale)
+                         .bias(m_start + warp * 16 + g + hr * 8, n * kBlockN + nt * 8 + 2 * t + e);
+            }
+            ds *= softcap_grad(pr, row_max[hr], row_log2sum[hr], kp.inv_scale_log2, bias);
+          }
+          acc_dp[nt][hr * 2 + e] = ds;
         }
     // dQ += dS K: A = dS from registers (k-step kk = keys kk*16..: a0 = tile 2kk [0,1] (row g),
     // a1 = tile 2kk [2,3] (row g+8), a2 = tile 2kk+1 [0,1], a3 = tile 2kk+1 [2,3]).

@@ -97,7 +97,7 @@ struct OnlineSoftmax {
   // Reduces l across the quad and gives, per row: 1/l (0 for a row that saw no key), the
   // natural-log LSE m * softmax_scale + ln(l) (+inf for a row that saw no key; finite otherwise,
   // since the max score contributes exactly 1 to l) and the RowStats for the backward.
-  __device__ __forceinline__ void finalize(float softmax_scale, float (&inv_l)[kMTiles][2],
+  __device__ __forceinline__ void finalize(float score_scale, float (&inv_l)[kMTiles][2],
                                            float (&lse)[kMTiles][2],
                                            RowStats (&stats)[kMTiles][2]) const {
 #pragma unroll
@@ -107,7 +107,7 @@ struct OnlineSoftmax {
         const float sum = quad_sum(l[mt][hr]);
         const bool empty = !(sum > 0.f);
         inv_l[mt][hr] = empty ? 0.f : 1.f / sum;
-        lse[mt][hr] = empty ? INFINITY : m[mt][hr] * softmax_scale + logf(sum);
+        lse[mt][hr] = empty ? INFINITY : m[mt][hr] * score_scale + logf(sum);
         stats[mt][hr].row_max = empty ? INFINITY : m[mt][hr];
         stats[mt][hr].log2_sum = empty ? 0.f : log2f(sum);
       }

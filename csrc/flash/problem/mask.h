@@ -186,71 +186,37 @@ struct Mask {
 template <typename Params>
 __host__ __device__ __forceinline__ bool dynamic_instance(const Params& p) {
   return dynamic_seqlens(p) || p.window_left >= 0 || (!p.is_causal && p.window_right >= 0) ||
-         p.alibi_slopes != nullptr;
+         p.alibi_slopes != nullptr || p.softcap > 0.f;
 }
 
 // The compiled variants of the main kernels: static (padded, no mask or causal), dynamic
-// (sequence arrays, windows), dynamic with ALiBi (its per-tile bias costs registers the others
-// should not pay for). A kernel template takes the variant; kDynamic / kAlibi derive from it.
-enum KernelVariant : int { kStaticVariant = 0, kDynamicVariant = 1, kAlibiVariant = 2 };
+// (sequence arrays, windows), and dynamic with each score modifier (problem/score_mod.h): ALiBi,
+// softcap, both. Each modifier's per-tile work costs registers the others should not pay for
+// (ALiBi with softcap, the rarest, spills the most). A kernel template takes the variant;
+// kDynamic / kAlibi / kSoftcap derive from it (variant_*).
+enum KernelVariant : int {
+  kStaticVariant = 0,
+  kDynamicVariant = 1,
+  kAlibiVariant = 2,
+  kSoftcapVariant = 3,
+  kAlibiSoftcapVariant = 4
+};
+constexpr int kNumKernelVariants = 5;
+
+constexpr bool variant_dynamic(int v) { return v != kStaticVariant; }
+constexpr bool variant_alibi(int v) { return v == kAlibiVariant || v == kAlibiSoftcapVariant; }
+constexpr bool variant_softcap(int v) {
+  return v == kSoftcapVariant || v == kAlibiSoftcapVariant;
+}
 
 template <typename Params>
 __host__ __device__ __forceinline__ int kernel_variant(const Params& p) {
-  return p.alibi_slopes != nullptr ? kAlibiVariant
-                                   : dynamic_instance(p) ? kDynamicVariant : kStaticVariant;
-}
-
-// ALiBi, a score modifier on every tile (flashattn_cu.h, AttnParams::alibi_slopes), in raw-score
-// units: the kernels form exponents as (s - max) * scale, so the bias is divided by the scale.
-// Needs no term in the backward beyond recomputing P with it (dS = P (dP - D) as before).
-struct Alibi {
-  float slope;  // slope / softmax_scale
-  int shift;    // seqlen_k - seqlen_q: row i's diagonal key is i + shift
-  bool linear;  // causal without a left window: + slope * key
-
-  __device__ __forceinline__ float bias(int row, int key) const {
-    return linear ? slope * static_cast<float>(key)
-                  : -slope * fabsf(static_cast<float>(row + shift - key));
-  }
-
-  template <int kMTiles, int kNTiles>
-  __device__ __forceinline__ void apply(float (&s)[kMTiles][kNTiles][4], int row0, int col0,
-                                        int lane) const {
-    const int g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr)
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e)
-            s[mt][nt][hr * 2 + e] += bias(row0 + mt * 16 + g + hr * 8, col0 + nt * 8 + 2 * t + e);
-  }
-
-  // Transposed tiles (rows are keys): s[nt][hr * 2 + e] is key (key0 + g + hr * 8), query
-  // (query0 + nt * 8 + 2t + e).
-  template <int kQTiles>
-  __device__ __forceinline__ void apply_transposed(float (&s)[kQTiles][4], int key0, int query0,
-                                                   int lane) const {
-    const int g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int nt = 0; nt < kQTiles; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr)
-          s[nt][hr * 2 + e] += bias(query0 + nt * 8 + 2 * t + e, key0 + g + hr * 8);
-  }
-};
-
-template <typename Params>
-__device__ __forceinline__ Alibi alibi_of(const SeqInfo& seq, const Params& p, int head) {
-  Alibi a;
-  a.slope = p.alibi_slopes[seq.batch * p.alibi_slopes_batch_stride + head] / p.softmax_scale;
-  a.shift = seq.seqlen_k - seq.seqlen_q;
-  a.linear = p.is_causal && p.window_left < 0;
-  return a;
+  const bool alibi = p.alibi_slopes != nullptr, softcap = p.softcap > 0.f;
+  return alibi && softcap ? kAlibiSoftcapVariant
+         : alibi          ? kAlibiVariant
+         : softcap        ? kSoftcapVariant
+         : dynamic_instance(p) ? kDynamicVariant
+                               : kStaticVariant;
 }
 
 // The mask of `seq` for kernel instance kDynamic (the static one has no window: none or causal,

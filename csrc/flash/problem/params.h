@@ -7,19 +7,24 @@
 
 #include "flashattn_cu/flashattn_cu.h"
 
-namespace flashattn_cu {
+#include "score_mod.h"
 
-constexpr float kLog2e = 1.4426950408889634f;
+namespace flashattn_cu {
 
 struct FwdKernelParams {
   FwdParams p;
-  float scale_log2;  // softmax_scale * log2(e): exponents are (s - max) * scale_log2
+  float scale_log2;   // exponents are (s - max) * scale_log2 (problem/score_mod.h: score units)
+  float score_scale;  // logit = s * score_scale
+  float softcap_pre;  // softmax_scale / softcap, 0 without softcap
 };
 
 inline FwdKernelParams make_fwd_kernel_params(const FwdParams& p) {
   FwdKernelParams kp;
   kp.p = p;
-  kp.scale_log2 = p.softmax_scale * kLog2e;
+  const ScoreScale sc = score_scale_of(p);
+  kp.scale_log2 = sc.scale_log2;
+  kp.score_scale = sc.score_scale;
+  kp.softcap_pre = sc.softcap_pre;
   return kp;
 }
 

@@ -1,4 +1,4 @@
-// Special-function instructions used by the softmax.
+// Special-function instructions used by the softmax and the score modifiers.
 #pragma once
 
 #include "arch.h"
@@ -9,6 +9,21 @@ namespace flashattn_cu::ptx {
 FLASHATTN_CU_DEVICE float ex2_approx(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// log2(x) on the SFU (MUFU.LG2): log2(+0) = -inf.
+FLASHATTN_CU_DEVICE float lg2_approx(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// tanh(x) on the SFU (MUFU.TANH, sm_75 and newer): relative error at most 2^-10.987 (PTX ISA),
+// the instruction flash_attn's softcap uses too; saturates to +-1.
+FLASHATTN_CU_DEVICE float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
 

@@ -42,6 +42,7 @@
 #include "../common/numeric.h"
 #include "../common/tile_io.h"
 #include "../problem/mask.h"
+#include "../problem/score_mod.h"
 #include "../problem/scheduler.h"
 #include "../problem/seqlen.h"
 #include "../ptx/atomic.h"
@@ -112,8 +113,9 @@ struct BwdTraits {
 
 template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem) {
-  constexpr bool kDynamic = kVariant != kStaticVariant;  // problem/mask.h
-  constexpr bool kAlibi = kVariant == kAlibiVariant;
+  constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
+  constexpr bool kAlibi = variant_alibi(kVariant);
+  constexpr bool kSoftcap = variant_softcap(kVariant);
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -279,9 +281,10 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
 
     float acc_s[kQTiles][4], acc_dp[kQTiles][4];
     gemm_t(acc_s, k_a_lane, sQs);
-    if constexpr (kAlibi) {  // ALiBi: every tile
-      {
-        alibi_of(seq_info<kDynamic>(p, batch), p, head)
+    {  // score modifiers (problem/score_mod.h)
+      if constexpr (kSoftcap) apply_softcap(acc_s, kp.softcap_pre);
+      if constexpr (kAlibi) {
+        alibi_of(seq_info<kDynamic>(p, batch), p, head, kp.score_scale)
             .apply_transposed(acc_s, n_start + warp_key0, m * kBlockM + warp_query0, lane);
       }
     }
@@ -290,6 +293,10 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
           .apply_transposed(acc_s, n_start + warp_key0, m * kBlockM + warp_query0, lane);
     }
     probs_from_scores(acc_s, s_max, s_log2sum, warp_query0, scale_log2, t);  // P^T, in place
+    // The score modifier's factor on dS (problem/score_mod.h), from P^T and the row stats.
+    const auto grad = ds_grad_t<kVariant, kDynamic>(
+        kp, batch, head, s_max + warp_query0 * 4, s_log2sum + warp_query0 * 4,
+        n_start + warp_key0 + g, m * kBlockM + warp_query0, t);
     // dS^T = P^T (dP^T - D), in place in acc_dp.
     auto make_ds = [&]() {
 #pragma unroll
@@ -298,8 +305,10 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
             *reinterpret_cast<const float2*>(s_d + (warp_query0 + nt * 8 + 2 * t) * 4);
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
-          acc_dp[nt][hr * 2] = acc_s[nt][hr * 2] * (acc_dp[nt][hr * 2] - dsum.x);
-          acc_dp[nt][hr * 2 + 1] = acc_s[nt][hr * 2 + 1] * (acc_dp[nt][hr * 2 + 1] - dsum.y);
+          acc_dp[nt][hr * 2] = acc_s[nt][hr * 2] * (acc_dp[nt][hr * 2] - dsum.x) *
+                               grad(acc_s[nt][hr * 2], nt, hr, 0);
+          acc_dp[nt][hr * 2 + 1] = acc_s[nt][hr * 2 + 1] * (acc_dp[nt][hr * 2 + 1] - dsum.y) *
+                                   grad(acc_s[nt][hr * 2 + 1], nt, hr, 1);
         }
       }
     };
@@ -317,7 +326,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
       // dS^T = P^T (dP^T - D) from the 16-bit P^T (warp_query0 = 0 on this path).
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t);
+        ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t, grad);
       }
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {

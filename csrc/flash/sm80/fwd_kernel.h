@@ -18,6 +18,7 @@
 #include "../problem/mask.h"
 #include "../problem/params.h"
 #include "../problem/scheduler.h"
+#include "../problem/score_mod.h"
 #include "../problem/seqlen.h"
 #include "../ptx/cp_async.h"
 #include "../ptx/ldmatrix.h"
@@ -47,8 +48,9 @@ struct FwdTraits {
 
 template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_raw) {
-  constexpr bool kDynamic = kVariant != kStaticVariant;  // problem/mask.h
-  constexpr bool kAlibi = kVariant == kAlibiVariant;
+  constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
+  constexpr bool kAlibi = variant_alibi(kVariant);
+  constexpr bool kSoftcap = variant_softcap(kVariant);
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kMTiles = Traits::kMTiles, kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
@@ -154,9 +156,10 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
       }
     }
 
-    if constexpr (kAlibi) {  // ALiBi: every tile
-      {
-        alibi_of(seq_info<kDynamic>(p, tile.batch), p, head)
+    {  // score modifiers (problem/score_mod.h)
+      if constexpr (kSoftcap) apply_softcap(acc_s, kp.softcap_pre);
+      if constexpr (kAlibi) {
+        alibi_of(seq_info<kDynamic>(p, tile.batch), p, head, kp.score_scale)
             .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
       }
     }
@@ -205,7 +208,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
                                              : nullptr;
   float inv_l[kMTiles][2], row_lse[kMTiles][2];
   RowStats row_stats[kMTiles][2];
-  softmax.finalize(p.softmax_scale, inv_l, row_lse, row_stats);
+  softmax.finalize(kp.score_scale, inv_l, row_lse, row_stats);
 
   // Stage O through this warp's own rows of sQ (only this warp ever read them), then write
   // 16-byte chunks to global memory.

@@ -38,6 +38,7 @@
 #include "../common/bwd_math.h"
 #include "../common/numeric.h"
 #include "../problem/mask.h"
+#include "../problem/score_mod.h"
 #include "../ptx/atomic.h"
 #include "../ptx/math.h"
 #include "../ptx/wgmma.h"
@@ -77,8 +78,9 @@ struct BwdTraits {
 
 template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_raw) {
-  constexpr bool kDynamic = kVariant != kStaticVariant;  // problem/mask.h
-  constexpr bool kAlibi = kVariant == kAlibiVariant;
+  constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
+  constexpr bool kAlibi = variant_alibi(kVariant);
+  constexpr bool kSoftcap = variant_softcap(kVariant);
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -139,9 +141,10 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
     ptx::wgmma_wait<1>();
     ptx::fence_operand(acc_s);
 
-    if constexpr (kAlibi) {  // ALiBi: every tile
-      {
-        alibi_of(seq_info<kDynamic>(p, w.batch), p, head)
+    {  // score modifiers (problem/score_mod.h)
+      if constexpr (kSoftcap) apply_softcap(acc_s, kp.softcap_pre);
+      if constexpr (kAlibi) {
+        alibi_of(seq_info<kDynamic>(p, w.batch), p, head, kp.score_scale)
             .apply_transposed(acc_s, w.n_start + warp_key0, m * kBlockM, lane);
       }
     }
@@ -158,9 +161,12 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
 
     // dS^T = P^T (dP^T - D), in place in acc_dp, from the 16-bit P^T (as sm80: the fp32 P^T dies
     // once packed, which keeps d = 128 within 255 registers).
+    const auto grad = ds_grad_t<kVariant, kDynamic>(kp, w.batch, head, s_max, s_log2sum,
+                                                    w.n_start + warp_key0 + lane / 4,
+                                                    m * kBlockM, t);  // problem/score_mod.h
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t);
+      ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t, grad);
     }
     uint32_t ds16[kBlockM / 16][4];
 #pragma unroll

@@ -25,6 +25,7 @@
 #include "../common/bwd_math.h"
 #include "../common/numeric.h"
 #include "../problem/mask.h"
+#include "../problem/score_mod.h"
 #include "../ptx/atomic.h"
 #include "../ptx/math.h"
 #include "../ptx/wgmma.h"
@@ -62,8 +63,9 @@ struct BwdSplitTraits {
 
 template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char* smem_raw) {
-  constexpr bool kDynamic = kVariant != kStaticVariant;  // problem/mask.h
-  constexpr bool kAlibi = kVariant == kAlibiVariant;
+  constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
+  constexpr bool kAlibi = variant_alibi(kVariant);
+  constexpr bool kSoftcap = variant_softcap(kVariant);
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim, kHalf = Traits::kHalfCols;
@@ -123,9 +125,10 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
     }
 
     if (wg == 0) {
-      if constexpr (kAlibi) {  // ALiBi: every tile
-        {
-          alibi_of(seq_info<kDynamic>(p, w.batch), p, head)
+      {  // score modifiers (problem/score_mod.h)
+        if constexpr (kSoftcap) apply_softcap(acc, kp.softcap_pre);
+        if constexpr (kAlibi) {
+          alibi_of(seq_info<kDynamic>(p, w.batch), p, head, kp.score_scale)
               .apply_transposed(acc, w.n_start + warp_key0, m * kBlockM, lane);
         }
       }
@@ -157,11 +160,14 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
       issue_dv();
     } else {
       // dS^T = P^T (dP^T - D) from the 16-bit P^T warpgroup 0 stored (same fragment positions).
+      const auto grad = ds_grad_t<kVariant, kDynamic>(kp, w.batch, head, s_max, s_log2sum,
+                                                      w.n_start + warp_key0 + lane / 4,
+                                                      m * kBlockM, t);  // problem/score_mod.h
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
         uint32_t pa[4];
         load_a_frag_sw128<kBlockN>(smem + Traits::kOffP, warp_key0, kk * 16, pa, lane);
-        ds_from_packed_probs<Element>(acc, kk, pa, s_d, t);
+        ds_from_packed_probs<Element>(acc, kk, pa, s_d, t, grad);
         uint32_t a[4];
         pack_a_frag<Element>(acc, kk, a);
         store_a_frag_sw128<kBlockN>(smem + Traits::kOffDS, warp_key0, kk * 16, a, lane);

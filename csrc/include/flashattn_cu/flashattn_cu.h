@@ -71,6 +71,10 @@ struct AttnParams {
   // cancels in the softmax; the LSE is flash_attn's), else - slope * |d - j|.
   const float* alibi_slopes = nullptr;
   int64_t alibi_slopes_batch_stride = 0;
+  // Softcap (flash_attn's softcap), 0: none. Otherwise > 0 and normal: the logit of score s =
+  // q.k becomes softcap * tanh(s * softmax_scale / softcap) before ALiBi, the mask and the
+  // softmax; the LSE is of these logits.
+  float softcap = 0.f;
 
   // Variable-length batches (flash_attn's varlen layout); both null: the padded layout above.
   // cu_seqlens_q / cu_seqlens_k: batch + 1 int32 in device memory, starting at 0,

@@ -1,0 +1,176 @@
+// Score modifiers: softcap and ALiBi, on every score tile of every kernel, in flash_attn's order
+// (the softcap on the scaled score, then ALiBi's bias, then the mask).
+//
+// Score units. The kernels form exponents as (s - M) * scale_log2 and never scale a tile, so a
+// modifier works in the units of s:
+//   no softcap:   s = q.k,                                    scale_log2 = softmax_scale log2(e)
+//   softcap c:    s = tanh(q.k * softmax_scale / c) (in [-1, 1]), scale_log2 = c log2(e)
+// and the logit is s * score_scale (score_scale = softmax_scale, or c): ALiBi's bias is divided
+// by score_scale, the LSE is M * score_scale + ln(l), and the backward's scaling of dS by
+// softmax_scale stays as it is, because d(logit)/d(q.k) = softmax_scale (1 - t^2) with softcap
+// (t the capped score), softmax_scale without.
+//
+// Score tiles are mma C fragments (problem/mask.h): s[mt][nt][hr * 2 + e] is row (row0 + mt * 16
+// + g + hr * 8), key (col0 + nt * 8 + 2t + e); transposed tiles s[nt][hr * 2 + e] are key (key0
+// + g + hr * 8), query (query0 + nt * 8 + 2t + e); g = lane / 4, t = lane % 4.
+#pragma once
+
+#include <math.h>
+
+#include "flashattn_cu/flashattn_cu.h"
+
+#include "../ptx/math.h"
+#include "mask.h"
+#include "seqlen.h"
+
+namespace flashattn_cu {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// The three constants of the score units above, built on the host from the public params.
+struct ScoreScale {
+  float score_scale;  // logit = s * score_scale
+  float scale_log2;   // score_scale * log2(e)
+  float softcap_pre;  // softmax_scale / softcap, 0 without softcap
+};
+
+inline ScoreScale score_scale_of(const AttnParams& p) {
+  ScoreScale r;
+  r.score_scale = p.softcap > 0.f ? p.softcap : p.softmax_scale;
+  r.scale_log2 = r.score_scale * kLog2e;
+  r.softcap_pre = p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f;
+  return r;
+}
+
+// s <- tanh(s * softmax_scale / softcap), on any score tile (MUFU.TANH: its relative error
+// 2^-11 moves a logit by at most softcap * 2^-11, flash_attn's kernels' error too).
+template <int kN>
+__device__ __forceinline__ void apply_softcap(float (&s)[kN][4], float pre) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[i][e] = ptx::tanh_approx(s[i][e] * pre);
+}
+template <int kM, int kN>
+__device__ __forceinline__ void apply_softcap(float (&s)[kM][kN][4], float pre) {
+#pragma unroll
+  for (int i = 0; i < kM; ++i) apply_softcap(s[i], pre);
+}
+
+// ALiBi (flashattn_cu.h, AttnParams::alibi_slopes) in score units: slope / score_scale. Needs no
+// term in the backward beyond recomputing P with it, except under softcap (softcap_grad).
+struct Alibi {
+  float slope;  // slope / score_scale
+  int shift;    // seqlen_k - seqlen_q: row i's diagonal key is i + shift
+  bool linear;  // causal without a left window: + slope * key
+
+  __device__ __forceinline__ float bias(int row, int key) const {
+    return linear ? slope * static_cast<float>(key)
+                  : -slope * fabsf(static_cast<float>(row + shift - key));
+  }
+
+  template <int kMTiles, int kNTiles>
+  __device__ __forceinline__ void apply(float (&s)[kMTiles][kNTiles][4], int row0, int col0,
+                                        int lane) const {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            s[mt][nt][hr * 2 + e] += bias(row0 + mt * 16 + g + hr * 8, col0 + nt * 8 + 2 * t + e);
+  }
+
+  template <int kQTiles>
+  __device__ __forceinline__ void apply_transposed(float (&s)[kQTiles][4], int key0, int query0,
+                                                   int lane) const {
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int nt = 0; nt < kQTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+          s[nt][hr * 2 + e] += bias(query0 + nt * 8 + 2 * t + e, key0 + g + hr * 8);
+  }
+};
+
+template <typename Params>
+__device__ __forceinline__ Alibi alibi_of(const SeqInfo& seq, const Params& p, int head,
+                                          float score_scale) {
+  Alibi a;
+  a.slope = p.alibi_slopes[seq.batch * p.alibi_slopes_batch_stride + head] / score_scale;
+  a.shift = seq.seqlen_k - seq.seqlen_q;
+  a.linear = p.is_causal && p.window_left < 0;
+  return a;
+}
+
+// The softcap's factor on dS = P (dP - D): 1 - t^2, with t the capped score of this element.
+// t is not kept from the recomputation (a second score-sized register array in kernels at 255
+// registers); it is recovered from P and the row's (M, L): log2 P = (t + b - M) * scale_log2 - L
+// gives t = (log2 P + L) / scale_log2 + M - b, b the element's ALiBi bias in score units (0
+// without). P = 0 (masked, or underflowed) gives -inf, clamped to t = -1: factor 0, and dS is 0
+// there anyway. From a 16-bit P, t is off by at most 2^-8 / ln 2 / scale_log2 (bf16), i.e.
+// 0.004 / softcap: P's own rounding in dS is larger.
+__device__ __forceinline__ float softcap_grad(float p, float row_max, float row_log2sum,
+                                              float inv_scale_log2, float bias) {
+  const float t = fmaf(ptx::lg2_approx(p) + row_log2sum, inv_scale_log2, row_max - bias);
+  const float c = fminf(fmaxf(t, -1.f), 1.f);
+  return fmaf(-c, c, 1.f);
+}
+
+// dS factor on transposed tiles (the backward main kernels: rows are keys, columns queries), as
+// a functor of (p, nt, hr, e): softcap_grad with the (M, L) of the step's queries from shared
+// memory (s_max / s_log2sum at the warp's first query, fp32 per query) and, with ALiBi, the
+// bias of (query0 + column, key_g + 8 hr).
+template <bool kAlibi>
+struct SoftcapGradT {
+  const char* s_max;
+  const char* s_log2sum;
+  float inv_scale_log2;
+  int t;
+  Alibi alibi;
+  int key_g;   // key0 + g
+  int query0;  // absolute query of the warp's first column
+
+  __device__ __forceinline__ float operator()(float p, int nt, int hr, int e) const {
+    const int col = nt * 8 + 2 * t + e;
+    const float m = reinterpret_cast<const float*>(s_max)[col];
+    const float l = reinterpret_cast<const float*>(s_log2sum)[col];
+    const float b = kAlibi ? alibi.bias(query0 + col, key_g + 8 * hr) : 0.f;
+    return softcap_grad(p, m, l, inv_scale_log2, b);
+  }
+};
+
+// No modifier on dS.
+struct UnitGrad {
+  __device__ __forceinline__ float operator()(float, int, int, int) const { return 1.f; }
+};
+
+// The dS factor of kernel variant kVariant on a transposed tile of keys key_g - g .. (key_g: this
+// lane's first key) and queries query0 .. of entry `batch`, query head `head`: UnitGrad for the
+// variants without softcap. KP: backward::BwdKernelParams (scale fields, p).
+template <int kVariant, bool kDynamic, typename KP>
+__device__ __forceinline__ auto ds_grad_t(const KP& kp, int batch, int head, const char* s_max,
+                                          const char* s_log2sum, int key_g, int query0, int t) {
+  if constexpr (variant_softcap(kVariant)) {
+    SoftcapGradT<variant_alibi(kVariant)> gr;
+    gr.s_max = s_max;
+    gr.s_log2sum = s_log2sum;
+    gr.inv_scale_log2 = kp.inv_scale_log2;
+    gr.t = t;
+    if constexpr (variant_alibi(kVariant)) {
+      gr.alibi = alibi_of(seq_info<kDynamic>(kp.p, batch), kp.p, head, kp.score_scale);
+    }
+    gr.key_g = key_g;
+    gr.query0 = query0;
+    return gr;
+  } else {
+    return UnitGrad{};
+  }
+}
+
+}  // namespace flashattn_cu

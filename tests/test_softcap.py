@@ -1,0 +1,160 @@
+"""softcap (flash_attn's convention: the scaled scores s become softcap * tanh(s / softcap) before
+ALiBi, the mask and the softmax): forward, LSE and gradients against the fp32 reference by the
+rule (forward 2x, gradients 3x), on every kernel path, fp16/bf16, MHA/GQA, causal and windows,
+seqlen_q != seqlen_k, with ALiBi, varlen, the deterministic backward, and logits far past the
+cap (where tanh saturates and its derivative vanishes)."""
+
+import pytest
+import torch
+
+from attn_helpers import HEADS, assert_lse_rule, assert_rule, instance_for, make_qkv
+from flashattn_cu import _C, flash_attn_func, flash_attn_varlen_func
+from flashattn_cu.testing import attention_ref, kernel_path
+
+
+def skip_unless_built(head_dim):
+    if instance_for(head_dim) not in _C.built_head_dims():
+        pytest.skip(f"head dim {head_dim} not in this build")
+
+
+def check_against_reference(q, k, v, dout, what, deterministic=False, **kw):
+    """Both kernel paths against the fp32 reference by the rule (kw: attention_ref's and
+    flash_attn_func's common arguments); returns the outputs and gradients per path."""
+    results = {}
+    ref, ref_lse = attention_ref(q, k, v, **kw)
+    pt, pt_lse = attention_ref(q, k, v, upcast=False, **kw)
+    refs = torch.autograd.grad(ref, (q, k, v), dout.float())
+    pts = torch.autograd.grad(pt, (q, k, v), dout)
+    for path in ("auto", "sm80"):
+        with kernel_path(path):
+            out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True,
+                                          deterministic=deterministic, **kw)
+            grads = torch.autograd.grad(out, (q, k, v), dout)
+        assert_rule(out, ref, pt, 2, 1e-5, f"{what}: out ({path})")
+        assert_lse_rule(lse, ref_lse, pt_lse, f"{what}: lse ({path})")
+        for name, g, r, p in zip(("dq", "dk", "dv"), grads, refs, pts):
+            assert_rule(g, r, p, 3, 1e-4, f"{what}: {name} ({path})")
+        results[path] = (out, grads)
+    return results
+
+
+# (softcap, input scale): logits of spread ~ scale^2 against the cap; 1.5 with scale 3 saturates
+# most scores, 30 with scale 10 reaches tanh's curved part; 50 at scale 1 is Gemma 2's setting.
+CAPS = [(1.5, 3.0), (30.0, 10.0), (50.0, 1.0)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("softcap, scale", CAPS, ids=["cap1.5", "cap30", "cap50"])
+@pytest.mark.parametrize("causal, window", [(False, (-1, -1)), (True, (-1, -1)), (False, (40, 9))])
+@pytest.mark.parametrize("seqlens", [(113, 203), (256, 128)])
+@pytest.mark.parametrize("heads", ["mha", "gqa"])
+@pytest.mark.parametrize("dtype, d", [(torch.float16, 64), (torch.bfloat16, 128),
+                                      (torch.bfloat16, 256)],
+                         ids=["fp16-d64", "bf16-d128", "bf16-d256"])
+def test_softcap_against_reference(softcap, scale, causal, window, seqlens, heads, dtype, d):
+    skip_unless_built(d)
+    sq, sk = seqlens
+    nheads, nheads_k = HEADS[heads]
+    q, k, v = make_qkv(2, sq, sk, nheads, nheads_k, d, dtype, requires_grad=True)
+    with torch.no_grad():
+        q.mul_(scale)
+        k.mul_(scale)
+    dout = torch.randn_like(q)
+    check_against_reference(q, k, v, dout, f"softcap {softcap}", causal=causal,
+                            window_size=window, softcap=softcap)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, d", [(torch.float16, 96), (torch.bfloat16, 64),
+                                      (torch.float16, 256)],
+                         ids=["fp16-d96", "bf16-d64", "fp16-d256"])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_softcap_with_alibi_window_and_gqa(dtype, d, deterministic):
+    """Every modifier at once (the ALiBi + softcap kernel variant: the backward subtracts the
+    bias from the score it recovers from P)."""
+    skip_unless_built(d)
+    q, k, v = make_qkv(2, 150, 190, 6, 2, d, dtype, requires_grad=True)
+    with torch.no_grad():
+        q.mul_(3.0)
+        k.mul_(3.0)
+    slopes = torch.tensor([2.0 ** (-i - 1) for i in range(6)], device="cuda")
+    dout = torch.randn_like(q)
+    for causal, window in ((True, (70, 0)), (False, (-1, -1)), (False, (30, 45))):
+        check_against_reference(q, k, v, dout, f"alibi causal={causal} window={window}",
+                                causal=causal, window_size=window, softcap=4.0,
+                                alibi_slopes=slopes, deterministic=deterministic)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_softcap_varlen(deterministic):
+    """Each sequence of a varlen batch (lengths 0, 1 and a long one) against its own reference."""
+    skip_unless_built(64)
+    lens = [300, 0, 1, 77, 129]
+    cu = torch.zeros(len(lens) + 1, dtype=torch.int32, device="cuda")
+    cu[1:] = torch.tensor(lens, device="cuda").cumsum(0)
+    q = (torch.randn(sum(lens), 4, 64, device="cuda", dtype=torch.bfloat16) * 3).requires_grad_()
+    k = (torch.randn(sum(lens), 2, 64, device="cuda", dtype=torch.bfloat16) * 3).requires_grad_()
+    v = torch.randn(sum(lens), 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    dout = torch.randn_like(q)
+    kw = dict(causal=True, softcap=2.0)
+    for path in ("auto", "sm80"):
+        with kernel_path(path):
+            out = flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens),
+                                         deterministic=deterministic, **kw)
+            grads = torch.autograd.grad(out, (q, k, v), dout)
+        start = 0
+        for b, n in enumerate(lens):
+            sl = slice(start, start + n)
+            start += n
+            if n == 0:
+                continue
+            qb, kb, vb = (t.detach()[sl].unsqueeze(0).requires_grad_() for t in (q, k, v))
+            ref, _ = attention_ref(qb, kb, vb, **kw)
+            pt, _ = attention_ref(qb, kb, vb, upcast=False, **kw)
+            what = f"sequence {b} ({path})"
+            assert_rule(out[sl].unsqueeze(0), ref, pt, 2, 1e-5, f"out, {what}")
+            d_b = dout[sl].unsqueeze(0)
+            refs = torch.autograd.grad(ref, (qb, kb, vb), d_b.float())
+            pts = torch.autograd.grad(pt, (qb, kb, vb), d_b)
+            for name, g, r, p in zip(("dq", "dk", "dv"), grads, refs, pts):
+                assert_rule(g[sl].unsqueeze(0), r, p, 3, 1e-4, f"{name}, {what}")
+
+
+@pytest.mark.gpu
+def test_softcap_bounds_huge_logits():
+    """Logits 10^4 times the cap: softcap bounds them to +-softcap, so the output is the finite
+    softmax of those bounded logits (the reference in fp32 agrees), the LSE lies within
+    [-softcap, softcap] + ln(seqlen_k), and the gradients (tanh' ~ 0 there) are finite."""
+    skip_unless_built(64)
+    q, k, v = make_qkv(1, 96, 160, 2, 2, 64, torch.bfloat16, requires_grad=True)
+    with torch.no_grad():
+        q.mul_(40.0)
+        k.mul_(40.0)
+    out, lse, _ = flash_attn_func(q, k, v, softcap=1.0, return_attn_probs=True)
+    ref, ref_lse = attention_ref(q, k, v, softcap=1.0)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=0)
+    torch.testing.assert_close(lse, ref_lse, atol=1e-2, rtol=0)
+    assert (lse.abs() <= 1.0 + torch.log(torch.tensor(160.0)) + 1e-3).all()
+    grads = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+    assert all(torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.gpu
+def test_softcap_differs_from_plain_and_matches_flash_attn_convention():
+    """The cap applies to the scaled scores (flash_attn: softcap * tanh(q k^T * scale /
+    softcap)): with a cap far above every logit the result is plain attention to rounding, with
+    a small cap it is not, and the LSE of a single key is exactly its capped logit."""
+    skip_unless_built(64)
+    q, k, v = make_qkv(1, 64, 64, 2, 2, 64, torch.float16)
+    plain = flash_attn_func(q, k, v)
+    loose = flash_attn_func(q, k, v, softcap=1e4)
+    tight = flash_attn_func(q, k, v, softcap=0.5)
+    torch.testing.assert_close(loose, plain, atol=2e-3, rtol=0)
+    assert (tight.float() - plain.float()).abs().max() > 1e-2
+    q1, k1, v1 = make_qkv(1, 1, 1, 1, 1, 64, torch.float32)
+    q1, k1, v1 = (t.half() * 4 for t in (q1, k1, v1))
+    _, lse, _ = flash_attn_func(q1, k1, v1, softcap=2.0, softmax_scale=0.3, return_attn_probs=True)
+    logit = (q1.float() * k1.float()).sum() * 0.3
+    torch.testing.assert_close(lse.flatten()[0], 2.0 * torch.tanh(logit / 2.0), atol=2e-3, rtol=0)
