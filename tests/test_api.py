@@ -503,3 +503,20 @@ def test_softcap_reaches_the_kernel():
         for softcap, expected in ((30, 30.0), (0.5, 0.5), (0, 0.0), (0.0, 0.0)):
             flash_attn_func(q, k, v, softcap=softcap)
             assert calls[-1][9] == expected and type(calls[-1][9]) is float
+
+
+def test_unbuilt_source_folder_says_what_to_do(tmp_path):
+    """Importing a flashattn_cu folder without the compiled extension (the checkout, first on
+    sys.path when Python runs from its root) raises an ImportError that says so and what to do,
+    not "cannot import name '_C' (circular import)"."""
+    import shutil
+
+    src = Path(flashattn_cu.__file__).resolve().parent
+    shutil.copytree(src, tmp_path / "flashattn_cu",
+                    ignore=shutil.ignore_patterns("_C*", "__pycache__"))
+    res = subprocess.run([sys.executable, "-c", "import flashattn_cu"], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode != 0
+    assert "has no compiled extension (_C)" in res.stderr, res.stderr[-2000:]
+    assert str(tmp_path / "flashattn_cu") in res.stderr
+    assert "circular import" not in res.stderr

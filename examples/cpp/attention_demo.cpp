@@ -235,6 +235,16 @@ int main(int argc, char** argv) {
   for (int i = 0; i < n_dims; ++i) std::printf(" %d", dims[i]);
   std::printf("\n");
 
+  // No GPU (no driver, or a driver without a device) gets said as such, not as the runtime's
+  // "CUDA driver version is insufficient" that the first kernel launch would report.
+  int devices = 0;
+  const cudaError_t dev_err = cudaGetDeviceCount(&devices);
+  if (dev_err != cudaSuccess || devices == 0) {
+    std::printf("attention_demo: no CUDA GPU found (%s); the demo needs an sm_80 or newer GPU\n",
+                dev_err == cudaSuccess ? "0 devices" : cudaGetErrorString(dev_err));
+    return 2;
+  }
+
   std::vector<int> want;
   for (int i = 1; i < argc; ++i) want.push_back(std::atoi(argv[i]));
   if (want.empty()) {
