@@ -10,6 +10,7 @@
 #include "head_dims.h"
 #include "launch.h"
 #include "bwd/params.h"
+#include "problem/score_mod.h"
 #include "sm80/launch.h"
 #include "sm90/launch.h"
 #include "tiles.h"
@@ -98,7 +99,7 @@ Status check_common(const Params& p) {
   // softcap * log2(e) (problem/score_mod.h).
   if (p.softcap != 0.f &&
       (!(p.softcap > 0.f) || !std::isnormal(p.softcap) ||
-       !std::isfinite(p.softmax_scale / p.softcap) || !std::isfinite(p.softcap * 1.4426950408889634f))) {
+       !std::isfinite(p.softmax_scale / p.softcap) || !std::isfinite(p.softcap * kLog2e))) {
     return Status::kInvalidArgument;
   }
   // Varlen: cu_seqlens_q and cu_seqlens_k together, int32-aligned; total_q >= 0.

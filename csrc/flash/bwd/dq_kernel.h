@@ -134,7 +134,7 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
   for (int i = 0; i < kDTiles; ++i)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_dq[i][e] = 0.f;
-  const float scale_log2 = kp.scale_log2;
+  const float scale_log2 = kp.score.scale_log2;
 
 #pragma unroll 1
   for (int n = n_begin; n < n_end; ++n) {
@@ -193,18 +193,16 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
         Ops::mma(acc_s[0][2 * np + 1], a, b[2], b[3]);
       }
     }
-    {  // score modifiers (problem/score_mod.h)
-      if constexpr (kSoftcap) apply_softcap(acc_s, kp.softcap_pre);
-      if constexpr (kAlibi) {
-        alibi_of(seq_info<kDynamic>(p, tile.batch), p, head, kp.score_scale)
-            .apply(acc_s, m_start + warp * 16, n * kBlockN, lane);
-      }
-    }
+    apply_score_mods<kVariant>(acc_s, kp, tile.batch, head, m_start + warp * 16, n * kBlockN,
+                               lane);
     if (n >= um_end || n < um_begin) {
-      mask_of<kDynamic>(seq_info<kDynamic>(p, tile.batch), p).apply(acc_s, m_start + warp * 16, n * kBlockN,
-                                                       lane);
+      mask_of<kDynamic>(seq_info<kDynamic>(p, tile.batch), p)
+          .apply(acc_s, m_start + warp * 16, n * kBlockN, lane);
     }
-    // P and dS = P (dP - D), in acc_dp.
+    // P and dS = P (dP - D), in acc_dp; with softcap times 1 - t^2 (problem/score_mod.h), t
+    // recovered from P less ALiBi's bias.
+    [[maybe_unused]] Alibi alibi{};
+    if constexpr (kSoftcap && kAlibi) alibi = alibi_of(kp, tile.batch, head);
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
@@ -214,13 +212,11 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
           const float pr = prob_from_score(acc_s[0][nt][hr * 2 + e], row_max[hr],
                                            row_log2sum[hr], scale_log2);
           float ds = pr * (acc_dp[nt][hr * 2 + e] - dsum[hr]);
-          if constexpr (kSoftcap) {  // softcap's factor (problem/score_mod.h)
-            float bias = 0.f;
-            if constexpr (kAlibi) {
-              bias = alibi_of(seq_info<kDynamic>(p, tile.batch), p, head, kp.score_scale)
-                         .bias(m_start + warp * 16 + g + hr * 8, n * kBlockN + nt * 8 + 2 * t + e);
-            }
-            ds *= softcap_grad(pr, row_max[hr], row_log2sum[hr], kp.inv_scale_log2, bias);
+          if constexpr (kSoftcap) {
+            const int row = m_start + warp * 16 + g + hr * 8;
+            const int key = n * kBlockN + nt * 8 + 2 * t + e;
+            const float bias = kAlibi ? alibi.bias(row, key) : 0.f;
+            ds *= softcap_grad(pr, row_max[hr], row_log2sum[hr], kp.score.inv_scale_log2, bias);
           }
           acc_dp[nt][hr * 2 + e] = ds;
         }

@@ -116,10 +116,7 @@ struct BwdKernelParams {
   int64_t ws_plane;  // varlen: rows per head of M/L/D and dq_accum (0: padded layout)
   int kv_splits;        // thread blocks sharing one kv head's query-head group
   int heads_per_split;  // query heads each of them loops over
-  float scale_log2;      // exponents are (s - M) * scale_log2 (problem/score_mod.h: score units)
-  float score_scale;     // logit = s * score_scale
-  float softcap_pre;     // softmax_scale / softcap, 0 without softcap
-  float inv_scale_log2;  // 1 / scale_log2 (softcap_grad)
+  ScoreScale score;     // problem/score_mod.h: the score units (scale_log2, softcap)
 };
 
 // Kernel parameters over the workspace carved as `ws` describes.
@@ -137,11 +134,7 @@ inline BwdKernelParams make_bwd_kernel_params(const BwdParams& p, const BwdWorks
   kp.ws_plane = ws.ws_plane;
   kp.kv_splits = ws.kv_splits;
   kp.heads_per_split = p.num_heads / p.num_heads_k / ws.kv_splits;
-  const ScoreScale sc = score_scale_of(p);
-  kp.scale_log2 = sc.scale_log2;
-  kp.score_scale = sc.score_scale;
-  kp.softcap_pre = sc.softcap_pre;
-  kp.inv_scale_log2 = 1.f / sc.scale_log2;
+  kp.score = score_scale_of(p);
   return kp;
 }
 

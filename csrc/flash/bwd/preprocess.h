@@ -14,6 +14,7 @@
 #include "flashattn_cu/flashattn_cu.h"
 
 #include "../common/numeric.h"
+#include "../problem/score_mod.h"
 #include "../problem/seqlen.h"
 #include "../ptx/cp_async.h"
 #include "params.h"
@@ -80,7 +81,7 @@ __global__ void __launch_bounds__(kPrepThreads)
         row_log2sum = st.y;
       } else {
         row_max = 0.f;
-        row_log2sum = p.lse[lse_row] * 1.4426950408889634f;
+        row_log2sum = p.lse[lse_row] * kLog2e;
       }
     }
     kp.dpsum[ws_row] = real ? sum : 0.f;

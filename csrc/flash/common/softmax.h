@@ -95,7 +95,7 @@ struct OnlineSoftmax {
   }
 
   // Reduces l across the quad and gives, per row: 1/l (0 for a row that saw no key), the
-  // natural-log LSE m * softmax_scale + ln(l) (+inf for a row that saw no key; finite otherwise,
+  // natural-log LSE m * score_scale + ln(l) (problem/score_mod.h: score units) (+inf for a row that saw no key; finite otherwise,
   // since the max score contributes exactly 1 to l) and the RowStats for the backward.
   __device__ __forceinline__ void finalize(float score_scale, float (&inv_l)[kMTiles][2],
                                            float (&lse)[kMTiles][2],

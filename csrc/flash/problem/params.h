@@ -13,18 +13,13 @@ namespace flashattn_cu {
 
 struct FwdKernelParams {
   FwdParams p;
-  float scale_log2;   // exponents are (s - max) * scale_log2 (problem/score_mod.h: score units)
-  float score_scale;  // logit = s * score_scale
-  float softcap_pre;  // softmax_scale / softcap, 0 without softcap
+  ScoreScale score;  // problem/score_mod.h: the score units (scale_log2, softcap)
 };
 
 inline FwdKernelParams make_fwd_kernel_params(const FwdParams& p) {
   FwdKernelParams kp;
   kp.p = p;
-  const ScoreScale sc = score_scale_of(p);
-  kp.scale_log2 = sc.scale_log2;
-  kp.score_scale = sc.score_scale;
-  kp.softcap_pre = sc.softcap_pre;
+  kp.score = score_scale_of(p);
   return kp;
 }
 

@@ -27,11 +27,13 @@ namespace flashattn_cu {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-// The three constants of the score units above, built on the host from the public params.
+// The constants of the score units above, built on the host from the public params; every
+// kernel's parameters hold one (FwdKernelParams::score, BwdKernelParams::score).
 struct ScoreScale {
-  float score_scale;  // logit = s * score_scale
-  float scale_log2;   // score_scale * log2(e)
-  float softcap_pre;  // softmax_scale / softcap, 0 without softcap
+  float scale_log2;      // exponents are (s - M) * scale_log2: score_scale * log2(e)
+  float score_scale;     // logit = s * score_scale
+  float softcap_pre;     // softmax_scale / softcap, 0 without softcap
+  float inv_scale_log2;  // 1 / scale_log2 (softcap_grad)
 };
 
 inline ScoreScale score_scale_of(const AttnParams& p) {
@@ -39,6 +41,7 @@ inline ScoreScale score_scale_of(const AttnParams& p) {
   r.score_scale = p.softcap > 0.f ? p.softcap : p.softmax_scale;
   r.scale_log2 = r.score_scale * kLog2e;
   r.softcap_pre = p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f;
+  r.inv_scale_log2 = 1.f / r.scale_log2;
   return r;
 }
 
@@ -108,6 +111,37 @@ __device__ __forceinline__ Alibi alibi_of(const SeqInfo& seq, const Params& p, i
   return a;
 }
 
+// The ALiBi of entry `batch`, query head `head` for a kernel (KP: FwdKernelParams or
+// BwdKernelParams). Only the modifier variants use it, and they are dynamic instances, so the
+// sequence info reads the sequence arrays when there are any.
+template <typename KP>
+__device__ __forceinline__ Alibi alibi_of(const KP& kp, int batch, int head) {
+  return alibi_of(seq_info<true>(kp.p, batch), kp.p, head, kp.score.score_scale);
+}
+
+// The score modifiers of kernel variant kVariant (problem/mask.h) on a freshly computed score
+// tile, in flash_attn's order: softcap, then ALiBi's bias (the mask follows in the kernel).
+// Built here at the point of use, not held across the main loop. Row tiles: rows row0 ..
+// (queries), keys col0 ..; transposed tiles (the backward main kernels): keys key0 .., queries
+// query0 ...
+template <int kVariant, typename KP, int kMTiles, int kNTiles>
+__device__ __forceinline__ void apply_score_mods(float (&s)[kMTiles][kNTiles][4], const KP& kp,
+                                                 int batch, int head, int row0, int col0,
+                                                 int lane) {
+  if constexpr (variant_softcap(kVariant)) apply_softcap(s, kp.score.softcap_pre);
+  if constexpr (variant_alibi(kVariant)) alibi_of(kp, batch, head).apply(s, row0, col0, lane);
+}
+
+template <int kVariant, typename KP, int kQTiles>
+__device__ __forceinline__ void apply_score_mods_transposed(float (&s)[kQTiles][4], const KP& kp,
+                                                            int batch, int head, int key0,
+                                                            int query0, int lane) {
+  if constexpr (variant_softcap(kVariant)) apply_softcap(s, kp.score.softcap_pre);
+  if constexpr (variant_alibi(kVariant)) {
+    alibi_of(kp, batch, head).apply_transposed(s, key0, query0, lane);
+  }
+}
+
 // The softcap's factor on dS = P (dP - D): 1 - t^2, with t the capped score of this element.
 // t is not kept from the recomputation (a second score-sized register array in kernels at 255
 // registers); it is recovered from P and the row's (M, L): log2 P = (t + b - M) * scale_log2 - L
@@ -152,18 +186,18 @@ struct UnitGrad {
 
 // The dS factor of kernel variant kVariant on a transposed tile of keys key_g - g .. (key_g: this
 // lane's first key) and queries query0 .. of entry `batch`, query head `head`: UnitGrad for the
-// variants without softcap. KP: backward::BwdKernelParams (scale fields, p).
-template <int kVariant, bool kDynamic, typename KP>
+// variants without softcap. KP: backward::BwdKernelParams (score, p).
+template <int kVariant, typename KP>
 __device__ __forceinline__ auto ds_grad_t(const KP& kp, int batch, int head, const char* s_max,
                                           const char* s_log2sum, int key_g, int query0, int t) {
   if constexpr (variant_softcap(kVariant)) {
     SoftcapGradT<variant_alibi(kVariant)> gr;
     gr.s_max = s_max;
     gr.s_log2sum = s_log2sum;
-    gr.inv_scale_log2 = kp.inv_scale_log2;
+    gr.inv_scale_log2 = kp.score.inv_scale_log2;
     gr.t = t;
     if constexpr (variant_alibi(kVariant)) {
-      gr.alibi = alibi_of(seq_info<kDynamic>(kp.p, batch), kp.p, head, kp.score_scale);
+      gr.alibi = alibi_of(kp, batch, head);
     }
     gr.key_g = key_g;
     gr.query0 = query0;

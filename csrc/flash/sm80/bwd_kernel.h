@@ -114,8 +114,6 @@ struct BwdTraits {
 template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem) {
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
-  constexpr bool kAlibi = variant_alibi(kVariant);
-  constexpr bool kSoftcap = variant_softcap(kVariant);
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -210,7 +208,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
     for (int e = 0; e < 4; ++e) acc_dk[i][e] = acc_dv[i][e] = 0.f;
 
   const bool compute_dq = !p.deterministic;
-  const float scale_log2 = kp.scale_log2;
+  const float scale_log2 = kp.score.scale_log2;
   int head = head_first, m = m_begin;
 
 #pragma unroll 1
@@ -281,20 +279,15 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
 
     float acc_s[kQTiles][4], acc_dp[kQTiles][4];
     gemm_t(acc_s, k_a_lane, sQs);
-    {  // score modifiers (problem/score_mod.h)
-      if constexpr (kSoftcap) apply_softcap(acc_s, kp.softcap_pre);
-      if constexpr (kAlibi) {
-        alibi_of(seq_info<kDynamic>(p, batch), p, head, kp.score_scale)
-            .apply_transposed(acc_s, n_start + warp_key0, m * kBlockM + warp_query0, lane);
-      }
-    }
+    apply_score_mods_transposed<kVariant>(acc_s, kp, batch, head, n_start + warp_key0,
+                                          m * kBlockM + warp_query0, lane);
     if (m < um_begin || (kDynamic && m >= um_end)) {
       mask_of<kDynamic>(seq_info<kDynamic>(p, batch), p)
           .apply_transposed(acc_s, n_start + warp_key0, m * kBlockM + warp_query0, lane);
     }
     probs_from_scores(acc_s, s_max, s_log2sum, warp_query0, scale_log2, t);  // P^T, in place
     // The score modifier's factor on dS (problem/score_mod.h), from P^T and the row stats.
-    const auto grad = ds_grad_t<kVariant, kDynamic>(
+    const auto grad = ds_grad_t<kVariant>(
         kp, batch, head, s_max + warp_query0 * 4, s_log2sum + warp_query0 * 4,
         n_start + warp_key0 + g, m * kBlockM + warp_query0, t);
     // dS^T = P^T (dP^T - D), in place in acc_dp.

@@ -49,8 +49,6 @@ struct FwdTraits {
 template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_raw) {
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
-  constexpr bool kAlibi = variant_alibi(kVariant);
-  constexpr bool kSoftcap = variant_softcap(kVariant);
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kMTiles = Traits::kMTiles, kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
@@ -97,7 +95,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
 
   OnlineSoftmax<kMTiles> softmax;
   softmax.init();
-  const float scale_log2 = kp.scale_log2;
+  const float scale_log2 = kp.score.scale_log2;
 
   // Full tiles of a head_dim == kHeadDim call may take the unpredicated copy (tiles.h says where).
   const bool full_cols = p.head_dim == Traits::kHeadDim;
@@ -156,17 +154,12 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
       }
     }
 
-    {  // score modifiers (problem/score_mod.h)
-      if constexpr (kSoftcap) apply_softcap(acc_s, kp.softcap_pre);
-      if constexpr (kAlibi) {
-        alibi_of(seq_info<kDynamic>(p, tile.batch), p, head, kp.score_scale)
-            .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
-      }
-    }
+    apply_score_mods<kVariant>(acc_s, kp, tile.batch, head, m_start + warp_row0, n * kBlockN,
+                               lane);
     if (n >= um_end || n < um_begin) {
       // Built here, not held across the loop (whose registers are full).
-      mask_of<kDynamic>(seq_info<kDynamic>(p, tile.batch), p).apply(acc_s, m_start + warp_row0, n * kBlockN,
-                                                       lane);
+      mask_of<kDynamic>(seq_info<kDynamic>(p, tile.batch), p)
+          .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
     }
     softmax.update(acc_s, acc_o, scale_log2);
 
@@ -208,7 +201,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
                                              : nullptr;
   float inv_l[kMTiles][2], row_lse[kMTiles][2];
   RowStats row_stats[kMTiles][2];
-  softmax.finalize(kp.score_scale, inv_l, row_lse, row_stats);
+  softmax.finalize(kp.score.score_scale, inv_l, row_lse, row_stats);
 
   // Stage O through this warp's own rows of sQ (only this warp ever read them), then write
   // 16-byte chunks to global memory.

@@ -64,8 +64,6 @@ struct BwdSplitTraits {
 template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char* smem_raw) {
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
-  constexpr bool kAlibi = variant_alibi(kVariant);
-  constexpr bool kSoftcap = variant_softcap(kVariant);
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim, kHalf = Traits::kHalfCols;
@@ -94,7 +92,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
     for (int e = 0; e < 4; ++e) acc_dk[i][e] = acc_dv[i][e] = 0.f;
 
   const bool compute_dq = !p.deterministic;
-  const float scale_log2 = kp.scale_log2;
+  const float scale_log2 = kp.score.scale_log2;
   BwdStep step{w.head_first, w.m_begin};
 
 #pragma unroll 1
@@ -125,13 +123,8 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
     }
 
     if (wg == 0) {
-      {  // score modifiers (problem/score_mod.h)
-        if constexpr (kSoftcap) apply_softcap(acc, kp.softcap_pre);
-        if constexpr (kAlibi) {
-          alibi_of(seq_info<kDynamic>(p, w.batch), p, head, kp.score_scale)
-              .apply_transposed(acc, w.n_start + warp_key0, m * kBlockM, lane);
-        }
-      }
+      apply_score_mods_transposed<kVariant>(acc, kp, w.batch, head, w.n_start + warp_key0,
+                                            m * kBlockM, lane);
       if (m < w.um_begin || (kDynamic && m >= w.um_end)) {
         block_mask(p, w).apply_transposed(acc, w.n_start + warp_key0, m * kBlockM, lane);
       }
@@ -160,7 +153,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
       issue_dv();
     } else {
       // dS^T = P^T (dP^T - D) from the 16-bit P^T warpgroup 0 stored (same fragment positions).
-      const auto grad = ds_grad_t<kVariant, kDynamic>(kp, w.batch, head, s_max, s_log2sum,
+      const auto grad = ds_grad_t<kVariant>(kp, w.batch, head, s_max, s_log2sum,
                                                       w.n_start + warp_key0 + lane / 4,
                                                       m * kBlockM, t);  // problem/score_mod.h
 #pragma unroll
