@@ -143,6 +143,26 @@ void set_strides(int64_t& batch_stride, int64_t& row_stride, int64_t& head_strid
   head_stride = kstride(t, 2);
 }
 
+// A varlen tensor (total, heads, head_dim) as the kernels see it: a batch of one, so its batch
+// stride is 0 (kstride of a size-1 dim) and the kernels offset rows by cu_seqlens instead.
+at::Tensor as_batch(const at::Tensor& t, bool varlen) { return varlen ? t.unsqueeze(0) : t; }
+
+// The pointers and strides of fwd()'s tensors; k and v are null when empty.
+void set_fwd_tensors(flashattn_cu::FwdParams& p, const at::Tensor& q, const at::Tensor& k,
+                     const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                     const at::Tensor& stats, bool varlen) {
+  p.q = q.data_ptr();
+  p.k = k.numel() > 0 ? k.data_ptr() : nullptr;
+  p.v = v.numel() > 0 ? v.data_ptr() : nullptr;
+  p.o = out.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  p.softmax_stats = stats.data_ptr<float>();
+  set_strides(p.q_batch_stride, p.q_row_stride, p.q_head_stride, as_batch(q, varlen));
+  set_strides(p.k_batch_stride, p.k_row_stride, p.k_head_stride, as_batch(k, varlen));
+  set_strides(p.v_batch_stride, p.v_row_stride, p.v_head_stride, as_batch(v, varlen));
+  set_strides(p.o_batch_stride, p.o_row_stride, p.o_head_stride, as_batch(out, varlen));
+}
+
 struct Sizes {
   int64_t batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim;
 };
@@ -302,22 +322,76 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in,
   if (out.numel() == 0) return {out, lse, stats};
 
   flashattn_cu::FwdParams p;
-  p.q = q.data_ptr();
-  p.k = k.numel() > 0 ? k.data_ptr() : nullptr;
-  p.v = v.numel() > 0 ? v.data_ptr() : nullptr;
-  p.o = out.data_ptr();
-  p.lse = lse.data_ptr<float>();
-  p.softmax_stats = stats.data_ptr<float>();
-  set_strides(p.q_batch_stride, p.q_row_stride, p.q_head_stride, q);
-  set_strides(p.k_batch_stride, p.k_row_stride, p.k_head_stride, k);
-  set_strides(p.v_batch_stride, p.v_row_stride, p.v_head_stride, v);
-  set_strides(p.o_batch_stride, p.o_row_stride, p.o_head_stride, out);
+  set_fwd_tensors(p, q, k, v, out, lse, stats, /*varlen=*/false);
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
   set_window(p, window_left, window_right);
   set_softcap(p, softcap);
   const at::Tensor slopes = set_alibi(p, alibi, q_in, s.batch, s.num_heads);
   check_status(flashattn_cu::fwd(p, c10::cuda::getCurrentCUDAStream()), "fwd");
   return {out, lse, stats};
+}
+
+// The backward's inputs in the kernels' layout (dout cast to q's dtype: an incoming gradient may
+// come in any dtype and layout) and its outputs dq, dk, dv laid out like q, k, v.
+struct BwdTensors {
+  at::Tensor q, k, v, out, lse, stats, dout, dq, dk, dv;
+};
+
+BwdTensors bwd_tensors(const at::Tensor& dout_in, const at::Tensor& q_in, const at::Tensor& k_in,
+                       const at::Tensor& v_in, const at::Tensor& out_in, const at::Tensor& lse_in,
+                       const std::optional<at::Tensor>& stats_in) {
+  BwdTensors t;
+  t.q = to_kernel_layout(q_in);
+  t.k = to_kernel_layout(k_in);
+  t.v = to_kernel_layout(v_in);
+  t.out = to_kernel_layout(out_in);
+  t.lse = lse_in.contiguous();
+  t.stats = stats_in.has_value() ? stats_in->contiguous() : at::Tensor();
+  t.dout = to_kernel_layout(dout_in.scalar_type() == t.q.scalar_type()
+                                ? dout_in
+                                : dout_in.to(t.q.scalar_type()));
+  t.dq = empty_like_layout(q_in);
+  t.dk = empty_like_layout(k_in);
+  t.dv = empty_like_layout(v_in);
+  maybe_poison(t.dq);
+  maybe_poison(t.dk);
+  maybe_poison(t.dv);
+  return t;
+}
+
+// The pointers and strides of bwd()'s tensors.
+void set_bwd_tensors(flashattn_cu::BwdParams& p, const BwdTensors& t, bool varlen) {
+  p.q = t.q.data_ptr();
+  p.k = t.k.data_ptr();
+  p.v = t.v.data_ptr();
+  p.o = t.out.data_ptr();
+  p.lse = t.lse.data_ptr<float>();
+  p.softmax_stats = t.stats.defined() ? t.stats.data_ptr<float>() : nullptr;
+  p.dout = t.dout.data_ptr();
+  p.dq = t.dq.data_ptr();
+  p.dk = t.dk.data_ptr();
+  p.dv = t.dv.data_ptr();
+  set_strides(p.q_batch_stride, p.q_row_stride, p.q_head_stride, as_batch(t.q, varlen));
+  set_strides(p.k_batch_stride, p.k_row_stride, p.k_head_stride, as_batch(t.k, varlen));
+  set_strides(p.v_batch_stride, p.v_row_stride, p.v_head_stride, as_batch(t.v, varlen));
+  set_strides(p.o_batch_stride, p.o_row_stride, p.o_head_stride, as_batch(t.out, varlen));
+  set_strides(p.do_batch_stride, p.do_row_stride, p.do_head_stride, as_batch(t.dout, varlen));
+  set_strides(p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, as_batch(t.dq, varlen));
+  set_strides(p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, as_batch(t.dk, varlen));
+  set_strides(p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, as_batch(t.dv, varlen));
+}
+
+// Allocates the workspace p needs (poisoned when asked) and runs bwd() on the current stream.
+void run_bwd(flashattn_cu::BwdParams& p, const at::Tensor& like, const char* which) {
+  const size_t ws_bytes = flashattn_cu::bwd_workspace_bytes(p);
+  at::Tensor workspace;
+  if (ws_bytes > 0) {
+    // The caching allocator hands out 512-byte aligned blocks, more than the 256 bwd() needs.
+    workspace = at::empty({static_cast<int64_t>(ws_bytes)}, like.options().dtype(at::kByte));
+    maybe_poison(workspace);
+    p.workspace = workspace.data_ptr();
+  }
+  check_status(flashattn_cu::bwd(p, c10::cuda::getCurrentCUDAStream()), which);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
@@ -344,65 +418,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
   }
   const c10::cuda::CUDAGuard guard(q_in.device());
 
-  const at::Tensor q = to_kernel_layout(q_in);
-  const at::Tensor k = to_kernel_layout(k_in);
-  const at::Tensor v = to_kernel_layout(v_in);
-  const at::Tensor out = to_kernel_layout(out_in);
-  const at::Tensor lse = lse_in.contiguous();
-  const at::Tensor stats = stats_in.has_value() ? stats_in->contiguous() : at::Tensor();
-  at::Tensor dout = dout_in.scalar_type() == q.scalar_type() ? dout_in : dout_in.to(q.scalar_type());
-  dout = to_kernel_layout(dout);
-
-  at::Tensor dq = empty_like_layout(q_in);
-  at::Tensor dk = empty_like_layout(k_in);
-  at::Tensor dv = empty_like_layout(v_in);
-  maybe_poison(dq);
-  maybe_poison(dk);
-  maybe_poison(dv);
+  const BwdTensors t = bwd_tensors(dout_in, q_in, k_in, v_in, out_in, lse_in, stats_in);
   // Degenerate sizes: no query rows means no gradient reaches k/v; no keys means every output
   // row is the constant 0 and q gets no gradient. Nothing to launch.
   if (s.batch == 0 || s.seqlen_q == 0 || s.seqlen_k == 0) {
-    dq.zero_();
-    dk.zero_();
-    dv.zero_();
-    return {dq, dk, dv};
+    t.dq.zero_();
+    t.dk.zero_();
+    t.dv.zero_();
+    return {t.dq, t.dk, t.dv};
   }
 
   flashattn_cu::BwdParams p;
-  p.q = q.data_ptr();
-  p.k = k.data_ptr();
-  p.v = v.data_ptr();
-  p.o = out.data_ptr();
-  p.lse = lse.data_ptr<float>();
-  p.softmax_stats = stats.defined() ? stats.data_ptr<float>() : nullptr;
-  p.dout = dout.data_ptr();
-  p.dq = dq.data_ptr();
-  p.dk = dk.data_ptr();
-  p.dv = dv.data_ptr();
-  set_strides(p.q_batch_stride, p.q_row_stride, p.q_head_stride, q);
-  set_strides(p.k_batch_stride, p.k_row_stride, p.k_head_stride, k);
-  set_strides(p.v_batch_stride, p.v_row_stride, p.v_head_stride, v);
-  set_strides(p.o_batch_stride, p.o_row_stride, p.o_head_stride, out);
-  set_strides(p.do_batch_stride, p.do_row_stride, p.do_head_stride, dout);
-  set_strides(p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, dq);
-  set_strides(p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, dk);
-  set_strides(p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, dv);
-  set_sizes(p, s, softmax_scale, causal, q.scalar_type());
+  set_bwd_tensors(p, t, /*varlen=*/false);
+  set_sizes(p, s, softmax_scale, causal, t.q.scalar_type());
   set_window(p, window_left, window_right);
   set_softcap(p, softcap);
   const at::Tensor slopes = set_alibi(p, alibi, q_in, s.batch, s.num_heads);
   p.deterministic = deterministic;
-
-  const size_t ws_bytes = flashattn_cu::bwd_workspace_bytes(p);
-  at::Tensor workspace;
-  if (ws_bytes > 0) {
-    // The caching allocator hands out 512-byte aligned blocks, more than the 256 bwd() needs.
-    workspace = at::empty({static_cast<int64_t>(ws_bytes)}, q.options().dtype(at::kByte));
-    maybe_poison(workspace);
-    p.workspace = workspace.data_ptr();
-  }
-  check_status(flashattn_cu::bwd(p, c10::cuda::getCurrentCUDAStream()), "bwd");
-  return {dq, dk, dv};
+  run_bwd(p, t.q, "bwd");
+  return {t.dq, t.dk, t.dv};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -465,7 +499,6 @@ void set_varlen(P& p, const VarlenArgs& a) {
   p.total_q = static_cast<int>(a.total_q);
   p.cu_seqlens_q = a.cu_q.data_ptr<int>();
   p.cu_seqlens_k = a.cu_k.data_ptr<int>();
-  p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = 0;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_varlen_cuda(
@@ -503,18 +536,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_varlen_cuda(
   }
 
   flashattn_cu::FwdParams p;
-  p.q = q.data_ptr();
-  p.k = k.numel() > 0 ? k.data_ptr() : nullptr;
-  p.v = v.numel() > 0 ? v.data_ptr() : nullptr;
-  p.o = out.data_ptr();
-  p.lse = lse.data_ptr<float>();
-  p.softmax_stats = stats.data_ptr<float>();
-  const at::Tensor q4 = q.unsqueeze(0), k4 = k.unsqueeze(0), v4 = v.unsqueeze(0);
-  const at::Tensor o4 = out.unsqueeze(0);
-  set_strides(p.q_batch_stride, p.q_row_stride, p.q_head_stride, q4);
-  set_strides(p.k_batch_stride, p.k_row_stride, p.k_head_stride, k4);
-  set_strides(p.v_batch_stride, p.v_row_stride, p.v_head_stride, v4);
-  set_strides(p.o_batch_stride, p.o_row_stride, p.o_head_stride, o4);
+  set_fwd_tensors(p, q, k, v, out, lse, stats, /*varlen=*/true);
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
   set_varlen(p, a);
   set_window(p, window_left, window_right);
@@ -551,66 +573,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
   }
   const c10::cuda::CUDAGuard guard(q_in.device());
 
-  const at::Tensor q = to_kernel_layout(q_in);
-  const at::Tensor k = to_kernel_layout(k_in);
-  const at::Tensor v = to_kernel_layout(v_in);
-  const at::Tensor out = to_kernel_layout(out_in);
-  const at::Tensor lse = lse_in.contiguous();
-  const at::Tensor stats = stats_in.has_value() ? stats_in->contiguous() : at::Tensor();
-  at::Tensor dout = dout_in.scalar_type() == q.scalar_type() ? dout_in : dout_in.to(q.scalar_type());
-  dout = to_kernel_layout(dout);
-
-  at::Tensor dq = empty_like_layout(q_in);
-  at::Tensor dk = empty_like_layout(k_in);
-  at::Tensor dv = empty_like_layout(v_in);
-  maybe_poison(dq);
-  maybe_poison(dk);
-  maybe_poison(dv);
+  const BwdTensors t = bwd_tensors(dout_in, q_in, k_in, v_in, out_in, lse_in, stats_in);
   // Rows of entries whose length is 0 on the other side are written by the kernels (as zeros);
   // with no rows or no bounds on one side at all, nothing is launched.
-  if (a.batch == 0 || a.total_q == 0 || k.size(0) == 0 || a.max_q == 0 || a.max_k == 0) {
-    dq.zero_();
-    dk.zero_();
-    dv.zero_();
-    return {dq, dk, dv};
+  if (a.batch == 0 || a.total_q == 0 || t.k.size(0) == 0 || a.max_q == 0 || a.max_k == 0) {
+    t.dq.zero_();
+    t.dk.zero_();
+    t.dv.zero_();
+    return {t.dq, t.dk, t.dv};
   }
 
   flashattn_cu::BwdParams p;
-  p.q = q.data_ptr();
-  p.k = k.data_ptr();
-  p.v = v.data_ptr();
-  p.o = out.data_ptr();
-  p.lse = lse.data_ptr<float>();
-  p.softmax_stats = stats.defined() ? stats.data_ptr<float>() : nullptr;
-  p.dout = dout.data_ptr();
-  p.dq = dq.data_ptr();
-  p.dk = dk.data_ptr();
-  p.dv = dv.data_ptr();
-  set_strides(p.q_batch_stride, p.q_row_stride, p.q_head_stride, q.unsqueeze(0));
-  set_strides(p.k_batch_stride, p.k_row_stride, p.k_head_stride, k.unsqueeze(0));
-  set_strides(p.v_batch_stride, p.v_row_stride, p.v_head_stride, v.unsqueeze(0));
-  set_strides(p.o_batch_stride, p.o_row_stride, p.o_head_stride, out.unsqueeze(0));
-  set_strides(p.do_batch_stride, p.do_row_stride, p.do_head_stride, dout.unsqueeze(0));
-  set_strides(p.dq_batch_stride, p.dq_row_stride, p.dq_head_stride, dq.unsqueeze(0));
-  set_strides(p.dk_batch_stride, p.dk_row_stride, p.dk_head_stride, dk.unsqueeze(0));
-  set_strides(p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, dv.unsqueeze(0));
-  set_sizes(p, s, softmax_scale, causal, q.scalar_type());
+  set_bwd_tensors(p, t, /*varlen=*/true);  // batch strides 0: a batch of one
+  set_sizes(p, s, softmax_scale, causal, t.q.scalar_type());
   set_varlen(p, a);
   set_window(p, window_left, window_right);
   set_softcap(p, softcap);
   const at::Tensor slopes = set_alibi(p, alibi, q_in, a.batch, s.num_heads);
-  p.do_batch_stride = p.dq_batch_stride = p.dk_batch_stride = p.dv_batch_stride = 0;
   p.deterministic = deterministic;
-
-  const size_t ws_bytes = flashattn_cu::bwd_workspace_bytes(p);
-  at::Tensor workspace;
-  if (ws_bytes > 0) {
-    workspace = at::empty({static_cast<int64_t>(ws_bytes)}, q.options().dtype(at::kByte));
-    maybe_poison(workspace);
-    p.workspace = workspace.data_ptr();
-  }
-  check_status(flashattn_cu::bwd(p, c10::cuda::getCurrentCUDAStream()), "bwd_varlen");
-  return {dq, dk, dv};
+  run_bwd(p, t.q, "bwd_varlen");
+  return {t.dq, t.dk, t.dv};
 }
 
 std::vector<int64_t> built_archs() {
