@@ -7,7 +7,8 @@ generated rather than typed. Run `python3 scripts/gen_wgmma.py` after changing N
 from pathlib import Path
 from textwrap import indent
 
-NS = (32, 64, 128, 256)
+# N of the tiles the kernels use: d and key-block sizes (multiples of 16 up to 256).
+NS = (32, 64, 80, 96, 128, 160, 176, 192, 224, 256)
 OUT = Path(__file__).resolve().parent.parent / "csrc" / "flash" / "ptx" / "wgmma_ops.h"
 
 
@@ -71,6 +72,32 @@ def main():
         parts.append("  }")
         parts.append("}")
         parts.append("")
+    # One entry per A source for any generated N, so the kernels name N as a template argument.
+    parts.append("// wgmma_ss_n / wgmma_rs_n: the instruction of N = kN (one of the generated ones).")
+    parts.append("template <int kN, bool kBf16, int kTransA, int kTransB>")
+    parts.append("FLASHATTN_CU_DEVICE void wgmma_ss_n(float (&d)[kN / 8][4], uint64_t desc_a, uint64_t desc_b, "
+                 "int scale_d) {")
+    for i, n in enumerate(NS):
+        kw = "if" if i == 0 else "} else if"
+        parts.append(f"  {kw} constexpr (kN == {n}) {{")
+        parts.append(f"    wgmma_ss_m64n{n}k16<kBf16, kTransA, kTransB>(d, desc_a, desc_b, scale_d);")
+    parts.append("  } else {")
+    parts.append(f'    static_assert(kN == {NS[0]}, "wgmma N not generated: add it to NS in scripts/gen_wgmma.py");')
+    parts.append("  }")
+    parts.append("}")
+    parts.append("")
+    parts.append("template <int kN, bool kBf16, int kTransB>")
+    parts.append("FLASHATTN_CU_DEVICE void wgmma_rs_n(float (&d)[kN / 8][4], const uint32_t (&a)[4], "
+                 "uint64_t desc_b, int scale_d) {")
+    for i, n in enumerate(NS):
+        kw = "if" if i == 0 else "} else if"
+        parts.append(f"  {kw} constexpr (kN == {n}) {{")
+        parts.append(f"    wgmma_rs_m64n{n}k16<kBf16, kTransB>(d, a, desc_b, scale_d);")
+    parts.append("  } else {")
+    parts.append(f'    static_assert(kN == {NS[0]}, "wgmma N not generated: add it to NS in scripts/gen_wgmma.py");')
+    parts.append("  }")
+    parts.append("}")
+    parts.append("")
     OUT.write_text("\n".join(parts))
     print(f"wrote {OUT}")
 

@@ -12,9 +12,17 @@ import attn_helpers
 from attn_helpers import (DTYPES, HEAD_DIMS, HEADS, SEQLEN_PAIRS, assert_lse_rule, assert_rule,
                           instance_for, make_qkv)
 from flashattn_cu import _C, flash_attn_func
-from flashattn_cu.testing import attention_ref
+from flashattn_cu.testing import attention_ref, kernel_path
 
 pytestmark = pytest.mark.gpu
+
+
+# Every test on each kernel family the GPU has (attn_helpers.kernel_paths): on an H200 the
+# sm90a forward (TMA + wgmma, the head dims of tiles.h's fwd_tile_sm90) and the sm80 one.
+@pytest.fixture(autouse=True, params=attn_helpers.kernel_paths())
+def path(request):
+    with kernel_path(request.param):
+        yield request.param
 
 
 def built(head_dim):

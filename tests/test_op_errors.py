@@ -131,7 +131,8 @@ def test_launch_does_not_take_an_unrelated_error():
                            ("alibi_slopes_batch_stride", ctypes.c_int64),
                            ("softcap", ctypes.c_float),
                            ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
-                           ("total_q", ctypes.c_int), ("seqused_k", ctypes.c_void_p)]
+                           ("total_q", ctypes.c_int), ("total_k", ctypes.c_int),
+                           ("seqused_k", ctypes.c_void_p)]
                         + [(n, ctypes.c_void_p) for n in ("o", "lse", "stats")])
         p = FwdParams()
         p.q = p.k = p.v = q.data_ptr()

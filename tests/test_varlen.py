@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+import attn_helpers
 from attn_helpers import DTYPES, HEADS, assert_lse_rule, assert_rule, instance_for
 from flashattn_cu import (
     _C,
@@ -21,7 +22,15 @@ from flashattn_cu import (
     flash_attn_varlen_qkvpacked_func,
 )
 from flashattn_cu import flash_attn_interface as fai
-from flashattn_cu.testing import attention_ref
+from flashattn_cu.testing import attention_ref, kernel_path
+
+# Every test on each kernel family the GPU has (attn_helpers.kernel_paths): on an H200 the
+# sm90a forward (TMA + wgmma, the head dims of tiles.h's fwd_tile_sm90) and the sm80 one.
+@pytest.fixture(autouse=True, params=attn_helpers.kernel_paths())
+def path(request):
+    with kernel_path(request.param):
+        yield request.param
+
 
 LENGTH_LISTS = {
     "mixed": ([37, 0, 1, 200, 129, 64], [50, 3, 0, 257, 129, 64]),

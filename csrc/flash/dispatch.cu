@@ -160,9 +160,15 @@ Status dispatch_instance(DType dtype, int head_dim, const Fn& fn) {
 struct FwdRunner {
   const FwdParams& params;
   bool small_smem;
+  bool sm90a;  // the device runs sm_90a code and the sm90 path is allowed
   cudaStream_t stream;
   template <typename Element, int kHeadDim>
   Status run() const {
+#if FLASHATTN_CU_HAS_SM90A
+    if constexpr (fwd_tile_sm90(kHeadDim).supported) {
+      if (sm90a && sm90::fwd_tma_ok(params)) return sm90::run_fwd<Element, kHeadDim>(params, stream);
+    }
+#endif
     return sm80::run_fwd<Element, kHeadDim>(params, small_smem, stream);
   }
 };
@@ -253,7 +259,7 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
   st = query_device(&dev);
   if (st != Status::kSuccess) return st;
   const bool small_smem = dev.smem_optin < kLargeSmemBytes;
-  return dispatch_instance(p.dtype, p.head_dim, FwdRunner{p, small_smem, stream});
+  return dispatch_instance(p.dtype, p.head_dim, FwdRunner{p, small_smem, use_sm90a(dev), stream});
 }
 
 size_t bwd_workspace_bytes(const BwdParams& p) {

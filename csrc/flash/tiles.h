@@ -153,4 +153,27 @@ __host__ __device__ constexpr BwdTileSm90 bwd_tile_sm90(int head_dim) {
   return BwdTileSm90{false, false, 0};
 }
 
+// sm90a forward (sm90/fwd_kernel.h): a producer warpgroup (TMA) and kBlockM / 64 consumer
+// warpgroups of 64 query rows, key blocks of block_n in a ring of `stages` K/V buffers. A consumer
+// thread holds O (d / 2 fp32), S (block_n / 2 fp32) and P (block_n / 4 registers): at d = 256,
+// 128 + 32 + 16 with block_n = 64. Shared memory: Q + stages (K + V), d rounded up to 64-column
+// atoms: d = 128: 32 + 2 x 64 = 160 KB; d = 192: 48 + 2 x 72 = 192 KB; d = 256: 64 + 2 x 64 =
+// 192 KB. First choices by this arithmetic (FlashAttention-3's shapes where they fit); measured
+// numbers go to benchmarks/NOTES.md. Head dims without an instance here run the sm80 kernel.
+struct FwdTileSm90 {
+  bool supported;
+  int block_m;
+  int block_n;
+  int stages;
+};
+
+__host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90(int head_dim) {
+  if (head_dim == 64) return FwdTileSm90{true, 128, 128, 2};
+  if (head_dim == 96) return FwdTileSm90{true, 128, 128, 2};
+  if (head_dim == 128) return FwdTileSm90{true, 128, 128, 2};
+  if (head_dim == 192) return FwdTileSm90{true, 128, 96, 2};
+  if (head_dim == 256) return FwdTileSm90{true, 128, 64, 2};
+  return FwdTileSm90{false, 0, 0, 0};
+}
+
 }  // namespace flashattn_cu

@@ -539,6 +539,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_varlen_cuda(
   set_fwd_tensors(p, q, k, v, out, lse, stats, /*varlen=*/true);
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
   set_varlen(p, a);
+  // The rows of k and v bound the sm90 forward's TMA maps (0, unknown, runs the sm80 kernels).
+  p.total_k = k.size(0) <= std::numeric_limits<int>::max() ? static_cast<int>(k.size(0)) : 0;
   set_window(p, window_left, window_right);
   set_softcap(p, softcap);
   const at::Tensor slopes = set_alibi(p, alibi, q_in, a.batch, s.num_heads);

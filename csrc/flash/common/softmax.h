@@ -47,10 +47,24 @@ struct OnlineSoftmax {
   // p = 2^((s - m_new) * scale_log2) in place, and rescales l and the output accumulator o by
   // 2^((m_old - m_new) * scale_log2). Requires scale_log2 > 0. A row whose scores so far are all
   // -inf (masked) uses 0 as its reference, so no inf - inf appears; its p are exp2(-inf) = 0.
+  // In three steps, for kernels whose o is in flight on the tensor cores while the exponentials
+  // run (sm90/fwd_kernel.h: new_max and exponentiate, then rescale_output once o has landed).
   template <int kNTiles, int kDTiles>
   __device__ __forceinline__ void update(float (&s)[kMTiles][kNTiles][4],
                                          float (&o)[kMTiles][kDTiles][4], float scale_log2) {
     float ref[kMTiles][2], rescale[kMTiles][2];
+    new_max(s, scale_log2, ref, rescale);
+    rescale_output(o, rescale);
+    exponentiate(s, ref, rescale, scale_log2);
+  }
+
+  // Step 1: the running max m takes in tile s; per row, the reference the tile's exponents are
+  // taken against and the factor the earlier output and l are rescaled by (exactly 1 when the max
+  // did not change; 0 when the row had seen no key before).
+  template <int kNTiles>
+  __device__ __forceinline__ void new_max(const float (&s)[kMTiles][kNTiles][4], float scale_log2,
+                                          float (&ref)[kMTiles][2],
+                                          float (&rescale)[kMTiles][2]) {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -64,17 +78,30 @@ struct OnlineSoftmax {
         }
         m_new = quad_max(m_new);
         ref[mt][hr] = m_new == -INFINITY ? 0.f : m_new;
-        // Exactly 1 when the max did not change; 0 when the row had seen no key before.
         rescale[mt][hr] = ptx::ex2_approx((m[mt][hr] - ref[mt][hr]) * scale_log2);
         m[mt][hr] = m_new;
       }
     }
+  }
+
+  // Step 2: o *= rescale, row by row.
+  template <int kDTiles>
+  __device__ __forceinline__ static void rescale_output(float (&o)[kMTiles][kDTiles][4],
+                                                        const float (&rescale)[kMTiles][2]) {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[mt][dt][e] *= rescale[mt][e / 2];
+  }
+
+  // Step 3: s -> p in place against ref; l = l * rescale + the tile's row sums.
+  template <int kNTiles>
+  __device__ __forceinline__ void exponentiate(float (&s)[kMTiles][kNTiles][4],
+                                               const float (&ref)[kMTiles][2],
+                                               const float (&rescale)[kMTiles][2],
+                                               float scale_log2) {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll

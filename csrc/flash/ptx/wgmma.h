@@ -109,11 +109,7 @@ template <int kN, bool kBf16, int kTransA, int kTransB>
 FLASHATTN_CU_DEVICE void wgmma_ss(float (&d)[kN / 8][4], uint64_t desc_a, uint64_t desc_b,
                                   int scale_d) {
 #if FLASHATTN_CU_SM90A
-  static_assert(kN == 32 || kN == 64 || kN == 128 || kN == 256, "generated N (gen_wgmma.py)");
-  if constexpr (kN == 32) wgmma_ss_m64n32k16<kBf16, kTransA, kTransB>(d, desc_a, desc_b, scale_d);
-  if constexpr (kN == 64) wgmma_ss_m64n64k16<kBf16, kTransA, kTransB>(d, desc_a, desc_b, scale_d);
-  if constexpr (kN == 128) wgmma_ss_m64n128k16<kBf16, kTransA, kTransB>(d, desc_a, desc_b, scale_d);
-  if constexpr (kN == 256) wgmma_ss_m64n256k16<kBf16, kTransA, kTransB>(d, desc_a, desc_b, scale_d);
+  wgmma_ss_n<kN, kBf16, kTransA, kTransB>(d, desc_a, desc_b, scale_d);  // N: gen_wgmma.py's NS
 #else
   unsupported_arch();
 #endif
@@ -124,11 +120,7 @@ template <int kN, bool kBf16, int kTransB>
 FLASHATTN_CU_DEVICE void wgmma_rs(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t desc_b,
                                   int scale_d) {
 #if FLASHATTN_CU_SM90A
-  static_assert(kN == 32 || kN == 64 || kN == 128 || kN == 256, "generated N (gen_wgmma.py)");
-  if constexpr (kN == 32) wgmma_rs_m64n32k16<kBf16, kTransB>(d, a, desc_b, scale_d);
-  if constexpr (kN == 64) wgmma_rs_m64n64k16<kBf16, kTransB>(d, a, desc_b, scale_d);
-  if constexpr (kN == 128) wgmma_rs_m64n128k16<kBf16, kTransB>(d, a, desc_b, scale_d);
-  if constexpr (kN == 256) wgmma_rs_m64n256k16<kBf16, kTransB>(d, a, desc_b, scale_d);
+  wgmma_rs_n<kN, kBf16, kTransB>(d, a, desc_b, scale_d);
 #else
   unsupported_arch();
 #endif

@@ -4,12 +4,37 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "flashattn_cu/flashattn_cu.h"
 
 namespace flashattn_cu::sm90 {
 
 template <typename Element, int kHeadDim>
 Status run_bwd(const BwdParams& params, cudaStream_t stream);
+
+// Forward (fwd_tile_sm90(d).supported head dims), for calls with fwd_tma_ok(params).
+template <typename Element, int kHeadDim>
+Status run_fwd(const FwdParams& params, cudaStream_t stream);
+
+// Whether the sm90 forward's TMA maps can describe this call's q, k and v (fwd_launch.h): keys
+// to read (a varlen call with its total_k), and every stride that is stepped positive and below
+// the maps' 2^40 bytes. The other calls run the sm80 forward, which has no such bounds.
+inline bool fwd_tma_ok(const FwdParams& p) {
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  if (p.seqlen_k <= 0 || (varlen && (p.total_k <= 0 || p.total_q <= 0))) return false;
+  if (p.q == nullptr || p.k == nullptr || p.v == nullptr) return false;
+  const int64_t q_rows = varlen ? p.total_q : p.seqlen_q, k_rows = varlen ? p.total_k : p.seqlen_k;
+  const int batch = varlen ? 1 : p.batch;
+  auto ok = [](int64_t extent, int64_t stride) {
+    return extent == 1 || (stride > 0 && stride < (int64_t{1} << 39));
+  };
+  return ok(q_rows, p.q_row_stride) && ok(p.num_heads, p.q_head_stride) &&
+         ok(batch, p.q_batch_stride) && ok(k_rows, p.k_row_stride) &&
+         ok(p.num_heads_k, p.k_head_stride) && ok(batch, p.k_batch_stride) &&
+         ok(k_rows, p.v_row_stride) && ok(p.num_heads_k, p.v_head_stride) &&
+         ok(batch, p.v_batch_stride);
+}
 
 // Test hook (sm90/selftest.cu): copies a rows x cols 16-bit matrix (row stride in elements, a
 // multiple of 8; pointers 128-byte aligned) through TMA loads and stores.

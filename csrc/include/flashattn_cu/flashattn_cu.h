@@ -87,6 +87,9 @@ struct AttnParams {
   const int* cu_seqlens_q = nullptr;
   const int* cu_seqlens_k = nullptr;
   int total_q = 0;  // rows of q and o with cu_seqlens_q
+  // Rows of k and v with cu_seqlens_k. Optional: 0 (unknown) runs the forward on the sm80
+  // kernels, whose loads need no bound on the tensor (the sm90 forward's TMA maps do).
+  int total_k = 0;
   // Optional, fwd() only (batch int32 in device memory): entry b attends to its first
   // seqused_k[b] keys (at most its length), padded or varlen.
   const int* seqused_k = nullptr;

@@ -1,0 +1,203 @@
+// Configuration sweep for the sm90a forward kernel (sm90/fwd_kernel.h), torch-free: times
+// several (kBlockM, kBlockN, stages, ping-pong) instances on flash_attn's benchmark shapes (bf16,
+// 16k tokens, hidden 2048) with CUDA events (median of 20) and prints TFLOP/s, each instance's
+// output first checked against the sm80 kernel's on the same inputs. Build and run (device):
+//   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 \
+//        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
+//        benchmarks/tune/tune_fwd90.cu csrc/flash/tma_host.cu -o /tmp/tune_fwd90 && /tmp/tune_fwd90
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "sm80/fwd_kernel.h"
+#include "sm90/fwd_launch.h"
+
+namespace fa = flashattn_cu;
+
+namespace flashattn_cu {
+Status cuda_status(cudaError_t err) {
+  return err == cudaSuccess ? Status::kSuccess : Status::kLaunchFailed;
+}
+}  // namespace flashattn_cu
+
+#define CHECK(x)                                                                          \
+  do {                                                                                    \
+    cudaError_t e = (x);                                                                  \
+    if (e != cudaSuccess) {                                                               \
+      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+__global__ void fill_random(__nv_bfloat16* x, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 16;
+    h *= 0x7feb352du;
+    h ^= h >> 15;
+    h *= 0x846ca68bu;
+    h ^= h >> 16;
+    x[i] = __float2bfloat16((h & 0xffff) / 32768.f - 1.f);
+  }
+}
+
+__global__ void max_abs_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n,
+                             float* out) {
+  float m = 0.f;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const float d = fabsf(__bfloat162float(a[i]) - __bfloat162float(b[i]));
+    m = d != d ? INFINITY : fmaxf(m, d);  // NaN counts as infinitely wrong
+  }
+  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));  // non-negative floats order as ints
+}
+
+template <typename Fn>
+float median_ms(const Fn& fn, int reps) {
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int i = 0; i < reps + 3; ++i) {
+    CHECK(cudaEventRecord(a));
+    fn();
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0.f;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (i >= 3) t.push_back(ms);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// The static-variant instance of one sm90 configuration (no other variant is compiled here).
+template <typename Traits>
+fa::Status run_sm90(const fa::FwdParams& p) {
+  fa::sm90::FwdTmaParams tp;
+  tp.kp = fa::make_fwd_kernel_params(p);
+  fa::Status st = fa::sm90::encode_rows_map(&tp.q_map, p.dtype, p.q, p.head_dim, p.seqlen_q,
+                                            p.num_heads, p.batch, p.q_row_stride,
+                                            p.q_head_stride, p.q_batch_stride, Traits::kBlockM);
+  if (st == fa::Status::kSuccess) {
+    st = fa::sm90::encode_rows_map(&tp.k_map, p.dtype, p.k, p.head_dim, p.seqlen_k,
+                                   p.num_heads_k, p.batch, p.k_row_stride, p.k_head_stride,
+                                   p.k_batch_stride, Traits::kBlockN);
+  }
+  if (st == fa::Status::kSuccess) {
+    st = fa::sm90::encode_rows_map(&tp.v_map, p.dtype, p.v, p.head_dim, p.seqlen_k,
+                                   p.num_heads_k, p.batch, p.v_row_stride, p.v_head_stride,
+                                   p.v_batch_stride, Traits::kBlockN);
+  }
+  if (st != fa::Status::kSuccess) return st;
+  return fa::launch_tiles<fa::sm90::fwd_kernel<__nv_bfloat16, Traits, fa::kStaticVariant>>(
+      fa::query_tile_count(fa::ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads),
+      Traits::kNThreads, Traits::kSmemBytes, 0, tp);
+}
+
+template <int kHeadDim>
+fa::Status run_sm80(const fa::FwdParams& p) {
+  constexpr fa::FwdTile t = fa::fwd_tile_sm80(kHeadDim, false);
+  using Traits = fa::sm80::FwdTraits<kHeadDim, t.block_m, t.block_n, t.warps, t.unpredicated_bulk_loads>;
+  const fa::FwdKernelParams kp = fa::make_fwd_kernel_params(p);
+  return fa::launch_tiles<fa::sm80::fwd_kernel<__nv_bfloat16, Traits, fa::kStaticVariant>>(
+      fa::query_tile_count(fa::ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads),
+      Traits::kNThreads, Traits::kSmemBytes, 0, kp);
+}
+
+struct Buffers {
+  __nv_bfloat16 *q, *k, *v, *o, *o_ref;
+  float *lse, *diff;
+};
+
+fa::FwdParams make_params(const Buffers& b, int d, int seqlen, bool causal) {
+  fa::FwdParams p;
+  p.batch = 16384 / seqlen;
+  p.num_heads = p.num_heads_k = 2048 / d;
+  p.seqlen_q = p.seqlen_k = seqlen;
+  p.head_dim = d;
+  p.q = b.q;
+  p.k = b.k;
+  p.v = b.v;
+  p.o = b.o;
+  p.lse = b.lse;
+  const int64_t row = static_cast<int64_t>(p.num_heads) * d;
+  p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = row;
+  p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = d;
+  p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = row * seqlen;
+  p.softmax_scale = 1.f / std::sqrt(static_cast<float>(d));
+  p.is_causal = causal;
+  p.dtype = fa::DType::kBFloat16;
+  return p;
+}
+
+template <int kHeadDim, typename Traits>
+void sweep(const char* name, const Buffers& b) {
+  const size_t n = 16384ull * 2048;
+  for (int causal = 0; causal < 2; ++causal) {
+    for (int seqlen : {1024, 4096, 8192, 16384}) {
+      fa::FwdParams p = make_params(b, kHeadDim, seqlen, causal);
+      p.o = b.o_ref;
+      if (run_sm80<kHeadDim>(p) != fa::Status::kSuccess) std::printf("sm80 launch failed\n");
+      p.o = b.o;
+      CHECK(cudaMemset(b.o, 0xff, n * 2));  // NaN poison
+      const fa::Status st = run_sm90<Traits>(p);
+      CHECK(cudaDeviceSynchronize());
+      if (st != fa::Status::kSuccess) {
+        std::printf("%-26s d=%3d s=%5d c=%d: launch failed (%d)\n", name, kHeadDim, seqlen, causal,
+                    static_cast<int>(st));
+        continue;
+      }
+      CHECK(cudaMemset(b.diff, 0, 4));
+      max_abs_diff<<<264, 256>>>(b.o, b.o_ref, n, b.diff);
+      float diff = 0.f;
+      CHECK(cudaMemcpy(&diff, b.diff, 4, cudaMemcpyDeviceToHost));
+      const float ms = median_ms([&] { run_sm90<Traits>(p); }, 20);
+      const float ms80 = median_ms([&] { run_sm80<kHeadDim>(p); }, 10);
+      const double flops = 4.0 * p.batch * p.num_heads * double(seqlen) * seqlen * kHeadDim /
+                           (causal ? 2 : 1);
+      std::printf("%-26s d=%3d s=%5d c=%d: %6.1f TFLOP/s (sm80 %6.1f)  max|diff| %.2e%s\n", name,
+                  kHeadDim, seqlen, causal, flops / ms * 1e-9, flops / ms80 * 1e-9, diff,
+                  diff < 2e-2 ? "" : "  WRONG");
+      std::fflush(stdout);
+    }
+  }
+}
+
+int main(int argc, char** argv) {
+  const char* only = argc > 1 ? argv[1] : "";
+  const size_t n = 16384ull * 2048;
+  Buffers b;
+  CHECK(cudaMalloc(&b.q, n * 2));
+  CHECK(cudaMalloc(&b.k, n * 2));
+  CHECK(cudaMalloc(&b.v, n * 2));
+  CHECK(cudaMalloc(&b.o, n * 2));
+  CHECK(cudaMalloc(&b.o_ref, n * 2));
+  CHECK(cudaMalloc(&b.lse, 16384ull * 64 * 4));
+  CHECK(cudaMalloc(&b.diff, 4));
+  fill_random<<<1024, 256>>>(b.q, n, 1);
+  fill_random<<<1024, 256>>>(b.k, n, 2);
+  fill_random<<<1024, 256>>>(b.v, n, 3);
+  CHECK(cudaDeviceSynchronize());
+  using fa::sm90::FwdTraits;
+  auto want = [&](int d) { return only[0] == 0 || std::atoi(only) == d; };
+  if (want(128)) {
+    sweep<128, FwdTraits<128, 128, 128, 2, true>>("128x128 s2 pingpong", b);
+    sweep<128, FwdTraits<128, 128, 128, 2, false>>("128x128 s2", b);
+    sweep<128, FwdTraits<128, 128, 176, 2, true>>("128x176 s2 pingpong", b);
+    sweep<128, FwdTraits<128, 128, 128, 3, true>>("128x128 s3 pingpong", b);
+  }
+  if (want(64)) {
+    sweep<64, FwdTraits<64, 128, 128, 2, true>>("128x128 s2 pingpong", b);
+    sweep<64, FwdTraits<64, 128, 128, 4, true>>("128x128 s4 pingpong", b);
+    sweep<64, FwdTraits<64, 192, 128, 2, false>>("192x128 s2 (3 consumers)", b);
+    sweep<64, FwdTraits<64, 128, 176, 3, true>>("128x176 s3 pingpong", b);
+  }
+  if (want(256)) {
+    sweep<256, FwdTraits<256, 128, 64, 2, true>>("128x64 s2 pingpong", b);
+    sweep<256, FwdTraits<256, 128, 64, 2, false>>("128x64 s2", b);
+    sweep<256, FwdTraits<256, 128, 80, 2, true>>("128x80 s2 pingpong", b);
+  }
+  return 0;
+}
