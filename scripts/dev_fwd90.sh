@@ -36,3 +36,10 @@ if [ -x build/tune_fwd90 ] && [ "${SKIP_TUNE:-0}" != 1 ]; then
     timeout "${TUNE_TIMEOUT:-150}" build/tune_fwd90 ${TUNE_DIMS:-} 2>&1 | tee "$OUT/tune.log"
     echo "tune: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
 fi
+if [ -n "${BENCH_ARGS:-}" ]; then
+    # shellcheck disable=SC2086
+    timeout "${BENCH_TIMEOUT:-240}" python3 benchmarks/bench.py --out-dir "$OUT/bench" $BENCH_ARGS \
+        > "$OUT/bench.log" 2>&1
+    echo "bench: exit $? after $((SECONDS - t0)) s"
+    grep -E "^SUMMARY|^\|" "$OUT/bench.log" | tail -n 60
+fi

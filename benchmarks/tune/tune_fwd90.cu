@@ -6,6 +6,7 @@
 //        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
 //        benchmarks/tune/tune_fwd90.cu csrc/flash/tma_host.cu -o /tmp/tune_fwd90 && /tmp/tune_fwd90
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -72,6 +73,10 @@ float median_ms(const Fn& fn, int reps) {
   return t[t.size() / 2];
 }
 
+int g_sms = 132;  // the device's, set in main
+int g_l2 = 50 << 20;
+bool g_causal_persistent = true;  // fwd_schedule's causal choice (run_fwd: causal_persistent), swept in main
+
 // The static-variant instance of one sm90 configuration (no other variant is compiled here).
 template <typename Traits>
 fa::Status run_sm90(const fa::FwdParams& p) {
@@ -91,9 +96,12 @@ fa::Status run_sm90(const fa::FwdParams& p) {
                                    p.v_batch_stride, Traits::kBlockN);
   }
   if (st != fa::Status::kSuccess) return st;
-  return fa::launch_tiles<fa::sm90::fwd_kernel<__nv_bfloat16, Traits, fa::kStaticVariant>>(
-      fa::query_tile_count(fa::ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads),
-      Traits::kNThreads, Traits::kSmemBytes, 0, tp);
+  const int64_t tiles =
+      fa::query_tile_count(fa::ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
+  const fa::sm90::FwdSchedule sched = fa::sm90::fwd_schedule(p, tiles, g_sms, g_l2, g_causal_persistent);
+  tp.group_heads = sched.group_heads;
+  return fa::launch_kernel<fa::sm90::fwd_kernel<__nv_bfloat16, Traits, fa::kStaticVariant>>(
+      dim3(static_cast<unsigned>(sched.grid)), dim3(Traits::kNThreads), Traits::kSmemBytes, 0, tp);
 }
 
 template <int kHeadDim>
@@ -133,9 +141,9 @@ fa::FwdParams make_params(const Buffers& b, int d, int seqlen, bool causal) {
 }
 
 template <int kHeadDim, typename Traits>
-void sweep(const char* name, const Buffers& b) {
+void sweep(const char* name, const Buffers& b, bool with_non_causal) {
   const size_t n = 16384ull * 2048;
-  for (int causal = 0; causal < 2; ++causal) {
+  for (int causal = with_non_causal ? 0 : 1; causal < 2; ++causal) {
     for (int seqlen : {1024, 4096, 8192, 16384}) {
       fa::FwdParams p = make_params(b, kHeadDim, seqlen, causal);
       p.o = b.o_ref;
@@ -180,24 +188,28 @@ int main(int argc, char** argv) {
   fill_random<<<1024, 256>>>(b.k, n, 2);
   fill_random<<<1024, 256>>>(b.v, n, 3);
   CHECK(cudaDeviceSynchronize());
+  CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
+  CHECK(cudaDeviceGetAttribute(&g_l2, cudaDevAttrL2CacheSize, 0));
   using fa::sm90::FwdTraits;
   auto want = [&](int d) { return only[0] == 0 || std::atoi(only) == d; };
-  if (want(128)) {
-    sweep<128, FwdTraits<128, 128, 128, 2, true>>("128x128 s2 pingpong", b);
-    sweep<128, FwdTraits<128, 128, 128, 2, false>>("128x128 s2", b);
-    sweep<128, FwdTraits<128, 128, 176, 2, true>>("128x176 s2 pingpong", b);
-    sweep<128, FwdTraits<128, 128, 128, 3, true>>("128x128 s3 pingpong", b);
-  }
-  if (want(64)) {
-    sweep<64, FwdTraits<64, 128, 128, 2, true>>("128x128 s2 pingpong", b);
-    sweep<64, FwdTraits<64, 128, 128, 4, true>>("128x128 s4 pingpong", b);
-    sweep<64, FwdTraits<64, 192, 128, 2, false>>("192x128 s2 (3 consumers)", b);
-    sweep<64, FwdTraits<64, 128, 176, 3, true>>("128x176 s3 pingpong", b);
-  }
-  if (want(256)) {
-    sweep<256, FwdTraits<256, 128, 64, 2, true>>("128x64 s2 pingpong", b);
-    sweep<256, FwdTraits<256, 128, 64, 2, false>>("128x64 s2", b);
-    sweep<256, FwdTraits<256, 128, 80, 2, true>>("128x80 s2 pingpong", b);
+  // Non-causal rows are independent of the causal schedule: the second pass (one CTA per causal
+  // tile) shows its causal rows only.
+  for (int pass = 0; pass < 2; ++pass) {
+    g_causal_persistent = pass == 0;
+    std::printf("--- causal schedule: %s\n", pass == 0 ? "persistent, longest first in L2 groups"
+                                                       : "one CTA per tile");
+    if (want(128)) {
+      sweep<128, FwdTraits<128, 128, 176, 2, true>>("128x176 s2 pingpong", b, pass == 0);
+      sweep<128, FwdTraits<128, 128, 128, 2, true>>("128x128 s2 pingpong", b, pass == 0);
+    }
+    if (want(64)) {
+      sweep<64, FwdTraits<64, 192, 128, 2, false>>("192x128 s2 (3 consumers)", b, pass == 0);
+      sweep<64, FwdTraits<64, 128, 128, 2, true>>("128x128 s2 pingpong", b, pass == 0);
+    }
+    if (want(256)) {
+      sweep<256, FwdTraits<256, 128, 80, 2, true>>("128x80 s2 pingpong", b, pass == 0);
+      sweep<256, FwdTraits<256, 128, 64, 2, true>>("128x64 s2 pingpong", b, pass == 0);
+    }
   }
   return 0;
 }

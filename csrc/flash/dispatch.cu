@@ -165,7 +165,7 @@ struct FwdRunner {
   template <typename Element, int kHeadDim>
   Status run() const {
 #if FLASHATTN_CU_HAS_SM90A
-    if constexpr (fwd_tile_sm90(kHeadDim).supported) {
+    if constexpr (fwd_tile_sm90(kHeadDim, false).supported) {
       if (sm90a && sm90::fwd_tma_ok(params)) return sm90::run_fwd<Element, kHeadDim>(params, stream);
     }
 #endif

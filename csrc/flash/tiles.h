@@ -153,13 +153,24 @@ __host__ __device__ constexpr BwdTileSm90 bwd_tile_sm90(int head_dim) {
   return BwdTileSm90{false, false, 0};
 }
 
-// sm90a forward (sm90/fwd_kernel.h): a producer warpgroup (TMA) and kBlockM / 64 consumer
+// sm90a forward (sm90/fwd_kernel.h): a producer warpgroup (TMA) and block_m / 64 consumer
 // warpgroups of 64 query rows, key blocks of block_n in a ring of `stages` K/V buffers. A consumer
-// thread holds O (d / 2 fp32), S (block_n / 2 fp32) and P (block_n / 4 registers): at d = 256,
-// 128 + 32 + 16 with block_n = 64. Shared memory: Q + stages (K + V), d rounded up to 64-column
-// atoms: d = 128: 32 + 2 x 64 = 160 KB; d = 192: 48 + 2 x 72 = 192 KB; d = 256: 64 + 2 x 64 =
-// 192 KB. First choices by this arithmetic (FlashAttention-3's shapes where they fit); measured
-// numbers go to benchmarks/NOTES.md. Head dims without an instance here run the sm80 kernel.
+// thread holds O (d / 2 fp32), S (block_n / 2 fp32) and P (block_n / 4 registers) within its
+// setmaxnreg budget (240 with 2 consumers, 160 with 3). Shared memory: Q + stages (K + V), d
+// rounded up to 64-column atoms, at most 227 KB.
+// Measured on the H200 (benchmarks/tune/tune_fwd90.cu, bf16, 16k tokens, hidden 2048, TFLOP/s
+// non-causal / causal at seqlen 8k; benchmarks/results/tune_fwd90_*_h200.txt):
+//  d = 64 : 192 x 128, 3 consumers: 472 / 435, vs 430 / 409 for 128 x 128 with ping-pong (the
+//           exponentials are as costly as the GEMMs here: a third warpgroup hides more of them).
+//  d = 128: 128 x 176, ping-pong: 659 / 602, vs 617 / 583 (128 x 128), 597 / 526 (no ping-pong),
+//           616 / 567 (3 stages): 208 KB.
+//  d = 256: 128 x 80, ping-pong: 712 / 646, vs 618 / 581 (128 x 64): 224 KB.
+//  d = 96, 192 (not measured yet): 128 x 128 (160 KB) and 128 x 96 (192 KB), ping-pong.
+// `dynamic`: the kernel variants beyond the static one (problem/mask.h: varlen, windows, ALiBi,
+// softcap) hold more live values (window bounds, sequence info, the modifiers); with the tiles
+// above they spill (ptxas, sm_90a: d = 64 168-240 bytes, d = 128 x 176 176-228, d = 256 x 80
+// 72-80), so they take the next narrower tile: 128 x 128 ping-pong at d = 64 and 128, 128 x 64
+// at d = 256 (no spills).
 struct FwdTileSm90 {
   bool supported;
   int block_m;
@@ -167,12 +178,12 @@ struct FwdTileSm90 {
   int stages;
 };
 
-__host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90(int head_dim) {
-  if (head_dim == 64) return FwdTileSm90{true, 128, 128, 2};
+__host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90(int head_dim, bool dynamic) {
+  if (head_dim == 64) return dynamic ? FwdTileSm90{true, 128, 128, 2} : FwdTileSm90{true, 192, 128, 2};
   if (head_dim == 96) return FwdTileSm90{true, 128, 128, 2};
-  if (head_dim == 128) return FwdTileSm90{true, 128, 128, 2};
+  if (head_dim == 128) return dynamic ? FwdTileSm90{true, 128, 128, 2} : FwdTileSm90{true, 128, 176, 2};
   if (head_dim == 192) return FwdTileSm90{true, 128, 96, 2};
-  if (head_dim == 256) return FwdTileSm90{true, 128, 64, 2};
+  if (head_dim == 256) return dynamic ? FwdTileSm90{true, 128, 64, 2} : FwdTileSm90{true, 128, 80, 2};
   return FwdTileSm90{false, 0, 0, 0};
 }
 

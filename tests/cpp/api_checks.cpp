@@ -19,6 +19,7 @@
 #include "head_dims.h"      // round_head_dim(), checked against head_dim_instances()
 #include "bwd/params.h"     // the varlen workspace layout, checked here
 #include "problem/mask.h"  // the mask policy (host/device), checked here near INT_MAX
+#include "problem/scheduler.h"  // the tile orders, checked here to be permutations
 
 namespace {
 
@@ -330,6 +331,50 @@ int main() {
     std::sort(slots.begin(), slots.end());
     for (size_t i = 1; i < slots.size(); ++i) ws_ok = ws_ok && slots[i - 1].second <= slots[i].first;
     expect(ws_ok, "varlen: workspace slots aligned, disjoint, inside the planes");
+  }
+
+  // Tile orders of the persistent forward (problem/scheduler.h: query_tile_at): every order a
+  // permutation of the (batch, head, query block) tiles; the grouped one longest first inside
+  // each group of heads.
+  {
+    bool perm_ok = true, lpt_ok = true;
+    const int shapes[][4] = {{8, 2, 3, 0}, {8, 2, 3, 4}, {5, 3, 7, 6}, {1, 1, 1, 1}, {16, 1, 16, 3},
+                             {3, 4, 5, 20}, {64, 2, 16, 32}};
+    for (const auto& sh : shapes) {
+      const int num_m = sh[0], batch = sh[1], heads = sh[2], group = sh[3];
+      const int tiles = num_m * batch * heads;
+      std::vector<int> seen(tiles, 0);
+      int prev_group = -1, prev_m = 0;
+      for (int i = 0; i < tiles; ++i) {
+        const flashattn_cu::QueryTile t =
+            flashattn_cu::query_tile_at(i, num_m, heads, group, batch * heads);
+        const int bh = t.batch * heads + t.head;
+        if (t.m_block < 0 || t.m_block >= num_m || t.batch < 0 || t.batch >= batch ||
+            t.head < 0 || t.head >= heads) {
+          perm_ok = false;
+          break;
+        }
+        ++seen[bh * num_m + t.m_block];
+        if (group > 0) {
+          const int g = bh / group;
+          if (g == prev_group && t.m_block > prev_m) lpt_ok = false;
+          if (g < prev_group) lpt_ok = false;
+          prev_group = g;
+          prev_m = t.m_block;
+        }
+      }
+      for (int c : seen) perm_ok = perm_ok && c == 1;
+    }
+    // cta_tile_index: the CTAs' walks together visit every tile once.
+    for (int tiles : {1, 131, 132, 133, 2048, 2731}) {
+      std::vector<int> seen(tiles, 0);
+      for (int c = 0; c < 132; ++c) {
+        for (int k = 0, i = c; i < tiles; i = flashattn_cu::cta_tile_index(++k, c, 132)) ++seen[i];
+      }
+      for (int n : seen) perm_ok = perm_ok && n == 1;
+    }
+    expect(perm_ok, "tile orders: every (batch, head, query block) exactly once");
+    expect(lpt_ok, "grouped tile order: longest first inside each group of heads");
   }
 
   // Workspace sizing: the lse/D rows, plus the fp32 dQ accumulator unless deterministic.

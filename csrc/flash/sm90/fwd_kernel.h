@@ -1,26 +1,31 @@
 // FlashAttention forward on Hopper (sm_90a): TMA loads into an mbarrier ring, warp
-// specialization, warpgroup MMA.
+// specialization, warpgroup MMA, a persistent grid.
 //
-// One thread block owns kBlockM query rows of one (batch, head), in kConsumers + 1 warpgroups:
+// A CTA walks query tiles (kBlockM rows of one (batch, head)) in the scheduler's order
+// (problem/scheduler.h: query_tile_at), one CTA per SM (persistent) when the tiles cost the same,
+// else one tile per CTA so the hardware hands the next tile to whichever SM is free (causal,
+// varlen), in kConsumers + 1 warpgroups:
 //  * the producer (warpgroup 0) gives its registers back (setmaxnreg) and one elected thread
-//    issues every load: Q once, then the K and V tiles of each visited key block, last block
-//    first (the masked boundary blocks come first, then the unmasked bulk), into a ring of
-//    kStages buffers; a buffer's "full" mbarrier completes when its bytes have landed, its
-//    "empty" one when every consumer warp is done reading it;
-//  * each consumer warpgroup owns 64 query rows and keeps their O (64 x d fp32) and their online
-//    softmax state in registers:
+//    issues every load: per tile Q (once the consumers are done with the previous tile's Q),
+//    then the K and V tiles of each visited key block, last block first (the masked boundary
+//    blocks first, then the unmasked bulk), into a ring of kStages buffers that runs on across
+//    tiles, so the next tile's first loads overlap this tile's last steps and epilogue; a
+//    buffer's "full" mbarrier completes when its bytes have landed, its "empty" one when every
+//    consumer warp is done reading it;
+//  * each consumer warpgroup owns 64 query rows of the tile and keeps their O (64 x d fp32) and
+//    their online softmax state in registers:
 //      S_i = Q K_i^T            wgmma SS (Q and K K-major in sw128 tiles)
 //      O  += P_{i-1} V_{i-1}     wgmma RS, issued right behind S_i: P_{i-1} (16-bit) is the A
 //                                operand straight from registers, V MN-major
 //      softmax of S_i            while the P V product runs on the tensor cores
 //      wait for P V, rescale O by the new row max, pack P_i for the next step.
-//    The accumulator layout of S is the A-fragment layout of P (ptx/wgmma.h), so P never
-//    leaves the registers, and every score tile of a warp is the mma.sync layout of its 16
-//    rows: the mask, the score modifiers and the online softmax are the problem layer's and
-//    common/softmax.h's, as in the sm80 kernel.
-//  * epilogue: O / l in 16-bit into the warpgroup's own rows of the Q tile (its last S GEMM has
-//    completed; the other warpgroup reads only its own rows), then coalesced 16-byte stores;
-//    LSE and the row statistics as the sm80 kernel writes them.
+//    With two consumers they also take turns issuing (ping-pong), so one's softmax overlaps
+//    the other's GEMMs. The accumulator layout of S is the A-fragment layout of P
+//    (ptx/wgmma.h), so P never leaves the registers, and every score tile of a warp is the
+//    mma.sync layout of its 16 rows: the mask, the score modifiers and the online softmax are
+//    the problem layer's and common/softmax.h's, as in the sm80 kernel;
+//  * epilogue: O / l straight from the registers as 16-bit pairs (shared memory is already
+//    the next tile's), LSE and the row statistics as the sm80 kernel writes them.
 // Loads address the tensors through TMA maps (d, rows, heads, batch) (fwd_launch.h): rows past
 // the tensor are zero-filled; rows past a varlen entry belong to the next entry and are masked
 // like the padded tail (keys) or never stored (queries).
@@ -55,6 +60,7 @@ struct FwdTmaParams {
   CUtensorMap k_map;  // 64 columns x kBlockN rows
   CUtensorMap v_map;
   FwdKernelParams kp;
+  int group_heads;  // the tile order (problem/scheduler.h: query_tile_at); 0: query_tile's
 };
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true>
@@ -80,13 +86,14 @@ struct FwdTraits {
   static constexpr uint32_t kOffK = kOffQ + kQBytes;
   static constexpr uint32_t kOffV = kOffK + kStages * kKVBytes;
   static constexpr uint32_t kOffBarriers = kOffV + kStages * kKVBytes;
-  // Barrier indices: Q full, then per stage K full, V full, K empty, V empty.
+  // Barrier indices: Q full, Q empty, then per stage K full, V full, K empty, V empty.
   static constexpr int kBarQFull = 0;
-  static constexpr int kBarKFull = 1;
-  static constexpr int kBarVFull = 1 + kStages;
-  static constexpr int kBarKEmpty = 1 + 2 * kStages;
-  static constexpr int kBarVEmpty = 1 + 3 * kStages;
-  static constexpr int kNumBarriers = 1 + 4 * kStages;
+  static constexpr int kBarQEmpty = 1;
+  static constexpr int kBarKFull = 2;
+  static constexpr int kBarVFull = 2 + kStages;
+  static constexpr int kBarKEmpty = 2 + 2 * kStages;
+  static constexpr int kBarVEmpty = 2 + 3 * kStages;
+  static constexpr int kNumBarriers = 2 + 4 * kStages;
   static constexpr int kSmemBytes = kOffBarriers + 8 * kNumBarriers + 1024;  // + alignment slack
   // Register budgets (setmaxnreg): the producer needs few; the consumers take the rest of the
   // 64K registers (2 consumers: 128 x 24 + 256 x 240; 3: 128 x 32 + 384 x 160).
@@ -100,52 +107,33 @@ struct FwdTraits {
   static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
 };
 
-// The producer: one thread issues Q's load, then K and V of each visited key block, last first.
-template <typename Traits>
-__device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, const SeqInfo& seq,
-                                              int head, int head_k, int m_start,
-                                              const KeyBlocks& blocks, uint32_t s_base) {
-  constexpr int kBlockN = Traits::kBlockN, kStages = Traits::kStages;
-  const uint32_t bars = s_base + Traits::kOffBarriers;
-  // Varlen maps have one batch entry whose rows are all of the entries'.
-  const int q_row0 = (seq.start_q >= 0 ? seq.start_q : 0) + m_start;
-  const int q_batch = seq.start_q >= 0 ? 0 : seq.batch;
-  const int k_row0 = seq.start_k >= 0 ? seq.start_k : 0;
-  const int k_batch = seq.start_k >= 0 ? 0 : seq.batch;
+// What one tile is to both roles: its entry, head, first query row and key blocks. The producer
+// and the consumers derive it the same way, so they walk the same tiles, key blocks and barrier
+// phases.
+struct FwdWork {
+  QueryTile tile;
+  SeqInfo seq;
+  int m_start;
+  KeyBlocks blocks;
+  int num_blocks;  // 0 also for a tile with no rows (skip)
+  bool skip;       // varlen: the query block lies past this entry's length
+};
 
-  ptx::mbarrier_arrive_expect_tx(bars + 8 * Traits::kBarQFull, Traits::kQBytes);
-#pragma unroll
-  for (int a = 0; a < Traits::kAtoms; ++a) {
-    const int32_t c[4] = {a * 64, q_row0, head, q_batch};
-    ptx::tma_load<4>(s_base + Traits::kOffQ + a * Traits::kBlockM * 128, &tp.q_map,
-                     bars + 8 * Traits::kBarQFull, c);
-  }
-#pragma unroll 1
-  for (int i = 0; i < blocks.end - blocks.begin; ++i) {
-    const int n = blocks.end - 1 - i, stage = i % kStages;
-    const uint32_t parity = ((i / kStages) & 1) ^ 1;  // a fresh barrier's previous phase is done
-    const uint32_t k_full = bars + 8 * (Traits::kBarKFull + stage);
-    const uint32_t v_full = bars + 8 * (Traits::kBarVFull + stage);
-    ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKEmpty + stage), parity);
-    ptx::mbarrier_arrive_expect_tx(k_full, Traits::kKVBytes);
-#pragma unroll
-    for (int a = 0; a < Traits::kAtoms; ++a) {
-      const int32_t c[4] = {a * 64, k_row0 + n * kBlockN, head_k, k_batch};
-      ptx::tma_load<4>(s_base + Traits::kOffK + stage * Traits::kKVBytes + a * kBlockN * 128,
-                       &tp.k_map, k_full, c);
-    }
-    ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVEmpty + stage), parity);
-    ptx::mbarrier_arrive_expect_tx(v_full, Traits::kKVBytes);
-#pragma unroll
-    for (int a = 0; a < Traits::kAtoms; ++a) {
-      const int32_t c[4] = {a * 64, k_row0 + n * kBlockN, head_k, k_batch};
-      ptx::tma_load<4>(s_base + Traits::kOffV + stage * Traits::kKVBytes + a * kBlockN * 128,
-                       &tp.v_map, v_full, c);
-    }
-  }
+template <bool kDynamic, int kBlockM, int kBlockN>
+__device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, int index, int num_m,
+                                            int group_heads) {
+  FwdWork w;
+  w.tile = query_tile_at(index, num_m, p.num_heads, group_heads, p.batch * p.num_heads);
+  w.seq = seq_info<kDynamic>(p, w.tile.batch);
+  w.m_start = w.tile.m_block * kBlockM;
+  w.skip = w.m_start >= w.seq.seqlen_q;
+  w.blocks = mask_of<kDynamic>(w.seq, p).template key_blocks<kBlockM, kBlockN>(w.m_start);
+  w.num_blocks = w.skip ? 0 : w.blocks.end - w.blocks.begin;
+  return w;
 }
 
-// Where step i of the key-block walk reads its K/V buffer, and the phase parity it waits for.
+// Where step i of the CTA's key-block walk (counted over all its tiles) reads its K/V buffer,
+// and the phase parity it waits for.
 template <typename Traits>
 struct RingSlot {
   int stage;
@@ -154,79 +142,88 @@ struct RingSlot {
       : stage(i % Traits::kStages), parity((i / Traits::kStages) & 1) {}
 };
 
-template <typename Element, typename Traits, int kVariant>
-__device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw) {
+// The producer: one thread issues, tile after tile, Q's load (once the consumers are done with
+// the last tile's Q), then K and V of each visited key block, last first, into the ring.
+template <typename Traits, bool kDynamic>
+__device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s_base, int num_m,
+                                              int num_tiles) {
+  constexpr int kBlockN = Traits::kBlockN;
+  const FwdParams& p = tp.kp.p;
+  const uint32_t bars = s_base + Traits::kOffBarriers;
+  const int group = p.num_heads / p.num_heads_k;
+  int ring = 0;           // key-block steps so far
+  uint32_t q_parity = 0;  // tiles with key blocks so far, mod 2
+#pragma unroll 1
+  for (int k = 0, index = blockIdx.x; index < num_tiles;
+       index = cta_tile_index(++k, blockIdx.x, gridDim.x)) {
+    const FwdWork w = fwd_work<kDynamic, Traits::kBlockM, kBlockN>(p, index, num_m, tp.group_heads);
+    if (w.num_blocks <= 0) continue;  // the consumers wait for nothing either
+    // Varlen maps have one batch entry whose rows are all of the entries'.
+    const int q_row0 = (w.seq.start_q >= 0 ? w.seq.start_q : 0) + w.m_start;
+    const int q_batch = w.seq.start_q >= 0 ? 0 : w.seq.batch;
+    const int k_row0 = w.seq.start_k >= 0 ? w.seq.start_k : 0;
+    const int k_batch = w.seq.start_k >= 0 ? 0 : w.seq.batch;
+    const int head_k = w.tile.head / group;
+
+    ptx::mbarrier_wait_parity(bars + 8 * Traits::kBarQEmpty, q_parity ^ 1);
+    ptx::mbarrier_arrive_expect_tx(bars + 8 * Traits::kBarQFull, Traits::kQBytes);
+#pragma unroll
+    for (int a = 0; a < Traits::kAtoms; ++a) {
+      const int32_t c[4] = {a * 64, q_row0, w.tile.head, q_batch};
+      ptx::tma_load<4>(s_base + Traits::kOffQ + a * Traits::kBlockM * 128, &tp.q_map,
+                       bars + 8 * Traits::kBarQFull, c);
+    }
+#pragma unroll 1
+    for (int i = 0; i < w.num_blocks; ++i) {
+      const int n = w.blocks.end - 1 - i;
+      const RingSlot<Traits> slot(ring + i);
+      const uint32_t parity = slot.parity ^ 1;  // a fresh barrier's previous phase is complete
+      const uint32_t k_full = bars + 8 * (Traits::kBarKFull + slot.stage);
+      const uint32_t v_full = bars + 8 * (Traits::kBarVFull + slot.stage);
+      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKEmpty + slot.stage), parity);
+      ptx::mbarrier_arrive_expect_tx(k_full, Traits::kKVBytes);
+#pragma unroll
+      for (int a = 0; a < Traits::kAtoms; ++a) {
+        const int32_t c[4] = {a * 64, k_row0 + n * kBlockN, head_k, k_batch};
+        ptx::tma_load<4>(s_base + Traits::kOffK + slot.stage * Traits::kKVBytes + a * kBlockN * 128,
+                         &tp.k_map, k_full, c);
+      }
+      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVEmpty + slot.stage), parity);
+      ptx::mbarrier_arrive_expect_tx(v_full, Traits::kKVBytes);
+#pragma unroll
+      for (int a = 0; a < Traits::kAtoms; ++a) {
+        const int32_t c[4] = {a * 64, k_row0 + n * kBlockN, head_k, k_batch};
+        ptx::tma_load<4>(s_base + Traits::kOffV + slot.stage * Traits::kKVBytes + a * kBlockN * 128,
+                         &tp.v_map, v_full, c);
+      }
+    }
+    ring += w.num_blocks;
+    q_parity ^= 1;
+  }
+}
+
+// One consumer warpgroup's work on one tile: its 64 query rows against the tile's key blocks,
+// then the epilogue. `ring` / `q_parity`: the CTA's key-block steps and Q phases so far.
+template <typename Element, typename Traits, int kVariant, typename Turns>
+__device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const FwdWork& w,
+                                             uint32_t s_base, int consumer, int ring,
+                                             uint32_t q_parity, const Turns& turns) {
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim, kDTiles = Traits::kDTiles;
-  const FwdKernelParams& kp = tp.kp;
   const FwdParams& p = kp.p;
-
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = warp / 4;
-  const QueryTile tile = query_tile(ceil_div(p.seqlen_q, kBlockM), p.num_heads);
-  const SeqInfo seq = seq_info<kDynamic>(p, tile.batch);
-  const int head = tile.head;
-  const int m_start = tile.m_block * kBlockM;
-  if (m_start >= seq.seqlen_q) return;  // varlen: a query block past this entry's length
-  const KeyBlocks blocks =
-      mask_of<kDynamic>(seq, p).template key_blocks<kBlockM, kBlockN>(m_start);
-  const int num_blocks = blocks.end - blocks.begin;
-
-  const uint32_t s_base = (ptx::smem_u32(smem_raw) + 1023u) & ~1023u;  // sw128 atoms
-  char* smem = smem_raw + (s_base - ptx::smem_u32(smem_raw));
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int head = w.tile.head, batch = w.tile.batch, m_start = w.m_start;
+  const int warp_row0 = consumer * 64 + (warp % 4) * 16;  // this warp's 16 rows in the tile
   const uint32_t bars = s_base + Traits::kOffBarriers;
-  if (tid == 0) {
-    ptx::mbarrier_init(bars + 8 * Traits::kBarQFull, 1);
-#pragma unroll
-    for (int s = 0; s < Traits::kStages; ++s) {
-      ptx::mbarrier_init(bars + 8 * (Traits::kBarKFull + s), 1);
-      ptx::mbarrier_init(bars + 8 * (Traits::kBarVFull + s), 1);
-      ptx::mbarrier_init(bars + 8 * (Traits::kBarKEmpty + s), 4 * Traits::kConsumers);
-      ptx::mbarrier_init(bars + 8 * (Traits::kBarVEmpty + s), 4 * Traits::kConsumers);
-    }
-    ptx::fence_mbarrier_init();
-  }
-  __syncthreads();  // the last barrier of all warpgroups: the roles split here
-
-  if (wg == 0) {
-    ptx::setmaxnreg_dec<Traits::kProducerRegs>();
-    if (warp == 0 && num_blocks > 0 && ptx::elect_one_sync()) {
-      produce_tiles<Traits>(tp, seq, head, head / (p.num_heads / p.num_heads_k), m_start, blocks,
-                            s_base);
-    }
-    return;
-  }
-  ptx::setmaxnreg_inc<Traits::kConsumerRegs>();
-
-  const int consumer = wg - 1;                          // query rows consumer * 64 .. of the block
-  const int warp_row0 = consumer * 64 + (warp % 4) * 16;  // this warp's 16 rows
   const uint32_t sQ = s_base + Traits::kOffQ;
   auto k_tile = [&](int stage) { return s_base + Traits::kOffK + stage * Traits::kKVBytes; };
   auto v_tile = [&](int stage) { return s_base + Traits::kOffV + stage * Traits::kKVBytes; };
   // One arrival per consumer warp releases a buffer (its warpgroup's wgmmas reading it are done).
   auto release = [&](int bar) {
     if (lane == 0) ptx::mbarrier_arrive(bars + 8 * bar);
-  };
-  // Ping-pong turns (Traits::kPingPong): a consumer waits for its turn before issuing a step's
-  // GEMMs and hands the turn to the other one right after. Consumer 0 starts; both walk the
-  // same key blocks, so they take the same number of turns; consumer 1's last hand-over is
-  // left out (nobody waits for it).
-  auto turn_begin = [&]() {
-    if constexpr (Traits::kPingPong) {
-      ptx::named_barrier_sync(consumer == 0 ? ptx::NamedBarrier::kPingPong0
-                                            : ptx::NamedBarrier::kPingPong1, 256);
-    }
-  };
-  auto turn_end = [&](bool last) {
-    if constexpr (Traits::kPingPong) {
-      if (consumer == 0) {
-        ptx::named_barrier_arrive(ptx::NamedBarrier::kPingPong1, 256);
-      } else if (!last) {
-        ptx::named_barrier_arrive(ptx::NamedBarrier::kPingPong0, 256);
-      }
-    }
   };
 
   float acc_o[1][kDTiles][4];
@@ -237,7 +234,7 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   OnlineSoftmax<1> softmax;
   softmax.init();
 
-  if (num_blocks > 0) {
+  if (w.num_blocks > 0) {
     const float scale_log2 = kp.score.scale_log2;
     float acc_s[1][Traits::kNTiles][4];
     uint32_t p16[kBlockN / 16][4];  // P of the previous step, the A operand of O += P V
@@ -261,10 +258,9 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
     };
     // Score modifiers, then the element mask on the boundary blocks only (problem/mask.h).
     auto score_tile = [&](int n) {
-      apply_score_mods<kVariant>(acc_s, kp, tile.batch, head, m_start + warp_row0, n * kBlockN,
-                                 lane);
-      if (n >= blocks.unmasked_end || n < blocks.unmasked_begin) {
-        mask_of<kDynamic>(seq_info<kDynamic>(p, tile.batch), p)
+      apply_score_mods<kVariant>(acc_s, kp, batch, head, m_start + warp_row0, n * kBlockN, lane);
+      if (n >= w.blocks.unmasked_end || n < w.blocks.unmasked_begin) {
+        mask_of<kDynamic>(seq_info<kDynamic>(p, batch), p)
             .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
       }
     };
@@ -279,39 +275,38 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
     };
 
     float ref[1][2], rescale[1][2];
-    if (Traits::kPingPong && consumer == 1) {
-      ptx::named_barrier_arrive(ptx::NamedBarrier::kPingPong0, 256);  // consumer 0 goes first
-    }
-    ptx::mbarrier_wait_parity(bars + 8 * Traits::kBarQFull, 0);
+    ptx::mbarrier_wait_parity(bars + 8 * Traits::kBarQFull, q_parity);
     {  // Step 0: S_0 alone (O is still 0, nothing to rescale).
-      const RingSlot<Traits> slot(0);
+      const RingSlot<Traits> slot(ring);
       ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);
-      turn_begin();
+      turns.begin();
       ptx::wgmma_fence();
       issue_s(slot.stage);
-      turn_end(false);
+      turns.end();
       ptx::wgmma_wait<0>();
       ptx::fence_operand(acc_s[0]);
       release(Traits::kBarKEmpty + slot.stage);
-      score_tile(blocks.end - 1);
+      if (w.num_blocks == 1) release(Traits::kBarQEmpty);  // the tile's last S has landed
+      score_tile(w.blocks.end - 1);
       softmax.new_max(acc_s, scale_log2, ref, rescale);
       softmax.exponentiate(acc_s, ref, rescale, scale_log2);
       pack_p();
     }
 #pragma unroll 1
-    for (int i = 1; i < num_blocks; ++i) {
-      const RingSlot<Traits> slot(i), prev(i - 1);
+    for (int i = 1; i < w.num_blocks; ++i) {
+      const RingSlot<Traits> slot(ring + i), prev(ring + i - 1);
       ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);
       ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + prev.stage), prev.parity);
-      turn_begin();
+      turns.begin();
       ptx::wgmma_fence();
       issue_s(slot.stage);
       issue_pv(prev.stage);
-      turn_end(false);
+      turns.end();
       ptx::wgmma_wait<1>();  // S_i has landed; P_{i-1} V_{i-1} may still run
       ptx::fence_operand(acc_s[0]);
       release(Traits::kBarKEmpty + slot.stage);
-      score_tile(blocks.end - 1 - i);
+      if (i == w.num_blocks - 1) release(Traits::kBarQEmpty);
+      score_tile(w.blocks.end - 1 - i);
       softmax.new_max(acc_s, scale_log2, ref, rescale);
       softmax.exponentiate(acc_s, ref, rescale, scale_log2);
       ptx::wgmma_wait<0>();  // P_{i-1} V_{i-1} done: O and P's registers are free again
@@ -321,59 +316,131 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
       pack_p();
     }
     {  // The last block's P V.
-      const RingSlot<Traits> last(num_blocks - 1);
+      const RingSlot<Traits> last(ring + w.num_blocks - 1);
       ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + last.stage), last.parity);
-      turn_begin();
+      turns.begin();
       ptx::wgmma_fence();
       issue_pv(last.stage);
-      turn_end(true);
+      turns.end();
       ptx::wgmma_wait<0>();
       ptx::fence_operand(acc_o[0]);
       release(Traits::kBarVEmpty + last.stage);
     }
   }
 
-  // Epilogue.
+  // Epilogue, straight from the registers (the next tile's Q may already be landing in shared
+  // memory): O / l as 16-bit pairs, LSE and the row statistics as the sm80 kernel writes them.
   const int g = lane / 4, t = lane % 4;
-  const int rows_q = min(kBlockM, seq.seqlen_q - m_start);
-  const int64_t row0 = seq.lse_row0(head, p.num_heads, p.seqlen_q, p.total_q) + m_start;
+  const int rows_q = min(kBlockM, w.seq.seqlen_q - m_start);
+  const int64_t row0 = w.seq.lse_row0(head, p.num_heads, p.seqlen_q, p.total_q) + m_start;
   float inv_l[1][2], row_lse[1][2];
   RowStats row_stats[1][2];
   softmax.finalize(kp.score.score_scale, inv_l, row_lse, row_stats);
+  Element* o = static_cast<Element*>(p.o) + w.seq.q_offset(p.o_batch_stride, p.o_row_stride) +
+               head * p.o_head_stride + m_start * p.o_row_stride;
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int row = warp_row0 + g + hr * 8;
-    if (t == 0 && row < rows_q) {
+    if (row >= rows_q) continue;
+    if (t == 0) {
       p.lse[row0 + row] = row_lse[0][hr];
       if (p.softmax_stats != nullptr) {
         reinterpret_cast<float2*>(p.softmax_stats)[row0 + row] =
             make_float2(row_stats[0][hr].row_max, row_stats[0][hr].log2_sum);
       }
     }
+    Element* o_row = o + row * p.o_row_stride + 2 * t;
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt) {
-      const uint32_t packed = Ops::pack(acc_o[0][dt][hr * 2] * inv_l[0][hr],
-                                        acc_o[0][dt][hr * 2 + 1] * inv_l[0][hr]);
-      *reinterpret_cast<uint32_t*>(smem + Traits::kOffQ + ptx::sw128_offset<kBlockM>(row, dt) +
-                                   t * 4) = packed;
+      if (dt * 8 + 2 * t < p.head_dim) {
+        *reinterpret_cast<uint32_t*>(o_row + dt * 8) = Ops::pack(
+            acc_o[0][dt][hr * 2] * inv_l[0][hr], acc_o[0][dt][hr * 2 + 1] * inv_l[0][hr]);
+      }
     }
   }
-  ptx::named_barrier_sync(
-      static_cast<ptx::NamedBarrier>(static_cast<int>(ptx::NamedBarrier::kWarpgroup0) + consumer),
-      128);
-  Element* o = static_cast<Element*>(p.o) + seq.q_offset(p.o_batch_stride, p.o_row_stride) +
-               head * p.o_head_stride + m_start * p.o_row_stride;
-  constexpr int kChunks = Traits::kChunks;
+}
+
+// Ping-pong turns (Traits::kPingPong): a consumer waits for its turn before issuing a step's
+// GEMMs and hands the turn to the other right after. Consumer 1 hands consumer 0 the first turn
+// at the start; both walk the same tiles and key blocks, so they take the same number of turns,
+// and consumer 0 takes consumer 1's last hand-over at the end (finish), which leaves no barrier
+// arrival pending.
+template <bool kEnabled>
+struct PingPong {
+  int consumer;
+  __device__ __forceinline__ void start() const {
+    if (kEnabled && consumer == 1) ptx::named_barrier_arrive(ptx::NamedBarrier::kPingPong0, 256);
+  }
+  __device__ __forceinline__ void begin() const {
+    if constexpr (kEnabled) {
+      ptx::named_barrier_sync(consumer == 0 ? ptx::NamedBarrier::kPingPong0
+                                            : ptx::NamedBarrier::kPingPong1, 256);
+    }
+  }
+  __device__ __forceinline__ void end() const {
+    if constexpr (kEnabled) {
+      ptx::named_barrier_arrive(consumer == 0 ? ptx::NamedBarrier::kPingPong1
+                                              : ptx::NamedBarrier::kPingPong0, 256);
+    }
+  }
+  __device__ __forceinline__ void finish() const {
+    if (kEnabled && consumer == 0) ptx::named_barrier_sync(ptx::NamedBarrier::kPingPong0, 256);
+  }
+};
+
+// The CTA walks its tiles (problem/scheduler.h: cta_tile_index, query_tile_at), the producer
+// ahead of the consumers: persistent with a grid of one CTA
+// per SM, one tile per CTA with a grid of every tile (fwd_launch.h says when).
+template <typename Element, typename Traits, int kVariant>
+__device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw) {
+  constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
+  const FwdParams& p = tp.kp.p;
+  const int tid = threadIdx.x, warp = tid / 32, wg = warp / 4;
+  const int num_m = ceil_div(p.seqlen_q, Traits::kBlockM);
+  const int num_tiles = static_cast<int>(query_tile_count(num_m, p.batch, p.num_heads));
+
+  const uint32_t s_base = (ptx::smem_u32(smem_raw) + 1023u) & ~1023u;  // sw128 atoms
+  const uint32_t bars = s_base + Traits::kOffBarriers;
+  if (tid == 0) {
+    ptx::mbarrier_init(bars + 8 * Traits::kBarQFull, 1);
+    ptx::mbarrier_init(bars + 8 * Traits::kBarQEmpty, 4 * Traits::kConsumers);
 #pragma unroll
-  for (int i = 0; i < ceil_div(64 * kChunks, 128); ++i) {
-    const int idx = tid % 128 + i * 128;
-    if ((64 * kChunks) % 128 != 0 && idx >= 64 * kChunks) break;
-    const int r = consumer * 64 + idx / kChunks, c = idx % kChunks;
-    if (r < rows_q && c * 8 < p.head_dim) {
-      *reinterpret_cast<uint4*>(o + r * p.o_row_stride + c * 8) =
-          *reinterpret_cast<const uint4*>(smem + Traits::kOffQ + ptx::sw128_offset<kBlockM>(r, c));
+    for (int s = 0; s < Traits::kStages; ++s) {
+      ptx::mbarrier_init(bars + 8 * (Traits::kBarKFull + s), 1);
+      ptx::mbarrier_init(bars + 8 * (Traits::kBarVFull + s), 1);
+      ptx::mbarrier_init(bars + 8 * (Traits::kBarKEmpty + s), 4 * Traits::kConsumers);
+      ptx::mbarrier_init(bars + 8 * (Traits::kBarVEmpty + s), 4 * Traits::kConsumers);
+    }
+    ptx::fence_mbarrier_init();
+  }
+  __syncthreads();  // the last barrier of all warpgroups: the roles split here
+
+  if (wg == 0) {
+    ptx::setmaxnreg_dec<Traits::kProducerRegs>();
+    if (warp == 0 && ptx::elect_one_sync()) {
+      produce_tiles<Traits, kDynamic>(tp, s_base, num_m, num_tiles);
+    }
+    return;
+  }
+  ptx::setmaxnreg_inc<Traits::kConsumerRegs>();
+  const int consumer = wg - 1;  // query rows consumer * 64 .. of each tile
+  const PingPong<Traits::kPingPong> turns{consumer};
+  turns.start();
+  int ring = 0;
+  uint32_t q_parity = 0;
+#pragma unroll 1
+  for (int k = 0, index = blockIdx.x; index < num_tiles;
+       index = cta_tile_index(++k, blockIdx.x, gridDim.x)) {
+    const FwdWork w =
+        fwd_work<kDynamic, Traits::kBlockM, Traits::kBlockN>(p, index, num_m, tp.group_heads);
+    if (w.skip) continue;
+    consume_tile<Element, Traits, kVariant>(tp.kp, w, s_base, consumer, ring, q_parity, turns);
+    if (w.num_blocks > 0) {
+      ring += w.num_blocks;
+      q_parity ^= 1;
     }
   }
+  turns.finish();
 }
 
 template <typename Element, typename Traits, int kVariant>

@@ -1,6 +1,8 @@
 // Host side of the sm90a forward: the TMA maps of q, k and v, the grid, the launch.
 #pragma once
 
+#include <climits>
+
 #include <cuda.h>
 
 #include "../launch.h"
@@ -31,32 +33,77 @@ inline Status encode_rows_map(CUtensorMap* map, DType dtype, const void* base, i
   return encode_tensor_map(map, dtype, 4, base, dims, bytes, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
+// How a call's tiles are spread (fwd_kernel.h walks tiles blockIdx.x, + gridDim.x, ...).
+struct FwdSchedule {
+  int64_t grid;     // CTAs
+  int group_heads;  // query_tile_at's order (problem/scheduler.h)
+};
+
+// Persistent (one CTA per SM: the next tile's loads run behind this one's last steps and
+// epilogue) when every tile costs the same. Causal tiles cost from one key block to all of them:
+// a persistent grid walks them longest first in groups of heads whose K and V fit half the L2
+// (problem/scheduler.h), which wins where tiles are short and the per-CTA start is a large part
+// of each (measured, tune_fwd90_v3_snake_h200.txt, TFLOP/s persistent / one CTA per tile: d = 128
+// at 1k 363 / 330, 4k 543 / 514, 8k 554 / 564, 16k 545 / 620; d = 64 at 1k 254 / 209, 4k 413 /
+// 370, 8k 418 / 437; d = 256 at 1k 324 / 364), and loses to the hardware's greedy hand-out of one
+// CTA per tile on long rows, where a static walk leaves some CTAs the heavier tiles. Varlen tiles
+// get one CTA each too.
+inline bool causal_persistent(const FwdParams& p) { return p.head_dim <= 128 && p.seqlen_k <= 4096; }
+
+inline FwdSchedule fwd_schedule(const FwdParams& p, int64_t tiles, int sms, int64_t l2_bytes,
+                                bool causal_persistent) {
+  if (dynamic_seqlens(p) || (p.is_causal && !causal_persistent) || tiles <= sms) {
+    return FwdSchedule{tiles, 0};
+  }
+  if (!p.is_causal) return FwdSchedule{sms, 0};
+  // K and V of one query head's (batch, kv head): 4 bytes per key and column, shared by the
+  // query heads of its group.
+  const int64_t kv_bytes = static_cast<int64_t>(p.seqlen_k) * p.head_dim * 4;
+  int64_t heads = kv_bytes > 0 ? l2_bytes / 2 / kv_bytes * (p.num_heads / p.num_heads_k) : 1;
+  const int64_t total = static_cast<int64_t>(p.batch) * p.num_heads;
+  heads = heads < 1 ? 1 : heads > total ? total : heads;
+  return FwdSchedule{sms, static_cast<int>(heads)};
+}
+
 template <typename Element, int kHeadDim>
 Status run_fwd(const FwdParams& p, cudaStream_t stream) {
-  constexpr FwdTileSm90 tile = fwd_tile_sm90(kHeadDim);
-  static_assert(tile.supported, "no sm90 forward tile for this head dim");
-  using Traits = FwdTraits<kHeadDim, tile.block_m, tile.block_n, tile.stages>;
-  FwdTmaParams tp;
-  tp.kp = make_fwd_kernel_params(p);
+  static_assert(fwd_tile_sm90(kHeadDim, false).supported, "no sm90 forward tile for this head dim");
+  int device = 0, sms = 0, l2_bytes = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device);
+  if (err != cudaSuccess) return cuda_status(err);
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int64_t q_rows = varlen ? p.total_q : p.seqlen_q;
   const int64_t k_rows = varlen ? p.total_k : p.seqlen_k;
   const int batch = varlen ? 1 : p.batch;
-  Status st = encode_rows_map(&tp.q_map, p.dtype, p.q, p.head_dim, q_rows, p.num_heads, batch,
-                              p.q_row_stride, p.q_head_stride, p.q_batch_stride, Traits::kBlockM);
-  if (st == Status::kSuccess) {
-    st = encode_rows_map(&tp.k_map, p.dtype, p.k, p.head_dim, k_rows, p.num_heads_k, batch,
-                         p.k_row_stride, p.k_head_stride, p.k_batch_stride, Traits::kBlockN);
-  }
-  if (st == Status::kSuccess) {
-    st = encode_rows_map(&tp.v_map, p.dtype, p.v, p.head_dim, k_rows, p.num_heads_k, batch,
-                         p.v_row_stride, p.v_head_stride, p.v_batch_stride, Traits::kBlockN);
-  }
-  if (st != Status::kSuccess) return st;
   return with_variant(kernel_variant(p), [&](auto variant) {
-    return launch_tiles<fwd_kernel<Element, Traits, decltype(variant)::value>>(
-        query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads),
-        Traits::kNThreads, Traits::kSmemBytes, stream, tp);
+    constexpr int kVariant = decltype(variant)::value;
+    constexpr FwdTileSm90 tile = fwd_tile_sm90(kHeadDim, variant_dynamic(kVariant));
+    using Traits = FwdTraits<kHeadDim, tile.block_m, tile.block_n, tile.stages>;
+    FwdTmaParams tp;
+    tp.kp = make_fwd_kernel_params(p);
+    Status st = encode_rows_map(&tp.q_map, p.dtype, p.q, p.head_dim, q_rows, p.num_heads, batch,
+                                p.q_row_stride, p.q_head_stride, p.q_batch_stride,
+                                Traits::kBlockM);
+    if (st == Status::kSuccess) {
+      st = encode_rows_map(&tp.k_map, p.dtype, p.k, p.head_dim, k_rows, p.num_heads_k, batch,
+                           p.k_row_stride, p.k_head_stride, p.k_batch_stride, Traits::kBlockN);
+    }
+    if (st == Status::kSuccess) {
+      st = encode_rows_map(&tp.v_map, p.dtype, p.v, p.head_dim, k_rows, p.num_heads_k, batch,
+                           p.v_row_stride, p.v_head_stride, p.v_batch_stride, Traits::kBlockN);
+    }
+    if (st != Status::kSuccess) return st;
+    const int64_t tiles = query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch,
+                                           p.num_heads);
+    if (tiles == 0) return Status::kSuccess;
+    if (tiles > INT_MAX - sms) return Status::kInvalidArgument;  // cta_tile_index stays in int
+    const FwdSchedule schedule = fwd_schedule(p, tiles, sms, l2_bytes, causal_persistent(p));
+    tp.group_heads = schedule.group_heads;
+    return launch_kernel<fwd_kernel<Element, Traits, kVariant>>(
+        dim3(static_cast<unsigned>(schedule.grid)), dim3(Traits::kNThreads), Traits::kSmemBytes,
+        stream, tp);
   });
 }
 

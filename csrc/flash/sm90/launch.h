@@ -13,7 +13,7 @@ namespace flashattn_cu::sm90 {
 template <typename Element, int kHeadDim>
 Status run_bwd(const BwdParams& params, cudaStream_t stream);
 
-// Forward (fwd_tile_sm90(d).supported head dims), for calls with fwd_tma_ok(params).
+// Forward (fwd_tile_sm90(d, false).supported head dims), for calls with fwd_tma_ok(params).
 template <typename Element, int kHeadDim>
 Status run_fwd(const FwdParams& params, cudaStream_t stream);
 
