@@ -1,0 +1,166 @@
+// Dropout on score tiles, for every kernel: the keep mask of common/philox.h evaluated one
+// Philox call per 8 elements of a row-major tile (forward, dQ kernel) and one per 4 of a
+// transposed tile (backward main kernels), with the same element map, so every path drops the
+// same elements (tests/cpp/api_checks.cpp compares both tile forms with dropout_keep for every
+// lane).
+//
+// Where the mask enters (flash_attn's semantics, P the undropped probabilities, M the mask,
+// rp = 1 / (1 - p)):
+//   forward:   O = (P o M) V * rp / l: the row statistics and the LSE are of the undropped P,
+//              dropped elements leave only the P V product, rp joins 1 / l in the epilogue;
+//   backward:  dV = rp (P o M)^T dO (the mask on P's A operand, rp in the epilogue),
+//              dP' = M o (dO V^T) * rp (the gradient reaching P), dS = P o (dP' - D) with
+//              D = rowsum(dO o O) as without dropout (rowsum(dP' o P) = rowsum(dO o O)).
+// Tiles are mma C fragments (problem/mask.h): s[mt][nt][hr * 2 + e] is row (row0 + mt * 16 + g +
+// hr * 8), key (col0 + nt * 8 + 2t + e); transposed s[nt][hr * 2 + e] is key (key0 + g + hr * 8),
+// query (query0 + nt * 8 + 2t + e); g = lane / 4, t = lane % 4; row0, col0, key0, query0 are
+// multiples of 16.
+#pragma once
+
+#include <cstdint>
+
+#include "flashattn_cu/flashattn_cu.h"
+
+#include "../common/philox.h"
+
+namespace flashattn_cu {
+
+// The host-built constants of a call's dropout (FwdKernelParams::dropout,
+// BwdKernelParams::dropout).
+struct DropoutScale {
+  uint32_t keep_threshold;  // common/philox.h; 65536 without dropout
+  float rp;                 // 1 / (1 - dropout_p): the kept elements' scale
+};
+
+inline DropoutScale dropout_scale_of(const AttnParams& p) {
+  DropoutScale d;
+  d.keep_threshold = dropout_keep_threshold(p.dropout_p);
+  d.rp = 1.f / (1.f - p.dropout_p);
+  return d;
+}
+
+// The seed and offset of a call, read when the kernel runs (CUDA graphs: the pointers are the
+// generator's, the values change between replays; AttnParams::philox_*).
+template <typename Params>
+__host__ __device__ __forceinline__ PhiloxState philox_state_of(const Params& p) {
+  PhiloxState s;
+  s.seed = p.philox_seed_ptr != nullptr ? *p.philox_seed_ptr : p.philox_seed;
+  s.offset = (p.philox_offset_ptr != nullptr ? *p.philox_offset_ptr : 0) + p.philox_offset;
+  return s;
+}
+
+// The mask of one (batch entry, query head): its Philox key and counter stream.
+struct Dropout {
+  uint32_t seed_lo, seed_hi;
+  uint32_t stream_lo, stream_hi;
+  uint32_t keep_threshold;
+
+  __host__ __device__ __forceinline__ PhiloxOut call(uint32_t key_word, uint32_t row_word) const {
+    return philox4x32_10(key_word, row_word, stream_lo, stream_hi, seed_lo, seed_hi);
+  }
+
+  // f(score, kept) on every element of a row-major tile: one call per 16-row tile and 16 keys
+  // (8 elements of this lane: word e * 2 + hr, half nt % 2).
+  template <int kMTiles, int kNTiles, typename F>
+  __host__ __device__ __forceinline__ void for_each(float (&s)[kMTiles][kNTiles][4], int row0,
+                                                    int col0, int lane, const F& f) const {
+    static_assert(kNTiles % 2 == 0, "whole 16-key blocks");
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int kk = 0; kk < kNTiles / 2; ++kk) {
+        const PhiloxOut r = call(dropout_key_word(col0 + kk * 16 + 2 * t),
+                                 dropout_row_word(row0 + mt * 16 + g));
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const uint32_t number = (r.w[e * 2 + hr] >> (16 * h)) & 0xffffu;
+              f(s[mt][2 * kk + h][hr * 2 + e], number < keep_threshold);
+            }
+      }
+  }
+
+  // The same on one 16-row tile held as s[kNTiles][4] (the dQ kernel's dP).
+  template <int kNTiles, typename F>
+  __host__ __device__ __forceinline__ void for_each(float (&s)[kNTiles][4], int row0, int col0,
+                                                    int lane, const F& f) const {
+    for_each(*reinterpret_cast<float(*)[1][kNTiles][4]>(&s), row0, col0, lane, f);
+  }
+
+  // Keep bits of a transposed tile: bit nt * 4 + hr * 2 + e of bits[] (32 per word). Two calls
+  // per 16 queries (one per query parity e), each giving this lane 4 of its 8 numbers (word
+  // (g % 2) * 2 + nt % 2, half hr).
+  template <int kQTiles>
+  __host__ __device__ __forceinline__ void keep_bits_transposed(
+      uint32_t (&bits)[(kQTiles * 4 + 31) / 32], int key0, int query0, int lane) const {
+    static_assert(kQTiles % 2 == 0, "whole 16-query blocks");
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < (kQTiles * 4 + 31) / 32; ++i) bits[i] = 0u;
+#pragma unroll
+    for (int kk = 0; kk < kQTiles / 2; ++kk)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const PhiloxOut r = call(dropout_key_word(key0 + g),
+                                 dropout_row_word(query0 + kk * 16 + 2 * t + e));
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const uint32_t number = (r.w[(g % 2) * 2 + h] >> (16 * hr)) & 0xffffu;
+            const int bit = (2 * kk + h) * 4 + hr * 2 + e;
+            if (number < keep_threshold) bits[bit / 32] |= 1u << (bit % 32);
+          }
+      }
+  }
+};
+
+// The mask of (entry `batch`, query head `head`) for a kernel (KP: FwdKernelParams or
+// BwdKernelParams), its random state read now.
+template <typename KP>
+__host__ __device__ __forceinline__ Dropout dropout_of(const KP& kp, int batch, int head) {
+  const PhiloxState st = philox_state_of(kp.p);
+  const uint64_t stream =
+      st.offset + static_cast<uint64_t>(batch) * static_cast<uint64_t>(kp.p.num_heads) +
+      static_cast<uint64_t>(head);
+  Dropout d;
+  d.seed_lo = static_cast<uint32_t>(st.seed);
+  d.seed_hi = static_cast<uint32_t>(st.seed >> 32);
+  d.stream_lo = static_cast<uint32_t>(stream);
+  d.stream_hi = static_cast<uint32_t>(stream >> 32);
+  d.keep_threshold = kp.dropout.keep_threshold;
+  return d;
+}
+
+// Transposed tile x <- kept ? x * rp : 0 (dP^T -> the gradient reaching P^T).
+template <int kQTiles>
+__device__ __forceinline__ void apply_keep_bits(float (&x)[kQTiles][4],
+                                                const uint32_t (&bits)[(kQTiles * 4 + 31) / 32],
+                                                float rp) {
+#pragma unroll
+  for (int nt = 0; nt < kQTiles; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int bit = nt * 4 + i;
+      x[nt][i] = (bits[bit / 32] >> (bit % 32)) & 1u ? x[nt][i] * rp : 0.f;
+    }
+}
+
+// A 16-bit A fragment of k-step kk (C tiles 2kk, 2kk + 1, common/bwd_math.h: pack_a_frag) with
+// its dropped elements zeroed: a[j] holds tile 2kk + j / 2, row half j % 2, elements e = 0, 1.
+template <int kWords>
+__device__ __forceinline__ void drop_a_frag(uint32_t (&a)[4], const uint32_t (&bits)[kWords],
+                                            int kk) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int bit = (2 * kk + j / 2) * 4 + (j % 2) * 2;
+    const uint32_t two = (bits[bit / 32] >> (bit % 32)) & 3u;
+    a[j] &= ((two & 1u) * 0x0000ffffu) | ((two >> 1) * 0xffff0000u);
+  }
+}
+
+}  // namespace flashattn_cu
