@@ -13,8 +13,8 @@ as in flash_attn; a key_padding_mask with padding tokens given to MultiheadAtten
 the interface's function of flash_attn's name if it has one, and raise NotImplementedError naming
 the feature while it does not; so they follow the interface as it grows, with no change here.
 The same holds for dropout (in training mode), window_size and alibi_slopes: the modules pass
-them on and the interface raises NotImplementedError for what it does not implement. Inputs are validated by the
-functions (dtype, device, shapes); the modules check only their own arguments.
+them on and the interface raises NotImplementedError for what it does not implement. Inputs are
+validated by the functions (dtype, device, shapes); the modules check only their own arguments.
 """
 
 import torch

@@ -726,7 +726,8 @@ TORCH_LIBRARY(flashattn_cu, m) {
   m.def(
       "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left=-1, "
       "int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0, float dropout_p=0.0, "
-      "bool return_softmax=False, Generator? gen=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+      "bool return_softmax=False, Generator? gen=None) -> "
+      "(Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
       "float softmax_scale, bool causal, bool deterministic, Tensor? softmax_stats=None, "

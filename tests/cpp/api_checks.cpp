@@ -231,15 +231,17 @@ int main() {
       const uint64_t stream = c.offset + static_cast<uint64_t>(c.batch) * 8 + c.head;
       for (int lane = 0; lane < 32; ++lane) {
         const int g = lane / 4, t = lane % 4;
-        float s[2][8][4];  // 32 rows x 64 keys
-        for (auto& a : s) for (auto& b : a) for (float& x : b) x = 1.f;
-        d.for_each(s, c.row0, c.col0, lane, [](float& x, bool keep) { x = keep ? 1.f : 0.f; });
+        uint32_t row_bits[2];  // 32 rows x 64 keys
+        d.keep_bits<2, 8>(row_bits, c.row0, c.col0, lane);
         for (int mt = 0; mt < 2; ++mt)
           for (int nt = 0; nt < 8; ++nt)
             for (int i = 0; i < 4; ++i) {
-              const int row = c.row0 + mt * 16 + g + (i / 2) * 8, key = c.col0 + nt * 8 + 2 * t + i % 2;
-              const bool want = flashattn_cu::dropout_keep(c.seed, stream, row, key, threshold);
-              rows_ok = rows_ok && (s[mt][nt][i] == 1.f) == want;
+              const int row = c.row0 + mt * 16 + g + (i / 2) * 8;
+              const int key = c.col0 + nt * 8 + 2 * t + i % 2;
+              const int bit = (mt * 8 + nt) * 4 + i;
+              const bool got = (row_bits[bit / 32] >> (bit % 32)) & 1u;
+              rows_ok = rows_ok &&
+                        got == flashattn_cu::dropout_keep(c.seed, stream, row, key, threshold);
             }
         uint32_t bits[2];  // 16 keys x 128 queries
         d.keep_bits_transposed<16>(bits, c.col0, c.row0, lane);

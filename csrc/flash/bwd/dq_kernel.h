@@ -204,10 +204,10 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
     // Dropout (problem/dropout.h): dP becomes the gradient reaching the undropped P,
     // M o dP / (1 - p).
     if constexpr (variant_dropout(kVariant)) {
-      const float rp = kp.dropout.rp;
+      uint32_t keep[keep_words(kNTiles * 4)];
       dropout_of(kp, tile.batch, head)
-          .for_each(acc_dp, m_start + warp * 16, n * kBlockN, lane,
-                    [rp](float& x, bool kept) { x = kept ? x * rp : 0.f; });
+          .template keep_bits<1, kNTiles>(keep, m_start + warp * 16, n * kBlockN, lane);
+      apply_keep_bits(acc_dp, keep, kp.dropout.rp);
     }
     // P and dS = P (dP - D), in acc_dp; with softcap times 1 - t^2 (problem/score_mod.h), t
     // recovered from P less ALiBi's bias.

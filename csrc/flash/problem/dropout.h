@@ -49,6 +49,9 @@ __host__ __device__ __forceinline__ PhiloxState philox_state_of(const Params& p)
   return s;
 }
 
+// 32-bit words of keep bits for a tile of `elements` per lane.
+__host__ __device__ constexpr int keep_words(int elements) { return (elements + 31) / 32; }
+
 // The mask of one (batch entry, query head): its Philox key and counter stream.
 struct Dropout {
   uint32_t seed_lo, seed_hi;
@@ -59,11 +62,12 @@ struct Dropout {
     return philox4x32_10(key_word, row_word, stream_lo, stream_hi, seed_lo, seed_hi);
   }
 
-  // f(score, kept) on every element of a row-major tile: one call per 16-row tile and 16 keys
-  // (8 elements of this lane: word e * 2 + hr, half nt % 2).
+  // f(mt, nt, i, kept) for every element [mt][nt][i] (i = hr * 2 + e) of a row-major tile of
+  // kMTiles x kNTiles C fragments: one call per 16-row tile and 16 keys (8 elements of this
+  // lane: word e * 2 + hr, half nt % 2).
   template <int kMTiles, int kNTiles, typename F>
-  __host__ __device__ __forceinline__ void for_each(float (&s)[kMTiles][kNTiles][4], int row0,
-                                                    int col0, int lane, const F& f) const {
+  __host__ __device__ __forceinline__ void visit_rows(int row0, int col0, int lane,
+                                                      const F& f) const {
     static_assert(kNTiles % 2 == 0, "whole 16-key blocks");
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
@@ -79,16 +83,33 @@ struct Dropout {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const uint32_t number = (r.w[e * 2 + hr] >> (16 * h)) & 0xffffu;
-              f(s[mt][2 * kk + h][hr * 2 + e], number < keep_threshold);
+              f(mt, 2 * kk + h, hr * 2 + e, number < keep_threshold);
             }
       }
   }
 
-  // The same on one 16-row tile held as s[kNTiles][4] (the dQ kernel's dP).
-  template <int kNTiles, typename F>
-  __host__ __device__ __forceinline__ void for_each(float (&s)[kNTiles][4], int row0, int col0,
-                                                    int lane, const F& f) const {
-    for_each(*reinterpret_cast<float(*)[1][kNTiles][4]>(&s), row0, col0, lane, f);
+  // Zeroes the dropped elements of a row-major tile (the forward's P). Applied as they are drawn:
+  // keep bits held from before the tile's GEMM, or drawn into an array first, cost the forward
+  // more registers (measured: d = 64 spills 352-480 bytes instead of 264, d = 128 72-180
+  // instead of 8).
+  template <int kMTiles, int kNTiles>
+  __device__ __forceinline__ void drop(float (&s)[kMTiles][kNTiles][4], int row0, int col0,
+                                       int lane) const {
+    visit_rows<kMTiles, kNTiles>(row0, col0, lane, [&](int mt, int nt, int i, bool kept) {
+      if (!kept) s[mt][nt][i] = 0.f;
+    });
+  }
+
+  // Keep bits of a row-major tile: bit (mt * kNTiles + nt) * 4 + i of bits[] (32 per word).
+  template <int kMTiles, int kNTiles>
+  __host__ __device__ __forceinline__ void keep_bits(
+      uint32_t (&bits)[keep_words(kMTiles * kNTiles * 4)], int row0, int col0, int lane) const {
+#pragma unroll
+    for (int i = 0; i < keep_words(kMTiles * kNTiles * 4); ++i) bits[i] = 0u;
+    visit_rows<kMTiles, kNTiles>(row0, col0, lane, [&](int mt, int nt, int i, bool kept) {
+      const int bit = (mt * kNTiles + nt) * 4 + i;
+      if (kept) bits[bit / 32] |= 1u << (bit % 32);
+    });
   }
 
   // Keep bits of a transposed tile: bit nt * 4 + hr * 2 + e of bits[] (32 per word). Two calls
@@ -96,11 +117,11 @@ struct Dropout {
   // (g % 2) * 2 + nt % 2, half hr).
   template <int kQTiles>
   __host__ __device__ __forceinline__ void keep_bits_transposed(
-      uint32_t (&bits)[(kQTiles * 4 + 31) / 32], int key0, int query0, int lane) const {
+      uint32_t (&bits)[keep_words(kQTiles * 4)], int key0, int query0, int lane) const {
     static_assert(kQTiles % 2 == 0, "whole 16-query blocks");
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
-    for (int i = 0; i < (kQTiles * 4 + 31) / 32; ++i) bits[i] = 0u;
+    for (int i = 0; i < keep_words(kQTiles * 4); ++i) bits[i] = 0u;
 #pragma unroll
     for (int kk = 0; kk < kQTiles / 2; ++kk)
 #pragma unroll
@@ -136,13 +157,14 @@ __host__ __device__ __forceinline__ Dropout dropout_of(const KP& kp, int batch, 
   return d;
 }
 
-// Transposed tile x <- kept ? x * rp : 0 (dP^T -> the gradient reaching P^T).
-template <int kQTiles>
-__device__ __forceinline__ void apply_keep_bits(float (&x)[kQTiles][4],
-                                                const uint32_t (&bits)[(kQTiles * 4 + 31) / 32],
+// x <- kept ? x * rp : 0 on a tile of kTiles C fragments with bits nt * 4 + i (a transposed
+// tile's dP^T, or the dQ kernel's one 16-row dP tile): the gradient reaching the undropped P.
+template <int kTiles>
+__device__ __forceinline__ void apply_keep_bits(float (&x)[kTiles][4],
+                                                const uint32_t (&bits)[keep_words(kTiles * 4)],
                                                 float rp) {
 #pragma unroll
-  for (int nt = 0; nt < kQTiles; ++nt)
+  for (int nt = 0; nt < kTiles; ++nt)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int bit = nt * 4 + i;

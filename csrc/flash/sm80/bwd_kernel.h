@@ -279,6 +279,15 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
       }
     };
 
+    // Dropout (problem/dropout.h): the keep bits of this warp's elements, for dV's operand
+    // (P^T o M) and the gradient reaching P^T (M o dP^T / (1 - p)); drawn before S^T exists, so
+    // the Philox rounds share the registers with dK and dV only.
+    [[maybe_unused]] uint32_t keep[keep_words(kQTiles * 4)];
+    if constexpr (kDropout) {
+      dropout_of(kp, batch, head)
+          .template keep_bits_transposed<kQTiles>(keep, n_start + warp_key0,
+                                                  m * kBlockM + warp_query0, lane);
+    }
     float acc_s[kQTiles][4], acc_dp[kQTiles][4];
     gemm_t(acc_s, k_a_lane, sQs);
     apply_score_mods_transposed<kVariant>(acc_s, kp, batch, head, n_start + warp_key0,
@@ -288,14 +297,6 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
           .apply_transposed(acc_s, n_start + warp_key0, m * kBlockM + warp_query0, lane);
     }
     probs_from_scores(acc_s, s_max, s_log2sum, warp_query0, scale_log2, t);  // P^T, in place
-    // Dropout (problem/dropout.h): the keep bits of this warp's elements, for dV's operand
-    // (P^T o M) and the gradient reaching P^T (M o dP^T / (1 - p)).
-    [[maybe_unused]] uint32_t keep[(kQTiles * 4 + 31) / 32];
-    if constexpr (kDropout) {
-      dropout_of(kp, batch, head)
-          .template keep_bits_transposed<kQTiles>(keep, n_start + warp_key0,
-                                                  m * kBlockM + warp_query0, lane);
-    }
     // The score modifier's factor on dS (problem/score_mod.h), from P^T and the row stats.
     const auto grad = ds_grad_t<kVariant>(
         kp, batch, head, s_max + warp_query0 * 4, s_log2sum + warp_query0 * 4,

@@ -173,10 +173,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
     softmax.update(acc_s, acc_o, scale_log2);
     if constexpr (variant_dropout(kVariant)) {
       // After the row statistics (the LSE is of the undropped P): dropped elements leave P V.
-      dropout_of(kp, tile.batch, head)
-          .for_each(acc_s, m_start + warp_row0, n * kBlockN, lane, [](float& x, bool kept) {
-            if (!kept) x = 0.f;
-          });
+      dropout_of(kp, tile.batch, head).drop(acc_s, m_start + warp_row0, n * kBlockN, lane);
     }
 
     ptx::cp_async_wait<0>();

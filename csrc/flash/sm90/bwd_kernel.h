@@ -147,8 +147,10 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
     }
     probs_from_scores(acc_s, s_max, s_log2sum, 0, scale_log2, t);  // P^T, in place
     // Dropout (problem/dropout.h): the keep bits of this warp's elements, for the gradient
-    // reaching P^T (M o dP^T / (1 - p)) and dV's operand (P^T o M).
-    [[maybe_unused]] uint32_t keep[(kQTiles * 4 + 31) / 32];
+    // reaching P^T (M o dP^T / (1 - p)) and dV's operand (P^T o M). Drawn here, behind the
+    // exponentials (while dP^T runs); drawn while both GEMMs are in flight they spill 208 bytes
+    // instead of 56 (their accumulators are then both allocated).
+    [[maybe_unused]] uint32_t keep[keep_words(kQTiles * 4)];
     if constexpr (variant_dropout(kVariant)) {
       dropout_of(kp, w.batch, head)
           .template keep_bits_transposed<kQTiles>(keep, w.n_start + warp_key0, m * kBlockM, lane);

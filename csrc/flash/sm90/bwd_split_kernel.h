@@ -108,6 +108,11 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
     const char* s_log2sum = smem + Traits::kOffLog2Sum + stage * kBlockM * 4;
     const char* s_d = smem + Traits::kOffD + stage * kBlockM * 4;
 
+    // Dropout (problem/dropout.h): both warpgroups hold the same 64 keys x kBlockM queries, so
+    // each computes the keep bits of its own fragments (while its GEMM runs): warpgroup 0 for
+    // dV's operand (P^T o M, to sP; the undropped P^T goes to sDS for warpgroup 1), warpgroup 1
+    // for the gradient reaching P^T (M o dP^T / (1 - p)).
+    [[maybe_unused]] uint32_t keep[keep_words(kQTiles * 4)];
     // Warpgroup 0: S^T = K Q^T; warpgroup 1: dP^T = V dO^T (A: 64 keys, B: queries, k = d).
     float acc[kQTiles][4];
     {
@@ -120,18 +125,13 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
                                             ks > 0);
       }
       ptx::wgmma_commit();
+      if constexpr (kDropout) {
+        dropout_of(kp, w.batch, head)
+            .template keep_bits_transposed<kQTiles>(keep, w.n_start + warp_key0, m * kBlockM,
+                                                    lane);
+      }
       ptx::wgmma_wait<0>();
       ptx::fence_operand(acc);
-    }
-
-    // Dropout (problem/dropout.h): both warpgroups hold the same 64 keys x kBlockM queries, so
-    // each computes the keep bits of its own fragments: warpgroup 0 for dV's operand (P^T o M,
-    // to sP; the undropped P^T goes to sDS for warpgroup 1), warpgroup 1 for the gradient
-    // reaching P^T (M o dP^T / (1 - p)).
-    [[maybe_unused]] uint32_t keep[(kQTiles * 4 + 31) / 32];
-    if constexpr (kDropout) {
-      dropout_of(kp, w.batch, head)
-          .template keep_bits_transposed<kQTiles>(keep, w.n_start + warp_key0, m * kBlockM, lane);
     }
     if (wg == 0) {
       apply_score_mods_transposed<kVariant>(acc, kp, w.batch, head, w.n_start + warp_key0,
