@@ -648,6 +648,8 @@ FwdResult fwd_varlen_cuda(
   const at::Tensor slopes = set_alibi(p, alibi, q_in, a.batch, s.num_heads);
   p.seqused_k = a.seqused_k.defined() ? a.seqused_k.data_ptr<int>() : nullptr;
   set_dropout(p, dropout_p, d, gen, q);
+  // No key rows at all: the S_dmask kernel sees max_seqlen_k 0 and writes no column.
+  if (a.max_k == 0 && d.s_dmask.numel() > 0) d.s_dmask.zero_();
   check_status(flashattn_cu::fwd(p, c10::cuda::getCurrentCUDAStream()), "fwd_varlen");
   return {out, lse, stats, d.rng_state, d.s_dmask};
 }

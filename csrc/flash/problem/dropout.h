@@ -1,8 +1,8 @@
 // Dropout on score tiles, for every kernel: the keep mask of common/philox.h evaluated one
-// Philox call per 8 elements of a row-major tile (forward, dQ kernel) and one per 4 of a
-// transposed tile (backward main kernels), with the same element map, so every path drops the
-// same elements (tests/cpp/api_checks.cpp compares both tile forms with dropout_keep for every
-// lane).
+// Philox call per 8 elements of a row-major tile (forward, dQ kernel) and of a transposed tile
+// (backward main kernels: lane pairs share their calls through a shuffle), with the same element
+// map, so every path drops the same elements (tests/cpp/api_checks.cpp compares both tile forms
+// with dropout_keep for every lane).
 //
 // Where the mask enters (flash_attn's semantics, P the undropped probabilities, M the mask,
 // rp = 1 / (1 - p)):
@@ -112,31 +112,60 @@ struct Dropout {
     });
   }
 
-  // Keep bits of a transposed tile: bit nt * 4 + hr * 2 + e of bits[] (32 per word). Two calls
-  // per 16 queries (one per query parity e), each giving this lane 4 of its 8 numbers (word
-  // (g % 2) * 2 + nt % 2, half hr).
+  // Keep bits of a transposed tile: bit nt * 4 + hr * 2 + e of bits[] (32 per word). Per 16
+  // queries the lane needs half of each of two calls (query parities e = 0, 1: word (g % 2) * 2 +
+  // nt % 2, half hr), and its partner lane ^ 4 (g ^ 1, same key word) the other half of the
+  // same two calls: each draws the call of e = g % 2 and hands the partner the half it needs,
+  // one call per 8 elements as in the row-major form.
   template <int kQTiles>
   __host__ __device__ __forceinline__ void keep_bits_transposed(
       uint32_t (&bits)[keep_words(kQTiles * 4)], int key0, int query0, int lane) const {
     static_assert(kQTiles % 2 == 0, "whole 16-query blocks");
-    const int g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int i = 0; i < keep_words(kQTiles * 4); ++i) bits[i] = 0u;
 #pragma unroll
-    for (int kk = 0; kk < kQTiles / 2; ++kk)
+    for (int kk = 0; kk < kQTiles / 2; ++kk) {
+      const PhiloxOut own = transposed_call(kk, key0, query0, lane);
+      uint32_t sent[2];
+      transposed_half_for_partner(own, lane, sent);
+      uint32_t got[2];
+#ifdef __CUDA_ARCH__
+      got[0] = __shfl_xor_sync(0xffffffffu, sent[0], 4);
+      got[1] = __shfl_xor_sync(0xffffffffu, sent[1], 4);
+#else
+      // Host (tests/cpp/api_checks.cpp): the partner's call, as the shuffle delivers it.
+      transposed_half_for_partner(transposed_call(kk, key0, query0, lane ^ 4), lane ^ 4, got);
+#endif
+      const int g = lane / 4, e_own = g % 2;
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const PhiloxOut r = call(dropout_key_word(key0 + g),
-                                 dropout_row_word(query0 + kk * 16 + 2 * t + e));
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            const uint32_t number = (r.w[(g % 2) * 2 + h] >> (16 * hr)) & 0xffffu;
-            const int bit = (2 * kk + h) * 4 + hr * 2 + e;
-            if (number < keep_threshold) bits[bit / 32] |= 1u << (bit % 32);
-          }
-      }
+        for (int hr = 0; hr < 2; ++hr) {
+          const uint32_t mine = (own.w[e_own * 2 + h] >> (16 * hr)) & 0xffffu;
+          const uint32_t theirs = (got[h] >> (16 * hr)) & 0xffffu;
+          const int mine_bit = (2 * kk + h) * 4 + hr * 2 + e_own;  // query parity e_own
+          const int theirs_bit = mine_bit + 1 - 2 * e_own;          // the other parity
+          if (mine < keep_threshold) bits[mine_bit / 32] |= 1u << (mine_bit % 32);
+          if (theirs < keep_threshold) bits[theirs_bit / 32] |= 1u << (theirs_bit % 32);
+        }
+    }
+  }
+
+  // The call a lane draws for queries query0 + 16 kk .. of a transposed tile: key word of its
+  // key g, row word of query parity e = g % 2.
+  __host__ __device__ __forceinline__ PhiloxOut transposed_call(int kk, int key0, int query0,
+                                                               int lane) const {
+    const int g = lane / 4, t = lane % 4;
+    return call(dropout_key_word(key0 + g), dropout_row_word(query0 + kk * 16 + 2 * t + g % 2));
+  }
+
+  // The half of a lane's call its partner (g ^ 1) needs: words (g ^ 1) % 2 * 2 + h, h = 0, 1.
+  static __host__ __device__ __forceinline__ void transposed_half_for_partner(const PhiloxOut& own,
+                                                                             int lane,
+                                                                             uint32_t (&out)[2]) {
+    const int partner_odd = ((lane / 4) % 2) ^ 1;
+    out[0] = own.w[partner_odd * 2];
+    out[1] = own.w[partner_odd * 2 + 1];
   }
 };
 

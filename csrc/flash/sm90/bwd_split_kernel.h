@@ -133,6 +133,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
       ptx::wgmma_wait<0>();
       ptx::fence_operand(acc);
     }
+
     if (wg == 0) {
       apply_score_mods_transposed<kVariant>(acc, kp, w.batch, head, w.n_start + warp_key0,
                                             m * kBlockM, lane);
