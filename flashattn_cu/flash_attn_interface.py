@@ -53,37 +53,57 @@ def _empty_like_layout(t):
     return t.new_empty(t.shape)
 
 
+def _round128(n):
+    return (n + 127) // 128 * 128
+
+
+def _dropout_outputs_fake(q, batch, nheads, seqlen_q, seqlen_k, dropout_p, return_softmax):
+    """rng_state int64 (2,) with dropout, else (0,); S_dmask (batch, nheads, seqlen_q and seqlen_k
+    rounded up to 128) or an empty (0,) tensor: dropout_outputs in csrc/torch/flashattn_cu.cpp."""
+    rng_state = q.new_empty((2 if dropout_p > 0 else 0,), dtype=torch.int64)
+    if return_softmax:
+        s_dmask = q.new_empty((batch, nheads, _round128(seqlen_q), _round128(seqlen_k)))
+    else:
+        s_dmask = q.new_empty((0,))
+    return rng_state, s_dmask
+
+
 @torch.library.register_fake("flashattn_cu::fwd")
 def _fwd_fake(q, k, v, softmax_scale, causal, window_left=-1, window_right=-1, alibi_slopes=None,
-              softcap=0.0):
+              softcap=0.0, dropout_p=0.0, return_softmax=False, gen=None):
     batch, seqlen_q, nheads, head_dim = q.shape
     out = _empty_like_layout(q)
     lse = q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
     stats = q.new_empty((batch, nheads, seqlen_q, 2), dtype=torch.float32)
-    return out, lse, stats
+    return (out, lse, stats,
+            *_dropout_outputs_fake(q, batch, nheads, seqlen_q, k.shape[1], dropout_p,
+                                  return_softmax))
 
 
 @torch.library.register_fake("flashattn_cu::bwd")
 def _bwd_fake(dout, q, k, v, out, softmax_lse, softmax_scale, causal, deterministic,
               softmax_stats=None, window_left=-1, window_right=-1, alibi_slopes=None,
-              softcap=0.0):
+              softcap=0.0, dropout_p=0.0, rng_state=None):
     return _empty_like_layout(q), _empty_like_layout(k), _empty_like_layout(v)
 
 
 @torch.library.register_fake("flashattn_cu::fwd_varlen")
 def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k,
                      softmax_scale, causal, window_left=-1, window_right=-1, alibi_slopes=None,
-                     softcap=0.0):
+                     softcap=0.0, dropout_p=0.0, return_softmax=False, gen=None):
     total_q, nheads, _ = q.shape
     lse = q.new_empty((nheads, total_q), dtype=torch.float32)
     stats = q.new_empty((nheads, total_q, 2), dtype=torch.float32)
-    return _empty_like_layout(q), lse, stats
+    return (_empty_like_layout(q), lse, stats,
+            *_dropout_outputs_fake(q, cu_seqlens_q.shape[0] - 1, nheads, max_seqlen_q,
+                                   max_seqlen_k, dropout_p, return_softmax))
 
 
 @torch.library.register_fake("flashattn_cu::bwd_varlen")
 def _bwd_varlen_fake(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                      max_seqlen_k, softmax_scale, causal, deterministic, softmax_stats=None,
-                     window_left=-1, window_right=-1, alibi_slopes=None, softcap=0.0):
+                     window_left=-1, window_right=-1, alibi_slopes=None, softcap=0.0,
+                     dropout_p=0.0, rng_state=None):
     return _empty_like_layout(q), _empty_like_layout(k), _empty_like_layout(v)
 
 
@@ -120,76 +140,87 @@ def _no_double_backward(grads, inputs):
 
 class FlashAttnFunc(torch.autograd.Function):
     """Attention on (batch, seqlen, nheads, headdim) tensors whose head dim is already a multiple
-    of 8 and <= 256. Returns (out, softmax_lse); softmax_lse is not differentiable.
+    of 8 and <= 256. Returns (out, softmax_lse, S_dmask); softmax_lse and S_dmask are not
+    differentiable; S_dmask is an empty tensor unless return_softmax (which needs dropout_p > 0).
 
     The forward saves the per-row statistics the kernel returns besides the LSE (row max and
     log2 of the row sum), from which the backward recomputes the probabilities exactly at any
-    logit magnitude (csrc/include/flashattn_cu/flashattn_cu.h, FwdParams::softmax_stats)."""
+    logit magnitude (csrc/include/flashattn_cu/flashattn_cu.h, FwdParams::softmax_stats), and
+    dropout's rng_state (seed, offset), from which it regenerates the forward's mask."""
 
     @staticmethod
     def forward(ctx, q, k, v, softmax_scale, causal, deterministic, window_left=-1,
-                window_right=-1, alibi_slopes=None, softcap=0.0):
-        out, softmax_lse, softmax_stats = torch.ops.flashattn_cu.fwd(
-            q, k, v, softmax_scale, causal, window_left, window_right, alibi_slopes, softcap
+                window_right=-1, alibi_slopes=None, softcap=0.0, dropout_p=0.0,
+                return_softmax=False):
+        out, softmax_lse, softmax_stats, rng_state, s_dmask = torch.ops.flashattn_cu.fwd(
+            q, k, v, softmax_scale, causal, window_left, window_right, alibi_slopes, softcap,
+            dropout_p, return_softmax,
         )
         ctx.alibi_slopes = alibi_slopes
         ctx.softcap = softcap
-        ctx.save_for_backward(q, k, v, out, softmax_lse, softmax_stats)
+        ctx.dropout_p = dropout_p
+        ctx.save_for_backward(q, k, v, out, softmax_lse, softmax_stats, rng_state)
         ctx.softmax_scale = softmax_scale
         ctx.causal = causal
         ctx.deterministic = deterministic
         ctx.window = (window_left, window_right)
-        ctx.mark_non_differentiable(softmax_lse)
-        return out, softmax_lse
+        ctx.mark_non_differentiable(softmax_lse, s_dmask)
+        return out, softmax_lse, s_dmask
 
     @staticmethod
-    def backward(ctx, dout, _dlse):
-        q, k, v, out, softmax_lse, softmax_stats = ctx.saved_tensors
+    def backward(ctx, dout, _dlse, _ds_dmask):
+        q, k, v, out, softmax_lse, softmax_stats, rng_state = ctx.saved_tensors
         with torch.no_grad():
             # dout may be any layout (out.sum() gives a stride-0 expand); the op copies if it must.
             dq, dk, dv = torch.ops.flashattn_cu.bwd(
                 dout, q, k, v, out, softmax_lse, ctx.softmax_scale, ctx.causal,
                 ctx.deterministic, softmax_stats, *ctx.window, ctx.alibi_slopes, ctx.softcap,
+                ctx.dropout_p, rng_state if ctx.dropout_p > 0 else None,
             )
         dq, dk, dv = _no_double_backward((dq, dk, dv), (dout, q, k, v))
-        return dq, dk, dv, None, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None, None, None
 
 
 class FlashAttnVarlenFunc(torch.autograd.Function):
     """Attention on varlen (total, nheads, headdim) tensors (head dim a multiple of 8, <= 256)
-    with cu_seqlens_q / cu_seqlens_k. Returns (out, softmax_lse (nheads, total_q))."""
+    with cu_seqlens_q / cu_seqlens_k. Returns (out, softmax_lse (nheads, total_q), S_dmask), as
+    FlashAttnFunc."""
 
     @staticmethod
     def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                 softmax_scale, causal, deterministic, window_left=-1, window_right=-1,
-                alibi_slopes=None, softcap=0.0):
-        out, softmax_lse, softmax_stats = torch.ops.flashattn_cu.fwd_varlen(
+                alibi_slopes=None, softcap=0.0, dropout_p=0.0, return_softmax=False):
+        out, softmax_lse, softmax_stats, rng_state, s_dmask = torch.ops.flashattn_cu.fwd_varlen(
             q, k, v, cu_seqlens_q, cu_seqlens_k, None, max_seqlen_q, max_seqlen_k, softmax_scale,
-            causal, window_left, window_right, alibi_slopes, softcap
+            causal, window_left, window_right, alibi_slopes, softcap, dropout_p, return_softmax,
         )
         ctx.alibi_slopes = alibi_slopes
         ctx.softcap = softcap
+        ctx.dropout_p = dropout_p
         ctx.window = (window_left, window_right)
         ctx.save_for_backward(q, k, v, out, softmax_lse, softmax_stats, cu_seqlens_q,
-                              cu_seqlens_k)
+                              cu_seqlens_k, rng_state)
         ctx.max_seqlen_q, ctx.max_seqlen_k = max_seqlen_q, max_seqlen_k
         ctx.softmax_scale = softmax_scale
         ctx.causal = causal
         ctx.deterministic = deterministic
-        ctx.mark_non_differentiable(softmax_lse)
-        return out, softmax_lse
+        ctx.mark_non_differentiable(softmax_lse, s_dmask)
+        return out, softmax_lse, s_dmask
 
     @staticmethod
-    def backward(ctx, dout, _dlse):
-        q, k, v, out, softmax_lse, softmax_stats, cu_seqlens_q, cu_seqlens_k = ctx.saved_tensors
+    def backward(ctx, dout, _dlse, _ds_dmask):
+        (q, k, v, out, softmax_lse, softmax_stats, cu_seqlens_q, cu_seqlens_k,
+         rng_state) = ctx.saved_tensors
         with torch.no_grad():
             dq, dk, dv = torch.ops.flashattn_cu.bwd_varlen(
                 dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, ctx.max_seqlen_q,
                 ctx.max_seqlen_k, ctx.softmax_scale, ctx.causal, ctx.deterministic, softmax_stats,
-                *ctx.window, ctx.alibi_slopes, ctx.softcap,
+                *ctx.window, ctx.alibi_slopes, ctx.softcap, ctx.dropout_p,
+                rng_state if ctx.dropout_p > 0 else None,
             )
         dq, dk, dv = _no_double_backward((dq, dk, dv), (dout, q, k, v))
-        return dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None
+        return (dq, dk, dv, None, None, None, None, None, None, None, None, None, None, None,
+                None, None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,15 +249,28 @@ def _check_softcap(softcap):
     return softcap
 
 
+def _check_dropout(dropout_p):
+    """dropout_p as a float in [0, 1) (the kernels keep each probability with 1 - dropout_p)."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
+        raise TypeError(f"flash_attn_func: dropout_p must be a Python number, got "
+                        f"{type(dropout_p).__name__}")
+    dropout_p = float(dropout_p)
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"flash_attn_func: dropout_p must be a probability in [0, 1), got "
+                         f"{dropout_p}")
+    return dropout_p
+
+
+def _attn_probs(s_dmask, dropout_p):
+    """flash_attn's third return value of return_attn_probs: S_dmask with dropout, else None
+    (flash_attn 2.x up to 2.6; 2.7 and later return an empty tensor there)."""
+    return s_dmask if dropout_p > 0.0 else None
+
+
 def _check_features(dropout_p, window_size, softcap, alibi_slopes):
     """Returns the window as (left, right), -1 for an unbounded side (flash_attn: any negative
     size is unbounded)."""
-    if dropout_p != 0.0:
-        _not_implemented(
-            "dropout", f"dropout_p={dropout_p}",
-            "pass dropout_p=0.0 (as at inference), or use flash_attn / "
-            "torch.nn.functional.scaled_dot_product_attention for attention dropout",
-        )
+    _check_dropout(dropout_p)
     try:
         left, right = window_size
     except (TypeError, ValueError):
@@ -441,7 +485,10 @@ def flash_attn_func(
         q: (batch, seqlen_q, nheads, headdim), float16 or bfloat16, on an sm_80+ GPU.
         k, v: (batch, seqlen_k, nheads_k, headdim); nheads % nheads_k == 0 (GQA/MQA: query head
             i uses kv head i // (nheads // nheads_k)).
-        dropout_p: must be 0.0 (dropout is not implemented).
+        dropout_p: dropout probability in [0, 1) on the attention probabilities (flash_attn's:
+            each is kept with probability 1 - dropout_p and scaled by 1 / (1 - dropout_p); the
+            mask is drawn from torch's CUDA generator, so torch.cuda.manual_seed reproduces it
+            and CUDA graph replays draw new ones). Pass 0.0 at evaluation.
         softmax_scale: defaults to headdim ** -0.5; must be positive and finite.
         causal: causal mask aligned to the bottom-right corner of the attention matrix: query i
             sees keys j <= i + seqlen_k - seqlen_q. A query that sees no key outputs 0.
@@ -456,9 +503,13 @@ def flash_attn_func(
             query i's diagonal key, + slope * j on key j when causal, - slope * |d - j| else).
         deterministic: make the backward pass bitwise reproducible.
         return_attn_probs: also return softmax_lse (batch, nheads, seqlen_q), float32, +inf for
-            rows that see no key, and None in place of the dropout mask.
+            rows that see no key, and S_dmask: with dropout (flash_attn's testing output)
+            (batch, nheads, seqlen_q, seqlen_k rounded up to 128) in q's dtype, the softmax
+            probabilities with dropped elements negated (sign bit set, also on a dropped 0),
+            0 in the padding; None without dropout.
     Returns:
-        out (batch, seqlen_q, nheads, headdim), or (out, softmax_lse, None) if return_attn_probs.
+        out (batch, seqlen_q, nheads, headdim), or (out, softmax_lse, S_dmask) if
+        return_attn_probs.
     """
     window_left, window_right = _check_features(dropout_p, window_size, softcap, alibi_slopes)
     causal = bool(causal) or (window_left < 0 and window_right == 0)
@@ -478,13 +529,15 @@ def flash_attn_func(
     if pad:
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
     alibi_slopes = _check_alibi(alibi_slopes, q.shape[0], q.shape[2], q.device)
-    out, softmax_lse = FlashAttnFunc.apply(q, k, v, softmax_scale, causal, bool(deterministic),
-                                           window_left, window_right, alibi_slopes,
-                                           _check_softcap(softcap))
+    dropout_p = float(dropout_p)
+    out, softmax_lse, s_dmask = FlashAttnFunc.apply(
+        q, k, v, softmax_scale, causal, bool(deterministic), window_left, window_right,
+        alibi_slopes, _check_softcap(softcap), dropout_p, bool(return_attn_probs) and dropout_p > 0,
+    )
     if pad:
         out = out[..., :head_dim]
     if return_attn_probs:
-        return out, softmax_lse, None
+        return out, softmax_lse, _attn_probs(s_dmask, dropout_p)
     return out
 
 
@@ -599,10 +652,12 @@ def flash_attn_varlen_func(
         max_seqlen_q, max_seqlen_k: ints, at least every sequence's length (they size the grid;
             rows past them are not computed, as in flash_attn).
         causal: per sequence, aligned to the bottom-right corner of its own attention matrix.
-        The other arguments as flash_attn_func; block_table (paged KV) is not implemented.
+        The other arguments as flash_attn_func (dropout included); block_table (paged KV) is
+            not implemented.
     Returns:
-        out (total_q, nheads, headdim), or (out, softmax_lse (nheads, total_q), None) if
-        return_attn_probs.
+        out (total_q, nheads, headdim), or (out, softmax_lse (nheads, total_q), S_dmask) if
+        return_attn_probs: S_dmask (batch, nheads, max_seqlen_q, max_seqlen_k rounded up to 128)
+        with dropout, sequence b's rows and keys from 0 of its slab, else None.
     """
     fn = "flash_attn_varlen_func"
     if block_table is not None:
@@ -626,18 +681,17 @@ def flash_attn_varlen_func(
     pad = -head_dim % 8
     if pad:
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
-    out, softmax_lse = FlashAttnVarlenFunc.apply(q, k, v, cu_seqlens_q, cu_seqlens_k,
-                                                 max_seqlen_q, max_seqlen_k, softmax_scale,
-                                                 causal, bool(deterministic), window_left,
-                                                 window_right,
-                                                 _check_alibi(alibi_slopes,
-                                                              cu_seqlens_q.numel() - 1,
-                                                              q.shape[1], q.device),
-                                                 _check_softcap(softcap))
+    dropout_p = float(dropout_p)
+    out, softmax_lse, s_dmask = FlashAttnVarlenFunc.apply(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+        bool(deterministic), window_left, window_right,
+        _check_alibi(alibi_slopes, cu_seqlens_q.numel() - 1, q.shape[1], q.device),
+        _check_softcap(softcap), dropout_p, bool(return_attn_probs) and dropout_p > 0,
+    )
     if pad:
         out = out[..., :head_dim]
     if return_attn_probs:
-        return out, softmax_lse, None
+        return out, softmax_lse, _attn_probs(s_dmask, dropout_p)
     return out
 
 

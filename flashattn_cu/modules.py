@@ -12,9 +12,9 @@ Where a varlen function is needed (cu_seqlens given to FlashSelfAttention / Flas
 as in flash_attn; a key_padding_mask with padding tokens given to MultiheadAttention), they call
 the interface's function of flash_attn's name if it has one, and raise NotImplementedError naming
 the feature while it does not; so they follow the interface as it grows, with no change here.
-The same holds for dropout, window_size and alibi_slopes: the modules pass them on and the
-interface raises NotImplementedError for what it does not implement. Inputs are validated by the
-functions (dtype, device, shapes); the modules check only their own arguments.
+The same holds for dropout (in training mode), window_size and alibi_slopes: the modules pass
+them on and the interface raises NotImplementedError for what it does not implement. Inputs are
+validated by the functions (dtype, device, shapes); the modules check only their own arguments.
 """
 
 import torch
@@ -84,8 +84,8 @@ class FlashSelfAttention(_FlashAttentionModule):
         causal: the default for forward's `causal` (bottom-right aligned, as flash_attn_func).
         softmax_scale: None means headdim ** -0.5.
         attention_dropout: dropout on the attention probabilities, applied in training mode only
-            (`self.drop.p if self.training else 0.0`); flashattn_cu does not implement dropout
-            yet, so p > 0 in training mode raises the interface's NotImplementedError.
+            (`self.drop.p if self.training else 0.0`), in the kernels (flash_attn_func's
+            dropout_p: torch's CUDA generator, so torch.cuda.manual_seed reproduces it).
         window_size, alibi_slopes, deterministic: passed to the function on every call
             (alibi_slopes as float32; it is kept as a non-persistent buffer). Non-default
             window_size and alibi_slopes raise the interface's NotImplementedError.
@@ -229,8 +229,8 @@ class MultiheadAttention(nn.Module):
         num_heads_kv: key/value heads (GQA/MQA), default num_heads; must divide num_heads.
         causal: causal self-attention (query i sees keys j <= i).
         softmax_scale: None means head_dim ** -0.5.
-        dropout: attention dropout in training mode (not implemented by flashattn_cu yet:
-            p > 0 raises NotImplementedError in training mode; eval mode passes 0.0).
+        dropout: attention dropout in training mode, in the kernels (flash_attn_func's
+            dropout_p; eval mode passes 0.0). Must be below 1 when used.
         bias: bias in Wqkv and out_proj.
         rotary_emb_dim: 0 (no rotary) or an even number <= head_dim: rotary embedding
             (RotaryEmbedding, GPT-NeoX style) on the first rotary_emb_dim dims of each q and k

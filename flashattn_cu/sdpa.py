@@ -118,7 +118,7 @@ def _forward(original, keyset, query, key, value, dropout_p=0.0, is_causal=False
     _count("forward")
     softmax_scale = query.shape[-1] ** -0.5 if scale is None else scale
     # (batch, seqlen, heads, d) views of SDPA's (batch, heads, seqlen, d) tensors: no copy.
-    out, lse, _ = torch.ops.flashattn_cu.fwd(query.transpose(1, 2), key.transpose(1, 2),
+    out, lse, *_ = torch.ops.flashattn_cu.fwd(query.transpose(1, 2), key.transpose(1, 2),
                                              value.transpose(1, 2), softmax_scale, is_causal)
     device = query.device
     rng_state = torch.zeros((2,), dtype=torch.uint64, device=device)

@@ -4,11 +4,11 @@ import contextlib
 
 import torch
 
-__all__ = ["attention_ref", "poison_outputs", "max_abs_diff"]
+__all__ = ["attention_ref", "dropout_mask_from_s_dmask", "poison_outputs", "max_abs_diff"]
 
 
 def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window_size=(-1, -1),
-                  alibi_slopes=None, softcap=0.0):
+                  alibi_slopes=None, softcap=0.0, dropout_p=0.0, dropout_mask=None):
     """Attention computed with plain PyTorch ops, in the flash_attn layout.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim) with
@@ -22,6 +22,10 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window
     - slope * |d - j|.
     softcap: > 0 caps the scaled scores: softcap * tanh(scores / softcap), before ALiBi and the
     mask (flash_attn's order).
+    dropout_p, dropout_mask: flash_attn's dropout with a given mask, bool (batch, nheads, seqlen_q,
+    seqlen_k), True = kept (e.g. recovered from the kernels' S_dmask, dropout_mask_from_s_dmask):
+    the probabilities' dropped elements become 0 and the kept ones are scaled by
+    1 / (1 - dropout_p) before they multiply v; lse is of the undropped probabilities.
     upcast=True computes in float32 (float64 inputs stay float64) and returns float32 output;
     upcast=False computes in the input dtype (the "pt" baseline of the error rule) and returns
     that dtype. A query row that sees no key gives output 0 and lse +inf.
@@ -74,8 +78,17 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window
 
     probs = torch.softmax(scores, dim=-1)
     probs = probs.masked_fill(empty_row.unsqueeze(1), 0.0)  # softmax of all -inf is NaN
+    if dropout_mask is not None:
+        probs = probs.masked_fill(~dropout_mask, 0.0) / (1.0 - dropout_p)
     out = torch.einsum("bhqk,bkhd->bqhd", probs, v)
     return out, lse
+
+
+def dropout_mask_from_s_dmask(s_dmask, seqlen_q, seqlen_k):
+    """The keep mask (bool (batch, nheads, seqlen_q, seqlen_k), True = kept) in the kernels'
+    S_dmask (flash_attn_func(..., return_attn_probs=True) with dropout): a dropped element is
+    negated, its sign bit set even where the probability is 0."""
+    return ~torch.signbit(s_dmask[:, :, :seqlen_q, :seqlen_k].float())
 
 
 def max_abs_diff(a, b):

@@ -86,37 +86,41 @@ def test_op_schemas():
     assert str(torch.ops.flashattn_cu.fwd.default._schema) == (
         "flashattn_cu::fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, "
         "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, "
-        "float softcap=0.) -> (Tensor, Tensor, Tensor)")
+        "float softcap=0., float dropout_p=0., bool return_softmax=False, "
+        "Generator? gen=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor)")
     assert str(torch.ops.flashattn_cu.bwd.default._schema) == (
         "flashattn_cu::bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, "
         "Tensor softmax_lse, float softmax_scale, bool causal, bool deterministic, "
         "Tensor? softmax_stats=None, int window_left=-1, int window_right=-1, "
-        "Tensor? alibi_slopes=None, float softcap=0.) -> (Tensor, Tensor, Tensor)")
+        "Tensor? alibi_slopes=None, float softcap=0., float dropout_p=0., "
+        "Tensor? rng_state=None) -> (Tensor, Tensor, Tensor)")
     assert str(torch.ops.flashattn_cu.fwd_varlen.default._schema) == (
         "flashattn_cu::fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, "
         "Tensor cu_seqlens_k, Tensor? seqused_k, int max_seqlen_q, int max_seqlen_k, "
         "float softmax_scale, bool causal, int window_left=-1, int window_right=-1, "
-        "Tensor? alibi_slopes=None, float softcap=0.) -> (Tensor, Tensor, Tensor)")
+        "Tensor? alibi_slopes=None, float softcap=0., float dropout_p=0., "
+        "bool return_softmax=False, Generator? gen=None) -> "
+        "(Tensor, Tensor, Tensor, Tensor, Tensor)")
     assert str(torch.ops.flashattn_cu.bwd_varlen.default._schema) == (
         "flashattn_cu::bwd_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, "
         "Tensor softmax_lse, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
         "int max_seqlen_k, float softmax_scale, bool causal, bool deterministic, "
         "Tensor? softmax_stats=None, int window_left=-1, int window_right=-1, "
-        "Tensor? alibi_slopes=None, float softcap=0.) -> (Tensor, Tensor, Tensor)")
+        "Tensor? alibi_slopes=None, float softcap=0., float dropout_p=0., "
+        "Tensor? rng_state=None) -> (Tensor, Tensor, Tensor)")
 
 
 # --------------------------------------------------------------------------------------------
 # Unsupported features
 
 
-@pytest.mark.parametrize("kwargs, feature", [
-    (dict(dropout_p=0.1), "dropout yet (dropout_p=0.1)"),
-])
-def test_not_implemented(kwargs, feature):
+def test_not_implemented():
     q, k, v = cpu_qkv()
-    with pytest.raises(NotImplementedError, match=r"flashattn_cu 0\.1 does not implement") as e:
-        flash_attn_func(q, k, v, **kwargs)
-    assert feature in str(e.value)
+    with pytest.raises(NotImplementedError, match=r"flashattn_cu 0\.1 does not implement "
+                       r"block_table \(paged KV cache\) yet"):
+        fai.flash_attn_varlen_func(q[0], k[0], v[0], torch.tensor([0, 5], dtype=torch.int32),
+                                   torch.tensor([0, 7], dtype=torch.int32), 5, 7,
+                                   block_table=torch.zeros(1, 1, dtype=torch.int32))
 
 
 def test_window_size_must_be_pair():
@@ -367,7 +371,7 @@ def test_window_size_must_be_ints(window):
 def test_fake_impls_on_meta():
     q = torch.empty(3, 9, 8, 128, device="meta", dtype=torch.bfloat16)
     k = torch.empty(3, 17, 2, 128, device="meta", dtype=torch.bfloat16)
-    out, lse, stats = torch.ops.flashattn_cu.fwd(q, k, k, 0.1, False)
+    out, lse, stats, *_ = torch.ops.flashattn_cu.fwd(q, k, k, 0.1, False)
     assert out.shape == q.shape and out.is_contiguous() and out.dtype == q.dtype
     assert lse.shape == (3, 8, 9) and lse.dtype == torch.float32 and lse.is_contiguous()
     assert stats.shape == (3, 8, 9, 2) and stats.dtype == torch.float32 and stats.is_contiguous()
@@ -383,7 +387,7 @@ def test_fake_output_layout_follows_q(layout):
     flash_attn's torch.empty_like(q) does (and SDPA's meta functions); fresh contiguous
     otherwise."""
     q = layouts("meta")[layout]
-    out, lse, _ = torch.ops.flashattn_cu.fwd(q, q, q, 0.1, False)
+    out, lse, *_ = torch.ops.flashattn_cu.fwd(q, q, q, 0.1, False)
     dense = layout != "packed"
     expected = q.stride() if dense else q.contiguous().stride()
     assert out.stride() == expected

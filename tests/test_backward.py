@@ -227,7 +227,7 @@ def test_empty_and_keyless_grads():
 def test_opcheck_bwd(with_stats):
     skip_unless_bwd(64)
     q, k, v = make_qkv(2, 65, 80, 4, 2, 64, torch.float16)
-    out, lse, stats = torch.ops.flashattn_cu.fwd(q, k, v, 0.125, True)
+    out, lse, stats, *_ = torch.ops.flashattn_cu.fwd(q, k, v, 0.125, True)
     dout = torch.randn_like(out)
     torch.library.opcheck(torch.ops.flashattn_cu.bwd.default,
                           (dout, q, k, v, out, lse, 0.125, True, True) + ((stats,) if with_stats
@@ -243,11 +243,11 @@ def test_real_output_layout_matches_fake(layout):
     skip_unless_bwd(64)
     q = attn_helpers.layouts(attn_helpers.DEVICE)[layout].normal_()
     k, v = torch.randn_like(q), torch.randn_like(q)
-    out, lse, _ = torch.ops.flashattn_cu.fwd(q, k, v, 0.125, True)
+    out, lse, *_ = torch.ops.flashattn_cu.fwd(q, k, v, 0.125, True)
     dq, dk, dv = torch.ops.flashattn_cu.bwd(torch.randn_like(out), q, k, v, out, lse, 0.125, True,
                                             False)
     metas = [t.to("meta") for t in (q, k, v)]
-    fake_out, fake_lse, _ = torch.ops.flashattn_cu.fwd(*metas, 0.125, True)
+    fake_out, fake_lse, *_ = torch.ops.flashattn_cu.fwd(*metas, 0.125, True)
     fakes = torch.ops.flashattn_cu.bwd(fake_out, *metas, fake_out, fake_lse, 0.125, True, False)
     assert out.stride() == fake_out.stride()
     assert [g.stride() for g in (dq, dk, dv)] == [f.stride() for f in fakes]
@@ -365,7 +365,7 @@ def test_backward_runs_on_current_stream():
     skip_unless_bwd(128)
     q, k, v = make_qkv(2, 1024, 1024, 8, 2, 128, torch.bfloat16)
     scale = 128 ** -0.5
-    out, lse, stats = torch.ops.flashattn_cu.fwd(q, k, v, scale, True)
+    out, lse, stats, *_ = torch.ops.flashattn_cu.fwd(q, k, v, scale, True)
     dout_src = torch.randn_like(out)
     expected = torch.ops.flashattn_cu.bwd(dout_src, q, k, v, out, lse, scale, True, True, stats)
     torch.cuda.synchronize()

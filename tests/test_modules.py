@@ -294,20 +294,20 @@ def test_varlen_arguments_reach_the_functions():
     assert args[4:] == (4, 5, 0.0)
 
 
-def test_dropout_raises_in_training_only():
-    """attention_dropout > 0 reaches the interface in training mode, which raises its
-    NotImplementedError for dropout; eval mode passes 0.0 and runs."""
+def test_dropout_runs_in_training_only():
+    """attention_dropout > 0 reaches the kernels in training mode (through the fake ops here);
+    eval mode passes 0.0."""
     with _pretend_gpu():
         qkv = torch.empty(2, 9, 3, 4, 64, dtype=F16, device="cuda")
         attn = FlashSelfAttention(attention_dropout=0.1)
         assert attn.eval()(qkv).shape == (2, 9, 4, 64)
-        with pytest.raises(NotImplementedError, match="does not implement dropout yet"):
-            attn.train()(qkv)
+        with mock.patch.object(fai.FlashAttnFunc, "apply", wraps=fai.FlashAttnFunc.apply) as fn:
+            assert attn.train()(qkv).shape == (2, 9, 4, 64)
+        assert fn.call_args[0][10] == 0.1  # dropout_p
         mha = MultiheadAttention(128, 2, dropout=0.1, device="cuda", dtype=F16)
         x = torch.empty(2, 9, 128, dtype=F16, device="cuda")
         assert mha.eval()(x).shape == x.shape
-        with pytest.raises(NotImplementedError, match="does not implement dropout yet"):
-            mha.train()(x)
+        assert mha.train()(x).shape == x.shape
 
 
 def test_window_and_alibi_reach_the_interface():

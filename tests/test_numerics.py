@@ -284,7 +284,7 @@ def test_backward_from_lse_only(head_dim):
     skip_unless_built(head_dim)
     q, k, v = attn_helpers.make_qkv(2, 200, 333, 4, 2, head_dim, torch.bfloat16)
     scale = head_dim ** -0.5
-    out, lse, stats = torch.ops.flashattn_cu.fwd(q, k, v, scale, True)
+    out, lse, stats, *_ = torch.ops.flashattn_cu.fwd(q, k, v, scale, True)
     dout = torch.randn_like(out)
     got = torch.ops.flashattn_cu.bwd(dout, q, k, v, out, lse, scale, True, False)
     qr, kr, vr = (t.detach().requires_grad_() for t in (q, k, v))

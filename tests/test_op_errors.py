@@ -102,7 +102,7 @@ def test_launch_does_not_take_an_unrelated_error():
         import ctypes, glob, os, torch
         import flashattn_cu
         q = torch.randn(1, 32, 2, 64, device="cuda", dtype=torch.float16)
-        out, lse, stats = torch.ops.flashattn_cu.fwd(q, q, q, 0.125, False)
+        out, lse, stats, *_ = torch.ops.flashattn_cu.fwd(q, q, q, 0.125, False)
         torch.cuda.synchronize()
         with open("/proc/self/maps") as f:
             mapped = sorted({l.split()[-1] for l in f if "libcudart.so" in l})
@@ -129,11 +129,15 @@ def test_launch_does_not_take_an_unrelated_error():
                            ("dtype", ctypes.c_int), ("window_left", ctypes.c_int),
                            ("window_right", ctypes.c_int), ("alibi_slopes", ctypes.c_void_p),
                            ("alibi_slopes_batch_stride", ctypes.c_int64),
-                           ("softcap", ctypes.c_float),
+                           ("softcap", ctypes.c_float), ("dropout_p", ctypes.c_float),
                            ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
                            ("total_q", ctypes.c_int), ("total_k", ctypes.c_int),
-                           ("seqused_k", ctypes.c_void_p)]
-                        + [(n, ctypes.c_void_p) for n in ("o", "lse", "stats")])
+                           ("seqused_k", ctypes.c_void_p),
+                           ("philox_seed", ctypes.c_uint64), ("philox_offset", ctypes.c_uint64),
+                           ("philox_seed_ptr", ctypes.c_void_p),
+                           ("philox_offset_ptr", ctypes.c_void_p)]
+                        + [(n, ctypes.c_void_p) for n in ("o", "lse", "stats", "rng_state",
+                                                          "s_dmask")])
         p = FwdParams()
         p.q = p.k = p.v = q.data_ptr()
         p.o, p.lse, p.stats = out.data_ptr(), lse.data_ptr(), stats.data_ptr()

@@ -188,7 +188,7 @@ def direct(q, k, v, causal, dout, scale=None, deterministic=False):
     LSE alone: what the SDPA path must reproduce bit for bit."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     t = lambda x: x.transpose(1, 2)  # noqa: E731
-    out, lse, _ = torch.ops.flashattn_cu.fwd(t(q), t(k), t(v), scale, causal)
+    out, lse, *_ = torch.ops.flashattn_cu.fwd(t(q), t(k), t(v), scale, causal)
     dq, dk, dv = torch.ops.flashattn_cu.bwd(t(dout), t(q), t(k), t(v), out, lse, scale, causal,
                                             deterministic)
     return t(out), lse, (t(dq), t(dk), t(dv))
@@ -368,7 +368,7 @@ def test_one_gpu_ring_emulation():
     q, k, v = bhsd(b, h, h, s, s, d, torch.bfloat16)
     t = lambda x: x.transpose(1, 2)  # noqa: E731
     scale = d ** -0.5
-    full, lse_full, _ = torch.ops.flashattn_cu.fwd(t(q), t(k), t(v), scale, True)
+    full, lse_full, *_ = torch.ops.flashattn_cu.fwd(t(q), t(k), t(v), scale, True)
     n = s // shards
     merged = []
     for i in range(shards):  # query shard i (what rank i holds)
@@ -376,7 +376,7 @@ def test_one_gpu_ring_emulation():
         outs, lses = [], []
         for j in range(i + 1):  # key shards that reach it around the ring
             kj, vj = t(k)[:, j * n:(j + 1) * n], t(v)[:, j * n:(j + 1) * n]
-            o, lse, _ = torch.ops.flashattn_cu.fwd(qi, kj, vj, scale, i == j)
+            o, lse, *_ = torch.ops.flashattn_cu.fwd(qi, kj, vj, scale, i == j)
             outs.append(o.float())
             lses.append(lse)
         lse_all = torch.logsumexp(torch.stack(lses), dim=0)  # (b, h, n)

@@ -175,7 +175,7 @@ def test_seqused_k_in_the_op():
     lq, lk, used = [20, 31], [40, 50], [13, 50]
     q, k, v = varlen_inputs(lq, lk, 4, 4, 64, torch.bfloat16)
     seqused = torch.tensor(used, dtype=torch.int32, device="cuda")
-    out, _, _ = torch.ops.flashattn_cu.fwd_varlen(q, k, v, cu(lq), cu(lk), seqused, max(lq),
+    out, *_ = torch.ops.flashattn_cu.fwd_varlen(q, k, v, cu(lq), cu(lk), seqused, max(lq),
                                                   max(lk), 0.125, False)
     short_k = [k[0:13], k[40:90]]
     short_v = [v[0:13], v[40:90]]
@@ -211,7 +211,7 @@ def test_varlen_shapes_on_fake_tensors():
     (dict(max_q=-1), ValueError, "max_seqlen_q must be a non-negative int"),
     (dict(max_k=2.5), ValueError, "max_seqlen_k must be a non-negative int"),
     (dict(block_table=True), NotImplementedError, "block_table"),
-    (dict(dropout_p=0.1), NotImplementedError, "dropout"),
+    (dict(dropout_p=1.0), ValueError, r"dropout_p must be a probability in \[0, 1\), got 1.0"),
 ])
 def test_varlen_argument_errors(change, error, message):
     with FakeTensorMode(), mock.patch.object(fai, "_device_capability", return_value=(9, 0)), \

@@ -1,6 +1,7 @@
 // The one place that picks arch path, dtype and head-dim instance. Torch-free.
 #include <cmath>
 #include <initializer_list>
+#include <type_traits>
 #include <utility>
 
 #include <cuda_bf16.h>
@@ -102,6 +103,18 @@ Status check_common(const Params& p) {
        !std::isfinite(p.softmax_scale / p.softcap) || !std::isfinite(p.softcap * kLog2e))) {
     return Status::kInvalidArgument;
   }
+  // Dropout: 0 <= dropout_p < 1 (NaN fails both); the forward's optional outputs 8- and
+  // 16-byte aligned (flashattn_cu.h: rng_state, s_dmask).
+  if (!(p.dropout_p >= 0.f && p.dropout_p < 1.f) ||
+      reinterpret_cast<uintptr_t>(p.philox_seed_ptr) % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(p.philox_offset_ptr) % 8 != 0) {
+    return Status::kInvalidArgument;
+  }
+  if constexpr (std::is_same_v<Params, FwdParams>) {
+    if (reinterpret_cast<uintptr_t>(p.rng_state) % 8 != 0 || !pointer_ok(p.s_dmask, false)) {
+      return Status::kInvalidArgument;
+    }
+  }
   // Varlen: cu_seqlens_q and cu_seqlens_k together, int32-aligned; total_q >= 0.
   const bool varlen = p.cu_seqlens_q != nullptr;
   if (varlen != (p.cu_seqlens_k != nullptr) || (varlen && p.total_q < 0) ||
@@ -166,7 +179,10 @@ struct FwdRunner {
   Status run() const {
 #if FLASHATTN_CU_HAS_SM90A
     if constexpr (fwd_tile_sm90(kHeadDim, false).supported) {
-      if (sm90a && sm90::fwd_tma_ok(params)) return sm90::run_fwd<Element, kHeadDim>(params, stream);
+      // Dropout runs on the sm80 forward (the sm90 one has no Philox path yet).
+      if (sm90a && params.dropout_p == 0.f && sm90::fwd_tma_ok(params)) {
+        return sm90::run_fwd<Element, kHeadDim>(params, stream);
+      }
     }
 #endif
     return sm80::run_fwd<Element, kHeadDim>(params, small_smem, stream);

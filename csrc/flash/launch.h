@@ -50,10 +50,12 @@ Status launch_kernel(dim3 grid, dim3 block, int smem_bytes, cudaStream_t stream,
 }
 
 // fn(std::integral_constant<int, V>{}) for the kernel variant `variant` (problem/mask.h:
-// static, dynamic, ALiBi, softcap, both): the one place a runtime variant becomes a template argument.
+// static, dynamic, ALiBi, softcap, both, dropout): the one place a runtime variant becomes a
+// template argument.
 template <typename Fn>
 Status with_variant(int variant, const Fn& fn) {
   switch (variant) {
+    case 5: return fn(std::integral_constant<int, 5>{});
     case 4: return fn(std::integral_constant<int, 4>{});
     case 3: return fn(std::integral_constant<int, 3>{});
     case 2: return fn(std::integral_constant<int, 2>{});

@@ -2,10 +2,16 @@
 // outputs, fills the torch-free params structs and calls flashattn_cu::fwd / flashattn_cu::bwd on
 // the current stream. Never synchronizes, never prints.
 //
-// Ops (TORCH_LIBRARY, so torch.compile and torch.library see them):
-//   flashattn_cu::fwd(q, k, v, softmax_scale, causal) -> (out, softmax_lse, softmax_stats)
+// Ops (TORCH_LIBRARY, so torch.compile and torch.library see them; full schemas at the end):
+//   flashattn_cu::fwd(q, k, v, softmax_scale, causal, ..., dropout_p=0.0, return_softmax=False,
+//                     gen=None) -> (out, softmax_lse, softmax_stats, rng_state, S_dmask)
 //   flashattn_cu::bwd(dout, q, k, v, out, softmax_lse, softmax_scale, causal, deterministic,
-//                     softmax_stats=None) -> (dq, dk, dv)
+//                     softmax_stats=None, ..., dropout_p=0.0, rng_state=None) -> (dq, dk, dv)
+// and their varlen forms. Dropout: the forward draws (seed, offset) from the CUDA generator
+// (gen, or the device's default) and returns them as rng_state (int64 (2,), written by the
+// kernel, so a captured CUDA graph records fresh values at each replay); the backward takes that
+// rng_state and regenerates the same mask. S_dmask: flash_attn's return_softmax output
+// (flashattn_cu.h, FwdParams::s_dmask), an empty tensor when not asked for.
 // softmax_stats (batch, nheads, seqlen_q, 2) fp32 is what bwd needs to recompute the
 // probabilities exactly at any logit magnitude (flashattn_cu.h, FwdParams); without it bwd
 // works from softmax_lse alone, as flash_attn does.
@@ -20,6 +26,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>  // at::cuda::getCurrentCUDAStream is this, without cuBLAS/cuSPARSE headers
 #include <torch/extension.h>
@@ -295,18 +302,104 @@ at::Tensor set_alibi(P& p, const std::optional<at::Tensor>& slopes, const at::Te
   return c;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in,
+// dropout_p: in [0, 1) (flashattn_cu.h, AttnParams::dropout_p); return_softmax needs dropout
+// (as flash_attn: S_dmask encodes the mask).
+void check_dropout(double dropout_p, bool return_softmax) {
+  TORCH_CHECK_VALUE(dropout_p >= 0.0 && dropout_p < 1.0,
+                    msg("dropout_p must be a probability in [0, 1), got ", dropout_p));
+  TORCH_CHECK_VALUE(!return_softmax || dropout_p > 0.0,
+                    msg("return_softmax=True returns the dropout mask and needs dropout_p > 0 "
+                        "(as flash_attn), got dropout_p=", dropout_p));
+}
+
+// The forward's dropout outputs: rng_state int64 (2,) with dropout (written by the kernel), else
+// empty (0,) (nothing to write, and no uninitialised values to compare: flash_attn returns an
+// unwritten (2,) there); S_dmask (batch, nheads, seqlen_q, seqlen_k rounded up to 128) in q's
+// dtype when asked for, else empty (0,).
+struct DropoutOutputs {
+  at::Tensor rng_state, s_dmask;
+};
+
+DropoutOutputs dropout_outputs(const at::Tensor& q, int64_t batch, int64_t num_heads,
+                               int64_t seqlen_q, int64_t seqlen_k, double dropout_p,
+                               bool return_softmax) {
+  auto round128 = [](int64_t n) { return (n + 127) / 128 * 128; };
+  DropoutOutputs d;
+  d.rng_state = at::empty({dropout_p > 0.0 ? 2 : 0}, q.options().dtype(at::kLong));
+  d.s_dmask = return_softmax
+                  ? at::empty({batch, num_heads, round128(seqlen_q), round128(seqlen_k)},
+                              q.options())
+                  : at::empty({0}, q.options());
+  maybe_poison(d.s_dmask);
+  return d;
+}
+
+// Dropout's random state: `increment` counter values of the CUDA generator (gen, or the default
+// generator of q's device) under its mutex, as torch's own dropout does; under CUDA graph capture
+// the generator hands out device pointers that each replay refreshes, read by the kernel
+// (flashattn_cu.h, AttnParams::philox_*).
+void set_dropout(flashattn_cu::FwdParams& p, double dropout_p, const DropoutOutputs& d,
+                 const std::optional<at::Generator>& gen, const at::Tensor& q) {
+  if (dropout_p == 0.0) return;
+  p.dropout_p = static_cast<float>(dropout_p);
+  p.rng_state = reinterpret_cast<uint64_t*>(d.rng_state.data_ptr<int64_t>());
+  p.s_dmask = d.s_dmask.numel() > 0 ? d.s_dmask.data_ptr() : nullptr;
+  auto* g = at::get_generator_or_default<at::CUDAGeneratorImpl>(
+      gen, at::cuda::detail::getDefaultCUDAGenerator(q.device().index()));
+  const uint64_t increment = static_cast<uint64_t>(p.batch) * static_cast<uint64_t>(p.num_heads);
+  at::PhiloxCudaState state;
+  {
+    std::lock_guard<std::mutex> lock(g->mutex_);
+    state = g->philox_cuda_state(increment);
+  }
+  if (state.captured_) {
+    p.philox_seed_ptr = reinterpret_cast<const uint64_t*>(state.seed_.ptr);
+    p.philox_offset_ptr = reinterpret_cast<const uint64_t*>(state.offset_.ptr);
+    p.philox_offset = state.offset_intragraph_;
+  } else {
+    p.philox_seed = state.seed_.val;
+    p.philox_offset = state.offset_.val;
+  }
+}
+
+// The backward's dropout: the forward's rng_state (int64 (2,) on q's device), read by the
+// kernels at run time.
+template <typename P>
+void set_bwd_dropout(P& p, double dropout_p, const std::optional<at::Tensor>& rng_state,
+                     const at::Tensor& q) {
+  TORCH_CHECK_VALUE(dropout_p >= 0.0 && dropout_p < 1.0,
+                    msg("dropout_p must be a probability in [0, 1), got ", dropout_p));
+  if (dropout_p == 0.0) return;
+  TORCH_CHECK_VALUE(rng_state.has_value(),
+                    msg("dropout_p=", dropout_p, " needs the forward's rng_state, got None"));
+  const at::Tensor& r = *rng_state;
+  TORCH_CHECK_VALUE(r.is_cuda() && r.device() == q.device() && r.scalar_type() == at::kLong &&
+                        r.dim() == 1 && r.size(0) == 2 && r.is_contiguous(),
+                    msg("rng_state must be the forward's contiguous int64 (2,) tensor on ",
+                        q.device(), ", got ", r.scalar_type(), " ", r.sizes(), " on ",
+                        r.device()));
+  p.dropout_p = static_cast<float>(dropout_p);
+  p.philox_seed_ptr = reinterpret_cast<const uint64_t*>(r.data_ptr<int64_t>());
+  p.philox_offset_ptr = p.philox_seed_ptr + 1;
+}
+
+using FwdResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+FwdResult fwd_cuda(const at::Tensor& q_in,
                                                         const at::Tensor& k_in,
                                                         const at::Tensor& v_in,
                                                         double softmax_scale, bool causal,
                                                         int64_t window_left,
                                                         int64_t window_right,
                                                         const std::optional<at::Tensor>& alibi,
-                                                        double softcap) {
+                                                        double softcap, double dropout_p,
+                                                        bool return_softmax,
+                                                        const std::optional<at::Generator>& gen) {
   check_window(window_left, window_right);
   const Sizes s = check_qkv(q_in, k_in, v_in);
   check_scale(softmax_scale);
   check_softcap(softcap, softmax_scale);
+  check_dropout(dropout_p, return_softmax);
   const c10::cuda::CUDAGuard guard(q_in.device());
 
   const at::Tensor q = to_kernel_layout(q_in);
@@ -319,7 +412,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in,
   maybe_poison(out);
   maybe_poison(lse);
   maybe_poison(stats);
-  if (out.numel() == 0) return {out, lse, stats};
+  const DropoutOutputs d =
+      dropout_outputs(q, s.batch, s.num_heads, s.seqlen_q, s.seqlen_k, dropout_p, return_softmax);
+  if (out.numel() == 0) return {out, lse, stats, d.rng_state, d.s_dmask};
 
   flashattn_cu::FwdParams p;
   set_fwd_tensors(p, q, k, v, out, lse, stats, /*varlen=*/false);
@@ -327,8 +422,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_cuda(const at::Tensor& q_in,
   set_window(p, window_left, window_right);
   set_softcap(p, softcap);
   const at::Tensor slopes = set_alibi(p, alibi, q_in, s.batch, s.num_heads);
+  set_dropout(p, dropout_p, d, gen, q);
   check_status(flashattn_cu::fwd(p, c10::cuda::getCurrentCUDAStream()), "fwd");
-  return {out, lse, stats};
+  return {out, lse, stats, d.rng_state, d.s_dmask};
 }
 
 // The backward's inputs in the kernels' layout (dout cast to q's dtype: an incoming gradient may
@@ -399,7 +495,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
     const at::Tensor& v_in, const at::Tensor& out_in, const at::Tensor& lse_in,
     double softmax_scale, bool causal, bool deterministic,
     const std::optional<at::Tensor>& stats_in, int64_t window_left, int64_t window_right,
-    const std::optional<at::Tensor>& alibi, double softcap) {
+    const std::optional<at::Tensor>& alibi, double softcap, double dropout_p,
+    const std::optional<at::Tensor>& rng_state) {
   check_window(window_left, window_right);
   const Sizes s = check_qkv(q_in, k_in, v_in);
   check_scale(softmax_scale);
@@ -434,6 +531,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_cuda(
   set_window(p, window_left, window_right);
   set_softcap(p, softcap);
   const at::Tensor slopes = set_alibi(p, alibi, q_in, s.batch, s.num_heads);
+  set_bwd_dropout(p, dropout_p, rng_state, q_in);
   p.deterministic = deterministic;
   run_bwd(p, t.q, "bwd");
   return {t.dq, t.dk, t.dv};
@@ -501,16 +599,18 @@ void set_varlen(P& p, const VarlenArgs& a) {
   p.cu_seqlens_k = a.cu_k.data_ptr<int>();
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_varlen_cuda(
+FwdResult fwd_varlen_cuda(
     const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in,
     const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
     const std::optional<at::Tensor>& seqused_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
     double softmax_scale, bool causal, int64_t window_left, int64_t window_right,
-    const std::optional<at::Tensor>& alibi, double softcap) {
+    const std::optional<at::Tensor>& alibi, double softcap, double dropout_p, bool return_softmax,
+    const std::optional<at::Generator>& gen) {
   check_window(window_left, window_right);
   const Sizes s = check_qkv(varlen_view(q_in, "q"), varlen_view(k_in, "k"), varlen_view(v_in, "v"));
   check_scale(softmax_scale);
   check_softcap(softcap, softmax_scale);
+  check_dropout(dropout_p, return_softmax);
   VarlenArgs a =
       check_varlen(q_in, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k);
   if (k_in.size(0) == 0) a.max_k = 0;  // no key rows at all: every query sees no key
@@ -525,6 +625,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_varlen_cuda(
   maybe_poison(out);
   maybe_poison(lse);
   maybe_poison(stats);
+  const DropoutOutputs d =
+      dropout_outputs(q, a.batch, s.num_heads, max_seqlen_q, max_seqlen_k, dropout_p,
+                      return_softmax);
   if (out.numel() == 0 || a.batch == 0 || a.max_q == 0) {
     // Rows past every max_seqlen_q bound are not computed (flash_attn's contract); with no
     // bound at all there is nothing to launch: zero output, +inf LSE (no key seen).
@@ -532,7 +635,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_varlen_cuda(
     lse.fill_(std::numeric_limits<float>::infinity());
     stats.select(-1, 0).fill_(std::numeric_limits<float>::infinity());
     stats.select(-1, 1).zero_();
-    return {out, lse, stats};
+    if (d.s_dmask.numel() > 0) d.s_dmask.zero_();
+    return {out, lse, stats, d.rng_state, d.s_dmask};
   }
 
   flashattn_cu::FwdParams p;
@@ -545,8 +649,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fwd_varlen_cuda(
   set_softcap(p, softcap);
   const at::Tensor slopes = set_alibi(p, alibi, q_in, a.batch, s.num_heads);
   p.seqused_k = a.seqused_k.defined() ? a.seqused_k.data_ptr<int>() : nullptr;
+  set_dropout(p, dropout_p, d, gen, q);
+  // No key rows at all: the S_dmask kernel sees max_seqlen_k 0 and writes no column.
+  if (a.max_k == 0 && d.s_dmask.numel() > 0) d.s_dmask.zero_();
   check_status(flashattn_cu::fwd(p, c10::cuda::getCurrentCUDAStream()), "fwd_varlen");
-  return {out, lse, stats};
+  return {out, lse, stats, d.rng_state, d.s_dmask};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
@@ -555,7 +662,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
     const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k, int64_t max_seqlen_q,
     int64_t max_seqlen_k, double softmax_scale, bool causal, bool deterministic,
     const std::optional<at::Tensor>& stats_in, int64_t window_left, int64_t window_right,
-    const std::optional<at::Tensor>& alibi, double softcap) {
+    const std::optional<at::Tensor>& alibi, double softcap, double dropout_p,
+    const std::optional<at::Tensor>& rng_state) {
   check_window(window_left, window_right);
   const Sizes s = check_qkv(varlen_view(q_in, "q"), varlen_view(k_in, "k"), varlen_view(v_in, "v"));
   check_scale(softmax_scale);
@@ -592,6 +700,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
   set_window(p, window_left, window_right);
   set_softcap(p, softcap);
   const at::Tensor slopes = set_alibi(p, alibi, q_in, a.batch, s.num_heads);
+  set_bwd_dropout(p, dropout_p, rng_state, q_in);
   p.deterministic = deterministic;
   run_bwd(p, t.q, "bwd_varlen");
   return {t.dq, t.dk, t.dv};
@@ -620,23 +729,26 @@ std::vector<int64_t> head_dim_instances() {
 TORCH_LIBRARY(flashattn_cu, m) {
   m.def(
       "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left=-1, "
-      "int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0) -> (Tensor, Tensor, Tensor)");
+      "int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0, float dropout_p=0.0, "
+      "bool return_softmax=False, Generator? gen=None) -> "
+      "(Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
       "float softmax_scale, bool causal, bool deterministic, Tensor? softmax_stats=None, "
-      "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0) -> "
-      "(Tensor, Tensor, Tensor)");
+      "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0, "
+      "float dropout_p=0.0, Tensor? rng_state=None) -> (Tensor, Tensor, Tensor)");
   m.def(
       "fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
       "Tensor? seqused_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
-      "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0) -> "
-      "(Tensor, Tensor, Tensor)");
+      "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0, "
+      "float dropout_p=0.0, bool return_softmax=False, Generator? gen=None) -> "
+      "(Tensor, Tensor, Tensor, Tensor, Tensor)");
   m.def(
       "bwd_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
       "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, "
       "float softmax_scale, bool causal, bool deterministic, Tensor? softmax_stats=None, "
-      "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0) -> "
-      "(Tensor, Tensor, Tensor)");
+      "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0, "
+      "float dropout_p=0.0, Tensor? rng_state=None) -> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(flashattn_cu, CUDA, m) {

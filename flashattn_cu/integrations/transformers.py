@@ -33,8 +33,8 @@ and modeling_flash_attention_utils.py, is the contract it mirrors):
   dtype first, as transformers does; a float32 model stays float32 and the kernels raise
   `TypeError` naming the dtype.
 
-What raises (nothing is silently dropped): dropout > 0 surfaces flashattn_cu's
-`NotImplementedError` naming it until the kernels have it; attention sinks (`s_aux`), additive
+Dropout (training mode) runs in the kernels (flash_attn_func's dropout_p). What raises (nothing
+is silently dropped): attention sinks (`s_aux`), additive
 biases (`position_bias`), sparse selections (`indices`, `block_indices`), `head_mask` and any
 other argument not listed in `_IGNORED_KWARGS` raise `NotImplementedError` naming the argument; a
 4-D or custom attention mask and transformers' mask overlays (`or_mask_function` /

@@ -19,6 +19,7 @@
 #include "head_dims.h"      // round_head_dim(), checked against head_dim_instances()
 #include "bwd/params.h"     // the varlen workspace layout, checked here
 #include "problem/mask.h"  // the mask policy (host/device), checked here near INT_MAX
+#include "problem/dropout.h"  // Philox and the dropout tile map (host/device), checked here
 #include "problem/scheduler.h"  // the tile orders, checked here to be permutations
 
 namespace {
@@ -173,6 +174,98 @@ int main() {
   expect_status<BwdParams>("bwd: seqlen_k 0 but null dq (dq has elements)", [](BwdParams& p) {
     p.seqlen_k = 0; p.k = p.v = nullptr; p.dk = p.dv = nullptr; p.dq = nullptr;
   }, S::kInvalidArgument);
+
+  // Dropout arguments: 0 <= dropout_p < 1; the random-state pointers 8-byte aligned; S_dmask
+  // 16-byte aligned.
+  expect_status<FwdParams>("fwd: dropout_p -0.1", [](FwdParams& p) { p.dropout_p = -0.1f; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: dropout_p 1", [](FwdParams& p) { p.dropout_p = 1.f; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: dropout_p NaN", [](FwdParams& p) { p.dropout_p = NAN; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: misaligned rng_state", [](FwdParams& p) {
+    p.dropout_p = 0.1f; p.rng_state = reinterpret_cast<uint64_t*>(static_cast<char*>(fake(11)) + 4);
+  }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: misaligned s_dmask", [](FwdParams& p) {
+    p.dropout_p = 0.1f; p.s_dmask = static_cast<char*>(fake(12)) + 2;
+  }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: misaligned philox_seed_ptr", [](FwdParams& p) {
+    p.dropout_p = 0.1f;
+    p.philox_seed_ptr = reinterpret_cast<const uint64_t*>(static_cast<char*>(fake(13)) + 4);
+  }, S::kInvalidArgument);
+  expect_status<BwdParams>("bwd: dropout_p 1", [](BwdParams& p) { p.dropout_p = 1.f; }, S::kInvalidArgument);
+  expect_status<BwdParams>("bwd: misaligned philox_offset_ptr", [](BwdParams& p) {
+    p.dropout_p = 0.5f;
+    p.philox_offset_ptr = reinterpret_cast<const uint64_t*>(static_cast<char*>(fake(13)) + 2);
+  }, S::kInvalidArgument);
+
+  // Philox4x32-10 against the Random123 known-answer vectors (also torch's philox_engine).
+  {
+    const flashattn_cu::PhiloxOut z = flashattn_cu::philox4x32_10(0, 0, 0, 0, 0, 0);
+    const flashattn_cu::PhiloxOut f = flashattn_cu::philox4x32_10(~0u, ~0u, ~0u, ~0u, ~0u, ~0u);
+    expect(z.w[0] == 0x6627e8d5u && z.w[1] == 0xe169c58du && z.w[2] == 0xbc57ac4cu &&
+               z.w[3] == 0x9b00dbd8u && f.w[0] == 0x408f276du && f.w[1] == 0x41c83b0eu &&
+               f.w[2] == 0xa20bc7c6u && f.w[3] == 0x6d5451fdu,
+           "philox4x32_10: Random123 known answers");
+    expect(flashattn_cu::dropout_keep_threshold(0.f) == 65536u &&
+               flashattn_cu::dropout_keep_threshold(0.5f) == 32768u &&
+               flashattn_cu::dropout_keep_threshold(0.9999999f) == 1u,
+           "dropout_keep_threshold: round((1 - p) * 65536) in [1, 65536]");
+  }
+
+  // The dropout tile map: the row-major tile (forward, dQ kernel) and the transposed tile (the
+  // backward main kernels) give every lane's element the decision of dropout_keep, at small and
+  // near-kMaxSeqlen rows and keys and with a counter stream past 2^32; and the kept fraction of
+  // p = 0.3 is 0.7 (to 4 standard deviations over 2^18 elements).
+  {
+    struct Case { int row0, col0; uint64_t seed, offset; int batch, head; };
+    const Case cases[] = {{0, 0, 42, 0, 0, 0}, {16, 48, 0x123456789abcdefull, 12, 1, 3},
+                          {flashattn_cu::kMaxSeqlen - 128, flashattn_cu::kMaxSeqlen - 64,
+                           ~0ull, (1ull << 32) - 2, 3, 7}};
+    const uint32_t threshold = flashattn_cu::dropout_keep_threshold(0.3f);
+    bool rows_ok = true, transposed_ok = true;
+    int64_t kept = 0, total = 0;
+    for (const Case& c : cases) {
+      struct { FwdParams p; flashattn_cu::DropoutScale dropout; } kp;
+      kp.p.num_heads = 8;
+      kp.p.philox_seed = c.seed;
+      kp.p.philox_offset = c.offset;
+      kp.dropout.keep_threshold = threshold;
+      const flashattn_cu::Dropout d = flashattn_cu::dropout_of(kp, c.batch, c.head);
+      const uint64_t stream = c.offset + static_cast<uint64_t>(c.batch) * 8 + c.head;
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane / 4, t = lane % 4;
+        uint32_t row_bits[2];  // 32 rows x 64 keys
+        d.keep_bits<2, 8>(row_bits, c.row0, c.col0, lane);
+        for (int mt = 0; mt < 2; ++mt)
+          for (int nt = 0; nt < 8; ++nt)
+            for (int i = 0; i < 4; ++i) {
+              const int row = c.row0 + mt * 16 + g + (i / 2) * 8;
+              const int key = c.col0 + nt * 8 + 2 * t + i % 2;
+              const int bit = (mt * 8 + nt) * 4 + i;
+              const bool got = (row_bits[bit / 32] >> (bit % 32)) & 1u;
+              rows_ok = rows_ok &&
+                        got == flashattn_cu::dropout_keep(c.seed, stream, row, key, threshold);
+            }
+        uint32_t bits[2];  // 16 keys x 128 queries
+        d.keep_bits_transposed<16>(bits, c.col0, c.row0, lane);
+        for (int nt = 0; nt < 16; ++nt)
+          for (int i = 0; i < 4; ++i) {
+            const int key = c.col0 + g + (i / 2) * 8, query = c.row0 + nt * 8 + 2 * t + i % 2;
+            const int bit = nt * 4 + i;
+            const bool got = (bits[bit / 32] >> (bit % 32)) & 1u;
+            transposed_ok = transposed_ok &&
+                            got == flashattn_cu::dropout_keep(c.seed, stream, query, key, threshold);
+          }
+      }
+    }
+    for (int row = 0; row < 512; ++row)
+      for (int key = 0; key < 512; ++key) {
+        kept += flashattn_cu::dropout_keep(7, 1000, row, key, threshold);
+        ++total;
+      }
+    const double frac = static_cast<double>(kept) / total, sd = std::sqrt(0.21 / total);
+    expect(rows_ok, "dropout: row-major tile map == dropout_keep for every lane");
+    expect(transposed_ok, "dropout: transposed tile map == dropout_keep for every lane");
+    expect(std::fabs(frac - threshold / 65536.0) < 4 * sd, "dropout: kept fraction of p = 0.3");
+  }
 
   // The causal key limit at the largest supported sequence lengths (no int overflow).
   {

@@ -20,6 +20,7 @@
 #include "../common/bwd_math.h"
 #include "../common/numeric.h"
 #include "../common/tile_io.h"
+#include "../problem/dropout.h"
 #include "../problem/mask.h"
 #include "../problem/score_mod.h"
 #include "../problem/scheduler.h"
@@ -58,8 +59,9 @@ struct BwdDqTraits {
 template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* smem) {
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
-  constexpr bool kAlibi = variant_alibi(kVariant);
-  constexpr bool kSoftcap = variant_softcap(kVariant);
+  // Softcap and ALiBi: at compile time, or at run time in the dropout variant (problem/mask.h).
+  constexpr bool kAlibi = variant_may_alibi(kVariant);
+  constexpr bool kSoftcap = variant_may_softcap(kVariant);
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
@@ -199,10 +201,21 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
       mask_of<kDynamic>(seq_info<kDynamic>(p, tile.batch), p)
           .apply(acc_s, m_start + warp * 16, n * kBlockN, lane);
     }
+    // Dropout (problem/dropout.h): dP becomes the gradient reaching the undropped P,
+    // M o dP / (1 - p).
+    if constexpr (variant_dropout(kVariant)) {
+      uint32_t keep[keep_words(kNTiles * 4)];
+      dropout_of(kp, tile.batch, head)
+          .template keep_bits<1, kNTiles>(keep, m_start + warp * 16, n * kBlockN, lane);
+      apply_keep_bits(acc_dp, keep, kp.dropout.rp);
+    }
     // P and dS = P (dP - D), in acc_dp; with softcap times 1 - t^2 (problem/score_mod.h), t
     // recovered from P less ALiBi's bias.
+    [[maybe_unused]] const bool softcap = softcap_on<kVariant>(kp);
     [[maybe_unused]] Alibi alibi{};
-    if constexpr (kSoftcap && kAlibi) alibi = alibi_of(kp, tile.batch, head);
+    if constexpr (kSoftcap && kAlibi) {
+      if (softcap && alibi_on<kVariant>(kp)) alibi = alibi_of(kp, tile.batch, head);
+    }
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
@@ -212,7 +225,7 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
           const float pr = prob_from_score(acc_s[0][nt][hr * 2 + e], row_max[hr],
                                            row_log2sum[hr], scale_log2);
           float ds = pr * (acc_dp[nt][hr * 2 + e] - dsum[hr]);
-          if constexpr (kSoftcap) {
+          if (kSoftcap && softcap) {
             const int row = m_start + warp * 16 + g + hr * 8;
             const int key = n * kBlockN + nt * 8 + 2 * t + e;
             const float bias = kAlibi ? alibi.bias(row, key) : 0.f;

@@ -19,6 +19,7 @@
 
 #include "flashattn_cu/flashattn_cu.h"
 
+#include "../problem/dropout.h"
 #include "../problem/score_mod.h"
 #include "../problem/seqlen.h"
 #include "../tiles.h"
@@ -117,6 +118,7 @@ struct BwdKernelParams {
   int kv_splits;        // thread blocks sharing one kv head's query-head group
   int heads_per_split;  // query heads each of them loops over
   ScoreScale score;     // problem/score_mod.h: the score units (scale_log2, softcap)
+  DropoutScale dropout;  // problem/dropout.h: keep threshold and 1 / (1 - p)
 };
 
 // Kernel parameters over the workspace carved as `ws` describes.
@@ -135,6 +137,7 @@ inline BwdKernelParams make_bwd_kernel_params(const BwdParams& p, const BwdWorks
   kp.kv_splits = ws.kv_splits;
   kp.heads_per_split = p.num_heads / p.num_heads_k / ws.kv_splits;
   kp.score = score_scale_of(p);
+  kp.dropout = dropout_scale_of(p);
   return kp;
 }
 

@@ -191,32 +191,43 @@ __host__ __device__ __forceinline__ bool dynamic_instance(const Params& p) {
 
 // The compiled variants of the main kernels: static (padded, no mask or causal), dynamic
 // (sequence arrays, windows), and dynamic with each score modifier (problem/score_mod.h): ALiBi,
-// softcap, both. Each modifier's per-tile work costs registers the others should not pay for
-// (ALiBi with softcap, the rarest, spills the most). A kernel template takes the variant;
-// kDynamic / kAlibi / kSoftcap derive from it (variant_*).
+// softcap, both; and dropout (problem/dropout.h), which takes ALiBi and softcap as run-time
+// branches. Each modifier's per-tile work costs registers the others should not pay for
+// (ALiBi with softcap, the rarest, spills the most), and dropout's Philox rounds cost more than
+// the run-time modifier branches do, so one variant holds all of them with dropout instead of
+// doubling the four modifier variants (the registers and the build time: benchmarks/NOTES.md
+// section 11). A kernel template takes the variant; kDynamic / kAlibi / kSoftcap / kDropout
+// derive from it (variant_*); the run-time modifiers ask alibi_on / softcap_on
+// (problem/score_mod.h).
 enum KernelVariant : int {
   kStaticVariant = 0,
   kDynamicVariant = 1,
   kAlibiVariant = 2,
   kSoftcapVariant = 3,
-  kAlibiSoftcapVariant = 4
+  kAlibiSoftcapVariant = 4,
+  kDropoutVariant = 5
 };
-constexpr int kNumKernelVariants = 5;
+constexpr int kNumKernelVariants = 6;
 
 constexpr bool variant_dynamic(int v) { return v != kStaticVariant; }
 constexpr bool variant_alibi(int v) { return v == kAlibiVariant || v == kAlibiSoftcapVariant; }
 constexpr bool variant_softcap(int v) {
   return v == kSoftcapVariant || v == kAlibiSoftcapVariant;
 }
+constexpr bool variant_dropout(int v) { return v == kDropoutVariant; }
+// Whether the variant may apply ALiBi / softcap at all (at compile time, or at run time).
+constexpr bool variant_may_alibi(int v) { return variant_alibi(v) || variant_dropout(v); }
+constexpr bool variant_may_softcap(int v) { return variant_softcap(v) || variant_dropout(v); }
 
 template <typename Params>
 __host__ __device__ __forceinline__ int kernel_variant(const Params& p) {
   const bool alibi = p.alibi_slopes != nullptr, softcap = p.softcap > 0.f;
-  return alibi && softcap ? kAlibiSoftcapVariant
-         : alibi          ? kAlibiVariant
-         : softcap        ? kSoftcapVariant
-         : dynamic_instance(p) ? kDynamicVariant
-                               : kStaticVariant;
+  return p.dropout_p > 0.f       ? kDropoutVariant
+         : alibi && softcap      ? kAlibiSoftcapVariant
+         : alibi                 ? kAlibiVariant
+         : softcap               ? kSoftcapVariant
+         : dynamic_instance(p)   ? kDynamicVariant
+                                 : kStaticVariant;
 }
 
 // The mask of `seq` for kernel instance kDynamic (the static one has no window: none or causal,

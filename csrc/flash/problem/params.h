@@ -7,6 +7,7 @@
 
 #include "flashattn_cu/flashattn_cu.h"
 
+#include "dropout.h"
 #include "score_mod.h"
 
 namespace flashattn_cu {
@@ -14,12 +15,14 @@ namespace flashattn_cu {
 struct FwdKernelParams {
   FwdParams p;
   ScoreScale score;  // problem/score_mod.h: the score units (scale_log2, softcap)
+  DropoutScale dropout;  // problem/dropout.h: keep threshold and 1 / (1 - p)
 };
 
 inline FwdKernelParams make_fwd_kernel_params(const FwdParams& p) {
   FwdKernelParams kp;
   kp.p = p;
   kp.score = score_scale_of(p);
+  kp.dropout = dropout_scale_of(p);
   return kp;
 }
 

@@ -119,6 +119,25 @@ __device__ __forceinline__ Alibi alibi_of(const KP& kp, int batch, int head) {
   return alibi_of(seq_info<true>(kp.p, batch), kp.p, head, kp.score.score_scale);
 }
 
+// Whether a kernel of variant kVariant applies softcap / ALiBi: known at compile time, except
+// in the dropout variant, which takes both as run-time branches (problem/mask.h).
+template <int kVariant, typename KP>
+__device__ __forceinline__ bool softcap_on(const KP& kp) {
+  if constexpr (variant_dropout(kVariant)) {
+    return kp.score.softcap_pre != 0.f;
+  } else {
+    return variant_softcap(kVariant);
+  }
+}
+template <int kVariant, typename KP>
+__device__ __forceinline__ bool alibi_on(const KP& kp) {
+  if constexpr (variant_dropout(kVariant)) {
+    return kp.p.alibi_slopes != nullptr;
+  } else {
+    return variant_alibi(kVariant);
+  }
+}
+
 // The score modifiers of kernel variant kVariant (problem/mask.h) on a freshly computed score
 // tile, in flash_attn's order: softcap, then ALiBi's bias (the mask follows in the kernel).
 // Built here at the point of use, not held across the main loop. Row tiles: rows row0 ..
@@ -128,17 +147,23 @@ template <int kVariant, typename KP, int kMTiles, int kNTiles>
 __device__ __forceinline__ void apply_score_mods(float (&s)[kMTiles][kNTiles][4], const KP& kp,
                                                  int batch, int head, int row0, int col0,
                                                  int lane) {
-  if constexpr (variant_softcap(kVariant)) apply_softcap(s, kp.score.softcap_pre);
-  if constexpr (variant_alibi(kVariant)) alibi_of(kp, batch, head).apply(s, row0, col0, lane);
+  if constexpr (variant_may_softcap(kVariant)) {
+    if (softcap_on<kVariant>(kp)) apply_softcap(s, kp.score.softcap_pre);
+  }
+  if constexpr (variant_may_alibi(kVariant)) {
+    if (alibi_on<kVariant>(kp)) alibi_of(kp, batch, head).apply(s, row0, col0, lane);
+  }
 }
 
 template <int kVariant, typename KP, int kQTiles>
 __device__ __forceinline__ void apply_score_mods_transposed(float (&s)[kQTiles][4], const KP& kp,
                                                             int batch, int head, int key0,
                                                             int query0, int lane) {
-  if constexpr (variant_softcap(kVariant)) apply_softcap(s, kp.score.softcap_pre);
-  if constexpr (variant_alibi(kVariant)) {
-    alibi_of(kp, batch, head).apply_transposed(s, key0, query0, lane);
+  if constexpr (variant_may_softcap(kVariant)) {
+    if (softcap_on<kVariant>(kp)) apply_softcap(s, kp.score.softcap_pre);
+  }
+  if constexpr (variant_may_alibi(kVariant)) {
+    if (alibi_on<kVariant>(kp)) alibi_of(kp, batch, head).apply_transposed(s, key0, query0, lane);
   }
 }
 
@@ -184,24 +209,43 @@ struct UnitGrad {
   __device__ __forceinline__ float operator()(float, int, int, int) const { return 1.f; }
 };
 
+// The dropout variant's dS factor: softcap's when the call has a softcap (with ALiBi's bias, or
+// a zero slope without ALiBi), else 1.
+struct RuntimeSoftcapGradT {
+  SoftcapGradT<true> softcap;
+  bool on;
+
+  __device__ __forceinline__ float operator()(float p, int nt, int hr, int e) const {
+    return on ? softcap(p, nt, hr, e) : 1.f;
+  }
+};
+
 // The dS factor of kernel variant kVariant on a transposed tile of keys key_g - g .. (key_g: this
 // lane's first key) and queries query0 .. of entry `batch`, query head `head`: UnitGrad for the
 // variants without softcap. KP: backward::BwdKernelParams (score, p).
 template <int kVariant, typename KP>
 __device__ __forceinline__ auto ds_grad_t(const KP& kp, int batch, int head, const char* s_max,
                                           const char* s_log2sum, int key_g, int query0, int t) {
-  if constexpr (variant_softcap(kVariant)) {
-    SoftcapGradT<variant_alibi(kVariant)> gr;
+  if constexpr (variant_may_softcap(kVariant)) {
+    SoftcapGradT<variant_may_alibi(kVariant)> gr;
     gr.s_max = s_max;
     gr.s_log2sum = s_log2sum;
     gr.inv_scale_log2 = kp.score.inv_scale_log2;
     gr.t = t;
-    if constexpr (variant_alibi(kVariant)) {
-      gr.alibi = alibi_of(kp, batch, head);
+    if constexpr (variant_may_alibi(kVariant)) {
+      if (alibi_on<kVariant>(kp)) {
+        gr.alibi = alibi_of(kp, batch, head);
+      } else {
+        gr.alibi = Alibi{0.f, 0, true};  // bias 0
+      }
     }
     gr.key_g = key_g;
     gr.query0 = query0;
-    return gr;
+    if constexpr (variant_dropout(kVariant)) {
+      return RuntimeSoftcapGradT{gr, softcap_on<kVariant>(kp)};
+    } else {
+      return gr;
+    }
   } else {
     return UnitGrad{};
   }

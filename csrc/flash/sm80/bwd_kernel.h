@@ -41,6 +41,7 @@
 #include "../common/bwd_math.h"
 #include "../common/numeric.h"
 #include "../common/tile_io.h"
+#include "../problem/dropout.h"
 #include "../problem/mask.h"
 #include "../problem/score_mod.h"
 #include "../problem/scheduler.h"
@@ -114,6 +115,7 @@ struct BwdTraits {
 template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem) {
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
+  constexpr bool kDropout = variant_dropout(kVariant);
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -277,6 +279,15 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
       }
     };
 
+    // Dropout (problem/dropout.h): the keep bits of this warp's elements, for dV's operand
+    // (P^T o M) and the gradient reaching P^T (M o dP^T / (1 - p)); drawn before S^T exists, so
+    // the Philox rounds share the registers with dK and dV only.
+    [[maybe_unused]] uint32_t keep[keep_words(kQTiles * 4)];
+    if constexpr (kDropout) {
+      dropout_of(kp, batch, head)
+          .template keep_bits_transposed<kQTiles>(keep, n_start + warp_key0,
+                                                  m * kBlockM + warp_query0, lane);
+    }
     float acc_s[kQTiles][4], acc_dp[kQTiles][4];
     gemm_t(acc_s, k_a_lane, sQs);
     apply_score_mods_transposed<kVariant>(acc_s, kp, batch, head, n_start + warp_key0,
@@ -313,9 +324,16 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
         pack_a_frag<Element>(acc_s, kk, p16[kk]);
-        mma_kv(acc_dv, p16[kk], sDOs, kk);
+        if constexpr (kDropout) {
+          uint32_t kept[4] = {p16[kk][0], p16[kk][1], p16[kk][2], p16[kk][3]};
+          drop_a_frag(kept, keep, kk);
+          mma_kv(acc_dv, kept, sDOs, kk);
+        } else {
+          mma_kv(acc_dv, p16[kk], sDOs, kk);
+        }
       }
       gemm_t(acc_dp, v_a_lane, sDOs);
+      if constexpr (kDropout) apply_keep_bits(acc_dp, keep, kp.dropout.rp);
       // dS^T = P^T (dP^T - D) from the 16-bit P^T (warp_query0 = 0 on this path).
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
@@ -331,11 +349,13 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
       if (kStages == 1 || compute_dq) __syncthreads();  // dS^T complete; Q/dO free (1 stage)
     } else {
       gemm_t(acc_dp, v_a_lane, sDOs);
+      if constexpr (kDropout) apply_keep_bits(acc_dp, keep, kp.dropout.rp);
       make_ds();
 #pragma unroll
       for (int kk = 0; kk < Traits::kWarpQueries / 16; ++kk) {
         uint32_t a[4];
         pack_a_frag<Element>(acc_s, kk, a);
+        if constexpr (kDropout) drop_a_frag(a, keep, kk);
         store_a(Traits::kOffP, kk, a);
         pack_a_frag<Element>(acc_dp, kk, a);
         store_a(Traits::kOffDS, kk, a);
@@ -438,7 +458,14 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
     m = next_m;
   }
 
-  // dK = softmax_scale * dS^T Q (the scale of S was left out of dS), dV as accumulated.
+  // dK = softmax_scale * dS^T Q (the scale of S was left out of dS), dV as accumulated (times
+  // dropout's 1 / (1 - p), left out of its operand).
+  if constexpr (kDropout) {
+#pragma unroll
+    for (int i = 0; i < kColTiles; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dv[i][e] *= kp.dropout.rp;
+  }
   const float scale = p.softmax_scale;
   if (kp.kv_splits == 1) {
     // Stage both tiles in Element precision over sK / sV, then 16-byte row stores.

@@ -51,10 +51,14 @@ Status run_bwd(const BwdParams& p, bool small_smem, cudaStream_t stream) {
       big.stages == small.stages && big.dq_warps_m == small.dq_warps_m &&
       big.dq_passes == small.dq_passes && big.dq_block_m == small.dq_block_m &&
       big.dq_block_n == small.dq_block_n && big.dq_stages == small.dq_stages;
+  // Dropout at d <= 64 takes the 64-query steps of the small class: at 128 x 128 its keep bits
+  // and Philox rounds spill ~600 bytes next to 128 query columns of S^T and dP^T, at 64 x 128
+  // ~40 (benchmarks/NOTES.md section 11).
+  const bool small_tiles = small_smem || (kHeadDim <= 64 && p.dropout_p > 0.f);
   return backward::run_bwd_pipeline<Element, kHeadDim>(p, stream, [&](const BwdKernelParams& kp) {
     if constexpr (!kSameTiles) {
-      return small_smem ? launch_bwd_tiles<Element, kHeadDim, true>(kp, stream)
-                        : launch_bwd_tiles<Element, kHeadDim, false>(kp, stream);
+      return small_tiles ? launch_bwd_tiles<Element, kHeadDim, true>(kp, stream)
+                         : launch_bwd_tiles<Element, kHeadDim, false>(kp, stream);
     } else {
       return launch_bwd_tiles<Element, kHeadDim, false>(kp, stream);
     }

@@ -15,6 +15,7 @@
 #include "../common/numeric.h"
 #include "../common/softmax.h"
 #include "../common/tile_io.h"
+#include "../problem/dropout.h"
 #include "../problem/mask.h"
 #include "../problem/params.h"
 #include "../problem/scheduler.h"
@@ -56,6 +57,14 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
 
   const FwdParams& p = kp.p;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  if constexpr (variant_dropout(kVariant)) {
+    // The resolved random state for the backward (FwdParams::rng_state), once per call.
+    if (p.rng_state != nullptr && blockIdx.x == 0 && tid == 0) {
+      const PhiloxState st = philox_state_of(p);
+      p.rng_state[0] = st.seed;
+      p.rng_state[1] = st.offset;
+    }
+  }
   const QueryTile tile = query_tile(ceil_div(p.seqlen_q, kBlockM), p.num_heads);
   const SeqInfo seq = seq_info<kDynamic>(p, tile.batch);
   const int head = tile.head;
@@ -162,6 +171,10 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
           .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
     }
     softmax.update(acc_s, acc_o, scale_log2);
+    if constexpr (variant_dropout(kVariant)) {
+      // After the row statistics (the LSE is of the undropped P): dropped elements leave P V.
+      dropout_of(kp, tile.batch, head).drop(acc_s, m_start + warp_row0, n * kBlockN, lane);
+    }
 
     ptx::cp_async_wait<0>();
     __syncthreads();  // V_n landed; every warp is done reading K_n
@@ -202,6 +215,12 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
   float inv_l[kMTiles][2], row_lse[kMTiles][2];
   RowStats row_stats[kMTiles][2];
   softmax.finalize(kp.score.score_scale, inv_l, row_lse, row_stats);
+  if constexpr (variant_dropout(kVariant)) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) inv_l[mt][hr] *= kp.dropout.rp;  // the kept elements' scale
+  }
 
   // Stage O through this warp's own rows of sQ (only this warp ever read them), then write
   // 16-byte chunks to global memory.

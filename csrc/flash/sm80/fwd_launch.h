@@ -1,6 +1,7 @@
 // Host side of the sm80 forward: grid shape, shared-memory attribute, launch.
 #pragma once
 
+#include "../fwd/attn_probs.h"
 #include "../launch.h"
 #include "../problem/params.h"
 #include "../problem/scheduler.h"
@@ -13,11 +14,13 @@ namespace flashattn_cu::sm80 {
 template <typename Element, typename Traits>
 Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   const FwdKernelParams kp = make_fwd_kernel_params(p);
-  return with_variant(kernel_variant(p), [&](auto variant) {
+  const Status st = with_variant(kernel_variant(p), [&](auto variant) {
     return launch_tiles<fwd_kernel<Element, Traits, decltype(variant)::value>>(
         query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads),
         Traits::kNThreads, Traits::kSmemBytes, stream, kp);
   });
+  if (st != Status::kSuccess || p.s_dmask == nullptr || !(p.dropout_p > 0.f)) return st;
+  return forward::launch_attn_probs<Element>(kp, stream);  // reads the lse just written
 }
 
 template <typename Element, int kHeadDim>

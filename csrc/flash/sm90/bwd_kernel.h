@@ -37,6 +37,7 @@
 
 #include "../common/bwd_math.h"
 #include "../common/numeric.h"
+#include "../problem/dropout.h"
 #include "../problem/mask.h"
 #include "../problem/score_mod.h"
 #include "../ptx/atomic.h"
@@ -145,12 +146,22 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
       block_mask(p, w).apply_transposed(acc_s, w.n_start + warp_key0, m * kBlockM, lane);
     }
     probs_from_scores(acc_s, s_max, s_log2sum, 0, scale_log2, t);  // P^T, in place
+    // Dropout (problem/dropout.h): the keep bits of this warp's elements, for the gradient
+    // reaching P^T (M o dP^T / (1 - p)) and dV's operand (P^T o M). Drawn here, behind the
+    // exponentials (while dP^T runs); drawn while both GEMMs are in flight they spill 208 bytes
+    // instead of 56 (their accumulators are then both allocated).
+    [[maybe_unused]] uint32_t keep[keep_words(kQTiles * 4)];
+    if constexpr (variant_dropout(kVariant)) {
+      dropout_of(kp, w.batch, head)
+          .template keep_bits_transposed<kQTiles>(keep, w.n_start + warp_key0, m * kBlockM, lane);
+    }
 
     uint32_t p16[kBlockM / 16][4];
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_s, kk, p16[kk]);
     ptx::wgmma_wait<0>();  // dP^T done; no wgmma in flight
     ptx::fence_operand(acc_dp);
+    if constexpr (variant_dropout(kVariant)) apply_keep_bits(acc_dp, keep, kp.dropout.rp);
 
     // dS^T = P^T (dP^T - D), in place in acc_dp, from the 16-bit P^T (as sm80: the fp32 P^T dies
     // once packed, which keeps d = 128 within 255 registers).
@@ -164,6 +175,11 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
     uint32_t ds16[kBlockM / 16][4];
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_dp, kk, ds16[kk]);
+    if constexpr (variant_dropout(kVariant)) {
+      // dS^T used the undropped P^T; dV's operand is P^T o M (before the wgmma reads it).
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk) drop_a_frag(p16[kk], keep, kk);
+    }
     if (compute_dq) {
       // dS^T to shared memory [key][query] (sw128, kBlockN rows).
 #pragma unroll
@@ -227,6 +243,12 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
   }
   ptx::fence_operand(acc_dk);
   ptx::fence_operand(acc_dv);
+  if constexpr (variant_dropout(kVariant)) {
+#pragma unroll
+    for (int i = 0; i < kColTiles; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dv[i][e] *= kp.dropout.rp;  // left out of dV's operand
+  }
 
   // dK = softmax_scale * dS^T Q (the scale of S was left out of dS), dV as accumulated.
   store_dkdv<Element, Traits, kColTiles>(kp, w, smem, acc_dk, acc_dv, warp_key0, 0, tid);

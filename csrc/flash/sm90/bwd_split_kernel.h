@@ -24,6 +24,7 @@
 
 #include "../common/bwd_math.h"
 #include "../common/numeric.h"
+#include "../problem/dropout.h"
 #include "../problem/mask.h"
 #include "../problem/score_mod.h"
 #include "../ptx/atomic.h"
@@ -64,6 +65,7 @@ struct BwdSplitTraits {
 template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char* smem_raw) {
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
+  constexpr bool kDropout = variant_dropout(kVariant);
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim, kHalf = Traits::kHalfCols;
@@ -106,6 +108,11 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
     const char* s_log2sum = smem + Traits::kOffLog2Sum + stage * kBlockM * 4;
     const char* s_d = smem + Traits::kOffD + stage * kBlockM * 4;
 
+    // Dropout (problem/dropout.h): both warpgroups hold the same 64 keys x kBlockM queries, so
+    // each computes the keep bits of its own fragments (while its GEMM runs): warpgroup 0 for
+    // dV's operand (P^T o M, to sP; the undropped P^T goes to sDS for warpgroup 1), warpgroup 1
+    // for the gradient reaching P^T (M o dP^T / (1 - p)).
+    [[maybe_unused]] uint32_t keep[keep_words(kQTiles * 4)];
     // Warpgroup 0: S^T = K Q^T; warpgroup 1: dP^T = V dO^T (A: 64 keys, B: queries, k = d).
     float acc[kQTiles][4];
     {
@@ -118,6 +125,11 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
                                             ks > 0);
       }
       ptx::wgmma_commit();
+      if constexpr (kDropout) {
+        dropout_of(kp, w.batch, head)
+            .template keep_bits_transposed<kQTiles>(keep, w.n_start + warp_key0, m * kBlockM,
+                                                    lane);
+      }
       ptx::wgmma_wait<0>();
       ptx::fence_operand(acc);
     }
@@ -133,6 +145,10 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
         uint32_t a[4];
         pack_a_frag<Element>(acc, kk, a);
+        if constexpr (kDropout) {
+          store_a_frag_sw128<kBlockN>(smem + Traits::kOffDS, warp_key0, kk * 16, a, lane);
+          drop_a_frag(a, keep, kk);
+        }
         store_a_frag_sw128<kBlockN>(smem + Traits::kOffP, warp_key0, kk * 16, a, lane);
       }
       ptx::fence_proxy_async_shared();
@@ -152,14 +168,17 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
     if (wg == 0) {
       issue_dv();
     } else {
-      // dS^T = P^T (dP^T - D) from the 16-bit P^T warpgroup 0 stored (same fragment positions).
+      // dS^T = P^T (dP^T - D) from the 16-bit P^T warpgroup 0 stored (same fragment positions;
+      // with dropout the undropped P^T, in sDS, which dS^T then overwrites element by element).
+      if constexpr (kDropout) apply_keep_bits(acc, keep, kp.dropout.rp);
+      constexpr int kOffProbs = kDropout ? Traits::kOffDS : Traits::kOffP;
       const auto grad = ds_grad_t<kVariant>(kp, w.batch, head, s_max, s_log2sum,
                                                       w.n_start + warp_key0 + lane / 4,
                                                       m * kBlockM, t);  // problem/score_mod.h
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
         uint32_t pa[4];
-        load_a_frag_sw128<kBlockN>(smem + Traits::kOffP, warp_key0, kk * 16, pa, lane);
+        load_a_frag_sw128<kBlockN>(smem + kOffProbs, warp_key0, kk * 16, pa, lane);
         ds_from_packed_probs<Element>(acc, kk, pa, s_d, t, grad);
         uint32_t a[4];
         pack_a_frag<Element>(acc, kk, a);
@@ -211,6 +230,12 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
   }
   ptx::fence_operand(acc_dk);
   ptx::fence_operand(acc_dv);
+  if constexpr (kDropout) {
+#pragma unroll
+    for (int i = 0; i < kColTiles; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dv[i][e] *= kp.dropout.rp;  // left out of dV's operand
+  }
 
   store_dkdv<Element, Traits, kColTiles>(kp, w, smem, acc_dk, acc_dv, warp_key0, col0, tid);
 }

@@ -75,6 +75,14 @@ struct AttnParams {
   // q.k becomes softcap * tanh(s * softmax_scale / softcap) before ALiBi, the mask and the
   // softmax; the LSE is of these logits.
   float softcap = 0.f;
+  // Attention dropout (flash_attn's dropout_p), in [0, 1); 0: none. Each element of the
+  // probabilities P is kept with probability 1 - dropout_p (exactly keep_threshold / 65536 with
+  // keep_threshold = round((1 - dropout_p) * 65536), a Philox4x32-10 draw per element; see
+  // csrc/flash/common/philox.h for the map) and scaled by 1 / (1 - dropout_p); the LSE and
+  // softmax_stats are of the undropped P. The mask is a pure function of (seed, offset, batch
+  // entry, query head, row, key), the random state below: bwd() with fwd()'s state regenerates
+  // the forward's mask on every kernel path. Combines with every other feature.
+  float dropout_p = 0.f;
 
   // Variable-length batches (flash_attn's varlen layout); both null: the padded layout above.
   // cu_seqlens_q / cu_seqlens_k: batch + 1 int32 in device memory, starting at 0,
@@ -93,6 +101,19 @@ struct AttnParams {
   // Optional, fwd() only (batch int32 in device memory): entry b attends to its first
   // seqused_k[b] keys (at most its length), padded or varlen.
   const int* seqused_k = nullptr;
+
+  // Dropout's random state (read only when dropout_p > 0): the Philox seed and offset, as
+  // values or as pointers to device memory read when the kernels run (CUDA graphs: torch's
+  // PhiloxCudaState under capture gives the generator's seed and offset pointers, so each replay
+  // draws a new mask). seed = philox_seed_ptr ? *philox_seed_ptr : philox_seed;
+  // offset = (philox_offset_ptr ? *philox_offset_ptr : 0) + philox_offset (under capture,
+  // philox_offset is the intragraph offset). A call uses the counter streams offset ..
+  // offset + batch * num_heads - 1 (one per batch entry and query head), so a caller advances
+  // its offset by at least batch * num_heads between calls that must differ.
+  uint64_t philox_seed = 0;
+  uint64_t philox_offset = 0;
+  const uint64_t* philox_seed_ptr = nullptr;
+  const uint64_t* philox_offset_ptr = nullptr;
 };
 
 struct FwdParams : AttnParams {
@@ -104,6 +125,16 @@ struct FwdParams : AttnParams {
   // (+inf, 0) for a row that sees no key. bwd() recomputes the probabilities from these exactly
   // at any logit magnitude; from lse alone they carry lse's rounding (see BwdParams).
   float* softmax_stats = nullptr;
+  // Optional, dropout_p > 0 only (null: not written): 2 uint64 in device memory that receive the
+  // resolved (seed, offset) of this call, for bwd() to take as philox_seed_ptr /
+  // philox_offset_ptr (flash_attn's rng_state).
+  uint64_t* rng_state = nullptr;
+  // Optional, dropout_p > 0 only (null: not written; flash_attn's S_dmask of return_softmax):
+  // (batch, num_heads, round_up(seqlen_q, 128), round_up(seqlen_k, 128)) contiguous, dtype
+  // elements: the softmax probabilities of every (row, key) (0 where masked), negated where the
+  // element is dropped (the sign bit is set for a dropped 0), 0 past an entry's lengths and in
+  // the rounding padding. With cu_seqlens, entry b's rows and keys start at 0 of its slab.
+  void* s_dmask = nullptr;
 };
 
 struct BwdParams : AttnParams {
