@@ -129,6 +129,26 @@ def main(argv=None) -> int:
             # long key sequence keeps the block count high enough for that choice.
             d = 128 if 128 in dims else dims[0]
             run(f"{path} head-split d={d}", torch.bfloat16, d, True, False, 1, 9, 16384, 4, 1)
+    # The sm90 forward's persistent grid (more tiles than SMs, so each CTA walks several and the
+    # K/V ring and Q's buffer run on across tiles), non-causal and short causal (longest first),
+    # forward only: its backward is the cases above.
+    for d in [x for x in (64, 128, 256) if x in dims]:
+        for causal in (False, True):
+            q = torch.randn(2, 200, 80, d, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn(2, 200, 16, d, device="cuda", dtype=torch.bfloat16)
+            v = torch.randn_like(k)
+            tag = f"auto persistent d={d} causal={int(causal)} b=2 sq=sk=200 h=80/16"
+            try:
+                out = flash_attn_func(q, k, v, causal=causal)
+                torch.cuda.synchronize()
+                calls += 1
+                err = (out.float().cpu() - reference(q, k, v, causal)).abs().max().item()
+                if not torch.isfinite(out).all().item() or err > 0.1:
+                    problems.append(f"{tag}: forward wrong (max err {err:.3g})")
+                if not args.quiet:
+                    print(f"{tag}: fwd err {err:.2e}")
+            except Exception as exc:  # noqa: BLE001
+                problems.append(f"{tag}: raised {type(exc).__name__}: {exc}")
     # Varlen (the dynamic kernel instances, the per-entry workspace slots) and sliding windows:
     # lengths 0, 1 and partial tiles, a window on each side.
     from flashattn_cu import flash_attn_varlen_func

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The benchmark call that follows a build call on a warm device machine (the build is kept
+# there): unpack FlashAttention-4 (../shared/tools/fa4_anchor.sh: the first call copied
+# .fa4b/part_ab to /tmp/fa4parts, this one carries .fa4a), run the forward side by side with it
+# (benchmarks/bench_fa4.py), then the main benchmark and the feature benchmark through
+# scripts/device_run.sh. FA4 is only on PYTHONPATH for its own script.
+#   first call:   ... carry [".fa4b"]: mkdir -p /tmp/fa4parts && cp .fa4b/part_ab /tmp/fa4parts/ && <build, tests>
+#   second call:  carry [".fa4a"]: bash scripts/device_bench_fa4.sh
+set -u -o pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+OUT=${OUT:-$PWD/device_out}
+mkdir -p "$OUT"
+t0=$SECONDS
+if [ -f .fa4a/part_aa ] && [ -f /tmp/fa4parts/part_ab ]; then
+    cp .fa4a/part_aa /tmp/fa4parts/ && mkdir -p /tmp/fa4 &&
+        cat /tmp/fa4parts/part_* | xz -d | tar -x -C /tmp/fa4 && echo "fa4: unpacked after $((SECONDS - t0)) s"
+else
+    echo "fa4: parts missing (.fa4a/part_aa here, /tmp/fa4parts/part_ab from the first call): no FA4 column"
+fi
+PYTHONPATH=/tmp/fa4/nvidia_cutlass_dsl/dsl_packages:/tmp/fa4 PYTHONUNBUFFERED=1 \
+    timeout "${FA4_TIMEOUT:-200}" python3 benchmarks/bench_fa4.py --out "$OUT/fa4_side_by_side.md" \
+    --seqlens "${FA4_SEQLENS:-1024,4096,8192,16384}" --dtypes "${FA4_DTYPES:-bf16}" 2>&1 | tail -n 40
+echo "fa4 bench: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
+STEPS=${STEPS:-bench,features} DEADLINE=$((570 - (SECONDS - t0))) \
+    BENCH_ARGS=${BENCH_ARGS:-"--dtypes bf16 --no-decode --no-memory"} bash scripts/device_run.sh 2>&1 |
+    grep -E "^SUMMARY|^RESULT|=====|steps:" | tail -n 50
