@@ -179,10 +179,7 @@ struct FwdRunner {
   Status run() const {
 #if FLASHATTN_CU_HAS_SM90A
     if constexpr (fwd_tile_sm90(kHeadDim, false).supported) {
-      // Dropout runs on the sm80 forward (the sm90 one has no Philox path yet).
-      if (sm90a && params.dropout_p == 0.f && sm90::fwd_tma_ok(params)) {
-        return sm90::run_fwd<Element, kHeadDim>(params, stream);
-      }
+      if (sm90a && sm90::fwd_tma_ok(params)) return sm90::run_fwd<Element, kHeadDim>(params, stream);
     }
 #endif
     return sm80::run_fwd<Element, kHeadDim>(params, small_smem, stream);

@@ -40,6 +40,7 @@
 
 #include "../common/numeric.h"
 #include "../common/softmax.h"
+#include "../problem/dropout.h"
 #include "../problem/mask.h"
 #include "../problem/params.h"
 #include "../problem/scheduler.h"
@@ -264,6 +265,13 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
             .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
       }
     };
+    // Dropout (problem/dropout.h) after the row statistics, which are of the undropped P: the
+    // dropped elements leave only the P V product; 1 / (1 - p) joins 1 / l in the epilogue.
+    auto drop_p = [&](int n) {
+      if constexpr (variant_dropout(kVariant)) {
+        dropout_of(kp, batch, head).drop(acc_s, m_start + warp_row0, n * kBlockN, lane);
+      }
+    };
     auto pack_p = [&]() {
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
@@ -290,6 +298,7 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
       score_tile(w.blocks.end - 1);
       softmax.new_max(acc_s, scale_log2, ref, rescale);
       softmax.exponentiate(acc_s, ref, rescale, scale_log2);
+      drop_p(w.blocks.end - 1);
       pack_p();
     }
 #pragma unroll 1
@@ -309,6 +318,7 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
       score_tile(w.blocks.end - 1 - i);
       softmax.new_max(acc_s, scale_log2, ref, rescale);
       softmax.exponentiate(acc_s, ref, rescale, scale_log2);
+      drop_p(w.blocks.end - 1 - i);
       ptx::wgmma_wait<0>();  // P_{i-1} V_{i-1} done: O and P's registers are free again
       ptx::fence_operand(acc_o[0]);
       release(Traits::kBarVEmpty + prev.stage);
@@ -336,6 +346,10 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
   float inv_l[1][2], row_lse[1][2];
   RowStats row_stats[1][2];
   softmax.finalize(kp.score.score_scale, inv_l, row_lse, row_stats);
+  if constexpr (variant_dropout(kVariant)) {
+    inv_l[0][0] *= kp.dropout.rp;
+    inv_l[0][1] *= kp.dropout.rp;
+  }
   Element* o = static_cast<Element*>(p.o) + w.seq.q_offset(p.o_batch_stride, p.o_row_stride) +
                head * p.o_head_stride + m_start * p.o_row_stride;
 #pragma unroll
@@ -399,6 +413,14 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   const int num_m = ceil_div(p.seqlen_q, Traits::kBlockM);
   const int num_tiles = static_cast<int>(query_tile_count(num_m, p.batch, p.num_heads));
 
+  if constexpr (variant_dropout(kVariant)) {
+    // The resolved random state for the backward (FwdParams::rng_state), once per call.
+    if (p.rng_state != nullptr && blockIdx.x == 0 && tid == 0) {
+      const PhiloxState st = philox_state_of(p);
+      p.rng_state[0] = st.seed;
+      p.rng_state[1] = st.offset;
+    }
+  }
   const uint32_t s_base = (ptx::smem_u32(smem_raw) + 1023u) & ~1023u;  // sw128 atoms
   const uint32_t bars = s_base + Traits::kOffBarriers;
   if (tid == 0) {

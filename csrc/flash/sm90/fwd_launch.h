@@ -5,6 +5,7 @@
 
 #include <cuda.h>
 
+#include "../fwd/attn_probs.h"
 #include "../launch.h"
 #include "../problem/params.h"
 #include "../problem/scheduler.h"
@@ -107,14 +108,12 @@ Status run_fwd(const FwdParams& p, cudaStream_t stream) {
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device);
   if (err != cudaSuccess) return cuda_status(err);
-  return with_variant(kernel_variant(p), [&](auto variant) {
-    constexpr int kVariant = decltype(variant)::value;
-    if constexpr (variant_dropout(kVariant)) {
-      return Status::kInvalidArgument;  // dispatch.cu sends dropout to the sm80 forward
-    } else {
-      return launch_fwd<Element, kHeadDim, kVariant>(p, sms, l2_bytes, stream);
-    }
+  const Status st = with_variant(kernel_variant(p), [&](auto variant) {
+    return launch_fwd<Element, kHeadDim, decltype(variant)::value>(p, sms, l2_bytes, stream);
   });
+  if (st != Status::kSuccess || p.s_dmask == nullptr || !(p.dropout_p > 0.f)) return st;
+  // S_dmask (return_attn_probs with dropout): the arch-neutral kernel, from the lse just written.
+  return forward::launch_attn_probs<Element>(make_fwd_kernel_params(p), stream);
 }
 
 }  // namespace flashattn_cu::sm90
