@@ -10,29 +10,13 @@
 #include <vector>
 
 #include "sm80/fwd_kernel.h"
+#include "harness.h"
 
 namespace fa = flashattn_cu;
 
 namespace flashattn_cu::sm80 {
 Status launch_status() { return cudaGetLastError() == cudaSuccess ? Status::kSuccess : Status::kLaunchFailed; }
 }  // namespace flashattn_cu::sm80
-
-#define CHECK(x)                                                                     \
-  do {                                                                               \
-    cudaError_t e = (x);                                                             \
-    if (e != cudaSuccess) {                                                          \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
-
-__global__ void fill_random(__nv_bfloat16* x, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
-    h ^= h >> 16; h *= 0x7feb352du; h ^= h >> 15; h *= 0x846ca68bu; h ^= h >> 16;
-    x[i] = __float2bfloat16((h & 0xffff) / 32768.f - 1.f);
-  }
-}
 
 // fp32 reference: one thread per (batch, head, query row); two passes over the keys.
 __global__ void reference_fwd(fa::FwdParams p, float* out, float* lse) {
