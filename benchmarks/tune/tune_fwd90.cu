@@ -57,31 +57,12 @@ int g_sms = 132;  // the device's, set in main
 int g_l2 = 50 << 20;
 bool g_causal_persistent = true;  // fwd_schedule's causal choice (run_fwd: causal_persistent), swept in main
 
-// The static-variant instance of one sm90 configuration (no other variant is compiled here).
+// The static-variant instance of one sm90 configuration (no other variant is compiled here),
+// launched as the library launches it, with the causal schedule of this sweep pass.
 template <typename Traits>
 fa::Status run_sm90(const fa::FwdParams& p) {
-  fa::sm90::FwdTmaParams tp;
-  tp.kp = fa::make_fwd_kernel_params(p);
-  fa::Status st = fa::sm90::encode_rows_map(&tp.q_map, p.dtype, p.q, p.head_dim, p.seqlen_q,
-                                            p.num_heads, p.batch, p.q_row_stride,
-                                            p.q_head_stride, p.q_batch_stride, Traits::kBlockM);
-  if (st == fa::Status::kSuccess) {
-    st = fa::sm90::encode_rows_map(&tp.k_map, p.dtype, p.k, p.head_dim, p.seqlen_k,
-                                   p.num_heads_k, p.batch, p.k_row_stride, p.k_head_stride,
-                                   p.k_batch_stride, Traits::kBlockN);
-  }
-  if (st == fa::Status::kSuccess) {
-    st = fa::sm90::encode_rows_map(&tp.v_map, p.dtype, p.v, p.head_dim, p.seqlen_k,
-                                   p.num_heads_k, p.batch, p.v_row_stride, p.v_head_stride,
-                                   p.v_batch_stride, Traits::kBlockN);
-  }
-  if (st != fa::Status::kSuccess) return st;
-  const int64_t tiles =
-      fa::query_tile_count(fa::ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
-  const fa::sm90::FwdSchedule sched = fa::sm90::fwd_schedule(p, tiles, g_sms, g_l2, g_causal_persistent);
-  tp.group_heads = sched.group_heads;
-  return fa::launch_kernel<fa::sm90::fwd_kernel<__nv_bfloat16, Traits, fa::kStaticVariant>>(
-      dim3(static_cast<unsigned>(sched.grid)), dim3(Traits::kNThreads), Traits::kSmemBytes, 0, tp);
+  return fa::sm90::launch_fwd_config<__nv_bfloat16, Traits, fa::kStaticVariant>(
+      p, g_sms, g_l2, g_causal_persistent, 0);
 }
 
 template <int kHeadDim>

@@ -66,26 +66,24 @@ inline FwdSchedule fwd_schedule(const FwdParams& p, int64_t tiles, int sms, int6
   return FwdSchedule{sms, static_cast<int>(heads)};
 }
 
-// The launch of kernel variant kVariant (problem/mask.h) for one call: its tile, TMA maps,
-// schedule. sms / l2_bytes: the device's.
-template <typename Element, int kHeadDim, int kVariant>
-Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream) {
-  constexpr FwdTileSm90 tile = fwd_tile_sm90(kHeadDim, variant_dynamic(kVariant));
-  using Traits = FwdTraits<kHeadDim, tile.block_m, tile.block_n, tile.stages>;
-  const bool varlen = p.cu_seqlens_q != nullptr;
-  const int64_t q_rows = varlen ? p.total_q : p.seqlen_q;
-  const int64_t k_rows = varlen ? p.total_k : p.seqlen_k;
-  const int batch = varlen ? 1 : p.batch;
+// The launch of one compiled configuration (Traits, kernel variant kVariant of problem/mask.h)
+// for a call: its TMA maps, its schedule (fwd_schedule, with the causal choice given), the grid.
+// sms / l2_bytes: the device's. benchmarks/tune/tune_fwd90.cu sweeps configurations through it.
+template <typename Element, typename Traits, int kVariant>
+Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_persistent,
+                         cudaStream_t stream) {
+  const TmaExtents e = tma_extents(p);
   FwdTmaParams tp;
   tp.kp = make_fwd_kernel_params(p);
-  Status st = encode_rows_map(&tp.q_map, p.dtype, p.q, p.head_dim, q_rows, p.num_heads, batch,
-                              p.q_row_stride, p.q_head_stride, p.q_batch_stride, Traits::kBlockM);
+  Status st = encode_rows_map(&tp.q_map, p.dtype, p.q, p.head_dim, e.q_rows, p.num_heads,
+                              e.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride,
+                              Traits::kBlockM);
   if (st == Status::kSuccess) {
-    st = encode_rows_map(&tp.k_map, p.dtype, p.k, p.head_dim, k_rows, p.num_heads_k, batch,
+    st = encode_rows_map(&tp.k_map, p.dtype, p.k, p.head_dim, e.k_rows, p.num_heads_k, e.batch,
                          p.k_row_stride, p.k_head_stride, p.k_batch_stride, Traits::kBlockN);
   }
   if (st == Status::kSuccess) {
-    st = encode_rows_map(&tp.v_map, p.dtype, p.v, p.head_dim, k_rows, p.num_heads_k, batch,
+    st = encode_rows_map(&tp.v_map, p.dtype, p.v, p.head_dim, e.k_rows, p.num_heads_k, e.batch,
                          p.v_row_stride, p.v_head_stride, p.v_batch_stride, Traits::kBlockN);
   }
   if (st != Status::kSuccess) return st;
@@ -93,11 +91,20 @@ Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream
       query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
   if (tiles == 0) return Status::kSuccess;
   if (tiles > INT_MAX - sms) return Status::kInvalidArgument;  // cta_tile_index stays in int
-  const FwdSchedule schedule = fwd_schedule(p, tiles, sms, l2_bytes, causal_persistent(p));
+  const FwdSchedule schedule = fwd_schedule(p, tiles, sms, l2_bytes, causal_persistent);
   tp.group_heads = schedule.group_heads;
   return launch_kernel<fwd_kernel<Element, Traits, kVariant>>(
       dim3(static_cast<unsigned>(schedule.grid)), dim3(Traits::kNThreads), Traits::kSmemBytes,
       stream, tp);
+}
+
+// The configuration tiles.h picks for kernel variant kVariant.
+template <typename Element, int kHeadDim, int kVariant>
+Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream) {
+  constexpr FwdTileSm90 tile = fwd_tile_sm90(kHeadDim, variant_dynamic(kVariant));
+  using Traits = FwdTraits<kHeadDim, tile.block_m, tile.block_n, tile.stages>;
+  return launch_fwd_config<Element, Traits, kVariant>(p, sms, l2_bytes, causal_persistent(p),
+                                                      stream);
 }
 
 template <typename Element, int kHeadDim>

@@ -20,20 +20,31 @@ Status run_fwd(const FwdParams& params, cudaStream_t stream);
 // Whether the sm90 forward's TMA maps can describe this call's q, k and v (fwd_launch.h): keys
 // to read (a varlen call with its total_k), and every stride that is stepped positive and below
 // the maps' 2^40 bytes. The other calls run the sm80 forward, which has no such bounds.
+// The row and batch extents the forward's TMA maps give q and k / v: (seqlen, batch) padded,
+// (total rows, 1) varlen, whose maps have one batch entry holding every entry's rows.
+struct TmaExtents {
+  int64_t q_rows, k_rows;
+  int batch;
+};
+
+inline TmaExtents tma_extents(const FwdParams& p) {
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  return varlen ? TmaExtents{p.total_q, p.total_k, 1} : TmaExtents{p.seqlen_q, p.seqlen_k, p.batch};
+}
+
 inline bool fwd_tma_ok(const FwdParams& p) {
   const bool varlen = p.cu_seqlens_q != nullptr;
   if (p.seqlen_k <= 0 || (varlen && (p.total_k <= 0 || p.total_q <= 0))) return false;
   if (p.q == nullptr || p.k == nullptr || p.v == nullptr) return false;
-  const int64_t q_rows = varlen ? p.total_q : p.seqlen_q, k_rows = varlen ? p.total_k : p.seqlen_k;
-  const int batch = varlen ? 1 : p.batch;
+  const TmaExtents e = tma_extents(p);
   auto ok = [](int64_t extent, int64_t stride) {
     return extent == 1 || (stride > 0 && stride < (int64_t{1} << 39));
   };
-  return ok(q_rows, p.q_row_stride) && ok(p.num_heads, p.q_head_stride) &&
-         ok(batch, p.q_batch_stride) && ok(k_rows, p.k_row_stride) &&
-         ok(p.num_heads_k, p.k_head_stride) && ok(batch, p.k_batch_stride) &&
-         ok(k_rows, p.v_row_stride) && ok(p.num_heads_k, p.v_head_stride) &&
-         ok(batch, p.v_batch_stride);
+  return ok(e.q_rows, p.q_row_stride) && ok(p.num_heads, p.q_head_stride) &&
+         ok(e.batch, p.q_batch_stride) && ok(e.k_rows, p.k_row_stride) &&
+         ok(p.num_heads_k, p.k_head_stride) && ok(e.batch, p.k_batch_stride) &&
+         ok(e.k_rows, p.v_row_stride) && ok(p.num_heads_k, p.v_head_stride) &&
+         ok(e.batch, p.v_batch_stride);
 }
 
 // Test hook (sm90/selftest.cu): copies a rows x cols 16-bit matrix (row stride in elements, a
