@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from flashattn_cu import _C  # also loads the library that defines torch.ops.flashattn_cu
 
-__all__ = ["flash_attn_func", "FlashAttnFunc"]
+__all__ = ["flash_attn_func", "FlashAttnFunc", "flash_attn_with_kvcache"]
 
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 _MAX_HEAD_DIM = 256
@@ -744,3 +744,8 @@ def flash_attn_varlen_kvpacked_func(
     return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
                                   softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+# flash_attn.flash_attn_interface has it too (defined in flashattn_cu/kvcache.py, which imports
+# the checks above, hence last).
+from flashattn_cu.kvcache import flash_attn_with_kvcache  # noqa: E402,F401
