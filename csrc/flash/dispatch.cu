@@ -247,15 +247,16 @@ Status check_bwd(const BwdParams& p) {
 // ---------------------------------------------------------------------------------------------
 // fwd_kvcache (flashattn_cu.h: KvcacheParams; problem/kv_cache.h)
 
-// GQA decode packing: one query per entry, several query heads per kv head, no window and no
-// ALiBi (flash_attn's seqlenq_ngroups_swapped rule). Query head h = hk * group + r then runs as
-// row r of kv head hk's tile: seqlen_q becomes the group, the heads the kv heads, and the rows
+// GQA decode packing: one query per entry, several query heads per kv head, no left window and
+// no ALiBi (flash_attn's seqlenq_ngroups_swapped rule). Query head h = hk * group + r then runs
+// as row r of kv head hk's tile: seqlen_q becomes the group, the heads the kv heads, and the rows
 // of q and o step by the old head stride. lse (batch, heads, 1) is (batch, heads_k, group) in
-// the same memory. Causal changes nothing for a single query (it sees every key), so it is
-// dropped (the rows are query heads, not positions).
+// the same memory. A single query's diagonal key is the last key, so causal and any right window
+// change nothing (it sees every key up to the left window): they are dropped, since the packed
+// rows are query heads, not positions.
 bool gqa_packable(const KvcacheParams& p) {
   return p.seqlen_q == 1 && p.num_heads > p.num_heads_k && p.window_left < 0 &&
-         p.window_right < 0 && p.alibi_slopes == nullptr;
+         p.alibi_slopes == nullptr;
 }
 
 KvcacheParams pack_gqa(const KvcacheParams& in) {
@@ -268,6 +269,7 @@ KvcacheParams pack_gqa(const KvcacheParams& in) {
   p.o_row_stride = in.o_head_stride;
   p.o_head_stride = in.o_head_stride * group;
   p.is_causal = false;
+  p.window_right = -1;
   return p;
 }
 
