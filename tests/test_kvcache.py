@@ -77,7 +77,8 @@ def gather_pages(paged, table):
 CASES = {
     # name: (seqlen_q, seqlen_new, heads, page_size, extras)
     "decode_gqa": (1, 1, (8, 2), None, {}),
-    "decode_mqa_paged16": (1, 1, (6, 1), 16, {}),
+    "decode_mqa_paged16_causal": (1, 1, (6, 1), 16, {"causal": True}),
+    "decode_gqa_left_window": (1, 1, (8, 2), None, {"window": (50, -1)}),
     "decode_mha_paged1": (1, 1, (4, 4), 1, {}),
     "decode_gqa_paged100": (1, 1, (8, 2), 100, {}),
     "spec4_causal_paged64": (4, 4, (8, 2), 64, {"causal": True}),
