@@ -283,8 +283,8 @@ def flash_attn_with_kvcache(
             page = page.clamp_(0, k_cache.shape[0] - 1)
             index = (page, pos % page_size)
         else:
-            entries = (cache_batch_idx.long() if cache_batch_idx is not None else
-                       torch.arange(batch, device=device))
+            entries = (cache_batch_idx.long().clamp(0, k_cache.shape[0] - 1)  # as the kernel
+                       if cache_batch_idx is not None else torch.arange(batch, device=device))
             index = (entries.unsqueeze(1).expand(batch, seqlen_new), pos)
         k_cache.index_put_(index, k)
         v_cache.index_put_(index, v)
