@@ -101,6 +101,8 @@ def rel(path):
 
 def sources_for(head_dims):
     srcs = sorted(glob.glob(os.path.join(ROOT, "csrc", "flash", "*.cu")))  # dispatch.cu (+ any stubs)
+    # Arch-neutral kernels compiled once (the split-KV combine).
+    srcs += sorted(glob.glob(os.path.join(ROOT, "csrc", "flash", "fwd", "*.cu")))
     for d in head_dims:
         # fwd_hdim{D}_{dtype}.cu, and bwd_hdim{D}_{dtype}.cu once they exist.
         srcs += sorted(glob.glob(os.path.join(ROOT, "csrc", "flash", "sm80", "inst", f"*_hdim{d}_*.cu")))

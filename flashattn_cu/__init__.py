@@ -49,7 +49,8 @@ from flashattn_cu.flash_attn_interface import (  # noqa: E402
     flash_attn_varlen_kvpacked_func,
     flash_attn_varlen_qkvpacked_func,
 )
+from flashattn_cu.kvcache import flash_attn_with_kvcache  # noqa: E402
 
 __all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
            "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
-           "flash_attn_varlen_kvpacked_func", "__version__"]
+           "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache", "__version__"]

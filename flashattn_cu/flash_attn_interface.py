@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from flashattn_cu import _C  # also loads the library that defines torch.ops.flashattn_cu
 
-__all__ = ["flash_attn_func", "FlashAttnFunc"]
+__all__ = ["flash_attn_func", "FlashAttnFunc", "flash_attn_with_kvcache"]
 
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 _MAX_HEAD_DIM = 256
@@ -652,8 +652,8 @@ def flash_attn_varlen_func(
         max_seqlen_q, max_seqlen_k: ints, at least every sequence's length (they size the grid;
             rows past them are not computed, as in flash_attn).
         causal: per sequence, aligned to the bottom-right corner of its own attention matrix.
-        The other arguments as flash_attn_func (dropout included); block_table (paged KV) is
-            not implemented.
+        The other arguments as flash_attn_func (dropout included); block_table (paged prefill)
+            is not implemented yet (flash_attn_with_kvcache takes paged caches).
     Returns:
         out (total_q, nheads, headdim), or (out, softmax_lse (nheads, total_q), S_dmask) if
         return_attn_probs: S_dmask (batch, nheads, max_seqlen_q, max_seqlen_k rounded up to 128)
@@ -661,8 +661,9 @@ def flash_attn_varlen_func(
     """
     fn = "flash_attn_varlen_func"
     if block_table is not None:
-        _not_implemented("block_table (paged KV cache)", "block_table given",
-                         "pass contiguous k and v")
+        _not_implemented("block_table (paged prefill) in flash_attn_varlen_func",
+                         "block_table given", "pass contiguous k and v here; paged decoding runs "
+                         "through flash_attn_with_kvcache(..., block_table=...)")
     window_left, window_right = _check_features(dropout_p, window_size, softcap, alibi_slopes)
     causal = bool(causal) or (window_left < 0 and window_right == 0)
     if causal:
@@ -744,3 +745,8 @@ def flash_attn_varlen_kvpacked_func(
     return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
                                   softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+# flash_attn.flash_attn_interface has it too (defined in flashattn_cu/kvcache.py, which imports
+# the checks above, hence last).
+from flashattn_cu.kvcache import flash_attn_with_kvcache  # noqa: E402,F401

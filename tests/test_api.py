@@ -108,6 +108,12 @@ def test_op_schemas():
         "Tensor? softmax_stats=None, int window_left=-1, int window_right=-1, "
         "Tensor? alibi_slopes=None, float softcap=0., float dropout_p=0., "
         "Tensor? rng_state=None) -> (Tensor, Tensor, Tensor)")
+    assert str(torch.ops.flashattn_cu.fwd_kvcache.default._schema) == (
+        "flashattn_cu::fwd_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, "
+        "Tensor cache_seqlens, Tensor? cache_batch_idx, Tensor? cache_leftpad, "
+        "Tensor? block_table, float softmax_scale, bool causal, int window_left=-1, "
+        "int window_right=-1, Tensor? alibi_slopes=None, float softcap=0., int num_splits=0) -> "
+        "(Tensor, Tensor)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -117,7 +123,8 @@ def test_op_schemas():
 def test_not_implemented():
     q, k, v = cpu_qkv()
     with pytest.raises(NotImplementedError, match=r"flashattn_cu 0\.1 does not implement "
-                       r"block_table \(paged KV cache\) yet"):
+                       r"block_table \(paged prefill\) in flash_attn_varlen_func yet .*"
+                       r"flash_attn_with_kvcache"):
         fai.flash_attn_varlen_func(q[0], k[0], v[0], torch.tensor([0, 5], dtype=torch.int32),
                                    torch.tensor([0, 7], dtype=torch.int32), 5, 7,
                                    block_table=torch.zeros(1, 1, dtype=torch.int32))

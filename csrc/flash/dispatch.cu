@@ -11,6 +11,10 @@
 #include "head_dims.h"
 #include "launch.h"
 #include "bwd/params.h"
+#include "fwd/combine_launch.h"
+#include "problem/kv_cache.h"
+#include "problem/params.h"
+#include "problem/scheduler.h"
 #include "problem/score_mod.h"
 #include "sm80/launch.h"
 #include "sm90/launch.h"
@@ -41,6 +45,7 @@ struct DeviceInfo {
   int major = 0;
   int minor = 0;
   int smem_optin = 0;
+  int sm_count = 0;
 };
 
 Status query_device(DeviceInfo* info) {
@@ -50,6 +55,9 @@ Status query_device(DeviceInfo* info) {
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&info->minor, cudaDevAttrComputeCapabilityMinor, device);
   if (err == cudaSuccess) {
     err = cudaDeviceGetAttribute(&info->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  }
+  if (err == cudaSuccess) {
+    err = cudaDeviceGetAttribute(&info->sm_count, cudaDevAttrMultiProcessorCount, device);
   }
   if (err != cudaSuccess) {
     g_last_error = err;
@@ -233,7 +241,182 @@ Status check_bwd(const BwdParams& p) {
   return Status::kSuccess;
 }
 
+// ---------------------------------------------------------------------------------------------
+// fwd_kvcache (flashattn_cu.h: KvcacheParams; problem/kv_cache.h)
+
+// GQA decode packing: one query per entry, several query heads per kv head, no left window and
+// no ALiBi (flash_attn's seqlenq_ngroups_swapped rule). Query head h = hk * group + r then runs
+// as row r of kv head hk's tile: seqlen_q becomes the group, the heads the kv heads, and the rows
+// of q and o step by the old head stride. lse (batch, heads, 1) is (batch, heads_k, group) in
+// the same memory. A single query's diagonal key is the last key, so causal and any right window
+// change nothing (it sees every key up to the left window): they are dropped, since the packed
+// rows are query heads, not positions.
+bool gqa_packable(const KvcacheParams& p) {
+  return p.seqlen_q == 1 && p.num_heads > p.num_heads_k && p.window_left < 0 &&
+         p.alibi_slopes == nullptr;
+}
+
+KvcacheParams pack_gqa(const KvcacheParams& in) {
+  KvcacheParams p = in;
+  const int group = in.num_heads / in.num_heads_k;
+  p.seqlen_q = group;
+  p.num_heads = in.num_heads_k;
+  p.q_row_stride = in.q_head_stride;
+  p.q_head_stride = in.q_head_stride * group;
+  p.o_row_stride = in.o_head_stride;
+  p.o_head_stride = in.o_head_stride * group;
+  p.is_causal = false;
+  p.window_right = -1;
+  return p;
+}
+
+// The split count on `dev` for the (packed) call p: problem/kv_cache.h. Two blocks per SM run
+// the kvcache tiles (tiles.h: fwd_tile_sm80_kvcache, shared memory).
+int kvcache_splits(const KvcacheParams& p, const DeviceInfo& dev) {
+  const FwdTile tile =
+      fwd_tile_sm80_kvcache(round_head_dim(p.head_dim), dev.smem_optin < kLargeSmemBytes);
+  const int n_blocks = ceil_div(p.seqlen_k, tile.block_n);
+  int splits = p.num_splits;
+  if (splits <= 0) {
+    const int64_t tiles = query_tile_count(ceil_div(p.seqlen_q, tile.block_m), p.batch,
+                                           p.num_heads);
+    splits = num_splits_heuristic(tiles, 2 * dev.sm_count, n_blocks);
+  }
+  splits = splits < n_blocks ? splits : n_blocks;
+  splits = splits < kMaxSplits ? splits : kMaxSplits;
+  return splits > 1 ? splits : 1;
+}
+
+// The workspace: key counts (with cache_leftpad), then the splits' LSEs and outputs.
+struct KvcacheWorkspace {
+  size_t counts = 0, lse = 0, o = 0, bytes = 0;  // offsets and the total, 256-byte aligned
+};
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+KvcacheWorkspace kvcache_workspace(const KvcacheParams& p, int splits) {
+  KvcacheWorkspace w;
+  size_t at = 0;
+  if (p.cache_leftpad != nullptr) at = align256(sizeof(int) * static_cast<size_t>(p.batch));
+  w.lse = at;
+  const size_t rows = static_cast<size_t>(p.batch) * p.num_heads * p.seqlen_q;
+  if (splits > 1) at = align256(at + sizeof(float) * rows * splits);
+  w.o = at;
+  if (splits > 1) at = align256(at + sizeof(float) * rows * splits * p.head_dim);
+  w.bytes = at;
+  return w;
+}
+
+bool aligned4(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 4 == 0; }
+
+// What fwd_kvcache() takes beyond check_common (flashattn_cu.h: KvcacheParams).
+Status check_kvcache(const KvcacheParams& p) {
+  Status st = check_common(static_cast<const FwdParams&>(p));
+  if (st != Status::kSuccess) return st;
+  if (p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr || p.seqused_k != nullptr ||
+      p.dropout_p != 0.f || p.softmax_stats != nullptr || p.rng_state != nullptr ||
+      p.s_dmask != nullptr) {
+    return Status::kInvalidArgument;
+  }
+  if (p.cache_seqlens == nullptr || !aligned4(p.cache_seqlens) || !aligned4(p.cache_batch_idx) ||
+      !aligned4(p.cache_leftpad) || !aligned4(p.block_table) || p.num_splits < 0 ||
+      p.num_splits > kMaxSplits) {
+    return Status::kInvalidArgument;
+  }
+  if (p.block_table != nullptr) {
+    if (p.cache_batch_idx != nullptr || p.page_size < 1 || p.num_pages < 1 ||
+        p.block_table_batch_stride < ceil_div<int64_t>(p.seqlen_k, p.page_size)) {
+      return Status::kInvalidArgument;
+    }
+  } else if (p.cache_batch_idx != nullptr && p.batch_cache < 1 && p.seqlen_k > 0) {
+    return Status::kInvalidArgument;
+  }
+  if (!pointer_ok(p.lse, has_q_rows(p))) return Status::kInvalidArgument;
+  return Status::kSuccess;
+}
+
 }  // namespace
+
+int fwd_kvcache_num_splits(const KvcacheParams& params) {
+  if (params.batch <= 0 || params.num_heads <= 0 || params.num_heads_k <= 0 ||
+      params.seqlen_q <= 0 || params.head_dim <= 0 || params.num_heads % params.num_heads_k != 0) {
+    return 1;
+  }
+  DeviceInfo dev;
+  if (query_device(&dev) != Status::kSuccess) {
+    // No device to ask: the heuristic needs its SM count (one split); an explicit count is
+    // sized for the large-shared-memory tiles.
+    if (params.num_splits <= 0) return 1;
+    dev.smem_optin = kLargeSmemBytes;
+  }
+  return kvcache_splits(gqa_packable(params) ? pack_gqa(params) : params, dev);
+}
+
+size_t fwd_kvcache_workspace_bytes(const KvcacheParams& params) {
+  if (params.batch <= 0 || params.num_heads <= 0 || params.num_heads_k <= 0 ||
+      params.seqlen_q <= 0 || params.head_dim <= 0 || params.num_heads % params.num_heads_k != 0) {
+    return 0;
+  }
+  const KvcacheParams p = gqa_packable(params) ? pack_gqa(params) : params;
+  return kvcache_workspace(p, fwd_kvcache_num_splits(params)).bytes;
+}
+
+namespace {
+
+struct FwdKvcacheRunner {
+  const FwdKvcacheKernelParams& kp;
+  bool small_smem;
+  cudaStream_t stream;
+  template <typename Element, int kHeadDim>
+  Status run() const {
+    return sm80::run_fwd_kvcache<Element, kHeadDim>(kp, small_smem, stream);
+  }
+};
+
+}  // namespace
+
+Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
+  g_last_error = cudaSuccess;
+  Status st = check_kvcache(params);
+  if (st != Status::kSuccess) return st;
+  if (!has_q_rows(params)) return Status::kSuccess;
+  DeviceInfo dev;
+  st = query_device(&dev);
+  if (st != Status::kSuccess) return st;
+  const KvcacheParams p = gqa_packable(params) ? pack_gqa(params) : params;
+  const int splits = kvcache_splits(p, dev);
+  const KvcacheWorkspace ws = kvcache_workspace(p, splits);
+  if (ws.bytes > 0 && !pointer_ok(params.workspace, true)) return Status::kInvalidArgument;
+  char* workspace = static_cast<char*>(params.workspace);
+
+  FwdKvcacheKernelParams kp;
+  static_cast<FwdKernelParams&>(kp) = make_fwd_kernel_params(p);
+  // The keys of each entry reach the kernels as seqused_k (problem/kv_cache.h).
+  kp.p.seqused_k = p.cache_seqlens;
+  if (p.cache_leftpad != nullptr) {
+    int* counts = reinterpret_cast<int*>(workspace + ws.counts);
+    st = forward::launch_kvcache_key_counts(p.cache_seqlens, p.cache_leftpad, p.seqlen_k, p.batch,
+                                            counts, stream);
+    if (st != Status::kSuccess) return st;
+    kp.p.seqused_k = counts;
+  }
+  kp.kv.cache_batch_idx = p.block_table != nullptr ? nullptr : p.cache_batch_idx;
+  kp.kv.batch_cache = p.batch_cache;
+  kp.kv.cache_leftpad = p.cache_leftpad;
+  kp.kv.block_table = p.block_table;
+  kp.kv.block_table_batch_stride = p.block_table_batch_stride;
+  kp.kv.page_size = p.page_size;
+  kp.kv.num_pages = p.num_pages;
+  kp.kv.num_splits = splits;
+  kp.kv.partial_rows = static_cast<int64_t>(p.batch) * p.num_heads * p.seqlen_q;
+  kp.kv.lse_partial = splits > 1 ? reinterpret_cast<float*>(workspace + ws.lse) : nullptr;
+  kp.kv.o_partial = splits > 1 ? reinterpret_cast<float*>(workspace + ws.o) : nullptr;
+
+  const bool small_smem = dev.smem_optin < kLargeSmemBytes;
+  st = dispatch_instance(p.dtype, p.head_dim, FwdKvcacheRunner{kp, small_smem, stream});
+  if (st != Status::kSuccess || splits == 1) return st;
+  return forward::launch_split_combine(kp, stream);
+}
 
 Status cuda_status(cudaError_t err) {
   if (err == cudaSuccess) return Status::kSuccess;

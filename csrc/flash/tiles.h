@@ -41,6 +41,21 @@ __host__ __device__ constexpr FwdTile fwd_tile_sm80(int head_dim, bool small_sme
   return FwdTile{64, 32, 4};
 }
 
+// The kvcache forward (sm80/fwd_kernel.h, kvcache variant; one instance per head dim and
+// dtype, two for d = 256). Decode has few query rows (seqlen_q 1 .. 8, or the packed query heads
+// of a kv group), so 64-row tiles (16 rows per warp) waste half as many tensor-core rows as 128
+// and hold half the output accumulators. Chosen by ptxas (sm_80), not measured on a GPU yet:
+// with fwd_tile_sm80's 128-row tiles the variant spilled 612 bytes at d = 64 and 280 at
+// d = 128; 64 x 128 at d = 64: no spills; at d = 128, 64 x 128 spilled 80 bytes (the paged
+// gather's 16 row lookups per thread), 64 x 64: 250 registers, none. Shared memory: d <= 64
+// 46 KB, d = 128 52 KB, d = 256 x 64 101 KB (large class; small: x 32, 68 KB).
+__host__ __device__ constexpr FwdTile fwd_tile_sm80_kvcache(int head_dim, bool small_smem) {
+  if (head_dim <= 64) return FwdTile{64, 128, 4};
+  if (head_dim <= 128) return FwdTile{64, 64, 4};
+  if (head_dim <= 224 || !small_smem) return FwdTile{64, 64, 4};
+  return FwdTile{64, 32, 4};
+}
+
 __host__ __device__ constexpr int fwd_smem_bytes(FwdTile tile, int head_dim) {
   return (tile.block_m + 2 * tile.block_n) * (head_dim + 8) * 2;
 }

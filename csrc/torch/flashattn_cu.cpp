@@ -7,7 +7,11 @@
 //                     gen=None) -> (out, softmax_lse, softmax_stats, rng_state, S_dmask)
 //   flashattn_cu::bwd(dout, q, k, v, out, softmax_lse, softmax_scale, causal, deterministic,
 //                     softmax_stats=None, ..., dropout_p=0.0, rng_state=None) -> (dq, dk, dv)
-// and their varlen forms. Dropout: the forward draws (seed, offset) from the CUDA generator
+// and their varlen forms, and
+//   flashattn_cu::fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
+//                             block_table, softmax_scale, causal, ..., num_splits=0)
+//       -> (out, softmax_lse)
+// (flash_attn_with_kvcache's attention; the Python wrapper appends to the cache first). Dropout: the forward draws (seed, offset) from the CUDA generator
 // (gen, or the device's default) and returns them as rng_state (int64 (2,), written by the
 // kernel, so a captured CUDA graph records fresh values at each replay); the backward takes that
 // rng_state and regenerates the same mask. S_dmask: flash_attn's return_softmax output
@@ -706,6 +710,137 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
   return {t.dq, t.dk, t.dv};
 }
 
+// ---------------------------------------------------------------------------------------------
+// KV cache (flash_attn_with_kvcache's attention; flashattn_cu.h: KvcacheParams). The Python
+// wrapper appends the new keys/values (and applies rotary) before this op, so the op only reads
+// the cache: q (batch, seqlen_q, nheads, d); k_cache / v_cache (batch_cache, seqlen_cache,
+// nheads_k, d) or, with block_table (batch, max_pages) int32, (num_pages, page_size, nheads_k,
+// d); cache_seqlens (batch) int32: the keys of each entry, appended ones included.
+
+// A cache tensor is read in place (a copy would cost what the kernel saves): it must already
+// have the kernels' layout.
+void check_cache(const at::Tensor& t, const char* name, const at::Tensor& q) {
+  check_input(t, name, q);
+  TORCH_CHECK_VALUE(kernel_layout_ok(t),
+                    msg(name, " must have a contiguous last dim, every other stride a multiple "
+                              "of 8 elements and a 16-byte aligned start, got strides ",
+                        t.strides(), " (the cache is read in place, not copied)"));
+}
+
+// An optional (batch) int32 index tensor on q's device, made contiguous.
+at::Tensor check_index_array(const std::optional<at::Tensor>& t, const char* name,
+                             const at::Tensor& q, int64_t batch) {
+  if (!t.has_value()) return at::Tensor();
+  return check_seq_array(*t, name, q, batch);
+}
+
+std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(
+    const at::Tensor& q_in, const at::Tensor& k_cache, const at::Tensor& v_cache,
+    const at::Tensor& cache_seqlens_in, const std::optional<at::Tensor>& cache_batch_idx_in,
+    const std::optional<at::Tensor>& cache_leftpad_in,
+    const std::optional<at::Tensor>& block_table_in, double softmax_scale, bool causal,
+    int64_t window_left, int64_t window_right, const std::optional<at::Tensor>& alibi,
+    double softcap, int64_t num_splits) {
+  check_window(window_left, window_right);
+  check_input(q_in, "q", q_in);
+  check_cache(k_cache, "k_cache", q_in);
+  check_cache(v_cache, "v_cache", q_in);
+  check_scale(softmax_scale);
+  check_softcap(softcap, softmax_scale);
+  const int64_t batch = q_in.size(0), seqlen_q = q_in.size(1), num_heads = q_in.size(2);
+  const int64_t head_dim = q_in.size(3), num_heads_k = k_cache.size(2);
+  TORCH_CHECK_VALUE(k_cache.sizes() == v_cache.sizes(),
+                    msg("k_cache and v_cache must have the same shape, got ", k_cache.sizes(),
+                        " and ", v_cache.sizes()));
+  TORCH_CHECK_VALUE(k_cache.size(3) == head_dim,
+                    msg("k_cache has head dim ", k_cache.size(3), " but q has ", head_dim));
+  TORCH_CHECK_VALUE(head_dim % 8 == 0 && head_dim > 0 && head_dim <= 256,
+                    msg("head dim must be a positive multiple of 8 and <= 256, got ", head_dim));
+  TORCH_CHECK_VALUE(num_heads_k > 0 && num_heads % num_heads_k == 0,
+                    msg("nheads of q (", num_heads, ") must be a multiple of nheads of k_cache (",
+                        num_heads_k, ")"));
+  TORCH_CHECK_VALUE(num_splits >= 0 && num_splits <= 128,
+                    msg("num_splits must be 0 (heuristic) or 1 .. 128, got ", num_splits));
+  TORCH_CHECK_VALUE(seqlen_q <= flashattn_cu::kMaxSeqlen && batch <= (1 << 30) &&
+                        num_heads <= (1 << 30),
+                    msg("q's sizes ", q_in.sizes(), " are too large"));
+  const at::Tensor cache_seqlens = check_seq_array(cache_seqlens_in, "cache_seqlens", q_in, batch);
+  const at::Tensor cache_batch_idx = check_index_array(cache_batch_idx_in, "cache_batch_idx", q_in, batch);
+  const at::Tensor cache_leftpad = check_index_array(cache_leftpad_in, "cache_leftpad", q_in, batch);
+  at::Tensor block_table;
+  int64_t seqlen_k = k_cache.size(1);
+  if (block_table_in.has_value()) {
+    const at::Tensor& t = *block_table_in;
+    TORCH_CHECK_VALUE(t.is_cuda() && t.device() == q_in.device(),
+                      msg("block_table must be on ", q_in.device(), ", got ", t.device()));
+    TORCH_CHECK_TYPE(t.scalar_type() == at::kInt,
+                     msg("block_table must be int32, got ", t.scalar_type()));
+    TORCH_CHECK_VALUE(t.dim() == 2 && t.size(0) == batch && t.size(1) >= 1,
+                      msg("block_table must have shape (batch, max_num_blocks) = (", batch,
+                          ", >= 1), got ", t.sizes()));
+    TORCH_CHECK_VALUE(!cache_batch_idx.defined(),
+                      "flashattn_cu: cache_batch_idx is not supported with a paged cache "
+                      "(block_table): index the block table instead");
+    TORCH_CHECK_VALUE(k_cache.size(0) >= 1 && k_cache.size(1) >= 1,
+                      msg("a paged k_cache needs at least one page of at least one row, got ",
+                          k_cache.sizes()));
+    block_table = t.stride(1) == 1 || t.size(1) == 1 ? t : t.contiguous();
+    seqlen_k = block_table.size(1) * k_cache.size(1);
+  } else if (!cache_batch_idx.defined()) {
+    TORCH_CHECK_VALUE(k_cache.size(0) >= batch,
+                      msg("k_cache has ", k_cache.size(0), " entries but q has batch ", batch,
+                          " (pass cache_batch_idx to pick entries)"));
+  }
+  TORCH_CHECK_VALUE(seqlen_k <= flashattn_cu::kMaxSeqlen && k_cache.size(0) <= std::numeric_limits<int>::max(),
+                    msg("the cache holds ", seqlen_k, " keys per entry; at most ",
+                        static_cast<int64_t>(flashattn_cu::kMaxSeqlen), " are supported"));
+  const c10::cuda::CUDAGuard guard(q_in.device());
+
+  const at::Tensor q = to_kernel_layout(q_in);
+  at::Tensor out = empty_like_layout(q_in);
+  at::Tensor lse = at::empty({batch, num_heads, seqlen_q}, q.options().dtype(at::kFloat));
+  maybe_poison(out);
+  maybe_poison(lse);
+  if (out.numel() == 0) return {out, lse};
+
+  flashattn_cu::KvcacheParams p;
+  p.q = q.data_ptr();
+  p.k = k_cache.numel() > 0 ? k_cache.data_ptr() : nullptr;
+  p.v = v_cache.numel() > 0 ? v_cache.data_ptr() : nullptr;
+  p.o = out.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  set_strides(p.q_batch_stride, p.q_row_stride, p.q_head_stride, q);
+  set_strides(p.o_batch_stride, p.o_row_stride, p.o_head_stride, out);
+  // Entries (or pages), rows, heads; a size-1 dim is only ever indexed at 0.
+  set_strides(p.k_batch_stride, p.k_row_stride, p.k_head_stride, k_cache);
+  set_strides(p.v_batch_stride, p.v_row_stride, p.v_head_stride, v_cache);
+  const Sizes s{batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim};
+  set_sizes(p, s, softmax_scale, causal, q.scalar_type());
+  set_window(p, window_left, window_right);
+  set_softcap(p, softcap);
+  const at::Tensor slopes = set_alibi(p, alibi, q_in, batch, num_heads);
+  p.cache_seqlens = cache_seqlens.data_ptr<int>();
+  p.cache_batch_idx = cache_batch_idx.defined() ? cache_batch_idx.data_ptr<int>() : nullptr;
+  p.batch_cache = static_cast<int>(k_cache.size(0));
+  p.cache_leftpad = cache_leftpad.defined() ? cache_leftpad.data_ptr<int>() : nullptr;
+  if (block_table.defined()) {
+    p.block_table = block_table.data_ptr<int>();
+    p.block_table_batch_stride = block_table.size(0) == 1 ? block_table.size(1) : block_table.stride(0);
+    p.page_size = static_cast<int>(k_cache.size(1));
+    p.num_pages = static_cast<int>(k_cache.size(0));
+  }
+  p.num_splits = static_cast<int>(num_splits);
+  const size_t bytes = flashattn_cu::fwd_kvcache_workspace_bytes(p);
+  at::Tensor workspace;
+  if (bytes > 0) {
+    workspace = at::empty({static_cast<int64_t>(bytes)}, q.options().dtype(at::kByte));
+    maybe_poison(workspace);
+    p.workspace = workspace.data_ptr();
+  }
+  check_status(flashattn_cu::fwd_kvcache(p, c10::cuda::getCurrentCUDAStream()), "fwd_kvcache");
+  return {out, lse};
+}
+
 std::vector<int64_t> built_archs() {
   int buf[32];
   const int n = flashattn_cu::built_archs(buf, 32);
@@ -749,6 +884,11 @@ TORCH_LIBRARY(flashattn_cu, m) {
       "float softmax_scale, bool causal, bool deterministic, Tensor? softmax_stats=None, "
       "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0, "
       "float dropout_p=0.0, Tensor? rng_state=None) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "fwd_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, "
+      "Tensor? cache_batch_idx, Tensor? cache_leftpad, Tensor? block_table, float softmax_scale, "
+      "bool causal, int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, "
+      "float softcap=0.0, int num_splits=0) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(flashattn_cu, CUDA, m) {
@@ -756,6 +896,7 @@ TORCH_LIBRARY_IMPL(flashattn_cu, CUDA, m) {
   m.impl("bwd", &bwd_cuda);
   m.impl("fwd_varlen", &fwd_varlen_cuda);
   m.impl("bwd_varlen", &bwd_varlen_cuda);
+  m.impl("fwd_kvcache", &fwd_kvcache_cuda);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

@@ -21,11 +21,13 @@
 #include "problem/mask.h"  // the mask policy (host/device), checked here near INT_MAX
 #include "problem/dropout.h"  // Philox and the dropout tile map (host/device), checked here
 #include "problem/scheduler.h"  // the tile orders, checked here to be permutations
+#include "problem/kv_cache.h"  // split ranges, the paged row map, the split heuristic and merge
 
 namespace {
 
 using flashattn_cu::BwdParams;
 using flashattn_cu::FwdParams;
+using flashattn_cu::KvcacheParams;
 using flashattn_cu::Status;
 
 int g_failures = 0;
@@ -89,6 +91,131 @@ void expect_status(const char* what, Edit edit, Status want) {
   std::snprintf(line, sizeof line, "%s -> '%s' (want '%s')", what, flashattn_cu::status_string(got),
                 flashattn_cu::status_string(want));
   expect(got == want, line);
+}
+
+// A valid-looking kvcache call: fill_common's sizes, one query per entry, cache of 256 keys.
+KvcacheParams valid_kvcache() {
+  KvcacheParams p;
+  fill_common(p);
+  p.seqlen_q = 1;
+  p.o = fake(4);
+  p.lse = static_cast<float*>(fake(5));
+  p.cache_seqlens = static_cast<const int*>(fake(6));
+  p.batch_cache = 2;
+  return p;
+}
+
+template <typename Edit>
+void expect_kvcache_status(const char* what, Edit edit, Status want) {
+  KvcacheParams p = valid_kvcache();
+  edit(p);
+  const Status got = flashattn_cu::fwd_kvcache(p, nullptr);
+  char line[256];
+  std::snprintf(line, sizeof line, "%s -> '%s' (want '%s')", what, flashattn_cu::status_string(got),
+                flashattn_cu::status_string(want));
+  expect(got == want, line);
+}
+
+// The kvcache index math (problem/kv_cache.h, problem/scheduler.h) by brute force.
+void check_kvcache_math() {
+  // Splits of [begin, end): disjoint, in order, covering it exactly, for every split count.
+  bool splits_ok = true;
+  for (int begin = 0; begin <= 5 && splits_ok; ++begin) {
+    for (int end = 0; end <= 70 && splits_ok; ++end) {
+      for (int splits = 1; splits <= flashattn_cu::kMaxSplits && splits_ok; ++splits) {
+        int next = begin < end ? begin : end;
+        for (int s = 0; s < splits; ++s) {
+          const flashattn_cu::SplitBlocks b = flashattn_cu::split_key_blocks(begin, end, s, splits);
+          if (b.begin > b.end) splits_ok = false;
+          if (b.end > b.begin && b.begin != next) splits_ok = false;
+          if (b.end > b.begin) next = b.end;
+        }
+        if (next != (begin < end ? end : next)) splits_ok = false;
+      }
+    }
+  }
+  expect(splits_ok, "split_key_blocks: the splits tile a query block's key blocks exactly");
+
+  // The split tile order: every (batch, head, query block, split) exactly once.
+  bool perm_ok = true;
+  for (int splits : {1, 3, 128}) {
+    const int batch = 3, heads = 5, m_blocks = 2;
+    const int64_t n = flashattn_cu::split_query_tile_count(m_blocks, batch, heads, splits);
+    std::vector<int> seen(static_cast<size_t>(n), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const flashattn_cu::SplitQueryTile t =
+          flashattn_cu::split_query_tile_at(i, m_blocks, heads, splits);
+      const int64_t key = ((static_cast<int64_t>(t.batch) * heads + t.head) * m_blocks +
+                           t.m_block) * splits + t.split;
+      if (t.batch < 0 || t.batch >= batch || t.head < 0 || t.head >= heads || t.m_block < 0 ||
+          t.m_block >= m_blocks || t.split < 0 || t.split >= splits || key >= n) {
+        perm_ok = false;
+        break;
+      }
+      ++seen[static_cast<size_t>(key)];
+    }
+    for (int c : seen) perm_ok = perm_ok && c == 1;
+  }
+  expect(perm_ok, "split tile order: every (batch, head, query block, split) exactly once");
+
+  // The paged row map against the definition, for page sizes that are and are not powers of
+  // two; page numbers outside the cache are clamped into it.
+  bool paged_ok = true;
+  for (int page_size : {1, 3, 16, 64, 100, 256}) {
+    const int num_pages = 7, max_pages = 5;
+    std::vector<int> table(max_pages);
+    for (int i = 0; i < max_pages; ++i) table[i] = (i * 3 + 2) % num_pages;
+    table[max_pages - 1] = 99;  // out of range: clamped to the last page
+    const flashattn_cu::PagedKv pages{table.data(), page_size, num_pages};
+    const int64_t page_stride = static_cast<int64_t>(page_size) * 4 * 64, row_stride = 4 * 64;
+    for (int row = 0; row < max_pages * page_size; ++row) {
+      const int page = std::min(table[row / page_size], num_pages - 1);
+      const int64_t want = page * page_stride + (row % page_size) * row_stride;
+      if (pages.row_offset(row, page_stride, row_stride) != want) paged_ok = false;
+    }
+  }
+  expect(paged_ok, "paged rows: block_table[r / page_size] * page + r % page_size, any page size");
+
+  // The split heuristic: one split once the tiles fill 80% of the slots; else within
+  // [1, min(128, slots, key blocks)], and more splits for fewer tiles.
+  using flashattn_cu::num_splits_heuristic;
+  bool heur_ok = num_splits_heuristic(264, 264, 512) == 1 && num_splits_heuristic(212, 264, 512) == 1 &&
+                 num_splits_heuristic(8, 264, 1) == 1;
+  for (int64_t tiles : {1, 2, 8, 32, 64, 100, 200}) {
+    for (int n_blocks : {2, 7, 64, 512, 4096}) {
+      const int s = num_splits_heuristic(tiles, 264, n_blocks);
+      if (s < 1 || s > std::min(128, n_blocks)) heur_ok = false;
+    }
+  }
+  heur_ok = heur_ok && num_splits_heuristic(8, 264, 2048) >= num_splits_heuristic(64, 264, 2048) &&
+            num_splits_heuristic(8, 264, 2048) > 8;
+  expect(heur_ok, "num_splits_heuristic: bounds, one split for full waves, more for fewer tiles");
+
+  // The merge: splitting a row's keys anywhere gives the LSE of all of them; empty splits
+  // count for nothing; a row with no key at all gets +inf.
+  const float logits[] = {0.5f, -3.f, 20.f, 7.25f, -40.f, 19.5f, 1e-3f, 3.f, -1.f, 0.f};
+  const int n = 10;
+  double direct = 0.0;
+  for (float x : logits) direct += std::exp(static_cast<double>(x) - 20.0);
+  direct = 20.0 + std::log(direct);
+  bool merge_ok = true;
+  for (int cut1 = 0; cut1 <= n; ++cut1) {
+    for (int cut2 = cut1; cut2 <= n; ++cut2) {
+      const int bounds[] = {0, cut1, cut1, cut2, n};  // split 1 is always empty
+      float part[4];
+      for (int s = 0; s < 4; ++s) {
+        double sum = 0.0, mx = -INFINITY;
+        for (int j = bounds[s]; j < bounds[s + 1]; ++j) mx = std::max(mx, double(logits[j]));
+        for (int j = bounds[s]; j < bounds[s + 1]; ++j) sum += std::exp(logits[j] - mx);
+        part[s] = bounds[s] == bounds[s + 1] ? -INFINITY : static_cast<float>(mx + std::log(sum));
+      }
+      const float merged = flashattn_cu::merged_lse(part, 1, 4);
+      if (!(std::fabs(merged - direct) < 1e-5)) merge_ok = false;
+    }
+  }
+  const float empty[] = {-INFINITY, -INFINITY, -INFINITY};
+  merge_ok = merge_ok && flashattn_cu::merged_lse(empty, 1, 3) == INFINITY;
+  expect(merge_ok, "merged_lse: any split of the keys gives their LSE; all empty gives +inf");
 }
 
 }  // namespace
@@ -468,6 +595,81 @@ int main() {
     }
     expect(perm_ok, "tile orders: every (batch, head, query block) exactly once");
     expect(lpt_ok, "grouped tile order: longest first inside each group of heads");
+  }
+
+  check_kvcache_math();
+  // fwd_kvcache's arguments (flashattn_cu.h: KvcacheParams), each rejected before the device.
+  expect_kvcache_status("fwd_kvcache: no cache_seqlens",
+                        [](KvcacheParams& p) { p.cache_seqlens = nullptr; }, S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: cu_seqlens",
+                        [](KvcacheParams& p) {
+                          p.cu_seqlens_q = static_cast<const int*>(fake(7));
+                          p.cu_seqlens_k = static_cast<const int*>(fake(8));
+                        },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: seqused_k",
+                        [](KvcacheParams& p) { p.seqused_k = static_cast<const int*>(fake(7)); },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: dropout", [](KvcacheParams& p) { p.dropout_p = 0.1f; },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: num_splits 129", [](KvcacheParams& p) { p.num_splits = 129; },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: num_splits -1", [](KvcacheParams& p) { p.num_splits = -1; },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: paged, page_size 0",
+                        [](KvcacheParams& p) {
+                          p.block_table = static_cast<const int*>(fake(7));
+                          p.block_table_batch_stride = 256, p.num_pages = 4, p.page_size = 0;
+                        },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: paged, block_table rows shorter than the cache",
+                        [](KvcacheParams& p) {
+                          p.block_table = static_cast<const int*>(fake(7));
+                          p.page_size = 16, p.num_pages = 32, p.block_table_batch_stride = 15;
+                        },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: paged with cache_batch_idx",
+                        [](KvcacheParams& p) {
+                          p.block_table = static_cast<const int*>(fake(7));
+                          p.page_size = 16, p.num_pages = 32, p.block_table_batch_stride = 16;
+                          p.cache_batch_idx = static_cast<const int*>(fake(8));
+                        },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: cache_batch_idx without batch_cache",
+                        [](KvcacheParams& p) {
+                          p.cache_batch_idx = static_cast<const int*>(fake(8));
+                          p.batch_cache = 0;
+                        },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: misaligned cache_leftpad",
+                        [](KvcacheParams& p) {
+                          p.cache_leftpad = reinterpret_cast<const int*>(
+                              static_cast<const char*>(fake(8)) + 2);
+                        },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: head_dim 260", [](KvcacheParams& p) { p.head_dim = 260; },
+                        S::kUnsupportedHeadDim);
+  {
+    // Workspace: none for one split; the splits' LSEs and outputs for more (explicit counts
+    // need no device to size); the key counts with cache_leftpad.
+    KvcacheParams k = valid_kvcache();
+    k.num_splits = 1;
+    expect(flashattn_cu::fwd_kvcache_workspace_bytes(k) == 0, "kvcache workspace: 0 for one split");
+    k.num_splits = 4;
+    k.seqlen_k = 4096;  // enough key blocks for 4 splits at any tile
+    // GQA packing: 8 query heads over 2 kv heads, one query: 2 x 2 x 4 rows of 64 + 1 floats.
+    const size_t want = static_cast<size_t>(4) * 2 * 8 * (64 + 1) * 4;
+    expect(flashattn_cu::fwd_kvcache_workspace_bytes(k) >= want &&
+               flashattn_cu::fwd_kvcache_num_splits(k) == 4,
+           "kvcache workspace: splits x rows x (head_dim + 1) floats for 4 splits");
+    k.num_splits = 200;  // clamped by the sizing, rejected by fwd_kvcache
+    expect(flashattn_cu::fwd_kvcache_num_splits(k) == flashattn_cu::kMaxSplits ||
+               flashattn_cu::fwd_kvcache_num_splits(k) == 4096 / 128,
+           "kvcache splits: at most 128 and at most the key blocks");
+    k.num_splits = 1;
+    k.cache_leftpad = static_cast<const int*>(fake(9));
+    expect(flashattn_cu::fwd_kvcache_workspace_bytes(k) >= 2 * sizeof(int),
+           "kvcache workspace: the key counts with cache_leftpad");
   }
 
   // Workspace sizing: the lse/D rows, plus the fp32 dQ accumulator unless deterministic.

@@ -205,9 +205,15 @@ enum KernelVariant : int {
   kAlibiVariant = 2,
   kSoftcapVariant = 3,
   kAlibiSoftcapVariant = 4,
-  kDropoutVariant = 5
+  kDropoutVariant = 5,
+  // flash_attn_with_kvcache (problem/kv_cache.h): dynamic, with ALiBi and softcap as run-time
+  // branches like the dropout variant, plus the run-time modes of the cache: split-KV partial
+  // outputs, a paged gather, cache_batch_idx and cache_leftpad. Only the sm80 forward compiles it
+  // (one instance per tile, launched by run_fwd_kvcache); with_variant never picks it, so the
+  // other kernels and their build are as before.
+  kKvcacheVariant = 6
 };
-constexpr int kNumKernelVariants = 6;
+constexpr int kNumKernelVariants = 7;
 
 constexpr bool variant_dynamic(int v) { return v != kStaticVariant; }
 constexpr bool variant_alibi(int v) { return v == kAlibiVariant || v == kAlibiSoftcapVariant; }
@@ -215,9 +221,12 @@ constexpr bool variant_softcap(int v) {
   return v == kSoftcapVariant || v == kAlibiSoftcapVariant;
 }
 constexpr bool variant_dropout(int v) { return v == kDropoutVariant; }
+constexpr bool variant_kvcache(int v) { return v == kKvcacheVariant; }
+// The variants that decide ALiBi and softcap at run time (the others know at compile time).
+constexpr bool variant_runtime_mods(int v) { return variant_dropout(v) || variant_kvcache(v); }
 // Whether the variant may apply ALiBi / softcap at all (at compile time, or at run time).
-constexpr bool variant_may_alibi(int v) { return variant_alibi(v) || variant_dropout(v); }
-constexpr bool variant_may_softcap(int v) { return variant_softcap(v) || variant_dropout(v); }
+constexpr bool variant_may_alibi(int v) { return variant_alibi(v) || variant_runtime_mods(v); }
+constexpr bool variant_may_softcap(int v) { return variant_softcap(v) || variant_runtime_mods(v); }
 
 template <typename Params>
 __host__ __device__ __forceinline__ int kernel_variant(const Params& p) {

@@ -1,7 +1,7 @@
 // The tile scheduler: thread block index <-> the tile of the problem it computes, in one place
 // for every kernel and its launch (grid size and decode agree by construction). Today one tile
 // per block in a flat 1-D grid (2^31 - 1 blocks, so batch x heads is never capped at 65535);
-// persistent and split-KV scheduling replace these functions.
+// the split-KV and persistent schedules below walk the same tiles in other orders.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +29,33 @@ __device__ __forceinline__ QueryTile query_tile(int num_m_blocks, int num_heads)
   return t;
 }
 #endif
+
+// Split-KV query tiles (the kvcache forward): (batch, head, m_block, split), the split fastest,
+// so the splits of one query block run side by side (and finish together for the combine), then
+// the m_block in reverse as query_tile. splits = 1 is query_tile's order.
+struct SplitQueryTile {
+  int batch, head, m_block, split;
+};
+
+__host__ __device__ __forceinline__ int64_t split_query_tile_count(int num_m_blocks, int batch,
+                                                                   int num_heads, int splits) {
+  return query_tile_count(num_m_blocks, batch, num_heads) * splits;
+}
+
+// Tile `index` of split_query_tile_count (host checks; the kernel passes blockIdx.x).
+__host__ __device__ __forceinline__ SplitQueryTile split_query_tile_at(int64_t index,
+                                                                       int num_m_blocks,
+                                                                       int num_heads,
+                                                                       int splits) {
+  SplitQueryTile t;
+  t.split = static_cast<int>(index % splits);
+  const int64_t rest = index / splits;
+  t.m_block = num_m_blocks - 1 - static_cast<int>(rest % num_m_blocks);
+  const int64_t bh = rest / num_m_blocks;
+  t.batch = static_cast<int>(bh / num_heads);
+  t.head = static_cast<int>(bh % num_heads);
+  return t;
+}
 
 // The k-th tile index of CTA `cta` of `ctas` that walk several tiles each (the sm90 forward):
 // round k is tiles k * ctas .. k * ctas + ctas - 1, handed out in snake order (odd rounds

@@ -120,10 +120,10 @@ __device__ __forceinline__ Alibi alibi_of(const KP& kp, int batch, int head) {
 }
 
 // Whether a kernel of variant kVariant applies softcap / ALiBi: known at compile time, except
-// in the dropout variant, which takes both as run-time branches (problem/mask.h).
+// in the dropout and kvcache variants, which take both as run-time branches (problem/mask.h).
 template <int kVariant, typename KP>
 __device__ __forceinline__ bool softcap_on(const KP& kp) {
-  if constexpr (variant_dropout(kVariant)) {
+  if constexpr (variant_runtime_mods(kVariant)) {
     return kp.score.softcap_pre != 0.f;
   } else {
     return variant_softcap(kVariant);
@@ -131,7 +131,7 @@ __device__ __forceinline__ bool softcap_on(const KP& kp) {
 }
 template <int kVariant, typename KP>
 __device__ __forceinline__ bool alibi_on(const KP& kp) {
-  if constexpr (variant_dropout(kVariant)) {
+  if constexpr (variant_runtime_mods(kVariant)) {
     return kp.p.alibi_slopes != nullptr;
   } else {
     return variant_alibi(kVariant);

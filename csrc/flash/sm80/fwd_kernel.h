@@ -5,6 +5,11 @@
 // first (masked tiles - the sequence tail and the causal diagonal - come first, then the
 // unmasked bulk runs without any mask arithmetic). Loads overlap compute the FA2 way: the V tile
 // of step n is in flight while S = Q K^T runs, the K tile of step n-1 while O += P V runs.
+//
+// The kvcache variant (problem/kv_cache.h) is the same loop with run-time modes: its block also
+// owns a split of the query block's key blocks (writing fp32 partials for fwd/combine.h when
+// there are several), and reads K/V from a contiguous cache (cache_batch_idx, cache_leftpad) or
+// gathers them through the block table.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +21,8 @@
 #include "../common/softmax.h"
 #include "../common/tile_io.h"
 #include "../problem/dropout.h"
+#include "../problem/kv_cache.h"
+#include "../problem/kv_load.h"
 #include "../problem/mask.h"
 #include "../problem/params.h"
 #include "../problem/scheduler.h"
@@ -47,9 +54,49 @@ struct FwdTraits {
   static_assert(kBlockN % 16 == 0 && kHeadDim % 32 == 0, "tiles are made of 16x16 mma steps");
 };
 
+// The kernel parameters of a variant: the kvcache one carries the cache fields too.
+template <int kVariant>
+using FwdKernelParamsOf =
+    std::conditional_t<variant_kvcache(kVariant), FwdKvcacheKernelParams, FwdKernelParams>;
+
+// The fp32 output and LSE of one split (kvcache variant, several splits): row r of the block
+// goes to plane row row0 + r of the split's slab (problem/params.h: KvcacheKernelFields); a row
+// that saw no key of this split gets LSE -inf, which the combine weighs as nothing.
+template <typename Traits, int kMTiles, int kDTiles>
+__device__ __forceinline__ void store_split_partial(const KvcacheKernelFields& kv, int split,
+                                                    int64_t row0, int rows_q, int head_dim,
+                                                    int warp_row0, int lane,
+                                                    const float (&acc_o)[kMTiles][kDTiles][4],
+                                                    const float (&inv_l)[kMTiles][2],
+                                                    const float (&row_lse)[kMTiles][2]) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = warp_row0 + mt * 16 + g + hr * 8;
+      if (row >= rows_q) continue;
+      const int64_t plane_row = split * kv.partial_rows + row0 + row;
+      if (t == 0) {
+        kv.lse_partial[plane_row] = row_lse[mt][hr] == INFINITY ? -INFINITY : row_lse[mt][hr];
+      }
+      float* dst = kv.o_partial + plane_row * head_dim + 2 * t;
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        if (dt * 8 < head_dim) {
+          *reinterpret_cast<float2*>(dst + dt * 8) =
+              make_float2(acc_o[mt][dt][hr * 2] * inv_l[mt][hr],
+                          acc_o[mt][dt][hr * 2 + 1] * inv_l[mt][hr]);
+        }
+      }
+    }
+  }
+}
+
 template <typename Element, typename Traits, int kVariant>
-__device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_raw) {
+__device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp, char* smem_raw) {
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
+  constexpr bool kKvcache = variant_kvcache(kVariant);
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kMTiles = Traits::kMTiles, kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
@@ -65,7 +112,16 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
       p.rng_state[1] = st.offset;
     }
   }
-  const QueryTile tile = query_tile(ceil_div(p.seqlen_q, kBlockM), p.num_heads);
+  // The kvcache variant overrides what it computes differently right after the common line, so
+  // the other variants compile exactly as before (their SASS is unchanged).
+  QueryTile tile = query_tile(ceil_div(p.seqlen_q, kBlockM), p.num_heads);
+  int split = 0;  // kvcache: this block's share of the key blocks
+  if constexpr (kKvcache) {
+    const SplitQueryTile st = split_query_tile_at(blockIdx.x, ceil_div(p.seqlen_q, kBlockM),
+                                                  p.num_heads, kp.kv.num_splits);
+    tile = QueryTile{st.batch, st.head, st.m_block};
+    split = st.split;
+  }
   const SeqInfo seq = seq_info<kDynamic>(p, tile.batch);
   const int head = tile.head;
   const int head_k = head / (p.num_heads / p.num_heads_k);
@@ -80,6 +136,26 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
                      seq.k_offset(p.k_batch_stride, p.k_row_stride) + head_k * p.k_head_stride;
   const Element* v = static_cast<const Element*>(p.v) +
                      seq.k_offset(p.v_batch_stride, p.v_row_stride) + head_k * p.v_head_stride;
+  // kvcache: key 0 is cache row `cache_row0` (cache_leftpad); a contiguous cache folds it and
+  // the cache entry (cache_batch_idx) into k and v, a paged one gathers rows from `pages`.
+  int cache_row0 = 0;
+  PagedKv pages{};
+  if constexpr (kKvcache) {
+    cache_row0 = kp.kv.cache_leftpad != nullptr ? max(kp.kv.cache_leftpad[tile.batch], 0) : 0;
+    k = static_cast<const Element*>(p.k) + head_k * p.k_head_stride;
+    v = static_cast<const Element*>(p.v) + head_k * p.v_head_stride;
+    if (kp.kv.block_table != nullptr) {
+      pages = PagedKv{kp.kv.block_table + tile.batch * kp.kv.block_table_batch_stride,
+                      kp.kv.page_size, kp.kv.num_pages};
+    } else {
+      int entry = tile.batch;
+      if (kp.kv.cache_batch_idx != nullptr) {  // clamped: flashattn_cu.h, KvcacheParams
+        entry = min(max(kp.kv.cache_batch_idx[tile.batch], 0), kp.kv.batch_cache - 1);
+      }
+      k += entry * p.k_batch_stride + static_cast<int64_t>(cache_row0) * p.k_row_stride;
+      v += entry * p.v_batch_stride + static_cast<int64_t>(cache_row0) * p.v_row_stride;
+    }
+  }
 
   const uint32_t sQ = ptx::smem_u32(smem_raw);
   const uint32_t sK = sQ + kBlockM * kRowChunks * 16;
@@ -88,7 +164,12 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
   // Key blocks [n_begin, n_end) hold keys some row of this block sees; those in
   // [um_begin, um_end) are seen whole by every row of the block (problem/mask.h).
   const KeyBlocks key_blocks = mask_of<kDynamic>(seq, p).template key_blocks<kBlockM, kBlockN>(m_start);
-  const int n_begin = key_blocks.begin, n_end = key_blocks.end;
+  int n_begin = key_blocks.begin, n_end = key_blocks.end;
+  if constexpr (kKvcache) {
+    const SplitBlocks share = split_key_blocks(n_begin, n_end, split, kp.kv.num_splits);
+    n_begin = share.begin;
+    n_end = share.end;
+  }
   const int um_begin = key_blocks.unmasked_begin, um_end = key_blocks.unmasked_end;
 
   const int g = lane / 4, t = lane % 4;
@@ -108,7 +189,16 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
 
   // Full tiles of a head_dim == kHeadDim call may take the unpredicated copy (tiles.h says where).
   const bool full_cols = p.head_dim == Traits::kHeadDim;
-  auto load_kv_tile = [&](uint32_t smem, const Element* base, int64_t row_stride, int n) {
+  auto load_kv_tile = [&](uint32_t smem, const Element* base, int64_t row_stride,
+                          int64_t page_stride, int n) {
+    if constexpr (kKvcache) {
+      if (kp.kv.block_table != nullptr) {
+        load_paged_tile_async<Traits, kBlockN>(smem, base, pages, cache_row0 + n * kBlockN,
+                                               page_stride, row_stride,
+                                               seq.seqlen_k - n * kBlockN, p.head_dim, tid);
+        return;
+      }
+    }
     const Element* src = base + n * kBlockN * row_stride;
     const int rows = seq.seqlen_k - n * kBlockN;
     if (Traits::kUnpredicatedBulkLoads && full_cols && rows >= kBlockN) {
@@ -120,7 +210,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
 
   if (n_end > n_begin) {
     load_tile_async<Traits, kBlockM>(sQ, q, p.q_row_stride, rows_q, p.head_dim, tid);
-    load_kv_tile(sK, k, p.k_row_stride, n_end - 1);
+    load_kv_tile(sK, k, p.k_row_stride, p.k_batch_stride, n_end - 1);
     ptx::cp_async_commit();
   }
 
@@ -134,7 +224,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
   for (int n = n_end - 1; n >= n_begin; --n) {
     ptx::cp_async_wait<0>();
     __syncthreads();  // K_n landed for all threads; every warp is done reading V_{n+1}
-    load_kv_tile(sV, v, p.v_row_stride, n);
+    load_kv_tile(sV, v, p.v_row_stride, p.v_batch_stride, n);
     ptx::cp_async_commit();
 
     float acc_s[kMTiles][kNTiles][4];
@@ -179,7 +269,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
     ptx::cp_async_wait<0>();
     __syncthreads();  // V_n landed; every warp is done reading K_n
     if (n > n_begin) {
-      load_kv_tile(sK, k, p.k_row_stride, n - 1);
+      load_kv_tile(sK, k, p.k_row_stride, p.k_batch_stride, n - 1);
       ptx::cp_async_commit();
     }
 
@@ -215,6 +305,13 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParams& kp, char* smem_
   float inv_l[kMTiles][2], row_lse[kMTiles][2];
   RowStats row_stats[kMTiles][2];
   softmax.finalize(kp.score.score_scale, inv_l, row_lse, row_stats);
+  if constexpr (kKvcache) {
+    if (kp.kv.num_splits > 1) {
+      store_split_partial<Traits>(kp.kv, split, row0, rows_q, p.head_dim, warp_row0, lane, acc_o,
+                                  inv_l, row_lse);
+      return;
+    }
+  }
   if constexpr (variant_dropout(kVariant)) {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
@@ -264,6 +361,14 @@ __global__ void __launch_bounds__(Traits::kNThreads)
     fwd_kernel(const __grid_constant__ FwdKernelParams params) {
   extern __shared__ __align__(128) char smem[];
   fwd_block<Element, Traits, kVariant>(params, smem);
+}
+
+// The kvcache variant (problem/kv_cache.h), with its own parameter type.
+template <typename Element, typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads)
+    fwd_kvcache_kernel(const __grid_constant__ FwdKvcacheKernelParams params) {
+  extern __shared__ __align__(128) char smem[];
+  fwd_block<Element, Traits, kKvcacheVariant>(params, smem);
 }
 
 }  // namespace flashattn_cu::sm80

@@ -23,6 +23,31 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   return forward::launch_attn_probs<Element>(kp, stream);  // reads the lse just written
 }
 
+template <typename Element, typename Traits>
+Status launch_fwd_kvcache(const FwdKvcacheKernelParams& kp, cudaStream_t stream) {
+  const FwdParams& p = kp.p;
+  return launch_tiles<fwd_kvcache_kernel<Element, Traits>>(
+      split_query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads,
+                             kp.kv.num_splits),
+      Traits::kNThreads, Traits::kSmemBytes, stream, kp);
+}
+
+template <typename Element, int kHeadDim>
+Status run_fwd_kvcache(const FwdKvcacheKernelParams& kp, bool small_smem, cudaStream_t stream) {
+  constexpr FwdTile big = fwd_tile_sm80_kvcache(kHeadDim, false);
+  constexpr FwdTile small = fwd_tile_sm80_kvcache(kHeadDim, true);
+  if constexpr (big.block_m != small.block_m || big.block_n != small.block_n ||
+                big.warps != small.warps) {
+    if (small_smem) {
+      return launch_fwd_kvcache<Element, FwdTraits<kHeadDim, small.block_m, small.block_n,
+                                                   small.warps, small.unpredicated_bulk_loads>>(
+          kp, stream);
+    }
+  }
+  return launch_fwd_kvcache<Element, FwdTraits<kHeadDim, big.block_m, big.block_n, big.warps,
+                                               big.unpredicated_bulk_loads>>(kp, stream);
+}
+
 template <typename Element, int kHeadDim>
 Status run_fwd(const FwdParams& p, bool small_smem, cudaStream_t stream) {
   constexpr FwdTile big = fwd_tile_sm80(kHeadDim, false);

@@ -6,11 +6,18 @@
 
 #include "flashattn_cu/flashattn_cu.h"
 
+#include "../problem/params.h"
+
 namespace flashattn_cu::sm80 {
 
 // `small_smem`: the device allows less than kLargeSmemBytes of shared memory per block.
 template <typename Element, int kHeadDim>
 Status run_fwd(const FwdParams& params, bool small_smem, cudaStream_t stream);
+
+// The kvcache variant of the forward (problem/kv_cache.h), on tiles.h's fwd_tile_sm80_kvcache;
+// kp.kv is complete (split count, workspace, cache fields).
+template <typename Element, int kHeadDim>
+Status run_fwd_kvcache(const FwdKvcacheKernelParams& kp, bool small_smem, cudaStream_t stream);
 
 template <typename Element, int kHeadDim>
 Status run_bwd(const BwdParams& params, bool small_smem, cudaStream_t stream);

@@ -137,6 +137,47 @@ struct FwdParams : AttnParams {
   void* s_dmask = nullptr;
 };
 
+// flash_attn_with_kvcache's attention (fwd_kvcache()): q attends to a KV cache. The FwdParams
+// fields keep their meaning, with k / v the cache and these differences:
+//  * seqlen_k is the cache's capacity in keys: seqlen_cache (contiguous) or
+//    max_pages * page_size (paged); seqused_k and cu_seqlens_* must be null (the cache's lengths
+//    are below); lse is (batch, num_heads, seqlen_q) as fwd()'s; softmax_stats, dropout,
+//    rng_state and s_dmask are not supported (null / 0).
+//  * Contiguous cache (block_table null): k, v (batch_cache, seqlen_cache, num_heads_k,
+//    head_dim) with the k_/v_ strides; entry b reads cache entry cache_batch_idx[b] (b without
+//    it); an index outside [0, batch_cache) is a caller's bug the host cannot see without a
+//    sync: the kernels clamp it into range (wrong results, never an access outside the cache).
+//  * Paged cache (block_table set): k, v (num_pages, page_size, num_heads_k, head_dim),
+//    k_batch_stride / v_batch_stride the page strides; cache row r of entry b is row
+//    r % page_size of page block_table[b * block_table_batch_stride + r / page_size]. Any
+//    page_size >= 1. Page numbers outside [0, num_pages) are clamped into it by the kernels (a
+//    device value: wrong results, never an access outside the cache). cache_batch_idx must be
+//    null (flash_attn's rule).
+// Keys: entry b attends to cache rows cache_leftpad[b] .. cache_seqlens[b] - 1 (leftpad 0 when
+// null), as keys 0 .. cache_seqlens[b] - cache_leftpad[b] - 1 for the causal / window alignment
+// and ALiBi; lengths past seqlen_k are clamped to it, a leftpad past cache_seqlens gives no key.
+// Appending new keys and rotary embeddings happen before this call (the Python
+// flash_attn_with_kvcache does both); cache_seqlens counts the appended keys.
+// GQA decode: with seqlen_q == 1, num_heads > num_heads_k, no window and no ALiBi, the query
+// heads of one kv head run as the rows of one tile (each K/V tile read serves the whole group).
+struct KvcacheParams : FwdParams {
+  const int* cache_seqlens = nullptr;    // (batch) int32 in device memory; required
+  const int* cache_batch_idx = nullptr;  // optional (batch) int32, contiguous cache only
+  int batch_cache = 0;                   // entries of a contiguous cache (>= 1 when it has keys)
+  const int* cache_leftpad = nullptr;    // optional (batch) int32
+  const int* block_table = nullptr;      // optional (batch, max_pages) int32: the paged cache
+  int64_t block_table_batch_stride = 0;  // elements between rows of block_table (>= max_pages)
+  int page_size = 0;                     // rows per page, with block_table (>= 1)
+  int num_pages = 0;                     // pages in k / v, with block_table (>= 1)
+  // Splits of each query block's keys (FlashDecoding): 0 picks from the SM count, the tiles and
+  // the cache length (fwd_kvcache_num_splits()); 1 .. 128 otherwise (clamped to the key
+  // blocks). More than one split writes fp32 partial outputs to `workspace`, then merges them.
+  int num_splits = 0;
+  // Scratch memory of fwd_kvcache_workspace_bytes(params) bytes (may be 0: then null is fine),
+  // 256-byte aligned; contents need not be initialised.
+  void* workspace = nullptr;
+};
+
 struct BwdParams : AttnParams {
   // The forward's output and row statistics.
   const void* o = nullptr;
@@ -168,6 +209,15 @@ cudaError_t last_cuda_error();
 
 // Forward: writes o and lse. Asynchronous on `stream`; never synchronizes.
 Status fwd(const FwdParams& params, cudaStream_t stream);
+
+// The split count fwd_kvcache() runs with on the current device (resolves num_splits = 0), and
+// the bytes of scratch memory it needs for it (0 for one split, except with cache_leftpad).
+int fwd_kvcache_num_splits(const KvcacheParams& params);
+size_t fwd_kvcache_workspace_bytes(const KvcacheParams& params);
+
+// flash_attn_with_kvcache's attention: writes o and lse. Asynchronous on `stream`; never
+// synchronizes; runs on the sm80 (mma.sync) kernels on every GPU for now.
+Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream);
 
 // Bytes of scratch memory bwd() needs for these sizes.
 size_t bwd_workspace_bytes(const BwdParams& params);

@@ -2,4 +2,6 @@
 
 namespace flashattn_cu::sm80 {
 template Status run_fwd<__half, 128>(const FwdParams&, bool, cudaStream_t);
+template Status run_fwd_kvcache<__half, 128>(const FwdKvcacheKernelParams&, bool,
+                                           cudaStream_t);
 }

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Decode benchmark of issue 10 (item 6): flash_attn_with_kvcache against SDPA and the copy rate.
+
+    python benchmarks/bench_decode.py --out benchmarks/results/decode_h200.md
+
+bf16, 32 query heads over 8 kv heads, one new query per sequence (seqlen_q 1; --seqlen-q 4 or 8
+for speculative decoding), batch 1 / 8 / 64, d 64 and 128, 4k to 128k cached keys; contiguous
+and paged caches (page sizes 16 and 256). GB/s counts the K and V bytes of the cache read once
+(2 x batch x keys x 8 x d x 2), the bytes of benchmarks/NOTES.md section 12; the device-to-device
+copy rate is measured in the same run (a 2 GiB tensor copy, counted as read + write). SDPA runs
+the same attention on (batch, heads, 1, keys) views with enable_gqa (flash and cuDNN backends,
+skipped where the backend refuses the shape). Medians of triton.testing.do_bench. Not yet run:
+written with the first kvcache kernels, for the H200.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if list((REPO_ROOT / "flashattn_cu").glob("_C*.so")) and str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from flashattn_cu import flash_attn_with_kvcache  # noqa: E402
+
+from triton.testing import do_bench  # noqa: E402
+
+HEADS, HEADS_K, DTYPE = 32, 8, torch.bfloat16
+
+
+def copy_rate_gbs():
+    src = torch.empty(2 ** 30, dtype=torch.float16, device="cuda")
+    dst = torch.empty_like(src)
+    ms = do_bench(lambda: dst.copy_(src))
+    return 2 * src.numel() * 2 / (ms * 1e-3) / 1e9
+
+
+def sdpa_ms(backend, q, k, v):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    which = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    try:
+        with sdpa_kernel(which):
+            fn = lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)  # noqa: E731
+            fn()
+            return do_bench(fn)
+    except RuntimeError:
+        return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--seqlen-q", type=int, default=1)
+    args = ap.parse_args()
+    copy = copy_rate_gbs()
+    lines = [f"# Decode, {torch.cuda.get_device_name()}, seqlen_q {args.seqlen_q}, bf16, "
+             f"{HEADS}/{HEADS_K} heads; GB/s of K + V; copy rate {copy:.0f} GB/s", "",
+             "| d | batch | keys | cache | ours GB/s | % copy | SDPA flash | SDPA cuDNN |",
+             "|---|---|---|---|---|---|---|---|"]
+    for d in (64, 128):
+        for batch in (1, 8, 64):
+            for keys in (4096, 32768, 131072):
+                kv_bytes = 2 * batch * keys * HEADS_K * d * 2
+                if 2 * kv_bytes > 40 * 2 ** 30:
+                    continue
+                q = torch.randn(batch, args.seqlen_q, HEADS, d, device="cuda", dtype=DTYPE)
+                k = torch.randn(batch, keys, HEADS_K, d, device="cuda", dtype=DTYPE)
+                v = torch.randn_like(k)
+                seqlens = torch.full((batch,), keys, dtype=torch.int32, device="cuda")
+                sdpa = {b: sdpa_ms(b, q, k, v) for b in ("flash", "cudnn")}
+                for page in (None, 16, 256):
+                    if page is None:
+                        kc, vc, table = k, v, None
+                    else:
+                        kc = k.view(batch * keys // page, page, HEADS_K, d)
+                        vc = v.view(batch * keys // page, page, HEADS_K, d)
+                        table = torch.randperm(kc.shape[0], device="cuda",
+                                               dtype=torch.int32).view(batch, -1)
+                    ms = do_bench(lambda: flash_attn_with_kvcache(
+                        q, kc, vc, cache_seqlens=seqlens, block_table=table,
+                        causal=True))
+                    gbs = kv_bytes / (ms * 1e-3) / 1e9
+                    ref = " | ".join(f"{kv_bytes / (sdpa[b] * 1e-3) / 1e9:.0f}"
+                                     if sdpa[b] else "-" for b in ("flash", "cudnn"))
+                    lines.append(f"| {d} | {batch} | {keys // 1024}k | "
+                                 f"{'contiguous' if page is None else f'paged {page}'} | "
+                                 f"{gbs:.0f} | {100 * gbs / copy:.0f}% | {ref} |")
+                    print(lines[-1], flush=True)
+                del q, k, v
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

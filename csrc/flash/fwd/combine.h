@@ -1,0 +1,74 @@
+// Split-KV combine (FlashDecoding): merges the num_splits partial results of every row
+// (problem/kv_cache.h, problem/params.h: KvcacheKernelFields) into o and lse, exactly as the
+// online softmax would have over all the keys at once:
+//   lse = m + ln(sum_s exp(lse_s - m)),  m = max_s lse_s,
+//   o   = sum_s exp(lse_s - lse) * o_s,
+// each o_s normalised over its own keys. A split that saw no key of the row has lse_s = -inf and
+// weight exp(-inf) = 0 (its o_s, written as 0, is not read); a row whose every split is empty saw
+// no key at all: o = 0, lse = +inf, never NaN. Arch-neutral: one thread per 4 columns of a row,
+// the splits' LSEs read from L2 per thread (at most kMaxSplits of them; the partials of a decode
+// call are a few hundred KB).
+#pragma once
+
+#include <math.h>
+
+#include <cstdint>
+
+#include "../common/numeric.h"
+#include "../problem/kv_cache.h"  // merged_lse
+#include "../problem/params.h"
+
+namespace flashattn_cu::forward {
+
+constexpr int kCombineThreads = 128;
+
+template <typename Element>
+__global__ void __launch_bounds__(kCombineThreads)
+    split_combine_kernel(const __grid_constant__ FwdKvcacheKernelParams kp) {
+  using Ops = ElementOps<Element>;
+  const FwdParams& p = kp.p;
+  const KvcacheKernelFields& kv = kp.kv;
+  const int quads = p.head_dim / 4;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * kCombineThreads + threadIdx.x;
+  if (idx >= kv.partial_rows * quads) return;
+  const int64_t row = idx / quads;
+  const int col = static_cast<int>(idx % quads) * 4;
+
+  const float lse = merged_lse(kv.lse_partial + row, kv.partial_rows, kv.num_splits);
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (lse != INFINITY) {
+    for (int s = 0; s < kv.num_splits; ++s) {
+      const int64_t plane_row = s * kv.partial_rows + row;
+      const float w = expf(kv.lse_partial[plane_row] - lse);
+      if (w == 0.f) continue;  // an empty split (or one too small to count)
+      const float4 part =
+          *reinterpret_cast<const float4*>(kv.o_partial + plane_row * p.head_dim + col);
+      acc.x = fmaf(w, part.x, acc.x);
+      acc.y = fmaf(w, part.y, acc.y);
+      acc.z = fmaf(w, part.z, acc.z);
+      acc.w = fmaf(w, part.w, acc.w);
+    }
+  }
+  // The plane row is lse's index: (entry, head, query) of the padded layout.
+  const int m = static_cast<int>(row % p.seqlen_q);
+  const int64_t bh = row / p.seqlen_q;
+  const int head = static_cast<int>(bh % p.num_heads);
+  const int64_t batch = bh / p.num_heads;
+  Element* o = static_cast<Element*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride +
+               m * p.o_row_stride + col;
+  *reinterpret_cast<uint2*>(o) = make_uint2(Ops::pack(acc.x, acc.y), Ops::pack(acc.z, acc.w));
+  if (col == 0) p.lse[row] = lse;
+}
+
+// Key counts of a call with cache_leftpad (FwdParams::seqused_k of the kernels):
+// min(cache_seqlens[b], capacity) - leftpad[b], at least 0, with a negative leftpad read as 0.
+__global__ void kvcache_key_counts_kernel(const int* cache_seqlens, const int* leftpad,
+                                          int capacity, int batch, int* counts) {
+  const int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b >= batch) return;
+  const int len = cache_seqlens[b] < capacity ? cache_seqlens[b] : capacity;
+  const int pad = leftpad[b] > 0 ? leftpad[b] : 0;
+  counts[b] = len > pad ? len - pad : 0;
+}
+
+}  // namespace flashattn_cu::forward

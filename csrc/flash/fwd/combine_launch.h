@@ -1,0 +1,20 @@
+// Host entry points of csrc/flash/fwd/combine.cu (the split-KV combine and the kvcache key
+// counts), for dispatch.cu, which sees no kernel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "flashattn_cu/flashattn_cu.h"
+
+#include "../problem/params.h"
+
+namespace flashattn_cu::forward {
+
+// Merges kp.kv.num_splits partials into kp.p.o and kp.p.lse (fwd/combine.h).
+Status launch_split_combine(const FwdKvcacheKernelParams& kp, cudaStream_t stream);
+
+// counts[b] = the keys entry b attends to, from cache_seqlens and cache_leftpad.
+Status launch_kvcache_key_counts(const int* cache_seqlens, const int* leftpad, int capacity,
+                                 int batch, int* counts, cudaStream_t stream);
+
+}  // namespace flashattn_cu::forward

@@ -1,0 +1,119 @@
+// The KV cache of flash_attn_with_kvcache, as the kernels see it (flashattn_cu.h: KvcacheParams):
+// where a key row of an entry lives (contiguous or paged), which key blocks a split walks, and how
+// many splits a call gets. Host and device code: tests/cpp/api_checks.cpp checks the index math
+// by brute force.
+//
+//  * Keys. Entry b attends to keys 0 .. n_b - 1 with n_b = cache_seqlens[b] - cache_leftpad[b]
+//    (the kernels take n_b through FwdParams::seqused_k, so the mask, ALiBi and the tail all see
+//    the same length); logical key j is cache row leftpad[b] + j of cache entry
+//    cache_batch_idx[b] (b without it).
+//  * Contiguous cache (batch_cache, seqlen_cache, heads_k, d): row r of entry e at
+//    e * batch_stride + r * row_stride.
+//  * Paged cache (num_pages, page_size, heads_k, d) with block_table (batch, max_pages): row r of
+//    entry b is row r % page_size of page block_table[b][r / page_size], at
+//    page * page_stride + (r % page_size) * row_stride, for any page_size >= 1. A page number
+//    outside [0, num_pages) is a caller's bug the host cannot see without a sync; the kernels
+//    clamp it into range, so it reads some page's rows but never outside the cache.
+//  * Split-KV. The key blocks a query block visits, [begin, end) of problem/mask.h, are cut into
+//    num_splits contiguous shares of ceil((end - begin) / num_splits) blocks; split s walks
+//    [begin + s * share, min(end, begin + (s + 1) * share)), possibly nothing. Each split writes
+//    its normalised fp32 output and its LSE (-inf when its share is empty or masked for a row),
+//    and fwd/combine.h merges them.
+#pragma once
+
+#include <math.h>
+
+#include <cstdint>
+
+#include "../common/int_math.h"
+#include "mask.h"
+
+namespace flashattn_cu {
+
+// The most splits a call takes (flash_attn's limit): the combine reads every split's LSE per row.
+constexpr int kMaxSplits = 128;
+
+// Key blocks [begin, end) of split `split` of `splits` over the query block's blocks [begin,
+// end) (empty: begin == end).
+struct SplitBlocks {
+  int begin;
+  int end;
+};
+
+__host__ __device__ __forceinline__ SplitBlocks split_key_blocks(int begin, int end, int split,
+                                                                 int splits) {
+  const int blocks = end > begin ? end - begin : 0;
+  const int share = ceil_div(blocks, splits);
+  SplitBlocks r;
+  r.begin = begin + split * share;
+  r.end = r.begin + share < end ? r.begin + share : end;
+  if (r.begin > end) r.begin = end;
+  if (r.end < r.begin) r.end = r.begin;
+  return r;
+}
+
+// The paged cache of one entry: its row of the block table.
+struct PagedKv {
+  const int* table;  // block_table + batch * block_table_batch_stride
+  int page_size;
+  int num_pages;
+
+  // Element offset of cache row `row` (row / page_size < max_pages: the caller's rows are below
+  // the cache capacity max_pages * page_size).
+  __host__ __device__ __forceinline__ int64_t row_offset(int row, int64_t page_stride,
+                                                         int64_t row_stride) const {
+    const int slot = row / page_size;
+    int page = table[slot];
+    page = page < 0 ? 0 : page >= num_pages ? num_pages - 1 : page;  // never outside the cache
+    return static_cast<int64_t>(page) * page_stride +
+           static_cast<int64_t>(row - slot * page_size) * row_stride;
+  }
+};
+
+// The merged LSE of one row from its splits' LSEs (lse_partial[s * stride], s < splits; -inf for a
+// split that saw no key of the row): m + ln(sum_s exp(lse_s - m)) with m the largest, so the
+// largest term is exactly 1 and nothing overflows; +inf when every split is empty (the row saw
+// no key). fwd/combine.h weighs split s by exp(lse_s - merged).
+__host__ __device__ __forceinline__ float merged_lse(const float* lse_partial, int64_t stride,
+                                                     int splits) {
+  float m = -INFINITY;
+  for (int s = 0; s < splits; ++s) m = fmaxf(m, lse_partial[s * stride]);
+  if (m == -INFINITY) return INFINITY;
+  float sum = 0.f;
+  for (int s = 0; s < splits; ++s) sum += expf(lse_partial[s * stride] - m);
+  return m + logf(sum);
+}
+
+// How many splits a call with `tiles` (batch x heads x query blocks) thread blocks, `n_blocks`
+// key blocks per query block and room for `slots` concurrent blocks (SMs x blocks per SM) gets:
+// flash_attn's num_splits_heuristic. One split when the tiles alone nearly fill the GPU (>= 80%
+// of a wave); else the fewest splits whose wave efficiency (tiles * splits / slots over its
+// ceiling) is within 85% of the best, among split counts that change the share of key blocks
+// (11 and 12 splits of 64 blocks both give 6 blocks a split: the extra one would only idle).
+// At most kMaxSplits, slots and n_blocks.
+__host__ __device__ inline int num_splits_heuristic(int64_t tiles, int slots, int n_blocks,
+                                                    int max_splits = kMaxSplits) {
+  if (tiles <= 0 || slots <= 0 || n_blocks <= 1) return 1;
+  if (static_cast<double>(tiles) >= 0.8 * slots) return 1;
+  int limit = max_splits < slots ? max_splits : slots;
+  limit = limit < n_blocks ? limit : n_blocks;
+  auto eligible = [&](int s) {
+    return s == 1 || ceil_div(n_blocks, s) != ceil_div(n_blocks, s - 1);
+  };
+  auto efficiency = [&](int s) {
+    const double waves = static_cast<double>(tiles) * s / slots;
+    const double whole = static_cast<double>(static_cast<int64_t>(waves) +
+                                             (waves > static_cast<int64_t>(waves) ? 1 : 0));
+    return waves / whole;
+  };
+  double best = 0.0;
+  for (int s = 1; s <= limit; ++s) {
+    if (eligible(s)) best = efficiency(s) > best ? efficiency(s) : best;
+  }
+  for (int s = 1; s <= limit; ++s) {
+    if (eligible(s) && efficiency(s) >= 0.85 * best) return s;
+  }
+  return 1;
+}
+
+}  // namespace flashattn_cu

@@ -1,0 +1,296 @@
+"""`flash_attn_with_kvcache`, flash_attn 2.x's inference entry point (issue 10).
+
+Data path: validate (every error names the argument) -> rotary on q and the new k, and the
+in-place append of the new k / v at cache_seqlens (contiguous or paged), both as torch ops on
+the current stream for now (no host sync, so CUDA graphs capture them; fusing them into the
+kernel is left) -> `torch.ops.flashattn_cu.fwd_kvcache` (split-KV attention over the cache, GQA
+packing for one query, paged gather through block_table; csrc/flash/problem/kv_cache.h).
+"""
+
+import numbers
+
+import torch
+
+from flashattn_cu import _C  # noqa: F401  (loads the library that defines torch.ops.flashattn_cu)
+from flashattn_cu import flash_attn_interface as _fai
+from flashattn_cu.flash_attn_interface import (
+    _check_alibi,
+    _check_features,
+    _check_scale,
+    _check_softcap,
+    _SUPPORTED_DTYPES,
+)
+
+__all__ = ["flash_attn_with_kvcache"]
+
+_FN = "flash_attn_with_kvcache"
+_MAX_SPLITS = 128
+
+
+@torch.library.register_fake("flashattn_cu::fwd_kvcache")
+def _fwd_kvcache_fake(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
+                      block_table, softmax_scale, causal, window_left=-1, window_right=-1,
+                      alibi_slopes=None, softcap=0.0, num_splits=0):
+    from flashattn_cu.flash_attn_interface import _empty_like_layout
+
+    batch, seqlen_q, nheads, _ = q.shape
+    return _empty_like_layout(q), q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
+
+
+def _check_tensor(t, name, rank, shape_text):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{_FN}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != rank:
+        raise ValueError(f"{_FN}: {name} must have rank {rank} {shape_text}, got shape "
+                         f"{tuple(t.shape)}")
+
+
+def _check_int_tensor(t, name, shape, device):
+    """An int32 tensor of `shape` on `device` (None passes)."""
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{_FN}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        raise TypeError(f"{_FN}: {name} must be int32, got {t.dtype}")
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{_FN}: {name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{_FN}: {name} is on {t.device} but q is on {device}")
+    return t
+
+
+def _check_devices(q, k_cache, v_cache):
+    """CUDA tensors on one GPU, an sm_80+ GPU and this build's instance of the head dim."""
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.device.type != "cuda":
+            raise ValueError(f"{_FN}: {name} is on device '{t.device}'; flashattn_cu runs on "
+                             "CUDA GPUs only")
+        if t.device != q.device:
+            raise ValueError(f"{_FN}: {name} is on {t.device} but q is on {q.device}")
+    _fai._check_devices(q, k_cache, v_cache)
+
+
+def _rotate(x, cos, sin, interleaved):
+    """flash_attn's rotary embedding on the first 2 * cos.shape[-1] channels of x (batch, seqlen,
+    heads, d), cos / sin (batch, seqlen, rotary_dim / 2) gathered at each row's position; in
+    fp32, rounded back to x's dtype. interleaved: channel pairs (0, 1), (2, 3), ... (GPT-J);
+    else (i, i + rotary_dim / 2) (GPT-NeoX)."""
+    rot = 2 * cos.shape[-1]
+    xr = x[..., :rot].float()
+    c, s = cos.float().unsqueeze(2), sin.float().unsqueeze(2)
+    if interleaved:
+        x1, x2 = xr[..., 0::2], xr[..., 1::2]
+        out = torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)
+    else:
+        x1, x2 = xr[..., : rot // 2], xr[..., rot // 2:]
+        out = torch.cat((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1)
+    return torch.cat((out.to(x.dtype), x[..., rot:]), dim=-1)
+
+
+def flash_attn_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    cache_seqlens=None,
+    cache_batch_idx=None,
+    cache_leftpad=None,
+    block_table=None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),  # -1 means infinite context window
+    softcap=0.0,  # 0.0 means deactivated
+    rotary_interleaved=True,
+    alibi_slopes=None,
+    num_splits=0,
+    return_softmax_lse=False,
+):
+    """Attention of q against a KV cache, as flash_attn 2.x's flash_attn_with_kvcache.
+
+    If k and v are given, they are written into k_cache / v_cache *in place* at rows
+    cache_seqlens[b], cache_seqlens[b] + 1, ... of each entry (paged caches too), and the
+    attention covers them. With rotary_cos / rotary_sin (seqlen_ro, rotary_dim / 2), the new k is
+    rotated at positions cache_seqlens[b] + i; q at cache_seqlens[b] + i when causal or local,
+    else at cache_seqlens[b] for every row (flash_attn's rule).
+
+    Arguments:
+        q: (batch, seqlen_q, nheads, headdim), fp16 or bf16.
+        k_cache, v_cache: (batch_cache, seqlen_cache, nheads_k, headdim), or with block_table
+            (num_blocks, page_block_size, nheads_k, headdim) with any page_block_size >= 1.
+            Read in place: last dim contiguous, other strides multiples of 8.
+        k, v: optional (batch, seqlen_new, nheads_k, headdim) new keys / values.
+        rotary_cos, rotary_sin: optional (seqlen_ro, rotary_dim / 2), q's dtype, rotary_dim a
+            multiple of 16 and <= headdim, seqlen_ro >= the cache's capacity; needs k and v.
+        cache_seqlens: int or (batch,) int32: keys already in each entry's cache (before the
+            append). None: the whole cache. The caller keeps cache_seqlens + seqlen_new within
+            the cache (a device value: positions past it are clamped to its last row, never
+            written outside it).
+        cache_batch_idx: optional (batch,) int32: entry b uses cache entry cache_batch_idx[b]
+            (contiguous caches; indices are device values, clamped into range by the kernel).
+        cache_leftpad: optional (batch,) int32: entry b's keys start at cache row
+            cache_leftpad[b].
+        block_table: optional (batch, max_num_blocks_per_seq) int32 page numbers (device values:
+            numbers outside [0, num_blocks) are clamped by the kernel, never read outside).
+        softmax_scale, causal, window_size, softcap, alibi_slopes: as flash_attn_func (causal and
+            the window are bottom-right aligned with the cache's keys).
+        rotary_interleaved: GPT-J style pairs (True) or GPT-NeoX halves (False).
+        num_splits: 0 picks a split-KV count from the SM count, the tiles and the cache length;
+            1 .. 128 forces one.
+        return_softmax_lse: also return the fp32 (batch, nheads, seqlen_q) LSE.
+    Returns:
+        out (batch, seqlen_q, nheads, headdim), or (out, softmax_lse) with return_softmax_lse.
+    """
+    _check_tensor(q, "q", 4, "(batch, seqlen_q, nheads, headdim)")
+    paged = block_table is not None
+    cache_text = ("(num_blocks, page_block_size, nheads_k, headdim)" if paged else
+                  "(batch_cache, seqlen_cache, nheads_k, headdim)")
+    _check_tensor(k_cache, "k_cache", 4, cache_text)
+    _check_tensor(v_cache, "v_cache", 4, cache_text)
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dtype not in _SUPPORTED_DTYPES:
+            raise TypeError(f"{_FN}: {name} has dtype {t.dtype}; supported: torch.float16, "
+                            "torch.bfloat16")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{_FN}: {name} has dtype {t.dtype} but q has {q.dtype}")
+    _check_devices(q, k_cache, v_cache)
+    batch, seqlen_q, nheads, head_dim = q.shape
+    if tuple(v_cache.shape) != tuple(k_cache.shape):
+        raise ValueError(f"{_FN}: v_cache has shape {tuple(v_cache.shape)} but k_cache has "
+                         f"{tuple(k_cache.shape)}")
+    nheads_k = k_cache.shape[2]
+    if k_cache.shape[3] != head_dim:
+        raise ValueError(f"{_FN}: k_cache has head dim {k_cache.shape[3]} but q has {head_dim}")
+    if head_dim % 8 != 0 or head_dim > 256:
+        raise ValueError(f"{_FN}: head dim {head_dim} is not supported; supported: multiples of "
+                         "8 up to 256 (the cache is read in place, so it cannot be padded)")
+    if nheads_k < 1 or nheads % nheads_k != 0:
+        raise ValueError(f"{_FN}: q has {nheads} heads and k_cache {nheads_k}; nheads must be a "
+                         "positive multiple of nheads_k")
+    device = q.device
+
+    if paged:
+        _check_tensor(block_table, "block_table", 2, "(batch, max_num_blocks_per_seq)")
+        if block_table.shape[0] != batch or block_table.shape[1] < 1:
+            raise ValueError(f"{_FN}: block_table must have shape (batch, max_num_blocks_per_seq)"
+                             f" = ({batch}, >= 1), got {tuple(block_table.shape)}")
+        block_table = _check_int_tensor(block_table, "block_table", tuple(block_table.shape),
+                                        device)
+        if k_cache.shape[0] < 1 or k_cache.shape[1] < 1:
+            raise ValueError(f"{_FN}: a paged k_cache needs at least one page of at least one "
+                             f"row, got shape {tuple(k_cache.shape)}")
+        if cache_batch_idx is not None:
+            raise ValueError(f"{_FN}: cache_batch_idx is not supported with a paged cache "
+                             "(block_table); index the block table instead")
+        page_size = k_cache.shape[1]
+        capacity = block_table.shape[1] * page_size
+    else:
+        capacity = k_cache.shape[1]
+    cache_batch_idx = _check_int_tensor(cache_batch_idx, "cache_batch_idx", (batch,), device)
+    cache_leftpad = _check_int_tensor(cache_leftpad, "cache_leftpad", (batch,), device)
+    if not paged and cache_batch_idx is None and k_cache.shape[0] < batch:
+        raise ValueError(f"{_FN}: k_cache has {k_cache.shape[0]} entries but q has batch "
+                         f"{batch}; pass cache_batch_idx to pick entries")
+
+    if (k is None) != (v is None):
+        raise ValueError(f"{_FN}: k and v must be given together (got "
+                         f"{'k' if k is not None else 'v'} only)")
+    seqlen_new = 0
+    if k is not None:
+        for name, t in (("k", k), ("v", v)):
+            _check_tensor(t, name, 4, "(batch, seqlen_new, nheads_k, headdim)")
+            if t.dtype != q.dtype:
+                raise TypeError(f"{_FN}: {name} has dtype {t.dtype} but q has {q.dtype}")
+            if t.device != device:
+                raise ValueError(f"{_FN}: {name} is on {t.device} but q is on {device}")
+        seqlen_new = k.shape[1]
+        want = (batch, seqlen_new, nheads_k, head_dim)
+        for name, t in (("k", k), ("v", v)):
+            if tuple(t.shape) != want:
+                raise ValueError(f"{_FN}: {name} must have shape (batch, seqlen_new, nheads_k, "
+                                 f"headdim) = {want}, got {tuple(t.shape)}")
+        if cache_seqlens is None:
+            raise ValueError(f"{_FN}: cache_seqlens is required when k and v are given (where "
+                             "to append them)")
+
+    if cache_seqlens is None:
+        cache_seqlens = torch.full((batch,), capacity, dtype=torch.int32, device=device)
+    elif isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, bool):
+        if not 0 <= cache_seqlens <= capacity - seqlen_new:
+            raise ValueError(f"{_FN}: cache_seqlens={cache_seqlens} with {seqlen_new} new keys "
+                             f"does not fit the cache of {capacity} keys per entry")
+        cache_seqlens = torch.full((batch,), int(cache_seqlens), dtype=torch.int32,
+                                   device=device)
+    else:
+        cache_seqlens = _check_int_tensor(cache_seqlens, "cache_seqlens", (batch,), device)
+
+    window_left, window_right = _check_features(0.0, window_size, softcap, alibi_slopes)
+    causal = bool(causal) or (window_left < 0 and window_right == 0)
+    if causal:
+        window_right = 0
+    if softmax_scale is None:
+        softmax_scale = head_dim ** (-0.5)
+    else:
+        _check_scale(softmax_scale)
+        softmax_scale = float(softmax_scale)
+    softcap = _check_softcap(softcap)
+    alibi_slopes = _check_alibi(alibi_slopes, batch, nheads, device)
+    if isinstance(num_splits, bool) or not isinstance(num_splits, numbers.Integral) or \
+            not 0 <= num_splits <= _MAX_SPLITS:
+        raise ValueError(f"{_FN}: num_splits must be an int in [0, {_MAX_SPLITS}] (0: "
+                         f"heuristic), got {num_splits!r}")
+
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise ValueError(f"{_FN}: rotary_cos and rotary_sin must be given together")
+    if rotary_cos is not None:
+        if k is None:
+            raise ValueError(f"{_FN}: rotary_cos / rotary_sin need the new k and v to rotate "
+                             "(flash_attn's rule)")
+        for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+            _check_tensor(t, name, 2, "(seqlen_ro, rotary_dim / 2)")
+            if t.device != device:
+                raise ValueError(f"{_FN}: {name} is on {t.device} but q is on {device}")
+            if t.dtype != q.dtype:
+                raise TypeError(f"{_FN}: {name} has dtype {t.dtype} but q has {q.dtype}")
+        if tuple(rotary_sin.shape) != tuple(rotary_cos.shape):
+            raise ValueError(f"{_FN}: rotary_sin has shape {tuple(rotary_sin.shape)} but "
+                             f"rotary_cos has {tuple(rotary_cos.shape)}")
+        rotary_dim = 2 * rotary_cos.shape[1]
+        if rotary_dim > head_dim or rotary_dim % 16 != 0 or rotary_dim == 0:
+            raise ValueError(f"{_FN}: rotary_dim = 2 * rotary_cos.shape[1] = {rotary_dim} must be "
+                             f"a positive multiple of 16 and <= headdim {head_dim}")
+        if rotary_cos.shape[0] < capacity:
+            raise ValueError(f"{_FN}: rotary_cos has {rotary_cos.shape[0]} positions; it needs "
+                             f"at least the cache's {capacity}")
+
+    if k is not None:
+        # Positions of the new rows: cache_seqlens[b] + i (absolute cache rows, leftpad
+        # included), clamped into the cache (see cache_seqlens above).
+        steps = torch.arange(seqlen_new, device=device, dtype=torch.int64)
+        pos = (cache_seqlens.long().unsqueeze(1) + steps).clamp_(0, max(capacity - 1, 0))
+        if rotary_cos is not None:
+            k = _rotate(k, rotary_cos[pos], rotary_sin[pos], rotary_interleaved)
+            q_steps = torch.arange(seqlen_q, device=device, dtype=torch.int64)
+            if not (causal or window_left >= 0 or window_right >= 0):
+                q_steps = torch.zeros_like(q_steps)
+            q_pos = (cache_seqlens.long().unsqueeze(1) + q_steps).clamp_(0, capacity - 1)
+            q = _rotate(q, rotary_cos[q_pos], rotary_sin[q_pos], rotary_interleaved)
+        if paged:
+            page = block_table.long().gather(1, torch.div(pos, page_size, rounding_mode="floor"))
+            page = page.clamp_(0, k_cache.shape[0] - 1)
+            index = (page, pos % page_size)
+        else:
+            entries = (cache_batch_idx.long().clamp(0, k_cache.shape[0] - 1)  # as the kernel
+                       if cache_batch_idx is not None else torch.arange(batch, device=device))
+            index = (entries.unsqueeze(1).expand(batch, seqlen_new), pos)
+        k_cache.index_put_(index, k)
+        v_cache.index_put_(index, v)
+        cache_seqlens = cache_seqlens + seqlen_new
+    out, softmax_lse = torch.ops.flashattn_cu.fwd_kvcache(
+        q, k_cache, v_cache, cache_seqlens.to(torch.int32), cache_batch_idx, cache_leftpad,
+        block_table, softmax_scale, causal, window_left, window_right, alibi_slopes, softcap,
+        int(num_splits))
+    return (out, softmax_lse) if return_softmax_lse else out

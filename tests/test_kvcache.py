@@ -1,0 +1,446 @@
+"""flash_attn_with_kvcache (issue 10): split-KV attention over a contiguous or paged KV cache.
+
+GPU: flash_attn's kvcache cases (seqlen_q 1 .. 256 with seqlen_new, contiguous and paged with
+random block tables and page sizes 1 / 16 / 64 / 256 / 100, rotary interleaved and not,
+cache_batch_idx, cache_leftpad, MHA / GQA / MQA, causal, windows, softcap, ALiBi) against the
+fp32 reference on the gathered cache by the rule (2x, outputs poisoned by conftest), the
+appended rows checked in the cache itself, every num_splits 1 .. 64 against num_splits = 1,
+rows that see no key (0, +inf), CUDA graph replay. CPU: the signature, argument errors, fake
+shapes and torch.compile tracing.
+"""
+
+import inspect
+from unittest import mock
+
+import pytest
+import torch
+
+from attn_helpers import assert_lse_rule, assert_rule
+from flashattn_cu import _C, flash_attn_with_kvcache
+from flashattn_cu import flash_attn_interface as fai
+from flashattn_cu import kvcache as kvc
+from flashattn_cu.testing import attention_ref
+
+HEAD_DIM = 128 if 128 in _C.built_head_dims() else _C.built_head_dims()[0]
+
+
+def skip_unless_built(head_dim):
+    if next(d for d in _C.head_dim_instances() if d >= head_dim) not in _C.built_head_dims():
+        pytest.skip(f"head dim {head_dim} not in this build")
+
+
+def rotary_tables(seqlen, rotary_dim, dtype, device="cuda"):
+    """cos / sin (seqlen, rotary_dim / 2) as flash_attn's tests build them."""
+    angle = torch.rand(seqlen, rotary_dim // 2, device=device) * 2 * torch.pi
+    return torch.cos(angle).to(dtype), torch.sin(angle).to(dtype)
+
+
+def rotate_ref(x, cos, sin, positions, interleaved):
+    """Rotary embedding in fp32, written from flash_attn's definition (independently of
+    flashattn_cu.kvcache._rotate): x (seqlen, heads, d), positions (seqlen,)."""
+    rot = 2 * cos.shape[1]
+    c = cos[positions].float().unsqueeze(1)
+    s = sin[positions].float().unsqueeze(1)
+    x = x.float()
+    xr, rest = x[..., :rot], x[..., rot:]
+    if interleaved:
+        even, odd = xr[..., 0::2], xr[..., 1::2]
+        out = torch.empty_like(xr)
+        out[..., 0::2] = even * c - odd * s
+        out[..., 1::2] = even * s + odd * c
+    else:
+        half = rot // 2
+        lo, hi = xr[..., :half], xr[..., half:]
+        out = torch.cat((lo * c - hi * s, lo * s + hi * c), dim=-1)
+    return torch.cat((out, rest), dim=-1)
+
+
+def to_pages(logical, page_size, num_pages, generator_perm):
+    """A paged copy of a (batch, capacity, heads, d) cache: pages in a random order (with spare
+    pages), the block table that maps it back."""
+    batch, capacity = logical.shape[:2]
+    per_entry = capacity // page_size
+    table = generator_perm[: batch * per_entry].view(batch, per_entry).to(torch.int32)
+    paged = torch.randn(num_pages, page_size, *logical.shape[2:], device=logical.device,
+                        dtype=logical.dtype)
+    paged[table.long().flatten()] = logical.reshape(batch * per_entry, page_size,
+                                                    *logical.shape[2:])
+    return paged, table
+
+
+def gather_pages(paged, table):
+    batch, per_entry = table.shape
+    return paged[table.long().flatten()].view(batch, per_entry * paged.shape[1],
+                                              *paged.shape[2:])
+
+
+CASES = {
+    # name: (seqlen_q, seqlen_new, heads, page_size, extras)
+    "decode_gqa": (1, 1, (8, 2), None, {}),
+    "decode_mqa_paged16_causal": (1, 1, (6, 1), 16, {"causal": True}),
+    "decode_gqa_left_window": (1, 1, (8, 2), None, {"window": (50, -1)}),
+    "decode_mha_paged1": (1, 1, (4, 4), 1, {}),
+    "decode_gqa_paged100": (1, 1, (8, 2), 100, {}),
+    "spec4_causal_paged64": (4, 4, (8, 2), 64, {"causal": True}),
+    "spec8_rotary_interleaved": (8, 8, (8, 2), None, {"causal": True, "rotary": True}),
+    "q16_rotary_neox_paged256": (16, 16, (6, 2), 256, {"rotary": "neox"}),
+    "q128_new64_causal": (128, 64, (4, 1), None, {"causal": True}),
+    "q256_new256_window": (256, 256, (4, 2), 16, {"window": (100, 0)}),
+    "q3_no_new_leftpad": (3, 0, (6, 3), None, {"leftpad": True}),
+    "q1_leftpad_paged16_rotary": (1, 1, (8, 2), 16, {"leftpad": True, "rotary": True}),
+    "q5_batch_idx": (5, 2, (8, 8), None, {"batch_idx": True, "causal": True}),
+    "q1_softcap_alibi": (1, 1, (8, 2), None, {"softcap": 30.0, "alibi": True}),
+    "q7_window_both_sides": (7, 3, (4, 2), 64, {"window": (33, 5)}),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("case", list(CASES))
+def test_kvcache_against_reference(case, dtype):
+    seqlen_q, seqlen_new, (nheads, nheads_k), page_size, extras = CASES[case]
+    d = HEAD_DIM
+    batch, capacity = 3, 768
+    device = "cuda"
+    causal = extras.get("causal", False)
+    window = extras.get("window", (-1, -1))
+    local = window != (-1, -1)
+    q = torch.randn(batch, seqlen_q, nheads, d, device=device, dtype=dtype)
+    batch_cache = batch + 2 if extras.get("batch_idx") else batch
+    k_logical = torch.randn(batch_cache, capacity, nheads_k, d, device=device, dtype=dtype)
+    v_logical = torch.randn_like(k_logical)
+    cache_seqlens = torch.randint(0, capacity - seqlen_new + 1, (batch,), device=device,
+                                  dtype=torch.int32)
+    cache_seqlens[0] = capacity - seqlen_new  # one entry full to the brim
+    leftpad = None
+    if extras.get("leftpad"):
+        leftpad = (torch.rand(batch, device=device) * cache_seqlens.float()).to(torch.int32)
+        leftpad[-1] = cache_seqlens[-1]  # an entry whose old keys are all padding
+    batch_idx = None
+    if extras.get("batch_idx"):
+        batch_idx = torch.randperm(batch_cache, device=device)[:batch].to(torch.int32)
+    k_new = v_new = None
+    if seqlen_new:
+        k_new = torch.randn(batch, seqlen_new, nheads_k, d, device=device, dtype=dtype)
+        v_new = torch.randn_like(k_new)
+    cos = sin = None
+    interleaved = extras.get("rotary") != "neox"
+    if extras.get("rotary"):
+        cos, sin = rotary_tables(capacity, d // 2, dtype)
+    alibi = (torch.rand(nheads, device=device) * 0.3) if extras.get("alibi") else None
+    softcap = extras.get("softcap", 0.0)
+
+    block_table = None
+    if page_size is not None:
+        num_pages = batch * capacity // page_size + 7
+        perm = torch.randperm(num_pages, device=device)
+        k_cache, block_table = to_pages(k_logical, page_size, num_pages, perm)
+        v_cache, _ = to_pages(v_logical, page_size, num_pages, perm)
+    else:
+        k_cache, v_cache = k_logical.clone(), v_logical.clone()
+
+    out, lse = flash_attn_with_kvcache(
+        q, k_cache, v_cache, k_new, v_new, rotary_cos=cos, rotary_sin=sin,
+        cache_seqlens=cache_seqlens, cache_batch_idx=batch_idx, cache_leftpad=leftpad,
+        block_table=block_table, causal=causal, window_size=window, softcap=softcap,
+        rotary_interleaved=interleaved, alibi_slopes=alibi, return_softmax_lse=True)
+    assert out.shape == q.shape and lse.shape == (batch, nheads, seqlen_q)
+
+    # The cache after the append, seen logically, and what the reference expects in it.
+    k_after = gather_pages(k_cache, block_table) if page_size else k_cache
+    v_after = gather_pages(v_cache, block_table) if page_size else v_cache
+    outs, refs, pts, lses, lse_refs, lse_pts = [], [], [], [], [], []
+    for b in range(batch):
+        entry = int(batch_idx[b]) if batch_idx is not None else b
+        old, pad = int(cache_seqlens[b]), int(leftpad[b]) if leftpad is not None else 0
+        qb = q[b]
+        kb_new = k_new[b] if seqlen_new else None
+        if cos is not None:
+            new_pos = torch.arange(old, old + seqlen_new, device=device)
+            kb_new = rotate_ref(kb_new, cos, sin, new_pos, interleaved).to(dtype)
+            q_pos = (torch.arange(old, old + seqlen_q, device=device) if causal or local else
+                     torch.full((seqlen_q,), old, device=device))
+            qb = rotate_ref(qb, cos, sin, q_pos, interleaved)
+        if seqlen_new:
+            torch.testing.assert_close(k_after[entry, old:old + seqlen_new].float(),
+                                       kb_new.float(), atol=0, rtol=1e-2)
+            assert torch.equal(v_after[entry, old:old + seqlen_new], v_new[b]), "v appended"
+        keys = torch.cat([k_logical[entry, pad:old]] + ([kb_new] if seqlen_new else []))
+        vals = torch.cat([v_logical[entry, pad:old]] + ([v_new[b]] if seqlen_new else []))
+        kw = dict(causal=causal, window_size=window, softcap=softcap,
+                  alibi_slopes=alibi[None] if alibi is not None else None)
+        ref, lse_ref = attention_ref(qb[None].float(), keys[None], vals[None], **kw)
+        pt, lse_pt = attention_ref(qb[None].to(dtype), keys[None], vals[None], upcast=False,
+                                   **kw)
+        outs.append(out[b:b + 1]), refs.append(ref), pts.append(pt)
+        lses.append(lse[b:b + 1]), lse_refs.append(lse_ref), lse_pts.append(lse_pt)
+    assert_rule(torch.cat(outs), torch.cat(refs), torch.cat(pts), 2, 1e-5, f"{case} out")
+    assert_lse_rule(torch.cat(lses), torch.cat(lse_refs), torch.cat(lse_pts), f"{case} lse")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("paged", [False, True])
+def test_every_split_count_matches_one_split(paged):
+    """num_splits 1 .. 64 on a cache long enough for 64 splits of several key blocks each: the
+    combine's merge equals one pass over the keys (to the output's rounding)."""
+    d, dtype = HEAD_DIM, torch.bfloat16
+    batch, nheads, nheads_k, capacity = 2, 4, 1, 64 * 64 * 3
+    q = torch.randn(batch, 1, nheads, d, device="cuda", dtype=dtype)
+    k_cache = torch.randn(batch, capacity, nheads_k, d, device="cuda", dtype=dtype)
+    v_cache = torch.randn_like(k_cache)
+    seqlens = torch.tensor([capacity, capacity // 2 + 17], device="cuda", dtype=torch.int32)
+    table = None
+    if paged:
+        num_pages = batch * capacity // 64
+        perm = torch.randperm(num_pages, device="cuda")
+        k_cache, table = to_pages(k_cache, 64, num_pages, perm)
+        v_cache, _ = to_pages(v_cache, 64, num_pages, perm)
+    base, base_lse = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                             block_table=table, num_splits=1,
+                                             return_softmax_lse=True)
+    for splits in range(2, 65):
+        out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                           block_table=table, num_splits=splits,
+                                           return_softmax_lse=True)
+        assert not torch.isnan(out).any(), f"num_splits={splits}: NaN"
+        err = (out.float() - base.float()).abs().max().item()
+        assert err <= 2 ** -7 * base.float().abs().max().item() + 1e-5, (splits, err)
+        torch.testing.assert_close(lse, base_lse, atol=1e-4, rtol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_splits", [1, 8])
+def test_rows_that_see_no_key(num_splits):
+    """Entries with no key (cache_seqlens 0, or all of them left padding) give 0 and LSE +inf,
+    never NaN, on one split and on several (where every split is empty)."""
+    d, dtype = HEAD_DIM, torch.float16
+    q = torch.randn(3, 2, 4, d, device="cuda", dtype=dtype)
+    k_cache = torch.randn(3, 1024, 2, d, device="cuda", dtype=dtype)
+    seqlens = torch.tensor([0, 500, 1024], device="cuda", dtype=torch.int32)
+    leftpad = torch.tensor([0, 500, 3], device="cuda", dtype=torch.int32)
+    out, lse = flash_attn_with_kvcache(q, k_cache, k_cache, cache_seqlens=seqlens,
+                                       cache_leftpad=leftpad, num_splits=num_splits,
+                                       return_softmax_lse=True)
+    assert torch.equal(out[:2], torch.zeros_like(out[:2]))
+    assert torch.isinf(lse[:2]).all() and (lse[:2] > 0).all()
+    assert torch.isfinite(out[2]).all() and torch.isfinite(lse[2]).all()
+
+
+@pytest.mark.gpu
+def test_heuristic_splits_and_cuda_graph_replay():
+    """num_splits = 0 (the heuristic) agrees with one split; a captured decode step replays with
+    new cache_seqlens and appends where they say, with no host sync in the call."""
+    d, dtype = HEAD_DIM, torch.bfloat16
+    batch, nheads, nheads_k, capacity, page = 4, 8, 2, 4096, 16
+    q = torch.randn(batch, 1, nheads, d, device="cuda", dtype=dtype)
+    k_new = torch.randn(batch, 1, nheads_k, d, device="cuda", dtype=dtype)
+    v_new = torch.randn_like(k_new)
+    num_pages = batch * capacity // page
+    k_cache = torch.randn(num_pages, page, nheads_k, d, device="cuda", dtype=dtype)
+    v_cache = torch.randn_like(k_cache)
+    table = torch.randperm(num_pages, device="cuda").view(batch, -1).to(torch.int32)
+    seqlens = torch.tensor([100, 4000, 1, 2047], device="cuda", dtype=torch.int32)
+
+    def step():
+        return flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=seqlens,
+                                       block_table=table)
+
+    k_copy, v_copy = k_cache.clone(), v_cache.clone()
+    one = flash_attn_with_kvcache(q, k_copy, v_copy, k_new, v_new, cache_seqlens=seqlens,
+                                  block_table=table, num_splits=1)
+    eager = step()
+    torch.testing.assert_close(eager.float(), one.float(), atol=2e-2, rtol=0)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    seqlens.copy_(torch.tensor([7, 3000, 0, 2048], dtype=torch.int32))
+    graph.replay()
+    again = flash_attn_with_kvcache(q, k_copy, v_copy, k_new, v_new, cache_seqlens=seqlens,
+                                    block_table=table, num_splits=1)
+    torch.testing.assert_close(captured.float(), again.float(), atol=2e-2, rtol=0)
+
+
+# --------------------------------------------------------------------------------------------
+# CPU: signature, arguments, shapes, tracing
+
+
+def test_signature_is_flash_attns():
+    """flash_attn 2.x's flash_attn_with_kvcache, parameter for parameter with its defaults."""
+    params = inspect.signature(flash_attn_with_kvcache).parameters
+    expected = [("q", inspect.Parameter.empty), ("k_cache", inspect.Parameter.empty),
+                ("v_cache", inspect.Parameter.empty), ("k", None), ("v", None),
+                ("rotary_cos", None), ("rotary_sin", None), ("cache_seqlens", None),
+                ("cache_batch_idx", None), ("cache_leftpad", None), ("block_table", None),
+                ("softmax_scale", None), ("causal", False), ("window_size", (-1, -1)),
+                ("softcap", 0.0), ("rotary_interleaved", True), ("alibi_slopes", None),
+                ("num_splits", 0), ("return_softmax_lse", False)]
+    assert [(n, p.default) for n, p in params.items()] == expected
+    assert fai.flash_attn_with_kvcache is flash_attn_with_kvcache
+
+
+def fake_env():
+    """Fake CUDA tensors on a machine without a GPU: the arch query and the build's head dims
+    patched as in the other CPU tests."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    stack = [FakeTensorMode(), mock.patch.object(fai, "_device_capability", return_value=(9, 0)),
+             mock.patch.object(fai, "_built_head_dims",
+                               return_value=tuple(_C.head_dim_instances()))]
+    return stack
+
+
+class _Env:
+    def __enter__(self):
+        self.cms = fake_env()
+        for cm in self.cms:
+            cm.__enter__()
+
+    def __exit__(self, *exc):
+        for cm in reversed(self.cms):
+            cm.__exit__(*exc)
+
+
+def make_args(batch=2, seqlen_q=1, nheads=8, nheads_k=2, d=64, capacity=256, paged=None,
+              dtype=torch.float16):
+    q = torch.empty(batch, seqlen_q, nheads, d, dtype=dtype, device="cuda")
+    if paged:
+        pages = batch * capacity // paged
+        k_cache = torch.empty(pages, paged, nheads_k, d, dtype=dtype, device="cuda")
+        table = torch.empty(batch, capacity // paged, dtype=torch.int32, device="cuda")
+    else:
+        k_cache = torch.empty(batch, capacity, nheads_k, d, dtype=dtype, device="cuda")
+        table = None
+    return q, k_cache, torch.empty_like(k_cache), table
+
+
+@pytest.mark.parametrize("paged", [None, 16, 100])
+def test_shapes_on_fake_tensors(paged):
+    with _Env():
+        q, kc, vc, table = make_args(paged=paged)
+        k = torch.empty(2, 1, 2, 64, dtype=torch.float16, device="cuda")
+        seqlens = torch.empty(2, dtype=torch.int32, device="cuda")
+        cos = torch.empty(256 if not paged else 400, 16, dtype=torch.float16, device="cuda")
+        out, lse = flash_attn_with_kvcache(q, kc, vc, k, k, rotary_cos=cos, rotary_sin=cos,
+                                           cache_seqlens=seqlens, block_table=table,
+                                           causal=True, return_softmax_lse=True)
+        assert out.shape == q.shape and out.dtype == q.dtype
+        assert lse.shape == (2, 8, 1) and lse.dtype == torch.float32
+        assert flash_attn_with_kvcache(q, kc, vc, cache_seqlens=5, block_table=table).shape == \
+            q.shape
+
+
+def _error_case(change):
+    q, kc, vc, table = make_args(paged=16 if change.get("paged") else None)
+    kwargs = dict(cache_seqlens=torch.empty(2, dtype=torch.int32, device="cuda"))
+    args = [q, kc, vc]
+    if "q" in change:
+        args[0] = torch.empty(change["q"], dtype=torch.float16, device="cuda")
+    if "q_dtype" in change:
+        args[0] = q.float()
+    if "cache_seqlens" in change:
+        kwargs["cache_seqlens"] = change["cache_seqlens"]
+    if "seqlens_dtype" in change:
+        kwargs["cache_seqlens"] = torch.empty(2, dtype=torch.int64, device="cuda")
+    if "k_only" in change:
+        args.append(torch.empty(2, 1, 2, 64, dtype=torch.float16, device="cuda"))
+    if "k_shape" in change:
+        kn = torch.empty(change["k_shape"], dtype=torch.float16, device="cuda")
+        args += [kn, kn]
+    if change.get("paged"):
+        kwargs["block_table"] = table
+    if "table_dtype" in change:
+        kwargs["block_table"] = table.long()
+    if "batch_idx" in change:
+        kwargs["cache_batch_idx"] = torch.empty(2, dtype=torch.int32, device="cuda")
+    if "num_splits" in change:
+        kwargs["num_splits"] = change["num_splits"]
+    if "rotary" in change:
+        kwargs["rotary_cos"] = kwargs["rotary_sin"] = torch.empty(*change["rotary"],
+                                                                  dtype=torch.float16,
+                                                                  device="cuda")
+        kn = torch.empty(2, 1, 2, 64, dtype=torch.float16, device="cuda")
+        args += [kn, kn]
+    if "head_dim" in change:
+        args = [torch.empty(2, 1, 8, 60, dtype=torch.float16, device="cuda"),
+                torch.empty(2, 256, 2, 60, dtype=torch.float16, device="cuda"),
+                torch.empty(2, 256, 2, 60, dtype=torch.float16, device="cuda")]
+    if "leftpad_shape" in change:
+        kwargs["cache_leftpad"] = torch.empty(3, dtype=torch.int32, device="cuda")
+    return args, kwargs
+
+
+@pytest.mark.parametrize("change, error, message", [
+    (dict(q=(2, 8, 64)), ValueError, r"q must have rank 4"),
+    (dict(q_dtype=True), TypeError, r"q has dtype torch.float32"),
+    (dict(seqlens_dtype=True), TypeError, r"cache_seqlens must be int32"),
+    (dict(cache_seqlens=250, k_shape=(2, 10, 2, 64)), ValueError,
+     r"cache_seqlens=250 with 10 new keys does not fit the cache of 256"),
+    (dict(k_only=True), ValueError, r"k and v must be given together"),
+    (dict(k_shape=(2, 3, 4, 64)), ValueError, r"k must have shape \(batch, seqlen_new"),
+    (dict(paged=True, table_dtype=True), TypeError, r"block_table must be int32"),
+    (dict(paged=True, batch_idx=True), ValueError, r"cache_batch_idx is not supported with a "
+                                                   r"paged cache"),
+    (dict(num_splits=129), ValueError, r"num_splits must be an int in \[0, 128\]"),
+    (dict(num_splits=-1), ValueError, r"num_splits must be an int in \[0, 128\]"),
+    (dict(rotary=(256, 20)), ValueError, r"rotary_dim = 2 \* rotary_cos.shape\[1\] = 40 must be"),
+    (dict(rotary=(100, 16)), ValueError, r"rotary_cos has 100 positions; it needs at least"),
+    (dict(head_dim=60), ValueError, r"head dim 60 is not supported"),
+    (dict(leftpad_shape=True), ValueError, r"cache_leftpad must have shape \(2,\)"),
+])
+def test_argument_errors(change, error, message):
+    with _Env():
+        args, kwargs = _error_case(change)
+        with pytest.raises(error, match=message):
+            flash_attn_with_kvcache(*args, **kwargs)
+
+
+def test_rotary_without_new_keys_is_an_error():
+    with _Env():
+        q, kc, vc, _ = make_args()
+        cos = torch.empty(256, 16, dtype=torch.float16, device="cuda")
+        with pytest.raises(ValueError, match="rotary_cos / rotary_sin need the new k and v"):
+            flash_attn_with_kvcache(q, kc, vc, rotary_cos=cos, rotary_sin=cos, cache_seqlens=3)
+
+
+def test_cpu_tensors_are_rejected():
+    q = torch.empty(2, 1, 8, 64, dtype=torch.float16)
+    kc = torch.empty(2, 256, 2, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="q is on device 'cpu'; flashattn_cu runs on CUDA"):
+        flash_attn_with_kvcache(q, kc, kc, cache_seqlens=3)
+
+
+def test_op_fake_shapes():
+    q = torch.empty(3, 4, 8, 64, dtype=torch.bfloat16, device="meta")
+    kc = torch.empty(10, 16, 2, 64, dtype=torch.bfloat16, device="meta")
+    seqlens = torch.empty(3, dtype=torch.int32, device="meta")
+    table = torch.empty(3, 5, dtype=torch.int32, device="meta")
+    out, lse = torch.ops.flashattn_cu.fwd_kvcache(q, kc, kc, seqlens, None, None, table, 0.125,
+                                                  True)
+    assert out.shape == q.shape and out.stride() == q.stride()
+    assert lse.shape == (3, 8, 4) and lse.dtype == torch.float32
+
+
+def test_compile_fullgraph_traces_a_decode_step():
+    """torch.compile(fullgraph=True) traces validation, rotary, the in-place paged append and the
+    op with no graph break (meta tensors, device checks patched out)."""
+    torch._dynamo.reset()
+    q = torch.randn(2, 1, 8, 64, device="meta", dtype=torch.float16)
+    k = torch.randn(2, 1, 2, 64, device="meta", dtype=torch.float16)
+    kc = torch.randn(32, 16, 2, 64, device="meta", dtype=torch.float16)
+    vc = torch.randn(32, 16, 2, 64, device="meta", dtype=torch.float16)
+    table = torch.zeros(2, 16, device="meta", dtype=torch.int32)
+    seqlens = torch.zeros(2, device="meta", dtype=torch.int32)
+    cos = torch.randn(256, 16, device="meta", dtype=torch.float16)
+
+    def step(q, k, kc, vc, seqlens):
+        return flash_attn_with_kvcache(q, kc, vc, k, k, rotary_cos=cos, rotary_sin=cos,
+                                       cache_seqlens=seqlens, block_table=table, causal=True)
+
+    with mock.patch.object(kvc, "_check_devices", lambda *a: None):
+        out = torch.compile(step, fullgraph=True, backend="aot_eager")(q, k, kc, vc, seqlens)
+    assert out.shape == q.shape
