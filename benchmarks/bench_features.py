@@ -31,6 +31,7 @@ if list((REPO_ROOT / "flashattn_cu").glob("_C*.so")) and str(REPO_ROOT) not in s
     sys.path.insert(0, str(REPO_ROOT))
 
 from flashattn_cu import flash_attn_func, flash_attn_varlen_func  # noqa: E402
+from flashattn_cu.testing import kernel_path  # noqa: E402
 
 try:
     from triton.testing import do_bench
@@ -202,15 +203,22 @@ def main():
     p.add_argument("--skip", nargs="*", default=[], choices=["varlen", "window", "modifiers"])
     p.add_argument("--modifier-seqlens", type=int, nargs="+", default=[4096, 16384])
     p.add_argument("--modifier-dims", type=int, nargs="+", default=[64, 128])
+    p.add_argument("--paths", nargs="+", default=["auto", "sm80"], choices=["auto", "sm80"],
+                   help="kernel paths to measure: auto (on sm_90: the wgmma forward and "
+                        "backward) and sm80 (the mma.sync kernels, forced); bars hold on each")
     args = p.parse_args()
     lines = [f"# Features benchmark, {torch.cuda.get_device_name()}, torch {torch.__version__}",
              ""]
-    if "varlen" not in args.skip:
-        bench_varlen(lines)
-    if "window" not in args.skip:
-        bench_window(lines, args.seqlens)
-    if "modifiers" not in args.skip:
-        bench_modifiers(lines, args.modifier_seqlens, args.modifier_dims)
+    for path in args.paths:
+        print(f"RESULT path {path}", flush=True)
+        lines += [f"# Kernel path: {path}", ""]
+        with kernel_path(path):
+            if "varlen" not in args.skip:
+                bench_varlen(lines)
+            if "window" not in args.skip:
+                bench_window(lines, args.seqlens)
+            if "modifiers" not in args.skip:
+                bench_modifiers(lines, args.modifier_seqlens, args.modifier_dims)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n".join(lines))

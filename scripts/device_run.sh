@@ -3,7 +3,7 @@
 #
 #   bash scripts/device_run.sh                                  # every step
 #   STEPS=build,check,test bash scripts/device_run.sh           # a subset, in this fixed order:
-#                                                               #   env,diag,build,check,test,bench,features,example,cp,sanitize
+#                                                               #   env,diag,build,check,test,bench,features,decode,example,cp,sanitize
 #                                                               # (diag, not in the default set: the TORCH_CHECK
 #                                                               #  crash diagnosis, scripts/diag_torch_check.py)
 #   FLASHATTN_CU_COMMIT=abc1234 STEPS=build,bench BENCH_ARGS="--quick" bash scripts/device_run.sh
@@ -35,6 +35,8 @@
 #   TRAIN_ARGS, LONG_ARGS extra flags for examples/train_gpt.py and examples/long_context.py
 #   FEATURES_ARGS         flags for benchmarks/bench_features.py (step "features", not in the default
 #                         set: varlen and sliding window against padded / causal); table in extras
+#   DECODE_SEQLEN_Q       seqlen_q values for benchmarks/bench_decode.py (step "decode", not in the default
+#                         set; default "1"); tables in extras
 #   CP_NPROC, CP_ARGS     GPUs for examples/context_parallel.py (default: all visible) and its flags;
 #                         its table goes into extras.tar.gz (context_parallel.md), RESULT lines to the summary
 #   SANITIZE_TOOLS        default memcheck,racecheck,synccheck (initcheck also possible)
@@ -268,6 +270,14 @@ main() {
         read -r -a features_args <<< "${FEATURES_ARGS:-}"
         run_step features "$LOGS/features.log" "$PY" benchmarks/bench_features.py \
             --out "$LOGS/features.md" "${features_args[@]}"
+    fi
+
+    if want decode; then
+        local sq
+        for sq in ${DECODE_SEQLEN_Q:-1}; do
+            run_step "decode:q$sq" "$LOGS/decode_q$sq.log" "$PY" benchmarks/bench_decode.py \
+                --seqlen-q "$sq" --out "$LOGS/decode_q$sq.md"
+        done
     fi
 
     if want example; then
