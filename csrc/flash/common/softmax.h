@@ -19,6 +19,38 @@
 
 namespace flashattn_cu {
 
+// 2^x for x <= 0 on the FMA pipe instead of the SFU (MUFU.EX2): 8 full-rate instructions for
+// one quarter-rate MUFU slot. The softcap kernels spend two MUFU per score (tanh and exp2), which
+// makes the SFU their limit (benchmarks/NOTES.md section 10); they take a fraction of their
+// exponentials here. x = j + f, j = floor(x) from one round-down add of 1.5 * 2^23 (whose low
+// mantissa bits are then j), 2^f by a degree-3 polynomial with p(0) = 1 (least-max relative
+// error on [0, 1): 8.6e-5 = 2^-13.5, below the 16-bit rounding of P and fp16's of the reference),
+// and j added into the exponent field. x = -inf (a masked score) clamps to -127, whose f = 0
+// gives p = 1 exactly and the result +0 exactly, as ex2.approx.ftz gives; x in (-127, -126)
+// gives a denormal (< 2^-126) that the ftz arithmetic reads as 0.
+__device__ __forceinline__ float exp2_fma(float x) {
+  x = fmaxf(x, -127.f);
+  const float shifted = __fadd_rd(x, 12582912.f);  // 1.5 * 2^23 + floor(x)
+  const float f = x - (shifted - 12582912.f);      // [0, 1), exact
+  const float p = fmaf(fmaf(fmaf(0.07706728f, f, 0.22764474f), f, 0.6951168f), f, 1.f);
+  return __uint_as_float(__float_as_uint(p) + (__float_as_uint(shifted) << 23));
+}
+
+// How a kernel variant forms its exponentials (OnlineSoftmax::update): the default is the
+// plain kernels' (MUFU.EX2 for every score, the exponent (s - m) * scale_log2 as a difference
+// first). kPolyEighths of every 8 score tiles (nt % 8 >= 8 - kPolyEighths) take exp2_fma
+// instead; kFusedExponent forms the exponent as one FFMA s * scale_log2 - m * scale_log2, for
+// scores bounded by 1 in magnitude (softcap without ALiBi: the rounding of m * scale_log2,
+// |m * scale_log2| <= softcap log2(e), moves every exponent by at most 2^-18 of that, while the
+// rescale factor stays the exact difference form).
+template <int kPolyEighths_ = 0, bool kFusedExponent_ = false>
+struct ExpPolicy {
+  static constexpr int kPolyEighths = kPolyEighths_;
+  static constexpr bool kFusedExponent = kFusedExponent_;
+  static_assert(kPolyEighths >= 0 && kPolyEighths <= 8, "eighths of the score tiles");
+};
+using DefaultExp = ExpPolicy<>;
+
 // What the backward needs to recompute P = exp2((s - row_max) * scale_log2 - log2_sum) exactly:
 // the row's max raw score and log2 of its sum of exp2((s - row_max) * scale_log2). A row that saw
 // no key gets (+inf, 0), which makes every recomputed P exp2(-inf) = 0.
@@ -49,13 +81,13 @@ struct OnlineSoftmax {
   // -inf (masked) uses 0 as its reference, so no inf - inf appears; its p are exp2(-inf) = 0.
   // In three steps, for kernels whose o is in flight on the tensor cores while the exponentials
   // run (sm90/fwd_kernel.h: new_max and exponentiate, then rescale_output once o has landed).
-  template <int kNTiles, int kDTiles>
+  template <typename Exp = DefaultExp, int kNTiles, int kDTiles>
   __device__ __forceinline__ void update(float (&s)[kMTiles][kNTiles][4],
                                          float (&o)[kMTiles][kDTiles][4], float scale_log2) {
     float ref[kMTiles][2], rescale[kMTiles][2];
     new_max(s, scale_log2, ref, rescale);
     rescale_output(o, rescale);
-    exponentiate(s, ref, rescale, scale_log2);
+    exponentiate<Exp>(s, ref, rescale, scale_log2);
   }
 
   // Step 1: the running max m takes in tile s; per row, the reference the tile's exponents are
@@ -97,7 +129,7 @@ struct OnlineSoftmax {
   }
 
   // Step 3: s -> p in place against ref; l = l * rescale + the tile's row sums.
-  template <int kNTiles>
+  template <typename Exp = DefaultExp, int kNTiles>
   __device__ __forceinline__ void exponentiate(float (&s)[kMTiles][kNTiles][4],
                                                const float (&ref)[kMTiles][2],
                                                const float (&rescale)[kMTiles][2],
@@ -107,11 +139,15 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         float row_sum = 0.f;
+        [[maybe_unused]] const float ref_log2 = -ref[mt][hr] * scale_log2;
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float p = ptx::ex2_approx((s[mt][nt][hr * 2 + e] - ref[mt][hr]) * scale_log2);
+            const float x = Exp::kFusedExponent
+                                ? fmaf(s[mt][nt][hr * 2 + e], scale_log2, ref_log2)
+                                : (s[mt][nt][hr * 2 + e] - ref[mt][hr]) * scale_log2;
+            const float p = nt % 8 >= 8 - Exp::kPolyEighths ? exp2_fma(x) : ptx::ex2_approx(x);
             s[mt][nt][hr * 2 + e] = p;
             row_sum += p;
           }

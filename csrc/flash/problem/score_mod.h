@@ -72,34 +72,103 @@ struct Alibi {
                   : -slope * fabsf(static_cast<float>(row + shift - key));
   }
 
+  // The bias of a whole tile from one conversion per tile: an element's diagonal distance
+  // (row + shift - key) is base + off, base = float(this lane's first row + shift - first key)
+  // (one I2F), off a compile-time integer of the element's fragment position, and its key is
+  // float(first key) + koff alike. base + off is exact (integers below 2^24: the value the
+  // per-element conversion gave), and the elements of one off share it: the compiler forms each
+  // distinct base + off once (38 for a thread's 128 scores of a 128 x 128 forward tile, 2 x
+  // (kQTiles + 1) for the 4 kQTiles of a transposed one; linear: one per key), so a score costs
+  // one FFMA.
   template <int kMTiles, int kNTiles>
   __device__ __forceinline__ void apply(float (&s)[kMTiles][kNTiles][4], int row0, int col0,
                                         int lane) const {
     const int g = lane / 4, t = lane % 4;
+    const int key_base = col0 + 2 * t;
+    if (linear) {
+      const float kb = static_cast<float>(key_base);
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
+      for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr)
+        for (int e = 0; e < 2; ++e) {
+          const float key = kb + static_cast<float>(nt * 8 + e);
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
+          for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-          for (int e = 0; e < 2; ++e)
-            s[mt][nt][hr * 2 + e] += bias(row0 + mt * 16 + g + hr * 8, col0 + nt * 8 + 2 * t + e);
-  }
-
-  template <int kQTiles>
-  __device__ __forceinline__ void apply_transposed(float (&s)[kQTiles][4], int key0, int query0,
-                                                   int lane) const {
-    const int g = lane / 4, t = lane % 4;
+            for (int hr = 0; hr < 2; ++hr)
+              s[mt][nt][hr * 2 + e] = fmaf(slope, key, s[mt][nt][hr * 2 + e]);
+        }
+    } else {
+      const float base = static_cast<float>(row0 + g + shift - key_base);
 #pragma unroll
-    for (int nt = 0; nt < kQTiles; ++nt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
+      for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr)
-          s[nt][hr * 2 + e] += bias(query0 + nt * 8 + 2 * t + e, key0 + g + hr * 8);
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              s[mt][nt][hr * 2 + e] = fmaf(
+                  -slope, fabsf(base + static_cast<float>(mt * 16 + hr * 8 - nt * 8 - e)),
+                  s[mt][nt][hr * 2 + e]);
+    }
+  }
+
+  // Transposed tiles: s[nt][hr * 2 + e] is key (key0 + g + 8 hr), query (query0 + 8 nt + 2t + e).
+  // Branch-free, two FFMA per score (transposed_terms): with the two forms as branches, as on row
+  // tiles, the backward kernels held both forms' values and spilled more (sm_90a bwd d = 128:
+  // 64 bytes against 0).
+  template <int kQTiles>
+  __device__ __forceinline__ void apply_transposed(float (&s)[kQTiles][4], int key0, int query0,
+                                                   int lane) const;
+};
+
+// ALiBi's bias on a transposed tile, for the lane's keys key_g + 8 hr (key_g = key0 + g) and
+// queries query0 + 8 nt + 2t + e: key_coef * (key + 8 hr) + dist_coef * |dist + 8 nt + e - 8 hr|,
+// one of the two coefficients 0 (linear: slope and 0, else 0 and -slope; both 0 for no bias).
+// dist + offset is exact (integers below 2^24) and shared by the scores of one offset.
+struct AlibiTransposedTerms {
+  float key_coef;
+  float dist_coef;
+  float key;   // float(key_g)
+  float dist;  // float(query0 + 2t + shift - key_g)
+
+  __device__ __forceinline__ float key_term(int hr) const {
+    return key_coef * (key + static_cast<float>(hr * 8));
+  }
+  __device__ __forceinline__ float dist_abs(int nt, int hr, int e) const {
+    return fabsf(dist + static_cast<float>(nt * 8 + e - hr * 8));
+  }
+  __device__ __forceinline__ float bias(int nt, int hr, int e) const {
+    return fmaf(dist_coef, dist_abs(nt, hr, e), key_term(hr));
   }
 };
+
+__device__ __forceinline__ AlibiTransposedTerms transposed_terms(const Alibi& a, int key_g,
+                                                                 int query0, int t) {
+  AlibiTransposedTerms r;
+  r.key_coef = a.linear ? a.slope : 0.f;
+  r.dist_coef = a.linear ? 0.f : -a.slope;
+  r.key = static_cast<float>(key_g);
+  r.dist = static_cast<float>(query0 + 2 * t + a.shift - key_g);
+  return r;
+}
+
+template <int kQTiles>
+__device__ __forceinline__ void Alibi::apply_transposed(float (&s)[kQTiles][4], int key0,
+                                                        int query0, int lane) const {
+  const int g = lane / 4, t = lane % 4;
+  const AlibiTransposedTerms b = transposed_terms(*this, key0 + g, query0, t);
+#pragma unroll
+  for (int nt = 0; nt < kQTiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr)
+        s[nt][hr * 2 + e] = fmaf(b.dist_coef, b.dist_abs(nt, hr, e),
+                                 fmaf(b.key_coef, b.key + static_cast<float>(hr * 8),
+                                      s[nt][hr * 2 + e]));
+}
 
 template <typename Params>
 __device__ __forceinline__ Alibi alibi_of(const SeqInfo& seq, const Params& p, int head,
@@ -191,15 +260,13 @@ struct SoftcapGradT {
   const char* s_log2sum;
   float inv_scale_log2;
   int t;
-  Alibi alibi;
-  int key_g;   // key0 + g
-  int query0;  // absolute query of the warp's first column
+  AlibiTransposedTerms alibi;  // of the lane's keys and the warp's queries; zero: no bias
 
   __device__ __forceinline__ float operator()(float p, int nt, int hr, int e) const {
     const int col = nt * 8 + 2 * t + e;
     const float m = reinterpret_cast<const float*>(s_max)[col];
     const float l = reinterpret_cast<const float*>(s_log2sum)[col];
-    const float b = kAlibi ? alibi.bias(query0 + col, key_g + 8 * hr) : 0.f;
+    const float b = kAlibi ? alibi.bias(nt, hr, e) : 0.f;
     return softcap_grad(p, m, l, inv_scale_log2, b);
   }
 };
@@ -234,13 +301,11 @@ __device__ __forceinline__ auto ds_grad_t(const KP& kp, int batch, int head, con
     gr.t = t;
     if constexpr (variant_may_alibi(kVariant)) {
       if (alibi_on<kVariant>(kp)) {
-        gr.alibi = alibi_of(kp, batch, head);
+        gr.alibi = transposed_terms(alibi_of(kp, batch, head), key_g, query0, t);
       } else {
-        gr.alibi = Alibi{0.f, 0, true};  // bias 0
+        gr.alibi = AlibiTransposedTerms{0.f, 0.f, 0.f, 0.f};  // bias 0
       }
     }
-    gr.key_g = key_g;
-    gr.query0 = query0;
     if constexpr (variant_dropout(kVariant)) {
       return RuntimeSoftcapGradT{gr, softcap_on<kVariant>(kp)};
     } else {

@@ -54,6 +54,21 @@ struct FwdTraits {
   static_assert(kBlockN % 16 == 0 && kHeadDim % 32 == 0, "tiles are made of 16x16 mma steps");
 };
 
+// How the forward of a variant forms its exponentials (common/softmax.h, ExpPolicy). The softcap
+// variants spend two MUFU per score (tanh, exp2) against one elsewhere, so a share of their
+// exp2 runs on the FMA pipe: kSoftcapPolyEighths / 8 of the score tiles. The estimate of
+// benchmarks/NOTES.md section 10 balances the SFU (8 cycles per warp instruction) against issue
+// (exp2_fma: 8 instructions) at ~3 / 8 - 1 / 2; -DFLASHATTN_CU_SOFTCAP_POLY_EIGHTHS=n (e.g. via
+// NVCC_APPEND_FLAGS) rebuilds with another share for an A/B. Softcap alone also fuses the
+// exponent into one FFMA (its scores are within [-1, 1]).
+#ifndef FLASHATTN_CU_SOFTCAP_POLY_EIGHTHS
+#define FLASHATTN_CU_SOFTCAP_POLY_EIGHTHS 3
+#endif
+constexpr int kSoftcapPolyEighths = FLASHATTN_CU_SOFTCAP_POLY_EIGHTHS;
+template <int kVariant>
+using FwdExpPolicy = ExpPolicy<variant_softcap(kVariant) ? kSoftcapPolyEighths : 0,
+                               kVariant == kSoftcapVariant>;
+
 // The kernel parameters of a variant: the kvcache one carries the cache fields too.
 template <int kVariant>
 using FwdKernelParamsOf =
@@ -260,7 +275,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
       mask_of<kDynamic>(seq_info<kDynamic>(p, tile.batch), p)
           .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
     }
-    softmax.update(acc_s, acc_o, scale_log2);
+    softmax.template update<FwdExpPolicy<kVariant>>(acc_s, acc_o, scale_log2);
     if constexpr (variant_dropout(kVariant)) {
       // After the row statistics (the LSE is of the undropped P): dropped elements leave P V.
       dropout_of(kp, tile.batch, head).drop(acc_s, m_start + warp_row0, n * kBlockN, lane);
