@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "sm80/fwd_kernel.h"
@@ -55,30 +56,42 @@ float median_ms(const Fn& fn, int reps) {
 
 int g_sms = 132;  // the device's, set in main
 int g_l2 = 50 << 20;
+bool g_library_schedule = false;  // the library's causal choice (causal_persistent(p)) instead
 bool g_causal_persistent = true;  // fwd_schedule's causal choice (run_fwd: causal_persistent), swept in main
 
 // The static-variant instance of one sm90 configuration (no other variant is compiled here),
 // launched as the library launches it, with the causal schedule of this sweep pass.
-template <typename Traits>
+template <typename Traits, int kVariant = fa::kStaticVariant>
 fa::Status run_sm90(const fa::FwdParams& p) {
-  return fa::sm90::launch_fwd_config<__nv_bfloat16, Traits, fa::kStaticVariant>(
-      p, g_sms, g_l2, g_causal_persistent, 0);
+  return fa::sm90::launch_fwd_config<__nv_bfloat16, Traits, kVariant>(
+      p, g_sms, g_l2, g_library_schedule ? fa::sm90::causal_persistent(p) : g_causal_persistent, 0);
 }
 
-template <int kHeadDim>
+template <int kHeadDim, int kVariant = fa::kStaticVariant>
 fa::Status run_sm80(const fa::FwdParams& p) {
   constexpr fa::FwdTile t = fa::fwd_tile_sm80(kHeadDim, false);
   using Traits = fa::sm80::FwdTraits<kHeadDim, t.block_m, t.block_n, t.warps, t.unpredicated_bulk_loads>;
   const fa::FwdKernelParams kp = fa::make_fwd_kernel_params(p);
-  return fa::launch_tiles<fa::sm80::fwd_kernel<__nv_bfloat16, Traits, fa::kStaticVariant>>(
+  return fa::launch_tiles<fa::sm80::fwd_kernel<__nv_bfloat16, Traits, kVariant>>(
       fa::query_tile_count(fa::ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads),
       Traits::kNThreads, Traits::kSmemBytes, 0, kp);
 }
 
 struct Buffers {
   __nv_bfloat16 *q, *k, *v, *o, *o_ref;
-  float *lse, *diff;
+  float *lse, *diff, *slopes;
 };
+
+// The score modifiers of a sweep (problem/mask.h's variant for each): none, softcap 30, ALiBi
+// (slopes 2^(-8 (h + 1) / heads)), both.
+enum Mods { kNoMods = 0, kSoftcap = 1, kAlibi = 2, kBoth = 3, kWindow1k = 4 };
+constexpr int variant_of(int mods) {
+  return mods == kWindow1k ? fa::kDynamicVariant
+         : mods == kSoftcap ? fa::kSoftcapVariant
+         : mods == kAlibi ? fa::kAlibiVariant
+         : mods == kBoth  ? fa::kAlibiSoftcapVariant
+                          : fa::kStaticVariant;
+}
 
 fa::FwdParams make_params(const Buffers& b, int d, int seqlen, bool causal) {
   fa::FwdParams p;
@@ -101,17 +114,26 @@ fa::FwdParams make_params(const Buffers& b, int d, int seqlen, bool causal) {
   return p;
 }
 
-template <int kHeadDim, typename Traits>
-void sweep(const char* name, const Buffers& b, bool with_non_causal) {
+template <int kHeadDim, typename Traits, int kMods = kNoMods>
+void sweep(const char* name, const Buffers& b, bool with_non_causal,
+           std::vector<int> seqlens = {1024, 4096, 8192, 16384}) {
+  constexpr int kVariant = variant_of(kMods);
   const size_t n = 16384ull * 2048;
   for (int causal = with_non_causal ? 0 : 1; causal < 2; ++causal) {
-    for (int seqlen : {1024, 4096, 8192, 16384}) {
+    for (int seqlen : seqlens) {
       fa::FwdParams p = make_params(b, kHeadDim, seqlen, causal);
+      if (kMods & kSoftcap) p.softcap = 30.f;
+      if (kMods & kAlibi) p.alibi_slopes = b.slopes;
+      if (kMods & kWindow1k) {  // window (1024, 0): causal, 1024 keys to the left
+        p.window_left = 1024;
+        p.window_right = 0;
+        if (!causal) continue;
+      }
       p.o = b.o_ref;
-      if (run_sm80<kHeadDim>(p) != fa::Status::kSuccess) std::printf("sm80 launch failed\n");
+      if (run_sm80<kHeadDim, kVariant>(p) != fa::Status::kSuccess) std::printf("sm80 launch failed\n");
       p.o = b.o;
       CHECK(cudaMemset(b.o, 0xff, n * 2));  // NaN poison
-      const fa::Status st = run_sm90<Traits>(p);
+      const fa::Status st = run_sm90<Traits, kVariant>(p);
       CHECK(cudaDeviceSynchronize());
       if (st != fa::Status::kSuccess) {
         std::printf("%-26s d=%3d s=%5d c=%d: launch failed (%d)\n", name, kHeadDim, seqlen, causal,
@@ -122,10 +144,14 @@ void sweep(const char* name, const Buffers& b, bool with_non_causal) {
       max_abs_diff<<<264, 256>>>(b.o, b.o_ref, n, b.diff);
       float diff = 0.f;
       CHECK(cudaMemcpy(&diff, b.diff, 4, cudaMemcpyDeviceToHost));
-      const float ms = median_ms([&] { run_sm90<Traits>(p); }, 20);
-      const float ms80 = median_ms([&] { run_sm80<kHeadDim>(p); }, 10);
-      const double flops = 4.0 * p.batch * p.num_heads * double(seqlen) * seqlen * kHeadDim /
-                           (causal ? 2 : 1);
+      const float ms = median_ms([&] { run_sm90<Traits, kVariant>(p); }, 20);
+      const float ms80 = median_ms([&] { run_sm80<kHeadDim, kVariant>(p); }, 10);
+      double flops = 4.0 * p.batch * p.num_heads * double(seqlen) * seqlen * kHeadDim /
+                     (causal ? 2 : 1);
+      if (kMods & kWindow1k) {  // the entries the window covers
+        flops = 4.0 * p.batch * p.num_heads * kHeadDim *
+                (1025.0 * seqlen - 1025.0 * 1024 / 2);
+      }
       std::printf("%-26s d=%3d s=%5d c=%d: %6.1f TFLOP/s (sm80 %6.1f)  max|diff| %.2e%s\n", name,
                   kHeadDim, seqlen, causal, flops / ms * 1e-9, flops / ms80 * 1e-9, diff,
                   diff < 2e-2 ? "" : "  WRONG");
@@ -145,6 +171,12 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&b.o_ref, n * 2));
   CHECK(cudaMalloc(&b.lse, 16384ull * 64 * 4));
   CHECK(cudaMalloc(&b.diff, 4));
+  {
+    std::vector<float> slopes(64);
+    for (int h = 0; h < 64; ++h) slopes[h] = std::exp2(-8.f * (h + 1) / 64.f);
+    CHECK(cudaMalloc(&b.slopes, 64 * 4));
+    CHECK(cudaMemcpy(b.slopes, slopes.data(), 64 * 4, cudaMemcpyHostToDevice));
+  }
   fill_random<<<1024, 256>>>(b.q, n, 1);
   fill_random<<<1024, 256>>>(b.k, n, 2);
   fill_random<<<1024, 256>>>(b.v, n, 3);
@@ -152,6 +184,39 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
   CHECK(cudaDeviceGetAttribute(&g_l2, cudaDevAttrL2CacheSize, 0));
   using fa::sm90::FwdTraits;
+  if (std::string(only) == "mods") {
+    // The score-modifier variants at 4k and 16k (batch 16k / seqlen, 2048 / d heads), against
+    // the static variant's tile: tiles, and the exponentials' share on the FMA pipe (eighths).
+    const std::vector<int> sl = {4096, 16384};
+    g_library_schedule = true;
+    sweep<128, FwdTraits<128, 128, 176, 2, true>>("d128 plain 128x176", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 128, 2, true, 0>, kSoftcap>("d128 softcap 128x128 e0", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 128, 2, true, 4>, kSoftcap>("d128 softcap 128x128 e4", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 176, 2, true, 4>, kSoftcap>("d128 softcap 128x176 e4", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 128, 2, true>, kAlibi>("d128 alibi 128x128", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 176, 2, true>, kAlibi>("d128 alibi 128x176", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 128, 2, true, 4>, kBoth>("d128 both 128x128 e4", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 176, 2, true, 4>, kBoth>("d128 both 128x176 e4", b, true, sl);
+    sweep<64, FwdTraits<64, 192, 128, 2, false>>("d64 plain 192x128", b, true, sl);
+    sweep<64, FwdTraits<64, 192, 128, 2, false, 2>>("d64 plain 192x128 e2", b, true, sl);
+    sweep<64, FwdTraits<64, 128, 128, 2, true, 4>, kSoftcap>("d64 softcap 128x128 e4", b, true, sl);
+    sweep<64, FwdTraits<64, 128, 128, 2, true, 6>, kSoftcap>("d64 softcap 128x128 e6", b, true, sl);
+    sweep<64, FwdTraits<64, 128, 128, 2, true>, kAlibi>("d64 alibi 128x128", b, true, sl);
+    sweep<64, FwdTraits<64, 192, 128, 2, false>, kAlibi>("d64 alibi 192x128", b, true, sl);
+    // Window (1024, 0), causal 16k (the features benchmark's shape): persistent, then one CTA
+    // per tile (fwd_launch.h causal_persistent).
+    g_library_schedule = false;
+    for (int pass = 0; pass < 2; ++pass) {
+      g_causal_persistent = pass == 0;
+      std::printf("--- window (1024, 0), causal schedule: %s\n",
+                  pass == 0 ? "persistent" : "one CTA per tile");
+      sweep<128, FwdTraits<128, 128, 128, 2, true>, kWindow1k>("d128 window1k 128x128", b, false,
+                                                               {16384});
+      sweep<64, FwdTraits<64, 128, 128, 2, true>, kWindow1k>("d64 window1k 128x128", b, false,
+                                                             {16384});
+    }
+    return 0;
+  }
   auto want = [&](int d) { return only[0] == 0 || std::atoi(only) == d; };
   // Non-causal rows are independent of the causal schedule: the second pass (one CTA per causal
   // tile) shows its causal rows only.

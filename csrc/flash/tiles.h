@@ -202,4 +202,14 @@ __host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90(int head_dim, bool dynam
   return FwdTileSm90{false, 0, 0, 0};
 }
 
+// Eighths of S's 8-key tiles the sm90a forward exponentiates on the FMA pipe (common/softmax.h
+// ExpPolicy), per head dim and kernel variant. Softcap puts a MUFU.TANH next to every score's
+// MUFU.EX2: per 64 x 128 step of a consumer 2 x 8192 MUFU results at 16 per clock per SM, as long
+// as both consumers' GEMMs at d = 128 (2 x 1024 clocks), so the SFU bounds the loop; half the
+// exponentials as exp2_fma (8 FMA-pipe instructions, 128 per clock) take it to 0.75 of the GEMM
+// time and add ~0.5 of it in issue slots. d = 256 has twice the GEMM time per score: none there.
+__host__ __device__ constexpr int fwd_poly_eighths_sm90(int head_dim, bool softcap) {
+  return softcap && head_dim <= 128 ? 4 : 0;
+}
+
 }  // namespace flashattn_cu

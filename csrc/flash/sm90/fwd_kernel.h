@@ -64,9 +64,13 @@ struct FwdTmaParams {
   int group_heads;  // the tile order (problem/scheduler.h: query_tile_at); 0: query_tile's
 };
 
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true>
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true,
+          int kPolyEighths_ = 0>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // kPolyEighths / 8 of S's 8-key tiles exponentiated on the FMA pipe (common/softmax.h
+  // ExpPolicy, exp2_fma) instead of MUFU.EX2; tiles.h fwd_poly_eighths_sm90 says where.
+  static constexpr int kPolyEighths = kPolyEighths_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
@@ -214,6 +218,8 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim, kDTiles = Traits::kDTiles;
+  // Softcap alone bounds the scores by 1: the exponent may be one FFMA (common/softmax.h).
+  using Exp = ExpPolicy<Traits::kPolyEighths, kVariant == kSoftcapVariant>;
   const FwdParams& p = kp.p;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int head = w.tile.head, batch = w.tile.batch, m_start = w.m_start;
@@ -297,7 +303,7 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
       if (w.num_blocks == 1) release(Traits::kBarQEmpty);  // the tile's last S has landed
       score_tile(w.blocks.end - 1);
       softmax.new_max(acc_s, scale_log2, ref, rescale);
-      softmax.exponentiate(acc_s, ref, rescale, scale_log2);
+      softmax.template exponentiate<Exp>(acc_s, ref, rescale, scale_log2);
       drop_p(w.blocks.end - 1);
       pack_p();
     }
@@ -317,7 +323,7 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
       if (i == w.num_blocks - 1) release(Traits::kBarQEmpty);
       score_tile(w.blocks.end - 1 - i);
       softmax.new_max(acc_s, scale_log2, ref, rescale);
-      softmax.exponentiate(acc_s, ref, rescale, scale_log2);
+      softmax.template exponentiate<Exp>(acc_s, ref, rescale, scale_log2);
       drop_p(w.blocks.end - 1 - i);
       ptx::wgmma_wait<0>();  // P_{i-1} V_{i-1} done: O and P's registers are free again
       ptx::fence_operand(acc_o[0]);

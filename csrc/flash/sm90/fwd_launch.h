@@ -48,8 +48,13 @@ struct FwdSchedule {
 // at 1k 363 / 330, 4k 543 / 514, 8k 554 / 564, 16k 545 / 620; d = 64 at 1k 254 / 209, 4k 413 /
 // 370, 8k 418 / 437; d = 256 at 1k 324 / 364), and loses to the hardware's greedy hand-out of one
 // CTA per tile on long rows, where a static walk leaves some CTAs the heavier tiles. Varlen tiles
-// get one CTA each too.
-inline bool causal_persistent(const FwdParams& p) { return p.head_dim <= 128 && p.seqlen_k <= 4096; }
+// get one CTA each too. What counts is the keys a row can see: a left window bounds them whatever
+// seqlen_k (window (1024, 0) at 16k: every tile but the first few walks the same 9-10 blocks, so
+// the tiles are short and alike, the case the persistent grid wins).
+inline bool causal_persistent(const FwdParams& p) {
+  const int keys = p.window_left >= 0 && p.window_left < p.seqlen_k ? p.window_left + 1 : p.seqlen_k;
+  return p.head_dim <= 128 && keys <= 4096;
+}
 
 inline FwdSchedule fwd_schedule(const FwdParams& p, int64_t tiles, int sms, int64_t l2_bytes,
                                 bool causal_persistent) {
@@ -102,7 +107,8 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
 template <typename Element, int kHeadDim, int kVariant>
 Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream) {
   constexpr FwdTileSm90 tile = fwd_tile_sm90(kHeadDim, variant_dynamic(kVariant));
-  using Traits = FwdTraits<kHeadDim, tile.block_m, tile.block_n, tile.stages>;
+  using Traits = FwdTraits<kHeadDim, tile.block_m, tile.block_n, tile.stages, true,
+                           fwd_poly_eighths_sm90(kHeadDim, variant_softcap(kVariant))>;
   return launch_fwd_config<Element, Traits, kVariant>(p, sms, l2_bytes, causal_persistent(p),
                                                       stream);
 }
