@@ -193,23 +193,33 @@ struct FwdTileSm90 {
   int stages;
 };
 
-__host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90(int head_dim, bool dynamic) {
-  if (head_dim == 64) return dynamic ? FwdTileSm90{true, 128, 128, 2} : FwdTileSm90{true, 192, 128, 2};
+// `alibi`: the ALiBi variant (without softcap), whose bias is now a few FMA-pipe instructions per
+// score from per-lane float terms (problem/score_mod.h): it keeps the static tiles at d = 64 and
+// 128 with no spills (ptxas, sm_90a) and measures faster there than on 128 x 128
+// (tune_fwd90_v4_mods_h200.txt, TFLOP/s 4k / 16k non-causal, causal: d = 128 605 589 521 602
+// against 605 573 538 567; d = 64 404 431 351 404 against 396 401 357 409).
+__host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90(int head_dim, bool dynamic,
+                                                       bool alibi = false) {
+  const bool narrow = dynamic && !alibi;
+  if (head_dim == 64) return narrow ? FwdTileSm90{true, 128, 128, 2} : FwdTileSm90{true, 192, 128, 2};
   if (head_dim == 96) return FwdTileSm90{true, 128, 128, 2};
-  if (head_dim == 128) return dynamic ? FwdTileSm90{true, 128, 128, 2} : FwdTileSm90{true, 128, 176, 2};
+  if (head_dim == 128) return narrow ? FwdTileSm90{true, 128, 128, 2} : FwdTileSm90{true, 128, 176, 2};
   if (head_dim == 192) return FwdTileSm90{true, 128, 96, 2};
   if (head_dim == 256) return dynamic ? FwdTileSm90{true, 128, 64, 2} : FwdTileSm90{true, 128, 80, 2};
   return FwdTileSm90{false, 0, 0, 0};
 }
 
 // Eighths of S's 8-key tiles the sm90a forward exponentiates on the FMA pipe (common/softmax.h
-// ExpPolicy), per head dim and kernel variant. Softcap puts a MUFU.TANH next to every score's
-// MUFU.EX2: per 64 x 128 step of a consumer 2 x 8192 MUFU results at 16 per clock per SM, as long
-// as both consumers' GEMMs at d = 128 (2 x 1024 clocks), so the SFU bounds the loop; half the
-// exponentials as exp2_fma (8 FMA-pipe instructions, 128 per clock) take it to 0.75 of the GEMM
-// time and add ~0.5 of it in issue slots. d = 256 has twice the GEMM time per score: none there.
-__host__ __device__ constexpr int fwd_poly_eighths_sm90(int head_dim, bool softcap) {
-  return softcap && head_dim <= 128 ? 4 : 0;
+// ExpPolicy), per head dim and kernel variant: none, as measured. The prediction was that
+// softcap's MUFU.TANH next to every score's MUFU.EX2 (2 x 8192 SFU results per 64 x 128 step of
+// a consumer at 16 per clock per SM, as long as both consumers' GEMMs at d = 128) bounds the
+// loop and that half the exponentials as exp2_fma would lift it; measured
+// (tune_fwd90_v4_mods_h200.txt, softcap 30, TFLOP/s 4k / 16k non-causal, causal), 4 eighths give
+// 515 462 458 490 against 497 508 467 499 with none at d = 128, 310-326 against 0.67-0.72 of
+// plain at d = 64, and on the plain d = 64 kernel 2 eighths lose 6-9%: the SFU is not what
+// bounds these loops. The knob stays for the tuning harness.
+__host__ __device__ constexpr int fwd_poly_eighths_sm90(int /*head_dim*/, bool /*softcap*/) {
+  return 0;
 }
 
 }  // namespace flashattn_cu

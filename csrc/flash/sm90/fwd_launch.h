@@ -106,7 +106,8 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
 // The configuration tiles.h picks for kernel variant kVariant.
 template <typename Element, int kHeadDim, int kVariant>
 Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream) {
-  constexpr FwdTileSm90 tile = fwd_tile_sm90(kHeadDim, variant_dynamic(kVariant));
+  constexpr FwdTileSm90 tile =
+      fwd_tile_sm90(kHeadDim, variant_dynamic(kVariant), kVariant == kAlibiVariant);
   using Traits = FwdTraits<kHeadDim, tile.block_m, tile.block_n, tile.stages, true,
                            fwd_poly_eighths_sm90(kHeadDim, variant_softcap(kVariant))>;
   return launch_fwd_config<Element, Traits, kVariant>(p, sms, l2_bytes, causal_persistent(p),
