@@ -95,3 +95,24 @@ def test_window_varlen():
             for name, g, rr, pp in zip(("dq", "dk", "dv"), (dq[sl], dk[sl], dv[sl]), r, p):
                 assert_rule(g.unsqueeze(0), rr, pp, 3, 1e-4, f"{name}, length {n}")
         start += n
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(3, 1500, 1500, 16, 16), (1, 4100, 5000, 8, 2)],
+                         ids=["equal-1500", "sq4100-sk5000-gqa"])
+@pytest.mark.parametrize("window", [(300, 0), (700, 5)])
+@pytest.mark.parametrize("dtype, d", DTYPE_DIMS, ids=["fp16-d64", "bf16-d128"])
+def test_window_causal_persistent_grid(shape, window, dtype, d):
+    """Causal windows whose rows see at most 4096 keys run on the sm90 forward's persistent grid
+    (more tiles than SMs; sm90/fwd_launch.h causal_persistent), whatever seqlen_k."""
+    skip_unless_built(d)
+    batch, sq, sk, nheads, nheads_k = shape
+    q, k, v = make_qkv(batch, sq, sk, nheads, nheads_k, d, dtype)
+    for path in ("auto", "sm80"):
+        with kernel_path(path):
+            out, lse, _ = flash_attn_func(q, k, v, causal=True, window_size=window,
+                                          return_attn_probs=True)
+        ref, ref_lse = attention_ref(q, k, v, causal=True, window_size=window)
+        pt, pt_lse = attention_ref(q, k, v, causal=True, window_size=window, upcast=False)
+        assert_rule(out, ref, pt, 2, 1e-5, f"out ({path})")
+        assert_lse_rule(lse, ref_lse, pt_lse)
