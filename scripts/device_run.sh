@@ -287,6 +287,7 @@ main() {
         run_step example:train_gpt "$LOGS/train_gpt.log" "$PY" examples/train_gpt.py \
             --out "$LOGS/train_gpt_loss.png" "${train_args[@]}"
         run_step example:long_context "$LOGS/long_context.log" "$PY" examples/long_context.py "${long_args[@]}"
+        run_step example:generate "$LOGS/generate.log" "$PY" examples/generate.py
     fi
 
     if want cp; then
@@ -334,7 +335,7 @@ main() {
     [ -s "$LOGS/ptxas.txt" ] && head -n 1 "$LOGS/ptxas.txt"
     [ -f "$LOGS/check.log" ] && tail -n 3 "$LOGS/check.log"
     [ -f "$LOGS/bench.log" ] && grep '^SUMMARY' "$LOGS/bench.log" | grep -v '^SUMMARY key' | head -n 30
-    grep -h '^RESULT' "$LOGS"/train_gpt.log "$LOGS"/long_context.log "$LOGS"/context_parallel.log \
+    grep -h '^RESULT' "$LOGS"/train_gpt.log "$LOGS"/long_context.log "$LOGS"/generate.log "$LOGS"/context_parallel.log \
         "$LOGS"/features.log 2>/dev/null
     for f in "$LOGS"/sanitize_*.log; do
         [ -f "$f" ] && echo "$(basename "$f" .log): $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK SUMMARY|sanitize_case:' "$f" | tr '\n' ' ')"
