@@ -55,16 +55,28 @@ def rotate_ref(x, cos, sin, positions, interleaved):
     return torch.cat((out, rest), dim=-1)
 
 
+def pages_per_entry(capacity, page_size):
+    """Whole pages holding `capacity` rows (the last one partly used when page_size does not
+    divide it)."""
+    return -(-capacity // page_size)
+
+
 def to_pages(logical, page_size, num_pages, generator_perm):
     """A paged copy of a (batch, capacity, heads, d) cache: pages in a random order (with spare
-    pages), the block table that maps it back."""
+    pages), the block table that maps it back. The capacity is rounded up to whole pages; the
+    rows past it and the spare pages hold NaN, so a kernel that reads past cache_seqlens or
+    through a wrong table entry fails the test (the reference never sees them)."""
     batch, capacity = logical.shape[:2]
-    per_entry = capacity // page_size
+    per_entry = pages_per_entry(capacity, page_size)
+    assert batch * per_entry <= num_pages, "to_pages: not enough pages"
     table = generator_perm[: batch * per_entry].view(batch, per_entry).to(torch.int32)
-    paged = torch.randn(num_pages, page_size, *logical.shape[2:], device=logical.device,
-                        dtype=logical.dtype)
-    paged[table.long().flatten()] = logical.reshape(batch * per_entry, page_size,
-                                                    *logical.shape[2:])
+    padded = torch.full((batch, per_entry * page_size, *logical.shape[2:]), float("nan"),
+                        device=logical.device, dtype=logical.dtype)
+    padded[:, :capacity] = logical
+    paged = torch.full((num_pages, page_size, *logical.shape[2:]), float("nan"),
+                       device=logical.device, dtype=logical.dtype)
+    paged[table.long().flatten()] = padded.reshape(batch * per_entry, page_size,
+                                                   *logical.shape[2:])
     return paged, table
 
 
@@ -126,13 +138,15 @@ def test_kvcache_against_reference(case, dtype):
     cos = sin = None
     interleaved = extras.get("rotary") != "neox"
     if extras.get("rotary"):
-        cos, sin = rotary_tables(capacity, d // 2, dtype)
+        # As many positions as the cache has rows (a paged one: whole pages).
+        rows = capacity if page_size is None else pages_per_entry(capacity, page_size) * page_size
+        cos, sin = rotary_tables(rows, d // 2, dtype)
     alibi = (torch.rand(nheads, device=device) * 0.3) if extras.get("alibi") else None
     softcap = extras.get("softcap", 0.0)
 
     block_table = None
     if page_size is not None:
-        num_pages = batch * capacity // page_size + 7
+        num_pages = batch * pages_per_entry(capacity, page_size) + 7
         perm = torch.randperm(num_pages, device=device)
         k_cache, block_table = to_pages(k_logical, page_size, num_pages, perm)
         v_cache, _ = to_pages(v_logical, page_size, num_pages, perm)
