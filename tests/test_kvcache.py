@@ -193,6 +193,45 @@ def test_kvcache_against_reference(case, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("num_splits", [1, 3])
+@pytest.mark.parametrize("page_size", [1, 16, 64, 100, 256])
+def test_paged_gather_page_sizes(page_size, num_splits):
+    """The paged gather (problem/kv_load.h: the block-table reads a tile ahead, row offsets in
+    shared memory) on caches of many tiles whose pages straddle tiles, lengths that end inside
+    a page and a tile, a v_cache with other strides than k_cache (a head slice of a wider
+    tensor: its own page and row strides), NaN in every row the kernel must not read, GQA
+    packed (group 4) and not (MHA), causal with 3 queries."""
+    d, dtype = HEAD_DIM, torch.bfloat16
+    batch, seqlen_q, capacity = 3, 3, 1000
+    for nheads, nheads_k in ((8, 2), (2, 2)):
+        per_entry = pages_per_entry(capacity, page_size)
+        num_pages = batch * per_entry + 5
+        perm = torch.randperm(num_pages, device="cuda")
+        k_logical = torch.randn(batch, capacity, nheads_k, d, device="cuda", dtype=dtype)
+        v_logical = torch.randn_like(k_logical)
+        k_cache, table = to_pages(k_logical, page_size, num_pages, perm)
+        v_wide, _ = to_pages(v_logical.repeat_interleave(2, dim=2), page_size, num_pages, perm)
+        v_cache = v_wide[:, :, ::2]  # head stride 2d, page and row strides twice k_cache's
+        assert v_cache.stride() != k_cache.stride()
+        seqlens = torch.tensor([capacity, 517, 64 * 5 + 1], device="cuda", dtype=torch.int32)
+        q = torch.randn(batch, seqlen_q, nheads, d, device="cuda", dtype=dtype)
+        out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                           block_table=table, causal=True,
+                                           num_splits=num_splits, return_softmax_lse=True)
+        outs, refs, pts, lses, lse_refs, lse_pts = [], [], [], [], [], []
+        for b in range(batch):
+            n = int(seqlens[b])
+            keys, vals = k_logical[b:b + 1, :n], v_logical[b:b + 1, :n]
+            ref, lse_ref = attention_ref(q[b:b + 1].float(), keys, vals, causal=True)
+            pt, lse_pt = attention_ref(q[b:b + 1], keys, vals, causal=True, upcast=False)
+            outs.append(out[b:b + 1]), refs.append(ref), pts.append(pt)
+            lses.append(lse[b:b + 1]), lse_refs.append(lse_ref), lse_pts.append(lse_pt)
+        what = f"page {page_size}, {nheads}/{nheads_k} heads, {num_splits} splits"
+        assert_rule(torch.cat(outs), torch.cat(refs), torch.cat(pts), 2, 1e-5, what + " out")
+        assert_lse_rule(torch.cat(lses), torch.cat(lse_refs), torch.cat(lse_pts), what + " lse")
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("paged", [False, True])
 def test_every_split_count_matches_one_split(paged):
     """num_splits 1 .. 64 on a cache long enough for 64 splits of several key blocks each: the

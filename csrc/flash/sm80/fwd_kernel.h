@@ -160,6 +160,10 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
   const uint32_t sQ = ptx::smem_u32(smem_raw);
   const uint32_t sK = sQ + kBlockM * kRowChunks * 16;
   const uint32_t sV = sK + kBlockN * kRowChunks * 16;
+  // kvcache, paged: the row offsets of two tiles past the K/V tiles (problem/kv_load.h); tile n
+  // uses slot n % 2 (written during step n + 1, read by V_n at step n and K_n at step n + 1).
+  int64_t* const paged_offsets = reinterpret_cast<int64_t*>(smem_raw + Traits::kSmemBytes);
+  auto paged_slot = [&](int n) { return paged_offsets + (n & 1) * 2 * kBlockN; };
 
   // Key blocks [n_begin, n_end) hold keys some row of this block sees; those in
   // [um_begin, um_end) are seen whole by every row of the block (problem/mask.h).
@@ -189,12 +193,12 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
 
   // Full tiles of a head_dim == kHeadDim call may take the unpredicated copy (tiles.h says where).
   const bool full_cols = p.head_dim == Traits::kHeadDim;
-  auto load_kv_tile = [&](uint32_t smem, const Element* base, int64_t row_stride,
-                          int64_t page_stride, int n) {
+  // is_v: which half of a paged tile's offset slot (the K and V caches may have other strides).
+  auto load_kv_tile = [&](uint32_t smem, const Element* base, int64_t row_stride, bool is_v,
+                          int n) {
     if constexpr (kKvcache) {
       if (kp.kv.block_table != nullptr) {
-        load_paged_tile_async<Traits, kBlockN>(smem, base, pages, cache_row0 + n * kBlockN,
-                                               page_stride, row_stride,
+        load_paged_tile_async<Traits, kBlockN>(smem, base, paged_slot(n) + (is_v ? kBlockN : 0),
                                                seq.seqlen_k - n * kBlockN, p.head_dim, tid);
         return;
       }
@@ -208,9 +212,25 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
     }
   };
 
+  // kvcache, paged: the table lookups of tile n (problem/kv_load.h, steps 1 and 2).
+  auto paged_row = [&](int n) {
+    return paged_tile_row<kBlockN>(pages, cache_row0 + n * kBlockN, seq.seqlen_k - n * kBlockN,
+                                   tid);
+  };
+  auto store_offsets = [&](int n, const PagedRow& r) {
+    store_paged_offsets<kBlockN>(paged_slot(n), r, p.k_batch_stride, p.k_row_stride,
+                                 p.v_batch_stride, p.v_row_stride, tid);
+  };
+
   if (n_end > n_begin) {
     load_tile_async<Traits, kBlockM>(sQ, q, p.q_row_stride, rows_q, p.head_dim, tid);
-    load_kv_tile(sK, k, p.k_row_stride, p.k_batch_stride, n_end - 1);
+    if constexpr (kKvcache) {
+      if (kp.kv.block_table != nullptr) {
+        store_offsets(n_end - 1, paged_row(n_end - 1));
+        __syncthreads();
+      }
+    }
+    load_kv_tile(sK, k, p.k_row_stride, false, n_end - 1);
     ptx::cp_async_commit();
   }
 
@@ -224,8 +244,13 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
   for (int n = n_end - 1; n >= n_begin; --n) {
     ptx::cp_async_wait<0>();
     __syncthreads();  // K_n landed for all threads; every warp is done reading V_{n+1}
-    load_kv_tile(sV, v, p.v_row_stride, p.v_batch_stride, n);
+    load_kv_tile(sV, v, p.v_row_stride, true, n);
     ptx::cp_async_commit();
+    // kvcache, paged: the next tile's table entries, in flight during this tile's S and V load.
+    PagedRow next_row{0, 0};
+    if constexpr (kKvcache) {
+      if (kp.kv.block_table != nullptr && n > n_begin) next_row = paged_row(n - 1);
+    }
 
     float acc_s[kMTiles][kNTiles][4];
 #pragma unroll
@@ -266,10 +291,14 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
       dropout_of(kp, tile.batch, head).drop(acc_s, m_start + warp_row0, n * kBlockN, lane);
     }
 
+    if constexpr (kKvcache) {
+      // Slot (n - 1) % 2 was last read by V_{n+1}'s load, before the previous barrier.
+      if (kp.kv.block_table != nullptr && n > n_begin) store_offsets(n - 1, next_row);
+    }
     ptx::cp_async_wait<0>();
-    __syncthreads();  // V_n landed; every warp is done reading K_n
+    __syncthreads();  // V_n landed; every warp is done reading K_n (and the offsets are in)
     if (n > n_begin) {
-      load_kv_tile(sK, k, p.k_row_stride, p.k_batch_stride, n - 1);
+      load_kv_tile(sK, k, p.k_row_stride, false, n - 1);
       ptx::cp_async_commit();
     }
 
