@@ -193,6 +193,49 @@ def test_kvcache_against_reference(case, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("mask", ["causal", "window", "none"])
+@pytest.mark.parametrize("seqlen_q", [2, 3, 4, 5, 8])
+def test_packed_gqa_speculative(seqlen_q, mask):
+    """GQA packing for seqlen_q > 1 (dispatch.cu pack_gqa, problem/kv_cache.h GqaPack): the
+    (query, query head) pairs of a kv head as tile rows, query-major; each row's causal diagonal
+    and window are its query's. Groups 3 (not a power of two), 4 and 16 (with 8 queries, 128
+    rows: two query tiles), contiguous and paged 16 caches, the heuristic's splits and 5."""
+    d, dtype = HEAD_DIM, torch.float16
+    batch, capacity = 3, 700
+    causal = mask == "causal"
+    window = (37, 2) if mask == "window" else (-1, -1)
+    for (nheads, nheads_k), page_size, num_splits in (((6, 2), None, 0), ((32, 8), 16, 5),
+                                                       ((16, 1), None, 5), ((16, 1), 16, 0)):
+        q = torch.randn(batch, seqlen_q, nheads, d, device="cuda", dtype=dtype)
+        k_logical = torch.randn(batch, capacity, nheads_k, d, device="cuda", dtype=dtype)
+        v_logical = torch.randn_like(k_logical)
+        seqlens = torch.tensor([capacity, 1, 300 + seqlen_q], device="cuda", dtype=torch.int32)
+        table = None
+        if page_size is None:
+            k_cache, v_cache = k_logical, v_logical
+        else:
+            num_pages = batch * pages_per_entry(capacity, page_size) + 3
+            perm = torch.randperm(num_pages, device="cuda")
+            k_cache, table = to_pages(k_logical, page_size, num_pages, perm)
+            v_cache, _ = to_pages(v_logical, page_size, num_pages, perm)
+        out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                           block_table=table, causal=causal, window_size=window,
+                                           num_splits=num_splits, return_softmax_lse=True)
+        outs, refs, pts, lses, lse_refs, lse_pts = [], [], [], [], [], []
+        for b in range(batch):
+            n = int(seqlens[b])
+            keys, vals = k_logical[b:b + 1, :n], v_logical[b:b + 1, :n]
+            kw = dict(causal=causal, window_size=window)
+            ref, lse_ref = attention_ref(q[b:b + 1].float(), keys, vals, **kw)
+            pt, lse_pt = attention_ref(q[b:b + 1], keys, vals, upcast=False, **kw)
+            outs.append(out[b:b + 1]), refs.append(ref), pts.append(pt)
+            lses.append(lse[b:b + 1]), lse_refs.append(lse_ref), lse_pts.append(lse_pt)
+        what = f"seqlen_q {seqlen_q}, {mask}, {nheads}/{nheads_k} heads, page {page_size}"
+        assert_rule(torch.cat(outs), torch.cat(refs), torch.cat(pts), 2, 1e-5, what + " out")
+        assert_lse_rule(torch.cat(lses), torch.cat(lse_refs), torch.cat(lse_pts), what + " lse")
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("num_splits", [1, 3])
 @pytest.mark.parametrize("page_size", [1, 16, 64, 100, 256])
 def test_paged_gather_page_sizes(page_size, num_splits):

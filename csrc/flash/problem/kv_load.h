@@ -31,26 +31,13 @@ __host__ __device__ constexpr int paged_offsets_bytes() {
   return 2 * 2 * kRows * static_cast<int>(sizeof(int64_t));
 }
 
-// Where row `tid` of a tile lives: its page (clamped into the cache) and its row in the page;
-// rows past the tile's valid rows (or tid >= kRows) are not looked up.
-struct PagedRow {
-  int page;
-  int in_page;
-};
-
-// Step 1 for the tile at cache row row0 with rows_valid rows below the entry's length.
+// Step 1 for the tile at cache row row0 with rows_valid rows below the entry's length: where
+// row tid lives (PagedKv::locate); rows past the valid ones (or tid >= kRows) are not looked up.
 template <int kRows>
 __device__ __forceinline__ PagedRow paged_tile_row(const PagedKv& pages, int row0,
                                                    int rows_valid, int tid) {
   PagedRow r{0, 0};
-  if (tid < kRows && tid < rows_valid) {
-    const int row = row0 + tid;
-    const int slot = row / pages.page_size;
-    int page = pages.table[slot];
-    page = page < 0 ? 0 : page >= pages.num_pages ? pages.num_pages - 1 : page;  // kv_cache.h
-    r.page = page;
-    r.in_page = row - slot * pages.page_size;
-  }
+  if (tid < kRows && tid < rows_valid) r = pages.locate(row0 + tid);
   return r;
 }
 
@@ -84,6 +71,33 @@ __device__ __forceinline__ void load_paged_tile_async(uint32_t smem, const Eleme
     if ((kRows * kChunks) % kThreads != 0 && r >= kRows) break;
     const bool valid = r < rows_valid && c * 8 < head_dim;
     const Element* src = valid ? base + row_offsets[r] + c * 8 : base;
+    ptx::cp_async_16_zfill(smem + (r * Traits::kSmemRowChunks + c) * 16, src, valid);
+    r += kRowStep;
+    c += kColStep;
+    if (kColStep != 0 && c >= kChunks) {
+      c -= kChunks;
+      ++r;
+    }
+  }
+}
+
+// The Q tile of a kvcache block: packed rows row0 .. row0 + kRows - 1 (problem/kv_cache.h:
+// GqaPack; group 1 is a plain tile), row R at base + pack.offset(R) in q; rows >= rows_valid and
+// columns >= head_dim zero-filled. Once per block: one division per row and thread.
+template <typename Traits, int kRows, typename Element>
+__device__ __forceinline__ void load_packed_rows_async(uint32_t smem, const Element* base,
+                                                       const GqaPack& pack, int row0,
+                                                       int64_t row_stride, int64_t head_stride,
+                                                       int rows_valid, int head_dim, int tid) {
+  constexpr int kChunks = Traits::kChunks, kThreads = Traits::kNThreads;
+  constexpr int kRowStep = kThreads / kChunks, kColStep = kThreads % kChunks;
+  int r = tid / kChunks, c = tid % kChunks;
+#pragma unroll
+  for (int i = 0; i < ceil_div(kRows * kChunks, kThreads); ++i) {
+    if ((kRows * kChunks) % kThreads != 0 && r >= kRows) break;
+    const bool valid = r < rows_valid && c * 8 < head_dim;
+    const Element* src =
+        valid ? base + pack.offset(row0 + r, row_stride, head_stride) + c * 8 : base;
     ptx::cp_async_16_zfill(smem + (r * Traits::kSmemRowChunks + c) * 16, src, valid);
     r += kRowStep;
     c += kColStep;

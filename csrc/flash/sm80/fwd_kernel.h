@@ -60,11 +60,13 @@ using FwdKernelParamsOf =
     std::conditional_t<variant_kvcache(kVariant), FwdKvcacheKernelParams, FwdKernelParams>;
 
 // The fp32 output and LSE of one split (kvcache variant, several splits): row r of the block
-// goes to plane row row0 + r of the split's slab (problem/params.h: KvcacheKernelFields); a row
-// that saw no key of this split gets LSE -inf, which the combine weighs as nothing.
-template <typename Traits, int kMTiles, int kDTiles>
+// goes to plane row lse_row(r) of the split's slab (problem/params.h: KvcacheKernelFields; the
+// row's index in the call's lse); a row that saw no key of this split gets LSE -inf, which the
+// combine weighs as nothing.
+template <typename Traits, int kMTiles, int kDTiles, typename LseRow>
 __device__ __forceinline__ void store_split_partial(const KvcacheKernelFields& kv, int split,
-                                                    int64_t row0, int rows_q, int head_dim,
+                                                    const LseRow& lse_row, int rows_q,
+                                                    int head_dim,
                                                     int warp_row0, int lane,
                                                     const float (&acc_o)[kMTiles][kDTiles][4],
                                                     const float (&inv_l)[kMTiles][2],
@@ -76,7 +78,7 @@ __device__ __forceinline__ void store_split_partial(const KvcacheKernelFields& k
     for (int hr = 0; hr < 2; ++hr) {
       const int row = warp_row0 + mt * 16 + g + hr * 8;
       if (row >= rows_q) continue;
-      const int64_t plane_row = split * kv.partial_rows + row0 + row;
+      const int64_t plane_row = split * kv.partial_rows + lse_row(row);
       if (t == 0) {
         kv.lse_partial[plane_row] = row_lse[mt][hr] == INFINITY ? -INFINITY : row_lse[mt][hr];
       }
@@ -140,7 +142,13 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
   // the cache entry (cache_batch_idx) into k and v, a paged one gathers rows from `pages`.
   int cache_row0 = 0;
   PagedKv pages{};
+  // kvcache: the block's rows are the packed (query, query head) pairs of kv head `head`
+  // (problem/kv_cache.h: GqaPack; group 1 without packing), q and o rows at pack.offset.
+  GqaPack pack{1};
   if constexpr (kKvcache) {
+    pack.group = kp.kv.pack_group;
+    q = static_cast<const Element*>(p.q) + tile.batch * p.q_batch_stride +
+        static_cast<int64_t>(head) * pack.group * p.q_head_stride;
     cache_row0 = kp.kv.cache_leftpad != nullptr ? max(kp.kv.cache_leftpad[tile.batch], 0) : 0;
     k = static_cast<const Element*>(p.k) + head_k * p.k_head_stride;
     v = static_cast<const Element*>(p.v) + head_k * p.v_head_stride;
@@ -167,7 +175,19 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
 
   // Key blocks [n_begin, n_end) hold keys some row of this block sees; those in
   // [um_begin, um_end) are seen whole by every row of the block (problem/mask.h).
-  const KeyBlocks key_blocks = mask_of<kDynamic>(seq, p).template key_blocks<kBlockM, kBlockN>(m_start);
+  // kvcache: the mask is of the call's queries (seqlen_q / group of them), a packed tile's rows
+  // those of queries m_start / group .. (m_start + kBlockM - 1) / group.
+  auto kv_mask = [&](SeqInfo s) {
+    s.seqlen_q /= pack.group;
+    return mask_of<kDynamic>(s, p);
+  };
+  KeyBlocks key_blocks;
+  if constexpr (kKvcache) {
+    key_blocks = kv_mask(seq).template key_blocks_of_queries<kBlockN>(
+        pack.query(m_start), pack.query(m_start + kBlockM - 1));
+  } else {
+    key_blocks = mask_of<kDynamic>(seq, p).template key_blocks<kBlockM, kBlockN>(m_start);
+  }
   int n_begin = key_blocks.begin, n_end = key_blocks.end;
   if constexpr (kKvcache) {
     const SplitBlocks share = split_key_blocks(n_begin, n_end, split, kp.kv.num_splits);
@@ -223,7 +243,12 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
   };
 
   if (n_end > n_begin) {
-    load_tile_async<Traits, kBlockM>(sQ, q, p.q_row_stride, rows_q, p.head_dim, tid);
+    if constexpr (kKvcache) {
+      load_packed_rows_async<Traits, kBlockM>(sQ, q, pack, m_start, p.q_row_stride,
+                                              p.q_head_stride, rows_q, p.head_dim, tid);
+    } else {
+      load_tile_async<Traits, kBlockM>(sQ, q, p.q_row_stride, rows_q, p.head_dim, tid);
+    }
     if constexpr (kKvcache) {
       if (kp.kv.block_table != nullptr) {
         store_offsets(n_end - 1, paged_row(n_end - 1));
@@ -282,8 +307,13 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
                                lane);
     if (n >= um_end || n < um_begin) {
       // Built here, not held across the loop (whose registers are full).
-      mask_of<kDynamic>(seq_info<kDynamic>(p, tile.batch), p)
-          .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
+      if constexpr (kKvcache) {
+        kv_mask(seq_info<kDynamic>(p, tile.batch))
+            .apply(acc_s, m_start + warp_row0, n * kBlockN, lane, pack);
+      } else {
+        mask_of<kDynamic>(seq_info<kDynamic>(p, tile.batch), p)
+            .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
+      }
     }
     softmax.update(acc_s, acc_o, scale_log2);
     if constexpr (variant_dropout(kVariant)) {
@@ -334,12 +364,18 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
   float inv_l[kMTiles][2], row_lse[kMTiles][2];
   RowStats row_stats[kMTiles][2];
   softmax.finalize(kp.score.score_scale, inv_l, row_lse, row_stats);
+  // kvcache: row r's index in the call's lse (and in the split partials).
+  auto kv_lse_row = [&](int r) {
+    return pack.lse_index(tile.batch, head, p.num_heads, p.seqlen_q / pack.group, m_start + r);
+  };
   if constexpr (kKvcache) {
     if (kp.kv.num_splits > 1) {
-      store_split_partial<Traits>(kp.kv, split, row0, rows_q, p.head_dim, warp_row0, lane, acc_o,
-                                  inv_l, row_lse);
+      store_split_partial<Traits>(kp.kv, split, kv_lse_row, rows_q, p.head_dim, warp_row0, lane,
+                                  acc_o, inv_l, row_lse);
       return;
     }
+    o = static_cast<Element*>(p.o) + tile.batch * p.o_batch_stride +
+        static_cast<int64_t>(head) * pack.group * p.o_head_stride;
   }
   if constexpr (variant_dropout(kVariant)) {
 #pragma unroll
@@ -357,7 +393,11 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
     for (int hr = 0; hr < 2; ++hr) {
       const int row = warp_row0 + mt * 16 + g + hr * 8;
       if (t == 0 && row < rows_q) {
-        lse[row] = row_lse[mt][hr];
+        if constexpr (kKvcache) {
+          p.lse[kv_lse_row(row)] = row_lse[mt][hr];
+        } else {
+          lse[row] = row_lse[mt][hr];
+        }
         if (stats != nullptr) {
           stats[row] = make_float2(row_stats[mt][hr].row_max, row_stats[mt][hr].log2_sum);
         }
@@ -378,7 +418,11 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
     if (kTotal % Traits::kNThreads != 0 && idx >= kTotal) break;
     const int r = idx / Traits::kChunks, c = idx % Traits::kChunks;
     if (r < rows_q && c * 8 < p.head_dim) {
-      *reinterpret_cast<uint4*>(o + r * p.o_row_stride + c * 8) =
+      Element* dst = o + r * p.o_row_stride + c * 8;
+      if constexpr (kKvcache) {
+        dst = o + pack.offset(m_start + r, p.o_row_stride, p.o_head_stride) + c * 8;
+      }
+      *reinterpret_cast<uint4*>(dst) =
           *reinterpret_cast<const uint4*>(sO + (r * kRowChunks + c) * 16);
     }
   }
