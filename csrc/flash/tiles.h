@@ -56,6 +56,17 @@ __host__ __device__ constexpr FwdTile fwd_tile_sm80_kvcache(int head_dim, bool s
   return FwdTile{64, 32, 4};
 }
 
+// K/V stages of the kvcache forward: 2 double-buffers the (K, V) pair of a tile, so tile n - 1's
+// K and V (2 x block_n x d x 2 bytes, 32 KB at d = 128) are in flight during all of tile n's
+// work, where one stage has a single 16 KB K or V tile in flight and waits for each in turn
+// (decode is bandwidth-bound: bytes in flight per SM set the rate; benchmarks/NOTES.md section
+// 13). Up to d = 128 the second stage fits two blocks per SM (87 KB at d = 128, 83 KB at
+// d = 64, within the small class's 99 KB too); above, it would halve the blocks per SM (and not
+// fit the small class), so one stage.
+__host__ __device__ constexpr int fwd_kvcache_stages(int head_dim) {
+  return head_dim <= 128 ? 2 : 1;
+}
+
 __host__ __device__ constexpr int fwd_smem_bytes(FwdTile tile, int head_dim) {
   return (tile.block_m + 2 * tile.block_n) * (head_dim + 8) * 2;
 }

@@ -54,6 +54,23 @@ struct FwdTraits {
   static_assert(kBlockN % 16 == 0 && kHeadDim % 32 == 0, "tiles are made of 16x16 mma steps");
 };
 
+// Shared memory of the kvcache variant: Q, fwd_kvcache_stages (tiles.h) stages of a (K, V) tile
+// pair (stage 0 where the other variants have their K and V), then the paged gather's row
+// offsets (problem/kv_load.h).
+template <typename Traits>
+constexpr int kvcache_stage_bytes() {
+  return 2 * Traits::kBlockN * Traits::kSmemRowChunks * 16;
+}
+template <typename Traits>
+constexpr int kvcache_tiles_bytes() {
+  return Traits::kSmemBytes +
+         (fwd_kvcache_stages(Traits::kHeadDim) - 1) * kvcache_stage_bytes<Traits>();
+}
+template <typename Traits>
+constexpr int kvcache_smem_bytes() {
+  return kvcache_tiles_bytes<Traits>() + paged_offsets_bytes<Traits::kBlockN>();
+}
+
 // The kernel parameters of a variant: the kvcache one carries the cache fields too.
 template <int kVariant>
 using FwdKernelParamsOf =
@@ -99,6 +116,8 @@ template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp, char* smem_raw) {
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
   constexpr bool kKvcache = variant_kvcache(kVariant);
+  // kvcache with two K/V stages: tile n - 1's K and V load during all of tile n (tiles.h).
+  constexpr bool kKvPipelined = kKvcache && fwd_kvcache_stages(Traits::kHeadDim) == 2;
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kMTiles = Traits::kMTiles, kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
@@ -170,8 +189,13 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
   const uint32_t sV = sK + kBlockN * kRowChunks * 16;
   // kvcache, paged: the row offsets of two tiles past the K/V tiles (problem/kv_load.h); tile n
   // uses slot n % 2 (written during step n + 1, read by V_n at step n and K_n at step n + 1).
-  int64_t* const paged_offsets = reinterpret_cast<int64_t*>(smem_raw + Traits::kSmemBytes);
+  int64_t* const paged_offsets = reinterpret_cast<int64_t*>(
+      smem_raw + (kKvcache ? kvcache_tiles_bytes<Traits>() : Traits::kSmemBytes));
   auto paged_slot = [&](int n) { return paged_offsets + (n & 1) * 2 * kBlockN; };
+  // kvcache, two stages: tile n's K and V at sK / sV + stage_offset(n).
+  auto stage_offset = [&](int n) -> uint32_t {
+    return kKvPipelined ? (n & 1) * kvcache_stage_bytes<Traits>() : 0;
+  };
 
   // Key blocks [n_begin, n_end) hold keys some row of this block sees; those in
   // [um_begin, um_end) are seen whole by every row of the block (problem/mask.h).
@@ -255,8 +279,18 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
         __syncthreads();
       }
     }
-    load_kv_tile(sK, k, p.k_row_stride, false, n_end - 1);
-    ptx::cp_async_commit();
+    if constexpr (kKvPipelined) {
+      load_kv_tile(sK + stage_offset(n_end - 1), k, p.k_row_stride, false, n_end - 1);
+      load_kv_tile(sV + stage_offset(n_end - 1), v, p.v_row_stride, true, n_end - 1);
+      ptx::cp_async_commit();
+      // The next tile's offsets, for its load at the loop's first step (after its barrier).
+      if (kp.kv.block_table != nullptr && n_end - 2 >= n_begin) {
+        store_offsets(n_end - 2, paged_row(n_end - 2));
+      }
+    } else {
+      load_kv_tile(sK, k, p.k_row_stride, false, n_end - 1);
+      ptx::cp_async_commit();
+    }
   }
 
   // Lane-constant parts of the ldmatrix addresses (see ptx/ldmatrix.h for the lane mapping).
@@ -267,14 +301,29 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
   // Key blocks outside [um_begin, um_end) need the mask; inside, the branch is skipped uniformly.
 #pragma unroll 1
   for (int n = n_end - 1; n >= n_begin; --n) {
-    ptx::cp_async_wait<0>();
-    __syncthreads();  // K_n landed for all threads; every warp is done reading V_{n+1}
-    load_kv_tile(sV, v, p.v_row_stride, true, n);
-    ptx::cp_async_commit();
-    // kvcache, paged: the next tile's table entries, in flight during this tile's S and V load.
     PagedRow next_row{0, 0};
-    if constexpr (kKvcache) {
-      if (kp.kv.block_table != nullptr && n > n_begin) next_row = paged_row(n - 1);
+    if constexpr (kKvPipelined) {
+      // Stage (n - 1) % 2 held tile n + 1, which every warp is done with; tile n - 1's offsets
+      // (written at the end of step n + 1) are in.
+      __syncthreads();
+      if (n > n_begin) {
+        load_kv_tile(sK + stage_offset(n - 1), k, p.k_row_stride, false, n - 1);
+        load_kv_tile(sV + stage_offset(n - 1), v, p.v_row_stride, true, n - 1);
+      }
+      ptx::cp_async_commit();  // possibly empty: the group count stays one per step
+      // Paged: the table entries of tile n - 2, in flight during this step.
+      if (kp.kv.block_table != nullptr && n - 2 >= n_begin) next_row = paged_row(n - 2);
+      ptx::cp_async_wait<1>();
+      __syncthreads();  // tile n landed for all threads
+    } else {
+      ptx::cp_async_wait<0>();
+      __syncthreads();  // K_n landed for all threads; every warp is done reading V_{n+1}
+      load_kv_tile(sV, v, p.v_row_stride, true, n);
+      ptx::cp_async_commit();
+      // kvcache, paged: the next tile's table entries, in flight during this tile's S and V load.
+      if constexpr (kKvcache) {
+        if (kp.kv.block_table != nullptr && n > n_begin) next_row = paged_row(n - 1);
+      }
     }
 
     float acc_s[kMTiles][kNTiles][4];
@@ -294,7 +343,8 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
 #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np) {
         uint32_t kb[4];
-        ptx::ldmatrix_x4(kb, k_lane + (np * 16 * kRowChunks + ks * 2) * 16);
+        ptx::ldmatrix_x4(kb,
+                         k_lane + stage_offset(n) + (np * 16 * kRowChunks + ks * 2) * 16);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           Ops::mma(acc_s[mt][2 * np], qa[mt], kb[0], kb[1]);
@@ -321,15 +371,17 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
       dropout_of(kp, tile.batch, head).drop(acc_s, m_start + warp_row0, n * kBlockN, lane);
     }
 
-    if constexpr (kKvcache) {
-      // Slot (n - 1) % 2 was last read by V_{n+1}'s load, before the previous barrier.
-      if (kp.kv.block_table != nullptr && n > n_begin) store_offsets(n - 1, next_row);
-    }
-    ptx::cp_async_wait<0>();
-    __syncthreads();  // V_n landed; every warp is done reading K_n (and the offsets are in)
-    if (n > n_begin) {
-      load_kv_tile(sK, k, p.k_row_stride, false, n - 1);
-      ptx::cp_async_commit();
+    if constexpr (!kKvPipelined) {
+      if constexpr (kKvcache) {
+        // Slot (n - 1) % 2 was last read by V_{n+1}'s load, before the previous barrier.
+        if (kp.kv.block_table != nullptr && n > n_begin) store_offsets(n - 1, next_row);
+      }
+      ptx::cp_async_wait<0>();
+      __syncthreads();  // V_n landed; every warp is done reading K_n (and the offsets are in)
+      if (n > n_begin) {
+        load_kv_tile(sK, k, p.k_row_stride, false, n - 1);
+        ptx::cp_async_commit();
+      }
     }
 
 #pragma unroll
@@ -345,13 +397,19 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
 #pragma unroll
       for (int dp = 0; dp < kDTiles / 2; ++dp) {
         uint32_t vb[4];
-        ptx::ldmatrix_x4_trans(vb, v_lane + (kk * 16 * kRowChunks + dp * 2) * 16);
+        ptx::ldmatrix_x4_trans(vb,
+                               v_lane + stage_offset(n) + (kk * 16 * kRowChunks + dp * 2) * 16);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           Ops::mma(acc_o[mt][2 * dp], pa[mt], vb[0], vb[1]);
           Ops::mma(acc_o[mt][2 * dp + 1], pa[mt], vb[2], vb[3]);
         }
       }
+    }
+    if constexpr (kKvPipelined) {
+      // Slot n % 2 was last read by tile n's load (step n + 1, before this step's barriers);
+      // the next step's first barrier publishes it.
+      if (kp.kv.block_table != nullptr && n - 2 >= n_begin) store_offsets(n - 2, next_row);
     }
   }
 
