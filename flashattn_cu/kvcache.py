@@ -4,7 +4,8 @@ Data path: validate (every error names the argument) -> rotary on q and the new 
 in-place append of the new k / v at cache_seqlens (contiguous or paged), both as torch ops on
 the current stream for now (no host sync, so CUDA graphs capture them; fusing them into the
 kernel is left) -> `torch.ops.flashattn_cu.fwd_kvcache` (split-KV attention over the cache, GQA
-packing for one query, paged gather through block_table; csrc/flash/problem/kv_cache.h).
+packing of each kv head's query heads for any seqlen_q (not with ALiBi), paged gather through
+block_table; csrc/flash/problem/kv_cache.h).
 """
 
 import numbers

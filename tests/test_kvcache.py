@@ -55,16 +55,28 @@ def rotate_ref(x, cos, sin, positions, interleaved):
     return torch.cat((out, rest), dim=-1)
 
 
+def pages_per_entry(capacity, page_size):
+    """Whole pages holding `capacity` rows (the last one partly used when page_size does not
+    divide it)."""
+    return -(-capacity // page_size)
+
+
 def to_pages(logical, page_size, num_pages, generator_perm):
     """A paged copy of a (batch, capacity, heads, d) cache: pages in a random order (with spare
-    pages), the block table that maps it back."""
+    pages), the block table that maps it back. The capacity is rounded up to whole pages; the
+    rows past it and the spare pages hold NaN, so a kernel that reads past cache_seqlens or
+    through a wrong table entry fails the test (the reference never sees them)."""
     batch, capacity = logical.shape[:2]
-    per_entry = capacity // page_size
+    per_entry = pages_per_entry(capacity, page_size)
+    assert batch * per_entry <= num_pages, "to_pages: not enough pages"
     table = generator_perm[: batch * per_entry].view(batch, per_entry).to(torch.int32)
-    paged = torch.randn(num_pages, page_size, *logical.shape[2:], device=logical.device,
-                        dtype=logical.dtype)
-    paged[table.long().flatten()] = logical.reshape(batch * per_entry, page_size,
-                                                    *logical.shape[2:])
+    padded = torch.full((batch, per_entry * page_size, *logical.shape[2:]), float("nan"),
+                        device=logical.device, dtype=logical.dtype)
+    padded[:, :capacity] = logical
+    paged = torch.full((num_pages, page_size, *logical.shape[2:]), float("nan"),
+                       device=logical.device, dtype=logical.dtype)
+    paged[table.long().flatten()] = padded.reshape(batch * per_entry, page_size,
+                                                   *logical.shape[2:])
     return paged, table
 
 
@@ -126,13 +138,15 @@ def test_kvcache_against_reference(case, dtype):
     cos = sin = None
     interleaved = extras.get("rotary") != "neox"
     if extras.get("rotary"):
-        cos, sin = rotary_tables(capacity, d // 2, dtype)
+        # As many positions as the cache has rows (a paged one: whole pages).
+        rows = capacity if page_size is None else pages_per_entry(capacity, page_size) * page_size
+        cos, sin = rotary_tables(rows, d // 2, dtype)
     alibi = (torch.rand(nheads, device=device) * 0.3) if extras.get("alibi") else None
     softcap = extras.get("softcap", 0.0)
 
     block_table = None
     if page_size is not None:
-        num_pages = batch * capacity // page_size + 7
+        num_pages = batch * pages_per_entry(capacity, page_size) + 7
         perm = torch.randperm(num_pages, device=device)
         k_cache, block_table = to_pages(k_logical, page_size, num_pages, perm)
         v_cache, _ = to_pages(v_logical, page_size, num_pages, perm)
@@ -176,6 +190,88 @@ def test_kvcache_against_reference(case, dtype):
         lses.append(lse[b:b + 1]), lse_refs.append(lse_ref), lse_pts.append(lse_pt)
     assert_rule(torch.cat(outs), torch.cat(refs), torch.cat(pts), 2, 1e-5, f"{case} out")
     assert_lse_rule(torch.cat(lses), torch.cat(lse_refs), torch.cat(lse_pts), f"{case} lse")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mask", ["causal", "window", "none"])
+@pytest.mark.parametrize("seqlen_q", [2, 3, 4, 5, 8])
+def test_packed_gqa_speculative(seqlen_q, mask):
+    """GQA packing for seqlen_q > 1 (dispatch.cu pack_gqa, problem/kv_cache.h GqaPack): the
+    (query, query head) pairs of a kv head as tile rows, query-major; each row's causal diagonal
+    and window are its query's. Groups 3 (not a power of two), 4 and 16 (with 8 queries, 128
+    rows: two query tiles), contiguous and paged 16 caches, the heuristic's splits and 5."""
+    d, dtype = HEAD_DIM, torch.float16
+    batch, capacity = 3, 700
+    causal = mask == "causal"
+    window = (37, 2) if mask == "window" else (-1, -1)
+    for (nheads, nheads_k), page_size, num_splits in (((6, 2), None, 0), ((32, 8), 16, 5),
+                                                       ((16, 1), None, 5), ((16, 1), 16, 0)):
+        q = torch.randn(batch, seqlen_q, nheads, d, device="cuda", dtype=dtype)
+        k_logical = torch.randn(batch, capacity, nheads_k, d, device="cuda", dtype=dtype)
+        v_logical = torch.randn_like(k_logical)
+        seqlens = torch.tensor([capacity, 1, 300 + seqlen_q], device="cuda", dtype=torch.int32)
+        table = None
+        if page_size is None:
+            k_cache, v_cache = k_logical, v_logical
+        else:
+            num_pages = batch * pages_per_entry(capacity, page_size) + 3
+            perm = torch.randperm(num_pages, device="cuda")
+            k_cache, table = to_pages(k_logical, page_size, num_pages, perm)
+            v_cache, _ = to_pages(v_logical, page_size, num_pages, perm)
+        out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                           block_table=table, causal=causal, window_size=window,
+                                           num_splits=num_splits, return_softmax_lse=True)
+        outs, refs, pts, lses, lse_refs, lse_pts = [], [], [], [], [], []
+        for b in range(batch):
+            n = int(seqlens[b])
+            keys, vals = k_logical[b:b + 1, :n], v_logical[b:b + 1, :n]
+            kw = dict(causal=causal, window_size=window)
+            ref, lse_ref = attention_ref(q[b:b + 1].float(), keys, vals, **kw)
+            pt, lse_pt = attention_ref(q[b:b + 1], keys, vals, upcast=False, **kw)
+            outs.append(out[b:b + 1]), refs.append(ref), pts.append(pt)
+            lses.append(lse[b:b + 1]), lse_refs.append(lse_ref), lse_pts.append(lse_pt)
+        what = f"seqlen_q {seqlen_q}, {mask}, {nheads}/{nheads_k} heads, page {page_size}"
+        assert_rule(torch.cat(outs), torch.cat(refs), torch.cat(pts), 2, 1e-5, what + " out")
+        assert_lse_rule(torch.cat(lses), torch.cat(lse_refs), torch.cat(lse_pts), what + " lse")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_splits", [1, 3])
+@pytest.mark.parametrize("page_size", [1, 16, 64, 100, 256])
+def test_paged_gather_page_sizes(page_size, num_splits):
+    """The paged gather (problem/kv_load.h: the block-table reads a tile ahead, row offsets in
+    shared memory) on caches of many tiles whose pages straddle tiles, lengths that end inside
+    a page and a tile, a v_cache with other strides than k_cache (a head slice of a wider
+    tensor: its own page and row strides), NaN in every row the kernel must not read, GQA
+    packed (group 4) and not (MHA), causal with 3 queries."""
+    d, dtype = HEAD_DIM, torch.bfloat16
+    batch, seqlen_q, capacity = 3, 3, 1000
+    for nheads, nheads_k in ((8, 2), (2, 2)):
+        per_entry = pages_per_entry(capacity, page_size)
+        num_pages = batch * per_entry + 5
+        perm = torch.randperm(num_pages, device="cuda")
+        k_logical = torch.randn(batch, capacity, nheads_k, d, device="cuda", dtype=dtype)
+        v_logical = torch.randn_like(k_logical)
+        k_cache, table = to_pages(k_logical, page_size, num_pages, perm)
+        v_wide, _ = to_pages(v_logical.repeat_interleave(2, dim=2), page_size, num_pages, perm)
+        v_cache = v_wide[:, :, ::2]  # head stride 2d, page and row strides twice k_cache's
+        assert v_cache.stride() != k_cache.stride()
+        seqlens = torch.tensor([capacity, 517, 64 * 5 + 1], device="cuda", dtype=torch.int32)
+        q = torch.randn(batch, seqlen_q, nheads, d, device="cuda", dtype=dtype)
+        out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                           block_table=table, causal=True,
+                                           num_splits=num_splits, return_softmax_lse=True)
+        outs, refs, pts, lses, lse_refs, lse_pts = [], [], [], [], [], []
+        for b in range(batch):
+            n = int(seqlens[b])
+            keys, vals = k_logical[b:b + 1, :n], v_logical[b:b + 1, :n]
+            ref, lse_ref = attention_ref(q[b:b + 1].float(), keys, vals, causal=True)
+            pt, lse_pt = attention_ref(q[b:b + 1], keys, vals, causal=True, upcast=False)
+            outs.append(out[b:b + 1]), refs.append(ref), pts.append(pt)
+            lses.append(lse[b:b + 1]), lse_refs.append(lse_ref), lse_pts.append(lse_pt)
+        what = f"page {page_size}, {nheads}/{nheads_k} heads, {num_splits} splits"
+        assert_rule(torch.cat(outs), torch.cat(refs), torch.cat(pts), 2, 1e-5, what + " out")
+        assert_lse_rule(torch.cat(lses), torch.cat(lse_refs), torch.cat(lse_pts), what + " lse")
 
 
 @pytest.mark.gpu

@@ -244,29 +244,27 @@ Status check_bwd(const BwdParams& p) {
 // ---------------------------------------------------------------------------------------------
 // fwd_kvcache (flashattn_cu.h: KvcacheParams; problem/kv_cache.h)
 
-// GQA decode packing: one query per entry, several query heads per kv head, no left window and
-// no ALiBi (flash_attn's seqlenq_ngroups_swapped rule). Query head h = hk * group + r then runs
-// as row r of kv head hk's tile: seqlen_q becomes the group, the heads the kv heads, and the rows
-// of q and o step by the old head stride. lse (batch, heads, 1) is (batch, heads_k, group) in
-// the same memory. A single query's diagonal key is the last key, so causal and any right window
-// change nothing (it sees every key up to the left window): they are dropped, since the packed
-// rows are query heads, not positions.
+// GQA packing (problem/kv_cache.h: GqaPack), for any seqlen_q: the group = heads / heads_k query
+// heads of each kv head run as the rows of its tiles, (query i, head hk * group + j) as row
+// i * group + j, so every K/V tile read serves the whole group (speculative decoding's 4 or 8
+// queries too, not only one). The kernel maps each row to its query for the mask (causal and
+// windows stay exact) and to its q / o address and lse index; the call's q/o strides are kept.
+// Not with ALiBi, whose slope is per query head: a packed tile would need one per row.
 bool gqa_packable(const KvcacheParams& p) {
-  return p.seqlen_q == 1 && p.num_heads > p.num_heads_k && p.window_left < 0 &&
-         p.alibi_slopes == nullptr;
+  return p.num_heads > p.num_heads_k && p.alibi_slopes == nullptr &&
+         static_cast<int64_t>(p.seqlen_q) * (p.num_heads / p.num_heads_k) <= kMaxSeqlen;
 }
 
+int pack_group_of(const KvcacheParams& p) {
+  return gqa_packable(p) ? p.num_heads / p.num_heads_k : 1;
+}
+
+// The call as the kernels' grid sees it: seqlen_q * group rows of heads_k heads.
 KvcacheParams pack_gqa(const KvcacheParams& in) {
   KvcacheParams p = in;
-  const int group = in.num_heads / in.num_heads_k;
-  p.seqlen_q = group;
-  p.num_heads = in.num_heads_k;
-  p.q_row_stride = in.q_head_stride;
-  p.q_head_stride = in.q_head_stride * group;
-  p.o_row_stride = in.o_head_stride;
-  p.o_head_stride = in.o_head_stride * group;
-  p.is_causal = false;
-  p.window_right = -1;
+  const int group = pack_group_of(in);
+  p.seqlen_q = in.seqlen_q * group;
+  p.num_heads = in.num_heads / group;
   return p;
 }
 
@@ -349,7 +347,7 @@ int fwd_kvcache_num_splits(const KvcacheParams& params) {
     if (params.num_splits <= 0) return 1;
     dev.smem_optin = kLargeSmemBytes;
   }
-  return kvcache_splits(gqa_packable(params) ? pack_gqa(params) : params, dev);
+  return kvcache_splits(pack_gqa(params), dev);
 }
 
 size_t fwd_kvcache_workspace_bytes(const KvcacheParams& params) {
@@ -357,8 +355,7 @@ size_t fwd_kvcache_workspace_bytes(const KvcacheParams& params) {
       params.seqlen_q <= 0 || params.head_dim <= 0 || params.num_heads % params.num_heads_k != 0) {
     return 0;
   }
-  const KvcacheParams p = gqa_packable(params) ? pack_gqa(params) : params;
-  return kvcache_workspace(p, fwd_kvcache_num_splits(params)).bytes;
+  return kvcache_workspace(pack_gqa(params), fwd_kvcache_num_splits(params)).bytes;
 }
 
 namespace {
@@ -383,7 +380,7 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
   DeviceInfo dev;
   st = query_device(&dev);
   if (st != Status::kSuccess) return st;
-  const KvcacheParams p = gqa_packable(params) ? pack_gqa(params) : params;
+  const KvcacheParams p = pack_gqa(params);
   const int splits = kvcache_splits(p, dev);
   const KvcacheWorkspace ws = kvcache_workspace(p, splits);
   if (ws.bytes > 0 && !pointer_ok(params.workspace, true)) return Status::kInvalidArgument;
@@ -407,6 +404,7 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
   kp.kv.block_table_batch_stride = p.block_table_batch_stride;
   kp.kv.page_size = p.page_size;
   kp.kv.num_pages = p.num_pages;
+  kp.kv.pack_group = pack_group_of(params);
   kp.kv.num_splits = splits;
   kp.kv.partial_rows = static_cast<int64_t>(p.batch) * p.num_heads * p.seqlen_q;
   kp.kv.lse_partial = splits > 1 ? reinterpret_cast<float*>(workspace + ws.lse) : nullptr;
@@ -415,7 +413,11 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
   const bool small_smem = dev.smem_optin < kLargeSmemBytes;
   st = dispatch_instance(p.dtype, p.head_dim, FwdKvcacheRunner{kp, small_smem, stream});
   if (st != Status::kSuccess || splits == 1) return st;
-  return forward::launch_split_combine(kp, stream);
+  // The partials' rows are the call's lse rows (batch, heads, seqlen_q), unpacked.
+  FwdKvcacheKernelParams combine = kp;
+  combine.p.seqlen_q = params.seqlen_q;
+  combine.p.num_heads = params.num_heads;
+  return forward::launch_split_combine(combine, stream);
 }
 
 Status cuda_status(cudaError_t err) {

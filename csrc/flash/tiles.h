@@ -47,13 +47,25 @@ __host__ __device__ constexpr FwdTile fwd_tile_sm80(int head_dim, bool small_sme
 // and hold half the output accumulators. Chosen by ptxas (sm_80), not measured on a GPU yet:
 // with fwd_tile_sm80's 128-row tiles the variant spilled 612 bytes at d = 64 and 280 at
 // d = 128; 64 x 128 at d = 64: no spills; at d = 128, 64 x 128 spilled 80 bytes (the paged
-// gather's 16 row lookups per thread), 64 x 64: 250 registers, none. Shared memory: d <= 64
-// 46 KB, d = 128 52 KB, d = 256 x 64 101 KB (large class; small: x 32, 68 KB).
+// gather's 16 row lookups per thread), 64 x 64: 250 registers, none. Shared memory with the
+// K/V stages below and the paged offsets: d = 64 87 KB, d = 128 89 KB (two stages), d = 256 x 64
+// 102 KB (one; small class: x 32, 68 KB).
 __host__ __device__ constexpr FwdTile fwd_tile_sm80_kvcache(int head_dim, bool small_smem) {
   if (head_dim <= 64) return FwdTile{64, 128, 4};
   if (head_dim <= 128) return FwdTile{64, 64, 4};
   if (head_dim <= 224 || !small_smem) return FwdTile{64, 64, 4};
   return FwdTile{64, 32, 4};
+}
+
+// K/V stages of the kvcache forward: 2 double-buffers the (K, V) pair of a tile, so tile n - 1's
+// K and V (2 x block_n x d x 2 bytes, 32 KB at d = 128) are in flight during all of tile n's
+// work, where one stage has a single 16 KB K or V tile in flight and waits for each in turn
+// (decode is bandwidth-bound: bytes in flight per SM set the rate; benchmarks/NOTES.md section
+// 13). Up to d = 128 the second stage fits two blocks per SM (87 KB at d = 128, 83 KB at
+// d = 64, within the small class's 99 KB too); above, it would halve the blocks per SM (and not
+// fit the small class), so one stage.
+__host__ __device__ constexpr int fwd_kvcache_stages(int head_dim) {
+  return head_dim <= 128 ? 2 : 1;
 }
 
 __host__ __device__ constexpr int fwd_smem_bytes(FwdTile tile, int head_dim) {

@@ -176,6 +176,71 @@ void check_kvcache_math() {
   }
   expect(paged_ok, "paged rows: block_table[r / page_size] * page + r % page_size, any page size");
 
+  // GQA packing (GqaPack): the rows of kv head hk's packed tiles are every (query, query head
+  // of its group) exactly once, at the q/o address and lse index of the unpacked call.
+  bool pack_ok = true;
+  for (int seqlen_q = 1; seqlen_q <= 9 && pack_ok; ++seqlen_q) {
+    for (int group = 1; group <= 8 && pack_ok; ++group) {
+      const int batch = 2, heads_k = 3, heads = heads_k * group;
+      const int64_t row_stride = heads * 64, head_stride = 64;  // (batch, seqlen_q, heads, 64)
+      const flashattn_cu::GqaPack pack{group};
+      for (int b = 0; b < batch; ++b) {
+        for (int hk = 0; hk < heads_k; ++hk) {
+          std::vector<int> seen(static_cast<size_t>(seqlen_q) * group, 0);
+          for (int r = 0; r < seqlen_q * group; ++r) {
+            const int i = pack.query(r), h = hk * group + r % group;
+            if (i < 0 || i >= seqlen_q || pack(r) != i) pack_ok = false;
+            if (i * group + (h - hk * group) != r) pack_ok = false;  // query-major order
+            ++seen[static_cast<size_t>(i) * group + (h - hk * group)];
+            const int64_t want_addr = i * row_stride + (h - hk * group) * head_stride;
+            if (pack.offset(r, row_stride, head_stride) != want_addr) pack_ok = false;
+            const int64_t want_lse = (static_cast<int64_t>(b) * heads + h) * seqlen_q + i;
+            if (pack.lse_index(b, hk, heads_k, seqlen_q, r) != want_lse) pack_ok = false;
+          }
+          for (int c : seen) pack_ok = pack_ok && c == 1;
+        }
+      }
+    }
+  }
+  expect(pack_ok, "GQA packing: row i * group + j is query i of head hk * group + j, its q/o "
+                  "offset and lse index those of the unpacked call, each pair once");
+
+  // A packed tile's key blocks (Mask::key_blocks_of_queries on its first and last rows'
+  // queries) against every row's visible keys: the visited blocks cover every key some row
+  // sees, and a block outside the masked ones is seen whole by every row.
+  bool packed_blocks_ok = true;
+  for (int seqlen_q : {1, 2, 3, 5, 8}) {
+    for (int group : {1, 2, 4, 7}) {
+      for (int seqlen_k : {1, 17, 64, 130}) {
+        for (int w = 0; w < 4; ++w) {
+          const int lefts[] = {-1, -1, 20, 3}, rights[] = {-1, 0, 0, 2};
+          flashattn_cu::SeqInfo si{0, seqlen_q, seqlen_k, -1, -1};
+          const flashattn_cu::Mask mask(si, w == 1, lefts[w], rights[w]);
+          const flashattn_cu::GqaPack pack{group};
+          constexpr int kBlockM = 16, kBlockN = 16;
+          for (int m_start = 0; m_start < seqlen_q * group; m_start += kBlockM) {
+            const flashattn_cu::KeyBlocks kb = mask.key_blocks_of_queries<kBlockN>(
+                pack.query(m_start), pack.query(m_start + kBlockM - 1));
+            for (int r = m_start; r < std::min(m_start + kBlockM, seqlen_q * group); ++r) {
+              const int i = pack.query(r);
+              for (int key = 0; key < seqlen_k; ++key) {
+                const bool visible = key >= mask.key_begin(i) && key < mask.key_end(i);
+                const int block = key / kBlockN;
+                if (visible && (block < kb.begin || block >= kb.end)) packed_blocks_ok = false;
+                const bool unmasked = block >= kb.unmasked_begin && block < kb.unmasked_end;
+                if (unmasked && (!visible || (block + 1) * kBlockN > seqlen_k)) {
+                  packed_blocks_ok = false;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  expect(packed_blocks_ok, "GQA-packed tiles: key blocks of the rows' queries cover every "
+                           "visible key; unmasked blocks are whole and seen by every row");
+
   // The split heuristic: one split once the tiles fill 80% of the slots; else within
   // [1, min(128, slots, key blocks)], and more splits for fewer tiles.
   using flashattn_cu::num_splits_heuristic;

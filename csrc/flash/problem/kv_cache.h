@@ -14,6 +14,11 @@
 //    page * page_stride + (r % page_size) * row_stride, for any page_size >= 1. A page number
 //    outside [0, num_pages) is a caller's bug the host cannot see without a sync; the kernels
 //    clamp it into range, so it reads some page's rows but never outside the cache.
+//  * GQA packing (GqaPack). The `group` query heads of one kv head run as the rows of one tile:
+//    packed row R is query R / group of query head hk * group + R % group (query-major), so every
+//    K/V tile read serves the whole group, and a tile's rows cover consecutive queries, whose
+//    causal / window key range is the tile's (the mask maps each row to its query). group = 1:
+//    no packing, row R is query R.
 //  * Split-KV. The key blocks a query block visits, [begin, end) of problem/mask.h, are cut into
 //    num_splits contiguous shares of ceil((end - begin) / num_splits) blocks; split s walks
 //    [begin + s * share, min(end, begin + (s + 1) * share)), possibly nothing. Each split writes
@@ -52,21 +57,58 @@ __host__ __device__ __forceinline__ SplitBlocks split_key_blocks(int begin, int 
   return r;
 }
 
+// The row map of a GQA-packed tile (see the top of this file); the kernels take group through
+// KvcacheKernelFields::pack_group, and a packed call's seqlen_q rows are seqlen_q * group.
+struct GqaPack {
+  int group;
+
+  __host__ __device__ __forceinline__ int query(int row) const { return row / group; }
+  // The mask's row map (problem/mask.h: Mask::apply).
+  __host__ __device__ __forceinline__ int operator()(int row) const { return query(row); }
+  // Element offset of packed row `row` in q or o from (entry, query head hk * group, query 0).
+  __host__ __device__ __forceinline__ int64_t offset(int row, int64_t row_stride,
+                                                     int64_t head_stride) const {
+    const int i = query(row);
+    return static_cast<int64_t>(i) * row_stride +
+           static_cast<int64_t>(row - i * group) * head_stride;
+  }
+  // The index of packed row `row` of (entry, kv head head_k) in the unpacked call's lse
+  // (batch, heads_k * group, seqlen_q), and so in the split partials (fwd/combine.h).
+  __host__ __device__ __forceinline__ int64_t lse_index(int batch, int head_k, int heads_k,
+                                                        int seqlen_q, int row) const {
+    const int i = query(row);
+    return ((static_cast<int64_t>(batch) * heads_k + head_k) * group + (row - i * group)) *
+               seqlen_q + i;
+  }
+};
+
+// Where a cache row of a paged entry lives: its page (clamped into the cache) and its row there.
+struct PagedRow {
+  int page;
+  int in_page;
+};
+
 // The paged cache of one entry: its row of the block table.
 struct PagedKv {
   const int* table;  // block_table + batch * block_table_batch_stride
   int page_size;
   int num_pages;
 
-  // Element offset of cache row `row` (row / page_size < max_pages: the caller's rows are below
-  // the cache capacity max_pages * page_size).
-  __host__ __device__ __forceinline__ int64_t row_offset(int row, int64_t page_stride,
-                                                         int64_t row_stride) const {
+  // Cache row `row` (row / page_size < max_pages: the caller's rows are below the cache
+  // capacity max_pages * page_size): one division and one table read.
+  __host__ __device__ __forceinline__ PagedRow locate(int row) const {
     const int slot = row / page_size;
     int page = table[slot];
     page = page < 0 ? 0 : page >= num_pages ? num_pages - 1 : page;  // never outside the cache
-    return static_cast<int64_t>(page) * page_stride +
-           static_cast<int64_t>(row - slot * page_size) * row_stride;
+    return PagedRow{page, row - slot * page_size};
+  }
+
+  // Element offset of cache row `row`.
+  __host__ __device__ __forceinline__ int64_t row_offset(int row, int64_t page_stride,
+                                                         int64_t row_stride) const {
+    const PagedRow r = locate(row);
+    return static_cast<int64_t>(r.page) * page_stride +
+           static_cast<int64_t>(r.in_page) * row_stride;
   }
 };
 

@@ -47,6 +47,12 @@ struct QueryBlocks {
   int unmasked_end;
 };
 
+// Which query a score tile's row is: the row itself, except in a GQA-packed tile
+// (problem/kv_cache.h: GqaPack), whose row R is query R / group.
+struct IdentityRows {
+  __host__ __device__ __forceinline__ int operator()(int row) const { return row; }
+};
+
 struct Mask {
   int seqlen_q;
   int seqlen_k;
@@ -85,15 +91,23 @@ struct Mask {
 
   template <int kBlockM, int kBlockN>
   __host__ __device__ __forceinline__ KeyBlocks key_blocks(int m_start) const {
-    const int last = m_start + kBlockM - 1;  // rows past seqlen_q are padding: never stored
+    // Rows past seqlen_q are padding: never stored.
+    return key_blocks_of_queries<kBlockN>(m_start, m_start + kBlockM - 1);
+  }
+
+  // The key blocks of a tile whose rows are queries first .. last (a GQA-packed tile: the
+  // queries of its first and last rows).
+  template <int kBlockN>
+  __host__ __device__ __forceinline__ KeyBlocks key_blocks_of_queries(int first,
+                                                                      int last) const {
     KeyBlocks r;
-    r.begin = key_begin(m_start) / kBlockN;
+    r.begin = key_begin(first) / kBlockN;
     const int end_key = key_end(last);
     r.end = end_key > 0 ? ceil_div(end_key, kBlockN) : 0;
     if (r.end < r.begin) r.end = r.begin;
     // Keys every row sees: from the last row's begin to the first row's end.
     r.unmasked_begin = ceil_div(key_begin(last), kBlockN);
-    const int all_end = key_end(m_start);
+    const int all_end = key_end(first);
     r.unmasked_end = all_end > 0 ? all_end / kBlockN : 0;
     if (r.unmasked_end < r.unmasked_begin) r.unmasked_end = r.unmasked_begin;
     return r;
@@ -133,16 +147,16 @@ struct Mask {
     return r;
   }
 
-  // Sets every score whose key is past its row's limit to -inf.
-  template <int kMTiles, int kNTiles>
+  // Sets every score whose key is past its row's limit to -inf. rows: a tile row's query.
+  template <int kMTiles, int kNTiles, typename Rows = IdentityRows>
   __device__ __forceinline__ void apply(float (&s)[kMTiles][kNTiles][4], int row0, int col0,
-                                        int lane) const {
+                                        int lane, Rows rows = Rows{}) const {
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        const int row = row0 + mt * 16 + g + hr * 8;
+        const int row = rows(row0 + mt * 16 + g + hr * 8);
         const int lo = key_begin(row), hi = key_end(row);
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {

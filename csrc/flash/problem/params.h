@@ -22,6 +22,10 @@ struct KvcacheKernelFields {
   int64_t block_table_batch_stride;
   int page_size;
   int num_pages;
+  // GQA packing (problem/kv_cache.h: GqaPack): query heads per kv head in a tile's rows, 1 for
+  // none. With group > 1, FwdParams::seqlen_q is the packed rows (queries x group) and
+  // num_heads the kv heads; the q/o strides are the call's own.
+  int pack_group;
   // Split-KV: num_splits > 1 writes split s's normalised output of plane row r (the index of r
   // in lse) to o_partial[(s * partial_rows + r) * head_dim ..] and its LSE to
   // lse_partial[s * partial_rows + r] (fwd/combine.h merges them into o and lse).

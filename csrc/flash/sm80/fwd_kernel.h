@@ -69,17 +69,36 @@ template <int kVariant>
 using FwdExpPolicy = ExpPolicy<variant_softcap(kVariant) ? kSoftcapPolyEighths : 0,
                                kVariant == kSoftcapVariant>;
 
+// Shared memory of the kvcache variant: Q, fwd_kvcache_stages (tiles.h) stages of a (K, V) tile
+// pair (stage 0 where the other variants have their K and V), then the paged gather's row
+// offsets (problem/kv_load.h).
+template <typename Traits>
+constexpr int kvcache_stage_bytes() {
+  return 2 * Traits::kBlockN * Traits::kSmemRowChunks * 16;
+}
+template <typename Traits>
+constexpr int kvcache_tiles_bytes() {
+  return Traits::kSmemBytes +
+         (fwd_kvcache_stages(Traits::kHeadDim) - 1) * kvcache_stage_bytes<Traits>();
+}
+template <typename Traits>
+constexpr int kvcache_smem_bytes() {
+  return kvcache_tiles_bytes<Traits>() + paged_offsets_bytes<Traits::kBlockN>();
+}
+
 // The kernel parameters of a variant: the kvcache one carries the cache fields too.
 template <int kVariant>
 using FwdKernelParamsOf =
     std::conditional_t<variant_kvcache(kVariant), FwdKvcacheKernelParams, FwdKernelParams>;
 
 // The fp32 output and LSE of one split (kvcache variant, several splits): row r of the block
-// goes to plane row row0 + r of the split's slab (problem/params.h: KvcacheKernelFields); a row
-// that saw no key of this split gets LSE -inf, which the combine weighs as nothing.
-template <typename Traits, int kMTiles, int kDTiles>
+// goes to plane row lse_row(r) of the split's slab (problem/params.h: KvcacheKernelFields; the
+// row's index in the call's lse); a row that saw no key of this split gets LSE -inf, which the
+// combine weighs as nothing.
+template <typename Traits, int kMTiles, int kDTiles, typename LseRow>
 __device__ __forceinline__ void store_split_partial(const KvcacheKernelFields& kv, int split,
-                                                    int64_t row0, int rows_q, int head_dim,
+                                                    const LseRow& lse_row, int rows_q,
+                                                    int head_dim,
                                                     int warp_row0, int lane,
                                                     const float (&acc_o)[kMTiles][kDTiles][4],
                                                     const float (&inv_l)[kMTiles][2],
@@ -91,7 +110,7 @@ __device__ __forceinline__ void store_split_partial(const KvcacheKernelFields& k
     for (int hr = 0; hr < 2; ++hr) {
       const int row = warp_row0 + mt * 16 + g + hr * 8;
       if (row >= rows_q) continue;
-      const int64_t plane_row = split * kv.partial_rows + row0 + row;
+      const int64_t plane_row = split * kv.partial_rows + lse_row(row);
       if (t == 0) {
         kv.lse_partial[plane_row] = row_lse[mt][hr] == INFINITY ? -INFINITY : row_lse[mt][hr];
       }
@@ -112,6 +131,8 @@ template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp, char* smem_raw) {
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
   constexpr bool kKvcache = variant_kvcache(kVariant);
+  // kvcache with two K/V stages: tile n - 1's K and V load during all of tile n (tiles.h).
+  constexpr bool kKvPipelined = kKvcache && fwd_kvcache_stages(Traits::kHeadDim) == 2;
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kMTiles = Traits::kMTiles, kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
@@ -155,7 +176,13 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
   // the cache entry (cache_batch_idx) into k and v, a paged one gathers rows from `pages`.
   int cache_row0 = 0;
   PagedKv pages{};
+  // kvcache: the block's rows are the packed (query, query head) pairs of kv head `head`
+  // (problem/kv_cache.h: GqaPack; group 1 without packing), q and o rows at pack.offset.
+  GqaPack pack{1};
   if constexpr (kKvcache) {
+    pack.group = kp.kv.pack_group;
+    q = static_cast<const Element*>(p.q) + tile.batch * p.q_batch_stride +
+        static_cast<int64_t>(head) * pack.group * p.q_head_stride;
     cache_row0 = kp.kv.cache_leftpad != nullptr ? max(kp.kv.cache_leftpad[tile.batch], 0) : 0;
     k = static_cast<const Element*>(p.k) + head_k * p.k_head_stride;
     v = static_cast<const Element*>(p.v) + head_k * p.v_head_stride;
@@ -175,10 +202,31 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
   const uint32_t sQ = ptx::smem_u32(smem_raw);
   const uint32_t sK = sQ + kBlockM * kRowChunks * 16;
   const uint32_t sV = sK + kBlockN * kRowChunks * 16;
+  // kvcache, paged: the row offsets of two tiles past the K/V tiles (problem/kv_load.h); tile n
+  // uses slot n % 2 (written during step n + 1, read by V_n at step n and K_n at step n + 1).
+  int64_t* const paged_offsets = reinterpret_cast<int64_t*>(
+      smem_raw + (kKvcache ? kvcache_tiles_bytes<Traits>() : Traits::kSmemBytes));
+  auto paged_slot = [&](int n) { return paged_offsets + (n & 1) * 2 * kBlockN; };
+  // kvcache, two stages: tile n's K and V at sK / sV + stage_offset(n).
+  auto stage_offset = [&](int n) -> uint32_t {
+    return kKvPipelined ? (n & 1) * kvcache_stage_bytes<Traits>() : 0;
+  };
 
   // Key blocks [n_begin, n_end) hold keys some row of this block sees; those in
   // [um_begin, um_end) are seen whole by every row of the block (problem/mask.h).
-  const KeyBlocks key_blocks = mask_of<kDynamic>(seq, p).template key_blocks<kBlockM, kBlockN>(m_start);
+  // kvcache: the mask is of the call's queries (seqlen_q / group of them), a packed tile's rows
+  // those of queries m_start / group .. (m_start + kBlockM - 1) / group.
+  auto kv_mask = [&](SeqInfo s) {
+    s.seqlen_q /= pack.group;
+    return mask_of<kDynamic>(s, p);
+  };
+  KeyBlocks key_blocks;
+  if constexpr (kKvcache) {
+    key_blocks = kv_mask(seq).template key_blocks_of_queries<kBlockN>(
+        pack.query(m_start), pack.query(m_start + kBlockM - 1));
+  } else {
+    key_blocks = mask_of<kDynamic>(seq, p).template key_blocks<kBlockM, kBlockN>(m_start);
+  }
   int n_begin = key_blocks.begin, n_end = key_blocks.end;
   if constexpr (kKvcache) {
     const SplitBlocks share = split_key_blocks(n_begin, n_end, split, kp.kv.num_splits);
@@ -204,12 +252,12 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
 
   // Full tiles of a head_dim == kHeadDim call may take the unpredicated copy (tiles.h says where).
   const bool full_cols = p.head_dim == Traits::kHeadDim;
-  auto load_kv_tile = [&](uint32_t smem, const Element* base, int64_t row_stride,
-                          int64_t page_stride, int n) {
+  // is_v: which half of a paged tile's offset slot (the K and V caches may have other strides).
+  auto load_kv_tile = [&](uint32_t smem, const Element* base, int64_t row_stride, bool is_v,
+                          int n) {
     if constexpr (kKvcache) {
       if (kp.kv.block_table != nullptr) {
-        load_paged_tile_async<Traits, kBlockN>(smem, base, pages, cache_row0 + n * kBlockN,
-                                               page_stride, row_stride,
+        load_paged_tile_async<Traits, kBlockN>(smem, base, paged_slot(n) + (is_v ? kBlockN : 0),
                                                seq.seqlen_k - n * kBlockN, p.head_dim, tid);
         return;
       }
@@ -223,10 +271,41 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
     }
   };
 
+  // kvcache, paged: the table lookups of tile n (problem/kv_load.h, steps 1 and 2).
+  auto paged_row = [&](int n) {
+    return paged_tile_row<kBlockN>(pages, cache_row0 + n * kBlockN, seq.seqlen_k - n * kBlockN,
+                                   tid);
+  };
+  auto store_offsets = [&](int n, const PagedRow& r) {
+    store_paged_offsets<kBlockN>(paged_slot(n), r, p.k_batch_stride, p.k_row_stride,
+                                 p.v_batch_stride, p.v_row_stride, tid);
+  };
+
   if (n_end > n_begin) {
-    load_tile_async<Traits, kBlockM>(sQ, q, p.q_row_stride, rows_q, p.head_dim, tid);
-    load_kv_tile(sK, k, p.k_row_stride, p.k_batch_stride, n_end - 1);
-    ptx::cp_async_commit();
+    if constexpr (kKvcache) {
+      load_packed_rows_async<Traits, kBlockM>(sQ, q, pack, m_start, p.q_row_stride,
+                                              p.q_head_stride, rows_q, p.head_dim, tid);
+    } else {
+      load_tile_async<Traits, kBlockM>(sQ, q, p.q_row_stride, rows_q, p.head_dim, tid);
+    }
+    if constexpr (kKvcache) {
+      if (kp.kv.block_table != nullptr) {
+        store_offsets(n_end - 1, paged_row(n_end - 1));
+        __syncthreads();
+      }
+    }
+    if constexpr (kKvPipelined) {
+      load_kv_tile(sK + stage_offset(n_end - 1), k, p.k_row_stride, false, n_end - 1);
+      load_kv_tile(sV + stage_offset(n_end - 1), v, p.v_row_stride, true, n_end - 1);
+      ptx::cp_async_commit();
+      // The next tile's offsets, for its load at the loop's first step (after its barrier).
+      if (kp.kv.block_table != nullptr && n_end - 2 >= n_begin) {
+        store_offsets(n_end - 2, paged_row(n_end - 2));
+      }
+    } else {
+      load_kv_tile(sK, k, p.k_row_stride, false, n_end - 1);
+      ptx::cp_async_commit();
+    }
   }
 
   // Lane-constant parts of the ldmatrix addresses (see ptx/ldmatrix.h for the lane mapping).
@@ -237,10 +316,30 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
   // Key blocks outside [um_begin, um_end) need the mask; inside, the branch is skipped uniformly.
 #pragma unroll 1
   for (int n = n_end - 1; n >= n_begin; --n) {
-    ptx::cp_async_wait<0>();
-    __syncthreads();  // K_n landed for all threads; every warp is done reading V_{n+1}
-    load_kv_tile(sV, v, p.v_row_stride, p.v_batch_stride, n);
-    ptx::cp_async_commit();
+    PagedRow next_row{0, 0};
+    if constexpr (kKvPipelined) {
+      // Stage (n - 1) % 2 held tile n + 1, which every warp is done with; tile n - 1's offsets
+      // (written at the end of step n + 1) are in.
+      __syncthreads();
+      if (n > n_begin) {
+        load_kv_tile(sK + stage_offset(n - 1), k, p.k_row_stride, false, n - 1);
+        load_kv_tile(sV + stage_offset(n - 1), v, p.v_row_stride, true, n - 1);
+      }
+      ptx::cp_async_commit();  // possibly empty: the group count stays one per step
+      // Paged: the table entries of tile n - 2, in flight during this step.
+      if (kp.kv.block_table != nullptr && n - 2 >= n_begin) next_row = paged_row(n - 2);
+      ptx::cp_async_wait<1>();
+      __syncthreads();  // tile n landed for all threads
+    } else {
+      ptx::cp_async_wait<0>();
+      __syncthreads();  // K_n landed for all threads; every warp is done reading V_{n+1}
+      load_kv_tile(sV, v, p.v_row_stride, true, n);
+      ptx::cp_async_commit();
+      // kvcache, paged: the next tile's table entries, in flight during this tile's S and V load.
+      if constexpr (kKvcache) {
+        if (kp.kv.block_table != nullptr && n > n_begin) next_row = paged_row(n - 1);
+      }
+    }
 
     float acc_s[kMTiles][kNTiles][4];
 #pragma unroll
@@ -259,7 +358,8 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
 #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np) {
         uint32_t kb[4];
-        ptx::ldmatrix_x4(kb, k_lane + (np * 16 * kRowChunks + ks * 2) * 16);
+        ptx::ldmatrix_x4(kb,
+                         k_lane + stage_offset(n) + (np * 16 * kRowChunks + ks * 2) * 16);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           Ops::mma(acc_s[mt][2 * np], qa[mt], kb[0], kb[1]);
@@ -272,8 +372,13 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
                                lane);
     if (n >= um_end || n < um_begin) {
       // Built here, not held across the loop (whose registers are full).
-      mask_of<kDynamic>(seq_info<kDynamic>(p, tile.batch), p)
-          .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
+      if constexpr (kKvcache) {
+        kv_mask(seq_info<kDynamic>(p, tile.batch))
+            .apply(acc_s, m_start + warp_row0, n * kBlockN, lane, pack);
+      } else {
+        mask_of<kDynamic>(seq_info<kDynamic>(p, tile.batch), p)
+            .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
+      }
     }
     softmax.template update<FwdExpPolicy<kVariant>>(acc_s, acc_o, scale_log2);
     if constexpr (variant_dropout(kVariant)) {
@@ -281,11 +386,17 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
       dropout_of(kp, tile.batch, head).drop(acc_s, m_start + warp_row0, n * kBlockN, lane);
     }
 
-    ptx::cp_async_wait<0>();
-    __syncthreads();  // V_n landed; every warp is done reading K_n
-    if (n > n_begin) {
-      load_kv_tile(sK, k, p.k_row_stride, p.k_batch_stride, n - 1);
-      ptx::cp_async_commit();
+    if constexpr (!kKvPipelined) {
+      if constexpr (kKvcache) {
+        // Slot (n - 1) % 2 was last read by V_{n+1}'s load, before the previous barrier.
+        if (kp.kv.block_table != nullptr && n > n_begin) store_offsets(n - 1, next_row);
+      }
+      ptx::cp_async_wait<0>();
+      __syncthreads();  // V_n landed; every warp is done reading K_n (and the offsets are in)
+      if (n > n_begin) {
+        load_kv_tile(sK, k, p.k_row_stride, false, n - 1);
+        ptx::cp_async_commit();
+      }
     }
 
 #pragma unroll
@@ -301,13 +412,19 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
 #pragma unroll
       for (int dp = 0; dp < kDTiles / 2; ++dp) {
         uint32_t vb[4];
-        ptx::ldmatrix_x4_trans(vb, v_lane + (kk * 16 * kRowChunks + dp * 2) * 16);
+        ptx::ldmatrix_x4_trans(vb,
+                               v_lane + stage_offset(n) + (kk * 16 * kRowChunks + dp * 2) * 16);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           Ops::mma(acc_o[mt][2 * dp], pa[mt], vb[0], vb[1]);
           Ops::mma(acc_o[mt][2 * dp + 1], pa[mt], vb[2], vb[3]);
         }
       }
+    }
+    if constexpr (kKvPipelined) {
+      // Slot n % 2 was last read by tile n's load (step n + 1, before this step's barriers);
+      // the next step's first barrier publishes it.
+      if (kp.kv.block_table != nullptr && n - 2 >= n_begin) store_offsets(n - 2, next_row);
     }
   }
 
@@ -320,12 +437,18 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
   float inv_l[kMTiles][2], row_lse[kMTiles][2];
   RowStats row_stats[kMTiles][2];
   softmax.finalize(kp.score.score_scale, inv_l, row_lse, row_stats);
+  // kvcache: row r's index in the call's lse (and in the split partials).
+  auto kv_lse_row = [&](int r) {
+    return pack.lse_index(tile.batch, head, p.num_heads, p.seqlen_q / pack.group, m_start + r);
+  };
   if constexpr (kKvcache) {
     if (kp.kv.num_splits > 1) {
-      store_split_partial<Traits>(kp.kv, split, row0, rows_q, p.head_dim, warp_row0, lane, acc_o,
-                                  inv_l, row_lse);
+      store_split_partial<Traits>(kp.kv, split, kv_lse_row, rows_q, p.head_dim, warp_row0, lane,
+                                  acc_o, inv_l, row_lse);
       return;
     }
+    o = static_cast<Element*>(p.o) + tile.batch * p.o_batch_stride +
+        static_cast<int64_t>(head) * pack.group * p.o_head_stride;
   }
   if constexpr (variant_dropout(kVariant)) {
 #pragma unroll
@@ -343,7 +466,11 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
     for (int hr = 0; hr < 2; ++hr) {
       const int row = warp_row0 + mt * 16 + g + hr * 8;
       if (t == 0 && row < rows_q) {
-        lse[row] = row_lse[mt][hr];
+        if constexpr (kKvcache) {
+          p.lse[kv_lse_row(row)] = row_lse[mt][hr];
+        } else {
+          lse[row] = row_lse[mt][hr];
+        }
         if (stats != nullptr) {
           stats[row] = make_float2(row_stats[mt][hr].row_max, row_stats[mt][hr].log2_sum);
         }
@@ -364,7 +491,11 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
     if (kTotal % Traits::kNThreads != 0 && idx >= kTotal) break;
     const int r = idx / Traits::kChunks, c = idx % Traits::kChunks;
     if (r < rows_q && c * 8 < p.head_dim) {
-      *reinterpret_cast<uint4*>(o + r * p.o_row_stride + c * 8) =
+      Element* dst = o + r * p.o_row_stride + c * 8;
+      if constexpr (kKvcache) {
+        dst = o + pack.offset(m_start + r, p.o_row_stride, p.o_head_stride) + c * 8;
+      }
+      *reinterpret_cast<uint4*>(dst) =
           *reinterpret_cast<const uint4*>(sO + (r * kRowChunks + c) * 16);
     }
   }

@@ -26,10 +26,11 @@ Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
 template <typename Element, typename Traits>
 Status launch_fwd_kvcache(const FwdKvcacheKernelParams& kp, cudaStream_t stream) {
   const FwdParams& p = kp.p;
+  // Q, the K/V stages and the paged gather's row offsets (fwd_kernel.h: kvcache_smem_bytes).
   return launch_tiles<fwd_kvcache_kernel<Element, Traits>>(
       split_query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads,
                              kp.kv.num_splits),
-      Traits::kNThreads, Traits::kSmemBytes, stream, kp);
+      Traits::kNThreads, kvcache_smem_bytes<Traits>(), stream, kp);
 }
 
 template <typename Element, int kHeadDim>
