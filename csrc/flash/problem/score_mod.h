@@ -224,12 +224,22 @@ __device__ __forceinline__ void apply_score_mods(float (&s)[kMTiles][kNTiles][4]
   }
 }
 
-template <int kVariant, typename KP, int kQTiles>
+// capped(s): called on the tile right after the softcap (the capped scores t), before ALiBi.
+struct NoCappedHook {
+  template <typename T>
+  __device__ __forceinline__ void operator()(const T&) const {}
+};
+
+template <int kVariant, typename KP, int kQTiles, typename CappedHook = NoCappedHook>
 __device__ __forceinline__ void apply_score_mods_transposed(float (&s)[kQTiles][4], const KP& kp,
                                                             int batch, int head, int key0,
-                                                            int query0, int lane) {
+                                                            int query0, int lane,
+                                                            const CappedHook& capped = {}) {
   if constexpr (variant_may_softcap(kVariant)) {
-    if (softcap_on<kVariant>(kp)) apply_softcap(s, kp.score.softcap_pre);
+    if (softcap_on<kVariant>(kp)) {
+      apply_softcap(s, kp.score.softcap_pre);
+      capped(s);
+    }
   }
   if constexpr (variant_may_alibi(kVariant)) {
     if (alibi_on<kVariant>(kp)) alibi_of(kp, batch, head).apply_transposed(s, key0, query0, lane);
