@@ -299,9 +299,16 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
     gemm_t(acc_s, k_a_lane, sQs);
     // The softcap variants of the register path keep 1 - t^2 from the capped scores in the lane's
     // dS^T slots (common/bwd_math.h, StoredSoftcapGradT) instead of recovering t from P.
-    [[maybe_unused]] const StoredSoftcapGradT<Element> stored_grad{
-        smem + Traits::kOffDS + (warp_key0 + g) * kPRowChunks * 16 + (warp_query0 + 2 * t) * 2,
-        kPRowChunks * 16};
+    [[maybe_unused]] const auto stored_grad = [&] {
+      if constexpr (kStoredSoftcapGrad) {
+        return StoredSoftcapGradT<Element>{smem + Traits::kOffDS +
+                                               (warp_key0 + g) * kPRowChunks * 16 +
+                                               (warp_query0 + 2 * t) * 2,
+                                           kPRowChunks * 16};
+      } else {
+        return UnitGrad{};  // not used
+      }
+    }();
     if constexpr (kStoredSoftcapGrad) {
       apply_score_mods_transposed<kVariant>(acc_s, kp, batch, head, n_start + warp_key0,
                                             m * kBlockM + warp_query0, lane,
@@ -317,16 +324,11 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
     // P^T, in place; the softcap variants (two MUFU per score) take kBwdPolyEighths / 8 of the
     // exponentials on the FMA pipe, as the forward does (sm80/fwd_kernel.h).
     probs_from_scores<kBwdPolyEighths>(acc_s, s_max, s_log2sum, warp_query0, scale_log2, t);
-    // The score modifier's factor on dS (problem/score_mod.h), from P^T and the row stats.
-    const auto grad = [&] {
-      if constexpr (kStoredSoftcapGrad) {
-        return UnitGrad{};  // stored_grad instead
-      } else {
-        return ds_grad_t<kVariant>(kp, batch, head, s_max + warp_query0 * 4,
-                                   s_log2sum + warp_query0 * 4, n_start + warp_key0 + g,
-                                   m * kBlockM + warp_query0, t);
-      }
-    }();
+    // The score modifier's factor on dS (problem/score_mod.h), from P^T and the row stats
+    // (unused where kStoredSoftcapGrad).
+    const auto grad = ds_grad_t<kVariant>(
+        kp, batch, head, s_max + warp_query0 * 4, s_log2sum + warp_query0 * 4,
+        n_start + warp_key0 + g, m * kBlockM + warp_query0, t);
     // dS^T = P^T (dP^T - D), in place in acc_dp.
     auto make_ds = [&]() {
 #pragma unroll
