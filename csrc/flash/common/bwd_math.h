@@ -7,10 +7,43 @@
 #include <cstdint>
 
 #include "../problem/score_mod.h"
+#include "softmax.h"
 #include "../ptx/math.h"
 #include "numeric.h"
 
 namespace flashattn_cu {
+
+// The softcap's factor 1 - t^2 formed from t itself when the scores are capped and kept until
+// dS in 16 bits in shared memory (the sm80 register-path backward: in the lane's own dS^T slots,
+// which the same lane overwrites with dS^T afterwards, so no barrier is involved): per score one
+// FFMA, half a pack, half a 32-bit store and load and an unpack, instead of softcap_grad's
+// MUFU.LG2, the (M, L) loads, the bias and the clamp. The 16-bit rounding of the factor (2^-9
+// relative in bf16) is below that of t recovered from a 16-bit P (softcap_grad), and dS is
+// rounded to 16 bits for the tensor cores anyway. Layout: element (nt, hr, e) of a transposed
+// tile (key g + 8 hr, query 8 nt + 2t + e) at row (g + 8 hr), query (8 nt + 2t + e) of a
+// [key][query] 16-bit tile of row_bytes per row (slot: the lane's (key g, query 2t) word).
+template <typename Element>
+struct StoredSoftcapGradT {
+  char* slot;
+  int row_bytes;
+
+  __device__ __forceinline__ uint32_t* word(int nt, int hr) const {
+    return reinterpret_cast<uint32_t*>(slot + hr * 8 * row_bytes + nt * 16);
+  }
+  template <int kQTiles>
+  __device__ __forceinline__ void store(const float (&t)[kQTiles][4]) const {
+#pragma unroll
+    for (int nt = 0; nt < kQTiles; ++nt)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr)
+        *word(nt, hr) = ElementOps<Element>::pack(fmaf(-t[nt][hr * 2], t[nt][hr * 2], 1.f),
+                                                  fmaf(-t[nt][hr * 2 + 1], t[nt][hr * 2 + 1], 1.f));
+  }
+  __device__ __forceinline__ float operator()(float, int nt, int hr, int e) const {
+    const float2 f = ElementOps<Element>::unpack(*word(nt, hr));
+    return e == 0 ? f.x : f.y;
+  }
+};
 
 // 16-bit A fragment of k-step kk (queries 16 kk ..) from C tiles 2kk, 2kk + 1:
 // a0 = (key g, queries 2t..) = tile 2kk [0,1]; a1 = (key g + 8) = tile 2kk [2,3];
@@ -33,10 +66,17 @@ __device__ __forceinline__ float prob_from_score(float s, float row_max, float r
                                                  float scale_log2) {
   return ptx::ex2_approx(fmaf(s - row_max, scale_log2, -row_log2sum));
 }
+// The same with the exponential on the FMA pipe (common/softmax.h, exp2_fma): for a share of the
+// scores of kernels whose SFU is their limit (the softcap variants).
+__device__ __forceinline__ float prob_from_score_fma(float s, float row_max, float row_log2sum,
+                                                     float scale_log2) {
+  return exp2_fma(fmaf(s - row_max, scale_log2, -row_log2sum));
+}
 
 // S^T -> P^T in place (prob_from_score). s_max / s_log2sum hold M / L of the step's queries
 // (fp32, one per query), the warp's first query is query0; one float2 per 8-query tile.
-template <int kQTiles>
+// kPolyEighths of every 8 query tiles (nt % 8 >= 8 - kPolyEighths) use prob_from_score_fma.
+template <int kPolyEighths = 0, int kQTiles>
 __device__ __forceinline__ void probs_from_scores(float (&s)[kQTiles][4], const char* s_max,
                                                   const char* s_log2sum, int query0,
                                                   float scale_log2, int t) {
@@ -47,8 +87,13 @@ __device__ __forceinline__ void probs_from_scores(float (&s)[kQTiles][4], const 
     const float2 lg = *reinterpret_cast<const float2*>(s_log2sum + off);
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      s[nt][hr * 2] = prob_from_score(s[nt][hr * 2], mx.x, lg.x, scale_log2);
-      s[nt][hr * 2 + 1] = prob_from_score(s[nt][hr * 2 + 1], mx.y, lg.y, scale_log2);
+      if (nt % 8 >= 8 - kPolyEighths) {
+        s[nt][hr * 2] = prob_from_score_fma(s[nt][hr * 2], mx.x, lg.x, scale_log2);
+        s[nt][hr * 2 + 1] = prob_from_score_fma(s[nt][hr * 2 + 1], mx.y, lg.y, scale_log2);
+      } else {
+        s[nt][hr * 2] = prob_from_score(s[nt][hr * 2], mx.x, lg.x, scale_log2);
+        s[nt][hr * 2 + 1] = prob_from_score(s[nt][hr * 2 + 1], mx.y, lg.y, scale_log2);
+      }
     }
   }
 }

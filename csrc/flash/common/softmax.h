@@ -51,6 +51,16 @@ struct ExpPolicy {
 };
 using DefaultExp = ExpPolicy<>;
 
+// The share of the softcap kernels' exponentials on the FMA pipe (sm80 forward and backward),
+// in eighths of the score tiles. The estimate of benchmarks/NOTES.md section 10 balances the SFU
+// (8 cycles per warp instruction, two MUFU per score) against issue (exp2_fma: 8 instructions)
+// at ~3 / 8 - 1 / 2 of the exponentials; -DFLASHATTN_CU_SOFTCAP_POLY_EIGHTHS=n (e.g. through
+// NVCC_APPEND_FLAGS) rebuilds with another share for an A/B.
+#ifndef FLASHATTN_CU_SOFTCAP_POLY_EIGHTHS
+#define FLASHATTN_CU_SOFTCAP_POLY_EIGHTHS 3
+#endif
+constexpr int kSoftcapPolyEighths = FLASHATTN_CU_SOFTCAP_POLY_EIGHTHS;
+
 // What the backward needs to recompute P = exp2((s - row_max) * scale_log2 - log2_sum) exactly:
 // the row's max raw score and log2 of its sum of exp2((s - row_max) * scale_log2). A row that saw
 // no key gets (+inf, 0), which makes every recomputed P exp2(-inf) = 0.

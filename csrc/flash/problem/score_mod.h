@@ -224,12 +224,22 @@ __device__ __forceinline__ void apply_score_mods(float (&s)[kMTiles][kNTiles][4]
   }
 }
 
-template <int kVariant, typename KP, int kQTiles>
+// capped(s): called on the tile right after the softcap (the capped scores t), before ALiBi.
+struct NoCappedHook {
+  template <typename T>
+  __device__ __forceinline__ void operator()(const T&) const {}
+};
+
+template <int kVariant, typename KP, int kQTiles, typename CappedHook = NoCappedHook>
 __device__ __forceinline__ void apply_score_mods_transposed(float (&s)[kQTiles][4], const KP& kp,
                                                             int batch, int head, int key0,
-                                                            int query0, int lane) {
+                                                            int query0, int lane,
+                                                            const CappedHook& capped = {}) {
   if constexpr (variant_may_softcap(kVariant)) {
-    if (softcap_on<kVariant>(kp)) apply_softcap(s, kp.score.softcap_pre);
+    if (softcap_on<kVariant>(kp)) {
+      apply_softcap(s, kp.score.softcap_pre);
+      capped(s);
+    }
   }
   if constexpr (variant_may_alibi(kVariant)) {
     if (alibi_on<kVariant>(kp)) alibi_of(kp, batch, head).apply_transposed(s, key0, query0, lane);
@@ -242,7 +252,8 @@ __device__ __forceinline__ void apply_score_mods_transposed(float (&s)[kQTiles][
 // gives t = (log2 P + L) / scale_log2 + M - b, b the element's ALiBi bias in score units (0
 // without). P = 0 (masked, or underflowed) gives -inf, clamped to t = -1: factor 0, and dS is 0
 // there anyway. From a 16-bit P, t is off by at most 2^-8 / ln 2 / scale_log2 (bf16), i.e.
-// 0.004 / softcap: P's own rounding in dS is larger.
+// 0.004 / softcap: P's own rounding in dS is larger. The sm80 register-path backward keeps
+// 1 - t^2 from the tanh instead (common/bwd_math.h, StoredSoftcapGradT); this serves the others.
 __device__ __forceinline__ float softcap_grad(float p, float row_max, float row_log2sum,
                                               float inv_scale_log2, float bias) {
   const float t = fmaf(ptx::lg2_approx(p) + row_log2sum, inv_scale_log2, row_max - bias);

@@ -122,6 +122,13 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
   constexpr int kQTiles = Traits::kQTiles, kColTiles = Traits::kColTiles;
   constexpr int kRowChunks = Traits::kSmemRowChunks, kPRowChunks = Traits::kPRowChunks;
   constexpr int kSplit = Traits::kSplit, kStages = Traits::kStages;
+  // The compile-time softcap variants on the register path (the dropout variant's run-time
+  // softcap and the split path recover t from P: problem/score_mod.h, softcap_grad).
+  constexpr bool kStoredSoftcapGrad = variant_softcap(kVariant) && kSplit == 1;
+  // Their share of exp2 on the FMA pipe (common/softmax.h, kSoftcapPolyEighths), at d > 64 only:
+  // ptxas (sm_90a) puts the 128 x 128 d = 64 tile's spills up with it (softcap 48 -> 72 bytes,
+  // ALiBi + softcap 92 -> 152) while d = 128's go down (44 -> 28, 52 -> 36).
+  constexpr int kBwdPolyEighths = kStoredSoftcapGrad && kHeadDim > 64 ? kSoftcapPolyEighths : 0;
   const BwdParams& p = kp.p;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -290,14 +297,35 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
     }
     float acc_s[kQTiles][4], acc_dp[kQTiles][4];
     gemm_t(acc_s, k_a_lane, sQs);
-    apply_score_mods_transposed<kVariant>(acc_s, kp, batch, head, n_start + warp_key0,
-                                          m * kBlockM + warp_query0, lane);
+    // The softcap variants of the register path keep 1 - t^2 from the capped scores in the lane's
+    // dS^T slots (common/bwd_math.h, StoredSoftcapGradT) instead of recovering t from P.
+    [[maybe_unused]] const auto stored_grad = [&] {
+      if constexpr (kStoredSoftcapGrad) {
+        return StoredSoftcapGradT<Element>{smem + Traits::kOffDS +
+                                               (warp_key0 + g) * kPRowChunks * 16 +
+                                               (warp_query0 + 2 * t) * 2,
+                                           kPRowChunks * 16};
+      } else {
+        return UnitGrad{};  // not used
+      }
+    }();
+    if constexpr (kStoredSoftcapGrad) {
+      apply_score_mods_transposed<kVariant>(acc_s, kp, batch, head, n_start + warp_key0,
+                                            m * kBlockM + warp_query0, lane,
+                                            [&](const auto& capped) { stored_grad.store(capped); });
+    } else {
+      apply_score_mods_transposed<kVariant>(acc_s, kp, batch, head, n_start + warp_key0,
+                                            m * kBlockM + warp_query0, lane);
+    }
     if (m < um_begin || (kDynamic && m >= um_end)) {
       mask_of<kDynamic>(seq_info<kDynamic>(p, batch), p)
           .apply_transposed(acc_s, n_start + warp_key0, m * kBlockM + warp_query0, lane);
     }
-    probs_from_scores(acc_s, s_max, s_log2sum, warp_query0, scale_log2, t);  // P^T, in place
-    // The score modifier's factor on dS (problem/score_mod.h), from P^T and the row stats.
+    // P^T, in place; the softcap variants (two MUFU per score) take kBwdPolyEighths / 8 of the
+    // exponentials on the FMA pipe, as the forward does (sm80/fwd_kernel.h).
+    probs_from_scores<kBwdPolyEighths>(acc_s, s_max, s_log2sum, warp_query0, scale_log2, t);
+    // The score modifier's factor on dS (problem/score_mod.h), from P^T and the row stats
+    // (unused where kStoredSoftcapGrad).
     const auto grad = ds_grad_t<kVariant>(
         kp, batch, head, s_max + warp_query0 * 4, s_log2sum + warp_query0 * 4,
         n_start + warp_key0 + g, m * kBlockM + warp_query0, t);
@@ -337,7 +365,11 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
       // dS^T = P^T (dP^T - D) from the 16-bit P^T (warp_query0 = 0 on this path).
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t, grad);
+        if constexpr (kStoredSoftcapGrad) {
+          ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t, stored_grad);
+        } else {
+          ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t, grad);
+        }
       }
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {

@@ -54,17 +54,9 @@ struct FwdTraits {
   static_assert(kBlockN % 16 == 0 && kHeadDim % 32 == 0, "tiles are made of 16x16 mma steps");
 };
 
-// How the forward of a variant forms its exponentials (common/softmax.h, ExpPolicy). The softcap
-// variants spend two MUFU per score (tanh, exp2) against one elsewhere, so a share of their
-// exp2 runs on the FMA pipe: kSoftcapPolyEighths / 8 of the score tiles. The estimate of
-// benchmarks/NOTES.md section 10 balances the SFU (8 cycles per warp instruction) against issue
-// (exp2_fma: 8 instructions) at ~3 / 8 - 1 / 2; -DFLASHATTN_CU_SOFTCAP_POLY_EIGHTHS=n (e.g. via
-// NVCC_APPEND_FLAGS) rebuilds with another share for an A/B. Softcap alone also fuses the
-// exponent into one FFMA (its scores are within [-1, 1]).
-#ifndef FLASHATTN_CU_SOFTCAP_POLY_EIGHTHS
-#define FLASHATTN_CU_SOFTCAP_POLY_EIGHTHS 3
-#endif
-constexpr int kSoftcapPolyEighths = FLASHATTN_CU_SOFTCAP_POLY_EIGHTHS;
+// How the forward of a variant forms its exponentials (common/softmax.h, ExpPolicy): the
+// softcap variants take kSoftcapPolyEighths / 8 of their exp2 on the FMA pipe, and softcap alone
+// fuses the exponent into one FFMA (its scores are within [-1, 1]).
 template <int kVariant>
 using FwdExpPolicy = ExpPolicy<variant_softcap(kVariant) ? kSoftcapPolyEighths : 0,
                                kVariant == kSoftcapVariant>;
