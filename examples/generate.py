@@ -193,7 +193,10 @@ def main():
     model = Decoder(args.vocab, args.dim, args.layers, args.heads, args.heads_k, args.head_dim,
                     device, dtype, args.seed)
     capacity = args.prompt + args.new_tokens
-    cos, sin = rotary_tables(capacity, args.head_dim, device, dtype)
+    # flash_attn_with_kvcache wants rotary tables as long as the cache: the paged one holds whole
+    # pages.
+    paged_capacity = -(-capacity // args.page_size) * args.page_size
+    cos, sin = rotary_tables(max(capacity, paged_capacity), args.head_dim, device, dtype)
     g = torch.Generator(device="cpu").manual_seed(args.seed + 2)
     prompt = torch.randint(0, args.vocab, (args.batch, args.prompt), generator=g).to(device)
 
