@@ -223,6 +223,20 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (std::string(only) == "softcap") {
+    // Softcap 30 against plain, on the tiles and FMA shares worth comparing.
+    const std::vector<int> sl = {4096, 16384};
+    g_library_schedule = true;
+    sweep<128, FwdTraits<128, 128, 176, 2, true>>("d128 plain 128x176", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 128, 2, true>>("d128 plain 128x128", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 128, 2, true, 0>, kSoftcap>("d128 softcap 128x128 e0", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 128, 2, true, 4>, kSoftcap>("d128 softcap 128x128 e4", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 176, 2, true, 0>, kSoftcap>("d128 softcap 128x176 e0", b, true, sl);
+    sweep<64, FwdTraits<64, 192, 128, 2, false>>("d64 plain 192x128", b, true, sl);
+    sweep<64, FwdTraits<64, 128, 128, 2, true, 0>, kSoftcap>("d64 softcap 128x128 e0", b, true, sl);
+    sweep<64, FwdTraits<64, 128, 128, 2, true, 4>, kSoftcap>("d64 softcap 128x128 e4", b, true, sl);
+    return 0;
+  }
   if (std::string(only) == "profile") {
     // One launch of each kernel for ncu (run under `ncu -k regex:fwd_kernel ...`): d = 128 at 8k
     // non-causal, plain on the static tile and on 128 x 128, softcap 30, ALiBi; window
