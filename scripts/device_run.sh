@@ -3,7 +3,7 @@
 #
 #   bash scripts/device_run.sh                                  # every step
 #   STEPS=build,check,test bash scripts/device_run.sh           # a subset, in this fixed order:
-#                                                               #   env,diag,build,check,test,bench,features,decode,example,cp,sanitize
+#                                                               #   env,diag,build,check,test,bench,features,decode,example,cp,sanitize,sanitize_kv
 #                                                               # (diag, not in the default set: the TORCH_CHECK
 #                                                               #  crash diagnosis, scripts/diag_torch_check.py)
 #   FLASHATTN_CU_COMMIT=abc1234 STEPS=build,bench BENCH_ARGS="--quick" bash scripts/device_run.sh
@@ -33,10 +33,13 @@
 #   SAVE_SO=1             copy the built flashattn_cu/_C*.so to $OUT (if under 16 MiB), so that a later call
 #                         on a fresh machine can carry it into flashattn_cu/ and skip the build
 #   TRAIN_ARGS, LONG_ARGS extra flags for examples/train_gpt.py and examples/long_context.py
+#   EXAMPLES              which examples the "example" step runs (default train_gpt,long_context,generate)
 #   FEATURES_ARGS         flags for benchmarks/bench_features.py (step "features", not in the default
 #                         set: varlen and sliding window against padded / causal); table in extras
 #   DECODE_SEQLEN_Q       seqlen_q values for benchmarks/bench_decode.py (step "decode", not in the default
 #                         set; default "1"); tables in extras
+#   SANITIZE_KV_TOOLS, SANITIZE_KV_K   step "sanitize_kv" (not in the default set): compute-sanitizer tools
+#                         (default racecheck,memcheck) over tests/test_kvcache.py -k SANITIZE_KV_K
 #   CP_NPROC, CP_ARGS     GPUs for examples/context_parallel.py (default: all visible) and its flags;
 #                         its table goes into extras.tar.gz (context_parallel.md), RESULT lines to the summary
 #   SANITIZE_TOOLS        default memcheck,racecheck,synccheck (initcheck also possible)
@@ -284,10 +287,13 @@ main() {
         local -a train_args long_args
         read -r -a train_args <<< "${TRAIN_ARGS:-}"
         read -r -a long_args <<< "${LONG_ARGS:-}"
-        run_step example:train_gpt "$LOGS/train_gpt.log" "$PY" examples/train_gpt.py \
-            --out "$LOGS/train_gpt_loss.png" "${train_args[@]}"
-        run_step example:long_context "$LOGS/long_context.log" "$PY" examples/long_context.py "${long_args[@]}"
-        run_step example:generate "$LOGS/generate.log" "$PY" examples/generate.py
+        local ex=",${EXAMPLES:-train_gpt,long_context,generate},"
+        [[ $ex == *,train_gpt,* ]] && run_step example:train_gpt "$LOGS/train_gpt.log" "$PY" \
+            examples/train_gpt.py --out "$LOGS/train_gpt_loss.png" "${train_args[@]}"
+        [[ $ex == *,long_context,* ]] && run_step example:long_context "$LOGS/long_context.log" \
+            "$PY" examples/long_context.py "${long_args[@]}"
+        [[ $ex == *,generate,* ]] && run_step example:generate "$LOGS/generate.log" "$PY" \
+            examples/generate.py
     fi
 
     if want cp; then
@@ -325,6 +331,19 @@ main() {
                     "$PY" scripts/sanitize_case.py --quiet "${san_args[@]}"
             done
         fi
+    fi
+
+    if want sanitize_kv; then  # the kvcache kernels under compute-sanitizer, through their tests
+        local cs tool
+        cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+        for tool in ${SANITIZE_KV_TOOLS:-racecheck,memcheck}; do
+            [ -n "$cs" ] || { record "sanitize_kv:$tool" skip 0 "compute-sanitizer not found"; continue; }
+            run_step "sanitize_kv:$tool" "$LOGS/sanitize_kv_$tool.log" \
+                timeout "${SANITIZE_TIMEOUT:-150}" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
+                "$cs" --tool "$tool" --error-exitcode 97 --print-limit 20 \
+                "$PY" -m pytest -q -p no:cacheprovider tests/test_kvcache.py \
+                -k "${SANITIZE_KV_K:-test_paged_gather_page_sizes and 16-3 or test_packed_gqa_speculative and 4-causal}"
+        done
     fi
 
     echo
