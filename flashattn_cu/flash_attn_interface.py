@@ -601,6 +601,12 @@ def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
         if t.dim() != 3:
             raise ValueError(f"{fn}: {name} must have rank 3 (total_tokens, nheads, headdim), got "
                              f"shape {tuple(t.shape)}")
+    return _check_cu_seqlens(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, fn)
+
+
+def _check_cu_seqlens(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, fn):
+    """cu_seqlens_q / cu_seqlens_k int32 (batch + 1,) on q's device; returns the max_seqlen
+    bounds as ints."""
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 1 or \
                 t.numel() < 1:
@@ -652,8 +658,15 @@ def flash_attn_varlen_func(
         max_seqlen_q, max_seqlen_k: ints, at least every sequence's length (they size the grid;
             rows past them are not computed, as in flash_attn).
         causal: per sequence, aligned to the bottom-right corner of its own attention matrix.
-        The other arguments as flash_attn_func (dropout included); block_table (paged prefill)
-            is not implemented yet (flash_attn_with_kvcache takes paged caches).
+        The other arguments as flash_attn_func (dropout included).
+        block_table: optional (batch, max_num_blocks_per_seq) int32 (paged prefill, flash_attn's
+            paged KV): k and v are then paged caches (num_blocks, page_block_size, nheads_k,
+            headdim), any page_block_size >= 1, read in place, and sequence b's keys are the
+            first cu_seqlens_k[b + 1] - cu_seqlens_k[b] rows of its pages in block_table order
+            (block_table.shape[1] * page_block_size >= max_seqlen_k). Forward only, as in
+            flash_attn: the output's backward raises NotImplementedError; dropout_p > 0 raises
+            NotImplementedError; head dims multiples of 8. Page numbers are device values:
+            outside [0, num_blocks) they are clamped by the kernel, never read outside.
     Returns:
         out (total_q, nheads, headdim), or (out, softmax_lse (nheads, total_q), S_dmask) if
         return_attn_probs: S_dmask (batch, nheads, max_seqlen_q, max_seqlen_k rounded up to 128)
@@ -661,9 +674,11 @@ def flash_attn_varlen_func(
     """
     fn = "flash_attn_varlen_func"
     if block_table is not None:
-        _not_implemented("block_table (paged prefill) in flash_attn_varlen_func",
-                         "block_table given", "pass contiguous k and v here; paged decoding runs "
-                         "through flash_attn_with_kvcache(..., block_table=...)")
+        from flashattn_cu.kvcache import _paged_varlen  # defined there (imports this module)
+
+        return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                             dropout_p, softmax_scale, causal, window_size, softcap,
+                             alibi_slopes, return_attn_probs, block_table)
     window_left, window_right = _check_features(dropout_p, window_size, softcap, alibi_slopes)
     causal = bool(causal) or (window_left < 0 and window_right == 0)
     if causal:

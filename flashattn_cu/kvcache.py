@@ -6,6 +6,11 @@ the current stream for now (no host sync, so CUDA graphs capture them; fusing th
 kernel is left) -> `torch.ops.flashattn_cu.fwd_kvcache` (split-KV attention over the cache, GQA
 packing of each kv head's query heads for any seqlen_q (not with ALiBi), paged gather through
 block_table; csrc/flash/problem/kv_cache.h).
+
+flash_attn_varlen_func(..., block_table=...) (paged prefill) comes here too (`_paged_varlen`):
+the same op in its varlen mode, `torch.ops.flashattn_cu.fwd_kvcache_varlen` (varlen queries
+with cu_seqlens_q, each sequence's keys counted by cu_seqlens_k, lse (nheads, total_q)); forward
+only, as in flash_attn.
 """
 
 import numbers
@@ -38,37 +43,47 @@ def _fwd_kvcache_fake(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache
     return _empty_like_layout(q), q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
 
 
-def _check_tensor(t, name, rank, shape_text):
+@torch.library.register_fake("flashattn_cu::fwd_kvcache_varlen")
+def _fwd_kvcache_varlen_fake(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, block_table,
+                             max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left=-1,
+                             window_right=-1, alibi_slopes=None, softcap=0.0, num_splits=0):
+    from flashattn_cu.flash_attn_interface import _empty_like_layout
+
+    total_q, nheads, _ = q.shape
+    return _empty_like_layout(q), q.new_empty((nheads, total_q), dtype=torch.float32)
+
+
+def _check_tensor(t, name, rank, shape_text, fn=_FN):
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{_FN}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dim() != rank:
-        raise ValueError(f"{_FN}: {name} must have rank {rank} {shape_text}, got shape "
+        raise ValueError(f"{fn}: {name} must have rank {rank} {shape_text}, got shape "
                          f"{tuple(t.shape)}")
 
 
-def _check_int_tensor(t, name, shape, device):
+def _check_int_tensor(t, name, shape, device, fn=_FN):
     """An int32 tensor of `shape` on `device` (None passes)."""
     if t is None:
         return None
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{_FN}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype != torch.int32:
-        raise TypeError(f"{_FN}: {name} must be int32, got {t.dtype}")
+        raise TypeError(f"{fn}: {name} must be int32, got {t.dtype}")
     if tuple(t.shape) != tuple(shape):
-        raise ValueError(f"{_FN}: {name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
+        raise ValueError(f"{fn}: {name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
     if t.device != device:
-        raise ValueError(f"{_FN}: {name} is on {t.device} but q is on {device}")
+        raise ValueError(f"{fn}: {name} is on {t.device} but q is on {device}")
     return t
 
 
-def _check_devices(q, k_cache, v_cache):
+def _check_devices(q, k_cache, v_cache, fn=_FN, names=("q", "k_cache", "v_cache")):
     """CUDA tensors on one GPU, an sm_80+ GPU and this build's instance of the head dim."""
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+    for name, t in zip(names, (q, k_cache, v_cache)):
         if t.device.type != "cuda":
-            raise ValueError(f"{_FN}: {name} is on device '{t.device}'; flashattn_cu runs on "
+            raise ValueError(f"{fn}: {name} is on device '{t.device}'; flashattn_cu runs on "
                              "CUDA GPUs only")
         if t.device != q.device:
-            raise ValueError(f"{_FN}: {name} is on {t.device} but q is on {q.device}")
+            raise ValueError(f"{fn}: {name} is on {t.device} but q is on {q.device}")
     _fai._check_devices(q, k_cache, v_cache)
 
 
@@ -295,3 +310,101 @@ def flash_attn_with_kvcache(
         block_table, softmax_scale, causal, window_left, window_right, alibi_slopes, softcap,
         int(num_splits))
     return (out, softmax_lse) if return_softmax_lse else out
+
+
+# ---------------------------------------------------------------------------------------------
+# flash_attn_varlen_func(..., block_table=...): paged prefill
+
+_VARLEN_FN = "flash_attn_varlen_func"
+_NO_BACKWARD = (
+    "backward of flash_attn_varlen_func with block_table (paged KV) is not implemented: the "
+    "paged path is forward-only, as in flash_attn (whose varlen backward takes no block table). "
+    "For gradients pass contiguous k and v (total_k, nheads_k, headdim) without block_table")
+
+
+class _PagedVarlenFunc(torch.autograd.Function):
+    """The paged prefill forward; its backward raises (never a silent wrong gradient)."""
+
+    @staticmethod
+    def forward(ctx, q, k_cache, v_cache, *args):
+        out, lse = torch.ops.flashattn_cu.fwd_kvcache_varlen(q, k_cache, v_cache, *args)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        raise NotImplementedError(_NO_BACKWARD)
+
+
+def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                  softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs,
+                  block_table):
+    """flash_attn_varlen_func with block_table (its arguments; see its docstring)."""
+    fn = _VARLEN_FN
+    dropout_p = _fai._check_dropout(dropout_p)
+    if dropout_p > 0.0:
+        raise NotImplementedError(
+            f"{fn}: dropout_p > 0 with block_table (paged KV) is not implemented (got "
+            f"dropout_p={dropout_p}); flash_attn's paged path has no dropout either. Pass "
+            "dropout_p=0.0, or contiguous k and v without block_table")
+    _check_tensor(q, "q", 3, "(total_q, nheads, headdim)", fn)
+    paged_text = "(num_blocks, page_block_size, nheads_k, headdim) with block_table"
+    _check_tensor(k, "k", 4, paged_text, fn)
+    _check_tensor(v, "v", 4, paged_text, fn)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dtype not in _SUPPORTED_DTYPES:
+            raise TypeError(f"{fn}: {name} has dtype {t.dtype}; supported: torch.float16, "
+                            "torch.bfloat16")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{fn}: {name} has dtype {t.dtype} but q has {q.dtype}")
+    _check_devices(q, k, v, fn, ("q", "k", "v"))
+    total_q, nheads, head_dim = q.shape
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError(f"{fn}: v has shape {tuple(v.shape)} but k has {tuple(k.shape)} "
+                         "(paged caches of one layout)")
+    num_blocks, page_size, nheads_k = k.shape[:3]
+    if k.shape[3] != head_dim:
+        raise ValueError(f"{fn}: k has head dim {k.shape[3]} but q has {head_dim}")
+    if head_dim % 8 != 0 or head_dim > 256:
+        raise ValueError(f"{fn}: head dim {head_dim} is not supported with block_table; "
+                         "supported: multiples of 8 up to 256 (the paged cache is read in "
+                         "place, so it cannot be padded)")
+    if nheads_k < 1 or nheads % nheads_k != 0:
+        raise ValueError(f"{fn}: q has {nheads} heads and k {nheads_k}; nheads must be a "
+                         "positive multiple of nheads_k")
+    if num_blocks < 1 or page_size < 1:
+        raise ValueError(f"{fn}: a paged k needs at least one page of at least one row, got "
+                         f"shape {tuple(k.shape)}")
+    max_seqlen_q, max_seqlen_k = _fai._check_cu_seqlens(q, cu_seqlens_q, cu_seqlens_k,
+                                                        max_seqlen_q, max_seqlen_k, fn)
+    batch = cu_seqlens_q.numel() - 1
+    device = q.device
+    need = max(1, -(-max_seqlen_k // page_size))
+    if not isinstance(block_table, torch.Tensor):
+        raise TypeError(f"{fn}: block_table must be a torch.Tensor, got "
+                        f"{type(block_table).__name__}")
+    if block_table.dtype != torch.int32:
+        raise TypeError(f"{fn}: block_table must be int32, got {block_table.dtype}")
+    if block_table.dim() != 2 or block_table.shape[0] != batch or block_table.shape[1] < need:
+        raise ValueError(
+            f"{fn}: block_table must have shape (batch, max_num_blocks_per_seq) = ({batch}, >= "
+            f"ceil(max_seqlen_k / page_block_size) = {need}) for max_seqlen_k={max_seqlen_k} and "
+            f"page_block_size={page_size}, got {tuple(block_table.shape)}")
+    if block_table.device != device:
+        raise ValueError(f"{fn}: block_table is on {block_table.device} but q is on {device}")
+
+    window_left, window_right = _check_features(0.0, window_size, softcap, alibi_slopes)
+    causal = bool(causal) or (window_left < 0 and window_right == 0)
+    if causal:
+        window_right = 0
+    if softmax_scale is None:
+        softmax_scale = head_dim ** (-0.5)
+    else:
+        _check_scale(softmax_scale)
+        softmax_scale = float(softmax_scale)
+    softcap = _check_softcap(softcap)
+    alibi_slopes = _check_alibi(alibi_slopes, batch, nheads, device)
+    out, lse = _PagedVarlenFunc.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table,
+                                      max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                                      window_left, window_right, alibi_slopes, softcap)
+    return (out, lse, None) if return_attn_probs else out

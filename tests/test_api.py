@@ -114,6 +114,12 @@ def test_op_schemas():
         "Tensor? block_table, float softmax_scale, bool causal, int window_left=-1, "
         "int window_right=-1, Tensor? alibi_slopes=None, float softcap=0., int num_splits=0) -> "
         "(Tensor, Tensor)")
+    assert str(torch.ops.flashattn_cu.fwd_kvcache_varlen.default._schema) == (
+        "flashattn_cu::fwd_kvcache_varlen(Tensor q, Tensor k_cache, Tensor v_cache, "
+        "Tensor cu_seqlens_q, Tensor cu_seqlens_k, Tensor block_table, int max_seqlen_q, "
+        "int max_seqlen_k, float softmax_scale, bool causal, int window_left=-1, "
+        "int window_right=-1, Tensor? alibi_slopes=None, float softcap=0., int num_splits=0) -> "
+        "(Tensor, Tensor)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -121,12 +127,13 @@ def test_op_schemas():
 
 
 def test_not_implemented():
+    """Paged prefill (flash_attn_varlen_func with block_table) is forward-only without dropout,
+    as flash_attn's paged path (tests/test_paged_prefill.py has the rest)."""
     q, k, v = cpu_qkv()
-    with pytest.raises(NotImplementedError, match=r"flashattn_cu 0\.1 does not implement "
-                       r"block_table \(paged prefill\) in flash_attn_varlen_func yet .*"
-                       r"flash_attn_with_kvcache"):
-        fai.flash_attn_varlen_func(q[0], k[0], v[0], torch.tensor([0, 5], dtype=torch.int32),
-                                   torch.tensor([0, 7], dtype=torch.int32), 5, 7,
+    with pytest.raises(NotImplementedError, match=r"flash_attn_varlen_func: dropout_p > 0 with "
+                       r"block_table \(paged KV\) is not implemented"):
+        fai.flash_attn_varlen_func(q[0], k, v, torch.tensor([0, 5], dtype=torch.int32),
+                                   torch.tensor([0, 7], dtype=torch.int32), 5, 7, dropout_p=0.1,
                                    block_table=torch.zeros(1, 1, dtype=torch.int32))
 
 

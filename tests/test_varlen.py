@@ -210,7 +210,8 @@ def test_varlen_shapes_on_fake_tensors():
     (dict(cu_k_len=3), ValueError, "cu_seqlens_q has 4 elements and cu_seqlens_k 3"),
     (dict(max_q=-1), ValueError, "max_seqlen_q must be a non-negative int"),
     (dict(max_k=2.5), ValueError, "max_seqlen_k must be a non-negative int"),
-    (dict(block_table=True), NotImplementedError, "block_table"),
+    # block_table (paged prefill: tests/test_paged_prefill.py) takes paged k / v.
+    (dict(block_table=True), ValueError, r"k must have rank 4 \(num_blocks, page_block_size"),
     (dict(dropout_p=1.0), ValueError, r"dropout_p must be a probability in \[0, 1\), got 1.0"),
 ])
 def test_varlen_argument_errors(change, error, message):

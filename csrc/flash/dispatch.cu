@@ -292,12 +292,20 @@ struct KvcacheWorkspace {
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
+// Rows of the (unpacked) call's lse, and so of each split's partials: (batch, heads, seqlen_q),
+// or varlen (heads, total_q).
+int64_t kvcache_lse_rows(const KvcacheParams& p) {
+  return p.cu_seqlens_q != nullptr ? static_cast<int64_t>(p.num_heads) * p.total_q
+                                   : static_cast<int64_t>(p.batch) * p.num_heads * p.seqlen_q;
+}
+
+// p: the unpacked call.
 KvcacheWorkspace kvcache_workspace(const KvcacheParams& p, int splits) {
   KvcacheWorkspace w;
   size_t at = 0;
   if (p.cache_leftpad != nullptr) at = align256(sizeof(int) * static_cast<size_t>(p.batch));
   w.lse = at;
-  const size_t rows = static_cast<size_t>(p.batch) * p.num_heads * p.seqlen_q;
+  const size_t rows = static_cast<size_t>(kvcache_lse_rows(p));
   if (splits > 1) at = align256(at + sizeof(float) * rows * splits);
   w.o = at;
   if (splits > 1) at = align256(at + sizeof(float) * rows * splits * p.head_dim);
@@ -311,12 +319,18 @@ bool aligned4(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 4 == 
 Status check_kvcache(const KvcacheParams& p) {
   Status st = check_common(static_cast<const FwdParams&>(p));
   if (st != Status::kSuccess) return st;
-  if (p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr || p.seqused_k != nullptr ||
-      p.dropout_p != 0.f || p.softmax_stats != nullptr || p.rng_state != nullptr ||
-      p.s_dmask != nullptr) {
+  if (p.seqused_k != nullptr || p.dropout_p != 0.f || p.softmax_stats != nullptr ||
+      p.rng_state != nullptr || p.s_dmask != nullptr) {
     return Status::kInvalidArgument;
   }
-  if (p.cache_seqlens == nullptr || !aligned4(p.cache_seqlens) || !aligned4(p.cache_batch_idx) ||
+  // Varlen (check_common: cu_seqlens_q and cu_seqlens_k together): the keys come from
+  // cu_seqlens_k, not cache_seqlens / cache_leftpad; otherwise cache_seqlens is required.
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  if (varlen ? p.cache_seqlens != nullptr || p.cache_leftpad != nullptr
+             : p.cache_seqlens == nullptr) {
+    return Status::kInvalidArgument;
+  }
+  if (!aligned4(p.cache_seqlens) || !aligned4(p.cache_batch_idx) ||
       !aligned4(p.cache_leftpad) || !aligned4(p.block_table) || p.num_splits < 0 ||
       p.num_splits > kMaxSplits) {
     return Status::kInvalidArgument;
@@ -355,7 +369,7 @@ size_t fwd_kvcache_workspace_bytes(const KvcacheParams& params) {
       params.seqlen_q <= 0 || params.head_dim <= 0 || params.num_heads % params.num_heads_k != 0) {
     return 0;
   }
-  return kvcache_workspace(pack_gqa(params), fwd_kvcache_num_splits(params)).bytes;
+  return kvcache_workspace(params, fwd_kvcache_num_splits(params)).bytes;
 }
 
 namespace {
@@ -382,13 +396,14 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
   if (st != Status::kSuccess) return st;
   const KvcacheParams p = pack_gqa(params);
   const int splits = kvcache_splits(p, dev);
-  const KvcacheWorkspace ws = kvcache_workspace(p, splits);
+  const KvcacheWorkspace ws = kvcache_workspace(params, splits);
   if (ws.bytes > 0 && !pointer_ok(params.workspace, true)) return Status::kInvalidArgument;
   char* workspace = static_cast<char*>(params.workspace);
 
   FwdKvcacheKernelParams kp;
   static_cast<FwdKernelParams&>(kp) = make_fwd_kernel_params(p);
-  // The keys of each entry reach the kernels as seqused_k (problem/kv_cache.h).
+  // The keys of each entry reach the kernels as seqused_k (problem/kv_cache.h), or varlen as
+  // cu_seqlens_k (kept from p, as cu_seqlens_q and total_q are: problem/seqlen.h).
   kp.p.seqused_k = p.cache_seqlens;
   if (p.cache_leftpad != nullptr) {
     int* counts = reinterpret_cast<int*>(workspace + ws.counts);
@@ -406,7 +421,7 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
   kp.kv.num_pages = p.num_pages;
   kp.kv.pack_group = pack_group_of(params);
   kp.kv.num_splits = splits;
-  kp.kv.partial_rows = static_cast<int64_t>(p.batch) * p.num_heads * p.seqlen_q;
+  kp.kv.partial_rows = kvcache_lse_rows(params);
   kp.kv.lse_partial = splits > 1 ? reinterpret_cast<float*>(workspace + ws.lse) : nullptr;
   kp.kv.o_partial = splits > 1 ? reinterpret_cast<float*>(workspace + ws.o) : nullptr;
 

@@ -11,7 +11,9 @@
 //   flashattn_cu::fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
 //                             block_table, softmax_scale, causal, ..., num_splits=0)
 //       -> (out, softmax_lse)
-// (flash_attn_with_kvcache's attention; the Python wrapper appends to the cache first). Dropout: the forward draws (seed, offset) from the CUDA generator
+//   flashattn_cu::fwd_kvcache_varlen(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k,
+//                                    block_table, max_seqlen_q, max_seqlen_k, ...) -> (out, lse)
+// (flash_attn_with_kvcache's attention, and flash_attn_varlen_func's with block_table; the Python wrapper appends to the cache first). Dropout: the forward draws (seed, offset) from the CUDA generator
 // (gen, or the device's default) and returns them as rng_state (int64 (2,), written by the
 // kernel, so a captured CUDA graph records fresh values at each replay); the backward takes that
 // rng_state and regenerates the same mask. S_dmask: flash_attn's return_softmax output
@@ -734,6 +736,45 @@ at::Tensor check_index_array(const std::optional<at::Tensor>& t, const char* nam
   return check_seq_array(*t, name, q, batch);
 }
 
+// A paged cache's block table: int32 (batch, >= 1) on q's device, rows contiguous (copied
+// otherwise); the cache at least one page of one row.
+at::Tensor check_block_table(const at::Tensor& t, const at::Tensor& q, int64_t batch,
+                             const at::Tensor& k_cache) {
+  TORCH_CHECK_VALUE(t.is_cuda() && t.device() == q.device(),
+                    msg("block_table must be on ", q.device(), ", got ", t.device()));
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kInt,
+                   msg("block_table must be int32, got ", t.scalar_type()));
+  TORCH_CHECK_VALUE(t.dim() == 2 && t.size(0) == batch && t.size(1) >= 1,
+                    msg("block_table must have shape (batch, max_num_blocks) = (", batch,
+                        ", >= 1), got ", t.sizes()));
+  TORCH_CHECK_VALUE(k_cache.size(0) >= 1 && k_cache.size(1) >= 1,
+                    msg("a paged k_cache needs at least one page of at least one row, got ",
+                        k_cache.sizes()));
+  return t.stride(1) == 1 || t.size(1) == 1 ? t : t.contiguous();
+}
+
+// The paged fields of p from a checked block table and the (num_pages, page_size, ...) cache.
+void set_block_table(flashattn_cu::KvcacheParams& p, const at::Tensor& block_table,
+                     const at::Tensor& k_cache) {
+  p.block_table = block_table.data_ptr<int>();
+  p.block_table_batch_stride =
+      block_table.size(0) == 1 ? block_table.size(1) : block_table.stride(0);
+  p.page_size = static_cast<int>(k_cache.size(1));
+  p.num_pages = static_cast<int>(k_cache.size(0));
+}
+
+// Runs fwd_kvcache with its split-KV workspace.
+void run_fwd_kvcache(flashattn_cu::KvcacheParams& p, const at::Tensor& q, const char* which) {
+  const size_t bytes = flashattn_cu::fwd_kvcache_workspace_bytes(p);
+  at::Tensor workspace;
+  if (bytes > 0) {
+    workspace = at::empty({static_cast<int64_t>(bytes)}, q.options().dtype(at::kByte));
+    maybe_poison(workspace);
+    p.workspace = workspace.data_ptr();
+  }
+  check_status(flashattn_cu::fwd_kvcache(p, c10::cuda::getCurrentCUDAStream()), which);
+}
+
 std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(
     const at::Tensor& q_in, const at::Tensor& k_cache, const at::Tensor& v_cache,
     const at::Tensor& cache_seqlens_in, const std::optional<at::Tensor>& cache_batch_idx_in,
@@ -770,21 +811,10 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(
   at::Tensor block_table;
   int64_t seqlen_k = k_cache.size(1);
   if (block_table_in.has_value()) {
-    const at::Tensor& t = *block_table_in;
-    TORCH_CHECK_VALUE(t.is_cuda() && t.device() == q_in.device(),
-                      msg("block_table must be on ", q_in.device(), ", got ", t.device()));
-    TORCH_CHECK_TYPE(t.scalar_type() == at::kInt,
-                     msg("block_table must be int32, got ", t.scalar_type()));
-    TORCH_CHECK_VALUE(t.dim() == 2 && t.size(0) == batch && t.size(1) >= 1,
-                      msg("block_table must have shape (batch, max_num_blocks) = (", batch,
-                          ", >= 1), got ", t.sizes()));
     TORCH_CHECK_VALUE(!cache_batch_idx.defined(),
                       "flashattn_cu: cache_batch_idx is not supported with a paged cache "
                       "(block_table): index the block table instead");
-    TORCH_CHECK_VALUE(k_cache.size(0) >= 1 && k_cache.size(1) >= 1,
-                      msg("a paged k_cache needs at least one page of at least one row, got ",
-                          k_cache.sizes()));
-    block_table = t.stride(1) == 1 || t.size(1) == 1 ? t : t.contiguous();
+    block_table = check_block_table(*block_table_in, q_in, batch, k_cache);
     seqlen_k = block_table.size(1) * k_cache.size(1);
   } else if (!cache_batch_idx.defined()) {
     TORCH_CHECK_VALUE(k_cache.size(0) >= batch,
@@ -823,21 +853,90 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(
   p.cache_batch_idx = cache_batch_idx.defined() ? cache_batch_idx.data_ptr<int>() : nullptr;
   p.batch_cache = static_cast<int>(k_cache.size(0));
   p.cache_leftpad = cache_leftpad.defined() ? cache_leftpad.data_ptr<int>() : nullptr;
-  if (block_table.defined()) {
-    p.block_table = block_table.data_ptr<int>();
-    p.block_table_batch_stride = block_table.size(0) == 1 ? block_table.size(1) : block_table.stride(0);
-    p.page_size = static_cast<int>(k_cache.size(1));
-    p.num_pages = static_cast<int>(k_cache.size(0));
-  }
+  if (block_table.defined()) set_block_table(p, block_table, k_cache);
   p.num_splits = static_cast<int>(num_splits);
-  const size_t bytes = flashattn_cu::fwd_kvcache_workspace_bytes(p);
-  at::Tensor workspace;
-  if (bytes > 0) {
-    workspace = at::empty({static_cast<int64_t>(bytes)}, q.options().dtype(at::kByte));
-    maybe_poison(workspace);
-    p.workspace = workspace.data_ptr();
+  run_fwd_kvcache(p, q, "fwd_kvcache");
+  return {out, lse};
+}
+
+// Paged prefill (flash_attn_varlen_func with block_table): varlen q (total_q, nheads, d) with
+// cu_seqlens_q against a paged cache (num_pages, page_size, nheads_k, d) through block_table
+// (batch, max_pages); sequence b's keys are the first cu_seqlens_k[b + 1] - cu_seqlens_k[b] rows
+// of its pages (flashattn_cu.h: KvcacheParams, varlen). Returns (out, lse (nheads, total_q)).
+std::tuple<at::Tensor, at::Tensor> fwd_kvcache_varlen_cuda(
+    const at::Tensor& q_in, const at::Tensor& k_cache, const at::Tensor& v_cache,
+    const at::Tensor& cu_seqlens_q, const at::Tensor& cu_seqlens_k,
+    const at::Tensor& block_table_in, int64_t max_seqlen_q, int64_t max_seqlen_k,
+    double softmax_scale, bool causal, int64_t window_left, int64_t window_right,
+    const std::optional<at::Tensor>& alibi, double softcap, int64_t num_splits) {
+  check_window(window_left, window_right);
+  const at::Tensor q4 = varlen_view(q_in, "q");
+  check_input(q4, "q", q4);
+  check_cache(k_cache, "k_cache", q4);
+  check_cache(v_cache, "v_cache", q4);
+  check_scale(softmax_scale);
+  check_softcap(softcap, softmax_scale);
+  const int64_t num_heads = q_in.size(1), head_dim = q_in.size(2);
+  const int64_t num_heads_k = k_cache.size(2);
+  TORCH_CHECK_VALUE(k_cache.sizes() == v_cache.sizes(),
+                    msg("k_cache and v_cache must have the same shape, got ", k_cache.sizes(),
+                        " and ", v_cache.sizes()));
+  TORCH_CHECK_VALUE(k_cache.size(3) == head_dim,
+                    msg("k_cache has head dim ", k_cache.size(3), " but q has ", head_dim));
+  TORCH_CHECK_VALUE(head_dim % 8 == 0 && head_dim > 0 && head_dim <= 256,
+                    msg("head dim must be a positive multiple of 8 and <= 256, got ", head_dim));
+  TORCH_CHECK_VALUE(num_heads_k > 0 && num_heads % num_heads_k == 0,
+                    msg("nheads of q (", num_heads, ") must be a multiple of nheads of k_cache (",
+                        num_heads_k, ")"));
+  TORCH_CHECK_VALUE(num_splits >= 0 && num_splits <= 128,
+                    msg("num_splits must be 0 (heuristic) or 1 .. 128, got ", num_splits));
+  TORCH_CHECK_VALUE(num_heads <= (1 << 30), msg("q's sizes ", q_in.sizes(), " are too large"));
+  const VarlenArgs a =
+      check_varlen(q_in, cu_seqlens_q, cu_seqlens_k, std::nullopt, max_seqlen_q, max_seqlen_k);
+  const at::Tensor block_table = check_block_table(block_table_in, q_in, a.batch, k_cache);
+  const int64_t capacity = block_table.size(1) * k_cache.size(1);
+  TORCH_CHECK_VALUE(max_seqlen_k <= capacity,
+                    msg("block_table has ", block_table.size(1), " pages of ", k_cache.size(1),
+                        " rows per sequence (", capacity, " keys) but max_seqlen_k is ",
+                        max_seqlen_k, "; it needs at least ceil(max_seqlen_k / page_block_size)"
+                        " columns"));
+  TORCH_CHECK_VALUE(k_cache.size(0) <= std::numeric_limits<int>::max(),
+                    msg("k_cache has ", k_cache.size(0), " pages; at most 2^31 - 1"));
+  const c10::cuda::CUDAGuard guard(q_in.device());
+
+  const at::Tensor q = to_kernel_layout(q4);
+  at::Tensor out = empty_like_layout(q_in);
+  at::Tensor lse = at::empty({num_heads, a.total_q}, q.options().dtype(at::kFloat));
+  maybe_poison(out);
+  maybe_poison(lse);
+  if (out.numel() == 0 || a.batch == 0 || a.max_q == 0) {
+    // As fwd_varlen: nothing to launch; rows past every bound are 0 with LSE +inf.
+    out.zero_();
+    lse.fill_(std::numeric_limits<float>::infinity());
+    return {out, lse};
   }
-  check_status(flashattn_cu::fwd_kvcache(p, c10::cuda::getCurrentCUDAStream()), "fwd_kvcache");
+  const at::Tensor out4 = out.unsqueeze(0);
+
+  flashattn_cu::KvcacheParams p;
+  p.q = q.data_ptr();
+  p.k = k_cache.numel() > 0 ? k_cache.data_ptr() : nullptr;
+  p.v = v_cache.numel() > 0 ? v_cache.data_ptr() : nullptr;
+  p.o = out.data_ptr();
+  p.lse = lse.data_ptr<float>();
+  set_strides(p.q_batch_stride, p.q_row_stride, p.q_head_stride, q);  // a batch of one
+  set_strides(p.o_batch_stride, p.o_row_stride, p.o_head_stride, out4);
+  set_strides(p.k_batch_stride, p.k_row_stride, p.k_head_stride, k_cache);  // pages, rows, heads
+  set_strides(p.v_batch_stride, p.v_row_stride, p.v_head_stride, v_cache);
+  const Sizes s{a.batch, a.max_q, a.max_k, num_heads, num_heads_k, head_dim};
+  set_sizes(p, s, softmax_scale, causal, q.scalar_type());
+  set_varlen(p, a);
+  set_window(p, window_left, window_right);
+  set_softcap(p, softcap);
+  const at::Tensor slopes = set_alibi(p, alibi, q_in, a.batch, num_heads);
+  set_block_table(p, block_table, k_cache);
+  p.batch_cache = static_cast<int>(k_cache.size(0));
+  p.num_splits = static_cast<int>(num_splits);
+  run_fwd_kvcache(p, q, "fwd_kvcache_varlen");
   return {out, lse};
 }
 
@@ -889,6 +988,11 @@ TORCH_LIBRARY(flashattn_cu, m) {
       "Tensor? cache_batch_idx, Tensor? cache_leftpad, Tensor? block_table, float softmax_scale, "
       "bool causal, int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, "
       "float softcap=0.0, int num_splits=0) -> (Tensor, Tensor)");
+  m.def(
+      "fwd_kvcache_varlen(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cu_seqlens_q, "
+      "Tensor cu_seqlens_k, Tensor block_table, int max_seqlen_q, int max_seqlen_k, "
+      "float softmax_scale, bool causal, int window_left=-1, int window_right=-1, "
+      "Tensor? alibi_slopes=None, float softcap=0.0, int num_splits=0) -> (Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(flashattn_cu, CUDA, m) {
@@ -897,6 +1001,7 @@ TORCH_LIBRARY_IMPL(flashattn_cu, CUDA, m) {
   m.impl("fwd_varlen", &fwd_varlen_cuda);
   m.impl("bwd_varlen", &bwd_varlen_cuda);
   m.impl("fwd_kvcache", &fwd_kvcache_cuda);
+  m.impl("fwd_kvcache_varlen", &fwd_kvcache_varlen_cuda);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

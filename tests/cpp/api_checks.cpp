@@ -195,7 +195,15 @@ void check_kvcache_math() {
             const int64_t want_addr = i * row_stride + (h - hk * group) * head_stride;
             if (pack.offset(r, row_stride, head_stride) != want_addr) pack_ok = false;
             const int64_t want_lse = (static_cast<int64_t>(b) * heads + h) * seqlen_q + i;
-            if (pack.lse_index(b, hk, heads_k, seqlen_q, r) != want_lse) pack_ok = false;
+            const flashattn_cu::SeqInfo padded{b, seqlen_q * group, 0, -1, -1};
+            if (pack.lse_index(padded, hk, heads_k, seqlen_q, 0, r) != want_lse) pack_ok = false;
+            // Varlen (paged prefill): lse (heads, total_q), the entry's queries from start_q.
+            const int total_q = 1000, start_q = 17 * b + 3;
+            const flashattn_cu::SeqInfo varlen{b, seqlen_q * group, 0, start_q, 0};
+            const int64_t want_varlen = static_cast<int64_t>(h) * total_q + start_q + i;
+            if (pack.lse_index(varlen, hk, heads_k, seqlen_q, total_q, r) != want_varlen) {
+              pack_ok = false;
+            }
           }
           for (int c : seen) pack_ok = pack_ok && c == 1;
         }
@@ -203,7 +211,36 @@ void check_kvcache_math() {
     }
   }
   expect(pack_ok, "GQA packing: row i * group + j is query i of head hk * group + j, its q/o "
-                  "offset and lse index those of the unpacked call, each pair once");
+                  "offset and lse index (padded and varlen) those of the unpacked call, each "
+                  "pair once");
+
+  // Varlen queries of the kvcache kernels (problem/seqlen.h: packed_seq_info): an entry's rows
+  // are its queries (clamped to the packed bound / group) times the group, from its start;
+  // keys from cu_seqlens_k clamped to seqlen_k.
+  {
+    const int lens_q[] = {0, 1, 5, 130, 7};
+    const int lens_k[] = {3, 0, 700, 130, 1};
+    int cu_q[6] = {0}, cu_k[6] = {0};
+    for (int b = 0; b < 5; ++b) cu_q[b + 1] = cu_q[b] + lens_q[b], cu_k[b + 1] = cu_k[b] + lens_k[b];
+    bool packed_seq_ok = true;
+    for (int group : {1, 3, 4}) {
+      for (int max_q : {130, 6}) {
+        KvcacheParams p;
+        p.batch = 5, p.seqlen_q = max_q * group, p.seqlen_k = 512;
+        p.cu_seqlens_q = cu_q, p.cu_seqlens_k = cu_k, p.total_q = cu_q[5];
+        for (int b = 0; b < 5; ++b) {
+          const flashattn_cu::SeqInfo si = flashattn_cu::packed_seq_info(p, b, group);
+          packed_seq_ok = packed_seq_ok && si.start_q == cu_q[b] &&
+                          si.seqlen_q == std::min(lens_q[b], max_q) * group &&
+                          si.seqlen_k == std::min(lens_k[b], 512);
+        }
+        p.cu_seqlens_q = nullptr, p.cu_seqlens_k = nullptr;  // padded: the bound itself
+        const flashattn_cu::SeqInfo pad = flashattn_cu::packed_seq_info(p, 2, group);
+        packed_seq_ok = packed_seq_ok && pad.start_q == -1 && pad.seqlen_q == max_q * group;
+      }
+    }
+    expect(packed_seq_ok, "kvcache varlen: packed_seq_info rows, starts and key counts");
+  }
 
   // A packed tile's key blocks (Mask::key_blocks_of_queries on its first and last rows'
   // queries) against every row's visible keys: the visited blocks cover every key some row
@@ -666,12 +703,51 @@ int main() {
   // fwd_kvcache's arguments (flashattn_cu.h: KvcacheParams), each rejected before the device.
   expect_kvcache_status("fwd_kvcache: no cache_seqlens",
                         [](KvcacheParams& p) { p.cache_seqlens = nullptr; }, S::kInvalidArgument);
-  expect_kvcache_status("fwd_kvcache: cu_seqlens",
+  // Varlen (paged prefill): cu_seqlens_q and cu_seqlens_k together, keys from cu_seqlens_k
+  // (cache_seqlens and cache_leftpad must be null).
+  expect_kvcache_status("fwd_kvcache: cu_seqlens with cache_seqlens",
                         [](KvcacheParams& p) {
                           p.cu_seqlens_q = static_cast<const int*>(fake(7));
                           p.cu_seqlens_k = static_cast<const int*>(fake(8));
+                          p.total_q = 4;
                         },
                         S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: cu_seqlens_q without cu_seqlens_k",
+                        [](KvcacheParams& p) {
+                          p.cu_seqlens_q = static_cast<const int*>(fake(7));
+                          p.cache_seqlens = nullptr;
+                          p.total_q = 4;
+                        },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: varlen with cache_leftpad",
+                        [](KvcacheParams& p) {
+                          p.cu_seqlens_q = static_cast<const int*>(fake(7));
+                          p.cu_seqlens_k = static_cast<const int*>(fake(8));
+                          p.cache_seqlens = nullptr;
+                          p.cache_leftpad = static_cast<const int*>(fake(9));
+                          p.total_q = 4;
+                        },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: varlen, paged, block_table rows shorter than seqlen_k",
+                        [](KvcacheParams& p) {
+                          p.cu_seqlens_q = static_cast<const int*>(fake(7));
+                          p.cu_seqlens_k = static_cast<const int*>(fake(8));
+                          p.cache_seqlens = nullptr;
+                          p.total_q = 4;
+                          p.block_table = static_cast<const int*>(fake(9));
+                          p.page_size = 100, p.num_pages = 32, p.block_table_batch_stride = 2;
+                        },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: varlen, no query row (total_q 0)",
+                        [](KvcacheParams& p) {
+                          p.cu_seqlens_q = static_cast<const int*>(fake(7));
+                          p.cu_seqlens_k = static_cast<const int*>(fake(8));
+                          p.cache_seqlens = nullptr;
+                          p.total_q = 0;
+                          p.q = p.o = nullptr;
+                          p.lse = nullptr;
+                        },
+                        S::kSuccess);
   expect_kvcache_status("fwd_kvcache: seqused_k",
                         [](KvcacheParams& p) { p.seqused_k = static_cast<const int*>(fake(7)); },
                         S::kInvalidArgument);
@@ -731,6 +807,17 @@ int main() {
     expect(flashattn_cu::fwd_kvcache_num_splits(k) == flashattn_cu::kMaxSplits ||
                flashattn_cu::fwd_kvcache_num_splits(k) == 4096 / 128,
            "kvcache splits: at most 128 and at most the key blocks");
+    // Varlen: the partials have a row per lse element, heads x total_q.
+    KvcacheParams vk = k;
+    vk.num_splits = 4;
+    vk.cu_seqlens_q = static_cast<const int*>(fake(7));
+    vk.cu_seqlens_k = static_cast<const int*>(fake(8));
+    vk.cache_seqlens = nullptr;
+    vk.seqlen_q = 64, vk.total_q = 301;
+    const size_t lse_bytes = (static_cast<size_t>(4) * 8 * 301 * 4 + 255) / 256 * 256;
+    const size_t o_bytes = (static_cast<size_t>(4) * 8 * 301 * 64 * 4 + 255) / 256 * 256;
+    expect(flashattn_cu::fwd_kvcache_workspace_bytes(vk) == lse_bytes + o_bytes,
+           "kvcache varlen workspace: splits x heads x total_q x (head_dim + 1) floats");
     k.num_splits = 1;
     k.cache_leftpad = static_cast<const int*>(fake(9));
     expect(flashattn_cu::fwd_kvcache_workspace_bytes(k) >= 2 * sizeof(int),

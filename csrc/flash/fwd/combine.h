@@ -49,13 +49,22 @@ __global__ void __launch_bounds__(kCombineThreads)
       acc.w = fmaf(w, part.w, acc.w);
     }
   }
-  // The plane row is lse's index: (entry, head, query) of the padded layout.
-  const int m = static_cast<int>(row % p.seqlen_q);
-  const int64_t bh = row / p.seqlen_q;
-  const int head = static_cast<int>(bh % p.num_heads);
-  const int64_t batch = bh / p.num_heads;
-  Element* o = static_cast<Element*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride +
-               m * p.o_row_stride + col;
+  // The plane row is lse's index: (entry, head, query) of the padded layout, (head, token) of
+  // the varlen one (cu_seqlens_q; a token of no entry, or past its entry's bound, was not
+  // computed: its row is as undefined as the varlen forward leaves it).
+  Element* o;
+  if (p.cu_seqlens_q != nullptr) {
+    const int64_t token = row % p.total_q;
+    const int64_t head = row / p.total_q;
+    o = static_cast<Element*>(p.o) + head * p.o_head_stride + token * p.o_row_stride + col;
+  } else {
+    const int m = static_cast<int>(row % p.seqlen_q);
+    const int64_t bh = row / p.seqlen_q;
+    const int head = static_cast<int>(bh % p.num_heads);
+    const int64_t batch = bh / p.num_heads;
+    o = static_cast<Element*>(p.o) + batch * p.o_batch_stride + head * p.o_head_stride +
+        m * p.o_row_stride + col;
+  }
   *reinterpret_cast<uint2*>(o) = make_uint2(Ops::pack(acc.x, acc.y), Ops::pack(acc.z, acc.w));
   if (col == 0) p.lse[row] = lse;
 }

@@ -14,6 +14,13 @@
 //    page * page_stride + (r % page_size) * row_stride, for any page_size >= 1. A page number
 //    outside [0, num_pages) is a caller's bug the host cannot see without a sync; the kernels
 //    clamp it into range, so it reads some page's rows but never outside the cache.
+//  * Varlen queries (flash_attn_varlen_func with block_table: paged prefill). With cu_seqlens_q,
+//    entry b's queries are rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of q and o (total_q,
+//    heads, d) and lse is (heads, total_q), as the varlen forward's (problem/seqlen.h:
+//    packed_seq_info, SeqInfo::lse_row0); with cu_seqlens_k, entry b's keys are the first
+//    cu_seqlens_k[b + 1] - cu_seqlens_k[b] rows of its cache (the kernels take them through
+//    FwdParams::cu_seqlens_k and seq_info, in place of seqused_k). The causal / window diagonal
+//    is each entry's own.
 //  * GQA packing (GqaPack). The `group` query heads of one kv head run as the rows of one tile:
 //    packed row R is query R / group of query head hk * group + R % group (query-major), so every
 //    K/V tile read serves the whole group, and a tile's rows cover consecutive queries, whose
@@ -72,13 +79,15 @@ struct GqaPack {
     return static_cast<int64_t>(i) * row_stride +
            static_cast<int64_t>(row - i * group) * head_stride;
   }
-  // The index of packed row `row` of (entry, kv head head_k) in the unpacked call's lse
-  // (batch, heads_k * group, seqlen_q), and so in the split partials (fwd/combine.h).
-  __host__ __device__ __forceinline__ int64_t lse_index(int batch, int head_k, int heads_k,
-                                                        int seqlen_q, int row) const {
+  // The index of packed row `row` of (entry seq, kv head head_k) in the unpacked call's lse,
+  // (batch, heads_k * group, max_seqlen_q) or, varlen (seq.start_q >= 0), (heads_k * group,
+  // total_q); and so in the split partials (fwd/combine.h).
+  __host__ __device__ __forceinline__ int64_t lse_index(const SeqInfo& seq, int head_k,
+                                                        int heads_k, int max_seqlen_q,
+                                                        int total_q, int row) const {
     const int i = query(row);
-    return ((static_cast<int64_t>(batch) * heads_k + head_k) * group + (row - i * group)) *
-               seqlen_q + i;
+    return seq.lse_row0(head_k * group + (row - i * group), heads_k * group, max_seqlen_q,
+                        total_q) + i;
   }
 };
 

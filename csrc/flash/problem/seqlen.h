@@ -6,7 +6,8 @@
 //  * varlen (cu_seqlens, flash_attn's packed (total, heads, d) tensors): entry b starts at row
 //    cu_seqlens[b] and has cu_seqlens[b + 1] - cu_seqlens[b] rows, clamped to the max_seqlen
 //    bound the grid and the workspaces were sized with (params.seqlen_q / seqlen_k);
-// and seqused_k (either layout) shortens an entry's keys.
+// and seqused_k (either layout) shortens an entry's keys. The kvcache kernels ask
+// packed_seq_info, the same with the GQA-packed query rows (problem/kv_cache.h: GqaPack).
 #pragma once
 
 #include <cstdint>
@@ -68,6 +69,24 @@ __host__ __device__ __forceinline__ SeqInfo seq_info(const Params& p, int batch)
   if (p.seqused_k != nullptr) {
     const int used = p.seqused_k[batch];
     s.seqlen_k = used < s.seqlen_k ? (used > 0 ? used : 0) : s.seqlen_k;
+  }
+  return s;
+}
+
+// The kvcache kernels' view (problem/kv_cache.h): each query of an entry is `group` tile rows
+// (GqaPack; 1 without packing) and p.seqlen_q is the packed bound (max queries x group), so a
+// varlen entry has min(its queries, the bound / group) x group rows; start_q stays its first
+// query's row in q / o. Keys as seq_info's. Computed as min(n x group, bound) in int64 (equal to
+// the clamped queries times group, without a division). seq_info itself is left as it was, so
+// the other kernels compile as before.
+template <typename Params>
+__host__ __device__ __forceinline__ SeqInfo packed_seq_info(const Params& p, int batch,
+                                                            int group) {
+  SeqInfo s = seq_info<true>(p, batch);
+  if (p.cu_seqlens_q != nullptr) {
+    const int64_t rows =
+        static_cast<int64_t>(p.cu_seqlens_q[batch + 1] - s.start_q) * group;
+    s.seqlen_q = rows <= 0 ? 0 : rows < p.seqlen_q ? static_cast<int>(rows) : p.seqlen_q;
   }
   return s;
 }

@@ -9,7 +9,7 @@
 // The kvcache variant (problem/kv_cache.h) is the same loop with run-time modes: its block also
 // owns a split of the query block's key blocks (writing fp32 partials for fwd/combine.h when
 // there are several), and reads K/V from a contiguous cache (cache_batch_idx, cache_leftpad) or
-// gathers them through the block table.
+// gathers them through the block table; its queries may be varlen (cu_seqlens_q: paged prefill).
 #pragma once
 
 #include <cstdint>
@@ -119,6 +119,18 @@ __device__ __forceinline__ void store_split_partial(const KvcacheKernelFields& k
   }
 }
 
+// The sequence info of a block's entry: the kvcache variant's rows are GQA-packed
+// (problem/seqlen.h: packed_seq_info), the others' are their queries.
+template <int kVariant>
+__device__ __forceinline__ SeqInfo block_seq_info(const FwdKernelParamsOf<kVariant>& kp,
+                                                  int batch) {
+  if constexpr (variant_kvcache(kVariant)) {
+    return packed_seq_info(kp.p, batch, kp.kv.pack_group);
+  } else {
+    return seq_info<variant_dynamic(kVariant)>(kp.p, batch);
+  }
+}
+
 template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp, char* smem_raw) {
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
@@ -150,7 +162,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
     tile = QueryTile{st.batch, st.head, st.m_block};
     split = st.split;
   }
-  const SeqInfo seq = seq_info<kDynamic>(p, tile.batch);
+  const SeqInfo seq = block_seq_info<kVariant>(kp, tile.batch);
   const int head = tile.head;
   const int head_k = head / (p.num_heads / p.num_heads_k);
   const int m_start = tile.m_block * kBlockM;
@@ -173,7 +185,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
   GqaPack pack{1};
   if constexpr (kKvcache) {
     pack.group = kp.kv.pack_group;
-    q = static_cast<const Element*>(p.q) + tile.batch * p.q_batch_stride +
+    q = static_cast<const Element*>(p.q) + seq.q_offset(p.q_batch_stride, p.q_row_stride) +
         static_cast<int64_t>(head) * pack.group * p.q_head_stride;
     cache_row0 = kp.kv.cache_leftpad != nullptr ? max(kp.kv.cache_leftpad[tile.batch], 0) : 0;
     k = static_cast<const Element*>(p.k) + head_k * p.k_head_stride;
@@ -365,7 +377,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
     if (n >= um_end || n < um_begin) {
       // Built here, not held across the loop (whose registers are full).
       if constexpr (kKvcache) {
-        kv_mask(seq_info<kDynamic>(p, tile.batch))
+        kv_mask(block_seq_info<kVariant>(kp, tile.batch))
             .apply(acc_s, m_start + warp_row0, n * kBlockN, lane, pack);
       } else {
         mask_of<kDynamic>(seq_info<kDynamic>(p, tile.batch), p)
@@ -431,7 +443,8 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
   softmax.finalize(kp.score.score_scale, inv_l, row_lse, row_stats);
   // kvcache: row r's index in the call's lse (and in the split partials).
   auto kv_lse_row = [&](int r) {
-    return pack.lse_index(tile.batch, head, p.num_heads, p.seqlen_q / pack.group, m_start + r);
+    return pack.lse_index(seq, head, p.num_heads, p.seqlen_q / pack.group, p.total_q,
+                          m_start + r);
   };
   if constexpr (kKvcache) {
     if (kp.kv.num_splits > 1) {
@@ -439,7 +452,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
                                   acc_o, inv_l, row_lse);
       return;
     }
-    o = static_cast<Element*>(p.o) + tile.batch * p.o_batch_stride +
+    o = static_cast<Element*>(p.o) + seq.q_offset(p.o_batch_stride, p.o_row_stride) +
         static_cast<int64_t>(head) * pack.group * p.o_head_stride;
   }
   if constexpr (variant_dropout(kVariant)) {

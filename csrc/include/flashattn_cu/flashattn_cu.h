@@ -140,9 +140,15 @@ struct FwdParams : AttnParams {
 // flash_attn_with_kvcache's attention (fwd_kvcache()): q attends to a KV cache. The FwdParams
 // fields keep their meaning, with k / v the cache and these differences:
 //  * seqlen_k is the cache's capacity in keys: seqlen_cache (contiguous) or
-//    max_pages * page_size (paged); seqused_k and cu_seqlens_* must be null (the cache's lengths
-//    are below); lse is (batch, num_heads, seqlen_q) as fwd()'s; softmax_stats, dropout,
-//    rng_state and s_dmask are not supported (null / 0).
+//    max_pages * page_size (paged), or any bound below it on every entry's keys; seqused_k must
+//    be null (the cache's lengths are below); lse is (batch, num_heads, seqlen_q) as fwd()'s;
+//    softmax_stats, dropout, rng_state and s_dmask are not supported (null / 0).
+//  * Varlen queries (flash_attn_varlen_func with block_table: paged prefill): cu_seqlens_q and
+//    cu_seqlens_k together, with fwd()'s varlen meaning for q, o and lse (q / o (total_q,
+//    num_heads, head_dim), the batch strides unused, seqlen_q = max_seqlen_q, lse (num_heads,
+//    total_q)); entry b's keys are the first cu_seqlens_k[b + 1] - cu_seqlens_k[b] rows of its
+//    cache (clamped to seqlen_k), in place of cache_seqlens and cache_leftpad, which must be
+//    null. total_k is not used.
 //  * Contiguous cache (block_table null): k, v (batch_cache, seqlen_cache, num_heads_k,
 //    head_dim) with the k_/v_ strides; entry b reads cache entry cache_batch_idx[b] (b without
 //    it); an index outside [0, batch_cache) is a caller's bug the host cannot see without a
