@@ -287,6 +287,22 @@ def _check_features(dropout_p, window_size, softcap, alibi_slopes):
     return (-1 if left < 0 else min(int(left), limit), -1 if right < 0 else min(int(right), limit))
 
 
+def _window_and_causal(causal, dropout_p, window_size, softcap, alibi_slopes):
+    """The checked features' window (_check_features) with causal folded in, as the kernels take
+    it: (causal, left, right). A window (-1, 0) is causal; causal means right = 0."""
+    left, right = _check_features(dropout_p, window_size, softcap, alibi_slopes)
+    causal = bool(causal) or (left < 0 and right == 0)
+    return causal, left, 0 if causal else right
+
+
+def _softmax_scale(softmax_scale, head_dim):
+    """softmax_scale as a float: headdim ** -0.5 for None, else checked (_check_scale)."""
+    if softmax_scale is None:
+        return head_dim ** (-0.5)
+    _check_scale(softmax_scale)
+    return float(softmax_scale)
+
+
 def _check_alibi(alibi_slopes, batch, nheads, device):
     """alibi_slopes as flash_attn takes them: fp32 (nheads,) or (batch, nheads) on q's GPU."""
     if alibi_slopes is None:
@@ -511,18 +527,12 @@ def flash_attn_func(
         out (batch, seqlen_q, nheads, headdim), or (out, softmax_lse, S_dmask) if
         return_attn_probs.
     """
-    window_left, window_right = _check_features(dropout_p, window_size, softcap, alibi_slopes)
-    causal = bool(causal) or (window_left < 0 and window_right == 0)
-    if causal:
-        window_right = 0
+    causal, window_left, window_right = _window_and_causal(causal, dropout_p, window_size, softcap,
+                                                           alibi_slopes)
     _check_tensors(q, k, v)
     _check_devices(q, k, v)
     head_dim = q.shape[-1]
-    if softmax_scale is None:
-        softmax_scale = head_dim ** (-0.5)
-    else:
-        _check_scale(softmax_scale)
-        softmax_scale = float(softmax_scale)
+    softmax_scale = _softmax_scale(softmax_scale, head_dim)
 
     # The kernels take head dims that are multiples of 8; zero columns change no dot product.
     pad = -head_dim % 8
@@ -679,21 +689,15 @@ def flash_attn_varlen_func(
         return _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                              dropout_p, softmax_scale, causal, window_size, softcap,
                              alibi_slopes, return_attn_probs, block_table)
-    window_left, window_right = _check_features(dropout_p, window_size, softcap, alibi_slopes)
-    causal = bool(causal) or (window_left < 0 and window_right == 0)
-    if causal:
-        window_right = 0
+    causal, window_left, window_right = _window_and_causal(causal, dropout_p, window_size, softcap,
+                                                           alibi_slopes)
     max_seqlen_q, max_seqlen_k = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                max_seqlen_k, fn)
     q4, k4, v4 = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
     _check_tensors(q4, k4, v4)
     _check_devices(q4, k4, v4)
     head_dim = q.shape[-1]
-    if softmax_scale is None:
-        softmax_scale = head_dim ** (-0.5)
-    else:
-        _check_scale(softmax_scale)
-        softmax_scale = float(softmax_scale)
+    softmax_scale = _softmax_scale(softmax_scale, head_dim)
     pad = -head_dim % 8
     if pad:
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))

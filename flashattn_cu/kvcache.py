@@ -21,10 +21,10 @@ from flashattn_cu import _C  # noqa: F401  (loads the library that defines torch
 from flashattn_cu import flash_attn_interface as _fai
 from flashattn_cu.flash_attn_interface import (
     _check_alibi,
-    _check_features,
-    _check_scale,
     _check_softcap,
     _SUPPORTED_DTYPES,
+    _softmax_scale,
+    _window_and_causal,
 )
 
 __all__ = ["flash_attn_with_kvcache"]
@@ -243,15 +243,9 @@ def flash_attn_with_kvcache(
     else:
         cache_seqlens = _check_int_tensor(cache_seqlens, "cache_seqlens", (batch,), device)
 
-    window_left, window_right = _check_features(0.0, window_size, softcap, alibi_slopes)
-    causal = bool(causal) or (window_left < 0 and window_right == 0)
-    if causal:
-        window_right = 0
-    if softmax_scale is None:
-        softmax_scale = head_dim ** (-0.5)
-    else:
-        _check_scale(softmax_scale)
-        softmax_scale = float(softmax_scale)
+    causal, window_left, window_right = _window_and_causal(causal, 0.0, window_size, softcap,
+                                                           alibi_slopes)
+    softmax_scale = _softmax_scale(softmax_scale, head_dim)
     softcap = _check_softcap(softcap)
     alibi_slopes = _check_alibi(alibi_slopes, batch, nheads, device)
     if isinstance(num_splits, bool) or not isinstance(num_splits, numbers.Integral) or \
@@ -393,15 +387,9 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     if block_table.device != device:
         raise ValueError(f"{fn}: block_table is on {block_table.device} but q is on {device}")
 
-    window_left, window_right = _check_features(0.0, window_size, softcap, alibi_slopes)
-    causal = bool(causal) or (window_left < 0 and window_right == 0)
-    if causal:
-        window_right = 0
-    if softmax_scale is None:
-        softmax_scale = head_dim ** (-0.5)
-    else:
-        _check_scale(softmax_scale)
-        softmax_scale = float(softmax_scale)
+    causal, window_left, window_right = _window_and_causal(causal, 0.0, window_size, softcap,
+                                                           alibi_slopes)
+    softmax_scale = _softmax_scale(softmax_scale, head_dim)
     softcap = _check_softcap(softcap)
     alibi_slopes = _check_alibi(alibi_slopes, batch, nheads, device)
     out, lse = _PagedVarlenFunc.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table,
