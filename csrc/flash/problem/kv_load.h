@@ -56,13 +56,14 @@ __device__ __forceinline__ void store_paged_offsets(int64_t* slot, const PagedRo
   }
 }
 
-// Step 3: copies the tile's rows into a padded shared-memory tile (common/tile_io.h's layout);
-// row_offsets: the K or V half of the tile's slot. Rows >= rows_valid and columns >= head_dim
-// are zero-filled (their offsets are not read). base: the cache's element 0 of this kv head.
-template <typename Traits, int kRows, typename Element>
-__device__ __forceinline__ void load_paged_tile_async(uint32_t smem, const Element* base,
-                                                      const int64_t* row_offsets,
-                                                      int rows_valid, int head_dim, int tid) {
+// The rows of a tile gathered row by row into a padded shared-memory tile (common/tile_io.h's
+// layout, load_tile_async's coalesced walk over 16-byte chunks): row r's elements start at
+// base + row_offset(r); rows >= rows_valid and columns >= head_dim are zero-filled (row_offset is
+// not called for them).
+template <typename Traits, int kRows, typename Element, typename RowOffset>
+__device__ __forceinline__ void load_rows_async(uint32_t smem, const Element* base,
+                                                const RowOffset& row_offset, int rows_valid,
+                                                int head_dim, int tid) {
   constexpr int kChunks = Traits::kChunks, kThreads = Traits::kNThreads;
   constexpr int kRowStep = kThreads / kChunks, kColStep = kThreads % kChunks;
   int r = tid / kChunks, c = tid % kChunks;
@@ -70,7 +71,7 @@ __device__ __forceinline__ void load_paged_tile_async(uint32_t smem, const Eleme
   for (int i = 0; i < ceil_div(kRows * kChunks, kThreads); ++i) {
     if ((kRows * kChunks) % kThreads != 0 && r >= kRows) break;
     const bool valid = r < rows_valid && c * 8 < head_dim;
-    const Element* src = valid ? base + row_offsets[r] + c * 8 : base;
+    const Element* src = valid ? base + row_offset(r) + c * 8 : base;
     ptx::cp_async_16_zfill(smem + (r * Traits::kSmemRowChunks + c) * 16, src, valid);
     r += kRowStep;
     c += kColStep;
@@ -81,31 +82,27 @@ __device__ __forceinline__ void load_paged_tile_async(uint32_t smem, const Eleme
   }
 }
 
+// Step 3: the tile's rows at the offsets of its slot (row_offsets: the K or V half). base: the
+// cache's element 0 of this kv head.
+template <typename Traits, int kRows, typename Element>
+__device__ __forceinline__ void load_paged_tile_async(uint32_t smem, const Element* base,
+                                                      const int64_t* row_offsets,
+                                                      int rows_valid, int head_dim, int tid) {
+  load_rows_async<Traits, kRows>(
+      smem, base, [&](int r) { return row_offsets[r]; }, rows_valid, head_dim, tid);
+}
+
 // The Q tile of a kvcache block: packed rows row0 .. row0 + kRows - 1 (problem/kv_cache.h:
-// GqaPack; group 1 is a plain tile), row R at base + pack.offset(R) in q; rows >= rows_valid and
-// columns >= head_dim zero-filled. Once per block: one division per row and thread.
+// GqaPack; group 1 is a plain tile), row R at base + pack.offset(R) in q. Once per block: one
+// division per row and thread.
 template <typename Traits, int kRows, typename Element>
 __device__ __forceinline__ void load_packed_rows_async(uint32_t smem, const Element* base,
                                                        const GqaPack& pack, int row0,
                                                        int64_t row_stride, int64_t head_stride,
                                                        int rows_valid, int head_dim, int tid) {
-  constexpr int kChunks = Traits::kChunks, kThreads = Traits::kNThreads;
-  constexpr int kRowStep = kThreads / kChunks, kColStep = kThreads % kChunks;
-  int r = tid / kChunks, c = tid % kChunks;
-#pragma unroll
-  for (int i = 0; i < ceil_div(kRows * kChunks, kThreads); ++i) {
-    if ((kRows * kChunks) % kThreads != 0 && r >= kRows) break;
-    const bool valid = r < rows_valid && c * 8 < head_dim;
-    const Element* src =
-        valid ? base + pack.offset(row0 + r, row_stride, head_stride) + c * 8 : base;
-    ptx::cp_async_16_zfill(smem + (r * Traits::kSmemRowChunks + c) * 16, src, valid);
-    r += kRowStep;
-    c += kColStep;
-    if (kColStep != 0 && c >= kChunks) {
-      c -= kChunks;
-      ++r;
-    }
-  }
+  load_rows_async<Traits, kRows>(
+      smem, base, [&](int r) { return pack.offset(row0 + r, row_stride, head_stride); },
+      rows_valid, head_dim, tid);
 }
 
 }  // namespace flashattn_cu
