@@ -753,6 +753,36 @@ at::Tensor check_block_table(const at::Tensor& t, const at::Tensor& q, int64_t b
   return t.stride(1) == 1 || t.size(1) == 1 ? t : t.contiguous();
 }
 
+// The cache pair of fwd_kvcache / fwd_kvcache_varlen (checked by check_cache) against q's heads
+// and head dim, and the split count.
+void check_cache_pair(const at::Tensor& k_cache, const at::Tensor& v_cache, int64_t num_heads,
+                      int64_t head_dim, int64_t num_splits) {
+  const int64_t num_heads_k = k_cache.size(2);
+  TORCH_CHECK_VALUE(k_cache.sizes() == v_cache.sizes(),
+                    msg("k_cache and v_cache must have the same shape, got ", k_cache.sizes(),
+                        " and ", v_cache.sizes()));
+  TORCH_CHECK_VALUE(k_cache.size(3) == head_dim,
+                    msg("k_cache has head dim ", k_cache.size(3), " but q has ", head_dim));
+  TORCH_CHECK_VALUE(head_dim % 8 == 0 && head_dim > 0 && head_dim <= 256,
+                    msg("head dim must be a positive multiple of 8 and <= 256, got ", head_dim));
+  TORCH_CHECK_VALUE(num_heads_k > 0 && num_heads % num_heads_k == 0,
+                    msg("nheads of q (", num_heads, ") must be a multiple of nheads of k_cache (",
+                        num_heads_k, ")"));
+  TORCH_CHECK_VALUE(num_splits >= 0 && num_splits <= 128,
+                    msg("num_splits must be 0 (heuristic) or 1 .. 128, got ", num_splits));
+}
+
+// The cache fields of p: pointers, strides as (entries or pages, rows, heads) (a size-1 dim is
+// only ever indexed at 0), the number of entries (or pages).
+void set_cache(flashattn_cu::KvcacheParams& p, const at::Tensor& k_cache,
+               const at::Tensor& v_cache) {
+  p.k = k_cache.numel() > 0 ? k_cache.data_ptr() : nullptr;
+  p.v = v_cache.numel() > 0 ? v_cache.data_ptr() : nullptr;
+  set_strides(p.k_batch_stride, p.k_row_stride, p.k_head_stride, k_cache);
+  set_strides(p.v_batch_stride, p.v_row_stride, p.v_head_stride, v_cache);
+  p.batch_cache = static_cast<int>(k_cache.size(0));
+}
+
 // The paged fields of p from a checked block table and the (num_pages, page_size, ...) cache.
 void set_block_table(flashattn_cu::KvcacheParams& p, const at::Tensor& block_table,
                      const at::Tensor& k_cache) {
@@ -790,18 +820,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(
   check_softcap(softcap, softmax_scale);
   const int64_t batch = q_in.size(0), seqlen_q = q_in.size(1), num_heads = q_in.size(2);
   const int64_t head_dim = q_in.size(3), num_heads_k = k_cache.size(2);
-  TORCH_CHECK_VALUE(k_cache.sizes() == v_cache.sizes(),
-                    msg("k_cache and v_cache must have the same shape, got ", k_cache.sizes(),
-                        " and ", v_cache.sizes()));
-  TORCH_CHECK_VALUE(k_cache.size(3) == head_dim,
-                    msg("k_cache has head dim ", k_cache.size(3), " but q has ", head_dim));
-  TORCH_CHECK_VALUE(head_dim % 8 == 0 && head_dim > 0 && head_dim <= 256,
-                    msg("head dim must be a positive multiple of 8 and <= 256, got ", head_dim));
-  TORCH_CHECK_VALUE(num_heads_k > 0 && num_heads % num_heads_k == 0,
-                    msg("nheads of q (", num_heads, ") must be a multiple of nheads of k_cache (",
-                        num_heads_k, ")"));
-  TORCH_CHECK_VALUE(num_splits >= 0 && num_splits <= 128,
-                    msg("num_splits must be 0 (heuristic) or 1 .. 128, got ", num_splits));
+  check_cache_pair(k_cache, v_cache, num_heads, head_dim, num_splits);
   TORCH_CHECK_VALUE(seqlen_q <= flashattn_cu::kMaxSeqlen && batch <= (1 << 30) &&
                         num_heads <= (1 << 30),
                     msg("q's sizes ", q_in.sizes(), " are too large"));
@@ -835,15 +854,11 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(
 
   flashattn_cu::KvcacheParams p;
   p.q = q.data_ptr();
-  p.k = k_cache.numel() > 0 ? k_cache.data_ptr() : nullptr;
-  p.v = v_cache.numel() > 0 ? v_cache.data_ptr() : nullptr;
   p.o = out.data_ptr();
   p.lse = lse.data_ptr<float>();
   set_strides(p.q_batch_stride, p.q_row_stride, p.q_head_stride, q);
   set_strides(p.o_batch_stride, p.o_row_stride, p.o_head_stride, out);
-  // Entries (or pages), rows, heads; a size-1 dim is only ever indexed at 0.
-  set_strides(p.k_batch_stride, p.k_row_stride, p.k_head_stride, k_cache);
-  set_strides(p.v_batch_stride, p.v_row_stride, p.v_head_stride, v_cache);
+  set_cache(p, k_cache, v_cache);
   const Sizes s{batch, seqlen_q, seqlen_k, num_heads, num_heads_k, head_dim};
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
   set_window(p, window_left, window_right);
@@ -851,7 +866,6 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(
   const at::Tensor slopes = set_alibi(p, alibi, q_in, batch, num_heads);
   p.cache_seqlens = cache_seqlens.data_ptr<int>();
   p.cache_batch_idx = cache_batch_idx.defined() ? cache_batch_idx.data_ptr<int>() : nullptr;
-  p.batch_cache = static_cast<int>(k_cache.size(0));
   p.cache_leftpad = cache_leftpad.defined() ? cache_leftpad.data_ptr<int>() : nullptr;
   if (block_table.defined()) set_block_table(p, block_table, k_cache);
   p.num_splits = static_cast<int>(num_splits);
@@ -878,18 +892,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_varlen_cuda(
   check_softcap(softcap, softmax_scale);
   const int64_t num_heads = q_in.size(1), head_dim = q_in.size(2);
   const int64_t num_heads_k = k_cache.size(2);
-  TORCH_CHECK_VALUE(k_cache.sizes() == v_cache.sizes(),
-                    msg("k_cache and v_cache must have the same shape, got ", k_cache.sizes(),
-                        " and ", v_cache.sizes()));
-  TORCH_CHECK_VALUE(k_cache.size(3) == head_dim,
-                    msg("k_cache has head dim ", k_cache.size(3), " but q has ", head_dim));
-  TORCH_CHECK_VALUE(head_dim % 8 == 0 && head_dim > 0 && head_dim <= 256,
-                    msg("head dim must be a positive multiple of 8 and <= 256, got ", head_dim));
-  TORCH_CHECK_VALUE(num_heads_k > 0 && num_heads % num_heads_k == 0,
-                    msg("nheads of q (", num_heads, ") must be a multiple of nheads of k_cache (",
-                        num_heads_k, ")"));
-  TORCH_CHECK_VALUE(num_splits >= 0 && num_splits <= 128,
-                    msg("num_splits must be 0 (heuristic) or 1 .. 128, got ", num_splits));
+  check_cache_pair(k_cache, v_cache, num_heads, head_dim, num_splits);
   TORCH_CHECK_VALUE(num_heads <= (1 << 30), msg("q's sizes ", q_in.sizes(), " are too large"));
   const VarlenArgs a =
       check_varlen(q_in, cu_seqlens_q, cu_seqlens_k, std::nullopt, max_seqlen_q, max_seqlen_k);
@@ -919,14 +922,11 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_varlen_cuda(
 
   flashattn_cu::KvcacheParams p;
   p.q = q.data_ptr();
-  p.k = k_cache.numel() > 0 ? k_cache.data_ptr() : nullptr;
-  p.v = v_cache.numel() > 0 ? v_cache.data_ptr() : nullptr;
   p.o = out.data_ptr();
   p.lse = lse.data_ptr<float>();
   set_strides(p.q_batch_stride, p.q_row_stride, p.q_head_stride, q);  // a batch of one
   set_strides(p.o_batch_stride, p.o_row_stride, p.o_head_stride, out4);
-  set_strides(p.k_batch_stride, p.k_row_stride, p.k_head_stride, k_cache);  // pages, rows, heads
-  set_strides(p.v_batch_stride, p.v_row_stride, p.v_head_stride, v_cache);
+  set_cache(p, k_cache, v_cache);
   const Sizes s{a.batch, a.max_q, a.max_k, num_heads, num_heads_k, head_dim};
   set_sizes(p, s, softmax_scale, causal, q.scalar_type());
   set_varlen(p, a);
@@ -934,7 +934,6 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_varlen_cuda(
   set_softcap(p, softcap);
   const at::Tensor slopes = set_alibi(p, alibi, q_in, a.batch, num_heads);
   set_block_table(p, block_table, k_cache);
-  p.batch_cache = static_cast<int>(k_cache.size(0));
   p.num_splits = static_cast<int>(num_splits);
   run_fwd_kvcache(p, q, "fwd_kvcache_varlen");
   return {out, lse};
