@@ -192,6 +192,22 @@ def test_kvcache_against_reference(case, dtype):
     assert_lse_rule(torch.cat(lses), torch.cat(lse_refs), torch.cat(lse_pts), f"{case} lse")
 
 
+def assert_entries_match_reference(q, out, lse, k_logical, v_logical, seqlens, what, **kw):
+    """out / lse of a cache call against the fp32 reference (by the rule) on each entry b's first
+    seqlens[b] keys of the logical (batch, capacity, heads_k, d) cache; kw: attention_ref's mask
+    arguments."""
+    outs, refs, pts, lses, lse_refs, lse_pts = [], [], [], [], [], []
+    for b in range(q.shape[0]):
+        n = int(seqlens[b])
+        keys, vals = k_logical[b:b + 1, :n], v_logical[b:b + 1, :n]
+        ref, lse_ref = attention_ref(q[b:b + 1].float(), keys, vals, **kw)
+        pt, lse_pt = attention_ref(q[b:b + 1], keys, vals, upcast=False, **kw)
+        outs.append(out[b:b + 1]), refs.append(ref), pts.append(pt)
+        lses.append(lse[b:b + 1]), lse_refs.append(lse_ref), lse_pts.append(lse_pt)
+    assert_rule(torch.cat(outs), torch.cat(refs), torch.cat(pts), 2, 1e-5, what + " out")
+    assert_lse_rule(torch.cat(lses), torch.cat(lse_refs), torch.cat(lse_pts), what + " lse")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mask", ["causal", "window", "none"])
 @pytest.mark.parametrize("seqlen_q", [2, 3, 4, 5, 8])
@@ -221,18 +237,10 @@ def test_packed_gqa_speculative(seqlen_q, mask):
         out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
                                            block_table=table, causal=causal, window_size=window,
                                            num_splits=num_splits, return_softmax_lse=True)
-        outs, refs, pts, lses, lse_refs, lse_pts = [], [], [], [], [], []
-        for b in range(batch):
-            n = int(seqlens[b])
-            keys, vals = k_logical[b:b + 1, :n], v_logical[b:b + 1, :n]
-            kw = dict(causal=causal, window_size=window)
-            ref, lse_ref = attention_ref(q[b:b + 1].float(), keys, vals, **kw)
-            pt, lse_pt = attention_ref(q[b:b + 1], keys, vals, upcast=False, **kw)
-            outs.append(out[b:b + 1]), refs.append(ref), pts.append(pt)
-            lses.append(lse[b:b + 1]), lse_refs.append(lse_ref), lse_pts.append(lse_pt)
-        what = f"seqlen_q {seqlen_q}, {mask}, {nheads}/{nheads_k} heads, page {page_size}"
-        assert_rule(torch.cat(outs), torch.cat(refs), torch.cat(pts), 2, 1e-5, what + " out")
-        assert_lse_rule(torch.cat(lses), torch.cat(lse_refs), torch.cat(lse_pts), what + " lse")
+        assert_entries_match_reference(
+            q, out, lse, k_logical, v_logical, seqlens,
+            f"seqlen_q {seqlen_q}, {mask}, {nheads}/{nheads_k} heads, page {page_size}",
+            causal=causal, window_size=window)
 
 
 @pytest.mark.gpu
@@ -261,17 +269,9 @@ def test_paged_gather_page_sizes(page_size, num_splits):
         out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
                                            block_table=table, causal=True,
                                            num_splits=num_splits, return_softmax_lse=True)
-        outs, refs, pts, lses, lse_refs, lse_pts = [], [], [], [], [], []
-        for b in range(batch):
-            n = int(seqlens[b])
-            keys, vals = k_logical[b:b + 1, :n], v_logical[b:b + 1, :n]
-            ref, lse_ref = attention_ref(q[b:b + 1].float(), keys, vals, causal=True)
-            pt, lse_pt = attention_ref(q[b:b + 1], keys, vals, causal=True, upcast=False)
-            outs.append(out[b:b + 1]), refs.append(ref), pts.append(pt)
-            lses.append(lse[b:b + 1]), lse_refs.append(lse_ref), lse_pts.append(lse_pt)
-        what = f"page {page_size}, {nheads}/{nheads_k} heads, {num_splits} splits"
-        assert_rule(torch.cat(outs), torch.cat(refs), torch.cat(pts), 2, 1e-5, what + " out")
-        assert_lse_rule(torch.cat(lses), torch.cat(lse_refs), torch.cat(lse_pts), what + " lse")
+        assert_entries_match_reference(
+            q, out, lse, k_logical, v_logical, seqlens,
+            f"page {page_size}, {nheads}/{nheads_k} heads, {num_splits} splits", causal=True)
 
 
 @pytest.mark.gpu
