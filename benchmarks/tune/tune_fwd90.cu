@@ -196,8 +196,10 @@ int main(int argc, char** argv) {
     const std::vector<int> sl = {4096, 16384};
     g_library_schedule = true;
     sweep<128, FwdTraits<128, 128, 176, 2, true>>("d128 plain 128x176", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 128, 2, true>>("d128 plain 128x128", b, true, sl);
     sweep<128, FwdTraits<128, 128, 128, 2, true, 0>, kSoftcap>("d128 softcap 128x128 e0", b, true, sl);
     sweep<128, FwdTraits<128, 128, 128, 2, true, 4>, kSoftcap>("d128 softcap 128x128 e4", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 176, 2, true, 0>, kSoftcap>("d128 softcap 128x176 e0", b, true, sl);
     sweep<128, FwdTraits<128, 128, 176, 2, true, 4>, kSoftcap>("d128 softcap 128x176 e4", b, true, sl);
     sweep<128, FwdTraits<128, 128, 128, 2, true>, kAlibi>("d128 alibi 128x128", b, true, sl);
     sweep<128, FwdTraits<128, 128, 176, 2, true>, kAlibi>("d128 alibi 128x176", b, true, sl);
@@ -205,6 +207,7 @@ int main(int argc, char** argv) {
     sweep<128, FwdTraits<128, 128, 176, 2, true, 4>, kBoth>("d128 both 128x176 e4", b, true, sl);
     sweep<64, FwdTraits<64, 192, 128, 2, false>>("d64 plain 192x128", b, true, sl);
     sweep<64, FwdTraits<64, 192, 128, 2, false, 2>>("d64 plain 192x128 e2", b, true, sl);
+    sweep<64, FwdTraits<64, 128, 128, 2, true, 0>, kSoftcap>("d64 softcap 128x128 e0", b, true, sl);
     sweep<64, FwdTraits<64, 128, 128, 2, true, 4>, kSoftcap>("d64 softcap 128x128 e4", b, true, sl);
     sweep<64, FwdTraits<64, 128, 128, 2, true, 6>, kSoftcap>("d64 softcap 128x128 e6", b, true, sl);
     sweep<64, FwdTraits<64, 128, 128, 2, true>, kAlibi>("d64 alibi 128x128", b, true, sl);
@@ -221,20 +224,6 @@ int main(int argc, char** argv) {
       sweep<64, FwdTraits<64, 128, 128, 2, true>, kWindow1k>("d64 window1k 128x128", b, false,
                                                              {16384});
     }
-    return 0;
-  }
-  if (std::string(only) == "softcap") {
-    // Softcap 30 against plain, on the tiles and FMA shares worth comparing.
-    const std::vector<int> sl = {4096, 16384};
-    g_library_schedule = true;
-    sweep<128, FwdTraits<128, 128, 176, 2, true>>("d128 plain 128x176", b, true, sl);
-    sweep<128, FwdTraits<128, 128, 128, 2, true>>("d128 plain 128x128", b, true, sl);
-    sweep<128, FwdTraits<128, 128, 128, 2, true, 0>, kSoftcap>("d128 softcap 128x128 e0", b, true, sl);
-    sweep<128, FwdTraits<128, 128, 128, 2, true, 4>, kSoftcap>("d128 softcap 128x128 e4", b, true, sl);
-    sweep<128, FwdTraits<128, 128, 176, 2, true, 0>, kSoftcap>("d128 softcap 128x176 e0", b, true, sl);
-    sweep<64, FwdTraits<64, 192, 128, 2, false>>("d64 plain 192x128", b, true, sl);
-    sweep<64, FwdTraits<64, 128, 128, 2, true, 0>, kSoftcap>("d64 softcap 128x128 e0", b, true, sl);
-    sweep<64, FwdTraits<64, 128, 128, 2, true, 4>, kSoftcap>("d64 softcap 128x128 e4", b, true, sl);
     return 0;
   }
   if (std::string(only) == "profile") {
