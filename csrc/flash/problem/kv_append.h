@@ -15,7 +15,7 @@
 //     the splits of a query block and the query blocks / query heads of a kv head may run in any
 //     order.
 //  2. Each appended row (entry b, kv head hk, row i) is written by exactly one block
-//     (append_share): among the blocks of entry b whose query head is the first of hk's group
+//     (kv_cache.h: append_share): among the blocks of entry b whose query head is the first of hk's group
 //     (head % (heads / heads_k) == 0; under GQA packing every block's head is a kv head, so all
 //     of them), the (query block, split) pair of index o = m_block * num_splits + split writes
 //     rows [o * share, (o + 1) * share) of owners = query_blocks * num_splits, share =
@@ -39,6 +39,7 @@
 #include "../ptx/cp_async.h"
 #include "../ptx/math.h"
 #include "../ptx/shared.h"
+#include "kv_cache.h"
 #include "params.h"
 
 namespace flashattn_cu {
@@ -146,25 +147,6 @@ __device__ __forceinline__ RotaryTable rotary_of(const FwdParams& p,
                                                  const KvcacheKernelFields& kv) {
   return RotaryTable{kv.rotary_cos, kv.rotary_sin, kv.rotary_dim, kv.rotary_interleaved,
                      p.seqlen_k - 1};
-}
-
-// Rows [begin, end) of the seqlen_new appended rows that block (m_block, split) of an owning
-// head writes (rule 2 above).
-struct AppendShare {
-  int begin;
-  int end;
-};
-
-__host__ __device__ __forceinline__ AppendShare append_share(int seqlen_new, int m_block,
-                                                             int m_blocks, int split,
-                                                             int splits) {
-  const int owners = m_blocks * splits;
-  const int share = ceil_div(seqlen_new, owners);
-  const int o = m_block * splits + split;
-  AppendShare r;
-  r.begin = min(o * share, seqlen_new);
-  r.end = min(r.begin + share, seqlen_new);
-  return r;
 }
 
 // Writes this block's share of the appended rows to the cache: k rotated at its position,
