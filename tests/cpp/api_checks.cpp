@@ -925,6 +925,17 @@ int main() {
     expect(st == S::kLaunchFailed || st == S::kUnsupportedDevice, "fwd without a GPU fails cleanly");
     expect(flashattn_cu::last_cuda_error() != cudaSuccess || st == S::kUnsupportedDevice,
            "last_cuda_error() says why");
+    // The append + rotary fields of a valid call pass the host checks (the positive control of
+    // the rejections above): only the device query fails.
+    KvcacheParams kv = valid_kvcache();
+    kv.k_new = fake(10), kv.v_new = fake(11), kv.seqlen_new = 2;
+    kv.knew_row_stride = kv.vnew_row_stride = 2 * 64;
+    kv.knew_head_stride = kv.vnew_head_stride = 64;
+    kv.rotary_cos = fake(12), kv.rotary_sin = fake(13), kv.rotary_dim = 64;
+    kv.rotary_seqlen = kv.seqlen_k;
+    const Status kst = flashattn_cu::fwd_kvcache(kv, nullptr);
+    expect(kst == S::kLaunchFailed || kst == S::kUnsupportedDevice,
+           "fwd_kvcache with k_new and rotary: valid on the host, fails only at the device");
   } else {
     std::printf("skip the no-GPU case: %d GPU(s) present\n", devices);
   }
