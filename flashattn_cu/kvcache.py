@@ -1,11 +1,14 @@
 """`flash_attn_with_kvcache`, flash_attn 2.x's inference entry point (issue 10).
 
-Data path: validate (every error names the argument) -> rotary on q and the new k, and the
-in-place append of the new k / v at cache_seqlens (contiguous or paged), both as torch ops on
-the current stream for now (no host sync, so CUDA graphs capture them; fusing them into the
-kernel is left) -> `torch.ops.flashattn_cu.fwd_kvcache` (split-KV attention over the cache, GQA
-packing of each kv head's query heads for any seqlen_q (not with ALiBi), paged gather through
-block_table; csrc/flash/problem/kv_cache.h).
+Data path: validate (every error names the argument) -> `torch.ops.flashattn_cu.fwd_kvcache`
+(split-KV attention over the cache, GQA packing of each kv head's query heads for any seqlen_q
+(not with ALiBi), paged gather through block_table; csrc/flash/problem/kv_cache.h), which also
+appends the new k / v to the cache in place at cache_seqlens (contiguous or paged) and applies
+rotary to q and the new k in the kernel (csrc/flash/problem/kv_append.h: the row-ownership
+rule). The torch-op version of the append and rotary (`_append_unfused`) is kept as the
+reference the GPU tests compare the fused path with bit for bit, and serves the two cases the
+kernel cannot: seqlen_new == 0 with rotary (q rotated, nothing appended) and seqlen_q == 0 (no
+attention block runs to do the append).
 
 flash_attn_varlen_func(..., block_table=...) (paged prefill) comes here too (`_paged_varlen`):
 the same op in its varlen mode, `torch.ops.flashattn_cu.fwd_kvcache_varlen` (varlen queries
@@ -36,7 +39,9 @@ _MAX_SPLITS = 128
 @torch.library.register_fake("flashattn_cu::fwd_kvcache")
 def _fwd_kvcache_fake(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
                       block_table, softmax_scale, causal, window_left=-1, window_right=-1,
-                      alibi_slopes=None, softcap=0.0, num_splits=0):
+                      alibi_slopes=None, softcap=0.0, num_splits=0, k_new=None, v_new=None,
+                      rotary_cos=None, rotary_sin=None, rotary_interleaved=True):
+    # k_cache / v_cache are mutated in place (the schema's Tensor(a!)); nothing to do here.
     from flashattn_cu.flash_attn_interface import _empty_like_layout
 
     batch, seqlen_q, nheads, _ = q.shape
@@ -143,8 +148,8 @@ def flash_attn_with_kvcache(
             multiple of 16 and <= headdim, seqlen_ro >= the cache's capacity; needs k and v.
         cache_seqlens: int or (batch,) int32: keys already in each entry's cache (before the
             append). None: the whole cache. The caller keeps cache_seqlens + seqlen_new within
-            the cache (a device value: positions past it are clamped to its last row, never
-            written outside it).
+            the cache (a device value: rotary positions past it are clamped to its last row;
+            nothing is written outside it).
         cache_batch_idx: optional (batch,) int32: entry b uses cache entry cache_batch_idx[b]
             (contiguous caches; indices are device values, clamped into range by the kernel).
         cache_leftpad: optional (batch,) int32: entry b's keys start at cache row
@@ -160,6 +165,18 @@ def flash_attn_with_kvcache(
     Returns:
         out (batch, seqlen_q, nheads, headdim), or (out, softmax_lse) with return_softmax_lse.
     """
+    return _with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                         cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
+                         window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
+                         return_softmax_lse, fused=True)
+
+
+def _with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                  cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal, window_size,
+                  softcap, rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse,
+                  fused):
+    """flash_attn_with_kvcache; fused=False appends and rotates with torch ops before the op
+    (`_append_unfused`, the reference of the fused path)."""
     _check_tensor(q, "q", 4, "(batch, seqlen_q, nheads, headdim)")
     paged = block_table is not None
     cache_text = ("(num_blocks, page_block_size, nheads_k, headdim)" if paged else
@@ -276,34 +293,57 @@ def flash_attn_with_kvcache(
             raise ValueError(f"{_FN}: rotary_cos has {rotary_cos.shape[0]} positions; it needs "
                              f"at least the cache's {capacity}")
 
+    if k is not None and fused and seqlen_new > 0 and seqlen_q > 0:
+        # The kernel appends (rotated) k and v and rotates q itself (problem/kv_append.h).
+        out, softmax_lse = torch.ops.flashattn_cu.fwd_kvcache(
+            q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, block_table,
+            softmax_scale, causal, window_left, window_right, alibi_slopes, softcap,
+            int(num_splits), k, v, rotary_cos, rotary_sin, bool(rotary_interleaved))
+        return (out, softmax_lse) if return_softmax_lse else out
     if k is not None:
-        # Positions of the new rows: cache_seqlens[b] + i (absolute cache rows, leftpad
-        # included), clamped into the cache (see cache_seqlens above).
-        steps = torch.arange(seqlen_new, device=device, dtype=torch.int64)
-        pos = (cache_seqlens.long().unsqueeze(1) + steps).clamp_(0, max(capacity - 1, 0))
-        if rotary_cos is not None:
-            k = _rotate(k, rotary_cos[pos], rotary_sin[pos], rotary_interleaved)
-            q_steps = torch.arange(seqlen_q, device=device, dtype=torch.int64)
-            if not (causal or window_left >= 0 or window_right >= 0):
-                q_steps = torch.zeros_like(q_steps)
-            q_pos = (cache_seqlens.long().unsqueeze(1) + q_steps).clamp_(0, capacity - 1)
-            q = _rotate(q, rotary_cos[q_pos], rotary_sin[q_pos], rotary_interleaved)
-        if paged:
-            page = block_table.long().gather(1, torch.div(pos, page_size, rounding_mode="floor"))
-            page = page.clamp_(0, k_cache.shape[0] - 1)
-            index = (page, pos % page_size)
-        else:
-            entries = (cache_batch_idx.long().clamp(0, k_cache.shape[0] - 1)  # as the kernel
-                       if cache_batch_idx is not None else torch.arange(batch, device=device))
-            index = (entries.unsqueeze(1).expand(batch, seqlen_new), pos)
-        k_cache.index_put_(index, k)
-        v_cache.index_put_(index, v)
-        cache_seqlens = cache_seqlens + seqlen_new
+        q, cache_seqlens = _append_unfused(
+            q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+            block_table, causal or window_left >= 0 or window_right >= 0, rotary_interleaved,
+            capacity)
     out, softmax_lse = torch.ops.flashattn_cu.fwd_kvcache(
         q, k_cache, v_cache, cache_seqlens.to(torch.int32), cache_batch_idx, cache_leftpad,
         block_table, softmax_scale, causal, window_left, window_right, alibi_slopes, softcap,
         int(num_splits))
     return (out, softmax_lse) if return_softmax_lse else out
+
+
+def _append_unfused(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                    cache_batch_idx, block_table, q_per_row, rotary_interleaved, capacity):
+    """The append and rotary as torch ops on the stream (no host sync): the reference of the
+    fused kernel path (same fp32 math, same rounding, so the same cache bytes) and the path of
+    the cases it cannot serve (module docstring). Returns the rotated q and the key counts
+    after the append."""
+    batch, seqlen_new = k.shape[:2]
+    seqlen_q = q.shape[1]
+    device = q.device
+    # Positions of the new rows: cache_seqlens[b] + i (absolute cache rows, leftpad
+    # included), clamped into the cache (see cache_seqlens above).
+    steps = torch.arange(seqlen_new, device=device, dtype=torch.int64)
+    pos = (cache_seqlens.long().unsqueeze(1) + steps).clamp_(0, max(capacity - 1, 0))
+    if rotary_cos is not None:
+        k = _rotate(k, rotary_cos[pos], rotary_sin[pos], rotary_interleaved)
+        q_steps = torch.arange(seqlen_q, device=device, dtype=torch.int64)
+        if not q_per_row:
+            q_steps = torch.zeros_like(q_steps)
+        q_pos = (cache_seqlens.long().unsqueeze(1) + q_steps).clamp_(0, capacity - 1)
+        q = _rotate(q, rotary_cos[q_pos], rotary_sin[q_pos], rotary_interleaved)
+    if block_table is not None:
+        page_size = k_cache.shape[1]
+        page = block_table.long().gather(1, torch.div(pos, page_size, rounding_mode="floor"))
+        page = page.clamp_(0, k_cache.shape[0] - 1)
+        index = (page, pos % page_size)
+    else:
+        entries = (cache_batch_idx.long().clamp(0, k_cache.shape[0] - 1)  # as the kernel
+                   if cache_batch_idx is not None else torch.arange(batch, device=device))
+        index = (entries.unsqueeze(1).expand(batch, seqlen_new), pos)
+    k_cache.index_put_(index, k)
+    v_cache.index_put_(index, v)
+    return q, cache_seqlens + seqlen_new
 
 
 # ---------------------------------------------------------------------------------------------

@@ -109,11 +109,12 @@ def test_op_schemas():
         "Tensor? alibi_slopes=None, float softcap=0., float dropout_p=0., "
         "Tensor? rng_state=None) -> (Tensor, Tensor, Tensor)")
     assert str(torch.ops.flashattn_cu.fwd_kvcache.default._schema) == (
-        "flashattn_cu::fwd_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, "
+        "flashattn_cu::fwd_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, "
         "Tensor cache_seqlens, Tensor? cache_batch_idx, Tensor? cache_leftpad, "
         "Tensor? block_table, float softmax_scale, bool causal, int window_left=-1, "
-        "int window_right=-1, Tensor? alibi_slopes=None, float softcap=0., int num_splits=0) -> "
-        "(Tensor, Tensor)")
+        "int window_right=-1, Tensor? alibi_slopes=None, float softcap=0., int num_splits=0, "
+        "Tensor? k_new=None, Tensor? v_new=None, Tensor? rotary_cos=None, "
+        "Tensor? rotary_sin=None, bool rotary_interleaved=True) -> (Tensor, Tensor)")
     assert str(torch.ops.flashattn_cu.fwd_kvcache_varlen.default._schema) == (
         "flashattn_cu::fwd_kvcache_varlen(Tensor q, Tensor k_cache, Tensor v_cache, "
         "Tensor cu_seqlens_q, Tensor cu_seqlens_k, Tensor block_table, int max_seqlen_q, "

@@ -5,8 +5,9 @@ random block tables and page sizes 1 / 16 / 64 / 256 / 100, rotary interleaved a
 cache_batch_idx, cache_leftpad, MHA / GQA / MQA, causal, windows, softcap, ALiBi) against the
 fp32 reference on the gathered cache by the rule (2x, outputs poisoned by conftest), the
 appended rows checked in the cache itself, every num_splits 1 .. 64 against num_splits = 1,
-rows that see no key (0, +inf), CUDA graph replay. CPU: the signature, argument errors, fake
-shapes and torch.compile tracing.
+rows that see no key (0, +inf), CUDA graph replay; the fused append + rotary against the torch-op
+reference (caches bitwise equal). CPU: the signature, argument errors, fake shapes and
+torch.compile tracing.
 """
 
 import inspect
@@ -361,6 +362,149 @@ def test_heuristic_splits_and_cuda_graph_replay():
     torch.testing.assert_close(captured.float(), again.float(), atol=2e-2, rtol=0)
 
 
+# The fused append + rotary (csrc/flash/problem/kv_append.h) against the torch-op reference
+# (flashattn_cu.kvcache._append_unfused): the whole caches bitwise equal after the call, the
+# outputs by the rule against the fp32 reference. The race-prone shapes: several splits and
+# several query blocks per kv head (each new row has one owner; the others read k_new / v_new).
+FUSED_CASES = {
+    # name: (seqlen_q, seqlen_new, (heads, heads_k), page_size, extras)
+    "decode_gqa_packed": (1, 1, (8, 2), None, {}),
+    "decode_paged1": (1, 1, (8, 2), 1, {}),
+    "decode_paged16_leftpad": (1, 1, (8, 2), 16, {"leftpad": True}),
+    "spec4_paged100_causal": (4, 4, (8, 2), 100, {"causal": True}),
+    "spec8_batch_idx": (8, 8, (6, 3), None, {"batch_idx": True, "causal": True}),
+    "q20_groups4_two_query_blocks": (20, 20, (8, 2), 16, {"causal": True}),  # 80 packed rows
+    "q1_new150_window": (1, 150, (4, 4), None, {"window": (40, 0)}),  # rows no query sees
+    "q130_new130_mha_paged100": (130, 130, (2, 2), 100, {"causal": True}),
+    "q3_alibi_unpacked_gqa": (3, 5, (8, 2), None, {"alibi": True}),  # rule 2's head % group
+    "q6_new70_leftpad_batch_idx": (6, 70, (4, 1), None, {"leftpad": True, "batch_idx": True}),
+}
+ROTARY_MODES = {
+    # name: (interleaved, rotary_dim as a fraction of head_dim) or None
+    "none": None,
+    "interleaved": (True, 1),
+    "neox": (False, 1),
+    "interleaved_half": (True, 2),
+    "neox_half": (False, 2),
+}
+
+
+def _bits(t):
+    """A tensor's bits (NaN-safe exact comparison)."""
+    return t.view(torch.int16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_splits", [1, 4])
+@pytest.mark.parametrize("rotary", list(ROTARY_MODES))
+@pytest.mark.parametrize("case", list(FUSED_CASES))
+def test_fused_append_matches_unfused(case, rotary, num_splits):
+    seqlen_q, seqlen_new, (nheads, nheads_k), page_size, extras = FUSED_CASES[case]
+    d, dtype, device = HEAD_DIM, torch.bfloat16 if num_splits == 1 else torch.float16, "cuda"
+    batch, capacity = 3, 600
+    causal = extras.get("causal", False)
+    window = extras.get("window", (-1, -1))
+    local = window != (-1, -1)
+    batch_cache = batch + 2 if extras.get("batch_idx") else batch
+    q = torch.randn(batch, seqlen_q, nheads, d, device=device, dtype=dtype)
+    k_logical = torch.randn(batch_cache, capacity, nheads_k, d, device=device, dtype=dtype)
+    v_logical = torch.randn_like(k_logical)
+    k_new = torch.randn(batch, seqlen_new, nheads_k, d, device=device, dtype=dtype)
+    v_new = torch.randn_like(k_new)
+    cache_seqlens = torch.randint(0, capacity - seqlen_new + 1, (batch,), device=device,
+                                  dtype=torch.int32)
+    cache_seqlens[0] = capacity - seqlen_new  # the append ends at the cache's last row
+    cache_seqlens[1] = min(3, capacity - seqlen_new)  # the new rows in the first key block
+    leftpad = None
+    if extras.get("leftpad"):
+        leftpad = (torch.rand(batch, device=device) * cache_seqlens.float()).to(torch.int32)
+        leftpad[-1] = cache_seqlens[-1]  # only new keys
+    batch_idx = None
+    if extras.get("batch_idx"):
+        batch_idx = torch.randperm(batch_cache, device=device)[:batch].to(torch.int32)
+    cos = sin = None
+    interleaved = True
+    table = None
+    rows = capacity
+    if page_size is not None:
+        rows = pages_per_entry(capacity, page_size) * page_size
+    if ROTARY_MODES[rotary] is not None:
+        interleaved, fraction = ROTARY_MODES[rotary]
+        cos, sin = rotary_tables(rows, d // fraction, dtype)
+    alibi = (torch.rand(nheads, device=device) * 0.3) if extras.get("alibi") else None
+    if page_size is not None:
+        num_pages = batch * pages_per_entry(capacity, page_size) + 7
+        perm = torch.randperm(num_pages, device=device)
+        k_cache, table = to_pages(k_logical, page_size, num_pages, perm)
+        v_cache, _ = to_pages(v_logical, page_size, num_pages, perm)
+    else:
+        k_cache, v_cache = k_logical.clone(), v_logical.clone()
+    k_ref_cache, v_ref_cache = k_cache.clone(), v_cache.clone()
+    kw = dict(rotary_cos=cos, rotary_sin=sin, cache_seqlens=cache_seqlens,
+              cache_batch_idx=batch_idx, cache_leftpad=leftpad, block_table=table,
+              causal=causal, window_size=window, rotary_interleaved=interleaved,
+              alibi_slopes=alibi, num_splits=num_splits, return_softmax_lse=True)
+    q_in, k_in, v_in = q.clone(), k_new.clone(), v_new.clone()
+    out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, **kw)
+    ref_out, ref_lse = kvc._with_kvcache(
+        q, k_ref_cache, v_ref_cache, k_new, v_new, cos, sin, cache_seqlens, batch_idx, leftpad,
+        table, None, causal, window, 0.0, interleaved, alibi, num_splits, True, fused=False)
+    what = f"{case}, rotary {rotary}, {num_splits} splits"
+    assert torch.equal(q, q_in) and torch.equal(k_new, k_in) and torch.equal(v_new, v_in), \
+        what + ": inputs modified"
+    # The caches, every row (the spare pages and the rows past the append included).
+    assert torch.equal(_bits(k_cache), _bits(k_ref_cache)), what + ": k_cache differs"
+    assert torch.equal(_bits(v_cache), _bits(v_ref_cache)), what + ": v_cache differs"
+    # The same keys and queries reach the same tiles: the outputs agree to their rounding, and
+    # both follow the rule against the fp32 reference on the appended cache.
+    torch.testing.assert_close(out.float(), ref_out.float(), atol=2e-3, rtol=0)
+    torch.testing.assert_close(lse, ref_lse, atol=1e-4, rtol=1e-5)
+    k_after = gather_pages(k_cache, table) if page_size else k_cache
+    v_after = gather_pages(v_cache, table) if page_size else v_cache
+    outs, refs, pts = [], [], []
+    for b in range(batch):
+        entry = int(batch_idx[b]) if batch_idx is not None else b
+        old = int(cache_seqlens[b])
+        pad = int(leftpad[b]) if leftpad is not None else 0
+        qb = q[b]
+        if cos is not None:
+            q_pos = (torch.arange(old, old + seqlen_q, device=device) if causal or local else
+                     torch.full((seqlen_q,), old, device=device))
+            qb = rotate_ref(qb, cos, sin, q_pos, interleaved).to(dtype)
+        keys = k_after[entry:entry + 1, pad:old + seqlen_new]
+        vals = v_after[entry:entry + 1, pad:old + seqlen_new]
+        akw = dict(causal=causal, window_size=window,
+                   alibi_slopes=alibi[None] if alibi is not None else None)
+        ref, _ = attention_ref(qb[None].float(), keys, vals, **akw)
+        pt, _ = attention_ref(qb[None], keys, vals, upcast=False, **akw)
+        outs.append(out[b:b + 1]), refs.append(ref), pts.append(pt)
+    assert_rule(torch.cat(outs), torch.cat(refs), torch.cat(pts), 2, 1e-5, what + " out")
+
+
+@pytest.mark.gpu
+def test_fused_append_without_query_rows_or_new_rows():
+    """The two cases the kernel cannot serve go through the torch-op path: seqlen_new 0 with
+    rotary (q rotated, nothing appended) and seqlen_q 0 (the new rows still appended)."""
+    d, dtype = HEAD_DIM, torch.float16
+    q = torch.randn(2, 3, 4, d, device="cuda", dtype=dtype)
+    k_cache = torch.randn(2, 256, 2, d, device="cuda", dtype=dtype)
+    v_cache = torch.randn_like(k_cache)
+    cos, sin = rotary_tables(256, d, dtype)
+    seqlens = torch.tensor([10, 200], device="cuda", dtype=torch.int32)
+    empty = torch.empty(2, 0, 2, d, device="cuda", dtype=dtype)
+    out = flash_attn_with_kvcache(q, k_cache, v_cache, empty, empty, rotary_cos=cos,
+                                  rotary_sin=sin, cache_seqlens=seqlens, causal=True)
+    ref = kvc._with_kvcache(q, k_cache, v_cache, empty, empty, cos, sin, seqlens, None, None,
+                            None, None, True, (-1, -1), 0.0, True, None, 0, False, fused=False)
+    assert torch.equal(out, ref)
+    k_new = torch.randn(2, 4, 2, d, device="cuda", dtype=dtype)
+    k_copy = k_cache.clone()
+    flash_attn_with_kvcache(q[:, :0], k_cache, v_cache, k_new, k_new, cache_seqlens=seqlens)
+    assert torch.equal(k_cache[0, 10:14], k_new[0]) and torch.equal(k_cache[1, 200:204], k_new[1])
+    assert torch.equal(k_cache[0, :10], k_copy[0, :10]) and torch.equal(k_cache[0, 14:],
+                                                                        k_copy[0, 14:])
+
+
 # --------------------------------------------------------------------------------------------
 # CPU: signature, arguments, shapes, tracing
 
@@ -519,6 +663,13 @@ def test_op_fake_shapes():
                                                   True)
     assert out.shape == q.shape and out.stride() == q.stride()
     assert lse.shape == (3, 8, 4) and lse.dtype == torch.float32
+    k_new = torch.empty(3, 4, 2, 64, dtype=torch.bfloat16, device="meta")
+    cos = torch.empty(80, 16, dtype=torch.bfloat16, device="meta")
+    out, lse = torch.ops.flashattn_cu.fwd_kvcache(q, kc, kc, seqlens, None, None, table, 0.125,
+                                                  True, k_new=k_new, v_new=k_new,
+                                                  rotary_cos=cos, rotary_sin=cos,
+                                                  rotary_interleaved=False)
+    assert out.shape == q.shape and lse.shape == (3, 8, 4)
 
 
 def test_compile_fullgraph_traces_a_decode_step():

@@ -285,12 +285,17 @@ int kvcache_splits(const KvcacheParams& p, const DeviceInfo& dev) {
   return splits > 1 ? splits : 1;
 }
 
-// The workspace: key counts (with cache_leftpad), then the splits' LSEs and outputs.
+// The workspace: key counts (with cache_leftpad or an append), then the splits' LSEs and outputs.
 struct KvcacheWorkspace {
   size_t counts = 0, lse = 0, o = 0, bytes = 0;  // offsets and the total, 256-byte aligned
 };
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+// The kernels' key counts differ from cache_seqlens (fwd/combine.h: kvcache_key_counts_kernel).
+bool needs_key_counts(const KvcacheParams& p) {
+  return p.cache_leftpad != nullptr || p.k_new != nullptr;
+}
 
 // Rows of the (unpacked) call's lse, and so of each split's partials: (batch, heads, seqlen_q),
 // or varlen (heads, total_q).
@@ -303,7 +308,7 @@ int64_t kvcache_lse_rows(const KvcacheParams& p) {
 KvcacheWorkspace kvcache_workspace(const KvcacheParams& p, int splits) {
   KvcacheWorkspace w;
   size_t at = 0;
-  if (p.cache_leftpad != nullptr) at = align256(sizeof(int) * static_cast<size_t>(p.batch));
+  if (needs_key_counts(p)) at = align256(sizeof(int) * static_cast<size_t>(p.batch));
   w.lse = at;
   const size_t rows = static_cast<size_t>(kvcache_lse_rows(p));
   if (splits > 1) at = align256(at + sizeof(float) * rows * splits);
@@ -314,6 +319,32 @@ KvcacheWorkspace kvcache_workspace(const KvcacheParams& p, int splits) {
 }
 
 bool aligned4(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 4 == 0; }
+
+// The fused append + rotary's arguments (flashattn_cu.h: KvcacheParams::k_new, rotary_cos):
+// 16-byte chunks of k_new / v_new rows and of the rotary tables' rows are read directly.
+Status check_kvcache_append(const KvcacheParams& p) {
+  const bool has_rotary = p.rotary_cos != nullptr || p.rotary_sin != nullptr;
+  if ((p.k_new == nullptr) != (p.v_new == nullptr) ||
+      (p.rotary_cos == nullptr) != (p.rotary_sin == nullptr)) {
+    return Status::kInvalidArgument;
+  }
+  if (p.k_new == nullptr) {
+    return has_rotary || p.seqlen_new != 0 ? Status::kInvalidArgument : Status::kSuccess;
+  }
+  if (p.cu_seqlens_q != nullptr || p.seqlen_new < 1 || p.seqlen_new > p.seqlen_k ||
+      !aligned16(p.k_new) || !aligned16(p.v_new) || p.knew_row_stride % 8 != 0 ||
+      p.knew_head_stride % 8 != 0 || p.knew_batch_stride % 8 != 0 ||
+      p.vnew_row_stride % 8 != 0 || p.vnew_head_stride % 8 != 0 ||
+      p.vnew_batch_stride % 8 != 0) {
+    return Status::kInvalidArgument;
+  }
+  if (has_rotary &&
+      (p.rotary_dim < 16 || p.rotary_dim % 16 != 0 || p.rotary_dim > p.head_dim ||
+       p.rotary_seqlen < p.seqlen_k || !aligned16(p.rotary_cos) || !aligned16(p.rotary_sin))) {
+    return Status::kInvalidArgument;
+  }
+  return Status::kSuccess;
+}
 
 // What fwd_kvcache() takes beyond check_common (flashattn_cu.h: KvcacheParams).
 Status check_kvcache(const KvcacheParams& p) {
@@ -344,7 +375,7 @@ Status check_kvcache(const KvcacheParams& p) {
     return Status::kInvalidArgument;
   }
   if (!pointer_ok(p.lse, has_q_rows(p))) return Status::kInvalidArgument;
-  return Status::kSuccess;
+  return check_kvcache_append(p);
 }
 
 }  // namespace
@@ -405,10 +436,11 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
   // The keys of each entry reach the kernels as seqused_k (problem/kv_cache.h), or varlen as
   // cu_seqlens_k (kept from p, as cu_seqlens_q and total_q are: problem/seqlen.h).
   kp.p.seqused_k = p.cache_seqlens;
-  if (p.cache_leftpad != nullptr) {
+  if (needs_key_counts(p)) {
     int* counts = reinterpret_cast<int*>(workspace + ws.counts);
-    st = forward::launch_kvcache_key_counts(p.cache_seqlens, p.cache_leftpad, p.seqlen_k, p.batch,
-                                            counts, stream);
+    st = forward::launch_kvcache_key_counts(p.cache_seqlens, p.cache_leftpad,
+                                            p.k_new != nullptr ? p.seqlen_new : 0, p.seqlen_k,
+                                            p.batch, counts, stream);
     if (st != Status::kSuccess) return st;
     kp.p.seqused_k = counts;
   }
@@ -424,6 +456,24 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
   kp.kv.partial_rows = kvcache_lse_rows(params);
   kp.kv.lse_partial = splits > 1 ? reinterpret_cast<float*>(workspace + ws.lse) : nullptr;
   kp.kv.o_partial = splits > 1 ? reinterpret_cast<float*>(workspace + ws.o) : nullptr;
+  // The fused append + rotary (problem/kv_append.h); q's rotary positions follow the unpacked
+  // call's mask: per query with causal or a window (flash_attn's rule).
+  kp.kv.k_new = p.k_new;
+  kp.kv.v_new = p.v_new;
+  kp.kv.cache_seqlens = p.cache_seqlens;
+  kp.kv.seqlen_new = p.k_new != nullptr ? p.seqlen_new : 0;
+  kp.kv.knew_batch_stride = p.knew_batch_stride;
+  kp.kv.knew_row_stride = p.knew_row_stride;
+  kp.kv.knew_head_stride = p.knew_head_stride;
+  kp.kv.vnew_batch_stride = p.vnew_batch_stride;
+  kp.kv.vnew_row_stride = p.vnew_row_stride;
+  kp.kv.vnew_head_stride = p.vnew_head_stride;
+  kp.kv.rotary_cos = p.k_new != nullptr ? p.rotary_cos : nullptr;
+  kp.kv.rotary_sin = p.k_new != nullptr ? p.rotary_sin : nullptr;
+  kp.kv.rotary_dim = p.rotary_dim;
+  kp.kv.rotary_interleaved = p.rotary_interleaved;
+  kp.kv.rotary_q_per_row =
+      params.is_causal || params.window_left >= 0 || params.window_right >= 0;
 
   const bool small_smem = dev.smem_optin < kLargeSmemBytes;
   st = dispatch_instance(p.dtype, p.head_dim, FwdKvcacheRunner{kp, small_smem, stream});

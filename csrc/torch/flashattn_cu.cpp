@@ -8,12 +8,14 @@
 //   flashattn_cu::bwd(dout, q, k, v, out, softmax_lse, softmax_scale, causal, deterministic,
 //                     softmax_stats=None, ..., dropout_p=0.0, rng_state=None) -> (dq, dk, dv)
 // and their varlen forms, and
-//   flashattn_cu::fwd_kvcache(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
-//                             block_table, softmax_scale, causal, ..., num_splits=0)
-//       -> (out, softmax_lse)
+//   flashattn_cu::fwd_kvcache(q, k_cache!, v_cache!, cache_seqlens, cache_batch_idx, cache_leftpad,
+//                             block_table, softmax_scale, causal, ..., num_splits=0,
+//                             k_new=None, v_new=None, rotary_cos=None, rotary_sin=None,
+//                             rotary_interleaved=True) -> (out, softmax_lse)
 //   flashattn_cu::fwd_kvcache_varlen(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k,
 //                                    block_table, max_seqlen_q, max_seqlen_k, ...) -> (out, lse)
-// (flash_attn_with_kvcache's attention, and flash_attn_varlen_func's with block_table; the Python wrapper appends to the cache first). Dropout: the forward draws (seed, offset) from the CUDA generator
+// (flash_attn_with_kvcache's attention, appending k_new / v_new to the cache in place with the
+// rotary embedding fused into the kernel; and flash_attn_varlen_func's with block_table). Dropout: the forward draws (seed, offset) from the CUDA generator
 // (gen, or the device's default) and returns them as rng_state (int64 (2,), written by the
 // kernel, so a captured CUDA graph records fresh values at each replay); the backward takes that
 // rng_state and regenerates the same mask. S_dmask: flash_attn's return_softmax output
@@ -713,11 +715,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
 }
 
 // ---------------------------------------------------------------------------------------------
-// KV cache (flash_attn_with_kvcache's attention; flashattn_cu.h: KvcacheParams). The Python
-// wrapper appends the new keys/values (and applies rotary) before this op, so the op only reads
-// the cache: q (batch, seqlen_q, nheads, d); k_cache / v_cache (batch_cache, seqlen_cache,
-// nheads_k, d) or, with block_table (batch, max_pages) int32, (num_pages, page_size, nheads_k,
-// d); cache_seqlens (batch) int32: the keys of each entry, appended ones included.
+// KV cache (flash_attn_with_kvcache's attention; flashattn_cu.h: KvcacheParams): q (batch,
+// seqlen_q, nheads, d); k_cache / v_cache (batch_cache, seqlen_cache, nheads_k, d) or, with
+// block_table (batch, max_pages) int32, (num_pages, page_size, nheads_k, d); cache_seqlens
+// (batch) int32: the keys of each entry before the append. With k_new / v_new (batch,
+// seqlen_new, nheads_k, d) the kernel writes them into the caches in place at rows
+// cache_seqlens[b] + i and attends to them too; with rotary_cos / rotary_sin (seqlen_ro,
+// rotary_dim / 2) it rotates q and the new keys first (problem/kv_append.h; q is not modified).
 
 // A cache tensor is read in place (a copy would cost what the kernel saves): it must already
 // have the kernels' layout.
@@ -793,6 +797,79 @@ void set_block_table(flashattn_cu::KvcacheParams& p, const at::Tensor& block_tab
   p.num_pages = static_cast<int>(k_cache.size(0));
 }
 
+// fwd_kvcache's optional append (k_new, v_new) and rotary tables (rotary_cos, rotary_sin), checked
+// and in the kernels' layout (k_new / v_new copied if their strides do not suit; the tables
+// made contiguous). An empty k_new (seqlen_new 0) appends nothing.
+struct AppendArgs {
+  at::Tensor k_new, v_new, cos, sin;
+};
+
+at::Tensor rotary_table(const at::Tensor& t, const char* name, const at::Tensor& q) {
+  TORCH_CHECK_VALUE(t.is_cuda() && t.device() == q.device(),
+                    msg(name, " must be on ", q.device(), ", got ", t.device()));
+  TORCH_CHECK_TYPE(t.scalar_type() == q.scalar_type(),
+                   msg(name, " has dtype ", t.scalar_type(), " but q has ", q.scalar_type()));
+  TORCH_CHECK_VALUE(t.dim() == 2, msg(name, " must have rank 2 (seqlen_ro, rotary_dim / 2), got "
+                                      "shape ", t.sizes()));
+  const at::Tensor c = t.contiguous();
+  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c
+                                                             : c.clone(at::MemoryFormat::Contiguous);
+}
+
+AppendArgs check_append(const std::optional<at::Tensor>& k_new,
+                        const std::optional<at::Tensor>& v_new,
+                        const std::optional<at::Tensor>& cos,
+                        const std::optional<at::Tensor>& sin, const at::Tensor& q,
+                        int64_t batch, int64_t num_heads_k, int64_t head_dim, int64_t seqlen_k) {
+  AppendArgs a;
+  TORCH_CHECK_VALUE(k_new.has_value() == v_new.has_value(),
+                    "flashattn_cu: k_new and v_new must be given together");
+  TORCH_CHECK_VALUE(cos.has_value() == sin.has_value(),
+                    "flashattn_cu: rotary_cos and rotary_sin must be given together");
+  TORCH_CHECK_VALUE(!cos.has_value() || k_new.has_value(),
+                    "flashattn_cu: rotary_cos / rotary_sin need k_new and v_new to rotate");
+  if (!k_new.has_value()) return a;
+  check_input(*k_new, "k_new", q);
+  check_input(*v_new, "v_new", q);
+  const int64_t seqlen_new = k_new->size(1);
+  const std::vector<int64_t> want{batch, seqlen_new, num_heads_k, head_dim};
+  for (const at::Tensor* t : {&*k_new, &*v_new}) {
+    TORCH_CHECK_VALUE(t->sizes() == at::IntArrayRef(want),
+                      msg(t == &*k_new ? "k_new" : "v_new",
+                          " must have shape (batch, seqlen_new, nheads_k, headdim) = ",
+                          at::IntArrayRef(want), ", got ", t->sizes()));
+  }
+  TORCH_CHECK_VALUE(seqlen_new <= seqlen_k,
+                    msg("k_new has ", seqlen_new, " rows but the cache holds ", seqlen_k,
+                        " keys per entry"));
+  if (seqlen_new == 0) {
+    // The kernel rotates q only on the way of an append; Python's wrapper rotates q itself here.
+    TORCH_CHECK_VALUE(!cos.has_value(),
+                      "flashattn_cu: rotary_cos / rotary_sin need at least one new row in k_new");
+    return a;
+  }
+  TORCH_CHECK_VALUE(q.size(1) > 0,
+                    msg("k_new needs q with at least one query row (the kernel that appends is "
+                        "the attention's), got q of shape ", q.sizes()));
+  a.k_new = to_kernel_layout(*k_new);
+  a.v_new = to_kernel_layout(*v_new);
+  if (cos.has_value()) {
+    a.cos = rotary_table(*cos, "rotary_cos", q);
+    a.sin = rotary_table(*sin, "rotary_sin", q);
+    TORCH_CHECK_VALUE(a.cos.sizes() == a.sin.sizes(),
+                      msg("rotary_sin has shape ", a.sin.sizes(), " but rotary_cos has ",
+                          a.cos.sizes()));
+    const int64_t rotary_dim = 2 * a.cos.size(1);
+    TORCH_CHECK_VALUE(rotary_dim > 0 && rotary_dim % 16 == 0 && rotary_dim <= head_dim,
+                      msg("rotary_dim = 2 * rotary_cos.shape[1] = ", rotary_dim,
+                          " must be a positive multiple of 16 and <= headdim ", head_dim));
+    TORCH_CHECK_VALUE(a.cos.size(0) >= seqlen_k,
+                      msg("rotary_cos has ", a.cos.size(0), " positions; it needs at least the "
+                          "cache's ", seqlen_k));
+  }
+  return a;
+}
+
 // Runs fwd_kvcache with its split-KV workspace.
 void run_fwd_kvcache(flashattn_cu::KvcacheParams& p, const at::Tensor& q, const char* which) {
   const size_t bytes = flashattn_cu::fwd_kvcache_workspace_bytes(p);
@@ -811,7 +888,9 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(
     const std::optional<at::Tensor>& cache_leftpad_in,
     const std::optional<at::Tensor>& block_table_in, double softmax_scale, bool causal,
     int64_t window_left, int64_t window_right, const std::optional<at::Tensor>& alibi,
-    double softcap, int64_t num_splits) {
+    double softcap, int64_t num_splits, const std::optional<at::Tensor>& k_new_in,
+    const std::optional<at::Tensor>& v_new_in, const std::optional<at::Tensor>& rotary_cos_in,
+    const std::optional<at::Tensor>& rotary_sin_in, bool rotary_interleaved) {
   check_window(window_left, window_right);
   check_input(q_in, "q", q_in);
   check_cache(k_cache, "k_cache", q_in);
@@ -843,6 +922,8 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(
   TORCH_CHECK_VALUE(seqlen_k <= flashattn_cu::kMaxSeqlen && k_cache.size(0) <= std::numeric_limits<int>::max(),
                     msg("the cache holds ", seqlen_k, " keys per entry; at most ",
                         static_cast<int64_t>(flashattn_cu::kMaxSeqlen), " are supported"));
+  const AppendArgs app = check_append(k_new_in, v_new_in, rotary_cos_in, rotary_sin_in, q_in,
+                                      batch, num_heads_k, head_dim, seqlen_k);
   const c10::cuda::CUDAGuard guard(q_in.device());
 
   const at::Tensor q = to_kernel_layout(q_in);
@@ -850,7 +931,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(
   at::Tensor lse = at::empty({batch, num_heads, seqlen_q}, q.options().dtype(at::kFloat));
   maybe_poison(out);
   maybe_poison(lse);
-  if (out.numel() == 0) return {out, lse};
+  if (out.numel() == 0) return {out, lse};  // check_append: nothing to append either
 
   flashattn_cu::KvcacheParams p;
   p.q = q.data_ptr();
@@ -869,6 +950,20 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(
   p.cache_leftpad = cache_leftpad.defined() ? cache_leftpad.data_ptr<int>() : nullptr;
   if (block_table.defined()) set_block_table(p, block_table, k_cache);
   p.num_splits = static_cast<int>(num_splits);
+  if (app.k_new.defined()) {
+    p.k_new = app.k_new.data_ptr();
+    p.v_new = app.v_new.data_ptr();
+    p.seqlen_new = static_cast<int>(app.k_new.size(1));
+    set_strides(p.knew_batch_stride, p.knew_row_stride, p.knew_head_stride, app.k_new);
+    set_strides(p.vnew_batch_stride, p.vnew_row_stride, p.vnew_head_stride, app.v_new);
+  }
+  if (app.cos.defined()) {
+    p.rotary_cos = app.cos.data_ptr();
+    p.rotary_sin = app.sin.data_ptr();
+    p.rotary_dim = static_cast<int>(2 * app.cos.size(1));
+    p.rotary_seqlen = static_cast<int>(std::min<int64_t>(app.cos.size(0), flashattn_cu::kMaxSeqlen));
+    p.rotary_interleaved = rotary_interleaved;
+  }
   run_fwd_kvcache(p, q, "fwd_kvcache");
   return {out, lse};
 }
@@ -983,10 +1078,12 @@ TORCH_LIBRARY(flashattn_cu, m) {
       "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0, "
       "float dropout_p=0.0, Tensor? rng_state=None) -> (Tensor, Tensor, Tensor)");
   m.def(
-      "fwd_kvcache(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, "
+      "fwd_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor cache_seqlens, "
       "Tensor? cache_batch_idx, Tensor? cache_leftpad, Tensor? block_table, float softmax_scale, "
       "bool causal, int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, "
-      "float softcap=0.0, int num_splits=0) -> (Tensor, Tensor)");
+      "float softcap=0.0, int num_splits=0, Tensor? k_new=None, Tensor? v_new=None, "
+      "Tensor? rotary_cos=None, Tensor? rotary_sin=None, bool rotary_interleaved=True) -> "
+      "(Tensor, Tensor)");
   m.def(
       "fwd_kvcache_varlen(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cu_seqlens_q, "
       "Tensor cu_seqlens_k, Tensor block_table, int max_seqlen_q, int max_seqlen_k, "

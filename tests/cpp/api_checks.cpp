@@ -118,6 +118,28 @@ void expect_kvcache_status(const char* what, Edit edit, Status want) {
 
 // The kvcache index math (problem/kv_cache.h, problem/scheduler.h) by brute force.
 void check_kvcache_math() {
+  // The fused append's owners (append_share): every new row written by exactly one (query
+  // block, split), for any counts.
+  {
+    bool once = true;
+    for (int rows = 0; rows <= 300 && once; rows += rows < 20 ? 1 : 37) {
+      for (int m_blocks = 1; m_blocks <= 5 && once; ++m_blocks) {
+        for (int splits = 1; splits <= flashattn_cu::kMaxSplits && once; splits += splits < 8 ? 1 : 15) {
+          std::vector<int> seen(rows, 0);
+          for (int m = 0; m < m_blocks; ++m) {
+            for (int s = 0; s < splits; ++s) {
+              const flashattn_cu::AppendShare a =
+                  flashattn_cu::append_share(rows, m, m_blocks, s, splits);
+              once = once && 0 <= a.begin && a.begin <= a.end && a.end <= rows;
+              for (int i = a.begin; i < a.end && once; ++i) ++seen[i];
+            }
+          }
+          for (int n : seen) once = once && n == 1;
+        }
+      }
+    }
+    expect(once, "kvcache append: every new row has exactly one owning (query block, split)");
+  }
   // Splits of [begin, end): disjoint, in order, covering it exactly, for every split count.
   bool splits_ok = true;
   for (int begin = 0; begin <= 5 && splits_ok; ++begin) {
@@ -790,6 +812,67 @@ int main() {
                         S::kInvalidArgument);
   expect_kvcache_status("fwd_kvcache: head_dim 260", [](KvcacheParams& p) { p.head_dim = 260; },
                         S::kUnsupportedHeadDim);
+  // The fused append + rotary (KvcacheParams::k_new, rotary_cos; dispatch.cu
+  // check_kvcache_append): k_new with v_new, rotary with both tables and k_new, 16-byte rows.
+  auto with_append = [](KvcacheParams& p) {
+    p.k_new = fake(10);
+    p.v_new = fake(11);
+    p.seqlen_new = 2;
+    p.knew_batch_stride = 2 * 2 * 64, p.knew_row_stride = 2 * 64, p.knew_head_stride = 64;
+    p.vnew_batch_stride = 2 * 2 * 64, p.vnew_row_stride = 2 * 64, p.vnew_head_stride = 64;
+  };
+  auto with_rotary = [&](KvcacheParams& p) {
+    with_append(p);
+    p.rotary_cos = fake(12);
+    p.rotary_sin = fake(13);
+    p.rotary_dim = 32;
+    p.rotary_seqlen = p.seqlen_k;
+  };
+  expect_kvcache_status("fwd_kvcache: k_new without v_new",
+                        [&](KvcacheParams& p) { with_append(p); p.v_new = nullptr; },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: k_new with seqlen_new 0",
+                        [&](KvcacheParams& p) { with_append(p); p.seqlen_new = 0; },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: seqlen_new without k_new",
+                        [](KvcacheParams& p) { p.seqlen_new = 3; }, S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: k_new row stride not a multiple of 8",
+                        [&](KvcacheParams& p) { with_append(p); p.knew_row_stride = 68; },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: misaligned v_new",
+                        [&](KvcacheParams& p) {
+                          with_append(p);
+                          p.v_new = static_cast<const char*>(fake(11)) + 8;
+                        },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: k_new with varlen queries",
+                        [&](KvcacheParams& p) {
+                          with_append(p);
+                          p.cu_seqlens_q = static_cast<const int*>(fake(7));
+                          p.cu_seqlens_k = static_cast<const int*>(fake(8));
+                          p.cache_seqlens = nullptr;
+                          p.total_q = 4;
+                        },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: rotary without k_new",
+                        [&](KvcacheParams& p) {
+                          with_rotary(p);
+                          p.k_new = p.v_new = nullptr;
+                          p.seqlen_new = 0;
+                        },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: rotary_cos without rotary_sin",
+                        [&](KvcacheParams& p) { with_rotary(p); p.rotary_sin = nullptr; },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: rotary_dim 40 (not a multiple of 16)",
+                        [&](KvcacheParams& p) { with_rotary(p); p.rotary_dim = 40; },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: rotary_dim above head_dim",
+                        [&](KvcacheParams& p) { with_rotary(p); p.rotary_dim = 80; },
+                        S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: rotary tables shorter than the cache",
+                        [&](KvcacheParams& p) { with_rotary(p); p.rotary_seqlen = 255; },
+                        S::kInvalidArgument);
   {
     // Workspace: none for one split; the splits' LSEs and outputs for more (explicit counts
     // need no device to size); the key counts with cache_leftpad.
@@ -842,6 +925,17 @@ int main() {
     expect(st == S::kLaunchFailed || st == S::kUnsupportedDevice, "fwd without a GPU fails cleanly");
     expect(flashattn_cu::last_cuda_error() != cudaSuccess || st == S::kUnsupportedDevice,
            "last_cuda_error() says why");
+    // The append + rotary fields of a valid call pass the host checks (the positive control of
+    // the rejections above): only the device query fails.
+    KvcacheParams kv = valid_kvcache();
+    kv.k_new = fake(10), kv.v_new = fake(11), kv.seqlen_new = 2;
+    kv.knew_row_stride = kv.vnew_row_stride = 2 * 64;
+    kv.knew_head_stride = kv.vnew_head_stride = 64;
+    kv.rotary_cos = fake(12), kv.rotary_sin = fake(13), kv.rotary_dim = 64;
+    kv.rotary_seqlen = kv.seqlen_k;
+    const Status kst = flashattn_cu::fwd_kvcache(kv, nullptr);
+    expect(kst == S::kLaunchFailed || kst == S::kUnsupportedDevice,
+           "fwd_kvcache with k_new and rotary: valid on the host, fails only at the device");
   } else {
     std::printf("skip the no-GPU case: %d GPU(s) present\n", devices);
   }

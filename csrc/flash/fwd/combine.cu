@@ -17,11 +17,12 @@ Status launch_split_combine(const FwdKvcacheKernelParams& kp, cudaStream_t strea
              : launch_tiles<split_combine_kernel<__half>>(blocks, kCombineThreads, 0, stream, kp);
 }
 
-Status launch_kvcache_key_counts(const int* cache_seqlens, const int* leftpad, int capacity,
-                                 int batch, int* counts, cudaStream_t stream) {
+Status launch_kvcache_key_counts(const int* cache_seqlens, const int* leftpad, int seqlen_new,
+                                 int capacity, int batch, int* counts, cudaStream_t stream) {
   constexpr int kThreads = 128;
   return launch_tiles<kvcache_key_counts_kernel>(ceil_div(batch, kThreads), kThreads, 0, stream,
-                                                 cache_seqlens, leftpad, capacity, batch, counts);
+                                                 cache_seqlens, leftpad, seqlen_new, capacity,
+                                                 batch, counts);
 }
 
 }  // namespace flashattn_cu::forward

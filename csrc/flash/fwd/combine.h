@@ -69,14 +69,16 @@ __global__ void __launch_bounds__(kCombineThreads)
   if (col == 0) p.lse[row] = lse;
 }
 
-// Key counts of a call with cache_leftpad (FwdParams::seqused_k of the kernels):
-// min(cache_seqlens[b], capacity) - leftpad[b], at least 0, with a negative leftpad read as 0.
+// Key counts of a call with cache_leftpad or an append of seqlen_new rows (FwdParams::seqused_k
+// of the kernels): min(cache_seqlens[b] + seqlen_new, capacity) - leftpad[b], at least 0, with a
+// negative or absent (null) leftpad read as 0.
 __global__ void kvcache_key_counts_kernel(const int* cache_seqlens, const int* leftpad,
-                                          int capacity, int batch, int* counts) {
+                                          int seqlen_new, int capacity, int batch, int* counts) {
   const int b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= batch) return;
-  const int len = cache_seqlens[b] < capacity ? cache_seqlens[b] : capacity;
-  const int pad = leftpad[b] > 0 ? leftpad[b] : 0;
+  const int64_t keys = static_cast<int64_t>(cache_seqlens[b]) + seqlen_new;
+  const int len = keys < capacity ? static_cast<int>(keys) : capacity;
+  const int pad = leftpad != nullptr && leftpad[b] > 0 ? leftpad[b] : 0;
   counts[b] = len > pad ? len - pad : 0;
 }
 

@@ -13,8 +13,9 @@ namespace flashattn_cu::forward {
 // Merges kp.kv.num_splits partials into kp.p.o and kp.p.lse (fwd/combine.h).
 Status launch_split_combine(const FwdKvcacheKernelParams& kp, cudaStream_t stream);
 
-// counts[b] = the keys entry b attends to, from cache_seqlens and cache_leftpad.
-Status launch_kvcache_key_counts(const int* cache_seqlens, const int* leftpad, int capacity,
-                                 int batch, int* counts, cudaStream_t stream);
+// counts[b] = the keys entry b attends to, from cache_seqlens, cache_leftpad (may be null) and
+// the rows appended (fwd/combine.h: kvcache_key_counts_kernel).
+Status launch_kvcache_key_counts(const int* cache_seqlens, const int* leftpad, int seqlen_new,
+                                 int capacity, int batch, int* counts, cudaStream_t stream);
 
 }  // namespace flashattn_cu::forward

@@ -31,6 +31,9 @@
 //    [begin + s * share, min(end, begin + (s + 1) * share)), possibly nothing. Each split writes
 //    its normalised fp32 output and its LSE (-inf when its share is empty or masked for a row),
 //    and fwd/combine.h merges them.
+//  * Appending (k_new / v_new: problem/kv_append.h). New row i of entry b goes to cache row
+//    cache_seqlens[b] + i and is logical key cache_seqlens[b] - leftpad[b] + i; append_share
+//    below says which block writes it.
 #pragma once
 
 #include <math.h>
@@ -61,6 +64,27 @@ __host__ __device__ __forceinline__ SplitBlocks split_key_blocks(int begin, int 
   r.end = r.begin + share < end ? r.begin + share : end;
   if (r.begin > end) r.begin = end;
   if (r.end < r.begin) r.end = r.begin;
+  return r;
+}
+
+// The fused append (problem/kv_append.h, rule 2): rows [begin, end) of the seqlen_new new rows
+// of an (entry, kv head) that its owning block (m_block, split) writes, of m_blocks query blocks
+// and `splits` splits; owner o = m_block * splits + split takes the o-th share of
+// ceil(seqlen_new / owners) rows. Every row once, whatever the mask and the splits' key ranges.
+struct AppendShare {
+  int begin;
+  int end;
+};
+
+__host__ __device__ __forceinline__ AppendShare append_share(int seqlen_new, int m_block,
+                                                             int m_blocks, int split,
+                                                             int splits) {
+  const int owners = m_blocks * splits;
+  const int share = ceil_div(seqlen_new, owners);
+  const int o = m_block * splits + split;
+  AppendShare r;
+  r.begin = o * share < seqlen_new ? o * share : seqlen_new;
+  r.end = r.begin + share < seqlen_new ? r.begin + share : seqlen_new;
   return r;
 }
 

@@ -33,6 +33,20 @@ struct KvcacheKernelFields {
   int64_t partial_rows;
   float* o_partial;
   float* lse_partial;
+  // Fused append + rotary (problem/kv_append.h; flashattn_cu.h: KvcacheParams::k_new). k_new
+  // null: nothing is appended and the rest of this block is unused. cache_seqlens: the keys
+  // before the append (FwdParams::seqused_k holds the counts after it).
+  const void* k_new;
+  const void* v_new;
+  const int* cache_seqlens;
+  int seqlen_new;
+  int64_t knew_batch_stride, knew_row_stride, knew_head_stride;
+  int64_t vnew_batch_stride, vnew_row_stride, vnew_head_stride;
+  const void* rotary_cos;  // null: no rotary
+  const void* rotary_sin;
+  int rotary_dim;
+  bool rotary_interleaved;
+  bool rotary_q_per_row;  // q row i at cache_seqlens + i (causal or a window), else + 0
 };
 
 struct FwdKernelParams {

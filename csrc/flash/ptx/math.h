@@ -27,4 +27,24 @@ FLASHATTN_CU_DEVICE float tanh_approx(float x) {
   return y;
 }
 
+// IEEE fp32 multiply / add / subtract, rounded to nearest even, denormals kept (no .ftz, whatever
+// -ftz / --use_fast_math say) and never contracted into an FMA: the rounding of each step of
+// torch's eager elementwise ops, so a kernel can reproduce their bits (problem/kv_append.h: the
+// rotary embedding).
+FLASHATTN_CU_DEVICE float mul_rn(float a, float b) {
+  float r;
+  asm("mul.rn.f32 %0, %1, %2;\n" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+FLASHATTN_CU_DEVICE float add_rn(float a, float b) {
+  float r;
+  asm("add.rn.f32 %0, %1, %2;\n" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+FLASHATTN_CU_DEVICE float sub_rn(float a, float b) {
+  float r;
+  asm("sub.rn.f32 %0, %1, %2;\n" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
 }  // namespace flashattn_cu::ptx

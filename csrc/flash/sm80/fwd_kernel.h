@@ -10,8 +10,12 @@
 // owns a split of the query block's key blocks (writing fp32 partials for fwd/combine.h when
 // there are several), and reads K/V from a contiguous cache (cache_batch_idx, cache_leftpad) or
 // gathers them through the block table; its queries may be varlen (cu_seqlens_q: paged prefill).
+// With an append (k_new, v_new) it writes the new rows to the cache itself and reads them for the
+// attention from k_new / v_new, rotating q and the new keys on their way into shared memory when
+// the call has a rotary table (problem/kv_append.h: the row-ownership rule).
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -21,6 +25,7 @@
 #include "../common/softmax.h"
 #include "../common/tile_io.h"
 #include "../problem/dropout.h"
+#include "../problem/kv_append.h"
 #include "../problem/kv_cache.h"
 #include "../problem/kv_load.h"
 #include "../problem/mask.h"
@@ -202,6 +207,33 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
       v += entry * p.v_batch_stride + static_cast<int64_t>(cache_row0) * p.v_row_stride;
     }
   }
+  // kvcache with an append (problem/kv_append.h): keys >= new_key0 are the new rows, read from
+  // k_new / v_new; without one no key is (INT_MAX).
+  int new_key0 = INT_MAX;
+  if constexpr (kKvcache) {
+    if (kp.kv.k_new != nullptr) {
+      new_key0 = kp.kv.cache_seqlens[tile.batch] - cache_row0;
+      // Rule 2: the first query head of each kv head's group writes its share of the rows.
+      if (head % (p.num_heads / p.num_heads_k) == 0) {
+        Element* const k_cache = const_cast<Element*>(k);
+        Element* const v_cache = const_cast<Element*>(v);
+        auto cache_row = [&](int row, bool is_v) -> Element* {
+          Element* const base = is_v ? v_cache : k_cache;
+          if (kp.kv.block_table != nullptr) {
+            return base + (is_v ? pages.row_offset(row, p.v_batch_stride, p.v_row_stride)
+                                : pages.row_offset(row, p.k_batch_stride, p.k_row_stride));
+          }
+          return base + static_cast<int64_t>(row - cache_row0) *
+                            (is_v ? p.v_row_stride : p.k_row_stride);
+        };
+        write_appended_rows<Traits::kNThreads>(
+            appended_rows_of<Element>(p, kp.kv, tile.batch, head, new_key0, cache_row0),
+            append_share(kp.kv.seqlen_new, tile.m_block, ceil_div(p.seqlen_q, kBlockM), split,
+                         kp.kv.num_splits),
+            p.seqlen_k, p.head_dim, rotary_of(p, kp.kv), cache_row, tid);
+      }
+    }
+  }
 
   const uint32_t sQ = ptx::smem_u32(smem_raw);
   const uint32_t sK = sQ + kBlockM * kRowChunks * 16;
@@ -260,6 +292,17 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
   auto load_kv_tile = [&](uint32_t smem, const Element* base, int64_t row_stride, bool is_v,
                           int n) {
     if constexpr (kKvcache) {
+      if ((n + 1) * kBlockN > new_key0) {  // the tile holds appended keys (kv_append.h)
+        const int64_t* const offsets = paged_slot(n) + (is_v ? kBlockN : 0);
+        auto cache_src = [&](int r) {
+          return kp.kv.block_table != nullptr ? base + offsets[r]
+                                              : base + (n * kBlockN + r) * row_stride;
+        };
+        load_appended_tile<Traits, kBlockN>(
+            smem, appended_rows_of<Element>(p, kp.kv, tile.batch, head, new_key0, cache_row0),
+            is_v, n * kBlockN, seq.seqlen_k, p.head_dim, rotary_of(p, kp.kv), cache_src, tid);
+        return;
+      }
       if (kp.kv.block_table != nullptr) {
         load_paged_tile_async<Traits, kBlockN>(smem, base, paged_slot(n) + (is_v ? kBlockN : 0),
                                                seq.seqlen_k - n * kBlockN, p.head_dim, tid);
@@ -287,8 +330,14 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
 
   if (n_end > n_begin) {
     if constexpr (kKvcache) {
-      load_packed_rows_async<Traits, kBlockM>(sQ, q, pack, m_start, p.q_row_stride,
-                                              p.q_head_stride, rows_q, p.head_dim, tid);
+      if (kp.kv.rotary_cos != nullptr) {  // rotary: q at cache_seqlens (+ its query), kv_append.h
+        load_rotated_rows<Traits, kBlockM>(sQ, q, pack, m_start, p.q_row_stride, p.q_head_stride,
+                                           rows_q, p.head_dim, rotary_of(p, kp.kv),
+                                           new_key0 + cache_row0, kp.kv.rotary_q_per_row, tid);
+      } else {
+        load_packed_rows_async<Traits, kBlockM>(sQ, q, pack, m_start, p.q_row_stride,
+                                                p.q_head_stride, rows_q, p.head_dim, tid);
+      }
     } else {
       load_tile_async<Traits, kBlockM>(sQ, q, p.q_row_stride, rows_q, p.head_dim, tid);
     }

@@ -162,8 +162,18 @@ struct FwdParams : AttnParams {
 // Keys: entry b attends to cache rows cache_leftpad[b] .. cache_seqlens[b] - 1 (leftpad 0 when
 // null), as keys 0 .. cache_seqlens[b] - cache_leftpad[b] - 1 for the causal / window alignment
 // and ALiBi; lengths past seqlen_k are clamped to it, a leftpad past cache_seqlens gives no key.
-// Appending new keys and rotary embeddings happen before this call (the Python
-// flash_attn_with_kvcache does both); cache_seqlens counts the appended keys.
+// Appending (k_new / v_new below): without k_new, cache_seqlens counts every key the call
+// attends to. With k_new and v_new (not with varlen queries), cache_seqlens counts the keys
+// *before* the append: new row i of entry b is written in place to cache row
+// cache_seqlens[b] + i (of the contiguous entry cache_batch_idx[b], or through the block table;
+// rows at or past the capacity seqlen_k are not written: a caller's bug), and the entry attends
+// to rows cache_leftpad[b] .. min(cache_seqlens[b] + seqlen_new, seqlen_k) - 1, the new rows
+// read from k_new / v_new (so the kernels never read a cache row this call writes).
+// Rotary (rotary_cos / rotary_sin, needs k_new): flash_attn's rotary embedding on the first
+// rotary_dim channels, in fp32 and rounded to the dtype, of new key row i at position
+// cache_seqlens[b] + i, and of query row i at cache_seqlens[b] + i when is_causal or a window
+// is set, else at cache_seqlens[b] (positions clamped into [0, seqlen_k - 1]); the cache
+// receives the rotated keys. q itself is not modified.
 // GQA decode: with seqlen_q == 1, num_heads > num_heads_k, no window and no ALiBi, the query
 // heads of one kv head run as the rows of one tile (each K/V tile read serves the whole group).
 struct KvcacheParams : FwdParams {
@@ -182,6 +192,25 @@ struct KvcacheParams : FwdParams {
   // Scratch memory of fwd_kvcache_workspace_bytes(params) bytes (may be 0: then null is fine),
   // 256-byte aligned; contents need not be initialised.
   void* workspace = nullptr;
+
+  // Optional append of new keys / values (see above), both or neither: (batch, seqlen_new,
+  // num_heads_k, head_dim) with these strides (elements; the last dim contiguous, the other
+  // strides multiples of 8, 16-byte aligned starts), q's dtype. Not with cu_seqlens_q.
+  const void* k_new = nullptr;
+  const void* v_new = nullptr;
+  int seqlen_new = 0;
+  int64_t knew_batch_stride = 0, knew_row_stride = 0, knew_head_stride = 0;
+  int64_t vnew_batch_stride = 0, vnew_row_stride = 0, vnew_head_stride = 0;
+  // Optional rotary embedding (see above), both or neither, with k_new: (rotary_seqlen,
+  // rotary_dim / 2) contiguous, q's dtype, 16-byte aligned; rotary_dim a positive multiple of 16
+  // and <= head_dim; rotary_seqlen >= seqlen_k (every position the call can reach).
+  // rotary_interleaved: channel pairs (2i, 2i + 1) (GPT-J); false: (i, i + rotary_dim / 2)
+  // (GPT-NeoX).
+  const void* rotary_cos = nullptr;
+  const void* rotary_sin = nullptr;
+  int rotary_dim = 0;
+  int rotary_seqlen = 0;
+  bool rotary_interleaved = true;
 };
 
 struct BwdParams : AttnParams {

@@ -1,0 +1,18 @@
+// Plain shared-memory stores by 32-bit shared-window address (the address form ldmatrix and
+// cp.async take), for tiles a thread fills from registers instead of by cp.async.
+#pragma once
+
+#include <cstdint>
+
+#include "arch.h"
+
+namespace flashattn_cu::ptx {
+
+// 16 bytes to shared memory at smem_addr (16-byte aligned).
+FLASHATTN_CU_DEVICE void st_shared_v4(uint32_t smem_addr, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr), "r"(v.x),
+               "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+}  // namespace flashattn_cu::ptx
