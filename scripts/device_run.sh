@@ -3,7 +3,7 @@
 #
 #   bash scripts/device_run.sh                                  # every step
 #   STEPS=build,check,test bash scripts/device_run.sh           # a subset, in this fixed order:
-#                                                               #   env,diag,build,check,test,bench,features,decode,example,cp,sanitize,sanitize_kv
+#                                                               #   env,diag,build,check,test,bench,features,decode,example,cp,sanitize,sanitize_kv,tune
 #                                                               # (diag, not in the default set: the TORCH_CHECK
 #                                                               #  crash diagnosis, scripts/diag_torch_check.py)
 #   FLASHATTN_CU_COMMIT=abc1234 STEPS=build,bench BENCH_ARGS="--quick" bash scripts/device_run.sh
@@ -40,6 +40,9 @@
 #                         set; default "1"); tables in extras
 #   SANITIZE_KV_TOOLS, SANITIZE_KV_K   step "sanitize_kv" (not in the default set): compute-sanitizer tools
 #                         (default racecheck,memcheck) over tests/test_kvcache.py -k SANITIZE_KV_K
+#   TUNE_MODES            step "tune" (not in the default set): builds benchmarks/tune/tune_fwd90.cu and
+#                         mufu_rate.cu with nvcc (no torch) and runs tune_fwd90 once per mode (default
+#                         "mods"; "-" runs only mufu_rate); outputs in extras (tune_<mode>.log)
 #   CP_NPROC, CP_ARGS     GPUs for examples/context_parallel.py (default: all visible) and its flags;
 #                         its table goes into extras.tar.gz (context_parallel.md), RESULT lines to the summary
 #   SANITIZE_TOOLS        default memcheck,racecheck,synccheck (initcheck also possible)
@@ -344,6 +347,21 @@ main() {
                 "$PY" -m pytest -q -p no:cacheprovider tests/test_kvcache.py \
                 -k "${SANITIZE_KV_K:-test_paged_gather_page_sizes and 16-3 or test_packed_gqa_speculative and 4-causal}"
         done
+    fi
+
+    if want tune; then  # torch-free harnesses: kernel configurations and instruction rates
+        local nv=(nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1
+                  -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash)
+        run_step tune:mufu_rate "$LOGS/tune_mufu_rate.log" bash -c \
+            "nvcc -O3 -arch=sm_90a benchmarks/tune/mufu_rate.cu -o $WORK/mufu_rate && $WORK/mufu_rate"
+        if [ "${TUNE_MODES:-mods}" != "-" ] &&
+            run_step tune:build "$LOGS/tune_build.log" "${nv[@]}" benchmarks/tune/tune_fwd90.cu \
+                csrc/flash/tma_host.cu -o "$WORK/tune_fwd90"; then
+            local mode
+            for mode in ${TUNE_MODES:-mods}; do
+                run_step "tune:$mode" "$LOGS/tune_$mode.log" "$WORK/tune_fwd90" "$mode"
+            done
+        fi
     fi
 
     echo

@@ -226,6 +226,25 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (std::string(only) == "softcap2") {
+    // Softcap 30 at d = 128 (4k / 16k): the phase structure around the two MUFU per score.
+    // Narrower key blocks (shorter softmax phases between the ping-pong hand-overs), a third
+    // ring stage, ping-pong off, three consumers on 192-row tiles, small FMA-pipe shares.
+    const std::vector<int> sl = {4096, 16384};
+    g_library_schedule = true;
+    sweep<128, FwdTraits<128, 128, 176, 2, true>>("d128 plain 128x176", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 128, 2, true, 0>, kSoftcap>("d128 softcap 128x128 e0", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 128, 2, true, 1>, kSoftcap>("d128 softcap 128x128 e1", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 128, 2, true, 2>, kSoftcap>("d128 softcap 128x128 e2", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 128, 3, true, 0>, kSoftcap>("d128 softcap 128x128 s3", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 128, 2, false, 0>, kSoftcap>("d128 softcap 128x128 nopp", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 96, 2, true, 0>, kSoftcap>("d128 softcap 128x96", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 96, 3, true, 0>, kSoftcap>("d128 softcap 128x96 s3", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 64, 3, true, 0>, kSoftcap>("d128 softcap 128x64 s3", b, true, sl);
+    sweep<128, FwdTraits<128, 192, 64, 2, false, 0>, kSoftcap>("d128 softcap 192x64 3c", b, true, sl);
+    sweep<128, FwdTraits<128, 192, 96, 2, false, 0>, kSoftcap>("d128 softcap 192x96 3c", b, true, sl);
+    return 0;
+  }
   if (std::string(only) == "profile") {
     // One launch of each kernel for ncu (run under `ncu -k regex:fwd_kernel ...`): d = 128 at 8k
     // non-causal, plain on the static tile and on 128 x 128, softcap 30, ALiBi; window
