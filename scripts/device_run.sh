@@ -339,7 +339,8 @@ main() {
     if want sanitize_kv; then  # the kvcache kernels under compute-sanitizer, through their tests
         local cs tool
         cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
-        for tool in ${SANITIZE_KV_TOOLS:-racecheck,memcheck}; do
+        tool_list=${SANITIZE_KV_TOOLS:-racecheck,memcheck}
+        for tool in ${tool_list//,/ }; do
             [ -n "$cs" ] || { record "sanitize_kv:$tool" skip 0 "compute-sanitizer not found"; continue; }
             run_step "sanitize_kv:$tool" "$LOGS/sanitize_kv_$tool.log" \
                 timeout "${SANITIZE_TIMEOUT:-150}" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
