@@ -156,3 +156,37 @@ def test_softcap_differs_from_plain_and_matches_flash_attn_convention():
     _, lse, _ = flash_attn_func(q1, k1, v1, softcap=2.0, softmax_scale=0.3, return_attn_probs=True)
     logit = (q1.float() * k1.float()).sum() * 0.3
     torch.testing.assert_close(lse.flatten()[0], 2.0 * torch.tanh(logit / 2.0), atol=2e-3, rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("softcap", [30.0, 50.0, 65.0, 66.0, 100.0])
+@pytest.mark.parametrize("pattern", ["all_low", "max_at_key0", "mixed"])
+def test_softcap_bounded_reference_extremes(softcap, pattern):
+    """bf16 softcap forwards with softcap <= 65.8 take each row's exponents against a reference
+    fixed at the first key block they visit (the last one) and never rescale (problem/score_mod.h,
+    ScoreScale::bounded_ref); larger caps take the running max. The rows that stress it: every
+    logit near -2 * softcap (all P near the reference's floor: down to 2^-124 at softcap 65), and
+    rows whose only large logit is key 0, visited last, 2^62 above a floored reference; and a mix
+    of both with causal masking. Both kernel paths, output, LSE and gradients by the rule."""
+    d = 128 if instance_for(128) in _C.built_head_dims() else 64
+    skip_unless_built(d)
+    sq, sk, heads = 200, 700, 2
+    gen = torch.Generator(device="cuda").manual_seed(int(softcap) * 7 + len(pattern))
+    # logit = q . k / sqrt(d) = +-a^2 / sqrt(d) along the unit direction u, plus noise
+    a = (2.0 * softcap * d ** 0.5) ** 0.5
+    u = torch.full((d,), d ** -0.5, device="cuda")
+    noise = lambda *shape: 0.3 * torch.randn(*shape, d, device="cuda", generator=gen)
+    q = a * u + noise(1, sq, heads)
+    k = -a * u + noise(1, sk, heads)
+    if pattern == "max_at_key0":
+        k[:, 0] = a * u + noise(1, heads)[0]
+    elif pattern == "mixed":
+        flip = torch.rand(1, sq, heads, 1, device="cuda", generator=gen) < 0.5
+        q = torch.where(flip, -q, q)  # these rows see every key far above the others' scale
+        hot = torch.rand(1, sk, heads, 1, device="cuda", generator=gen) < 0.02
+        k = torch.where(hot, -k, k)
+    v = torch.randn(1, sk, heads, d, device="cuda", generator=gen)
+    q, k, v = (t.to(torch.bfloat16).requires_grad_() for t in (q, k, v))
+    dout = torch.randn(q.shape, device="cuda", generator=gen).to(torch.bfloat16)
+    check_against_reference(q, k, v, dout, f"softcap {softcap} {pattern}", softcap=softcap,
+                            causal=pattern == "mixed")

@@ -18,7 +18,6 @@
   };
 OP_F32(Tanh, "tanh.approx.f32")
 OP_F32(Ex2, "ex2.approx.ftz.f32")
-OP_F32(Rcp, "rcp.approx.ftz.f32")
 struct Fma {
   static const char* label() { return "fma.rn.f32 (reference: FMA pipe)"; }
   __device__ static float apply(float x) { return fmaf(x, 0.999f, 0.0001f); }
@@ -78,7 +77,6 @@ int main() {
   run<Fma>(sms);
   run<Ex2>(sms);
   run<Tanh>(sms);
-  run<Rcp>(sms);
   run<TanhEx2>(sms);
   return cudaDeviceSynchronize() == cudaSuccess ? 0 : 1;
 }

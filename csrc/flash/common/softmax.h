@@ -167,6 +167,39 @@ struct OnlineSoftmax {
     }
   }
 
+  // The bounded reference (problem/score_mod.h, ScoreScale::bounded_ref): for scores known to
+  // lie in [-1, 1] (softcap alone), m is fixed at the first key block a row meets as
+  // max(that block's max, floor) and every later block is exponentiated against it with
+  // exponentiate(s, m, ones): no max, no quad reduction, no rescale of l or of the output. The
+  // exponents may then be positive (up to (1 - floor) * scale_log2 = 64); finalize's LSE m *
+  // score_scale + ln(l) and the backward's RowStats hold with any reference.
+  template <int kNTiles>
+  __device__ __forceinline__ void fix_reference(const float (&s)[kMTiles][kNTiles][4],
+                                                float floor) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        float m_new = floor;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          m_new = fmaxf(m_new, fmaxf(s[mt][nt][hr * 2], s[mt][nt][hr * 2 + 1]));
+        }
+        m[mt][hr] = quad_max(m_new);
+      }
+    }
+  }
+
+  // exponentiate against the fixed reference (after fix_reference).
+  template <typename Exp = DefaultExp, int kNTiles>
+  __device__ __forceinline__ void exponentiate_fixed(float (&s)[kMTiles][kNTiles][4],
+                                                     float scale_log2) {
+    float ones[kMTiles][2];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) ones[mt][0] = ones[mt][1] = 1.f;
+    exponentiate<Exp>(s, m, ones, scale_log2);
+  }
+
   // Reduces l across the quad and gives, per row: 1/l (0 for a row that saw no key), the
   // natural-log LSE m * score_scale + ln(l) (problem/score_mod.h: score units) (+inf for a row that saw no key; finite otherwise,
   // since the max score contributes exactly 1 to l) and the RowStats for the backward.

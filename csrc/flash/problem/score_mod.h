@@ -34,7 +34,22 @@ struct ScoreScale {
   float score_scale;     // logit = s * score_scale
   float softcap_pre;     // softmax_scale / softcap, 0 without softcap
   float inv_scale_log2;  // 1 / scale_log2 (softcap_grad)
+  // The bounded reference of softcap's forward (common/softmax.h, OnlineSoftmax::fix_reference):
+  // whether a softcap-only bf16 forward may take it, and its floor in score units.
+  bool bounded_ref;
+  float ref_floor;
 };
+
+// Softcap bounds every score to [-1, 1] (score units), so a forward can take each row's
+// exponents against one reference fixed at its first key block, R = max(first block's max,
+// ref_floor), and never rescale (common/softmax.h). The exponents (s - R) * scale_log2 then lie
+// in [-2 scale_log2, (1 - ref_floor) scale_log2]: with ref_floor = 1 - kBoundedRefHeadroom /
+// scale_log2 at most 2^64 (P, l and the fp32 output accumulators stay far from overflow), and a
+// row's largest exponent is at least -2 scale_log2 + 64, so no row's whole P underflows as long as
+// scale_log2 <= kMaxBoundedScaleLog2 (softcap <= 65.8; Gemma 2's 50, Grok's 30). P is then 16-bit
+// with 2^64 .. 2^-126 in range: bf16 only (fp16's P would overflow / underflow).
+constexpr float kBoundedRefHeadroom = 64.f;
+constexpr float kMaxBoundedScaleLog2 = (126.f + kBoundedRefHeadroom) / 2.f;
 
 inline ScoreScale score_scale_of(const AttnParams& p) {
   ScoreScale r;
@@ -42,6 +57,9 @@ inline ScoreScale score_scale_of(const AttnParams& p) {
   r.scale_log2 = r.score_scale * kLog2e;
   r.softcap_pre = p.softcap > 0.f ? p.softmax_scale / p.softcap : 0.f;
   r.inv_scale_log2 = 1.f / r.scale_log2;
+  r.bounded_ref = p.softcap > 0.f && p.dtype == DType::kBFloat16 &&
+                  r.scale_log2 <= kMaxBoundedScaleLog2;
+  r.ref_floor = 1.f - kBoundedRefHeadroom / r.scale_log2;
   return r;
 }
 

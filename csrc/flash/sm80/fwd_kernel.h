@@ -285,6 +285,8 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
   OnlineSoftmax<kMTiles> softmax;
   softmax.init();
   const float scale_log2 = kp.score.scale_log2;
+  constexpr bool kMayBound =
+      kVariant == kSoftcapVariant && std::is_same_v<Element, __nv_bfloat16>;
 
   // Full tiles of a head_dim == kHeadDim call may take the unpredicated copy (tiles.h says where).
   const bool full_cols = p.head_dim == Traits::kHeadDim;
@@ -433,7 +435,18 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
             .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
       }
     }
-    softmax.template update<FwdExpPolicy<kVariant>>(acc_s, acc_o, scale_log2);
+    if constexpr (kMayBound) {
+      // The bounded reference (softcap alone, bf16, ScoreScale::bounded_ref): fixed at the
+      // first key block; no max, no rescale after it (common/softmax.h, fix_reference).
+      if (kp.score.bounded_ref) {
+        if (n == n_end - 1) softmax.fix_reference(acc_s, kp.score.ref_floor);
+        softmax.template exponentiate_fixed<FwdExpPolicy<kVariant>>(acc_s, scale_log2);
+      } else {
+        softmax.template update<FwdExpPolicy<kVariant>>(acc_s, acc_o, scale_log2);
+      }
+    } else {
+      softmax.template update<FwdExpPolicy<kVariant>>(acc_s, acc_o, scale_log2);
+    }
     if constexpr (variant_dropout(kVariant)) {
       // After the row statistics (the LSE is of the undropped P): dropped elements leave P V.
       dropout_of(kp, tile.batch, head).drop(acc_s, m_start + warp_row0, n * kBlockN, lane);

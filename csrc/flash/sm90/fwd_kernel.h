@@ -209,7 +209,10 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
 
 // One consumer warpgroup's work on one tile: its 64 query rows against the tile's key blocks,
 // then the epilogue. `ring` / `q_parity`: the CTA's key-block steps and Q phases so far.
-template <typename Element, typename Traits, int kVariant, typename Turns>
+// kBoundedRef: softcap alone in bf16 with ScoreScale::bounded_ref (problem/score_mod.h): each
+// row's exponents against one reference fixed at its first key block, so the steps after it
+// have no max, no quad reduction and no rescale of O (common/softmax.h, fix_reference).
+template <typename Element, typename Traits, int kVariant, bool kBoundedRef, typename Turns>
 __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const FwdWork& w,
                                              uint32_t s_base, int consumer, int ring,
                                              uint32_t q_parity, const Turns& turns) {
@@ -288,7 +291,7 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
       }
     };
 
-    float ref[1][2], rescale[1][2];
+    [[maybe_unused]] float ref[1][2], rescale[1][2];
     ptx::mbarrier_wait_parity(bars + 8 * Traits::kBarQFull, q_parity);
     {  // Step 0: S_0 alone (O is still 0, nothing to rescale).
       const RingSlot<Traits> slot(ring);
@@ -302,8 +305,13 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
       release(Traits::kBarKEmpty + slot.stage);
       if (w.num_blocks == 1) release(Traits::kBarQEmpty);  // the tile's last S has landed
       score_tile(w.blocks.end - 1);
-      softmax.new_max(acc_s, scale_log2, ref, rescale);
-      softmax.template exponentiate<Exp>(acc_s, ref, rescale, scale_log2);
+      if constexpr (kBoundedRef) {
+        softmax.fix_reference(acc_s, kp.score.ref_floor);
+        softmax.template exponentiate_fixed<Exp>(acc_s, scale_log2);
+      } else {
+        softmax.new_max(acc_s, scale_log2, ref, rescale);
+        softmax.template exponentiate<Exp>(acc_s, ref, rescale, scale_log2);
+      }
       drop_p(w.blocks.end - 1);
       pack_p();
     }
@@ -322,13 +330,17 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
       release(Traits::kBarKEmpty + slot.stage);
       if (i == w.num_blocks - 1) release(Traits::kBarQEmpty);
       score_tile(w.blocks.end - 1 - i);
-      softmax.new_max(acc_s, scale_log2, ref, rescale);
-      softmax.template exponentiate<Exp>(acc_s, ref, rescale, scale_log2);
+      if constexpr (kBoundedRef) {
+        softmax.template exponentiate_fixed<Exp>(acc_s, scale_log2);
+      } else {
+        softmax.new_max(acc_s, scale_log2, ref, rescale);
+        softmax.template exponentiate<Exp>(acc_s, ref, rescale, scale_log2);
+      }
       drop_p(w.blocks.end - 1 - i);
       ptx::wgmma_wait<0>();  // P_{i-1} V_{i-1} done: O and P's registers are free again
       ptx::fence_operand(acc_o[0]);
       release(Traits::kBarVEmpty + prev.stage);
-      OnlineSoftmax<1>::rescale_output(acc_o, rescale);
+      if constexpr (!kBoundedRef) OnlineSoftmax<1>::rescale_output(acc_o, rescale);
       pack_p();
     }
     {  // The last block's P V.
@@ -454,6 +466,10 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   const int consumer = wg - 1;  // query rows consumer * 64 .. of each tile
   const PingPong<Traits::kPingPong> turns{consumer};
   turns.start();
+  // The bounded reference (consume_tile) where the call allows it: one branch per tile.
+  constexpr bool kMayBound =
+      kVariant == kSoftcapVariant && std::is_same_v<Element, __nv_bfloat16>;
+  [[maybe_unused]] const bool bounded_ref = tp.kp.score.bounded_ref;
   int ring = 0;
   uint32_t q_parity = 0;
 #pragma unroll 1
@@ -462,7 +478,18 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
     const FwdWork w =
         fwd_work<kDynamic, Traits::kBlockM, Traits::kBlockN>(p, index, num_m, tp.group_heads);
     if (w.skip) continue;
-    consume_tile<Element, Traits, kVariant>(tp.kp, w, s_base, consumer, ring, q_parity, turns);
+    bool done = false;
+    if constexpr (kMayBound) {
+      if (bounded_ref) {
+        consume_tile<Element, Traits, kVariant, true>(tp.kp, w, s_base, consumer, ring, q_parity,
+                                                      turns);
+        done = true;
+      }
+    }
+    if (!done) {
+      consume_tile<Element, Traits, kVariant, false>(tp.kp, w, s_base, consumer, ring, q_parity,
+                                                     turns);
+    }
     if (w.num_blocks > 0) {
       ring += w.num_blocks;
       q_parity ^= 1;
