@@ -423,8 +423,11 @@ struct PingPong {
 // The CTA walks its tiles (problem/scheduler.h: cta_tile_index, query_tile_at), the producer
 // ahead of the consumers: persistent with a grid of one CTA
 // per SM, one tile per CTA with a grid of every tile (fwd_launch.h says when).
-template <typename Element, typename Traits, int kVariant>
+template <typename Element, typename Traits, int kVariant, bool kBoundedRef>
 __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw) {
+  static_assert(!kBoundedRef || (kVariant == kSoftcapVariant &&
+                                 std::is_same_v<Element, __nv_bfloat16>),
+                "the bounded reference is softcap alone in bf16 (problem/score_mod.h)");
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
   const FwdParams& p = tp.kp.p;
   const int tid = threadIdx.x, warp = tid / 32, wg = warp / 4;
@@ -466,10 +469,6 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   const int consumer = wg - 1;  // query rows consumer * 64 .. of each tile
   const PingPong<Traits::kPingPong> turns{consumer};
   turns.start();
-  // The bounded reference (consume_tile) where the call allows it: one branch per tile.
-  constexpr bool kMayBound =
-      kVariant == kSoftcapVariant && std::is_same_v<Element, __nv_bfloat16>;
-  [[maybe_unused]] const bool bounded_ref = tp.kp.score.bounded_ref;
   int ring = 0;
   uint32_t q_parity = 0;
 #pragma unroll 1
@@ -478,18 +477,8 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
     const FwdWork w =
         fwd_work<kDynamic, Traits::kBlockM, Traits::kBlockN>(p, index, num_m, tp.group_heads);
     if (w.skip) continue;
-    bool done = false;
-    if constexpr (kMayBound) {
-      if (bounded_ref) {
-        consume_tile<Element, Traits, kVariant, true>(tp.kp, w, s_base, consumer, ring, q_parity,
-                                                      turns);
-        done = true;
-      }
-    }
-    if (!done) {
-      consume_tile<Element, Traits, kVariant, false>(tp.kp, w, s_base, consumer, ring, q_parity,
-                                                     turns);
-    }
+    consume_tile<Element, Traits, kVariant, kBoundedRef>(tp.kp, w, s_base, consumer, ring,
+                                                         q_parity, turns);
     if (w.num_blocks > 0) {
       ring += w.num_blocks;
       q_parity ^= 1;
@@ -498,12 +487,14 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   turns.finish();
 }
 
-template <typename Element, typename Traits, int kVariant>
+// kBoundedRef: the softcap variant's instance for calls with ScoreScale::bounded_ref
+// (fwd_launch.h picks it; consume_tile says what changes).
+template <typename Element, typename Traits, int kVariant, bool kBoundedRef = false>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     fwd_kernel(const __grid_constant__ FwdTmaParams params) {
 #if FLASHATTN_CU_SM90A
   extern __shared__ __align__(1024) char smem[];
-  sm90::fwd_block<Element, Traits, kVariant>(params, smem);
+  sm90::fwd_block<Element, Traits, kVariant, kBoundedRef>(params, smem);
 #else
   ptx::unsupported_arch();
 #endif
