@@ -502,7 +502,8 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
                                              : nullptr;
   float inv_l[kMTiles][2], row_lse[kMTiles][2];
   RowStats row_stats[kMTiles][2];
-  softmax.finalize(kp.score.score_scale, inv_l, row_lse, row_stats);
+  softmax.finalize(kp.score.score_scale, inv_l, row_lse, row_stats,
+                   kMayBound && kp.score.bounded_ref);
   // kvcache: row r's index in the call's lse (and in the split partials).
   auto kv_lse_row = [&](int r) {
     return pack.lse_index(seq, head, p.num_heads, p.seqlen_q / pack.group, p.total_q,

@@ -209,10 +209,7 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
 
 // One consumer warpgroup's work on one tile: its 64 query rows against the tile's key blocks,
 // then the epilogue. `ring` / `q_parity`: the CTA's key-block steps and Q phases so far.
-// kBoundedRef: softcap alone in bf16 with ScoreScale::bounded_ref (problem/score_mod.h): each
-// row's exponents against one reference fixed at its first key block, so the steps after it
-// have no max, no quad reduction and no rescale of O (common/softmax.h, fix_reference).
-template <typename Element, typename Traits, int kVariant, bool kBoundedRef, typename Turns>
+template <typename Element, typename Traits, int kVariant, typename Turns>
 __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const FwdWork& w,
                                              uint32_t s_base, int consumer, int ring,
                                              uint32_t q_parity, const Turns& turns) {
@@ -291,7 +288,7 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
       }
     };
 
-    [[maybe_unused]] float ref[1][2], rescale[1][2];
+    float ref[1][2], rescale[1][2];
     ptx::mbarrier_wait_parity(bars + 8 * Traits::kBarQFull, q_parity);
     {  // Step 0: S_0 alone (O is still 0, nothing to rescale).
       const RingSlot<Traits> slot(ring);
@@ -305,13 +302,8 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
       release(Traits::kBarKEmpty + slot.stage);
       if (w.num_blocks == 1) release(Traits::kBarQEmpty);  // the tile's last S has landed
       score_tile(w.blocks.end - 1);
-      if constexpr (kBoundedRef) {
-        softmax.fix_reference(acc_s, kp.score.ref_floor);
-        softmax.template exponentiate_fixed<Exp>(acc_s, scale_log2);
-      } else {
-        softmax.new_max(acc_s, scale_log2, ref, rescale);
-        softmax.template exponentiate<Exp>(acc_s, ref, rescale, scale_log2);
-      }
+      softmax.new_max(acc_s, scale_log2, ref, rescale);
+      softmax.template exponentiate<Exp>(acc_s, ref, rescale, scale_log2);
       drop_p(w.blocks.end - 1);
       pack_p();
     }
@@ -330,17 +322,13 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
       release(Traits::kBarKEmpty + slot.stage);
       if (i == w.num_blocks - 1) release(Traits::kBarQEmpty);
       score_tile(w.blocks.end - 1 - i);
-      if constexpr (kBoundedRef) {
-        softmax.template exponentiate_fixed<Exp>(acc_s, scale_log2);
-      } else {
-        softmax.new_max(acc_s, scale_log2, ref, rescale);
-        softmax.template exponentiate<Exp>(acc_s, ref, rescale, scale_log2);
-      }
+      softmax.new_max(acc_s, scale_log2, ref, rescale);
+      softmax.template exponentiate<Exp>(acc_s, ref, rescale, scale_log2);
       drop_p(w.blocks.end - 1 - i);
       ptx::wgmma_wait<0>();  // P_{i-1} V_{i-1} done: O and P's registers are free again
       ptx::fence_operand(acc_o[0]);
       release(Traits::kBarVEmpty + prev.stage);
-      if constexpr (!kBoundedRef) OnlineSoftmax<1>::rescale_output(acc_o, rescale);
+      OnlineSoftmax<1>::rescale_output(acc_o, rescale);
       pack_p();
     }
     {  // The last block's P V.
@@ -423,11 +411,8 @@ struct PingPong {
 // The CTA walks its tiles (problem/scheduler.h: cta_tile_index, query_tile_at), the producer
 // ahead of the consumers: persistent with a grid of one CTA
 // per SM, one tile per CTA with a grid of every tile (fwd_launch.h says when).
-template <typename Element, typename Traits, int kVariant, bool kBoundedRef>
+template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw) {
-  static_assert(!kBoundedRef || (kVariant == kSoftcapVariant &&
-                                 std::is_same_v<Element, __nv_bfloat16>),
-                "the bounded reference is softcap alone in bf16 (problem/score_mod.h)");
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
   const FwdParams& p = tp.kp.p;
   const int tid = threadIdx.x, warp = tid / 32, wg = warp / 4;
@@ -477,8 +462,7 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
     const FwdWork w =
         fwd_work<kDynamic, Traits::kBlockM, Traits::kBlockN>(p, index, num_m, tp.group_heads);
     if (w.skip) continue;
-    consume_tile<Element, Traits, kVariant, kBoundedRef>(tp.kp, w, s_base, consumer, ring,
-                                                         q_parity, turns);
+    consume_tile<Element, Traits, kVariant>(tp.kp, w, s_base, consumer, ring, q_parity, turns);
     if (w.num_blocks > 0) {
       ring += w.num_blocks;
       q_parity ^= 1;
@@ -487,14 +471,12 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   turns.finish();
 }
 
-// kBoundedRef: the softcap variant's instance for calls with ScoreScale::bounded_ref
-// (fwd_launch.h picks it; consume_tile says what changes).
-template <typename Element, typename Traits, int kVariant, bool kBoundedRef = false>
+template <typename Element, typename Traits, int kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     fwd_kernel(const __grid_constant__ FwdTmaParams params) {
 #if FLASHATTN_CU_SM90A
   extern __shared__ __align__(1024) char smem[];
-  sm90::fwd_block<Element, Traits, kVariant, kBoundedRef>(params, smem);
+  sm90::fwd_block<Element, Traits, kVariant>(params, smem);
 #else
   ptx::unsupported_arch();
 #endif

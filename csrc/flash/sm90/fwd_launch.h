@@ -74,7 +74,7 @@ inline FwdSchedule fwd_schedule(const FwdParams& p, int64_t tiles, int sms, int6
 // The launch of one compiled configuration (Traits, kernel variant kVariant of problem/mask.h)
 // for a call: its TMA maps, its schedule (fwd_schedule, with the causal choice given), the grid.
 // sms / l2_bytes: the device's. benchmarks/tune/tune_fwd90.cu sweeps configurations through it.
-template <typename Element, typename Traits, int kVariant, bool kBoundedRef = false>
+template <typename Element, typename Traits, int kVariant>
 Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_persistent,
                          cudaStream_t stream) {
   const TmaExtents e = tma_extents(p);
@@ -98,7 +98,7 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   if (tiles > INT_MAX - sms) return Status::kInvalidArgument;  // cta_tile_index stays in int
   const FwdSchedule schedule = fwd_schedule(p, tiles, sms, l2_bytes, causal_persistent);
   tp.group_heads = schedule.group_heads;
-  return launch_kernel<fwd_kernel<Element, Traits, kVariant, kBoundedRef>>(
+  return launch_kernel<fwd_kernel<Element, Traits, kVariant>>(
       dim3(static_cast<unsigned>(schedule.grid)), dim3(Traits::kNThreads), Traits::kSmemBytes,
       stream, tp);
 }
@@ -110,14 +110,6 @@ Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream
       fwd_tile_sm90(kHeadDim, variant_dynamic(kVariant), kVariant == kAlibiVariant);
   using Traits = FwdTraits<kHeadDim, tile.block_m, tile.block_n, tile.stages, true,
                            fwd_poly_eighths_sm90(kHeadDim, variant_softcap(kVariant))>;
-  if constexpr (kVariant == kSoftcapVariant && std::is_same_v<Element, __nv_bfloat16>) {
-    // Softcap alone in bf16 within the bounded reference's caps (problem/score_mod.h): the
-    // instance without the running max.
-    if (score_scale_of(p).bounded_ref) {
-      return launch_fwd_config<Element, Traits, kVariant, true>(p, sms, l2_bytes,
-                                                                causal_persistent(p), stream);
-    }
-  }
   return launch_fwd_config<Element, Traits, kVariant>(p, sms, l2_bytes, causal_persistent(p),
                                                       stream);
 }
