@@ -46,12 +46,6 @@ struct ElementOps<__nv_bfloat16> {
   }
 };
 
-// (lo, hi) rounded to the nearest bf16 values, as floats: one pack, two bit moves.
-__device__ __forceinline__ float2 round_to_bf16(float lo, float hi) {
-  const uint32_t r = ElementOps<__nv_bfloat16>::pack(lo, hi);
-  return make_float2(__uint_as_float(r << 16), __uint_as_float(r & 0xffff0000u));
-}
-
 // Butterfly reductions over the 4 lanes (a "quad") that share one accumulator row.
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));

@@ -73,7 +73,6 @@ template <int kMTiles>
 struct OnlineSoftmax {
   float m[kMTiles][2];
   float l[kMTiles][2];
-  float l_used[kMTiles][2];  // the bounded reference's second sum (exponentiate_fixed)
 
   __device__ __forceinline__ void init() {
 #pragma unroll
@@ -82,7 +81,6 @@ struct OnlineSoftmax {
       for (int hr = 0; hr < 2; ++hr) {
         m[mt][hr] = -INFINITY;
         l[mt][hr] = 0.f;
-        l_used[mt][hr] = 0.f;
       }
     }
   }
@@ -192,61 +190,42 @@ struct OnlineSoftmax {
     }
   }
 
-  // exponentiate against the fixed reference (after fix_reference), P rounded to bf16 here, with
-  // two row sums: l of the fp32 P (the LSE and RowStats: the backward recomputes fp32 P from
-  // them) and l_used of the rounded P that the P V product reads (finalize's 1 / l with
-  // bounded = true), so that O / l_used is a convex combination of V's rows in exactly the
-  // weights used. With the running max the row's largest P is exactly 1; against a fixed
-  // reference no P is, and a row whose weight sits on one key (an attention sink) would otherwise
-  // come out scaled by that P's rounding (up to 2^-9: 1.6e-2 on v ~ 4 on the H200, where
-  // PyTorch's bf16 softmax is exact), or, with l over the rounded P alone, its LSE and hence its
-  // gradients would (dv off by 2^-9; the LSE of softcap 1.5 rows 2.6x the bf16 reference's
-  // error). The packing after this rounds the rounded values again, unchanged.
+  // exponentiate against the fixed reference (after fix_reference); l sums the fp32 P, for the
+  // LSE and the RowStats (what the backward recomputes). The output needs a second sum: with the
+  // running max the row's largest P is exactly 1, against a fixed reference no P is, so O / l
+  // would scale a row whose weight sits on one key (an attention sink) by that P's bf16 rounding
+  // (up to 2^-9: 1.6e-2 on v ~ 4 on the H200, where PyTorch's bf16 softmax is exact). The caller
+  // sums the 16-bit P its P V product reads (sm80/fwd_kernel.h: one more MMA against a ones
+  // column, exact and in fp32) and hands those sums to finalize as used_sums, so O is a convex
+  // combination of V's rows in exactly the weights used. (l over the rounded P alone would move
+  // the error into the LSE: dv off by 2^-9 in the same case, softcap 1.5 rows' LSE 2.6x the
+  // bf16 reference's error.)
   template <typename Exp = DefaultExp, int kNTiles>
   __device__ __forceinline__ void exponentiate_fixed(float (&s)[kMTiles][kNTiles][4],
                                                      float scale_log2) {
+    float ones[kMTiles][2];
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        float row_sum = 0.f, used_sum = 0.f;
-        const float ref_log2 = -m[mt][hr] * scale_log2;
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-          float p[2];
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float x = fmaf(s[mt][nt][hr * 2 + e], scale_log2, ref_log2);
-            p[e] = nt % 8 >= 8 - Exp::kPolyEighths ? exp2_fma(x) : ptx::ex2_approx(x);
-          }
-          const float2 r = round_to_bf16(p[0], p[1]);
-          s[mt][nt][hr * 2] = r.x;
-          s[mt][nt][hr * 2 + 1] = r.y;
-          row_sum += p[0] + p[1];
-          used_sum += r.x + r.y;
-        }
-        l[mt][hr] += row_sum;
-        l_used[mt][hr] += used_sum;
-      }
-    }
+    for (int mt = 0; mt < kMTiles; ++mt) ones[mt][0] = ones[mt][1] = 1.f;
+    exponentiate<Exp>(s, m, ones, scale_log2);
   }
 
   // Reduces l across the quad and gives, per row: 1/l (0 for a row that saw no key), the
   // natural-log LSE m * score_scale + ln(l) (problem/score_mod.h: score units) (+inf for a row that saw no key; finite otherwise,
   // since the max score contributes exactly 1 to l) and the RowStats for the backward.
-  // bounded: 1 / l from l_used (exponentiate_fixed).
+  // used_sums (the bounded reference, exponentiate_fixed): per row, the whole row's sum of the
+  // P the P V product read; 1 / l is then of those.
   __device__ __forceinline__ void finalize(float score_scale, float (&inv_l)[kMTiles][2],
                                            float (&lse)[kMTiles][2],
                                            RowStats (&stats)[kMTiles][2],
-                                           bool bounded = false) const {
+                                           const float (*used_sums)[2] = nullptr) const {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         const float sum = quad_sum(l[mt][hr]);
         const bool empty = !(sum > 0.f);
-        const float used = bounded ? quad_sum(l_used[mt][hr]) : sum;
-        inv_l[mt][hr] = empty ? 0.f : 1.f / used;
+        const float used = used_sums != nullptr ? used_sums[mt][hr] : sum;
+        inv_l[mt][hr] = empty || !(used > 0.f) ? 0.f : 1.f / used;
         lse[mt][hr] = empty ? INFINITY : m[mt][hr] * score_scale + logf(sum);
         stats[mt][hr].row_max = empty ? INFINITY : m[mt][hr];
         stats[mt][hr].log2_sum = empty ? 0.f : log2f(sum);

@@ -287,6 +287,16 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
   const float scale_log2 = kp.score.scale_log2;
   constexpr bool kMayBound =
       kVariant == kSoftcapVariant && std::is_same_v<Element, __nv_bfloat16>;
+  // The bounded reference's sums of the 16-bit P the P V product reads (common/softmax.h,
+  // exponentiate_fixed): one more MMA per P fragment against a ones column (B = bf16 1.0 pairs),
+  // so each row's sum comes out of the tensor cores exactly and already quad-reduced: element
+  // [hr * 2] of used_acc[mt] is row g + 8 hr's. Also run when a call takes the running max
+  // instead (bf16 softcap > 65.8), unused then.
+  float used_acc[kMTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) used_acc[mt][e] = 0.f;
 
   // Full tiles of a head_dim == kHeadDim call may take the unpredicated copy (tiles.h says where).
   const bool full_cols = p.head_dim == Traits::kHeadDim;
@@ -486,6 +496,11 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
           Ops::mma(acc_o[mt][2 * dp + 1], pa[mt], vb[2], vb[3]);
         }
       }
+      if constexpr (kMayBound) {
+        constexpr uint32_t kOnes = 0x3f803f80u;  // (1.0, 1.0) in bf16
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) Ops::mma(used_acc[mt], pa[mt], kOnes, kOnes);
+      }
     }
     if constexpr (kKvPipelined) {
       // Slot n % 2 was last read by tile n's load (step n + 1, before this step's barriers);
@@ -502,8 +517,14 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
                                              : nullptr;
   float inv_l[kMTiles][2], row_lse[kMTiles][2];
   RowStats row_stats[kMTiles][2];
+  float used_sums[kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    used_sums[mt][0] = used_acc[mt][0];
+    used_sums[mt][1] = used_acc[mt][2];
+  }
   softmax.finalize(kp.score.score_scale, inv_l, row_lse, row_stats,
-                   kMayBound && kp.score.bounded_ref);
+                   kMayBound && kp.score.bounded_ref ? used_sums : nullptr);
   // kvcache: row r's index in the call's lse (and in the split partials).
   auto kv_lse_row = [&](int r) {
     return pack.lse_index(seq, head, p.num_heads, p.seqlen_q / pack.group, p.total_q,
