@@ -81,6 +81,17 @@ def to_pages(logical, page_size, num_pages, generator_perm):
     return paged, table
 
 
+def to_paged_pair(k_logical, v_logical, page_size, spare_pages):
+    """K and V caches paged with one random page order (to_pages) and spare_pages unused pages
+    besides the entries', and their block table."""
+    batch, capacity = k_logical.shape[:2]
+    num_pages = batch * pages_per_entry(capacity, page_size) + spare_pages
+    perm = torch.randperm(num_pages, device=k_logical.device)
+    k_cache, table = to_pages(k_logical, page_size, num_pages, perm)
+    v_cache, _ = to_pages(v_logical, page_size, num_pages, perm)
+    return k_cache, v_cache, table
+
+
 def gather_pages(paged, table):
     batch, per_entry = table.shape
     return paged[table.long().flatten()].view(batch, per_entry * paged.shape[1],
@@ -147,10 +158,7 @@ def test_kvcache_against_reference(case, dtype):
 
     block_table = None
     if page_size is not None:
-        num_pages = batch * pages_per_entry(capacity, page_size) + 7
-        perm = torch.randperm(num_pages, device=device)
-        k_cache, block_table = to_pages(k_logical, page_size, num_pages, perm)
-        v_cache, _ = to_pages(v_logical, page_size, num_pages, perm)
+        k_cache, v_cache, block_table = to_paged_pair(k_logical, v_logical, page_size, 7)
     else:
         k_cache, v_cache = k_logical.clone(), v_logical.clone()
 
@@ -231,10 +239,7 @@ def test_packed_gqa_speculative(seqlen_q, mask):
         if page_size is None:
             k_cache, v_cache = k_logical, v_logical
         else:
-            num_pages = batch * pages_per_entry(capacity, page_size) + 3
-            perm = torch.randperm(num_pages, device="cuda")
-            k_cache, table = to_pages(k_logical, page_size, num_pages, perm)
-            v_cache, _ = to_pages(v_logical, page_size, num_pages, perm)
+            k_cache, v_cache, table = to_paged_pair(k_logical, v_logical, page_size, 3)
         out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
                                            block_table=table, causal=causal, window_size=window,
                                            num_splits=num_splits, return_softmax_lse=True)
@@ -288,10 +293,7 @@ def test_every_split_count_matches_one_split(paged):
     seqlens = torch.tensor([capacity, capacity // 2 + 17], device="cuda", dtype=torch.int32)
     table = None
     if paged:
-        num_pages = batch * capacity // 64
-        perm = torch.randperm(num_pages, device="cuda")
-        k_cache, table = to_pages(k_cache, 64, num_pages, perm)
-        v_cache, _ = to_pages(v_cache, 64, num_pages, perm)
+        k_cache, v_cache, table = to_paged_pair(k_cache, v_cache, 64, 0)
     base, base_lse = flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
                                              block_table=table, num_splits=1,
                                              return_softmax_lse=True)
@@ -433,10 +435,7 @@ def test_fused_append_matches_unfused(case, rotary, num_splits):
         cos, sin = rotary_tables(rows, d // fraction, dtype)
     alibi = (torch.rand(nheads, device=device) * 0.3) if extras.get("alibi") else None
     if page_size is not None:
-        num_pages = batch * pages_per_entry(capacity, page_size) + 7
-        perm = torch.randperm(num_pages, device=device)
-        k_cache, table = to_pages(k_logical, page_size, num_pages, perm)
-        v_cache, _ = to_pages(v_logical, page_size, num_pages, perm)
+        k_cache, v_cache, table = to_paged_pair(k_logical, v_logical, page_size, 7)
     else:
         k_cache, v_cache = k_logical.clone(), v_logical.clone()
     k_ref_cache, v_ref_cache = k_cache.clone(), v_cache.clone()
