@@ -485,16 +485,23 @@ void set_bwd_tensors(flashattn_cu::BwdParams& p, const BwdTensors& t, bool varle
   set_strides(p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride, as_batch(t.dv, varlen));
 }
 
+// A scratch buffer of `bytes` on like's device for a params struct's `workspace` (poisoned when
+// asked; left null for 0 bytes); the caller keeps the tensor alive across the call. The caching
+// allocator hands out 512-byte aligned blocks, more than the 256 bwd() needs.
+at::Tensor make_workspace(size_t bytes, const at::Tensor& like, void*& workspace_ptr) {
+  at::Tensor workspace;
+  if (bytes > 0) {
+    workspace = at::empty({static_cast<int64_t>(bytes)}, like.options().dtype(at::kByte));
+    maybe_poison(workspace);
+    workspace_ptr = workspace.data_ptr();
+  }
+  return workspace;
+}
+
 // Allocates the workspace p needs (poisoned when asked) and runs bwd() on the current stream.
 void run_bwd(flashattn_cu::BwdParams& p, const at::Tensor& like, const char* which) {
-  const size_t ws_bytes = flashattn_cu::bwd_workspace_bytes(p);
-  at::Tensor workspace;
-  if (ws_bytes > 0) {
-    // The caching allocator hands out 512-byte aligned blocks, more than the 256 bwd() needs.
-    workspace = at::empty({static_cast<int64_t>(ws_bytes)}, like.options().dtype(at::kByte));
-    maybe_poison(workspace);
-    p.workspace = workspace.data_ptr();
-  }
+  const at::Tensor workspace =
+      make_workspace(flashattn_cu::bwd_workspace_bytes(p), like, p.workspace);
   check_status(flashattn_cu::bwd(p, c10::cuda::getCurrentCUDAStream()), which);
 }
 
@@ -872,13 +879,8 @@ AppendArgs check_append(const std::optional<at::Tensor>& k_new,
 
 // Runs fwd_kvcache with its split-KV workspace.
 void run_fwd_kvcache(flashattn_cu::KvcacheParams& p, const at::Tensor& q, const char* which) {
-  const size_t bytes = flashattn_cu::fwd_kvcache_workspace_bytes(p);
-  at::Tensor workspace;
-  if (bytes > 0) {
-    workspace = at::empty({static_cast<int64_t>(bytes)}, q.options().dtype(at::kByte));
-    maybe_poison(workspace);
-    p.workspace = workspace.data_ptr();
-  }
+  const at::Tensor workspace =
+      make_workspace(flashattn_cu::fwd_kvcache_workspace_bytes(p), q, p.workspace);
   check_status(flashattn_cu::fwd_kvcache(p, c10::cuda::getCurrentCUDAStream()), which);
 }
 
