@@ -66,6 +66,16 @@ def _check_tensor(t, name, rank, shape_text, fn=_FN):
                          f"{tuple(t.shape)}")
 
 
+def _check_dtypes(named, q, fn=_FN):
+    """Every (name, tensor) of `named` fp16 or bf16, and q's dtype."""
+    for name, t in named:
+        if t.dtype not in _SUPPORTED_DTYPES:
+            raise TypeError(f"{fn}: {name} has dtype {t.dtype}; supported: torch.float16, "
+                            "torch.bfloat16")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{fn}: {name} has dtype {t.dtype} but q has {q.dtype}")
+
+
 def _check_int_tensor(t, name, shape, device, fn=_FN):
     """An int32 tensor of `shape` on `device` (None passes)."""
     if t is None:
@@ -183,12 +193,7 @@ def _with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
                   "(batch_cache, seqlen_cache, nheads_k, headdim)")
     _check_tensor(k_cache, "k_cache", 4, cache_text)
     _check_tensor(v_cache, "v_cache", 4, cache_text)
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
-        if t.dtype not in _SUPPORTED_DTYPES:
-            raise TypeError(f"{_FN}: {name} has dtype {t.dtype}; supported: torch.float16, "
-                            "torch.bfloat16")
-        if t.dtype != q.dtype:
-            raise TypeError(f"{_FN}: {name} has dtype {t.dtype} but q has {q.dtype}")
+    _check_dtypes((("q", q), ("k_cache", k_cache), ("v_cache", v_cache)), q)
     _check_devices(q, k_cache, v_cache)
     batch, seqlen_q, nheads, head_dim = q.shape
     if tuple(v_cache.shape) != tuple(k_cache.shape):
@@ -385,12 +390,7 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     paged_text = "(num_blocks, page_block_size, nheads_k, headdim) with block_table"
     _check_tensor(k, "k", 4, paged_text, fn)
     _check_tensor(v, "v", 4, paged_text, fn)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.dtype not in _SUPPORTED_DTYPES:
-            raise TypeError(f"{fn}: {name} has dtype {t.dtype}; supported: torch.float16, "
-                            "torch.bfloat16")
-        if t.dtype != q.dtype:
-            raise TypeError(f"{fn}: {name} has dtype {t.dtype} but q has {q.dtype}")
+    _check_dtypes((("q", q), ("k", k), ("v", v)), q, fn)
     _check_devices(q, k, v, fn, ("q", "k", "v"))
     total_q, nheads, head_dim = q.shape
     if tuple(v.shape) != tuple(k.shape):
