@@ -337,7 +337,7 @@ main() {
     fi
 
     if want sanitize_kv; then  # the kvcache kernels under compute-sanitizer, through their tests
-        local cs tool
+        local cs tool tool_list
         cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
         tool_list=${SANITIZE_KV_TOOLS:-racecheck,memcheck}
         for tool in ${tool_list//,/ }; do

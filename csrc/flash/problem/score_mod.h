@@ -48,7 +48,7 @@ struct ScoreScale {
 // row's largest exponent is at least -2 scale_log2 + 64, so no row's whole P underflows as long as
 // scale_log2 <= kMaxBoundedScaleLog2 (softcap <= 65.8; Gemma 2's 50, Grok's 30). P is then 16-bit
 // with 2^64 .. 2^-126 in range: bf16 only (fp16's P would overflow / underflow). The sm80 forward
-// takes it (softcap d = 128 on the H200: 0.88-0.90 of plain attention -> 0.92-0.95); the sm90
+// takes it (softcap d = 128 on the H200: 0.88-0.90 of plain attention -> 0.94-0.97); the sm90
 // forward keeps the running max (there it gained ~3%, within the run-to-run spread: its softmax
 // already overlaps the other warpgroup's GEMMs; benchmarks/NOTES.md section 10).
 constexpr float kBoundedRefHeadroom = 64.f;

@@ -445,15 +445,11 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
             .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
       }
     }
-    if constexpr (kMayBound) {
+    if (kMayBound && kp.score.bounded_ref) {
       // The bounded reference (softcap alone, bf16, ScoreScale::bounded_ref): fixed at the
       // first key block; no max, no rescale after it (common/softmax.h, fix_reference).
-      if (kp.score.bounded_ref) {
-        if (n == n_end - 1) softmax.fix_reference(acc_s, kp.score.ref_floor);
-        softmax.template exponentiate_fixed<FwdExpPolicy<kVariant>>(acc_s, scale_log2);
-      } else {
-        softmax.template update<FwdExpPolicy<kVariant>>(acc_s, acc_o, scale_log2);
-      }
+      if (n == n_end - 1) softmax.fix_reference(acc_s, kp.score.ref_floor);
+      softmax.template exponentiate_fixed<FwdExpPolicy<kVariant>>(acc_s, scale_log2);
     } else {
       softmax.template update<FwdExpPolicy<kVariant>>(acc_s, acc_o, scale_log2);
     }
