@@ -73,9 +73,16 @@ fa::Status run_sm80(const fa::FwdParams& p) {
   constexpr fa::FwdTile t = fa::fwd_tile_sm80(kHeadDim, false);
   using Traits = fa::sm80::FwdTraits<kHeadDim, t.block_m, t.block_n, t.warps, t.unpredicated_bulk_loads>;
   const fa::FwdKernelParams kp = fa::make_fwd_kernel_params(p);
+  const int64_t tiles =
+      fa::query_tile_count(fa::ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
+  if constexpr (kVariant == fa::kSoftcapVariant) {  // the library's choice (sm80/fwd_launch.h)
+    if (kp.score.bounded_ref) {
+      return fa::launch_tiles<fa::sm80::fwd_kernel<__nv_bfloat16, Traits, kVariant, true>>(
+          tiles, Traits::kNThreads, Traits::kSmemBytes, 0, kp);
+    }
+  }
   return fa::launch_tiles<fa::sm80::fwd_kernel<__nv_bfloat16, Traits, kVariant>>(
-      fa::query_tile_count(fa::ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads),
-      Traits::kNThreads, Traits::kSmemBytes, 0, kp);
+      tiles, Traits::kNThreads, Traits::kSmemBytes, 0, kp);
 }
 
 struct Buffers {

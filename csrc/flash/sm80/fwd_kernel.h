@@ -136,8 +136,14 @@ __device__ __forceinline__ SeqInfo block_seq_info(const FwdKernelParamsOf<kVaria
   }
 }
 
-template <typename Element, typename Traits, int kVariant>
+// kBoundedRef: the softcap variant's instance for bf16 calls with ScoreScale::bounded_ref
+// (problem/score_mod.h; fwd_launch.h picks it): the exponents against a reference fixed at the
+// first key block, no running max (common/softmax.h, fix_reference).
+template <typename Element, typename Traits, int kVariant, bool kBoundedRef = false>
 __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp, char* smem_raw) {
+  static_assert(!kBoundedRef || (kVariant == kSoftcapVariant &&
+                                 std::is_same_v<Element, __nv_bfloat16>),
+                "the bounded reference is softcap alone in bf16 (problem/score_mod.h)");
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
   constexpr bool kKvcache = variant_kvcache(kVariant);
   // kvcache with two K/V stages: tile n - 1's K and V load during all of tile n (tiles.h).
@@ -285,13 +291,10 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
   OnlineSoftmax<kMTiles> softmax;
   softmax.init();
   const float scale_log2 = kp.score.scale_log2;
-  constexpr bool kMayBound =
-      kVariant == kSoftcapVariant && std::is_same_v<Element, __nv_bfloat16>;
   // The bounded reference's sums of the 16-bit P the P V product reads (common/softmax.h,
   // exponentiate_fixed): one more MMA per P fragment against a ones column (B = bf16 1.0 pairs),
   // so each row's sum comes out of the tensor cores exactly and already quad-reduced: element
-  // [hr * 2] of used_acc[mt] is row g + 8 hr's. Also run when a call takes the running max
-  // instead (bf16 softcap > 65.8), unused then.
+  // [hr * 2] of used_acc[mt] is row g + 8 hr's.
   float used_acc[kMTiles][4];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
@@ -445,9 +448,10 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
             .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
       }
     }
-    if (kMayBound && kp.score.bounded_ref) {
-      // The bounded reference (softcap alone, bf16, ScoreScale::bounded_ref): fixed at the
-      // first key block; no max, no rescale after it (common/softmax.h, fix_reference).
+    if constexpr (kBoundedRef) {
+      // The bounded reference (softcap alone, bf16, ScoreScale::bounded_ref; this instance is
+      // chosen in launch_fwd): fixed at the first key block; no max, no rescale after it
+      // (common/softmax.h, fix_reference).
       if (n == n_end - 1) softmax.fix_reference(acc_s, kp.score.ref_floor);
       softmax.template exponentiate_fixed<FwdExpPolicy<kVariant>>(acc_s, scale_log2);
     } else {
@@ -492,7 +496,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
           Ops::mma(acc_o[mt][2 * dp + 1], pa[mt], vb[2], vb[3]);
         }
       }
-      if constexpr (kMayBound) {
+      if constexpr (kBoundedRef) {
         constexpr uint32_t kOnes = 0x3f803f80u;  // (1.0, 1.0) in bf16
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) Ops::mma(used_acc[mt], pa[mt], kOnes, kOnes);
@@ -520,7 +524,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
     used_sums[mt][1] = used_acc[mt][2];
   }
   softmax.finalize(kp.score.score_scale, inv_l, row_lse, row_stats,
-                   kMayBound && kp.score.bounded_ref ? used_sums : nullptr);
+                   kBoundedRef ? used_sums : nullptr);
   // kvcache: row r's index in the call's lse (and in the split partials).
   auto kv_lse_row = [&](int r) {
     return pack.lse_index(seq, head, p.num_heads, p.seqlen_q / pack.group, p.total_q,
@@ -587,11 +591,11 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
 }
 
 // kDynamic: sequence lengths from cu_seqlens / seqused_k (problem/seqlen.h).
-template <typename Element, typename Traits, int kVariant>
+template <typename Element, typename Traits, int kVariant, bool kBoundedRef = false>
 __global__ void __launch_bounds__(Traits::kNThreads)
     fwd_kernel(const __grid_constant__ FwdKernelParams params) {
   extern __shared__ __align__(128) char smem[];
-  fwd_block<Element, Traits, kVariant>(params, smem);
+  fwd_block<Element, Traits, kVariant, kBoundedRef>(params, smem);
 }
 
 // The kvcache variant (problem/kv_cache.h), with its own parameter type.

@@ -14,10 +14,19 @@ namespace flashattn_cu::sm80 {
 template <typename Element, typename Traits>
 Status launch_fwd(const FwdParams& p, cudaStream_t stream) {
   const FwdKernelParams kp = make_fwd_kernel_params(p);
+  const int64_t tiles =
+      query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
   const Status st = with_variant(kernel_variant(p), [&](auto variant) {
-    return launch_tiles<fwd_kernel<Element, Traits, decltype(variant)::value>>(
-        query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads),
-        Traits::kNThreads, Traits::kSmemBytes, stream, kp);
+    constexpr int kVariant = decltype(variant)::value;
+    if constexpr (kVariant == kSoftcapVariant && std::is_same_v<Element, __nv_bfloat16>) {
+      // Softcap alone in bf16 within the bounded reference's caps (problem/score_mod.h).
+      if (kp.score.bounded_ref) {
+        return launch_tiles<fwd_kernel<Element, Traits, kVariant, true>>(
+            tiles, Traits::kNThreads, Traits::kSmemBytes, stream, kp);
+      }
+    }
+    return launch_tiles<fwd_kernel<Element, Traits, kVariant>>(tiles, Traits::kNThreads,
+                                                                Traits::kSmemBytes, stream, kp);
   });
   if (st != Status::kSuccess || p.s_dmask == nullptr || !(p.dropout_p > 0.f)) return st;
   return forward::launch_attn_probs<Element>(kp, stream);  // reads the lse just written
