@@ -42,7 +42,8 @@
 #                         (default racecheck,memcheck) over tests/test_kvcache.py -k SANITIZE_KV_K
 #   TUNE_MODES            step "tune" (not in the default set): builds benchmarks/tune/tune_fwd90.cu and
 #                         mufu_rate.cu with nvcc (no torch) and runs tune_fwd90 once per mode (default
-#                         "mods"; "-" runs only mufu_rate); outputs in extras (tune_<mode>.log)
+#                         "mods"; "-" runs only mufu_rate); outputs in extras (tune_<mode>.log);
+#                         TUNE_TIMEOUT (default 300 s) bounds each mode
 #   CP_NPROC, CP_ARGS     GPUs for examples/context_parallel.py (default: all visible) and its flags;
 #                         its table goes into extras.tar.gz (context_parallel.md), RESULT lines to the summary
 #   SANITIZE_TOOLS        default memcheck,racecheck,synccheck (initcheck also possible)
@@ -360,7 +361,9 @@ main() {
                 csrc/flash/tma_host.cu -o "$WORK/tune_fwd90"; then
             local mode
             for mode in ${TUNE_MODES:-mods}; do
-                run_step "tune:$mode" "$LOGS/tune_$mode.log" "$WORK/tune_fwd90" "$mode"
+                # a barrier-protocol error would hang: TUNE_TIMEOUT bounds each mode
+                run_step "tune:$mode" "$LOGS/tune_$mode.log" timeout "${TUNE_TIMEOUT:-300}" \
+                    "$WORK/tune_fwd90" "$mode"
             done
         fi
     fi
