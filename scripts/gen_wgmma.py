@@ -7,13 +7,16 @@ generated rather than typed. Run `python3 scripts/gen_wgmma.py` after changing N
 from pathlib import Path
 from textwrap import indent
 
-# N of the tiles the kernels use: d and key-block sizes (multiples of 16 up to 256).
-NS = (32, 64, 80, 96, 128, 160, 176, 192, 224, 256)
+# N of the tiles the kernels use: d and key-block sizes (multiples of 16 up to 256), and the
+# halves of key blocks (sm90/fwd_kernel.h, FwdTraits::kHalfKeys).
+NS = (32, 48, 64, 80, 96, 128, 160, 176, 192, 224, 256)
 OUT = Path(__file__).resolve().parent.parent / "csrc" / "flash" / "ptx" / "wgmma_ops.h"
 
 
-def acc_operands(n):
-    return ", ".join(f'"+f"(d[{i // 4}][{i % 4}])' for i in range(n // 2))
+def acc_operands(n, tile0=""):
+    """The accumulator's operands; tile0: a C++ expression of the first 8-column tile ("" = 0)."""
+    first = f"{tile0} + " if tile0 else ""
+    return ", ".join(f'"+f"(d[{first}{i // 4}][{i % 4}])' for i in range(n // 2))
 
 
 def acc_list(n, first=0):
@@ -26,7 +29,7 @@ def ss(n, kind):
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{m + 2}, 0;\\n"
       "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "
       "{acc_list(n)}, %{m}, %{m + 1}, p, 1, 1, %{m + 3}, %{m + 4};\\n}}\\n"
-      : {acc_operands(n)}
+      : {acc_operands(n, "kTile0")}
       : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));"""
 
 
@@ -59,14 +62,17 @@ def main():
         "// wgmma.mma_async m64nNk16 with fp32 accumulators, 16-bit inputs (kBf16: bf16, else fp16).",
         "// d[N / 8][4] is the accumulator in its fragment layout (see wgmma.h). scale_d = 0 starts a new",
         "// sum (d is overwritten), 1 accumulates. kTransA / kTransB = 1 read that operand MN-major.",
+        "// The SS forms may write part of a wider accumulator: its 8-column tiles kTile0 .. kTile0 + N / 8",
+        "// (the rest untouched), so a kernel can compute some of a tile's columns in place.",
         "// Included by wgmma.h inside namespace flashattn_cu::ptx, under its arch guard.",
         "#pragma once",
         "",
     ]
     for n in NS:
-        parts.append(f"template <bool kBf16, int kTransA, int kTransB>")
-        parts.append(f"FLASHATTN_CU_DEVICE void wgmma_ss_m64n{n}k16(float (&d)[{n // 8}][4], uint64_t desc_a, "
+        parts.append(f"template <bool kBf16, int kTransA, int kTransB, int kTile0 = 0, int kTiles>")
+        parts.append(f"FLASHATTN_CU_DEVICE void wgmma_ss_m64n{n}k16(float (&d)[kTiles][4], uint64_t desc_a, "
                      f"uint64_t desc_b, int scale_d) {{")
+        parts.append(f'  static_assert(kTile0 >= 0 && kTile0 + {n // 8} <= kTiles, "accumulator tiles out of range");')
         parts.append("  if constexpr (kBf16) {")
         parts.append(indent(ss(n, "bf16"), "  "))
         parts.append("  } else {")
@@ -86,9 +92,9 @@ def main():
         parts.append("")
     # One entry per A source for any generated N, so the kernels name N as a template argument.
     parts.append("// wgmma_ss_n / wgmma_rs_n: the instruction of N = kN (one of the generated ones).")
-    parts += dispatcher("template <int kN, bool kBf16, int kTransA, int kTransB>",
-                        "wgmma_ss_n(float (&d)[kN / 8][4], uint64_t desc_a, uint64_t desc_b, int scale_d)",
-                        "wgmma_ss_m64n{n}k16<kBf16, kTransA, kTransB>(d, desc_a, desc_b, scale_d);")
+    parts += dispatcher("template <int kN, bool kBf16, int kTransA, int kTransB, int kTile0, int kTiles>",
+                        "wgmma_ss_n(float (&d)[kTiles][4], uint64_t desc_a, uint64_t desc_b, int scale_d)",
+                        "wgmma_ss_m64n{n}k16<kBf16, kTransA, kTransB, kTile0>(d, desc_a, desc_b, scale_d);")
     parts += dispatcher("template <int kN, bool kBf16, int kTransB>",
                         "wgmma_rs_n(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t desc_b, int scale_d)",
                         "wgmma_rs_m64n{n}k16<kBf16, kTransB>(d, a, desc_b, scale_d);")

@@ -254,6 +254,28 @@ int main(int argc, char** argv) {
     sweep<64, FwdTraits<64, 128, 128, 2, true>, kSoftcap>("d64 softcap bounded", b, true, sl);
     return 0;
   }
+  if (std::string(only) == "halves") {
+    // FwdTraits::kHalfBlocks off / on back to back: boundary blocks of which a consumer's rows
+    // see only one half get S and P V over that half (the causal diagonal, a window's left edge,
+    // the key tail). Library tiles and schedule; window (1024, 0) at 16k persistent, twice.
+    const std::vector<int> sl = {1024, 4096, 16384};
+    g_library_schedule = true;
+    for (int rep = 0; rep < 2; ++rep) {
+      sweep<128, FwdTraits<128, 128, 128, 2, true, 0, false>, kWindow1k>("d128 window1k off", b, false, {16384});
+      sweep<128, FwdTraits<128, 128, 128, 2, true, 0, true>, kWindow1k>("d128 window1k on", b, false, {16384});
+      sweep<64, FwdTraits<64, 128, 128, 2, true, 0, false>, kWindow1k>("d64 window1k off", b, false, {16384});
+      sweep<64, FwdTraits<64, 128, 128, 2, true, 0, true>, kWindow1k>("d64 window1k on", b, false, {16384});
+    }
+    sweep<128, FwdTraits<128, 128, 176, 2, true, 0, false>>("d128 128x176 off", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 176, 2, true, 0, true>>("d128 128x176 on", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 128, 2, true, 0, false>, kSoftcap>("d128 softcap off", b, false, sl);
+    sweep<128, FwdTraits<128, 128, 128, 2, true, 0, true>, kSoftcap>("d128 softcap on", b, false, sl);
+    sweep<64, FwdTraits<64, 192, 128, 2, false, 0, false>>("d64 192x128 off", b, true, sl);
+    sweep<64, FwdTraits<64, 192, 128, 2, false, 0, true>>("d64 192x128 on", b, true, sl);
+    sweep<256, FwdTraits<256, 128, 80, 2, true, 0, false>>("d256 128x80 off", b, false, sl);
+    sweep<256, FwdTraits<256, 128, 80, 2, true, 0, true>>("d256 128x80 on", b, false, sl);
+    return 0;
+  }
   if (std::string(only) == "profile") {
     // One launch of each kernel for ncu (run under `ncu -k regex:fwd_kernel ...`): d = 128 at 8k
     // non-causal, plain on the static tile and on 128 x 128, softcap 30, ALiBi; window

@@ -104,12 +104,14 @@ FLASHATTN_CU_DEVICE void fence_proxy_async_shared() {
 #include "wgmma_ops.h"
 #endif
 
-// d (m64 x kN) (+)= A (m64 x k16, shared, kTransA: MN-major) * B (k16 x kN, shared).
-template <int kN, bool kBf16, int kTransA, int kTransB>
-FLASHATTN_CU_DEVICE void wgmma_ss(float (&d)[kN / 8][4], uint64_t desc_a, uint64_t desc_b,
+// d (m64 x kN) (+)= A (m64 x k16, shared, kTransA: MN-major) * B (k16 x kN, shared). d may be a
+// wider accumulator: the product goes to its 8-column tiles kTile0 .. kTile0 + kN / 8, the others
+// are left as they are.
+template <int kN, bool kBf16, int kTransA, int kTransB, int kTile0 = 0, int kTiles>
+FLASHATTN_CU_DEVICE void wgmma_ss(float (&d)[kTiles][4], uint64_t desc_a, uint64_t desc_b,
                                   int scale_d) {
 #if FLASHATTN_CU_SM90A
-  wgmma_ss_n<kN, kBf16, kTransA, kTransB>(d, desc_a, desc_b, scale_d);  // N: gen_wgmma.py's NS
+  wgmma_ss_n<kN, kBf16, kTransA, kTransB, kTile0, kTiles>(d, desc_a, desc_b, scale_d);  // N: NS
 #else
   unsupported_arch();
 #endif

@@ -65,7 +65,7 @@ struct FwdTmaParams {
 };
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true,
-          int kPolyEighths_ = 0>
+          int kPolyEighths_ = 0, bool kHalfBlocks_ = true>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // kPolyEighths / 8 of S's 8-key tiles exponentiated on the FMA pipe (common/softmax.h
@@ -82,6 +82,13 @@ struct FwdTraits {
   static constexpr int kAtoms = (kHeadDim + 63) / 64;  // 64-column sw128 atoms of a row
   static constexpr int kChunks = kHeadDim / 8;         // 16-byte chunks of a row in global memory
   static constexpr int kNTiles = kBlockN / 8;          // 8-key accumulator tiles of S
+  // Half blocks: a boundary key block of which a consumer's 64 rows see only the first or only
+  // the last kHalfKeys keys (the causal diagonal, a window's left edge, the sequence tail) gets
+  // S and P V over those keys alone. Needs a generated wgmma N (ptx/wgmma_ops.h) below kBlockN.
+  static constexpr int kHalfKeys = (kBlockN / 2 + 15) / 16 * 16;
+  static constexpr bool kHalfBlocks =
+      kHalfBlocks_ && kHalfKeys < kBlockN &&
+      (kHalfKeys == 32 || kHalfKeys == 48 || kHalfKeys == 64 || kHalfKeys == 80 || kHalfKeys == 96);
   static constexpr int kDTiles = kHeadDim / 8;         // 8-column accumulator tiles of O
   static constexpr uint32_t kQBytes = kAtoms * kBlockM * 128;
   static constexpr uint32_t kKVBytes = kAtoms * kBlockN * 128;
@@ -111,6 +118,9 @@ struct FwdTraits {
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
   static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
 };
+
+// The keys of a key block one consumer warpgroup computes (FwdTraits::kHalfBlocks).
+enum class BlockHalf : int { kWhole, kLow, kHigh };
 
 // What one tile is to both roles: its entry, head, first query row and key blocks. The producer
 // and the consumers derive it the same way, so they walk the same tiles, key blocks and barrier
@@ -246,22 +256,79 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
     float acc_s[1][Traits::kNTiles][4];
     uint32_t p16[kBlockN / 16][4];  // P of the previous step, the A operand of O += P V
 
-    auto issue_s = [&](int stage) {  // S = Q K^T of this warpgroup's rows (one commit group)
+    // S = Q K^T of this warpgroup's rows over keys key0 .. key0 + keys of the block, into S's
+    // accumulator tiles of those keys.
+    auto s_keys = [&](int stage, auto key0, auto keys) {
+      constexpr int kKey0 = decltype(key0)::value, kKeys = decltype(keys)::value;
+      // The tiles left out are -inf from here on, not stale: every path defines all of S (and
+      // ptxas keeps no earlier values live for the paths that skip them: 200+ bytes of spills).
+#pragma unroll
+      for (int nt = 0; nt < Traits::kNTiles; ++nt) {
+        if (nt < kKey0 / 8 || nt >= (kKey0 + kKeys) / 8) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc_s[0][nt][e] = -INFINITY;
+        }
+      }
 #pragma unroll
       for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-        ptx::wgmma_ss<kBlockN, kBf16, 0, 0>(
+        ptx::wgmma_ss<kKeys, kBf16, 0, 0, kKey0 / 8>(
             acc_s[0], ptx::sw128_desc_k_major<kBlockM>(sQ, consumer * 64, ks),
-            ptx::sw128_desc_k_major<kBlockN>(k_tile(stage), 0, ks), ks > 0);
+            ptx::sw128_desc_k_major<kBlockN>(k_tile(stage), kKey0, ks), ks > 0);
       }
-      ptx::wgmma_commit();
     };
-    auto issue_pv = [&](int stage) {  // O += P V (one commit group)
+    // O += P V over the block's k16 steps kk0 .. kk1 (P is 0 on the others).
+    auto pv_steps = [&](int stage, auto kk0, auto kk1) {
 #pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      for (int kk = decltype(kk0)::value; kk < decltype(kk1)::value; ++kk) {
         ptx::wgmma_rs<kHeadDim, kBf16, 1>(acc_o[0], p16[kk],
                                           ptx::sw128_desc_mn_major<kBlockN>(v_tile(stage), kk, 0), 1);
       }
+    };
+    using std::integral_constant;
+    constexpr int kHalf = Traits::kHalfKeys, kHigh = kBlockN - Traits::kHalfKeys;
+    auto issue_s = [&](int stage, BlockHalf half) {  // one commit group
+      if constexpr (Traits::kHalfBlocks) {
+        if (half == BlockHalf::kLow) {
+          s_keys(stage, integral_constant<int, 0>{}, integral_constant<int, kHalf>{});
+        } else if (half == BlockHalf::kHigh) {
+          s_keys(stage, integral_constant<int, kHigh>{}, integral_constant<int, kHalf>{});
+        } else {
+          s_keys(stage, integral_constant<int, 0>{}, integral_constant<int, kBlockN>{});
+        }
+      } else {
+        s_keys(stage, integral_constant<int, 0>{}, integral_constant<int, kBlockN>{});
+      }
       ptx::wgmma_commit();
+    };
+    auto issue_pv = [&](int stage, BlockHalf half) {  // one commit group
+      if constexpr (Traits::kHalfBlocks) {
+        if (half == BlockHalf::kLow) {
+          pv_steps(stage, integral_constant<int, 0>{}, integral_constant<int, kHalf / 16>{});
+        } else if (half == BlockHalf::kHigh) {
+          pv_steps(stage, integral_constant<int, kHigh / 16>{},
+                   integral_constant<int, kBlockN / 16>{});
+        } else {
+          pv_steps(stage, integral_constant<int, 0>{}, integral_constant<int, kBlockN / 16>{});
+        }
+      } else {
+        pv_steps(stage, integral_constant<int, 0>{}, integral_constant<int, kBlockN / 16>{});
+      }
+      ptx::wgmma_commit();
+    };
+    // Which keys of block n this warpgroup's rows can see at all: the first row's begin to the
+    // last row's end (rows past seqlen_q see as far as the last real one, or further: safe).
+    const int wg_row0 = m_start + consumer * 64;
+    const Mask wg_mask = mask_of<kDynamic>(w.seq, p);
+    const int wg_key_begin = wg_mask.key_begin(wg_row0), wg_key_end = wg_mask.key_end(wg_row0 + 63);
+    // The choice is the same in every thread of the warpgroup; taken from lane 0 so ptxas sees
+    // a warp-uniform branch (wgmma in a path it thinks divergent gets serialized, C7520).
+    auto half_of = [&](int n) {
+      if (!Traits::kHalfBlocks) return BlockHalf::kWhole;
+      const int n0 = n * kBlockN;
+      const int h = wg_key_end <= n0 + kHalf    ? static_cast<int>(BlockHalf::kLow)
+                    : wg_key_begin >= n0 + kHigh ? static_cast<int>(BlockHalf::kHigh)
+                                                 : static_cast<int>(BlockHalf::kWhole);
+      return static_cast<BlockHalf>(__shfl_sync(0xffffffffu, h, 0));
     };
     // Score modifiers, then the element mask on the boundary blocks only (problem/mask.h).
     auto score_tile = [&](int n) {
@@ -289,13 +356,15 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
     };
 
     float ref[1][2], rescale[1][2];
+    BlockHalf half;  // the keys of the step's S (the next step's P V)
     ptx::mbarrier_wait_parity(bars + 8 * Traits::kBarQFull, q_parity);
     {  // Step 0: S_0 alone (O is still 0, nothing to rescale).
       const RingSlot<Traits> slot(ring);
       ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);
+      half = half_of(w.blocks.end - 1);
       turns.begin();
       ptx::wgmma_fence();
-      issue_s(slot.stage);
+      issue_s(slot.stage, half);
       turns.end();
       ptx::wgmma_wait<0>();
       ptx::fence_operand(acc_s[0]);
@@ -312,11 +381,13 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
       const RingSlot<Traits> slot(ring + i), prev(ring + i - 1);
       ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);
       ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + prev.stage), prev.parity);
+      const BlockHalf s_half = half_of(w.blocks.end - 1 - i);
       turns.begin();
       ptx::wgmma_fence();
-      issue_s(slot.stage);
-      issue_pv(prev.stage);
+      issue_s(slot.stage, s_half);
+      issue_pv(prev.stage, half);
       turns.end();
+      half = s_half;
       ptx::wgmma_wait<1>();  // S_i has landed; P_{i-1} V_{i-1} may still run
       ptx::fence_operand(acc_s[0]);
       release(Traits::kBarKEmpty + slot.stage);
@@ -336,7 +407,7 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
       ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + last.stage), last.parity);
       turns.begin();
       ptx::wgmma_fence();
-      issue_pv(last.stage);
+      issue_pv(last.stage, half);
       turns.end();
       ptx::wgmma_wait<0>();
       ptx::fence_operand(acc_o[0]);
