@@ -163,7 +163,12 @@ try:
 except Exception:
     names = [r[0] for r in unique]
 spilling = sum(1 for r in unique if r[4] or r[5])
-print(f"ptxas: {len(unique)} kernels, {spilling} with spills")
+# ptxas's wgmma serialization notes (C7510-C7520: "wgmma.mma_async instructions are serialized
+# due to ..."): each one is a kernel whose GEMMs lost their overlap, whatever its spills say.
+serialized = sorted(set(re.findall(r"Performance Loss: (wgmma[^\n]*?) in the function '([^']+)'", text)))
+print(f"ptxas: {len(unique)} kernels, {spilling} with spills, {len(serialized)} with wgmma serialized")
+for why, fn in serialized:
+    print(f"  SERIALIZED {fn[:100]}: {why[:120]}")
 print(f"  {'arch':7} {'regs':>4} {'stack':>5} {'spill st':>8} {'spill ld':>8}  kernel")
 for r, n in zip(unique, names):
     print(f"  {r[1]:7} {r[2] if r[2] is not None else '-':>4} {r[3]:>5} {r[4]:>8} {r[5]:>8}  {n[:110]}")

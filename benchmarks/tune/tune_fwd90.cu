@@ -255,25 +255,25 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (std::string(only) == "halves") {
-    // FwdTraits::kHalfBlocks off / on back to back: boundary blocks of which a consumer's rows
-    // see only one half get S and P V over that half (the causal diagonal, a window's left edge,
-    // the key tail). Library tiles and schedule; window (1024, 0) at 16k persistent, twice.
+    // FwdTraits kHalves 0 / 1 / 2 (off, P V only, S and P V) back to back: boundary blocks of
+    // which a consumer's rows see only one half get the GEMMs over that half alone (the causal
+    // diagonal, a window's left edge, the key tail). Window (1024, 0) at 16k persistent, twice,
+    // then key blocks of 64 / 96 there; causal and non-causal on the library tiles.
     const std::vector<int> sl = {1024, 4096, 16384};
     g_library_schedule = true;
     for (int rep = 0; rep < 2; ++rep) {
-      sweep<128, FwdTraits<128, 128, 128, 2, true, 0, false>, kWindow1k>("d128 window1k off", b, false, {16384});
-      sweep<128, FwdTraits<128, 128, 128, 2, true, 0, true>, kWindow1k>("d128 window1k on", b, false, {16384});
-      sweep<64, FwdTraits<64, 128, 128, 2, true, 0, false>, kWindow1k>("d64 window1k off", b, false, {16384});
-      sweep<64, FwdTraits<64, 128, 128, 2, true, 0, true>, kWindow1k>("d64 window1k on", b, false, {16384});
+      sweep<128, FwdTraits<128, 128, 128, 2, true, 0, 0>, kWindow1k>("d128 window1k h0", b, false, {16384});
+      sweep<128, FwdTraits<128, 128, 128, 2, true, 0, 1>, kWindow1k>("d128 window1k h1", b, false, {16384});
+      sweep<64, FwdTraits<64, 128, 128, 2, true, 0, 0>, kWindow1k>("d64 window1k h0", b, false, {16384});
+      sweep<64, FwdTraits<64, 128, 128, 2, true, 0, 1>, kWindow1k>("d64 window1k h1", b, false, {16384});
     }
-    sweep<128, FwdTraits<128, 128, 176, 2, true, 0, false>>("d128 128x176 off", b, true, sl);
-    sweep<128, FwdTraits<128, 128, 176, 2, true, 0, true>>("d128 128x176 on", b, true, sl);
-    sweep<128, FwdTraits<128, 128, 128, 2, true, 0, false>, kSoftcap>("d128 softcap off", b, false, sl);
-    sweep<128, FwdTraits<128, 128, 128, 2, true, 0, true>, kSoftcap>("d128 softcap on", b, false, sl);
-    sweep<64, FwdTraits<64, 192, 128, 2, false, 0, false>>("d64 192x128 off", b, true, sl);
-    sweep<64, FwdTraits<64, 192, 128, 2, false, 0, true>>("d64 192x128 on", b, true, sl);
-    sweep<256, FwdTraits<256, 128, 80, 2, true, 0, false>>("d256 128x80 off", b, false, sl);
-    sweep<256, FwdTraits<256, 128, 80, 2, true, 0, true>>("d256 128x80 on", b, false, sl);
+    sweep<128, FwdTraits<128, 128, 64, 2, true, 0, 0>, kWindow1k>("d128 window1k 128x64", b, false, {16384});
+    sweep<128, FwdTraits<128, 128, 64, 3, true, 0, 0>, kWindow1k>("d128 window1k 128x64 s3", b, false, {16384});
+    sweep<128, FwdTraits<128, 128, 96, 2, true, 0, 0>, kWindow1k>("d128 window1k 128x96", b, false, {16384});
+    sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0>>("d128 128x176 h0", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 1>>("d128 128x176 h1", b, true, sl);
+    sweep<64, FwdTraits<64, 192, 128, 2, false, 0, 0>>("d64 192x128 h0", b, false, sl);
+    sweep<64, FwdTraits<64, 192, 128, 2, false, 0, 1>>("d64 192x128 h1", b, false, sl);
     return 0;
   }
   if (std::string(only) == "profile") {

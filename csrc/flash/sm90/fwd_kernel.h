@@ -65,7 +65,7 @@ struct FwdTmaParams {
 };
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true,
-          int kPolyEighths_ = 0, bool kHalfBlocks_ = true>
+          int kPolyEighths_ = 0, int kHalves_ = 1>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // kPolyEighths / 8 of S's 8-key tiles exponentiated on the FMA pipe (common/softmax.h
@@ -83,12 +83,16 @@ struct FwdTraits {
   static constexpr int kChunks = kHeadDim / 8;         // 16-byte chunks of a row in global memory
   static constexpr int kNTiles = kBlockN / 8;          // 8-key accumulator tiles of S
   // Half blocks: a boundary key block of which a consumer's 64 rows see only the first or only
-  // the last kHalfKeys keys (the causal diagonal, a window's left edge, the sequence tail) gets
-  // S and P V over those keys alone. Needs a generated wgmma N (ptx/wgmma_ops.h) below kBlockN.
+  // the last kHalfKeys keys (the causal diagonal, a window's left edge, the sequence tail).
+  // kHalves_ 1 (the library's): its P V runs over those keys alone (P is 0 on the others, so this
+  // is exact whatever S did); 2: its S too, which ptxas compiles with every wgmma serialized
+  // ("insufficient register resources for the wgmma pipeline", C7511; 25-35% slower on the H200,
+  // benchmarks/NOTES.md 12.2); 0: off. Needs a generated wgmma N (ptx/wgmma_ops.h) for S.
   static constexpr int kHalfKeys = (kBlockN / 2 + 15) / 16 * 16;
   static constexpr bool kHalfBlocks =
-      kHalfBlocks_ && kHalfKeys < kBlockN &&
+      kHalves_ > 0 && kHalfKeys < kBlockN &&
       (kHalfKeys == 32 || kHalfKeys == 48 || kHalfKeys == 64 || kHalfKeys == 80 || kHalfKeys == 96);
+  static constexpr bool kHalfS = kHalves_ >= 2;
   static constexpr int kDTiles = kHeadDim / 8;         // 8-column accumulator tiles of O
   static constexpr uint32_t kQBytes = kAtoms * kBlockM * 128;
   static constexpr uint32_t kKVBytes = kAtoms * kBlockN * 128;
@@ -287,7 +291,7 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
     using std::integral_constant;
     constexpr int kHalf = Traits::kHalfKeys, kHigh = kBlockN - Traits::kHalfKeys;
     auto issue_s = [&](int stage, BlockHalf half) {  // one commit group
-      if constexpr (Traits::kHalfBlocks) {
+      if constexpr (Traits::kHalfBlocks && Traits::kHalfS) {
         if (half == BlockHalf::kLow) {
           s_keys(stage, integral_constant<int, 0>{}, integral_constant<int, kHalf>{});
         } else if (half == BlockHalf::kHigh) {
