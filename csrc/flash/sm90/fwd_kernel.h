@@ -65,7 +65,7 @@ struct FwdTmaParams {
 };
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true,
-          int kPolyEighths_ = 0, int kHalves_ = 1>
+          int kPolyEighths_ = 0, int kHalves_ = 0>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // kPolyEighths / 8 of S's 8-key tiles exponentiated on the FMA pipe (common/softmax.h
@@ -84,10 +84,11 @@ struct FwdTraits {
   static constexpr int kNTiles = kBlockN / 8;          // 8-key accumulator tiles of S
   // Half blocks: a boundary key block of which a consumer's 64 rows see only the first or only
   // the last kHalfKeys keys (the causal diagonal, a window's left edge, the sequence tail).
-  // kHalves_ 1 (the library's): its P V runs over those keys alone (P is 0 on the others, so this
-  // is exact whatever S did); 2: its S too, which ptxas compiles with every wgmma serialized
-  // ("insufficient register resources for the wgmma pipeline", C7511; 25-35% slower on the H200,
-  // benchmarks/NOTES.md 12.2); 0: off. Needs a generated wgmma N (ptx/wgmma_ops.h) for S.
+  // kHalves_ 1: its P V runs over those keys alone (P is 0 on the others, so this is exact
+  // whatever S did); 2: its S too, which ptxas compiles with every wgmma serialized ("insufficient
+  // register resources for the wgmma pipeline", C7511; 25-35% slower on the H200); 0: off, the
+  // library's (1 measured 3% slower over the benchmark's forward shapes, the window no faster:
+  // benchmarks/NOTES.md 12.2). A tuning knob. Needs a generated wgmma N (ptx/wgmma_ops.h) for S.
   static constexpr int kHalfKeys = (kBlockN / 2 + 15) / 16 * 16;
   static constexpr bool kHalfBlocks =
       kHalves_ > 0 && kHalfKeys < kBlockN &&
