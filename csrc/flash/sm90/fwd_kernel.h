@@ -88,11 +88,10 @@ struct FwdTraits {
   // whatever S did); 2: its S too, which ptxas compiles with every wgmma serialized ("insufficient
   // register resources for the wgmma pipeline", C7511; 25-35% slower on the H200); 0: off, the
   // library's (1 measured 3% slower over the benchmark's forward shapes, the window no faster:
-  // benchmarks/NOTES.md 12.2). A tuning knob. Needs a generated wgmma N (ptx/wgmma_ops.h) for S.
+  // benchmarks/NOTES.md 12.2). A tuning knob. 2 needs wgmma N = kHalfKeys generated
+  // (scripts/gen_wgmma.py NS; its dispatcher's static_assert says so otherwise).
   static constexpr int kHalfKeys = (kBlockN / 2 + 15) / 16 * 16;
-  static constexpr bool kHalfBlocks =
-      kHalves_ > 0 && kHalfKeys < kBlockN &&
-      (kHalfKeys == 32 || kHalfKeys == 48 || kHalfKeys == 64 || kHalfKeys == 80 || kHalfKeys == 96);
+  static constexpr bool kHalfBlocks = kHalves_ > 0 && kHalfKeys < kBlockN;
   static constexpr bool kHalfS = kHalves_ >= 2;
   static constexpr int kDTiles = kHeadDim / 8;         // 8-column accumulator tiles of O
   static constexpr uint32_t kQBytes = kAtoms * kBlockM * 128;
@@ -281,43 +280,35 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
             ptx::sw128_desc_k_major<kBlockN>(k_tile(stage), kKey0, ks), ks > 0);
       }
     };
-    // O += P V over the block's k16 steps kk0 .. kk1 (P is 0 on the others).
-    auto pv_steps = [&](int stage, auto kk0, auto kk1) {
+    // O += P V over keys key0 .. key0 + keys of the block, whole k16 steps (P is 0 on the others).
+    auto pv_keys = [&](int stage, auto key0, auto keys) {
+      constexpr int kKk0 = decltype(key0)::value / 16;
+      constexpr int kKk1 = (decltype(key0)::value + decltype(keys)::value) / 16;
 #pragma unroll
-      for (int kk = decltype(kk0)::value; kk < decltype(kk1)::value; ++kk) {
+      for (int kk = kKk0; kk < kKk1; ++kk) {
         ptx::wgmma_rs<kHeadDim, kBf16, 1>(acc_o[0], p16[kk],
                                           ptx::sw128_desc_mn_major<kBlockN>(v_tile(stage), kk, 0), 1);
       }
     };
+    // Calls f(key0, keys), compile-time constants, with the keys of the block `half` covers, or
+    // the whole block when `split` (a std::bool_constant) is off.
     using std::integral_constant;
     constexpr int kHalf = Traits::kHalfKeys, kHigh = kBlockN - Traits::kHalfKeys;
-    auto issue_s = [&](int stage, BlockHalf half) {  // one commit group
-      if constexpr (Traits::kHalfBlocks && Traits::kHalfS) {
-        if (half == BlockHalf::kLow) {
-          s_keys(stage, integral_constant<int, 0>{}, integral_constant<int, kHalf>{});
-        } else if (half == BlockHalf::kHigh) {
-          s_keys(stage, integral_constant<int, kHigh>{}, integral_constant<int, kHalf>{});
-        } else {
-          s_keys(stage, integral_constant<int, 0>{}, integral_constant<int, kBlockN>{});
-        }
-      } else {
-        s_keys(stage, integral_constant<int, 0>{}, integral_constant<int, kBlockN>{});
+    auto over_keys = [&](auto split, BlockHalf half, auto&& f) {
+      if constexpr (decltype(split)::value) {
+        if (half == BlockHalf::kLow) return f(integral_constant<int, 0>{}, integral_constant<int, kHalf>{});
+        if (half == BlockHalf::kHigh) return f(integral_constant<int, kHigh>{}, integral_constant<int, kHalf>{});
       }
+      f(integral_constant<int, 0>{}, integral_constant<int, kBlockN>{});
+    };
+    auto issue_s = [&](int stage, BlockHalf half) {  // one commit group
+      over_keys(std::bool_constant<Traits::kHalfBlocks && Traits::kHalfS>{}, half,
+                [&](auto key0, auto keys) { s_keys(stage, key0, keys); });
       ptx::wgmma_commit();
     };
     auto issue_pv = [&](int stage, BlockHalf half) {  // one commit group
-      if constexpr (Traits::kHalfBlocks) {
-        if (half == BlockHalf::kLow) {
-          pv_steps(stage, integral_constant<int, 0>{}, integral_constant<int, kHalf / 16>{});
-        } else if (half == BlockHalf::kHigh) {
-          pv_steps(stage, integral_constant<int, kHigh / 16>{},
-                   integral_constant<int, kBlockN / 16>{});
-        } else {
-          pv_steps(stage, integral_constant<int, 0>{}, integral_constant<int, kBlockN / 16>{});
-        }
-      } else {
-        pv_steps(stage, integral_constant<int, 0>{}, integral_constant<int, kBlockN / 16>{});
-      }
+      over_keys(std::bool_constant<Traits::kHalfBlocks>{}, half,
+                [&](auto key0, auto keys) { pv_keys(stage, key0, keys); });
       ptx::wgmma_commit();
     };
     // Which keys of block n this warpgroup's rows can see at all: the first row's begin to the
