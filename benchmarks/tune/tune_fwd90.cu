@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "sm80/fwd_kernel.h"
+#include "sm80/fwd_launch.h"
 #include "sm90/fwd_launch.h"
 #include "harness.h"
 
@@ -68,21 +68,13 @@ fa::Status run_sm90(const fa::FwdParams& p) {
       p, g_sms, g_l2, g_library_schedule ? fa::sm90::causal_persistent(p) : g_causal_persistent, 0);
 }
 
-template <int kHeadDim, int kVariant = fa::kStaticVariant>
+// The reference: the sm80 kernel of the sweep's head dim, launched as the library launches it
+// (sm80/fwd_launch.h: the call's variant, the bounded reference where it applies).
+template <int kHeadDim>
 fa::Status run_sm80(const fa::FwdParams& p) {
   constexpr fa::FwdTile t = fa::fwd_tile_sm80(kHeadDim, false);
   using Traits = fa::sm80::FwdTraits<kHeadDim, t.block_m, t.block_n, t.warps, t.unpredicated_bulk_loads>;
-  const fa::FwdKernelParams kp = fa::make_fwd_kernel_params(p);
-  const int64_t tiles =
-      fa::query_tile_count(fa::ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
-  if constexpr (kVariant == fa::kSoftcapVariant) {  // the library's choice (sm80/fwd_launch.h)
-    if (kp.score.bounded_ref) {
-      return fa::launch_tiles<fa::sm80::fwd_kernel<__nv_bfloat16, Traits, kVariant, true>>(
-          tiles, Traits::kNThreads, Traits::kSmemBytes, 0, kp);
-    }
-  }
-  return fa::launch_tiles<fa::sm80::fwd_kernel<__nv_bfloat16, Traits, kVariant>>(
-      tiles, Traits::kNThreads, Traits::kSmemBytes, 0, kp);
+  return fa::sm80::launch_fwd<__nv_bfloat16, Traits>(p, 0);
 }
 
 struct Buffers {
@@ -142,7 +134,7 @@ void sweep(const char* name, const Buffers& b, bool with_non_causal,
         if (!causal) continue;
       }
       p.o = b.o_ref;
-      if (run_sm80<kHeadDim, kVariant>(p) != fa::Status::kSuccess) std::printf("sm80 launch failed\n");
+      if (run_sm80<kHeadDim>(p) != fa::Status::kSuccess) std::printf("sm80 launch failed\n");
       p.o = b.o;
       CHECK(cudaMemset(b.o, 0xff, n * 2));  // NaN poison
       const fa::Status st = run_sm90<Traits, kVariant>(p);
@@ -162,7 +154,7 @@ void sweep(const char* name, const Buffers& b, bool with_non_causal,
         continue;
       }
       const float ms = median_ms([&] { run_sm90<Traits, kVariant>(p); }, g_reps);
-      const float ms80 = median_ms([&] { run_sm80<kHeadDim, kVariant>(p); }, 10);
+      const float ms80 = median_ms([&] { run_sm80<kHeadDim>(p); }, 10);
       double flops = 4.0 * p.batch * p.num_heads * double(seqlen) * seqlen * kHeadDim /
                      (causal ? 2 : 1);
       if (kMods & kWindow1k) {  // the entries the window covers
