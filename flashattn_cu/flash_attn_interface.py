@@ -68,6 +68,13 @@ def _dropout_outputs_fake(q, batch, nheads, seqlen_q, seqlen_k, dropout_p, retur
     return rng_state, s_dmask
 
 
+@torch.library.register_fake("flashattn_cu::fwd_splitkv")
+def _fwd_splitkv_fake(q, k, v, softmax_scale, causal, window_left=-1, window_right=-1,
+                      alibi_slopes=None, softcap=0.0, num_splits=0):
+    batch, seqlen_q, nheads, _ = q.shape
+    return _empty_like_layout(q), q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
+
+
 @torch.library.register_fake("flashattn_cu::fwd")
 def _fwd_fake(q, k, v, softmax_scale, causal, window_left=-1, window_right=-1, alibi_slopes=None,
               softcap=0.0, dropout_p=0.0, return_softmax=False, gen=None):
@@ -482,6 +489,31 @@ def _check_devices(q, k, v):
 # Public API
 
 
+# Inference calls (no autograd, no dropout) with at most this many query rows per kv head
+# (seqlen_q x the GQA group: decoding, speculative steps) run on flash_attn_with_kvcache's split-KV
+# kernel, as flash_attn 2.x splits such calls too: one CTA per (batch, head, 128-row tile) would
+# leave most SMs idle and read each kv head once per query head. Below ~64 rows per key the work
+# is memory-bound (4 rows FLOP per 4 bytes of K and V per key), where that kernel reads the keys
+# at the copy bandwidth. Calls that record autograd keep the kernels whose row statistics the
+# backward reads.
+_SPLIT_KV_MAX_ROWS = 64
+
+
+def _split_kv_route(q, k, v, dropout_p):
+    """Whether flash_attn_func runs this call on the split-KV kernel (see _SPLIT_KV_MAX_ROWS)."""
+    if dropout_p > 0 or (torch.is_grad_enabled() and
+                         (q.requires_grad or k.requires_grad or v.requires_grad)):
+        return False
+    seqlen_q, nheads = q.shape[1], q.shape[2]
+    seqlen_k, nheads_k = k.shape[1], k.shape[2]
+    return seqlen_q >= 1 and seqlen_k >= 1 and seqlen_q * (nheads // nheads_k) <= _SPLIT_KV_MAX_ROWS
+
+
+def _fwd_splitkv(*args):
+    """The routed forward: out, softmax_lse (a seam the host tests watch)."""
+    return torch.ops.flashattn_cu.fwd_splitkv(*args)
+
+
 def flash_attn_func(
     q,
     k,
@@ -540,6 +572,12 @@ def flash_attn_func(
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
     alibi_slopes = _check_alibi(alibi_slopes, q.shape[0], q.shape[2], q.device)
     dropout_p = float(dropout_p)
+    if _split_kv_route(q, k, v, dropout_p):
+        out, softmax_lse = _fwd_splitkv(q, k, v, softmax_scale, causal, window_left,
+                                        window_right, alibi_slopes, _check_softcap(softcap))
+        if pad:
+            out = out[..., :head_dim]
+        return (out, softmax_lse, None) if return_attn_probs else out
     out, softmax_lse, s_dmask = FlashAttnFunc.apply(
         q, k, v, softmax_scale, causal, bool(deterministic), window_left, window_right,
         alibi_slopes, _check_softcap(softcap), dropout_p, bool(return_attn_probs) and dropout_p > 0,

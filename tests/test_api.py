@@ -262,9 +262,12 @@ def test_softmax_scale_type(scale):
 # Device checks with fake CUDA tensors (no GPU needed).
 
 
-def _fake_cuda_qkv(devices=("cuda:0", "cuda:0", "cuda:0"), d=64):
+def _fake_cuda_qkv(devices=("cuda:0", "cuda:0", "cuda:0"), d=64, grad=True):
+    """Fake CUDA q, k, v; grad=True records autograd, so flash_attn_func takes FlashAttnFunc
+    (without it these short rows would take the split-KV route, _split_kv_route)."""
     shapes = [(2, 5, 4, d), (2, 7, 2, d), (2, 7, 2, d)]
-    return [torch.empty(s, dtype=F16, device=dev) for s, dev in zip(shapes, devices)]
+    return [torch.empty(s, dtype=F16, device=dev, requires_grad=grad)
+            for s, dev in zip(shapes, devices)]
 
 
 @contextlib.contextmanager
@@ -368,6 +371,28 @@ def test_window_sizes_reach_the_kernel(window, causal, passed):
     assert tuple(calls[0][6:8]) == passed
 
 
+def test_inference_route_passes_the_same_arguments():
+    """Without autograd the call takes fwd_splitkv (flash_attn_interface._split_kv_route) with
+    the scale, causal flag, window, ALiBi slopes and softcap the autograd path passes on; the
+    output is cut back to the caller's head dim."""
+    calls = []
+    real = fai._fwd_splitkv
+
+    def spy(*args):
+        calls.append(args)
+        return real(*args)
+    with _pretend_gpu((9, 0)), mock.patch.object(fai, "_fwd_splitkv", spy):
+        q, k, v = _fake_cuda_qkv(d=59, grad=False)
+        slopes = torch.ones(4, device="cuda:0")
+        out, lse, probs = flash_attn_func(q, k, v, causal=True, window_size=(9, 4), softcap=5.0,
+                                          alibi_slopes=slopes, return_attn_probs=True)
+    (q_arg, k_arg, _, scale, causal, left, right, alibi, softcap), = calls
+    assert q_arg.shape[-1] == k_arg.shape[-1] == 64  # padded to a multiple of 8
+    assert scale == pytest.approx(59 ** -0.5) and causal is True and (left, right) == (9, 0)
+    assert alibi is not None and softcap == 5.0
+    assert out.shape == q.shape and lse.shape == (2, 4, 5) and probs is None
+
+
 def test_causal_sets_the_window_right_side_to_zero():
     calls, spy = _capture_apply()
     with _pretend_gpu((8, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
@@ -427,6 +452,25 @@ def test_compile_fullgraph_traces_forward_and_backward(d):
         loss = torch.compile(step, fullgraph=True, backend="aot_eager")(q, k, v)
         loss.backward()
     assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+
+
+def test_compile_fullgraph_traces_the_inference_route():
+    """Without autograd (a decode step) the traced graph holds fwd_splitkv, no graph break."""
+    torch._dynamo.reset()
+    q = torch.randn(2, 1, 8, 64, device="meta", dtype=F16)
+    k = torch.randn(2, 300, 2, 64, device="meta", dtype=F16)
+    ops = []
+
+    def backend(gm, example_inputs):
+        ops.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    with mock.patch.object(fai, "_check_devices", _no_device_check), torch.no_grad():
+        out = torch.compile(lambda q, k, v: flash_attn_func(q, k, v, causal=True),
+                            fullgraph=True, backend=backend)(q, k, k)
+    assert out.shape == q.shape
+    assert any("fwd_splitkv" in name for name in ops) and not any(
+        "flashattn_cu.fwd." in name or name.endswith("flashattn_cu.fwd") for name in ops), ops
 
 
 # --------------------------------------------------------------------------------------------

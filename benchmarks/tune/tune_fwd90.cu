@@ -268,6 +268,23 @@ int main(int argc, char** argv) {
     sweep<64, FwdTraits<64, 192, 128, 2, false, 0, 1>>("d64 192x128 h1", b, false, sl);
     return 0;
   }
+  if (std::string(only) == "fastexp") {
+    // FwdTraits kWarpFusedExp off / on back to back (the plain exponent as one FFMA where a
+    // warp's row maxima allow, common/softmax.h): library tiles and schedule.
+    const std::vector<int> sl = {1024, 4096, 16384};
+    g_library_schedule = true;
+    for (int rep = 0; rep < 2; ++rep) {
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, false>>("d128 128x176 exp off", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true>>("d128 128x176 exp on", b, true, sl);
+    }
+    sweep<64, FwdTraits<64, 192, 128, 2, false, 0, 0, false>>("d64 192x128 exp off", b, true, sl);
+    sweep<64, FwdTraits<64, 192, 128, 2, false, 0, 0, true>>("d64 192x128 exp on", b, true, sl);
+    sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, false>>("d256 128x80 exp off", b, true, sl);
+    sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, true>>("d256 128x80 exp on", b, true, sl);
+    sweep<128, FwdTraits<128, 128, 128, 2, true, 0, 0, false>, kWindow1k>("d128 window1k exp off", b, false, {16384});
+    sweep<128, FwdTraits<128, 128, 128, 2, true, 0, 0, true>, kWindow1k>("d128 window1k exp on", b, false, {16384});
+    return 0;
+  }
   if (std::string(only) == "profile") {
     // One launch of each kernel for ncu (run under `ncu -k regex:fwd_kernel ...`): d = 128 at 8k
     // non-causal, plain on the static tile and on 128 x 128, softcap 30, ALiBi; window

@@ -12,6 +12,7 @@
 //                             block_table, softmax_scale, causal, ..., num_splits=0,
 //                             k_new=None, v_new=None, rotary_cos=None, rotary_sin=None,
 //                             rotary_interleaved=True) -> (out, softmax_lse)
+//   flashattn_cu::fwd_splitkv(q, k, v, softmax_scale, causal, ..., num_splits=0) -> (out, lse)
 //   flashattn_cu::fwd_kvcache_varlen(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k,
 //                                    block_table, max_seqlen_q, max_seqlen_k, ...) -> (out, lse)
 // (flash_attn_with_kvcache's attention, appending k_new / v_new to the cache in place with the
@@ -970,6 +971,28 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(
   return {out, lse};
 }
 
+// flash_attn_func's forward on the split-KV kernel, for calls without autograd whose query rows
+// per kv head are few (decoding, speculative steps: flash_attn_interface._split_kv_route): k and
+// v as a whole cache, nothing appended, so unlike fwd_kvcache nothing is written to them. Inputs
+// in another layout are copied as fwd does.
+std::tuple<at::Tensor, at::Tensor> fwd_splitkv_cuda(
+    const at::Tensor& q, const at::Tensor& k_in, const at::Tensor& v_in, double softmax_scale,
+    bool causal, int64_t window_left, int64_t window_right, const std::optional<at::Tensor>& alibi,
+    double softcap, int64_t num_splits) {
+  check_input(q, "q", q);
+  check_input(k_in, "k", q);
+  check_input(v_in, "v", q);
+  TORCH_CHECK_VALUE(k_in.size(0) == q.size(0) && v_in.sizes() == k_in.sizes(),
+                    msg("k and v must have q's batch and the same shape, got q ", q.sizes(),
+                        ", k ", k_in.sizes(), ", v ", v_in.sizes()));
+  const at::Tensor k = to_kernel_layout(k_in), v = to_kernel_layout(v_in);
+  const at::Tensor seqlens = at::full({q.size(0)}, k.size(1), q.options().dtype(at::kInt));
+  return fwd_kvcache_cuda(q, k, v, seqlens, std::nullopt, std::nullopt, std::nullopt,
+                          softmax_scale, causal, window_left, window_right, alibi, softcap,
+                          num_splits, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                          true);
+}
+
 // Paged prefill (flash_attn_varlen_func with block_table): varlen q (total_q, nheads, d) with
 // cu_seqlens_q against a paged cache (num_pages, page_size, nheads_k, d) through block_table
 // (batch, max_pages); sequence b's keys are the first cu_seqlens_k[b + 1] - cu_seqlens_k[b] rows
@@ -1087,6 +1110,10 @@ TORCH_LIBRARY(flashattn_cu, m) {
       "Tensor? rotary_cos=None, Tensor? rotary_sin=None, bool rotary_interleaved=True) -> "
       "(Tensor, Tensor)");
   m.def(
+      "fwd_splitkv(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, "
+      "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0, "
+      "int num_splits=0) -> (Tensor, Tensor)");
+  m.def(
       "fwd_kvcache_varlen(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cu_seqlens_q, "
       "Tensor cu_seqlens_k, Tensor block_table, int max_seqlen_q, int max_seqlen_k, "
       "float softmax_scale, bool causal, int window_left=-1, int window_right=-1, "
@@ -1099,6 +1126,7 @@ TORCH_LIBRARY_IMPL(flashattn_cu, CUDA, m) {
   m.impl("fwd_varlen", &fwd_varlen_cuda);
   m.impl("bwd_varlen", &bwd_varlen_cuda);
   m.impl("fwd_kvcache", &fwd_kvcache_cuda);
+  m.impl("fwd_splitkv", &fwd_splitkv_cuda);
   m.impl("fwd_kvcache_varlen", &fwd_kvcache_varlen_cuda);
 }
 

@@ -65,12 +65,15 @@ struct FwdTmaParams {
 };
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true,
-          int kPolyEighths_ = 0, int kHalves_ = 0>
+          int kPolyEighths_ = 0, int kHalves_ = 0, bool kWarpFusedExp_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // kPolyEighths / 8 of S's 8-key tiles exponentiated on the FMA pipe (common/softmax.h
   // ExpPolicy, exp2_fma) instead of MUFU.EX2; tiles.h fwd_poly_eighths_sm90 says where.
   static constexpr int kPolyEighths = kPolyEighths_;
+  // The plain exponent as one FFMA where a warp's row maxima allow (common/softmax.h ExpPolicy
+  // kWarpFused); off in the library until measured (benchmarks/NOTES.md 12.4).
+  static constexpr bool kWarpFusedExp = kWarpFusedExp_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
@@ -233,7 +236,8 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim, kDTiles = Traits::kDTiles;
   // Softcap alone bounds the scores by 1: the exponent may be one FFMA (common/softmax.h).
-  using Exp = ExpPolicy<Traits::kPolyEighths, kVariant == kSoftcapVariant>;
+  using Exp =
+      ExpPolicy<Traits::kPolyEighths, kVariant == kSoftcapVariant, Traits::kWarpFusedExp>;
   const FwdParams& p = kp.p;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int head = w.tile.head, batch = w.tile.batch, m_start = w.m_start;
