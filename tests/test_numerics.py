@@ -149,6 +149,51 @@ def test_constant_logit_offset(dtype, causal):
             f"{name} with offset: max|ours - ref| = {err:.3e} > 3 * {base:.3e} + 1e-4")
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_row_offsets_around_the_fused_exponent_limit(dtype):
+    """Per-row logit offsets of 560-860 nats, so the rows' max * scale * log2(e) lies on both
+    sides of 2^10 within one warp's rows and across warps: the sm90 forward forms its exponent as
+    one FFMA where every row of a warp is below 2^10 and as (s - m) * scale_log2 elsewhere
+    (common/softmax.h ExpPolicy kWarpFused). A per-row constant leaves each row's softmax
+    unchanged, so out must match the offset-free reference by the usual rule, the LSE the
+    reference's plus the offset, and the gradients float64 on the offset inputs."""
+    skip_unless_built(128)
+    d, sq, sk, b_col = 128, 300, 700, 256.0
+    q0, k0, v = attn_helpers.make_qkv(2, sq, sk, 2, 1, d, dtype)
+    q0[..., -1] = 0
+    k0[..., -1] = 0
+    q1, k1 = q0.clone(), k0.clone()
+    # Row offsets a * b_col / sqrt(d) in [560, 860] nats, a random per (batch, row, head).
+    a = (torch.rand(2, sq, 2, device=DEV) * 300 + 560) * math.sqrt(d) / b_col
+    q1[..., -1] = a.to(dtype)
+    k1[..., -1] = b_col
+    offset = q1[..., -1].double() * b_col / math.sqrt(d)  # (b, sq, h), exact inputs
+    limit = 1024 / math.log2(math.e)
+    assert (offset < limit).any() and (offset > limit).any()
+    dout = torch.randn_like(q0)
+    for causal in (False, True):
+        out1, lse1, grads1 = ours(q1, k1, v, causal, dout)
+        assert_finite(out1, lse1, *grads1)
+        ref0, lse_ref0 = attention_ref(q0, k0, v, causal=causal)
+        pt0, lse_pt0 = attention_ref(q0, k0, v, causal=causal, upcast=False)
+        assert_rule(out1, ref0, pt0, 2, 1e-5, f"out with row offsets (causal={causal})")
+        # LSE: as test_constant_logit_offset's, with fp32's resolution at scores ~ 2^13 and
+        # LSEs ~ 2^10.
+        shifted = (lse1.double() - offset.transpose(1, 2)).float()
+        err, pt_err = max_abs_diff(shifted, lse_ref0), max_abs_diff(lse_pt0, lse_ref0)
+        fp32_limit = 2 * 2.0 ** (13 - 23) * d ** -0.5 + 2 * 2.0 ** (10 - 23)
+        assert err <= 2 * pt_err + 1e-5 + fp32_limit, (
+            f"lse - offset: max|ours - ref| = {err:.3e} > 2 * {pt_err:.3e} + 1e-5 + {fp32_limit:.2e}")
+        _, _, g64 = ref64(q1, k1, v, causal, dout)
+        _, gfp32 = fp32_scores_baseline(q1, k1, v, causal, dout)
+        gflash = flash_design_grads(q1, k1, v, causal, dout, out1)
+        for name, g, r, b1, b2 in zip(("dq", "dk", "dv"), grads1, g64, gfp32, gflash):
+            err = max_abs_diff(g, r)
+            base = max(max_abs_diff(b1, r), max_abs_diff(b2, r))
+            assert err <= 3 * base + 1e-4, (
+                f"{name} with row offsets (causal={causal}): {err:.3e} > 3 * {base:.3e} + 1e-4")
+
+
 # --------------------------------------------------------------------------------------------
 # Extreme magnitudes
 

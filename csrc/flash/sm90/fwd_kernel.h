@@ -72,7 +72,7 @@ struct FwdTraits {
   // ExpPolicy, exp2_fma) instead of MUFU.EX2; tiles.h fwd_poly_eighths_sm90 says where.
   static constexpr int kPolyEighths = kPolyEighths_;
   // The plain exponent as one FFMA where a warp's row maxima allow (common/softmax.h ExpPolicy
-  // kWarpFused); off in the library until measured (benchmarks/NOTES.md 12.4).
+  // kWarpFused); on in the library (fwd_launch.h), measured in benchmarks/NOTES.md 12.5.
   static constexpr bool kWarpFusedExp = kWarpFusedExp_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
