@@ -222,10 +222,10 @@ __host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90(int head_dim, bool dynam
 }
 
 // The sm90a decode kernel (sm90/decode_kernel.h: split-KV over TMA, 16 query rows, a warp per
-// key block): keys per block and ring stages. A stage is a K and a V tile, 32 KB at both head
-// dims; six of them (192 KB, one CTA per SM) keep up to 192 KB per SM in flight, three times what
-// the bandwidth-latency product of the H200 asks per SM (4.3 TB/s x ~1.5 us / 132 SMs ~ 50 KB).
-// Not yet tuned on a GPU. Other head dims run the sm80 kvcache kernel.
+// key block): keys per block and ring stages. A stage is a K and a V tile, 16 KB at both head
+// dims; eight of them (two per consumer warp, which owns its stages; 128 KB, one CTA per SM) keep
+// up to 128 KB per SM in flight, about twice what the bandwidth-latency product of the H200 asks
+// per SM (4.3 TB/s x ~1.5 us / 132 SMs ~ 50 KB). Other head dims run the sm80 kvcache kernel.
 struct DecodeTileSm90 {
   bool supported;
   int block_n;
@@ -233,8 +233,8 @@ struct DecodeTileSm90 {
 };
 
 __host__ __device__ constexpr DecodeTileSm90 decode_tile_sm90(int head_dim) {
-  if (head_dim == 64) return DecodeTileSm90{true, 128, 6};
-  if (head_dim == 128) return DecodeTileSm90{true, 64, 6};
+  if (head_dim == 64) return DecodeTileSm90{true, 64, 8};
+  if (head_dim == 128) return DecodeTileSm90{true, 32, 8};
   return DecodeTileSm90{false, 0, 0};
 }
 

@@ -6,8 +6,9 @@
 //
 // One CTA per (entry, kv head, 16-row query block, split), five warps:
 //  * warp 4, the producer: its lane 0 issues, key block after key block (last first, as every
-//    forward walks them), the K and V tile of the block into stage i % kStages, after the warp
-//    that read that stage last has released it ("empty" mbarrier); a "full" mbarrier completes
+//    forward walks them), the K and V tile of the block into a stage of the warp that will read
+//    it (DecodeSlot), once that warp has released the stage's previous tile ("empty" mbarrier);
+//    a "full" mbarrier completes
 //    when both tiles' bytes have landed. A contiguous cache is a 4-d map (d, rows, heads_k,
 //    entries), one box per tile and matrix; a paged one a map over (d, page_size, heads_k, pages),
 //    one box per page the tile covers (pages of at least a tile hold whole tiles), the page read
@@ -68,6 +69,11 @@ struct DecodeTraits {
   static constexpr int kConsumerWarps = 4;
   static constexpr int kProducerWarp = kConsumerWarps;
   static constexpr int kNThreads = 32 * (kConsumerWarps + 1);
+  // Each consumer warp owns kStages / kConsumerWarps stages of the ring (DecodeSlot below): with
+  // stages shared round-robin, a warp could reach tile i while tile i - kStages, another warp's,
+  // had not landed yet (TMA copies complete out of order), and the one-bit phase parity of the
+  // full barrier would then let it through a phase early.
+  static constexpr int kWarpStages = kStages / kConsumerWarps;
   static constexpr int kAtoms = kHeadDim / 64;  // 64-column sw128 atoms of a row
   static constexpr int kNTiles = kBlockN / 8;   // 8-key accumulator tiles of S
   static constexpr int kDTiles = kHeadDim / 8;  // 8-column accumulator tiles of O
@@ -93,6 +99,7 @@ struct DecodeTraits {
   static constexpr int kSmemBytes = kOffQ + kBlockM * kQRowBytes + 1024;  // + alignment slack
 
   static_assert(kHeadDim % 64 == 0, "whole 64-column atoms");
+  static_assert(kStages % kConsumerWarps == 0, "whole stages per consumer warp");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key blocks of whole k16 steps, box rows <= 256");
   static_assert(kMergeBytes <= kOffBarriers, "the merge fits in the ring");
   static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
@@ -106,6 +113,22 @@ __device__ __forceinline__ uint32_t sw128_offset(int row, int chunk) {
   return static_cast<uint32_t>((chunk / 8) * kRows * 128 + row * 128 +
                                (((chunk % 8) ^ (row % 8)) * 16));
 }
+
+// Where key block i of the CTA's walk (i = 0 the last block) lives: consumer warp i % 4 reads
+// it, from that warp's stage (i / 4) % kWarpStages, in phase (i / 4) / kWarpStages of the
+// stage's barriers; the producer fills it in the same order.
+template <typename Traits>
+struct DecodeSlot {
+  int warp;
+  int stage;
+  uint32_t parity;
+  __device__ __forceinline__ explicit DecodeSlot(int i) {
+    const int j = i / Traits::kConsumerWarps;  // the warp's j-th block
+    warp = i % Traits::kConsumerWarps;
+    stage = warp * Traits::kWarpStages + j % Traits::kWarpStages;
+    parity = (j / Traits::kWarpStages) & 1;
+  }
+};
 
 // What both roles derive from the CTA index: its tile, entry, key blocks and cache addressing.
 struct DecodeWork {
@@ -177,8 +200,9 @@ __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const 
 #pragma unroll 1
   for (int i = 0; i < num_blocks; ++i) {
     const int n = w.n_end - 1 - i;
-    const int stage = i % Traits::kStages;
-    const uint32_t parity = ((i / Traits::kStages) & 1) ^ 1;  // a fresh barrier's previous phase
+    const DecodeSlot<Traits> slot(i);
+    const int stage = slot.stage;
+    const uint32_t parity = slot.parity ^ 1;  // a fresh barrier's previous phase is complete
     // Paged: lane j < boxes reads the page of box j (the loads of a tile in flight together);
     // a box whose rows lie past the entry's keys reads the last key's page from row 0.
     int page = 0, in_page = 0;
@@ -301,10 +325,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 #pragma unroll 1
   for (int i = warp; i < num_blocks; i += kWarps) {
     const int n = w.n_end - 1 - i;
-    const int stage = i % Traits::kStages;
+    const DecodeSlot<Traits> slot(i);
+    const int stage = slot.stage;
     const uint32_t sK = s_base + Traits::kOffK + stage * Traits::kTileBytes;
     const uint32_t sV = s_base + Traits::kOffV + stage * Traits::kTileBytes;
-    ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarFull + stage), (i / Traits::kStages) & 1);
+    ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarFull + stage), slot.parity);
 
     float acc_s[1][kNTiles][4];
 #pragma unroll
