@@ -3,7 +3,7 @@ at most 16 GQA-packed query rows and nothing appended, on an sm_90 GPU with sm_9
 read the cache through TMA (dispatch.cu decode_sm90_ok). GPU: the kernel is the one that runs
 (profiler), and its results against the fp32 reference by the rule over what such calls take:
 contiguous caches (with cache_batch_idx, cache_leftpad) and paged ones whose pages hold whole
-key blocks or fill them (8 .. 512 rows), GQA / MQA / MHA, causal and windows, softcap, ALiBi
+key blocks (32 .. 512 rows; pages of 8 and 16 rows run the sm80 kernel), GQA / MQA / MHA, causal and windows, softcap, ALiBi
 (unpacked), head dims 64 / 128 and 120 (the 128 instance, columns past 120 zero), every split
 count, NaN in every cache row a call must not read. The same calls with the sm80 kernels
 forced (kernel_path) give the same answers by the same rule.
@@ -116,6 +116,7 @@ CASES = {
     "batch_idx": dict(seqlen_q=2, heads=(8, 2), batch_idx=True),
     "paged8": dict(seqlen_q=1, heads=(8, 2), page_size=8),
     "paged16": dict(seqlen_q=1, heads=(32, 8), page_size=16),
+    "paged32": dict(seqlen_q=1, heads=(32, 8), page_size=32),
     "paged64_causal": dict(seqlen_q=4, heads=(8, 2), page_size=64, causal=True),
     "paged128": dict(seqlen_q=1, heads=(8, 2), page_size=128),
     "paged256": dict(seqlen_q=1, heads=(32, 8), page_size=256),
@@ -147,7 +148,8 @@ def kernel_names(fn):
 
 def test_decode_kernel_is_the_one_that_runs():
     """Eligible calls run sm90::decode_kernel on an sm_90 GPU (and never under the sm80 path);
-    an append, more than 16 packed rows or pages of 100 rows keep the sm80 kvcache kernel."""
+    an append, more than 16 packed rows or pages smaller than a key block keep the sm80 kvcache
+    kernel."""
     if not sm90_decode_built():
         pytest.skip("needs an sm_90 GPU and sm_90a code")
     skip_unless_built(128)
@@ -165,6 +167,12 @@ def test_decode_kernel_is_the_one_that_runs():
     assert not any("decode_kernel" in n for n in kernel_names(call(k=kn, v=kn.clone())))
     q32 = torch.randn(2, 8, 32, 128, device="cuda", dtype=torch.bfloat16)  # 32 packed rows
     assert not any("decode_kernel" in n for n in kernel_names(call(q32)))
+    for page, sm90 in ((256, True), (32, True), (16, False)):
+        pages = k.view(2 * 4096 // page, page, 8, 128)
+        table = torch.arange(pages.shape[0], device="cuda", dtype=torch.int32).view(2, -1)
+        names = kernel_names(lambda: flash_attn_with_kvcache(
+            q, pages, pages, cache_seqlens=seqlens, block_table=table))
+        assert any("decode_kernel" in n for n in names) == sm90, f"page {page}"
 
 
 def test_cuda_graph_replay():

@@ -12,7 +12,8 @@
 //    when both tiles' bytes have landed. A contiguous cache is a 4-d map (d, rows, heads_k,
 //    entries), one box per tile and matrix; a paged one a map over (d, page_size, heads_k, pages),
 //    one box per page the tile covers (pages of at least a tile hold whole tiles), the page read
-//    from the block table by the producer's lanes.
+//    from the block table by the producer's lanes. (Pages smaller than a tile, several boxes per
+//    tile, are not routed here: dispatch.cu decode_sm90_ok keeps them on the sm80 gather.)
 //  * warps 0..3, the consumers: warp w takes key blocks w, w + 4, ... of the CTA's walk, each
 //    whole: S = Q K^T and O += P V for the 16 query rows on mma.sync (Q in registers for the whole
 //    walk, K and V by ldmatrix from the 128-byte-swizzled tiles the TMA wrote), its own online
