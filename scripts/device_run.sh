@@ -24,7 +24,7 @@
 #   FLASHATTN_CU_ARCHS, FLASHATTN_CU_HEAD_DIMS, MAX_JOBS (16)   passed to setup.py
 #   FLASHATTN_CU_PTXAS_VERBOSE (default 1)  registers/spills per kernel in build.log, summarised here
 #   FLASHATTN_CU_COMMIT   commit shown in the benchmark header when git is unavailable here
-#   PYTEST_ARGS           default "tests -q --durations=15"; PYTEST_X=1 adds -x
+#   PYTEST_ARGS           default "tests -q --durations=15"; PYTEST_X=1 adds -x; TEST_TIMEOUT bounds the step
 #   BENCH_ARGS            extra benchmarks/bench.py flags (e.g. "--quick", "--dims 128");
 #   BENCH_BUDGET          most seconds the bench may time shapes (default 420); it is also cut so that the
 #                         steps after it fit before DEADLINE
@@ -37,9 +37,10 @@
 #   FEATURES_ARGS         flags for benchmarks/bench_features.py (step "features", not in the default
 #                         set: varlen and sliding window against padded / causal); table in extras
 #   DECODE_SEQLEN_Q       seqlen_q values for benchmarks/bench_decode.py (step "decode", not in the default
-#                         set; default "1"); tables in extras
+#                         set; default "1"); tables in extras; DECODE_TIMEOUT bounds each run
 #   SANITIZE_KV_TOOLS, SANITIZE_KV_K   step "sanitize_kv" (not in the default set): compute-sanitizer tools
-#                         (default racecheck,memcheck) over tests/test_kvcache.py -k SANITIZE_KV_K
+#                         (default racecheck,memcheck) over SANITIZE_KV_FILE (default tests/test_kvcache.py)
+#                         -k SANITIZE_KV_K
 #   TUNE_MODES            step "tune" (not in the default set): builds benchmarks/tune/tune_fwd90.cu and
 #                         mufu_rate.cu with nvcc (no torch) and runs tune_fwd90 once per mode (default
 #                         "mods"; "-" runs only mufu_rate); outputs in extras (tune_<mode>.log);
@@ -253,7 +254,9 @@ main() {
         read -r -a pytest_args <<< "${PYTEST_ARGS:-tests -q --durations=15}"
         [ "${PYTEST_X:-0}" = 1 ] && extra+=(-x)
         rm -f "$OUT/junit.xml"
-        run_step test "$LOGS/pytest.log" "$PY" -m pytest "${pytest_args[@]}" "${extra[@]}" -p no:cacheprovider \
+        # TEST_TIMEOUT (seconds, default 0: none) bounds the test step: a kernel that hangs
+        # leaves the later steps their time
+        run_step test "$LOGS/pytest.log" timeout "${TEST_TIMEOUT:-0}" "$PY" -m pytest "${pytest_args[@]}" "${extra[@]}" -p no:cacheprovider \
             --junitxml="$OUT/junit.xml"
         [ -f "$OUT/junit.xml" ] && echo "pytest: $(junit_counts)"
     fi
@@ -287,7 +290,7 @@ main() {
     if want decode; then
         local sq
         for sq in ${DECODE_SEQLEN_Q:-1}; do
-            run_step "decode:q$sq" "$LOGS/decode_q$sq.log" "$PY" benchmarks/bench_decode.py \
+            run_step "decode:q$sq" "$LOGS/decode_q$sq.log" timeout "${DECODE_TIMEOUT:-0}" "$PY" benchmarks/bench_decode.py \
                 --seqlen-q "$sq" --out "$LOGS/decode_q$sq.md"
         done
     fi
@@ -351,7 +354,7 @@ main() {
             run_step "sanitize_kv:$tool" "$LOGS/sanitize_kv_$tool.log" \
                 timeout "${SANITIZE_TIMEOUT:-150}" env PYTORCH_NO_CUDA_MEMORY_CACHING=1 \
                 "$cs" --tool "$tool" --error-exitcode 97 --print-limit 20 \
-                "$PY" -m pytest -q -p no:cacheprovider tests/test_kvcache.py \
+                "$PY" -m pytest -q -p no:cacheprovider "${SANITIZE_KV_FILE:-tests/test_kvcache.py}" \
                 -k "${SANITIZE_KV_K:-test_paged_gather_page_sizes and 16-3 or test_packed_gqa_speculative and 4-causal}"
         done
     fi

@@ -221,6 +221,23 @@ __host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90(int head_dim, bool dynam
   return FwdTileSm90{false, 0, 0, 0};
 }
 
+// The sm90a decode kernel (sm90/decode_kernel.h: split-KV over TMA, 16 query rows, a warp per
+// key block): keys per block and ring stages. A stage is a K and a V tile, 16 KB at both head
+// dims; eight of them (two per consumer warp, which owns its stages; 128 KB, one CTA per SM) keep
+// up to 128 KB per SM in flight, about twice what the bandwidth-latency product of the H200 asks
+// per SM (4.3 TB/s x ~1.5 us / 132 SMs ~ 50 KB). Other head dims run the sm80 kvcache kernel.
+struct DecodeTileSm90 {
+  bool supported;
+  int block_n;
+  int stages;
+};
+
+__host__ __device__ constexpr DecodeTileSm90 decode_tile_sm90(int head_dim) {
+  if (head_dim == 64) return DecodeTileSm90{true, 64, 8};
+  if (head_dim == 128) return DecodeTileSm90{true, 32, 8};
+  return DecodeTileSm90{false, 0, 0};
+}
+
 // Eighths of S's 8-key tiles the sm90a forward exponentiates on the FMA pipe (common/softmax.h
 // ExpPolicy), per head dim and kernel variant: none, as measured. The prediction was that
 // softcap's MUFU.TANH next to every score's MUFU.EX2 (2 x 8192 SFU results per 64 x 128 step of

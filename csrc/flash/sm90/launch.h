@@ -8,6 +8,8 @@
 
 #include "flashattn_cu/flashattn_cu.h"
 
+#include "../problem/params.h"
+
 namespace flashattn_cu::sm90 {
 
 template <typename Element, int kHeadDim>
@@ -16,6 +18,12 @@ Status run_bwd(const BwdParams& params, cudaStream_t stream);
 // Forward (fwd_tile_sm90(d, false).supported head dims), for calls with fwd_tma_ok(params).
 template <typename Element, int kHeadDim>
 Status run_fwd(const FwdParams& params, cudaStream_t stream);
+
+// The decode kernel (decode_kernel.h; decode_tile_sm90(d).supported head dims), for the
+// kvcache calls dispatch.cu's decode_sm90_ok admits: kp as the sm80 kvcache kernel takes it
+// (GQA-packed, splits and workspace set).
+template <typename Element, int kHeadDim>
+Status run_decode(const FwdKvcacheKernelParams& kp, cudaStream_t stream);
 
 // Whether the sm90 forward's TMA maps can describe this call's q, k and v (fwd_launch.h): keys
 // to read (a varlen call with its total_k), and every stride that is stepped positive and below

@@ -1,0 +1,475 @@
+// Split-KV decoding on Hopper (sm_90a): flash_attn_with_kvcache's calls with few query rows per
+// kv head (one to a few queries, GQA-packed: problem/kv_cache.h), no append, read the cache
+// through TMA into a deep mbarrier ring, so each SM keeps up to kStages K/V tiles in flight
+// (the sm80 kvcache kernel has one or two per block; decoding is bound by the bytes in flight:
+// benchmarks/NOTES.md section 13).
+//
+// One CTA per (entry, kv head, 16-row query block, split), five warps:
+//  * warp 4, the producer: its lane 0 issues, key block after key block (last first, as every
+//    forward walks them), the K and V tile of the block into a stage of the warp that will read
+//    it (DecodeSlot), once that warp has released the stage's previous tile ("empty" mbarrier);
+//    a "full" mbarrier completes
+//    when both tiles' bytes have landed. A contiguous cache is a 4-d map (d, rows, heads_k,
+//    entries), one box per tile and matrix; a paged one a map over (d, page_size, heads_k, pages),
+//    one box per page the tile covers (pages of at least a tile hold whole tiles), the page read
+//    from the block table by the producer's lanes. (Pages smaller than a tile, several boxes per
+//    tile, are not routed here: dispatch.cu decode_sm90_ok keeps them on the sm80 gather.)
+//  * warps 0..3, the consumers: warp w takes key blocks w, w + 4, ... of the CTA's walk, each
+//    whole: S = Q K^T and O += P V for the 16 query rows on mma.sync (Q in registers for the whole
+//    walk, K and V by ldmatrix from the 128-byte-swizzled tiles the TMA wrote), its own online
+//    softmax (common/softmax.h) with the mask and score modifiers of the problem layer. A warp
+//    per tile wastes none of the tensor work the 64-row tiles of the sm80 kernel spend on padding
+//    rows, and its four warps never wait on each other inside the walk.
+//  * the merge: the four warps' normalised outputs and LSEs go through shared memory (the ring,
+//    free once every tile has been read) and are combined as the split combine does
+//    (fwd/combine.h); the CTA then writes o and lse, or with several splits its fp32 partial and
+//    LSE for fwd/combine.h.
+// Rows past an entry's keys inside its last tile: K's scores are masked; V's rows, which may hold
+// anything (NaN in the tests), are zeroed in shared memory by the consuming warp before P V reads
+// them (then published to the TMA unit, which writes the stage next, by fence.proxy.async).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda.h>
+
+#include "flashattn_cu/flashattn_cu.h"
+
+#include "../common/numeric.h"
+#include "../common/softmax.h"
+#include "../problem/kv_cache.h"
+#include "../problem/mask.h"
+#include "../problem/params.h"
+#include "../problem/scheduler.h"
+#include "../problem/score_mod.h"
+#include "../problem/seqlen.h"
+#include "../ptx/ldmatrix.h"
+#include "../ptx/mbarrier.h"
+#include "../ptx/shared.h"
+#include "../ptx/sync.h"
+#include "../ptx/tma.h"
+#include "../ptx/wgmma.h"
+
+namespace flashattn_cu::sm90 {
+
+// The decode kernel's parameters: the kvcache variant's (problem/params.h) and the TMA maps of
+// the K and V caches (decode_launch.h).
+struct DecodeTmaParams {
+  CUtensorMap k_map;  // boxes of 64 columns x box_rows rows
+  CUtensorMap v_map;
+  FwdKvcacheKernelParams kp;
+  int box_rows;  // rows of one box: kBlockN, or the page size of a paged cache with smaller pages
+};
+
+template <int kHeadDim_, int kBlockN_, int kStages_>
+struct DecodeTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kBlockM = 16;  // query rows of a CTA: one mma.sync row tile
+  static constexpr int kConsumerWarps = 4;
+  static constexpr int kProducerWarp = kConsumerWarps;
+  static constexpr int kNThreads = 32 * (kConsumerWarps + 1);
+  // Each consumer warp owns kStages / kConsumerWarps stages of the ring (DecodeSlot below): with
+  // stages shared round-robin, a warp could reach tile i while tile i - kStages, another warp's,
+  // had not landed yet (TMA copies complete out of order), and the one-bit phase parity of the
+  // full barrier would then let it through a phase early.
+  static constexpr int kWarpStages = kStages / kConsumerWarps;
+  static constexpr int kAtoms = kHeadDim / 64;  // 64-column sw128 atoms of a row
+  static constexpr int kNTiles = kBlockN / 8;   // 8-key accumulator tiles of S
+  static constexpr int kDTiles = kHeadDim / 8;  // 8-column accumulator tiles of O
+  static constexpr int kKSteps = kHeadDim / 16;
+  static constexpr uint32_t kTileBytes = kAtoms * kBlockN * 128;  // one K or V tile
+  static constexpr uint32_t kOffK = 0;
+  static constexpr uint32_t kOffV = kStages * kTileBytes;
+  static constexpr uint32_t kOffBarriers = 2 * kStages * kTileBytes;
+  // Barriers: per stage full, then per stage empty.
+  static constexpr int kBarFull = 0;
+  static constexpr int kBarEmpty = kStages;
+  static constexpr int kNumBarriers = 2 * kStages;
+  // The merge (after the walk, over the ring): per consumer warp its 16 x d fp32 output and 16
+  // LSEs, then per row the warps' weights and the merged LSE.
+  static constexpr uint32_t kMergeO = kConsumerWarps * kBlockM * kHeadDim * 4;
+  static constexpr uint32_t kMergeLse = kConsumerWarps * kBlockM * 4;
+  static constexpr uint32_t kMergeWeights = kConsumerWarps * kBlockM * 4;
+  static constexpr uint32_t kMergeBytes = kMergeO + kMergeLse + kMergeWeights + kBlockM * 4;
+  // Q: 16 rows of d columns, rows padded by 16 bytes (ldmatrix without bank conflicts), written
+  // by the consumers once, read by every consumer warp's ldmatrix at every key block.
+  static constexpr int kQRowBytes = kHeadDim * 2 + 16;
+  static constexpr uint32_t kOffQ = kOffBarriers + 8 * kNumBarriers;
+  static constexpr int kSmemBytes = kOffQ + kBlockM * kQRowBytes + 1024;  // + alignment slack
+
+  static_assert(kHeadDim % 64 == 0, "whole 64-column atoms");
+  static_assert(kStages % kConsumerWarps == 0, "whole stages per consumer warp");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key blocks of whole k16 steps, box rows <= 256");
+  static_assert(kMergeBytes <= kOffBarriers, "the merge fits in the ring");
+  static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
+};
+
+// Byte offset of 16-byte chunk `chunk` (columns 8 chunk ..) of row `row` in a 128-byte-swizzled
+// tile of kRows rows (atoms of 64 columns, each kRows x 128 bytes, 1024-byte aligned): the TMA's
+// SWIZZLE_128B layout, chunk j of a 128-byte line at j ^ (line % 8).
+template <int kRows>
+__device__ __forceinline__ uint32_t sw128_offset(int row, int chunk) {
+  return static_cast<uint32_t>((chunk / 8) * kRows * 128 + row * 128 +
+                               (((chunk % 8) ^ (row % 8)) * 16));
+}
+
+// Where key block i of the CTA's walk (i = 0 the last block) lives: consumer warp i % 4 reads
+// it, from that warp's stage (i / 4) % kWarpStages, in phase (i / 4) / kWarpStages of the
+// stage's barriers; the producer fills it in the same order.
+template <typename Traits>
+struct DecodeSlot {
+  int warp;
+  int stage;
+  uint32_t parity;
+  __device__ __forceinline__ explicit DecodeSlot(int i) {
+    const int j = i / Traits::kConsumerWarps;  // the warp's j-th block
+    warp = i % Traits::kConsumerWarps;
+    stage = warp * Traits::kWarpStages + j % Traits::kWarpStages;
+    parity = (j / Traits::kWarpStages) & 1;
+  }
+};
+
+// What both roles derive from the CTA index: its tile, entry, key blocks and cache addressing.
+struct DecodeWork {
+  SplitQueryTile tile;
+  SeqInfo seq;
+  GqaPack pack;
+  int m_start;
+  int rows_q;
+  KeyBlocks blocks;  // the whole query block's (for the unmasked range)
+  int n_begin, n_end;  // this split's share
+  int cache_row0;      // key 0's cache row (cache_leftpad)
+  int entry;           // contiguous cache: the cache entry (cache_batch_idx)
+};
+
+// The call's mask for a packed tile: of the call's queries (seqlen_q / group of them).
+__device__ __forceinline__ Mask decode_mask(SeqInfo s, const FwdParams& p, const GqaPack& pack) {
+  s.seqlen_q /= pack.group;
+  return mask_of<true>(s, p);
+}
+
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ DecodeWork decode_work(const FwdKvcacheKernelParams& kp) {
+  const FwdParams& p = kp.p;
+  DecodeWork w;
+  w.tile = split_query_tile_at(blockIdx.x, ceil_div(p.seqlen_q, kBlockM), p.num_heads,
+                               kp.kv.num_splits);
+  w.pack = GqaPack{kp.kv.pack_group};
+  w.seq = packed_seq_info(p, w.tile.batch, w.pack.group);
+  w.m_start = w.tile.m_block * kBlockM;
+  w.rows_q = min(kBlockM, w.seq.seqlen_q - w.m_start);
+  w.blocks = decode_mask(w.seq, p, w.pack)
+                 .template key_blocks_of_queries<kBlockN>(w.pack.query(w.m_start),
+                                                          w.pack.query(w.m_start + kBlockM - 1));
+  const SplitBlocks share =
+      split_key_blocks(w.blocks.begin, w.blocks.end, w.tile.split, kp.kv.num_splits);
+  w.n_begin = share.begin;
+  w.n_end = w.rows_q > 0 ? share.end : share.begin;
+  w.cache_row0 = kp.kv.cache_leftpad != nullptr ? max(kp.kv.cache_leftpad[w.tile.batch], 0) : 0;
+  w.entry = w.tile.batch;
+  if (kp.kv.cache_batch_idx != nullptr) {  // clamped: flashattn_cu.h, KvcacheParams
+    w.entry = min(max(kp.kv.cache_batch_idx[w.tile.batch], 0), kp.kv.batch_cache - 1);
+  }
+  return w;
+}
+
+// The producer warp: K and V of each of the CTA's key blocks, last first, into the ring.
+template <typename Traits>
+__device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const DecodeWork& w,
+                                               uint32_t s_base) {
+  constexpr int kBlockN = Traits::kBlockN;
+  const FwdKvcacheKernelParams& kp = tp.kp;
+  const uint32_t bars = s_base + Traits::kOffBarriers;
+  const int lane = threadIdx.x % 32;
+  const bool paged = kp.kv.block_table != nullptr;
+  const int box_rows = tp.box_rows;
+  const int boxes = kBlockN / box_rows;  // per matrix and atom (1 unless pages < a tile)
+  const int* table = paged ? kp.kv.block_table + w.tile.batch * kp.kv.block_table_batch_stride
+                           : nullptr;
+  // The last table slot with a key of this entry: a tile's rows past the keys read that page
+  // again (their values are masked or zeroed), so no slot past the table's row is read.
+  const int last_slot = paged && w.seq.seqlen_k > 0 ? (w.seq.seqlen_k - 1) / kp.kv.page_size : 0;
+  if (lane == 0) {
+    ptx::tma_prefetch_map(&tp.k_map);
+    ptx::tma_prefetch_map(&tp.v_map);
+  }
+  // The tile's kv head (a packed call's heads are its kv heads).
+  const int kv_head = w.tile.head / (kp.p.num_heads / kp.p.num_heads_k);
+  const int num_blocks = w.n_end - w.n_begin;
+#pragma unroll 1
+  for (int i = 0; i < num_blocks; ++i) {
+    const int n = w.n_end - 1 - i;
+    const DecodeSlot<Traits> slot(i);
+    const int stage = slot.stage;
+    const uint32_t parity = slot.parity ^ 1;  // a fresh barrier's previous phase is complete
+    // Paged: lane j < boxes reads the page of box j (the loads of a tile in flight together);
+    // a box whose rows lie past the entry's keys reads the last key's page from row 0.
+    int page = 0, in_page = 0;
+    if (paged && lane < boxes) {
+      const int row = n * kBlockN + lane * box_rows;  // logical key (no leftpad when paged)
+      int slot = row / kp.kv.page_size;
+      in_page = row - slot * kp.kv.page_size;
+      if (slot > last_slot) {
+        slot = last_slot;
+        in_page = 0;
+      }
+      page = table[slot];
+      page = page < 0 ? 0 : page >= kp.kv.num_pages ? kp.kv.num_pages - 1 : page;
+    }
+    if (lane == 0) {
+      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarEmpty + stage), parity);
+      ptx::mbarrier_arrive_expect_tx(bars + 8 * (Traits::kBarFull + stage),
+                                     2 * Traits::kTileBytes);
+    }
+#pragma unroll 1
+    for (int b = 0; b < boxes; ++b) {
+      const int box_page = __shfl_sync(0xffffffffu, page, b);
+      const int box_row = __shfl_sync(0xffffffffu, in_page, b);
+      if (lane == 0) {
+        const uint32_t full = bars + 8 * (Traits::kBarFull + stage);
+#pragma unroll
+        for (int a = 0; a < Traits::kAtoms; ++a) {
+          const uint32_t dst = a * kBlockN * 128 + b * box_rows * 128;
+          int32_t c[4];
+          if (paged) {
+            c[0] = a * 64; c[1] = box_row; c[2] = kv_head; c[3] = box_page;
+          } else {
+            c[0] = a * 64; c[1] = w.cache_row0 + n * kBlockN; c[2] = kv_head; c[3] = w.entry;
+          }
+          ptx::tma_load<4>(s_base + Traits::kOffK + stage * Traits::kTileBytes + dst, &tp.k_map,
+                           full, c);
+          ptx::tma_load<4>(s_base + Traits::kOffV + stage * Traits::kTileBytes + dst, &tp.v_map,
+                           full, c);
+        }
+      }
+    }
+  }
+}
+
+template <typename Element, typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads, 1)
+    decode_kernel(const __grid_constant__ DecodeTmaParams tp) {
+  extern __shared__ __align__(1024) char smem_raw[];
+  using Ops = ElementOps<Element>;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  constexpr int kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
+  constexpr int kWarps = Traits::kConsumerWarps;
+  const FwdKvcacheKernelParams& kp = tp.kp;
+  const FwdParams& p = kp.p;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  // The swizzled tiles need 1024-byte alignment.
+  const uint32_t s_raw = ptx::smem_u32(smem_raw);
+  const uint32_t s_base = (s_raw + 1023u) & ~1023u;
+  char* const smem = smem_raw + (s_base - s_raw);
+  const uint32_t bars = s_base + Traits::kOffBarriers;
+
+  const DecodeWork w = decode_work<kBlockM, kBlockN>(kp);
+  if (w.rows_q <= 0) return;  // varlen: a query block past this entry's rows (whole CTA)
+  if (tid == 0) {
+    for (int s = 0; s < Traits::kStages; ++s) {
+      ptx::mbarrier_init(bars + 8 * (Traits::kBarFull + s), 1);
+      ptx::mbarrier_init(bars + 8 * (Traits::kBarEmpty + s), 1);
+    }
+    ptx::fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (warp == Traits::kProducerWarp) {
+    decode_produce<Traits>(tp, w, s_base);
+    return;
+  }
+
+  // ---- consumers
+  const int g = lane / 4, t = lane % 4;
+  const int head = w.tile.head;
+  // Q into shared memory (16-byte chunks; rows past the tile's and columns past head_dim zero),
+  // read by ldmatrix at every key block: Q's A fragments held in registers for the whole walk
+  // pushed ptxas to 255 registers and spills at d = 128.
+  const uint32_t sQ = s_base + Traits::kOffQ;
+  {
+    const Element* q = static_cast<const Element*>(p.q) +
+                       w.seq.q_offset(p.q_batch_stride, p.q_row_stride) +
+                       static_cast<int64_t>(head) * w.pack.group * p.q_head_stride;
+    constexpr int kRowChunks = Traits::kHeadDim / 8;
+#pragma unroll 1
+    for (int c = tid; c < kBlockM * kRowChunks; c += 32 * kWarps) {
+      const int r = c / kRowChunks, col = (c % kRowChunks) * 8;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (r < w.rows_q && col < p.head_dim) {
+        v = *reinterpret_cast<const uint4*>(
+            q + w.pack.offset(w.m_start + r, p.q_row_stride, p.q_head_stride) + col);
+      }
+      ptx::st_shared_v4(sQ + r * Traits::kQRowBytes + col * 2, v);
+    }
+  }
+  ptx::named_barrier_sync(ptx::NamedBarrier::kWarpgroup0, 32 * kWarps);
+  const uint32_t q_lane = sQ + (lane % 16) * Traits::kQRowBytes + (lane / 16) * 16;
+
+  float acc_o[1][kDTiles][4];
+#pragma unroll
+  for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_o[0][dt][e] = 0.f;
+  OnlineSoftmax<1> softmax;
+  softmax.init();
+  const float scale_log2 = kp.score.scale_log2;
+  const Mask mask = decode_mask(w.seq, p, w.pack);
+
+  // Lane parts of the ldmatrix addresses (the sm80 kernel's lane mapping, ptx/ldmatrix.h, on
+  // swizzled rows): K rows (lane / 16) * 8 + lane % 8 of each 16-key pair, chunk (lane / 8) % 2
+  // of each k16 step; V rows lane % 16 of each k16 step, chunk lane / 16 of each 16-column pair.
+  const int k_row = (lane / 16) * 8 + lane % 8, k_chunk = (lane / 8) % 2;
+  const int v_row = lane % 16, v_chunk = lane / 16;
+  const int num_blocks = w.n_end - w.n_begin;
+#pragma unroll 1
+  for (int i = warp; i < num_blocks; i += kWarps) {
+    const int n = w.n_end - 1 - i;
+    const DecodeSlot<Traits> slot(i);
+    const int stage = slot.stage;
+    const uint32_t sK = s_base + Traits::kOffK + stage * Traits::kTileBytes;
+    const uint32_t sV = s_base + Traits::kOffV + stage * Traits::kTileBytes;
+    ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarFull + stage), slot.parity);
+
+    float acc_s[1][kNTiles][4];
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_s[0][nt][e] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < Traits::kKSteps; ++ks) {
+      uint32_t qa[4];
+      ptx::ldmatrix_x4(qa, q_lane + ks * 32);
+#pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        uint32_t kb[4];
+        ptx::ldmatrix_x4(kb, sK + sw128_offset<kBlockN>(np * 16 + k_row, ks * 2 + k_chunk));
+        Ops::mma(acc_s[0][2 * np], qa, kb[0], kb[1]);
+        Ops::mma(acc_s[0][2 * np + 1], qa, kb[2], kb[3]);
+      }
+    }
+    apply_score_mods<kKvcacheVariant>(acc_s, kp, w.tile.batch, head, w.m_start, n * kBlockN,
+                                      lane);
+    if (n >= w.blocks.unmasked_end || n < w.blocks.unmasked_begin) {
+      mask.apply(acc_s, w.m_start, n * kBlockN, lane, w.pack);
+    }
+    softmax.update<DefaultExp>(acc_s, acc_o, scale_log2);
+
+    // V rows past the entry's keys (the last tile): zeroed before P V reads them.
+    const int valid = w.seq.seqlen_k - n * kBlockN;
+    if (valid < kBlockN) {
+      const int first = valid > 0 ? valid : 0;
+      const int chunks = (kBlockN - first) * Traits::kAtoms * 8;
+      for (int c = lane; c < chunks; c += 32) {
+        const int row = first + c / (Traits::kAtoms * 8), chunk = c % (Traits::kAtoms * 8);
+        ptx::st_shared_v4(sV + sw128_offset<kBlockN>(row, chunk), make_uint4(0u, 0u, 0u, 0u));
+      }
+      ptx::fence_proxy_async_shared();  // the TMA writes this stage next
+      __syncwarp();
+    }
+
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      uint32_t pa[4];
+      pa[0] = Ops::pack(acc_s[0][2 * kk][0], acc_s[0][2 * kk][1]);
+      pa[1] = Ops::pack(acc_s[0][2 * kk][2], acc_s[0][2 * kk][3]);
+      pa[2] = Ops::pack(acc_s[0][2 * kk + 1][0], acc_s[0][2 * kk + 1][1]);
+      pa[3] = Ops::pack(acc_s[0][2 * kk + 1][2], acc_s[0][2 * kk + 1][3]);
+#pragma unroll
+      for (int dp = 0; dp < kDTiles / 2; ++dp) {
+        uint32_t vb[4];
+        ptx::ldmatrix_x4_trans(vb, sV + sw128_offset<kBlockN>(kk * 16 + v_row, dp * 2 + v_chunk));
+        Ops::mma(acc_o[0][2 * dp], pa, vb[0], vb[1]);
+        Ops::mma(acc_o[0][2 * dp + 1], pa, vb[2], vb[3]);
+      }
+    }
+    __syncwarp();  // every lane's ldmatrix of this stage is done
+    if (lane == 0) ptx::mbarrier_arrive(bars + 8 * (Traits::kBarEmpty + stage));
+  }
+
+  float inv_l[1][2], row_lse[1][2];
+  RowStats row_stats[1][2];
+  softmax.finalize(kp.score.score_scale, inv_l, row_lse, row_stats);
+
+  // ---- the merge of the four warps (the ring is free: every tile has been waited for and read).
+  ptx::named_barrier_sync(ptx::NamedBarrier::kWarpgroup0, 32 * kWarps);
+  float* const merge_o = reinterpret_cast<float*>(smem);  // [warp][row][d]
+  float* const merge_lse = merge_o + kWarps * kBlockM * Traits::kHeadDim;  // [warp][row]
+  float* const merge_w = merge_lse + kWarps * kBlockM;                     // [warp][row]
+  float* const merged = merge_w + kWarps * kBlockM;                        // [row]
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = g + 8 * hr;
+    float* dst = merge_o + (warp * kBlockM + row) * Traits::kHeadDim + 2 * t;
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt) {
+      *reinterpret_cast<float2*>(dst + dt * 8) =
+          make_float2(acc_o[0][dt][hr * 2] * inv_l[0][hr], acc_o[0][dt][hr * 2 + 1] * inv_l[0][hr]);
+    }
+    // A warp that saw no key of a row (+inf) weighs nothing.
+    if (t == 0) merge_lse[warp * kBlockM + row] = row_lse[0][hr] == INFINITY ? -INFINITY : row_lse[0][hr];
+  }
+  ptx::named_barrier_sync(ptx::NamedBarrier::kWarpgroup0, 32 * kWarps);
+  if (tid < kBlockM) {
+    const float lse = merged_lse(merge_lse + tid, kBlockM, kWarps);  // +inf: no warp saw a key
+#pragma unroll
+    for (int x = 0; x < kWarps; ++x) {
+      const float l = merge_lse[x * kBlockM + tid];
+      merge_w[x * kBlockM + tid] = lse == INFINITY || l == -INFINITY ? 0.f : expf(l - lse);
+    }
+    merged[tid] = lse;
+  }
+  ptx::named_barrier_sync(ptx::NamedBarrier::kWarpgroup0, 32 * kWarps);
+
+  const bool split = kp.kv.num_splits > 1;
+  auto lse_row = [&](int r) {
+    return w.pack.lse_index(w.seq, head, p.num_heads, p.seqlen_q / w.pack.group, p.total_q,
+                            w.m_start + r);
+  };
+  if (tid < w.rows_q) {
+    const float lse = merged[tid];
+    if (split) {
+      kp.kv.lse_partial[w.tile.split * kp.kv.partial_rows + lse_row(tid)] =
+          lse == INFINITY ? -INFINITY : lse;
+    } else {
+      p.lse[lse_row(tid)] = lse;
+    }
+  }
+  // Eight columns per item: the merged row slice, stored as fp32 partials or 16-bit output.
+  constexpr int kItems = kBlockM * Traits::kHeadDim / 8;
+  Element* const o = static_cast<Element*>(p.o) + w.seq.q_offset(p.o_batch_stride, p.o_row_stride) +
+                     static_cast<int64_t>(head) * w.pack.group * p.o_head_stride;
+#pragma unroll 1
+  for (int item = tid; item < kItems; item += 32 * kWarps) {
+    const int r = item / (Traits::kHeadDim / 8), c0 = (item % (Traits::kHeadDim / 8)) * 8;
+    if (r >= w.rows_q || c0 >= p.head_dim) continue;
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = 0.f;
+#pragma unroll
+    for (int x = 0; x < kWarps; ++x) {
+      const float wx = merge_w[x * kBlockM + r];
+      if (wx == 0.f) continue;
+      const float* src = merge_o + (x * kBlockM + r) * Traits::kHeadDim + c0;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = fmaf(wx, src[e], v[e]);
+    }
+    if (split) {
+      float* dst = kp.kv.o_partial +
+                   (w.tile.split * kp.kv.partial_rows + lse_row(r)) * p.head_dim + c0;
+      *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
+      *reinterpret_cast<float4*>(dst + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+      uint4 packed;
+      packed.x = Ops::pack(v[0], v[1]);
+      packed.y = Ops::pack(v[2], v[3]);
+      packed.z = Ops::pack(v[4], v[5]);
+      packed.w = Ops::pack(v[6], v[7]);
+      *reinterpret_cast<uint4*>(o + w.pack.offset(w.m_start + r, p.o_row_stride, p.o_head_stride) +
+                                c0) = packed;
+    }
+  }
+}
+
+}  // namespace flashattn_cu::sm90

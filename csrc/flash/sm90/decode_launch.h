@@ -1,0 +1,45 @@
+// Host side of the sm90a decode kernel (decode_kernel.h): the TMA maps of the K and V caches, the
+// grid, the launch. dispatch.cu decides which calls take it (decode_sm90_ok) and sizes the splits.
+#pragma once
+
+#include <cuda.h>
+
+#include "../launch.h"
+#include "../problem/params.h"
+#include "../problem/scheduler.h"
+#include "../tiles.h"
+#include "decode_kernel.h"
+#include "fwd_launch.h"
+#include "launch.h"
+
+namespace flashattn_cu::sm90 {
+
+template <typename Element, int kHeadDim>
+Status run_decode(const FwdKvcacheKernelParams& kp, cudaStream_t stream) {
+  constexpr DecodeTileSm90 tile = decode_tile_sm90(kHeadDim);
+  static_assert(tile.supported, "no sm90 decode tile for this head dim");
+  using Traits = DecodeTraits<kHeadDim, tile.block_n, tile.stages>;
+  const FwdParams& p = kp.p;
+  DecodeTmaParams tp;
+  tp.kp = kp;
+  // A paged cache is (pages, page_size, heads_k, d): its pages are the map's entries, and a box
+  // covers a tile, or one page of a tile when pages are smaller (decode_sm90_ok: one divides the
+  // other). A contiguous one is (entries, capacity, heads_k, d).
+  const bool paged = kp.kv.block_table != nullptr;
+  const int64_t rows = paged ? kp.kv.page_size : p.seqlen_k;
+  const int entries = paged ? kp.kv.num_pages : (kp.kv.batch_cache > 0 ? kp.kv.batch_cache : p.batch);
+  tp.box_rows = paged && kp.kv.page_size < Traits::kBlockN ? kp.kv.page_size : Traits::kBlockN;
+  Status st = encode_rows_map(&tp.k_map, p.dtype, p.k, p.head_dim, rows, p.num_heads_k, entries,
+                              p.k_row_stride, p.k_head_stride, p.k_batch_stride, tp.box_rows);
+  if (st == Status::kSuccess) {
+    st = encode_rows_map(&tp.v_map, p.dtype, p.v, p.head_dim, rows, p.num_heads_k, entries,
+                         p.v_row_stride, p.v_head_stride, p.v_batch_stride, tp.box_rows);
+  }
+  if (st != Status::kSuccess) return st;
+  const int64_t tiles = split_query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch,
+                                               p.num_heads, kp.kv.num_splits);
+  return launch_tiles<decode_kernel<Element, Traits>>(tiles, Traits::kNThreads,
+                                                       Traits::kSmemBytes, stream, tp);
+}
+
+}  // namespace flashattn_cu::sm90

@@ -1,0 +1,227 @@
+"""The sm90a decode kernel (csrc/flash/sm90/decode_kernel.h): flash_attn_with_kvcache calls with
+at most 16 GQA-packed query rows and nothing appended, on an sm_90 GPU with sm_90a code built,
+read the cache through TMA (dispatch.cu decode_sm90_ok). GPU: the kernel is the one that runs
+(profiler), and its results against the fp32 reference by the rule over what such calls take:
+contiguous caches (with cache_batch_idx, cache_leftpad) and paged ones whose pages hold whole
+key blocks (32 .. 512 rows; pages of 8 and 16 rows run the sm80 kernel), GQA / MQA / MHA, causal and windows, softcap, ALiBi
+(unpacked), head dims 64 / 128 and 120 (the 128 instance, columns past 120 zero), every split
+count, NaN in every cache row a call must not read. The same calls with the sm80 kernels
+forced (kernel_path) give the same answers by the same rule.
+"""
+
+import pytest
+import torch
+
+from attn_helpers import assert_lse_rule, assert_rule
+from flashattn_cu import _C, flash_attn_with_kvcache
+from flashattn_cu.testing import attention_ref, kernel_path
+
+pytestmark = pytest.mark.gpu
+
+
+def sm90_decode_built():
+    return (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+            and 90 in _C.built_archs())
+
+
+def skip_unless_built(head_dim):
+    inst = next(d for d in _C.head_dim_instances() if d >= head_dim)
+    if inst not in _C.built_head_dims():
+        pytest.skip(f"head dim {head_dim} not in this build")
+
+
+def paged_pair(k, v, page_size, spare=3):
+    """K and V (batch, capacity, heads_k, d) as (num_pages, page_size, heads_k, d) pages in one
+    random order, NaN in the spare pages and past the capacity, and the block table."""
+    batch, capacity = k.shape[:2]
+    per_entry = -(-capacity // page_size)
+    num_pages = batch * per_entry + spare
+    perm = torch.randperm(num_pages, device=k.device)
+    table = perm[: batch * per_entry].view(batch, per_entry).to(torch.int32)
+
+    def pages_of(x):
+        padded = torch.full((batch, per_entry * page_size, *x.shape[2:]), float("nan"),
+                            device=x.device, dtype=x.dtype)
+        padded[:, :capacity] = x
+        out = torch.full((num_pages, page_size, *x.shape[2:]), float("nan"), device=x.device,
+                         dtype=x.dtype)
+        out[table.long().flatten()] = padded.reshape(-1, page_size, *x.shape[2:])
+        return out
+
+    return pages_of(k), pages_of(v), table
+
+
+def run_case(dtype, head_dim, seqlen_q, heads, page_size=None, causal=False, window=(-1, -1),
+             softcap=0.0, alibi=False, leftpad=False, batch_idx=False, num_splits=0,
+             capacity=1000, batch=3):
+    nheads, nheads_k = heads
+    dev = "cuda"
+    q = torch.randn(batch, seqlen_q, nheads, head_dim, device=dev, dtype=dtype)
+    batch_cache = batch + 2 if batch_idx else batch
+    k_logical = torch.randn(batch_cache, capacity, nheads_k, head_dim, device=dev, dtype=dtype)
+    v_logical = torch.randn_like(k_logical)
+    seqlens = torch.randint(1, capacity + 1, (batch,), device=dev, dtype=torch.int32)
+    seqlens[0] = capacity
+    if batch > 2:
+        seqlens[2] = 64 * 3 + 5  # ends inside a key block of either head dim's tiles
+    pad = None
+    if leftpad:
+        pad = (torch.rand(batch, device=dev) * seqlens.float() * 0.5).to(torch.int32)
+    idx = torch.randperm(batch_cache, device=dev)[:batch].to(torch.int32) if batch_idx else None
+    # NaN in every row a call must not read: past each entry's keys and before its left padding.
+    k_cache, v_cache = k_logical.clone(), v_logical.clone()
+    for b in range(batch):
+        e = int(idx[b]) if idx is not None else b
+        k_cache[e, int(seqlens[b]):] = float("nan")
+        v_cache[e, int(seqlens[b]):] = float("nan")
+        if pad is not None:
+            k_cache[e, : int(pad[b])] = float("nan")
+            v_cache[e, : int(pad[b])] = float("nan")
+    table = None
+    if page_size is not None:
+        k_cache, v_cache, table = paged_pair(k_cache, v_cache, page_size)
+    slopes = torch.rand(nheads, device=dev) * 0.3 if alibi else None
+    out, lse = flash_attn_with_kvcache(
+        q, k_cache, v_cache, cache_seqlens=seqlens, cache_batch_idx=idx, cache_leftpad=pad,
+        block_table=table, causal=causal, window_size=window, softcap=softcap,
+        alibi_slopes=slopes, num_splits=num_splits, return_softmax_lse=True)
+    outs, refs, pts, lses, lse_refs, lse_pts = [], [], [], [], [], []
+    for b in range(batch):
+        e = int(idx[b]) if idx is not None else b
+        lo, hi = (int(pad[b]) if pad is not None else 0), int(seqlens[b])
+        keys, vals = k_logical[e:e + 1, lo:hi], v_logical[e:e + 1, lo:hi]
+        kw = dict(causal=causal, window_size=window, softcap=softcap,
+                  alibi_slopes=slopes[None] if slopes is not None else None)
+        ref, lse_ref = attention_ref(q[b:b + 1].float(), keys, vals, **kw)
+        pt, lse_pt = attention_ref(q[b:b + 1], keys, vals, upcast=False, **kw)
+        outs.append(out[b:b + 1]), refs.append(ref), pts.append(pt)
+        lses.append(lse[b:b + 1]), lse_refs.append(lse_ref), lse_pts.append(lse_pt)
+    what = f"d {head_dim} q {seqlen_q} heads {heads} page {page_size} splits {num_splits}"
+    assert_rule(torch.cat(outs), torch.cat(refs), torch.cat(pts), 2, 1e-5, what + " out")
+    assert_lse_rule(torch.cat(lses), torch.cat(lse_refs), torch.cat(lse_pts), what + " lse")
+    return out, lse
+
+
+CASES = {
+    # name: keyword arguments of run_case
+    "decode_gqa": dict(seqlen_q=1, heads=(32, 8)),
+    "decode_mqa16": dict(seqlen_q=1, heads=(16, 1)),
+    "decode_mha": dict(seqlen_q=1, heads=(4, 4)),
+    "spec4_causal": dict(seqlen_q=4, heads=(16, 4), causal=True),
+    "spec3_window": dict(seqlen_q=3, heads=(8, 2), window=(37, 1)),
+    "decode_left_window": dict(seqlen_q=1, heads=(8, 2), window=(100, -1)),
+    "decode_softcap": dict(seqlen_q=1, heads=(8, 2), softcap=30.0),
+    "decode_alibi_unpacked": dict(seqlen_q=2, heads=(8, 2), alibi=True, causal=True),
+    "leftpad": dict(seqlen_q=1, heads=(8, 2), leftpad=True),
+    "batch_idx": dict(seqlen_q=2, heads=(8, 2), batch_idx=True),
+    "paged8": dict(seqlen_q=1, heads=(8, 2), page_size=8),
+    "paged16": dict(seqlen_q=1, heads=(32, 8), page_size=16),
+    "paged32": dict(seqlen_q=1, heads=(32, 8), page_size=32),
+    "paged64_causal": dict(seqlen_q=4, heads=(8, 2), page_size=64, causal=True),
+    "paged128": dict(seqlen_q=1, heads=(8, 2), page_size=128),
+    "paged256": dict(seqlen_q=1, heads=(32, 8), page_size=256),
+    "paged512_splits5": dict(seqlen_q=1, heads=(8, 2), page_size=512, num_splits=5),
+    "splits1": dict(seqlen_q=1, heads=(8, 2), num_splits=1),
+    "splits13": dict(seqlen_q=1, heads=(8, 2), num_splits=13),
+}
+
+
+@pytest.mark.parametrize("path", ["auto", "sm80"])
+@pytest.mark.parametrize("head_dim", [64, 128, 120])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_decode_against_reference(case, dtype, head_dim, path):
+    skip_unless_built(head_dim)
+    torch.manual_seed(hash(case) % 2 ** 31)
+    with kernel_path(path):
+        run_case(dtype, head_dim, **CASES[case])
+
+
+def kernel_names(fn):
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+
+
+def test_decode_kernel_is_the_one_that_runs():
+    """Eligible calls run sm90::decode_kernel on an sm_90 GPU (and never under the sm80 path);
+    an append, more than 16 packed rows or pages smaller than a key block keep the sm80 kvcache
+    kernel."""
+    if not sm90_decode_built():
+        pytest.skip("needs an sm_90 GPU and sm_90a code")
+    skip_unless_built(128)
+    q = torch.randn(2, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, 4096, 8, 128, device="cuda", dtype=torch.bfloat16)
+    seqlens = torch.full((2,), 3000, device="cuda", dtype=torch.int32)
+
+    def call(qq=q, **kw):
+        return lambda: flash_attn_with_kvcache(qq, k, k, cache_seqlens=seqlens, **kw)
+
+    assert any("decode_kernel" in n for n in kernel_names(call()))
+    with kernel_path("sm80"):
+        assert not any("decode_kernel" in n for n in kernel_names(call()))
+    kn = torch.randn(2, 1, 8, 128, device="cuda", dtype=torch.bfloat16)
+    assert not any("decode_kernel" in n for n in kernel_names(call(k=kn, v=kn.clone())))
+    q32 = torch.randn(2, 8, 32, 128, device="cuda", dtype=torch.bfloat16)  # 32 packed rows
+    assert not any("decode_kernel" in n for n in kernel_names(call(q32)))
+    for page, sm90 in ((256, True), (32, True), (16, False)):
+        pages = k.view(2 * 4096 // page, page, 8, 128)
+        table = torch.arange(pages.shape[0], device="cuda", dtype=torch.int32).view(2, -1)
+        names = kernel_names(lambda: flash_attn_with_kvcache(
+            q, pages, pages, cache_seqlens=seqlens, block_table=table))
+        assert any("decode_kernel" in n for n in names) == sm90, f"page {page}"
+
+
+def test_cuda_graph_replay():
+    """A captured decode step replays with new cache lengths and queries (no host reads)."""
+    if not sm90_decode_built():
+        pytest.skip("needs an sm_90 GPU and sm_90a code")
+    skip_unless_built(128)
+    q = torch.randn(4, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(4, 2048, 8, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    seqlens = torch.full((4,), 1000, device="cuda", dtype=torch.int32)
+    fn = lambda: flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens)  # noqa: E731
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    for n in (1, 777, 2048):
+        seqlens.fill_(n)
+        q.copy_(torch.randn_like(q))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, fn()), f"replay with {n} keys"
+
+
+@pytest.mark.parametrize("page_size", [None, 16, 256])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_long_walks_are_deterministic(head_dim, page_size):
+    """Hundreds of key blocks per CTA (one split, 32k keys), so every warp's stages go round
+    many times while TMA copies complete in any order: 20 runs give bitwise the same output
+    and LSE, which also follow the rule (a phase passed early reads a stale tile: wrong,
+    run-dependent values or a hang)."""
+    skip_unless_built(head_dim)
+    dtype, capacity = torch.bfloat16, 32768
+    q = torch.randn(1, 1, 32, head_dim, device="cuda", dtype=dtype)
+    k = torch.randn(1, capacity, 8, head_dim, device="cuda", dtype=dtype)
+    v = torch.randn_like(k)
+    seqlens = torch.tensor([capacity - 3], device="cuda", dtype=torch.int32)
+    table = None
+    k_cache, v_cache = k, v
+    if page_size is not None:
+        k_cache, v_cache, table = paged_pair(k, v, page_size, spare=0)
+    runs = [flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                    block_table=table, num_splits=1, return_softmax_lse=True)
+            for _ in range(20)]
+    for out, lse in runs[1:]:
+        assert torch.equal(out, runs[0][0]) and torch.equal(lse, runs[0][1])
+    n = int(seqlens[0])
+    ref, lse_ref = attention_ref(q.float(), k[:, :n], v[:, :n])
+    pt, lse_pt = attention_ref(q, k[:, :n], v[:, :n], upcast=False)
+    assert_rule(runs[0][0], ref, pt, 2, 1e-5, "out")
+    assert_lse_rule(runs[0][1], lse_ref, lse_pt, "lse")
