@@ -161,27 +161,27 @@ struct OnlineSoftmax {
       } else {
         exponentiate<ExpPolicy<Exp::kPolyEighths, false>>(s, ref, rescale, scale_log2);
       }
-      return;
-    }
+    } else {
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
+      for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        float row_sum = 0.f;
-        [[maybe_unused]] const float ref_log2 = -ref[mt][hr] * scale_log2;
+        for (int hr = 0; hr < 2; ++hr) {
+          float row_sum = 0.f;
+          [[maybe_unused]] const float ref_log2 = -ref[mt][hr] * scale_log2;
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
+          for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float x = Exp::kFusedExponent
-                                ? fmaf(s[mt][nt][hr * 2 + e], scale_log2, ref_log2)
-                                : (s[mt][nt][hr * 2 + e] - ref[mt][hr]) * scale_log2;
-            const float p = nt % 8 >= 8 - Exp::kPolyEighths ? exp2_fma(x) : ptx::ex2_approx(x);
-            s[mt][nt][hr * 2 + e] = p;
-            row_sum += p;
+            for (int e = 0; e < 2; ++e) {
+              const float x = Exp::kFusedExponent
+                                  ? fmaf(s[mt][nt][hr * 2 + e], scale_log2, ref_log2)
+                                  : (s[mt][nt][hr * 2 + e] - ref[mt][hr]) * scale_log2;
+              const float p = nt % 8 >= 8 - Exp::kPolyEighths ? exp2_fma(x) : ptx::ex2_approx(x);
+              s[mt][nt][hr * 2 + e] = p;
+              row_sum += p;
+            }
           }
+          l[mt][hr] = fmaf(l[mt][hr], rescale[mt][hr], row_sum);
         }
-        l[mt][hr] = fmaf(l[mt][hr], rescale[mt][hr], row_sum);
       }
     }
   }
