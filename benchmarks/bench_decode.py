@@ -57,9 +57,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path)
     ap.add_argument("--seqlen-q", type=int, default=1)
+    ap.add_argument("--append", action="store_true",
+                    help="each call also appends seqlen_q new rows (k, v) with rotary, as a "
+                         "serving loop does (the cache lengths stay fixed between calls, so "
+                         "every call overwrites the same rows); SDPA reads the same cache")
     args = ap.parse_args()
     copy = copy_rate_gbs()
-    lines = [f"# Decode, {torch.cuda.get_device_name()}, seqlen_q {args.seqlen_q}, bf16, "
+    mode = ", with append + rotary" if args.append else ""
+    lines = [f"# Decode{mode}, {torch.cuda.get_device_name()}, seqlen_q {args.seqlen_q}, bf16, "
              f"{HEADS}/{HEADS_K} heads; GB/s of K + V; copy rate {copy:.0f} GB/s", "",
              "| d | batch | keys | cache | ours GB/s | % copy | SDPA flash | SDPA cuDNN |",
              "|---|---|---|---|---|---|---|---|"]
@@ -72,7 +77,15 @@ def main():
                 q = torch.randn(batch, args.seqlen_q, HEADS, d, device="cuda", dtype=DTYPE)
                 k = torch.randn(batch, keys, HEADS_K, d, device="cuda", dtype=DTYPE)
                 v = torch.randn_like(k)
-                seqlens = torch.full((batch,), keys, dtype=torch.int32, device="cuda")
+                # With --append the call attends to keys - seqlen_q cached rows plus its own.
+                new = args.seqlen_q if args.append else 0
+                seqlens = torch.full((batch,), keys - new, dtype=torch.int32, device="cuda")
+                extra = {}
+                if args.append:
+                    kn = torch.randn(batch, new, HEADS_K, d, device="cuda", dtype=DTYPE)
+                    cos = torch.rand(keys, d // 2, device="cuda", dtype=DTYPE)
+                    extra = dict(k=kn, v=torch.randn_like(kn), rotary_cos=cos,
+                                 rotary_sin=torch.rand_like(cos))
                 sdpa = {b: sdpa_ms(b, q, k, v) for b in ("flash", "cudnn")}
                 for page in (None, 16, 256):
                     if page is None:
@@ -84,7 +97,7 @@ def main():
                                                dtype=torch.int32).view(batch, -1)
                     ms = do_bench(lambda: flash_attn_with_kvcache(
                         q, kc, vc, cache_seqlens=seqlens, block_table=table,
-                        causal=True))
+                        causal=True, **extra))
                     gbs = kv_bytes / (ms * 1e-3) / 1e9
                     ref = " | ".join(f"{kv_bytes / (sdpa[b] * 1e-3) / 1e9:.0f}"
                                      if sdpa[b] else "-" for b in ("flash", "cudnn"))

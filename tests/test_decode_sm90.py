@@ -1,6 +1,7 @@
 """The sm90a decode kernel (csrc/flash/sm90/decode_kernel.h): flash_attn_with_kvcache calls with
-at most 16 GQA-packed query rows and nothing appended, on an sm_90 GPU with sm_90a code built,
-read the cache through TMA (dispatch.cu decode_sm90_ok). GPU: the kernel is the one that runs
+at most 16 GQA-packed query rows, on an sm_90 GPU with sm_90a code built, read the cache through
+TMA (dispatch.cu decode_sm90_ok); an append (k, v, rotary) runs first as its own kernel
+(csrc/flash/fwd/append.h; test_kvcache.py's reference and fused-append cases cover it there). GPU: the kernel is the one that runs
 (profiler), and its results against the fp32 reference by the rule over what such calls take:
 contiguous caches (with cache_batch_idx, cache_leftpad) and paged ones whose pages hold whole
 key blocks (32 .. 512 rows; pages of 8 and 16 rows run the sm80 kernel), GQA / MQA / MHA, causal and windows, softcap, ALiBi
@@ -147,9 +148,9 @@ def kernel_names(fn):
 
 
 def test_decode_kernel_is_the_one_that_runs():
-    """Eligible calls run sm90::decode_kernel on an sm_90 GPU (and never under the sm80 path);
-    an append, more than 16 packed rows or pages smaller than a key block keep the sm80 kvcache
-    kernel."""
+    """Eligible calls run sm90::decode_kernel on an sm_90 GPU (and never under the sm80 path),
+    with an append first as its own kernel; more than 16 packed rows or pages smaller than a key
+    block keep the sm80 kvcache kernel."""
     if not sm90_decode_built():
         pytest.skip("needs an sm_90 GPU and sm_90a code")
     skip_unless_built(128)
@@ -163,8 +164,12 @@ def test_decode_kernel_is_the_one_that_runs():
     assert any("decode_kernel" in n for n in kernel_names(call()))
     with kernel_path("sm80"):
         assert not any("decode_kernel" in n for n in kernel_names(call()))
+    # An append (with rotary) runs as its own kernel (fwd/append.h), then the decode kernel.
     kn = torch.randn(2, 1, 8, 128, device="cuda", dtype=torch.bfloat16)
-    assert not any("decode_kernel" in n for n in kernel_names(call(k=kn, v=kn.clone())))
+    cos = torch.rand(4096, 64, device="cuda", dtype=torch.bfloat16)
+    names = kernel_names(call(k=kn, v=kn.clone(), rotary_cos=cos, rotary_sin=cos.clone()))
+    assert any("decode_kernel" in n for n in names)
+    assert any("kvcache_append_kernel" in n for n in names)
     q32 = torch.randn(2, 8, 32, 128, device="cuda", dtype=torch.bfloat16)  # 32 packed rows
     assert not any("decode_kernel" in n for n in kernel_names(call(q32)))
     for page, sm90 in ((256, True), (32, True), (16, False)):

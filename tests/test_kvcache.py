@@ -20,7 +20,7 @@ from attn_helpers import assert_lse_rule, assert_rule
 from flashattn_cu import _C, flash_attn_with_kvcache
 from flashattn_cu import flash_attn_interface as fai
 from flashattn_cu import kvcache as kvc
-from flashattn_cu.testing import attention_ref, kernel_path
+from flashattn_cu.testing import attention_ref
 
 HEAD_DIM = 128 if 128 in _C.built_head_dims() else _C.built_head_dims()[0]
 
@@ -445,15 +445,12 @@ def test_fused_append_matches_unfused(case, rotary, num_splits):
               alibi_slopes=alibi, num_splits=num_splits, return_softmax_lse=True)
     q_in, k_in, v_in = q.clone(), k_new.clone(), v_new.clone()
     out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, **kw)
-    # The unfused path appends with torch ops and then attends without new keys, which on an
-    # sm_90 GPU takes the sm90 decode kernel where the call allows (dispatch.cu decode_sm90_ok);
-    # the fused append always runs the sm80 kvcache kernel, so the reference is held to it too,
-    # for the comparison "to their rounding" below.
-    with kernel_path("sm80"):
-        ref_out, ref_lse = kvc._with_kvcache(
-            q, k_ref_cache, v_ref_cache, k_new, v_new, cos, sin, cache_seqlens, batch_idx,
-            leftpad, table, None, causal, window, 0.0, interleaved, alibi, num_splits, True,
-            fused=False)
+    # The unfused path appends with torch ops and then attends without new keys: the same kernel
+    # as the fused call (dispatch.cu decode_sm90_ok does not depend on the append; on the sm90
+    # decode path the fused append is its own kernel first, fwd/append.h).
+    ref_out, ref_lse = kvc._with_kvcache(
+        q, k_ref_cache, v_ref_cache, k_new, v_new, cos, sin, cache_seqlens, batch_idx, leftpad,
+        table, None, causal, window, 0.0, interleaved, alibi, num_splits, True, fused=False)
     what = f"{case}, rotary {rotary}, {num_splits} splits"
     assert torch.equal(q, q_in) and torch.equal(k_new, k_in) and torch.equal(v_new, v_in), \
         what + ": inputs modified"

@@ -270,14 +270,14 @@ KvcacheParams pack_gqa(const KvcacheParams& in) {
 
 // Whether the (packed) call p runs the sm90a decode kernel (sm90/decode_kernel.h): an sm_90
 // device on the default path, a head-dim instance it has (tiles.h decode_tile_sm90), at most 16
-// packed query rows of a padded batch, nothing appended, and a cache its TMA maps can describe: a
+// packed query rows of a padded batch, and a cache its TMA maps can describe: a
 // contiguous one, or pages that hold whole key blocks (without cache_leftpad, whose offset would
-// cut pages). Everything else runs the sm80 kvcache kernel.
+// cut pages). Everything else runs the sm80 kvcache kernel. An append (k_new, rotary) runs as its
+// own kernel first (fwd/append.h), which writes q rotated to the workspace (rotated_q_copy).
 bool decode_sm90_ok(const KvcacheParams& p, const DeviceInfo& dev) {
   if (!use_sm90a(dev)) return false;
   const DecodeTileSm90 tile = decode_tile_sm90(round_head_dim(p.head_dim));
-  if (!tile.supported || p.seqlen_q > 16 || p.cu_seqlens_q != nullptr || p.k_new != nullptr ||
-      p.seqlen_k <= 0) {
+  if (!tile.supported || p.seqlen_q > 16 || p.cu_seqlens_q != nullptr || p.seqlen_k <= 0) {
     return false;
   }
   // Pages smaller than a key block would take one TMA box each: the kernel handles them (16-row
@@ -319,7 +319,7 @@ int kvcache_splits(const KvcacheParams& p, const DeviceInfo& dev) {
 
 // The workspace: key counts (with cache_leftpad or an append), then the splits' LSEs and outputs.
 struct KvcacheWorkspace {
-  size_t counts = 0, lse = 0, o = 0, bytes = 0;  // offsets and the total, 256-byte aligned
+  size_t counts = 0, lse = 0, o = 0, q = 0, bytes = 0;  // offsets and the total, 256-byte aligned
 };
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
@@ -336,8 +336,15 @@ int64_t kvcache_lse_rows(const KvcacheParams& p) {
                                    : static_cast<int64_t>(p.batch) * p.num_heads * p.seqlen_q;
 }
 
-// p: the unpacked call.
-KvcacheWorkspace kvcache_workspace(const KvcacheParams& p, int splits) {
+// Whether the (packed) call p runs the standalone append with rotary ahead of the sm90 decode
+// kernel, which then reads q rotated from the workspace: (batch, seqlen_q, heads, d) of the
+// unpacked call, contiguous.
+bool rotated_q_copy(const KvcacheParams& p, const DeviceInfo& dev) {
+  return p.k_new != nullptr && p.rotary_cos != nullptr && decode_sm90_ok(p, dev);
+}
+
+// p: the unpacked call; q_copy: rotated_q_copy of it.
+KvcacheWorkspace kvcache_workspace(const KvcacheParams& p, int splits, bool q_copy) {
   KvcacheWorkspace w;
   size_t at = 0;
   if (needs_key_counts(p)) at = align256(sizeof(int) * static_cast<size_t>(p.batch));
@@ -346,6 +353,10 @@ KvcacheWorkspace kvcache_workspace(const KvcacheParams& p, int splits) {
   if (splits > 1) at = align256(at + sizeof(float) * rows * splits);
   w.o = at;
   if (splits > 1) at = align256(at + sizeof(float) * rows * splits * p.head_dim);
+  w.q = at;
+  if (q_copy) {
+    at = align256(at + 2 * static_cast<size_t>(p.batch) * p.seqlen_q * p.num_heads * p.head_dim);
+  }
   w.bytes = at;
   return w;
 }
@@ -412,27 +423,43 @@ Status check_kvcache(const KvcacheParams& p) {
 
 }  // namespace
 
-int fwd_kvcache_num_splits(const KvcacheParams& params) {
-  if (params.batch <= 0 || params.num_heads <= 0 || params.num_heads_k <= 0 ||
-      params.seqlen_q <= 0 || params.head_dim <= 0 || params.num_heads % params.num_heads_k != 0) {
-    return 1;
-  }
+namespace {
+
+bool kvcache_shape_ok(const KvcacheParams& params) {
+  return params.batch > 0 && params.num_heads > 0 && params.num_heads_k > 0 &&
+         params.seqlen_q > 0 && params.head_dim > 0 && params.num_heads % params.num_heads_k == 0;
+}
+
+// The device the sizing functions size for. No device to ask: the heuristic needs its SM count
+// (one split: num_splits 0 then gives 1); an explicit count is sized for the large-shared-memory
+// tiles; major 0: not the sm90 path.
+DeviceInfo sizing_device() {
   DeviceInfo dev;
   if (query_device(&dev) != Status::kSuccess) {
-    // No device to ask: the heuristic needs its SM count (one split); an explicit count is
-    // sized for the large-shared-memory tiles.
-    if (params.num_splits <= 0) return 1;
+    dev = DeviceInfo{};
     dev.smem_optin = kLargeSmemBytes;
   }
+  return dev;
+}
+
+int num_splits_on(const KvcacheParams& params, const DeviceInfo& dev) {
+  if (dev.sm_count <= 0 && params.num_splits <= 0) return 1;
   return kvcache_splits(pack_gqa(params), dev);
 }
 
+}  // namespace
+
+int fwd_kvcache_num_splits(const KvcacheParams& params) {
+  if (!kvcache_shape_ok(params)) return 1;
+  return num_splits_on(params, sizing_device());
+}
+
 size_t fwd_kvcache_workspace_bytes(const KvcacheParams& params) {
-  if (params.batch <= 0 || params.num_heads <= 0 || params.num_heads_k <= 0 ||
-      params.seqlen_q <= 0 || params.head_dim <= 0 || params.num_heads % params.num_heads_k != 0) {
-    return 0;
-  }
-  return kvcache_workspace(params, fwd_kvcache_num_splits(params)).bytes;
+  if (!kvcache_shape_ok(params)) return 0;
+  const DeviceInfo dev = sizing_device();
+  return kvcache_workspace(params, num_splits_on(params, dev),
+                           rotated_q_copy(pack_gqa(params), dev))
+      .bytes;
 }
 
 namespace {
@@ -474,7 +501,9 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
   if (st != Status::kSuccess) return st;
   const KvcacheParams p = pack_gqa(params);
   const int splits = kvcache_splits(p, dev);
-  const KvcacheWorkspace ws = kvcache_workspace(params, splits);
+  const bool decode90 = decode_sm90_ok(p, dev);
+  const bool q_copy = rotated_q_copy(p, dev);
+  const KvcacheWorkspace ws = kvcache_workspace(params, splits, q_copy);
   if (ws.bytes > 0 && !pointer_ok(params.workspace, true)) return Status::kInvalidArgument;
   char* workspace = static_cast<char*>(params.workspace);
 
@@ -523,9 +552,29 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
       params.is_causal || params.window_left >= 0 || params.window_right >= 0;
 
   const bool small_smem = dev.smem_optin < kLargeSmemBytes;
-  st = decode_sm90_ok(p, dev)
-           ? dispatch_instance(p.dtype, p.head_dim, DecodeRunner{kp, small_smem, stream})
-           : dispatch_instance(p.dtype, p.head_dim, FwdKvcacheRunner{kp, small_smem, stream});
+  if (decode90 && p.k_new != nullptr) {
+    // The append (and q's rotary) as its own kernel (fwd/append.h), then the decode kernel on the
+    // appended cache, with nothing left to append and q from the rotated copy.
+    void* q_out = q_copy ? workspace + ws.q : nullptr;
+    const int64_t head_stride = params.head_dim;
+    const int64_t row_stride = head_stride * params.num_heads;
+    const int64_t batch_stride = row_stride * params.seqlen_q;
+    st = forward::launch_kvcache_append(kp, q_out, batch_stride, row_stride, head_stride, stream);
+    if (st != Status::kSuccess) return st;
+    if (q_copy) {
+      kp.p.q = q_out;
+      kp.p.q_batch_stride = batch_stride;
+      kp.p.q_row_stride = row_stride;
+      kp.p.q_head_stride = head_stride;
+    }
+    kp.kv.k_new = nullptr;
+    kp.kv.v_new = nullptr;
+    kp.kv.seqlen_new = 0;
+    kp.kv.rotary_cos = nullptr;
+    kp.kv.rotary_sin = nullptr;
+  }
+  st = decode90 ? dispatch_instance(p.dtype, p.head_dim, DecodeRunner{kp, small_smem, stream})
+                : dispatch_instance(p.dtype, p.head_dim, FwdKvcacheRunner{kp, small_smem, stream});
   if (st != Status::kSuccess || splits == 1) return st;
   // The partials' rows are the call's lse rows (batch, heads, seqlen_q), unpacked.
   FwdKvcacheKernelParams combine = kp;

@@ -1,8 +1,10 @@
-// The split-KV combine and the kvcache key counts: compiled once (both dtypes), not per head dim.
+// The split-KV combine, the kvcache key counts and the standalone append + rotary (ahead of the
+// sm90 decode kernel): compiled once (both dtypes), not per head dim.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "../launch.h"
+#include "append.h"
 #include "combine.h"
 #include "combine_launch.h"
 
@@ -23,6 +25,18 @@ Status launch_kvcache_key_counts(const int* cache_seqlens, const int* leftpad, i
   return launch_tiles<kvcache_key_counts_kernel>(ceil_div(batch, kThreads), kThreads, 0, stream,
                                                  cache_seqlens, leftpad, seqlen_new, capacity,
                                                  batch, counts);
+}
+
+Status launch_kvcache_append(const FwdKvcacheKernelParams& kp, void* q_out,
+                             int64_t q_batch_stride, int64_t q_row_stride, int64_t q_head_stride,
+                             cudaStream_t stream) {
+  const RotatedQ rq{q_out, q_batch_stride, q_row_stride, q_head_stride};
+  const int64_t blocks = static_cast<int64_t>(kp.p.batch) * kp.p.num_heads;
+  return kp.p.dtype == DType::kBFloat16
+             ? launch_tiles<kvcache_append_kernel<__nv_bfloat16>>(blocks, kAppendThreads, 0,
+                                                                  stream, kp, rq)
+             : launch_tiles<kvcache_append_kernel<__half>>(blocks, kAppendThreads, 0, stream, kp,
+                                                           rq);
 }
 
 }  // namespace flashattn_cu::forward
