@@ -242,28 +242,21 @@ size_t fwd_kvcache_workspace_bytes(const KvcacheParams& params) {
 
 namespace {
 
-struct FwdKvcacheRunner {
+// The kvcache kernel of the instance: the sm90a decode kernel when decode_sm90_ok chose it,
+// else the sm80 one.
+struct KvcacheRunner {
   const FwdKvcacheKernelParams& kp;
   bool small_smem;
-  cudaStream_t stream;
-  template <typename Element, int kHeadDim>
-  Status run() const {
-    return sm80::run_fwd_kvcache<Element, kHeadDim>(kp, small_smem, stream);
-  }
-};
-
-struct DecodeRunner {
-  const FwdKvcacheKernelParams& kp;
-  bool small_smem;
+  bool decode90;
   cudaStream_t stream;
   template <typename Element, int kHeadDim>
   Status run() const {
 #if FLASHATTN_CU_HAS_SM90A
     if constexpr (decode_tile_sm90(kHeadDim).supported) {
-      return sm90::run_decode<Element, kHeadDim>(kp, stream);
+      if (decode90) return sm90::run_decode<Element, kHeadDim>(kp, stream);
     }
 #endif
-    return sm80::run_fwd_kvcache<Element, kHeadDim>(kp, small_smem, stream);  // not reached
+    return sm80::run_fwd_kvcache<Element, kHeadDim>(kp, small_smem, stream);
   }
 };
 
@@ -351,8 +344,7 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
     kp.kv.rotary_cos = nullptr;
     kp.kv.rotary_sin = nullptr;
   }
-  st = decode90 ? dispatch_instance(p.dtype, p.head_dim, DecodeRunner{kp, small_smem, stream})
-                : dispatch_instance(p.dtype, p.head_dim, FwdKvcacheRunner{kp, small_smem, stream});
+  st = dispatch_instance(p.dtype, p.head_dim, KvcacheRunner{kp, small_smem, decode90, stream});
   if (st != Status::kSuccess || splits == 1) return st;
   // The partials' rows are the call's lse rows (batch, heads, seqlen_q), unpacked.
   FwdKvcacheKernelParams combine = kp;
