@@ -10,10 +10,10 @@
 //    it (DecodeSlot), once that warp has released the stage's previous tile ("empty" mbarrier);
 //    a "full" mbarrier completes
 //    when both tiles' bytes have landed. A contiguous cache is a 4-d map (d, rows, heads_k,
-//    entries), one box per tile and matrix; a paged one a map over (d, page_size, heads_k, pages),
-//    one box per page the tile covers (pages of at least a tile hold whole tiles), the page read
-//    from the block table by the producer's lanes. (Pages smaller than a tile, several boxes per
-//    tile, are not routed here: dispatch.cu decode_sm90_ok keeps them on the sm80 gather.)
+//    entries), one box per tile and matrix; a paged one a map over (d, page_size, heads_k, pages)
+//    whose pages hold whole tiles (dispatch.cu decode_sm90_ok: smaller pages, which would take a
+//    box each, measured slower than the sm80 kernel's row gather), the page read from the block
+//    table.
 //  * warps 0..3, the consumers: warp w takes key blocks w, w + 4, ... of the CTA's walk, each
 //    whole: S = Q K^T and O += P V for the 16 query rows on mma.sync (Q in registers for the whole
 //    walk, K and V by ldmatrix from the 128-byte-swizzled tiles the TMA wrote), its own online
@@ -55,10 +55,9 @@ namespace flashattn_cu::sm90 {
 // The decode kernel's parameters: the kvcache variant's (problem/params.h) and the TMA maps of
 // the K and V caches (decode_launch.h).
 struct DecodeTmaParams {
-  CUtensorMap k_map;  // boxes of 64 columns x box_rows rows
+  CUtensorMap k_map;  // boxes of 64 columns x kBlockN rows
   CUtensorMap v_map;
   FwdKvcacheKernelParams kp;
-  int box_rows;  // rows of one box: kBlockN, or the page size of a paged cache with smaller pages
 };
 
 template <int kHeadDim_, int kBlockN_, int kStages_>
@@ -175,26 +174,24 @@ __device__ __forceinline__ DecodeWork decode_work(const FwdKvcacheKernelParams& 
   return w;
 }
 
-// The producer warp: K and V of each of the CTA's key blocks, last first, into the ring.
+// The producer warp: its lane 0 issues K and V of each of the CTA's key blocks, last first, into
+// the ring, one TMA box per tile and matrix (and 64-column atom).
 template <typename Traits>
 __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const DecodeWork& w,
                                                uint32_t s_base) {
   constexpr int kBlockN = Traits::kBlockN;
+  if (threadIdx.x % 32 != 0) return;
   const FwdKvcacheKernelParams& kp = tp.kp;
   const uint32_t bars = s_base + Traits::kOffBarriers;
-  const int lane = threadIdx.x % 32;
   const bool paged = kp.kv.block_table != nullptr;
-  const int box_rows = tp.box_rows;
-  const int boxes = kBlockN / box_rows;  // per matrix and atom (1 unless pages < a tile)
   const int* table = paged ? kp.kv.block_table + w.tile.batch * kp.kv.block_table_batch_stride
                            : nullptr;
-  // The last table slot with a key of this entry: a tile's rows past the keys read that page
-  // again (their values are masked or zeroed), so no slot past the table's row is read.
+  // The last table slot with a key of this entry: a tile past the keys (never visited) or rows
+  // of the last tile past them read that page (their values are masked or zeroed), so no slot
+  // past the entry's row of the table is read.
   const int last_slot = paged && w.seq.seqlen_k > 0 ? (w.seq.seqlen_k - 1) / kp.kv.page_size : 0;
-  if (lane == 0) {
-    ptx::tma_prefetch_map(&tp.k_map);
-    ptx::tma_prefetch_map(&tp.v_map);
-  }
+  ptx::tma_prefetch_map(&tp.k_map);
+  ptx::tma_prefetch_map(&tp.v_map);
   // The tile's kv head (a packed call's heads are its kv heads).
   const int kv_head = w.tile.head / (kp.p.num_heads / kp.p.num_heads_k);
   const int num_blocks = w.n_end - w.n_begin;
@@ -202,48 +199,27 @@ __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const 
   for (int i = 0; i < num_blocks; ++i) {
     const int n = w.n_end - 1 - i;
     const DecodeSlot<Traits> slot(i);
-    const int stage = slot.stage;
-    const uint32_t parity = slot.parity ^ 1;  // a fresh barrier's previous phase is complete
-    // Paged: lane j < boxes reads the page of box j (the loads of a tile in flight together);
-    // a box whose rows lie past the entry's keys reads the last key's page from row 0.
-    int page = 0, in_page = 0;
-    if (paged && lane < boxes) {
-      const int row = n * kBlockN + lane * box_rows;  // logical key (no leftpad when paged)
-      int slot = row / kp.kv.page_size;
-      in_page = row - slot * kp.kv.page_size;
-      if (slot > last_slot) {
-        slot = last_slot;
-        in_page = 0;
-      }
-      page = table[slot];
-      page = page < 0 ? 0 : page >= kp.kv.num_pages ? kp.kv.num_pages - 1 : page;
+    // Row coordinate and entry of the box: a contiguous cache's (cache_leftpad, cache_batch_idx
+    // folded in), or a paged one's page (a multiple of kBlockN rows: decode_sm90_ok) and the
+    // tile's rows in it, the table read before the wait so its latency hides behind it.
+    int row = w.cache_row0 + n * kBlockN, entry = w.entry;
+    if (paged) {
+      const int key = n * kBlockN;  // no leftpad when paged
+      const int table_slot = min(key / kp.kv.page_size, last_slot);
+      const int page = table[table_slot];
+      entry = page < 0 ? 0 : page >= kp.kv.num_pages ? kp.kv.num_pages - 1 : page;
+      row = key - table_slot * kp.kv.page_size;
     }
-    if (lane == 0) {
-      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarEmpty + stage), parity);
-      ptx::mbarrier_arrive_expect_tx(bars + 8 * (Traits::kBarFull + stage),
-                                     2 * Traits::kTileBytes);
-    }
-#pragma unroll 1
-    for (int b = 0; b < boxes; ++b) {
-      const int box_page = __shfl_sync(0xffffffffu, page, b);
-      const int box_row = __shfl_sync(0xffffffffu, in_page, b);
-      if (lane == 0) {
-        const uint32_t full = bars + 8 * (Traits::kBarFull + stage);
+    const uint32_t full = bars + 8 * (Traits::kBarFull + slot.stage);
+    // A fresh barrier's previous phase counts as complete: parity ^ 1.
+    ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarEmpty + slot.stage), slot.parity ^ 1);
+    ptx::mbarrier_arrive_expect_tx(full, 2 * Traits::kTileBytes);
 #pragma unroll
-        for (int a = 0; a < Traits::kAtoms; ++a) {
-          const uint32_t dst = a * kBlockN * 128 + b * box_rows * 128;
-          int32_t c[4];
-          if (paged) {
-            c[0] = a * 64; c[1] = box_row; c[2] = kv_head; c[3] = box_page;
-          } else {
-            c[0] = a * 64; c[1] = w.cache_row0 + n * kBlockN; c[2] = kv_head; c[3] = w.entry;
-          }
-          ptx::tma_load<4>(s_base + Traits::kOffK + stage * Traits::kTileBytes + dst, &tp.k_map,
-                           full, c);
-          ptx::tma_load<4>(s_base + Traits::kOffV + stage * Traits::kTileBytes + dst, &tp.v_map,
-                           full, c);
-        }
-      }
+    for (int a = 0; a < Traits::kAtoms; ++a) {
+      const int32_t c[4] = {a * 64, row, kv_head, entry};
+      const uint32_t dst = slot.stage * Traits::kTileBytes + a * kBlockN * 128;
+      ptx::tma_load<4>(s_base + Traits::kOffK + dst, &tp.k_map, full, c);
+      ptx::tma_load<4>(s_base + Traits::kOffV + dst, &tp.v_map, full, c);
     }
   }
 }

@@ -22,18 +22,16 @@ Status run_decode(const FwdKvcacheKernelParams& kp, cudaStream_t stream) {
   const FwdParams& p = kp.p;
   DecodeTmaParams tp;
   tp.kp = kp;
-  // A paged cache is (pages, page_size, heads_k, d): its pages are the map's entries, and a box
-  // covers a tile, or one page of a tile when pages are smaller (decode_sm90_ok: one divides the
-  // other). A contiguous one is (entries, capacity, heads_k, d).
+  // A paged cache is (pages, page_size, heads_k, d): its pages are the map's entries, each
+  // holding whole tiles (decode_sm90_ok). A contiguous one is (entries, capacity, heads_k, d).
   const bool paged = kp.kv.block_table != nullptr;
   const int64_t rows = paged ? kp.kv.page_size : p.seqlen_k;
   const int entries = paged ? kp.kv.num_pages : (kp.kv.batch_cache > 0 ? kp.kv.batch_cache : p.batch);
-  tp.box_rows = paged && kp.kv.page_size < Traits::kBlockN ? kp.kv.page_size : Traits::kBlockN;
   Status st = encode_rows_map(&tp.k_map, p.dtype, p.k, p.head_dim, rows, p.num_heads_k, entries,
-                              p.k_row_stride, p.k_head_stride, p.k_batch_stride, tp.box_rows);
+                              p.k_row_stride, p.k_head_stride, p.k_batch_stride, Traits::kBlockN);
   if (st == Status::kSuccess) {
     st = encode_rows_map(&tp.v_map, p.dtype, p.v, p.head_dim, rows, p.num_heads_k, entries,
-                         p.v_row_stride, p.v_head_stride, p.v_batch_stride, tp.box_rows);
+                         p.v_row_stride, p.v_head_stride, p.v_batch_stride, Traits::kBlockN);
   }
   if (st != Status::kSuccess) return st;
   const int64_t tiles = split_query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch,
