@@ -3,7 +3,7 @@
 #
 #   bash scripts/device_run.sh                                  # every step
 #   STEPS=build,check,test bash scripts/device_run.sh           # a subset, in this fixed order:
-#                                                               #   env,diag,build,check,test,bench,features,decode,example,cp,sanitize,sanitize_kv,tune
+#                                                               #   env,diag,build,check,test,bench,features,decode,example,cp,sanitize,sanitize_kv,tune_decode,tune
 #                                                               # (diag, not in the default set: the TORCH_CHECK
 #                                                               #  crash diagnosis, scripts/diag_torch_check.py)
 #   FLASHATTN_CU_COMMIT=abc1234 STEPS=build,bench BENCH_ARGS="--quick" bash scripts/device_run.sh
@@ -42,6 +42,8 @@
 #   SANITIZE_KV_TOOLS, SANITIZE_KV_K   step "sanitize_kv" (not in the default set): compute-sanitizer tools
 #                         (default racecheck,memcheck) over SANITIZE_KV_FILE (default tests/test_kvcache.py)
 #                         -k SANITIZE_KV_K
+#   step "tune_decode"    (not in the default set): builds and runs benchmarks/tune/tune_decode90.cu (the
+#                         sm90 decode kernel's configurations; TUNE_TIMEOUT bounds it); log in extras
 #   TUNE_MODES            step "tune" (not in the default set): builds benchmarks/tune/tune_fwd90.cu and
 #                         mufu_rate.cu with nvcc (no torch) and runs tune_fwd90 once per mode (default
 #                         "mods"; "-" runs only mufu_rate); outputs in extras (tune_<mode>.log);
@@ -362,6 +364,14 @@ main() {
                 "$PY" -m pytest -q -p no:cacheprovider "${SANITIZE_KV_FILE:-tests/test_kvcache.py}" \
                 -k "${SANITIZE_KV_K:-test_paged_gather_page_sizes and 16-3 or test_packed_gqa_speculative and 4-causal}"
         done
+    fi
+
+    if want tune_decode; then  # torch-free sweep of the sm90 decode kernel's configurations
+        run_step tune_decode:build "$LOGS/tune_decode_build.log" nvcc -std=c++17 -O3 --use_fast_math \
+            --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 -gencode arch=compute_90a,code=sm_90a \
+            -Icsrc/include -Icsrc/flash benchmarks/tune/tune_decode90.cu csrc/flash/tma_host.cu \
+            csrc/flash/fwd/combine.cu -o "$WORK/tune_decode90" &&
+            run_step tune_decode "$LOGS/tune_decode.log" timeout "${TUNE_TIMEOUT:-300}" "$WORK/tune_decode90"
     fi
 
     if want tune; then  # torch-free harnesses: kernel configurations and instruction rates

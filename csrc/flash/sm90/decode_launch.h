@@ -14,11 +14,10 @@
 
 namespace flashattn_cu::sm90 {
 
-template <typename Element, int kHeadDim>
-Status run_decode(const FwdKvcacheKernelParams& kp, cudaStream_t stream) {
-  constexpr DecodeTileSm90 tile = decode_tile_sm90(kHeadDim);
-  static_assert(tile.supported, "no sm90 decode tile for this head dim");
-  using Traits = DecodeTraits<kHeadDim, tile.block_n, tile.stages>;
+// The launch of one compiled configuration (benchmarks/tune/tune_decode90.cu sweeps them): kp as
+// dispatch builds it (GQA-packed, splits and workspace set).
+template <typename Element, typename Traits>
+Status launch_decode_config(const FwdKvcacheKernelParams& kp, cudaStream_t stream) {
   const FwdParams& p = kp.p;
   DecodeTmaParams tp;
   tp.kp = kp;
@@ -38,6 +37,15 @@ Status run_decode(const FwdKvcacheKernelParams& kp, cudaStream_t stream) {
                                                p.num_heads, kp.kv.num_splits);
   return launch_tiles<decode_kernel<Element, Traits>>(tiles, Traits::kNThreads,
                                                        Traits::kSmemBytes, stream, tp);
+}
+
+// The configuration tiles.h picks.
+template <typename Element, int kHeadDim>
+Status run_decode(const FwdKvcacheKernelParams& kp, cudaStream_t stream) {
+  constexpr DecodeTileSm90 tile = decode_tile_sm90(kHeadDim);
+  static_assert(tile.supported, "no sm90 decode tile for this head dim");
+  return launch_decode_config<Element, DecodeTraits<kHeadDim, tile.block_n, tile.stages>>(kp,
+                                                                                        stream);
 }
 
 }  // namespace flashattn_cu::sm90

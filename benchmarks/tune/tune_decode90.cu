@@ -1,0 +1,211 @@
+// Configuration sweep for the sm90a decode kernel (sm90/decode_kernel.h), torch-free: bf16
+// decode steps (one query of 32 heads over 8 kv heads, contiguous cache, every key visible) at
+// batch 1 / 8 / 64 and 32k / 128k keys, d 64 and 128, for several (keys per block, ring stages)
+// instances, each with the split count the library's heuristic gives it on this GPU (slots = the
+// instance's CTAs per SM x SMs) and the split combine after it; GB/s of K and V (median of 20,
+// CUDA events) beside the device-to-device copy rate, each instance's output checked against
+// the library configuration's. Build and run (device):
+//   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 \
+//        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
+//        benchmarks/tune/tune_decode90.cu csrc/flash/tma_host.cu csrc/flash/fwd/combine.cu \
+//        -o /tmp/tune_decode90 && /tmp/tune_decode90
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "fwd/combine_launch.h"
+#include "harness.h"
+#include "problem/kv_cache.h"
+#include "sm90/decode_launch.h"
+
+namespace fa = flashattn_cu;
+
+namespace flashattn_cu {
+Status cuda_status(cudaError_t err) {
+  return err == cudaSuccess ? Status::kSuccess : Status::kLaunchFailed;
+}
+}  // namespace flashattn_cu
+
+namespace {
+
+constexpr int kHeads = 32, kHeadsK = 8, kGroup = kHeads / kHeadsK;
+
+__global__ void max_abs_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n,
+                             float* out) {
+  float m = 0.f;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const float d = fabsf(__bfloat162float(a[i]) - __bfloat162float(b[i]));
+    m = d != d ? INFINITY : fmaxf(m, d);  // NaN counts as infinitely wrong
+  }
+  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));
+}
+
+__global__ void fill_int(int* x, int n, int value) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = value;
+}
+
+template <typename Fn>
+float median_ms(const Fn& fn, int reps = 20) {
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int i = 0; i < reps + 3; ++i) {
+    CHECK(cudaEventRecord(a));
+    fn();
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0.f;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (i >= 3) t.push_back(ms);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Buffers {
+  __nv_bfloat16 *q, *k, *v, *o, *o_ref;
+  float *lse, *work, *diff;
+  int* seqlens;
+};
+
+int g_sms = 132;
+size_t g_kv_elems = 0;  // elements of each of the K and V buffers
+
+// One decode call as dispatch.cu builds it (GQA packed: 4 rows per kv head), with `splits`.
+fa::FwdKvcacheKernelParams make_params(const Buffers& b, int d, int batch, int keys, int splits) {
+  fa::FwdParams p;
+  p.batch = batch;
+  p.seqlen_q = kGroup;  // packed: the group's query heads as rows
+  p.seqlen_k = keys;
+  p.num_heads = p.num_heads_k = kHeadsK;
+  p.head_dim = d;
+  p.q = b.q;
+  p.k = b.k;
+  p.v = b.v;
+  p.o = b.o;
+  p.lse = b.lse;
+  p.q_head_stride = p.o_head_stride = d;
+  p.q_row_stride = p.o_row_stride = static_cast<int64_t>(kHeads) * d;  // the call's (1 query)
+  p.q_batch_stride = p.o_batch_stride = static_cast<int64_t>(kHeads) * d;
+  p.k_head_stride = p.v_head_stride = d;
+  p.k_row_stride = p.v_row_stride = static_cast<int64_t>(kHeadsK) * d;
+  p.k_batch_stride = p.v_batch_stride = static_cast<int64_t>(kHeadsK) * d * keys;
+  p.softmax_scale = 1.f / std::sqrt(static_cast<float>(d));
+  p.dtype = fa::DType::kBFloat16;
+  p.seqused_k = b.seqlens;
+  fa::FwdKvcacheKernelParams kp;
+  static_cast<fa::FwdKernelParams&>(kp) = fa::make_fwd_kernel_params(p);
+  kp.kv = fa::KvcacheKernelFields{};
+  kp.kv.batch_cache = batch;
+  kp.kv.pack_group = kGroup;
+  kp.kv.num_splits = splits;
+  kp.kv.partial_rows = static_cast<int64_t>(batch) * kHeads;
+  kp.kv.lse_partial = splits > 1 ? b.work : nullptr;
+  kp.kv.o_partial = splits > 1 ? b.work + static_cast<size_t>(fa::kMaxSplits) * batch * kHeads : nullptr;
+  return kp;
+}
+
+template <typename Traits>
+int ctas_per_sm() {
+  int n = 0;
+  CHECK(cudaFuncSetAttribute(fa::sm90::decode_kernel<__nv_bfloat16, Traits>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &n, fa::sm90::decode_kernel<__nv_bfloat16, Traits>, Traits::kNThreads, Traits::kSmemBytes));
+  return n;
+}
+
+// One call: the decode kernel, then the combine with several splits.
+template <typename Traits>
+fa::Status run(const fa::FwdKvcacheKernelParams& kp, int batch) {
+  fa::Status st = fa::sm90::launch_decode_config<__nv_bfloat16, Traits>(kp, 0);
+  if (st != fa::Status::kSuccess || kp.kv.num_splits == 1) return st;
+  fa::FwdKvcacheKernelParams combine = kp;
+  combine.p.seqlen_q = 1;
+  combine.p.num_heads = kHeads;
+  return fa::forward::launch_split_combine(combine, 0);
+}
+
+template <int kHeadDim, typename Traits, typename LibTraits>
+void sweep(const char* name, const Buffers& b, double copy_gbs) {
+  const int per_sm = ctas_per_sm<Traits>();
+  for (int batch : {1, 8, 64}) {
+    for (int keys : {32768, 131072}) {
+      const double kv_bytes = 2.0 * batch * keys * kHeadsK * kHeadDim * 2;
+      if (size_t{1} * batch * keys * kHeadsK * kHeadDim > g_kv_elems) continue;  // too large
+      fill_int<<<(batch + 127) / 128, 128>>>(b.seqlens, batch, keys);
+      const int n_blocks = (keys + Traits::kBlockN - 1) / Traits::kBlockN;
+      const int splits = std::min(fa::num_splits_heuristic(int64_t{batch} * kHeadsK,
+                                                           per_sm * g_sms, n_blocks),
+                                  n_blocks);
+      const int lib_blocks = (keys + LibTraits::kBlockN - 1) / LibTraits::kBlockN;
+      const int lib_splits = std::min(
+          fa::num_splits_heuristic(int64_t{batch} * kHeadsK, g_sms, lib_blocks), lib_blocks);
+      fa::FwdKvcacheKernelParams ref = make_params(b, kHeadDim, batch, keys, lib_splits);
+      ref.p.o = b.o_ref;
+      CHECK(cudaMemset(b.o_ref, 0xff, size_t{2} * batch * kHeads * kHeadDim));
+      if (run<LibTraits>(ref, batch) != fa::Status::kSuccess) std::printf("library launch failed\n");
+      fa::FwdKvcacheKernelParams kp = make_params(b, kHeadDim, batch, keys, splits);
+      CHECK(cudaMemset(b.o, 0xff, size_t{2} * batch * kHeads * kHeadDim));  // NaN poison
+      if (run<Traits>(kp, batch) != fa::Status::kSuccess) {
+        std::printf("%-22s launch failed\n", name);
+        continue;
+      }
+      CHECK(cudaMemset(b.diff, 0, 4));
+      max_abs_diff<<<64, 256>>>(b.o, b.o_ref, size_t{1} * batch * kHeads * kHeadDim, b.diff);
+      float diff = 0.f;
+      CHECK(cudaMemcpy(&diff, b.diff, 4, cudaMemcpyDeviceToHost));
+      const float ms = median_ms([&] { run<Traits>(kp, batch); });
+      const double gbs = kv_bytes / (ms * 1e-3) / 1e9;
+      std::printf("%-22s d=%3d batch=%2d keys=%6d ctas/sm=%d splits=%3d: %6.0f GB/s (%3.0f%% of "
+                  "copy)  max|diff| %.2e\n",
+                  name, kHeadDim, batch, keys, per_sm, splits, gbs, 100 * gbs / copy_gbs, diff);
+    }
+  }
+}
+
+}  // namespace
+
+int main() {
+  CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
+  // The largest cache of the sweep: batch 64 x 32k keys x 8 heads x d 128, or batch 8 x 128k.
+  const size_t kv = size_t{64} * 32768 * kHeadsK * 128;
+  g_kv_elems = kv;
+  Buffers b;
+  CHECK(cudaMalloc(&b.k, kv * 2));
+  CHECK(cudaMalloc(&b.v, kv * 2));
+  CHECK(cudaMalloc(&b.q, size_t{64} * kHeads * 128 * 2));
+  CHECK(cudaMalloc(&b.o, size_t{64} * kHeads * 128 * 2));
+  CHECK(cudaMalloc(&b.o_ref, size_t{64} * kHeads * 128 * 2));
+  CHECK(cudaMalloc(&b.lse, size_t{64} * kHeads * 4));
+  CHECK(cudaMalloc(&b.work, size_t{fa::kMaxSplits} * 64 * kHeads * (128 + 1) * 4));
+  CHECK(cudaMalloc(&b.diff, 4));
+  CHECK(cudaMalloc(&b.seqlens, 64 * 4));
+  fill_random<<<1024, 256>>>(b.k, kv, 1u);
+  fill_random<<<1024, 256>>>(b.v, kv, 2u);
+  fill_random<<<64, 256>>>(b.q, size_t{64} * kHeads * 128, 3u);
+  CHECK(cudaDeviceSynchronize());
+  const float copy_ms = median_ms([&] {
+    CHECK(cudaMemcpyAsync(b.v, b.k, kv * 2, cudaMemcpyDeviceToDevice));
+  });
+  const double copy_gbs = 2.0 * kv * 2 / (copy_ms * 1e-3) / 1e9;
+  fill_random<<<1024, 256>>>(b.v, kv, 2u);
+  std::printf("device-to-device copy (read + write): %.0f GB/s\n", copy_gbs);
+
+  using namespace fa::sm90;
+  using Lib128 = DecodeTraits<128, fa::decode_tile_sm90(128).block_n, fa::decode_tile_sm90(128).stages>;
+  using Lib64 = DecodeTraits<64, fa::decode_tile_sm90(64).block_n, fa::decode_tile_sm90(64).stages>;
+  sweep<128, Lib128, Lib128>("d128 library", b, copy_gbs);
+  sweep<128, DecodeTraits<128, 32, 4>, Lib128>("d128 32 keys x4", b, copy_gbs);
+  sweep<128, DecodeTraits<128, 64, 4>, Lib128>("d128 64 keys x4", b, copy_gbs);
+  sweep<128, DecodeTraits<128, 16, 8>, Lib128>("d128 16 keys x8", b, copy_gbs);
+  sweep<64, Lib64, Lib64>("d64 library", b, copy_gbs);
+  sweep<64, DecodeTraits<64, 64, 4>, Lib64>("d64 64 keys x4", b, copy_gbs);
+  sweep<64, DecodeTraits<64, 128, 4>, Lib64>("d64 128 keys x4", b, copy_gbs);
+  sweep<64, DecodeTraits<64, 32, 8>, Lib64>("d64 32 keys x8", b, copy_gbs);
+  return 0;
+}
