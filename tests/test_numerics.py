@@ -88,6 +88,21 @@ def flash_design_grads(q, k, v, causal, dout, out):
     return dq, dk, dv
 
 
+def assert_grads_on_offset_inputs(q1, k1, v, causal, dout, out1, grads1, what):
+    """Gradients against float64 on inputs with logit offsets (q and k's offset column gets a
+    real gradient there); baseline: the larger error of the fp32-scores computation and of the
+    FlashAttention backward in float64 with D from the rounded output (flash_design_grads: a
+    large k column amplifies that one rounding): each carries one of the kernel's roundings."""
+    _, _, g64 = ref64(q1, k1, v, causal, dout)
+    _, gfp32 = fp32_scores_baseline(q1, k1, v, causal, dout)
+    gflash = flash_design_grads(q1, k1, v, causal, dout, out1)
+    for name, g, r, b1, b2 in zip(("dq", "dk", "dv"), grads1, g64, gfp32, gflash):
+        err = max_abs_diff(g, r)
+        base = max(max_abs_diff(b1, r), max_abs_diff(b2, r))
+        assert err <= 3 * base + 1e-4, (
+            f"{name} {what}: max|ours - ref| = {err:.3e} > 3 * {base:.3e} + 1e-4")
+
+
 def assert_finite(*tensors):
     for t in tensors:
         assert torch.isfinite(t).all(), "non-finite values"
@@ -134,19 +149,8 @@ def test_constant_logit_offset(dtype, causal):
         f"lse - offset: max|ours - ref| = {err:.3e} > 2 * {pt_err:.3e} + 1e-5 + {fp32_limit:.2e}")
     assert torch.isfinite(lse1).all()
 
-    # Gradients, against float64 on the offset inputs themselves (q and k's last column gets a
-    # real gradient there); baseline: the FlashAttention backward in float64 with D from the
-    # rounded output (flash_design_grads: the k column of 256 amplifies that one rounding).
-    # Each baseline carries one of the kernel's roundings (fp32 scores and 16-bit P; D from the
-    # rounded output): the rule takes the larger of their errors.
-    _, _, g64 = ref64(q1, k1, v, causal, dout)
-    _, gfp32 = fp32_scores_baseline(q1, k1, v, causal, dout)
-    gflash = flash_design_grads(q1, k1, v, causal, dout, out1)
-    for name, g, r, b1, b2 in zip(("dq", "dk", "dv"), grads1, g64, gfp32, gflash):
-        err = max_abs_diff(g, r)
-        base = max(max_abs_diff(b1, r), max_abs_diff(b2, r))
-        assert err <= 3 * base + 1e-4, (
-            f"{name} with offset: max|ours - ref| = {err:.3e} > 3 * {base:.3e} + 1e-4")
+    # Gradients on the offset inputs themselves (the k column of 256 amplifies D's rounding).
+    assert_grads_on_offset_inputs(q1, k1, v, causal, dout, out1, grads1, "with offset")
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
@@ -184,14 +188,8 @@ def test_row_offsets_around_the_fused_exponent_limit(dtype):
         fp32_limit = 2 * 2.0 ** (13 - 23) * d ** -0.5 + 2 * 2.0 ** (10 - 23)
         assert err <= 2 * pt_err + 1e-5 + fp32_limit, (
             f"lse - offset: max|ours - ref| = {err:.3e} > 2 * {pt_err:.3e} + 1e-5 + {fp32_limit:.2e}")
-        _, _, g64 = ref64(q1, k1, v, causal, dout)
-        _, gfp32 = fp32_scores_baseline(q1, k1, v, causal, dout)
-        gflash = flash_design_grads(q1, k1, v, causal, dout, out1)
-        for name, g, r, b1, b2 in zip(("dq", "dk", "dv"), grads1, g64, gfp32, gflash):
-            err = max_abs_diff(g, r)
-            base = max(max_abs_diff(b1, r), max_abs_diff(b2, r))
-            assert err <= 3 * base + 1e-4, (
-                f"{name} with row offsets (causal={causal}): {err:.3e} > 3 * {base:.3e} + 1e-4")
+        assert_grads_on_offset_inputs(q1, k1, v, causal, dout, out1, grads1,
+                                      f"with row offsets (causal={causal})")
 
 
 # --------------------------------------------------------------------------------------------

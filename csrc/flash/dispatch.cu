@@ -276,7 +276,7 @@ KvcacheParams pack_gqa(const KvcacheParams& in) {
 bool decode_sm90_ok(const KvcacheParams& p, const DeviceInfo& dev) {
   if (!use_sm90a(dev)) return false;
   const DecodeTileSm90 tile = decode_tile_sm90(round_head_dim(p.head_dim));
-  if (!tile.supported || p.seqlen_q > 16 || p.cu_seqlens_q != nullptr || p.k_new != nullptr ||
+  if (!tile.supported || p.seqlen_q > kDecodeRowsSm90 || p.cu_seqlens_q != nullptr || p.k_new != nullptr ||
       p.seqlen_k <= 0) {
     return false;
   }
@@ -287,24 +287,17 @@ bool decode_sm90_ok(const KvcacheParams& p, const DeviceInfo& dev) {
       (p.cache_leftpad != nullptr || p.page_size % tile.block_n != 0)) {
     return false;
   }
-  const int64_t rows = p.block_table != nullptr ? p.page_size : p.seqlen_k;
-  const int64_t entries = p.block_table != nullptr ? p.num_pages : p.batch_cache;
-  auto ok = [](int64_t extent, int64_t stride) {
-    return extent == 1 || (stride > 0 && stride < (int64_t{1} << 39));
-  };
-  return ok(rows, p.k_row_stride) && ok(p.num_heads_k, p.k_head_stride) &&
-         ok(entries, p.k_batch_stride) && ok(rows, p.v_row_stride) &&
-         ok(p.num_heads_k, p.v_head_stride) && ok(entries, p.v_batch_stride);
+  return p.block_table != nullptr ? sm90::kv_maps_ok(p, p.page_size, p.num_pages)
+                                  : sm90::kv_maps_ok(p, p.seqlen_k, p.batch_cache);
 }
 
 // The split count on `dev` for the (packed) call p: problem/kv_cache.h. Two blocks per SM run
 // the sm80 kvcache tiles (tiles.h: fwd_tile_sm80_kvcache, shared memory), one the sm90a decode
 // kernel's 16-row tiles (decode_sm90_ok).
-int kvcache_splits(const KvcacheParams& p, const DeviceInfo& dev) {
-  const bool decode90 = decode_sm90_ok(p, dev);
+int kvcache_splits(const KvcacheParams& p, const DeviceInfo& dev, bool decode90) {
   const FwdTile tile =
       fwd_tile_sm80_kvcache(round_head_dim(p.head_dim), dev.smem_optin < kLargeSmemBytes);
-  const int block_m = decode90 ? 16 : tile.block_m;
+  const int block_m = decode90 ? kDecodeRowsSm90 : tile.block_m;
   const int block_n = decode90 ? decode_tile_sm90(round_head_dim(p.head_dim)).block_n : tile.block_n;
   const int n_blocks = ceil_div(p.seqlen_k, block_n);
   int splits = p.num_splits;
@@ -424,7 +417,8 @@ int fwd_kvcache_num_splits(const KvcacheParams& params) {
     if (params.num_splits <= 0) return 1;
     dev.smem_optin = kLargeSmemBytes;
   }
-  return kvcache_splits(pack_gqa(params), dev);
+  const KvcacheParams p = pack_gqa(params);
+  return kvcache_splits(p, dev, decode_sm90_ok(p, dev));
 }
 
 size_t fwd_kvcache_workspace_bytes(const KvcacheParams& params) {
@@ -437,28 +431,21 @@ size_t fwd_kvcache_workspace_bytes(const KvcacheParams& params) {
 
 namespace {
 
-struct FwdKvcacheRunner {
+// The kvcache kernel of the instance: the sm90a decode kernel when decode_sm90_ok chose it,
+// else the sm80 one.
+struct KvcacheRunner {
   const FwdKvcacheKernelParams& kp;
   bool small_smem;
-  cudaStream_t stream;
-  template <typename Element, int kHeadDim>
-  Status run() const {
-    return sm80::run_fwd_kvcache<Element, kHeadDim>(kp, small_smem, stream);
-  }
-};
-
-struct DecodeRunner {
-  const FwdKvcacheKernelParams& kp;
-  bool small_smem;
+  bool decode90;
   cudaStream_t stream;
   template <typename Element, int kHeadDim>
   Status run() const {
 #if FLASHATTN_CU_HAS_SM90A
     if constexpr (decode_tile_sm90(kHeadDim).supported) {
-      return sm90::run_decode<Element, kHeadDim>(kp, stream);
+      if (decode90) return sm90::run_decode<Element, kHeadDim>(kp, stream);
     }
 #endif
-    return sm80::run_fwd_kvcache<Element, kHeadDim>(kp, small_smem, stream);  // not reached
+    return sm80::run_fwd_kvcache<Element, kHeadDim>(kp, small_smem, stream);
   }
 };
 
@@ -473,7 +460,8 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
   st = query_device(&dev);
   if (st != Status::kSuccess) return st;
   const KvcacheParams p = pack_gqa(params);
-  const int splits = kvcache_splits(p, dev);
+  const bool decode90 = decode_sm90_ok(p, dev);
+  const int splits = kvcache_splits(p, dev, decode90);
   const KvcacheWorkspace ws = kvcache_workspace(params, splits);
   if (ws.bytes > 0 && !pointer_ok(params.workspace, true)) return Status::kInvalidArgument;
   char* workspace = static_cast<char*>(params.workspace);
@@ -523,9 +511,7 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
       params.is_causal || params.window_left >= 0 || params.window_right >= 0;
 
   const bool small_smem = dev.smem_optin < kLargeSmemBytes;
-  st = decode_sm90_ok(p, dev)
-           ? dispatch_instance(p.dtype, p.head_dim, DecodeRunner{kp, small_smem, stream})
-           : dispatch_instance(p.dtype, p.head_dim, FwdKvcacheRunner{kp, small_smem, stream});
+  st = dispatch_instance(p.dtype, p.head_dim, KvcacheRunner{kp, small_smem, decode90, stream});
   if (st != Status::kSuccess || splits == 1) return st;
   // The partials' rows are the call's lse rows (batch, heads, seqlen_q), unpacked.
   FwdKvcacheKernelParams combine = kp;
