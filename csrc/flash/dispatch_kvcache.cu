@@ -55,7 +55,7 @@ KvcacheParams pack_gqa(const KvcacheParams& in) {
 bool decode_sm90_ok(const KvcacheParams& p, const DeviceInfo& dev) {
   if (!use_sm90a(dev)) return false;
   const DecodeTileSm90 tile = decode_tile_sm90(round_head_dim(p.head_dim));
-  if (!tile.supported || p.seqlen_q > 16 || p.cu_seqlens_q != nullptr || p.seqlen_k <= 0) {
+  if (!tile.supported || p.seqlen_q > kDecodeRowsSm90 || p.cu_seqlens_q != nullptr || p.seqlen_k <= 0) {
     return false;
   }
   // Pages smaller than a key block would take one TMA box each: the kernel handles them (16-row
@@ -65,24 +65,17 @@ bool decode_sm90_ok(const KvcacheParams& p, const DeviceInfo& dev) {
       (p.cache_leftpad != nullptr || p.page_size % tile.block_n != 0)) {
     return false;
   }
-  const int64_t rows = p.block_table != nullptr ? p.page_size : p.seqlen_k;
-  const int64_t entries = p.block_table != nullptr ? p.num_pages : p.batch_cache;
-  auto ok = [](int64_t extent, int64_t stride) {
-    return extent == 1 || (stride > 0 && stride < (int64_t{1} << 39));
-  };
-  return ok(rows, p.k_row_stride) && ok(p.num_heads_k, p.k_head_stride) &&
-         ok(entries, p.k_batch_stride) && ok(rows, p.v_row_stride) &&
-         ok(p.num_heads_k, p.v_head_stride) && ok(entries, p.v_batch_stride);
+  return p.block_table != nullptr ? sm90::kv_maps_ok(p, p.page_size, p.num_pages)
+                                  : sm90::kv_maps_ok(p, p.seqlen_k, p.batch_cache);
 }
 
 // The split count on `dev` for the (packed) call p: problem/kv_cache.h. Two blocks per SM run
 // the sm80 kvcache tiles (tiles.h: fwd_tile_sm80_kvcache, shared memory), one the sm90a decode
 // kernel's 16-row tiles (decode_sm90_ok).
-int kvcache_splits(const KvcacheParams& p, const DeviceInfo& dev) {
-  const bool decode90 = decode_sm90_ok(p, dev);
+int kvcache_splits(const KvcacheParams& p, const DeviceInfo& dev, bool decode90) {
   const FwdTile tile =
       fwd_tile_sm80_kvcache(round_head_dim(p.head_dim), dev.smem_optin < kLargeSmemBytes);
-  const int block_m = decode90 ? 16 : tile.block_m;
+  const int block_m = decode90 ? kDecodeRowsSm90 : tile.block_m;
   const int block_n = decode90 ? decode_tile_sm90(round_head_dim(p.head_dim)).block_n : tile.block_n;
   const int n_blocks = ceil_div(p.seqlen_k, block_n);
   int splits = p.num_splits;
@@ -114,11 +107,11 @@ int64_t kvcache_lse_rows(const KvcacheParams& p) {
                                    : static_cast<int64_t>(p.batch) * p.num_heads * p.seqlen_q;
 }
 
-// Whether the (packed) call p runs the standalone append with rotary ahead of the sm90 decode
-// kernel, which then reads q rotated from the workspace: (batch, seqlen_q, heads, d) of the
-// unpacked call, contiguous.
-bool rotated_q_copy(const KvcacheParams& p, const DeviceInfo& dev) {
-  return p.k_new != nullptr && p.rotary_cos != nullptr && decode_sm90_ok(p, dev);
+// Whether the (packed) call p, on the sm90 decode kernel (decode90), runs the standalone append
+// with rotary ahead of it, which then reads q rotated from the workspace: (batch, seqlen_q,
+// heads, d) of the unpacked call, contiguous.
+bool rotated_q_copy(const KvcacheParams& p, bool decode90) {
+  return decode90 && p.k_new != nullptr && p.rotary_cos != nullptr;
 }
 
 // p: the unpacked call; q_copy: rotated_q_copy of it.
@@ -220,24 +213,32 @@ DeviceInfo sizing_device() {
   return dev;
 }
 
-int num_splits_on(const KvcacheParams& params, const DeviceInfo& dev) {
-  if (dev.sm_count <= 0 && params.num_splits <= 0) return 1;
-  return kvcache_splits(pack_gqa(params), dev);
+// The split count and whether the decode kernel runs, as fwd_kvcache decides them.
+struct KvcachePlan {
+  int splits;
+  bool q_copy;
+};
+
+KvcachePlan plan_on(const KvcacheParams& params, const DeviceInfo& dev) {
+  const KvcacheParams p = pack_gqa(params);
+  const bool decode90 = decode_sm90_ok(p, dev);
+  const int splits = dev.sm_count <= 0 && params.num_splits <= 0
+                         ? 1
+                         : kvcache_splits(p, dev, decode90);
+  return KvcachePlan{splits, rotated_q_copy(p, decode90)};
 }
 
 }  // namespace
 
 int fwd_kvcache_num_splits(const KvcacheParams& params) {
   if (!kvcache_shape_ok(params)) return 1;
-  return num_splits_on(params, sizing_device());
+  return plan_on(params, sizing_device()).splits;
 }
 
 size_t fwd_kvcache_workspace_bytes(const KvcacheParams& params) {
   if (!kvcache_shape_ok(params)) return 0;
-  const DeviceInfo dev = sizing_device();
-  return kvcache_workspace(params, num_splits_on(params, dev),
-                           rotated_q_copy(pack_gqa(params), dev))
-      .bytes;
+  const KvcachePlan plan = plan_on(params, sizing_device());
+  return kvcache_workspace(params, plan.splits, plan.q_copy).bytes;
 }
 
 namespace {
@@ -271,9 +272,9 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
   st = query_device(&dev);
   if (st != Status::kSuccess) return st;
   const KvcacheParams p = pack_gqa(params);
-  const int splits = kvcache_splits(p, dev);
   const bool decode90 = decode_sm90_ok(p, dev);
-  const bool q_copy = rotated_q_copy(p, dev);
+  const int splits = kvcache_splits(p, dev, decode90);
+  const bool q_copy = rotated_q_copy(p, decode90);
   const KvcacheWorkspace ws = kvcache_workspace(params, splits, q_copy);
   if (ws.bytes > 0 && !pointer_ok(params.workspace, true)) return Status::kInvalidArgument;
   char* workspace = static_cast<char*>(params.workspace);

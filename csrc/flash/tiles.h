@@ -232,6 +232,10 @@ struct DecodeTileSm90 {
   int stages;
 };
 
+// Query rows of a decode CTA (one mma.sync row tile): the most packed rows a call may have to
+// take the kernel (dispatch.cu decode_sm90_ok).
+constexpr int kDecodeRowsSm90 = 16;
+
 __host__ __device__ constexpr DecodeTileSm90 decode_tile_sm90(int head_dim) {
   if (head_dim == 64) return DecodeTileSm90{true, 64, 8};
   if (head_dim == 128) return DecodeTileSm90{true, 32, 8};

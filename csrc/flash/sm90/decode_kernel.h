@@ -49,6 +49,7 @@
 #include "../ptx/sync.h"
 #include "../ptx/tma.h"
 #include "../ptx/wgmma.h"
+#include "../tiles.h"
 
 namespace flashattn_cu::sm90 {
 
@@ -65,7 +66,7 @@ struct DecodeTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
-  static constexpr int kBlockM = 16;  // query rows of a CTA: one mma.sync row tile
+  static constexpr int kBlockM = kDecodeRowsSm90;  // query rows of a CTA (tiles.h)
   static constexpr int kConsumerWarps = 4;
   static constexpr int kProducerWarp = kConsumerWarps;
   static constexpr int kNThreads = 32 * (kConsumerWarps + 1);

@@ -8,7 +8,11 @@
 
 #include "flashattn_cu/flashattn_cu.h"
 
-#include "../problem/params.h"
+namespace flashattn_cu {
+// problem/params.h (a declaration here: this header is also read by the torch binding's C++
+// compiler, which should not see the device headers params.h brings in).
+struct FwdKvcacheKernelParams;
+}  // namespace flashattn_cu
 
 namespace flashattn_cu::sm90 {
 
@@ -40,19 +44,27 @@ inline TmaExtents tma_extents(const FwdParams& p) {
   return varlen ? TmaExtents{p.total_q, p.total_k, 1} : TmaExtents{p.seqlen_q, p.seqlen_k, p.batch};
 }
 
+// A map dimension of `extent` indices `stride` elements apart: never stepped (extent 1), or a
+// positive stride below the maps' 2^40 bytes.
+inline bool tma_stride_ok(int64_t extent, int64_t stride) {
+  return extent == 1 || (stride > 0 && stride < (int64_t{1} << 39));
+}
+
+// The K and V maps (d, rows, heads_k, entries) with the call's k / v strides.
+inline bool kv_maps_ok(const AttnParams& p, int64_t rows, int64_t entries) {
+  return tma_stride_ok(rows, p.k_row_stride) && tma_stride_ok(p.num_heads_k, p.k_head_stride) &&
+         tma_stride_ok(entries, p.k_batch_stride) && tma_stride_ok(rows, p.v_row_stride) &&
+         tma_stride_ok(p.num_heads_k, p.v_head_stride) &&
+         tma_stride_ok(entries, p.v_batch_stride);
+}
+
 inline bool fwd_tma_ok(const FwdParams& p) {
   const bool varlen = p.cu_seqlens_q != nullptr;
   if (p.seqlen_k <= 0 || (varlen && (p.total_k <= 0 || p.total_q <= 0))) return false;
   if (p.q == nullptr || p.k == nullptr || p.v == nullptr) return false;
   const TmaExtents e = tma_extents(p);
-  auto ok = [](int64_t extent, int64_t stride) {
-    return extent == 1 || (stride > 0 && stride < (int64_t{1} << 39));
-  };
-  return ok(e.q_rows, p.q_row_stride) && ok(p.num_heads, p.q_head_stride) &&
-         ok(e.batch, p.q_batch_stride) && ok(e.k_rows, p.k_row_stride) &&
-         ok(p.num_heads_k, p.k_head_stride) && ok(e.batch, p.k_batch_stride) &&
-         ok(e.k_rows, p.v_row_stride) && ok(p.num_heads_k, p.v_head_stride) &&
-         ok(e.batch, p.v_batch_stride);
+  return tma_stride_ok(e.q_rows, p.q_row_stride) && tma_stride_ok(p.num_heads, p.q_head_stride) &&
+         tma_stride_ok(e.batch, p.q_batch_stride) && kv_maps_ok(p, e.k_rows, e.batch);
 }
 
 // Test hook (sm90/selftest.cu): copies a rows x cols 16-bit matrix (row stride in elements, a
