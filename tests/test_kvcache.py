@@ -115,6 +115,9 @@ CASES = {
     "q5_batch_idx": (5, 2, (8, 8), None, {"batch_idx": True, "causal": True}),
     "q1_softcap_alibi": (1, 1, (8, 2), None, {"softcap": 30.0, "alibi": True}),
     "q7_window_both_sides": (7, 3, (4, 2), 64, {"window": (33, 5)}),
+    # Pages holding whole key blocks, <= 16 packed rows: the sm90 decode kernel after the append.
+    "decode_paged64_rotary_neox": (1, 1, (8, 2), 64, {"rotary": "neox"}),
+    "spec4_new9_paged256_causal_rotary": (4, 9, (8, 2), 256, {"causal": True, "rotary": True}),
 }
 
 
@@ -380,6 +383,8 @@ FUSED_CASES = {
     "q130_new130_mha_paged100": (130, 130, (2, 2), 100, {"causal": True}),
     "q3_alibi_unpacked_gqa": (3, 5, (8, 2), None, {"alibi": True}),  # rule 2's head % group
     "q6_new70_leftpad_batch_idx": (6, 70, (4, 1), None, {"leftpad": True, "batch_idx": True}),
+    "decode_new3_paged256": (1, 3, (8, 2), 256, {}),  # sm90 decode after the append
+    "spec2_paged64_groups8_causal": (2, 2, (16, 2), 64, {"causal": True}),  # 16 packed rows
 }
 ROTARY_MODES = {
     # name: (interleaved, rotary_dim as a fraction of head_dim) or None
