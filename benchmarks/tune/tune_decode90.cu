@@ -1,9 +1,9 @@
 // Configuration sweep for the sm90a decode kernel (sm90/decode_kernel.h), torch-free: bf16
 // decode steps (one query of 32 heads over 8 kv heads, contiguous cache, every key visible) at
-// batch 1 / 8 / 64 and 32k / 128k keys, d 64 and 128, for several (keys per block, ring stages)
-// instances, each with the split count the library's heuristic gives it on this GPU (slots = the
-// instance's CTAs per SM x SMs) and the split combine after it; GB/s of K and V (median of 20,
-// CUDA events) beside the device-to-device copy rate, each instance's output checked against
+// batch 1 / 8 / 64 and 4k / 32k / 128k keys, d 64 and 128, for several (keys per block, ring stages)
+// instances, each with the split count the library's rule gives it on this GPU (slots = the
+// instance's CTAs per SM x SMs; or flash_attn's rule) and the split combine after it; GB/s of K and V (median of 20,
+// CUDA events, L2 flushed before each) beside the device-to-device copy rate, each instance's output checked against
 // the library configuration's. Build and run (device):
 //   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 \
 //        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
@@ -49,11 +49,17 @@ __global__ void fill_int(int* x, int n, int value) {
 
 template <typename Fn>
 float median_ms(const Fn& fn, int reps = 20) {
+  // L2 flushed before each timed call (as triton's do_bench in bench_decode.py): 4k-key caches
+  // fit in the 50 MB L2 and would be read from it.
+  static void* flush = nullptr;
+  constexpr size_t kFlushBytes = size_t{256} << 20;
+  if (flush == nullptr) CHECK(cudaMalloc(&flush, kFlushBytes));
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
   std::vector<float> t;
   for (int i = 0; i < reps + 3; ++i) {
+    CHECK(cudaMemsetAsync(flush, i & 0xff, kFlushBytes));
     CHECK(cudaEventRecord(a));
     fn();
     CHECK(cudaEventRecord(b));
@@ -130,21 +136,28 @@ fa::Status run(const fa::FwdKvcacheKernelParams& kp, int batch) {
   return fa::forward::launch_split_combine(combine, 0);
 }
 
+// The split rule: the library's (problem/kv_cache.h num_splits_one_wave), or flash_attn's
+// (num_splits_heuristic, what the library used before).
+enum class Rule { kOneWave, kFlashAttn };
+
+int splits_by(Rule rule, int64_t tiles, int slots, int n_blocks) {
+  return std::min(rule == Rule::kOneWave ? fa::num_splits_one_wave(tiles, slots, n_blocks)
+                                         : fa::num_splits_heuristic(tiles, slots, n_blocks),
+                  n_blocks);
+}
+
 template <int kHeadDim, typename Traits, typename LibTraits>
-void sweep(const char* name, const Buffers& b, double copy_gbs) {
+void sweep(const char* name, const Buffers& b, double copy_gbs, Rule rule = Rule::kOneWave) {
   const int per_sm = ctas_per_sm<Traits>();
   for (int batch : {1, 8, 64}) {
-    for (int keys : {32768, 131072}) {
+    for (int keys : {4096, 32768, 131072}) {
       const double kv_bytes = 2.0 * batch * keys * kHeadsK * kHeadDim * 2;
       if (size_t{1} * batch * keys * kHeadsK * kHeadDim > g_kv_elems) continue;  // too large
       fill_int<<<(batch + 127) / 128, 128>>>(b.seqlens, batch, keys);
       const int n_blocks = (keys + Traits::kBlockN - 1) / Traits::kBlockN;
-      const int splits = std::min(fa::num_splits_heuristic(int64_t{batch} * kHeadsK,
-                                                           per_sm * g_sms, n_blocks),
-                                  n_blocks);
+      const int splits = splits_by(rule, int64_t{batch} * kHeadsK, per_sm * g_sms, n_blocks);
       const int lib_blocks = (keys + LibTraits::kBlockN - 1) / LibTraits::kBlockN;
-      const int lib_splits = std::min(
-          fa::num_splits_heuristic(int64_t{batch} * kHeadsK, g_sms, lib_blocks), lib_blocks);
+      const int lib_splits = splits_by(Rule::kOneWave, int64_t{batch} * kHeadsK, g_sms, lib_blocks);
       fa::FwdKvcacheKernelParams ref = make_params(b, kHeadDim, batch, keys, lib_splits);
       ref.p.o = b.o_ref;
       CHECK(cudaMemset(b.o_ref, 0xff, size_t{2} * batch * kHeads * kHeadDim));
@@ -199,13 +212,15 @@ int main() {
   using namespace fa::sm90;
   using Lib128 = DecodeTraits<128, fa::decode_tile_sm90(128).block_n, fa::decode_tile_sm90(128).stages>;
   using Lib64 = DecodeTraits<64, fa::decode_tile_sm90(64).block_n, fa::decode_tile_sm90(64).stages>;
+  // Session 20: 4 stages (64 KB in flight) won over 8 on every shape (tiles.h); the rows below
+  // compare the split rules and half that in flight.
   sweep<128, Lib128, Lib128>("d128 library", b, copy_gbs);
-  sweep<128, DecodeTraits<128, 32, 4>, Lib128>("d128 32 keys x4", b, copy_gbs);
-  sweep<128, DecodeTraits<128, 64, 4>, Lib128>("d128 64 keys x4", b, copy_gbs);
-  sweep<128, DecodeTraits<128, 16, 8>, Lib128>("d128 16 keys x8", b, copy_gbs);
+  sweep<128, Lib128, Lib128>("d128 library, fa rule", b, copy_gbs, Rule::kFlashAttn);
+  sweep<128, DecodeTraits<128, 16, 4>, Lib128>("d128 16 keys x4", b, copy_gbs);
+  sweep<128, DecodeTraits<128, 32, 8>, Lib128>("d128 32 keys x8", b, copy_gbs);
   sweep<64, Lib64, Lib64>("d64 library", b, copy_gbs);
-  sweep<64, DecodeTraits<64, 64, 4>, Lib64>("d64 64 keys x4", b, copy_gbs);
-  sweep<64, DecodeTraits<64, 128, 4>, Lib64>("d64 128 keys x4", b, copy_gbs);
-  sweep<64, DecodeTraits<64, 32, 8>, Lib64>("d64 32 keys x8", b, copy_gbs);
+  sweep<64, Lib64, Lib64>("d64 library, fa rule", b, copy_gbs, Rule::kFlashAttn);
+  sweep<64, DecodeTraits<64, 32, 4>, Lib64>("d64 32 keys x4", b, copy_gbs);
+  sweep<64, DecodeTraits<64, 64, 8>, Lib64>("d64 64 keys x8", b, copy_gbs);
   return 0;
 }

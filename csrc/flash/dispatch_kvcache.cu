@@ -71,7 +71,7 @@ bool decode_sm90_ok(const KvcacheParams& p, const DeviceInfo& dev) {
 
 // The split count on `dev` for the (packed) call p: problem/kv_cache.h. Two blocks per SM run
 // the sm80 kvcache tiles (tiles.h: fwd_tile_sm80_kvcache, shared memory), one the sm90a decode
-// kernel's 16-row tiles (decode_sm90_ok).
+// kernel's 16-row tiles (decode_sm90_ok), split to fill one wave (num_splits_one_wave).
 int kvcache_splits(const KvcacheParams& p, const DeviceInfo& dev, bool decode90) {
   const FwdTile tile =
       fwd_tile_sm80_kvcache(round_head_dim(p.head_dim), dev.smem_optin < kLargeSmemBytes);
@@ -81,7 +81,8 @@ int kvcache_splits(const KvcacheParams& p, const DeviceInfo& dev, bool decode90)
   int splits = p.num_splits;
   if (splits <= 0) {
     const int64_t tiles = query_tile_count(ceil_div(p.seqlen_q, block_m), p.batch, p.num_heads);
-    splits = num_splits_heuristic(tiles, (decode90 ? 1 : 2) * dev.sm_count, n_blocks);
+    splits = decode90 ? num_splits_one_wave(tiles, dev.sm_count, n_blocks)
+                      : num_splits_heuristic(tiles, 2 * dev.sm_count, n_blocks);
   }
   splits = splits < n_blocks ? splits : n_blocks;
   splits = splits < kMaxSplits ? splits : kMaxSplits;

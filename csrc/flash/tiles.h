@@ -223,9 +223,13 @@ __host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90(int head_dim, bool dynam
 
 // The sm90a decode kernel (sm90/decode_kernel.h: split-KV over TMA, 16 query rows, a warp per
 // key block): keys per block and ring stages. A stage is a K and a V tile, 16 KB at both head
-// dims; eight of them (two per consumer warp, which owns its stages; 128 KB, one CTA per SM) keep
-// up to 128 KB per SM in flight, about twice what the bandwidth-latency product of the H200 asks
-// per SM (4.3 TB/s x ~1.5 us / 132 SMs ~ 50 KB). Other head dims run the sm80 kvcache kernel.
+// dims; four of them (one per consumer warp, which owns its stage) keep up to 64 KB per SM in
+// flight (one CTA per SM: registers), a little above the H200's bandwidth-latency product per
+// SM (4.3 TB/s x ~1.5 us / 132 SMs ~ 50 KB). Eight stages (128 KB in flight) were slower on
+// every shape of benchmarks/tune/tune_decode90.cu (H200, bf16, 32/8 heads: d 128 batch 8 32k
+// 3916 -> 4224 GB/s, 128k 4167 -> 4418; d 64 batch 8 128k 3626 -> 4328; batch 64 32k +5-6%;
+// benchmarks/NOTES.md 13.6), as were 64-key d 128 and 128-key d 64 blocks (128 KB too).
+// Other head dims run the sm80 kvcache kernel.
 struct DecodeTileSm90 {
   bool supported;
   int block_n;
@@ -237,8 +241,8 @@ struct DecodeTileSm90 {
 constexpr int kDecodeRowsSm90 = 16;
 
 __host__ __device__ constexpr DecodeTileSm90 decode_tile_sm90(int head_dim) {
-  if (head_dim == 64) return DecodeTileSm90{true, 64, 8};
-  if (head_dim == 128) return DecodeTileSm90{true, 32, 8};
+  if (head_dim == 64) return DecodeTileSm90{true, 64, 4};
+  if (head_dim == 128) return DecodeTileSm90{true, 32, 4};
   return DecodeTileSm90{false, 0, 0};
 }
 

@@ -191,4 +191,20 @@ __host__ __device__ inline int num_splits_heuristic(int64_t tiles, int slots, in
   return 1;
 }
 
+// The split count of the sm90a decode kernel (dispatch_kvcache.cu), whose CTAs stream their keys
+// at memory bandwidth with one CTA per SM: as many splits as one wave holds (every tile split
+// alike, tiles * splits <= slots), so that the most SMs read; one split when the tiles alone
+// nearly fill a wave (>= 80%). A second wave only adds a drain and a refill of each SM's ring.
+// Batch 1 with 8 kv heads on 132 SMs: 16 splits, 128 CTAs (the rule above gives 14: 112 CTAs).
+// At most kMaxSplits and n_blocks.
+__host__ __device__ inline int num_splits_one_wave(int64_t tiles, int slots, int n_blocks,
+                                                   int max_splits = kMaxSplits) {
+  if (tiles <= 0 || slots <= 0 || n_blocks <= 1) return 1;
+  if (static_cast<double>(tiles) >= 0.8 * slots) return 1;
+  int64_t s = slots / tiles;
+  s = s < max_splits ? s : max_splits;
+  s = s < n_blocks ? s : n_blocks;
+  return s > 1 ? static_cast<int>(s) : 1;
+}
+
 }  // namespace flashattn_cu

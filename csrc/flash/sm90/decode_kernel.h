@@ -82,8 +82,8 @@ struct DecodeTraits {
   static constexpr uint32_t kTileBytes = kAtoms * kBlockN * 128;  // one K or V tile
   static constexpr uint32_t kOffK = 0;
   static constexpr uint32_t kOffV = kStages * kTileBytes;
-  static constexpr uint32_t kOffBarriers = 2 * kStages * kTileBytes;
-  // Barriers: per stage full, then per stage empty.
+  static constexpr uint32_t kRingBytes = 2 * kStages * kTileBytes;
+  // Barriers (at kOffBarriers): per stage full, then per stage empty.
   static constexpr int kBarFull = 0;
   static constexpr int kBarEmpty = kStages;
   static constexpr int kNumBarriers = 2 * kStages;
@@ -93,6 +93,8 @@ struct DecodeTraits {
   static constexpr uint32_t kMergeLse = kConsumerWarps * kBlockM * 4;
   static constexpr uint32_t kMergeWeights = kConsumerWarps * kBlockM * 4;
   static constexpr uint32_t kMergeBytes = kMergeO + kMergeLse + kMergeWeights + kBlockM * 4;
+  // The barriers after the ring, or after the merge where it is the larger (short rings).
+  static constexpr uint32_t kOffBarriers = kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes;
   // Q: 16 rows of d columns, rows padded by 16 bytes (ldmatrix without bank conflicts), written
   // by the consumers once, read by every consumer warp's ldmatrix at every key block.
   static constexpr int kQRowBytes = kHeadDim * 2 + 16;
@@ -102,7 +104,6 @@ struct DecodeTraits {
   static_assert(kHeadDim % 64 == 0, "whole 64-column atoms");
   static_assert(kStages % kConsumerWarps == 0, "whole stages per consumer warp");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key blocks of whole k16 steps, box rows <= 256");
-  static_assert(kMergeBytes <= kOffBarriers, "the merge fits in the ring");
   static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
 };
 
