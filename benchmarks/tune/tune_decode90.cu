@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <type_traits>
 #include <vector>
 
 #include "fwd/combine_launch.h"
@@ -133,7 +134,7 @@ fa::Status run(const fa::FwdKvcacheKernelParams& kp, int batch) {
   fa::FwdKvcacheKernelParams combine = kp;
   combine.p.seqlen_q = 1;
   combine.p.num_heads = kHeads;
-  return fa::forward::launch_split_combine(combine, 0);
+  return fa::forward::launch_split_combine(combine, 0, true);
 }
 
 // The split rule: the library's (problem/kv_cache.h num_splits_one_wave), or flash_attn's
@@ -175,8 +176,18 @@ void sweep(const char* name, const Buffers& b, double copy_gbs, Rule rule = Rule
       const float ms = median_ms([&] { run<Traits>(kp, batch); });
       const double gbs = kv_bytes / (ms * 1e-3) / 1e9;
       std::printf("%-22s d=%3d batch=%2d keys=%6d ctas/sm=%d splits=%3d: %6.0f GB/s (%3.0f%% of "
-                  "copy)  max|diff| %.2e\n",
-                  name, kHeadDim, batch, keys, per_sm, splits, gbs, 100 * gbs / copy_gbs, diff);
+                  "copy, %6.1f us)  max|diff| %.2e\n",
+                  name, kHeadDim, batch, keys, per_sm, splits, gbs, 100 * gbs / copy_gbs,
+                  ms * 1e3, diff);
+      if (std::is_same_v<Traits, LibTraits> && rule == Rule::kOneWave && splits > 1) {
+        // The decode kernel without the combine: what the combine (and its launch) costs.
+        const float alone = median_ms([&] {
+          CHECK(cudaGetLastError());
+          fa::sm90::launch_decode_config<__nv_bfloat16, Traits>(kp, 0);
+        });
+        std::printf("%-22s   the decode kernel alone: %6.1f us, the combine %5.1f us\n", "",
+                    alone * 1e3, (ms - alone) * 1e3);
+      }
     }
   }
 }

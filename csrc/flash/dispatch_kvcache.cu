@@ -352,7 +352,8 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
   FwdKvcacheKernelParams combine = kp;
   combine.p.seqlen_q = params.seqlen_q;
   combine.p.num_heads = params.num_heads;
-  return forward::launch_split_combine(combine, stream);
+  // After the sm90 decode kernel, programmatically: it lets the combine in once its walk is done.
+  return forward::launch_split_combine(combine, stream, decode90);
 }
 
 }  // namespace flashattn_cu

@@ -23,12 +23,18 @@ namespace flashattn_cu {
 // last_cuda_error() and taken off the thread's last-error state (it is ours). dispatch.cu.
 Status cuda_status(cudaError_t err);
 
+// How a launch is ordered after the previous work in its stream: whole (the default), or
+// programmatically (PDL, sm_90 and later: the kernel's CTAs may be scheduled before the previous
+// kernel has finished, and the kernel waits for it in ptx::grid_dependency_wait before touching
+// global memory; the previous kernel may let it in early with ptx::launch_dependents).
+enum class StreamOrder { kWhole, kProgrammatic };
+
 // Launches Kernel<<<grid, block, smem_bytes, stream>>>(args...), first raising the kernel's
 // dynamic shared-memory limit on the current device when it needs more than the default 48 KB
 // and has not been raised that far there yet.
 template <auto Kernel, typename... Args>
-Status launch_kernel(dim3 grid, dim3 block, int smem_bytes, cudaStream_t stream,
-                     const Args&... args) {
+Status launch_kernel_ordered(StreamOrder order, dim3 grid, dim3 block, int smem_bytes,
+                             cudaStream_t stream, const Args&... args) {
   if (smem_bytes > 48 * 1024) {
     constexpr int kMaxDevices = 64;
     static std::atomic<int> raised_to[kMaxDevices];  // per device, zero-initialised
@@ -46,7 +52,21 @@ Status launch_kernel(dim3 grid, dim3 block, int smem_bytes, cudaStream_t stream,
   config.blockDim = block;
   config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
   config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  if (order == StreamOrder::kProgrammatic) {
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
   return cuda_status(cudaLaunchKernelEx(&config, Kernel, args...));
+}
+
+template <auto Kernel, typename... Args>
+Status launch_kernel(dim3 grid, dim3 block, int smem_bytes, cudaStream_t stream,
+                     const Args&... args) {
+  return launch_kernel_ordered<Kernel>(StreamOrder::kWhole, grid, block, smem_bytes, stream,
+                                       args...);
 }
 
 // fn(std::integral_constant<int, V>{}) for the kernel variant `variant` (problem/mask.h:
@@ -68,12 +88,19 @@ Status with_variant(int variant, const Fn& fn) {
 // dimension, so batch x heads is never capped at 65535): nothing to launch for 0, kInvalidArgument
 // past the 2^31 - 1 blocks a grid dimension holds.
 template <auto Kernel, typename... Args>
-Status launch_tiles(int64_t blocks, int threads, int smem_bytes, cudaStream_t stream,
-                    const Args&... args) {
+Status launch_tiles_ordered(StreamOrder order, int64_t blocks, int threads, int smem_bytes,
+                            cudaStream_t stream, const Args&... args) {
   if (blocks == 0) return Status::kSuccess;
   if (blocks > INT_MAX) return Status::kInvalidArgument;
-  return launch_kernel<Kernel>(dim3(static_cast<unsigned>(blocks)), dim3(threads), smem_bytes,
-                               stream, args...);
+  return launch_kernel_ordered<Kernel>(order, dim3(static_cast<unsigned>(blocks)), dim3(threads),
+                                       smem_bytes, stream, args...);
+}
+
+template <auto Kernel, typename... Args>
+Status launch_tiles(int64_t blocks, int threads, int smem_bytes, cudaStream_t stream,
+                    const Args&... args) {
+  return launch_tiles_ordered<Kernel>(StreamOrder::kWhole, blocks, threads, smem_bytes, stream,
+                                      args...);
 }
 
 }  // namespace flashattn_cu

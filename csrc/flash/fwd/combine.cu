@@ -10,13 +10,16 @@
 
 namespace flashattn_cu::forward {
 
-Status launch_split_combine(const FwdKvcacheKernelParams& kp, cudaStream_t stream) {
+Status launch_split_combine(const FwdKvcacheKernelParams& kp, cudaStream_t stream,
+                            bool programmatic) {
   const int64_t threads = kp.kv.partial_rows * (kp.p.head_dim / 4);
   const int64_t blocks = ceil_div<int64_t>(threads, kCombineThreads);
+  const StreamOrder order = programmatic ? StreamOrder::kProgrammatic : StreamOrder::kWhole;
   return kp.p.dtype == DType::kBFloat16
-             ? launch_tiles<split_combine_kernel<__nv_bfloat16>>(blocks, kCombineThreads, 0,
-                                                                 stream, kp)
-             : launch_tiles<split_combine_kernel<__half>>(blocks, kCombineThreads, 0, stream, kp);
+             ? launch_tiles_ordered<split_combine_kernel<__nv_bfloat16>>(
+                   order, blocks, kCombineThreads, 0, stream, kp)
+             : launch_tiles_ordered<split_combine_kernel<__half>>(order, blocks, kCombineThreads,
+                                                                  0, stream, kp);
 }
 
 Status launch_kvcache_key_counts(const int* cache_seqlens, const int* leftpad, int seqlen_new,

@@ -17,6 +17,7 @@
 #include "../common/numeric.h"
 #include "../problem/kv_cache.h"  // merged_lse
 #include "../problem/params.h"
+#include "../ptx/sync.h"
 
 namespace flashattn_cu::forward {
 
@@ -29,6 +30,9 @@ __global__ void __launch_bounds__(kCombineThreads)
   const FwdParams& p = kp.p;
   const KvcacheKernelFields& kv = kp.kv;
   const int quads = p.head_dim / 4;
+  // Launched programmatically after the sm90 decode kernel (fwd/combine.cu): its partials are
+  // complete and visible past this wait; launched whole it returns at once.
+  ptx::grid_dependency_wait();
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kCombineThreads + threadIdx.x;
   if (idx >= kv.partial_rows * quads) return;
   const int64_t row = idx / quads;
@@ -37,16 +41,21 @@ __global__ void __launch_bounds__(kCombineThreads)
   const float lse = merged_lse(kv.lse_partial + row, kv.partial_rows, kv.num_splits);
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   if (lse != INFINITY) {
+    // Every split's LSE and partial loaded unconditionally, four splits per unrolled step, so
+    // their L2 latencies overlap (a load behind the weight's test waited for the LSE load each
+    // split: two latencies per split in a row); a split of weight 0 (empty, or too small to
+    // count) is selected out, whatever its partial holds.
+#pragma unroll 4
     for (int s = 0; s < kv.num_splits; ++s) {
       const int64_t plane_row = s * kv.partial_rows + row;
       const float w = expf(kv.lse_partial[plane_row] - lse);
-      if (w == 0.f) continue;  // an empty split (or one too small to count)
       const float4 part =
           *reinterpret_cast<const float4*>(kv.o_partial + plane_row * p.head_dim + col);
-      acc.x = fmaf(w, part.x, acc.x);
-      acc.y = fmaf(w, part.y, acc.y);
-      acc.z = fmaf(w, part.z, acc.z);
-      acc.w = fmaf(w, part.w, acc.w);
+      const bool counts = w != 0.f;
+      acc.x = counts ? fmaf(w, part.x, acc.x) : acc.x;
+      acc.y = counts ? fmaf(w, part.y, acc.y) : acc.y;
+      acc.z = counts ? fmaf(w, part.z, acc.z) : acc.z;
+      acc.w = counts ? fmaf(w, part.w, acc.w) : acc.w;
     }
   }
   // The plane row is lse's index: (entry, head, query) of the padded layout, (head, token) of

@@ -10,8 +10,11 @@
 
 namespace flashattn_cu::forward {
 
-// Merges kp.kv.num_splits partials into kp.p.o and kp.p.lse (fwd/combine.h).
-Status launch_split_combine(const FwdKvcacheKernelParams& kp, cudaStream_t stream);
+// Merges kp.kv.num_splits partials into kp.p.o and kp.p.lse (fwd/combine.h). `programmatic`:
+// launched with programmatic stream serialization (launch.h StreamOrder; sm_90, after a kernel
+// that calls ptx::launch_dependents: the sm90 decode kernel).
+Status launch_split_combine(const FwdKvcacheKernelParams& kp, cudaStream_t stream,
+                            bool programmatic = false);
 
 // counts[b] = the keys entry b attends to, from cache_seqlens, cache_leftpad (may be null) and
 // the rows appended (fwd/combine.h: kvcache_key_counts_kernel).

@@ -1,6 +1,7 @@
 // Synchronization inside a CTA beyond __syncthreads: named barriers (their ids in one enum, so
 // kernels never collide), elect.sync, and the register reallocation of warp-specialized kernels
-// (setmaxnreg, sm_90a).
+// (setmaxnreg, sm_90a); and between a kernel and the next one in the stream: programmatic
+// dependent launch (griddepcontrol, sm_90).
 #pragma once
 
 #include <cstdint>
@@ -71,6 +72,28 @@ FLASHATTN_CU_DEVICE void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 #else
   unsupported_arch();
+#endif
+}
+
+// Programmatic dependent launch (a kernel launched with the programmatic stream serialization
+// attribute, launch.h: its CTAs may start before the previous kernel in the stream has finished).
+// grid_dependency_wait blocks until every prerequisite grid has completed and its memory writes
+// are visible: a kernel so launched calls it before its first global-memory access. Without the
+// attribute there is nothing to wait for and it returns at once; before sm_90 (no PDL) it is
+// empty, which is as correct: the stream then orders the kernels whole.
+FLASHATTN_CU_DEVICE void grid_dependency_wait() {
+#if FLASHATTN_CU_SM90_OR_NEWER
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Lets the dependent grid (launched with the attribute after this one) be scheduled once every
+// CTA of this grid has executed it or exited: issued where the rest of a CTA's work is short,
+// so the dependent's launch overlaps it. No effect on correctness (the dependent still waits in
+// grid_dependency_wait for this grid's completion); empty before sm_90.
+FLASHATTN_CU_DEVICE void launch_dependents() {
+#if FLASHATTN_CU_SM90_OR_NEWER
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
 

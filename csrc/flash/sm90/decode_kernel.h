@@ -243,6 +243,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
   char* const smem = smem_raw + (s_base - s_raw);
   const uint32_t bars = s_base + Traits::kOffBarriers;
 
+  // Launched programmatically (decode_launch.h): nothing global is read before the previous
+  // kernel in the stream (an append, or the caller's) has finished.
+  ptx::grid_dependency_wait();
   const DecodeWork w = decode_work<kBlockM, kBlockN>(kp);
   if (w.rows_q <= 0) return;  // varlen: a query block past this entry's rows (whole CTA)
   if (tid == 0) {
@@ -366,6 +369,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     if (lane == 0) ptx::mbarrier_arrive(bars + 8 * (Traits::kBarEmpty + stage));
   }
 
+  // The walk is done (the producer warp has exited): the split combine, launched after this
+  // kernel programmatically, may be scheduled during the merge and the stores; it waits for
+  // this grid to finish before it reads a partial (fwd/combine.h).
+  ptx::launch_dependents();
   float inv_l[1][2], row_lse[1][2];
   RowStats row_stats[1][2];
   softmax.finalize(kp.score.score_scale, inv_l, row_lse, row_stats);

@@ -35,8 +35,10 @@ Status launch_decode_config(const FwdKvcacheKernelParams& kp, cudaStream_t strea
   if (st != Status::kSuccess) return st;
   const int64_t tiles = split_query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch,
                                                p.num_heads, kp.kv.num_splits);
-  return launch_tiles<decode_kernel<Element, Traits>>(tiles, Traits::kNThreads,
-                                                       Traits::kSmemBytes, stream, tp);
+  // Programmatic (launch.h): the CTAs may be scheduled while the previous kernel in the stream
+  // finishes; the kernel waits for it before its first global access (decode_kernel.h).
+  return launch_tiles_ordered<decode_kernel<Element, Traits>>(
+      StreamOrder::kProgrammatic, tiles, Traits::kNThreads, Traits::kSmemBytes, stream, tp);
 }
 
 // The configuration tiles.h picks.
