@@ -9,8 +9,11 @@ and paged caches (page sizes 16 and 256). GB/s counts the K and V bytes of the c
 (2 x batch x keys x 8 x d x 2), the bytes of benchmarks/NOTES.md section 12; the device-to-device
 copy rate is measured in the same run (a 2 GiB tensor copy, counted as read + write). SDPA runs
 the same attention on (batch, heads, 1, keys) views with enable_gqa (flash and cuDNN backends,
-skipped where the backend refuses the shape). Medians of triton.testing.do_bench. Not yet run:
-written with the first kvcache kernels, for the H200.
+skipped where the backend refuses the shape). Medians of triton.testing.do_bench over replays of
+a CUDA graph holding one call (each backend's), as a serving loop runs its decode step: a direct
+call of a small shape waits on the host (the Python wrapper and the dispatcher, 30-50 us a call
+on the H200 machine, more than the kernels of batch 1 at 4k keys: benchmarks/decode_overhead.py
+measures both); --direct times direct calls instead.
 """
 from __future__ import annotations
 
@@ -39,16 +42,35 @@ def copy_rate_gbs():
     return 2 * src.numel() * 2 / (ms * 1e-3) / 1e9
 
 
-def sdpa_ms(backend, q, k, v):
+def time_ms(fn, direct):
+    """Median ms of fn: of direct calls, or of replays of a CUDA graph capturing one call."""
+    fn()  # the first call of a configuration (launch attributes, plans) outside timing
+    torch.cuda.synchronize()
+    if direct:
+        return do_bench(fn)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return do_bench(graph.replay)
+
+
+def sdpa_ms(backend, q, k, v, direct):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     which = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
-    try:
+
+    def fn():
         with sdpa_kernel(which):
-            fn = lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)  # noqa: E731
-            fn()
-            return do_bench(fn)
+            return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+
+    try:
+        return time_ms(fn, direct)
     except RuntimeError:
         return None
 
@@ -61,11 +83,15 @@ def main():
                     help="each call also appends seqlen_q new rows (k, v) with rotary, as a "
                          "serving loop does (the cache lengths stay fixed between calls, so "
                          "every call overwrites the same rows); SDPA reads the same cache")
+    ap.add_argument("--direct", action="store_true",
+                    help="time direct calls (host overhead included where it is longer than the "
+                         "kernels) instead of CUDA-graph replays")
     args = ap.parse_args()
     copy = copy_rate_gbs()
     mode = ", with append + rotary" if args.append else ""
+    timing = "direct calls" if args.direct else "CUDA-graph replays"
     lines = [f"# Decode{mode}, {torch.cuda.get_device_name()}, seqlen_q {args.seqlen_q}, bf16, "
-             f"{HEADS}/{HEADS_K} heads; GB/s of K + V; copy rate {copy:.0f} GB/s", "",
+             f"{HEADS}/{HEADS_K} heads; GB/s of K + V ({timing}); copy rate {copy:.0f} GB/s", "",
              "| d | batch | keys | cache | ours GB/s | % copy | SDPA flash | SDPA cuDNN |",
              "|---|---|---|---|---|---|---|---|"]
     for d in (64, 128):
@@ -86,7 +112,7 @@ def main():
                     cos = torch.rand(keys, d // 2, device="cuda", dtype=DTYPE)
                     extra = dict(k=kn, v=torch.randn_like(kn), rotary_cos=cos,
                                  rotary_sin=torch.rand_like(cos))
-                sdpa = {b: sdpa_ms(b, q, k, v) for b in ("flash", "cudnn")}
+                sdpa = {b: sdpa_ms(b, q, k, v, args.direct) for b in ("flash", "cudnn")}
                 for page in (None, 16, 256):
                     if page is None:
                         kc, vc, table = k, v, None
@@ -95,13 +121,12 @@ def main():
                         vc = v.view(batch * keys // page, page, HEADS_K, d)
                         table = torch.randperm(kc.shape[0], device="cuda",
                                                dtype=torch.int32).view(batch, -1)
+
                     def ours():
                         return flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens,
                                                        block_table=table, causal=True, **extra)
 
-                    ours()  # first call of a configuration (launch attributes) outside timing
-                    torch.cuda.synchronize()
-                    ms = do_bench(ours)
+                    ms = time_ms(ours, args.direct)
                     gbs = kv_bytes / (ms * 1e-3) / 1e9
                     ref = " | ".join(f"{kv_bytes / (sdpa[b] * 1e-3) / 1e9:.0f}"
                                      if sdpa[b] else "-" for b in ("flash", "cudnn"))
