@@ -384,6 +384,7 @@ FUSED_CASES = {
     "q3_alibi_unpacked_gqa": (3, 5, (8, 2), None, {"alibi": True}),  # rule 2's head % group
     "q6_new70_leftpad_batch_idx": (6, 70, (4, 1), None, {"leftpad": True, "batch_idx": True}),
     "decode_new3_paged256": (1, 3, (8, 2), 256, {}),  # sm90 decode after the append
+    "decode_new2_paged16": (1, 2, (8, 2), 16, {}),  # its 16-key tiles after the append
     "spec2_paged64_groups8_causal": (2, 2, (16, 2), 64, {"causal": True}),  # 16 packed rows
 }
 ROTARY_MODES = {

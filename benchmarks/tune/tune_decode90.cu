@@ -229,6 +229,16 @@ int main() {
   sweep<128, Lib128, Lib128>("d128 library, fa rule", b, copy_gbs, Rule::kFlashAttn);
   sweep<128, DecodeTraits<128, 16, 4>, Lib128>("d128 16 keys x4", b, copy_gbs);
   sweep<128, DecodeTraits<128, 32, 8>, Lib128>("d128 32 keys x8", b, copy_gbs);
+  // The 16-key tiles of 16-row pages (tiles.h decode_tile_sm90_for), here on the contiguous
+  // cache (the same boxes without the block table); d 64 at 16 stages fits two CTAs per SM
+  // (121 registers): 128 KB in flight where the grid has more than one CTA per SM.
+  using Small128 = DecodeTraits<128, fa::decode_tile_sm90_for(128, 16).block_n,
+                                fa::decode_tile_sm90_for(128, 16).stages>;
+  using Small64 = DecodeTraits<64, fa::decode_tile_sm90_for(64, 16).block_n,
+                               fa::decode_tile_sm90_for(64, 16).stages>;
+  sweep<128, Small128, Lib128>("d128 16-row pages", b, copy_gbs);
+  sweep<64, Small64, Lib64>("d64 16-row pages", b, copy_gbs);
+  sweep<64, DecodeTraits<64, 16, 8>, Lib64>("d64 16 keys x8", b, copy_gbs);
   sweep<64, Lib64, Lib64>("d64 library", b, copy_gbs);
   sweep<64, Lib64, Lib64>("d64 library, fa rule", b, copy_gbs, Rule::kFlashAttn);
   sweep<64, DecodeTraits<64, 32, 4>, Lib64>("d64 32 keys x4", b, copy_gbs);

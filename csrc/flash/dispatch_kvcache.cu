@@ -54,17 +54,14 @@ KvcacheParams pack_gqa(const KvcacheParams& in) {
 // own kernel first (fwd/append.h), which writes q rotated to the workspace (rotated_q_copy).
 bool decode_sm90_ok(const KvcacheParams& p, const DeviceInfo& dev) {
   if (!use_sm90a(dev)) return false;
-  const DecodeTileSm90 tile = decode_tile_sm90(round_head_dim(p.head_dim));
+  const DecodeTileSm90 tile = decode_tile_sm90_for(round_head_dim(p.head_dim),
+                                                   p.block_table != nullptr ? p.page_size : 0);
   if (!tile.supported || p.seqlen_q > kDecodeRowsSm90 || p.cu_seqlens_q != nullptr || p.seqlen_k <= 0) {
     return false;
   }
-  // Pages smaller than a key block would take one TMA box each: the kernel handles them (16-row
-  // pages measured 2464 GB/s at d = 128, batch 8, 32k keys), but the sm80 kernel's row gather is
-  // faster there (2899), so only pages that hold whole key blocks come here.
-  if (p.block_table != nullptr &&
-      (p.cache_leftpad != nullptr || p.page_size % tile.block_n != 0)) {
-    return false;
-  }
+  // Pages hold whole tiles (decode_tile_sm90_for: 16-key tiles for pages smaller than the key
+  // block; pages of other sizes have no tile and keep the sm80 kernel's row gather).
+  if (p.block_table != nullptr && p.cache_leftpad != nullptr) return false;
   return p.block_table != nullptr ? sm90::kv_maps_ok(p, p.page_size, p.num_pages)
                                   : sm90::kv_maps_ok(p, p.seqlen_k, p.batch_cache);
 }
@@ -76,7 +73,10 @@ int kvcache_splits(const KvcacheParams& p, const DeviceInfo& dev, bool decode90)
   const FwdTile tile =
       fwd_tile_sm80_kvcache(round_head_dim(p.head_dim), dev.smem_optin < kLargeSmemBytes);
   const int block_m = decode90 ? kDecodeRowsSm90 : tile.block_m;
-  const int block_n = decode90 ? decode_tile_sm90(round_head_dim(p.head_dim)).block_n : tile.block_n;
+  const int block_n =
+      decode90 ? decode_tile_sm90_for(round_head_dim(p.head_dim),
+                                      p.block_table != nullptr ? p.page_size : 0).block_n
+               : tile.block_n;
   const int n_blocks = ceil_div(p.seqlen_k, block_n);
   int splits = p.num_splits;
   if (splits <= 0) {

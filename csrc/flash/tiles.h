@@ -246,6 +246,19 @@ __host__ __device__ constexpr DecodeTileSm90 decode_tile_sm90(int head_dim) {
   return DecodeTileSm90{false, 0, 0};
 }
 
+// The tile of a call on the decode kernel: decode_tile_sm90's, for a contiguous cache
+// (page_size <= 0) or pages holding whole key blocks of it; for pages of a multiple of 16 rows
+// smaller than that (16-row pages: vLLM's default), 16-key tiles, one TMA box per tile inside a
+// page, with the stages for the same 64 KB in flight (d = 128 16 keys x 8 stages measured 4025
+// GB/s at batch 8 / 32k keys on a contiguous cache: benchmarks/results/tune_decode90_v1_stages_h200.txt,
+// where the sm80 kernel reads 16-row pages at 2848); other pages: none (the sm80 kernel).
+__host__ __device__ constexpr DecodeTileSm90 decode_tile_sm90_for(int head_dim, int page_size) {
+  const DecodeTileSm90 tile = decode_tile_sm90(head_dim);
+  if (!tile.supported || page_size <= 0 || page_size % tile.block_n == 0) return tile;
+  if (page_size % 16 != 0) return DecodeTileSm90{false, 0, 0};
+  return DecodeTileSm90{true, 16, head_dim == 64 ? 16 : 8};
+}
+
 // Eighths of S's 8-key tiles the sm90a forward exponentiates on the FMA pipe (common/softmax.h
 // ExpPolicy), per head dim and kernel variant: none, as measured. The prediction was that
 // softcap's MUFU.TANH next to every score's MUFU.EX2 (2 x 8192 SFU results per 64 x 128 step of

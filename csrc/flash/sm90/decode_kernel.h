@@ -11,9 +11,8 @@
 //    a "full" mbarrier completes
 //    when both tiles' bytes have landed. A contiguous cache is a 4-d map (d, rows, heads_k,
 //    entries), one box per tile and matrix; a paged one a map over (d, page_size, heads_k, pages)
-//    whose pages hold whole tiles (dispatch.cu decode_sm90_ok: smaller pages, which would take a
-//    box each, measured slower than the sm80 kernel's row gather), the page read from the block
-//    table.
+//    whose pages hold whole tiles (tiles.h decode_tile_sm90_for: 16-key tiles for pages smaller
+//    than the key block), the page read from the block table, 32 tiles ahead by the whole warp.
 //  * warps 0..3, the consumers: warp w takes key blocks w, w + 4, ... of the CTA's walk, each
 //    whole: S = Q K^T and O += P V for the 16 query rows on mma.sync (Q in registers for the whole
 //    walk, K and V by ldmatrix from the 128-byte-swizzled tiles the TMA wrote), its own online
@@ -177,40 +176,53 @@ __device__ __forceinline__ DecodeWork decode_work(const FwdKvcacheKernelParams& 
 }
 
 // The producer warp: its lane 0 issues K and V of each of the CTA's key blocks, last first, into
-// the ring, one TMA box per tile and matrix (and 64-column atom).
+// the ring, one TMA box per tile and matrix (and 64-column atom). With a paged cache the whole
+// warp reads the block table ahead, one slot per lane for the next 32 tiles in one round trip
+// (lane 0 then takes each tile's page by a shuffle): a table read per tile in lane 0 would put a
+// memory latency in every iteration where the ring is not full, which 16-key tiles of 16-row
+// pages (4 or 2 KB a matrix) could not hide.
 template <typename Traits>
 __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const DecodeWork& w,
                                                uint32_t s_base) {
   constexpr int kBlockN = Traits::kBlockN;
-  if (threadIdx.x % 32 != 0) return;
   const FwdKvcacheKernelParams& kp = tp.kp;
-  const uint32_t bars = s_base + Traits::kOffBarriers;
   const bool paged = kp.kv.block_table != nullptr;
+  const int lane = threadIdx.x % 32;
+  if (!paged && lane != 0) return;
+  const uint32_t bars = s_base + Traits::kOffBarriers;
   const int* table = paged ? kp.kv.block_table + w.tile.batch * kp.kv.block_table_batch_stride
                            : nullptr;
   // The last table slot with a key of this entry: a tile past the keys (never visited) or rows
   // of the last tile past them read that page (their values are masked or zeroed), so no slot
   // past the entry's row of the table is read.
   const int last_slot = paged && w.seq.seqlen_k > 0 ? (w.seq.seqlen_k - 1) / kp.kv.page_size : 0;
-  ptx::tma_prefetch_map(&tp.k_map);
-  ptx::tma_prefetch_map(&tp.v_map);
+  if (lane == 0) {
+    ptx::tma_prefetch_map(&tp.k_map);
+    ptx::tma_prefetch_map(&tp.v_map);
+  }
   // The tile's kv head (a packed call's heads are its kv heads).
   const int kv_head = w.tile.head / (kp.p.num_heads / kp.p.num_heads_k);
   const int num_blocks = w.n_end - w.n_begin;
+  int lane_page = 0;  // paged: the page of tile (i / 32) * 32 + lane of the walk
 #pragma unroll 1
   for (int i = 0; i < num_blocks; ++i) {
     const int n = w.n_end - 1 - i;
     const DecodeSlot<Traits> slot(i);
     // Row coordinate and entry of the box: a contiguous cache's (cache_leftpad, cache_batch_idx
-    // folded in), or a paged one's page (a multiple of kBlockN rows: decode_sm90_ok) and the
-    // tile's rows in it, the table read before the wait so its latency hides behind it.
+    // folded in), or a paged one's page (a multiple of kBlockN rows: decode_tile_sm90_for) and
+    // the tile's rows in it.
     int row = w.cache_row0 + n * kBlockN, entry = w.entry;
     if (paged) {
-      const int key = n * kBlockN;  // no leftpad when paged
-      const int table_slot = min(key / kp.kv.page_size, last_slot);
-      const int page = table[table_slot];
+      if (i % 32 == 0) {
+        const int ahead = i + lane;
+        const int key = (w.n_end - 1 - ahead) * kBlockN;  // no leftpad when paged
+        lane_page = ahead < num_blocks ? table[min(key / kp.kv.page_size, last_slot)] : 0;
+      }
+      const int page = __shfl_sync(0xffffffffu, lane_page, i % 32);
+      const int key = n * kBlockN;
       entry = page < 0 ? 0 : page >= kp.kv.num_pages ? kp.kv.num_pages - 1 : page;
-      row = key - table_slot * kp.kv.page_size;
+      row = key - min(key / kp.kv.page_size, last_slot) * kp.kv.page_size;
+      if (lane != 0) continue;
     }
     const uint32_t full = bars + 8 * (Traits::kBarFull + slot.stage);
     // A fresh barrier's previous phase counts as complete: parity ^ 1.

@@ -41,11 +41,18 @@ Status launch_decode_config(const FwdKvcacheKernelParams& kp, cudaStream_t strea
       StreamOrder::kProgrammatic, tiles, Traits::kNThreads, Traits::kSmemBytes, stream, tp);
 }
 
-// The configuration tiles.h picks.
+// The configuration tiles.h picks (decode_tile_sm90_for: pages smaller than the key block take
+// 16-key tiles; dispatch_kvcache.cu routes only pages of a multiple of 16 rows here).
 template <typename Element, int kHeadDim>
 Status run_decode(const FwdKvcacheKernelParams& kp, cudaStream_t stream) {
   constexpr DecodeTileSm90 tile = decode_tile_sm90(kHeadDim);
-  static_assert(tile.supported, "no sm90 decode tile for this head dim");
+  constexpr DecodeTileSm90 small = decode_tile_sm90_for(kHeadDim, 16);
+  static_assert(tile.supported && small.supported, "no sm90 decode tile for this head dim");
+  if (kp.kv.block_table != nullptr && kp.kv.page_size % tile.block_n != 0) {
+    if (kp.kv.page_size % small.block_n != 0) return Status::kInvalidArgument;
+    return launch_decode_config<Element, DecodeTraits<kHeadDim, small.block_n, small.stages>>(
+        kp, stream);
+  }
   return launch_decode_config<Element, DecodeTraits<kHeadDim, tile.block_n, tile.stages>>(kp,
                                                                                         stream);
 }
