@@ -289,7 +289,7 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
     int* counts = reinterpret_cast<int*>(workspace + ws.counts);
     st = forward::launch_kvcache_key_counts(p.cache_seqlens, p.cache_leftpad,
                                             p.k_new != nullptr ? p.seqlen_new : 0, p.seqlen_k,
-                                            p.batch, counts, stream);
+                                            p.batch, counts, stream, decode90);
     if (st != Status::kSuccess) return st;
     kp.p.seqused_k = counts;
   }
@@ -332,7 +332,8 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
     const int64_t head_stride = params.head_dim;
     const int64_t row_stride = head_stride * params.num_heads;
     const int64_t batch_stride = row_stride * params.seqlen_q;
-    st = forward::launch_kvcache_append(kp, q_out, batch_stride, row_stride, head_stride, stream);
+    st = forward::launch_kvcache_append(kp, q_out, batch_stride, row_stride, head_stride, stream,
+                                        true);
     if (st != Status::kSuccess) return st;
     if (q_copy) {
       kp.p.q = q_out;

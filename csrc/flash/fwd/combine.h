@@ -83,6 +83,11 @@ __global__ void __launch_bounds__(kCombineThreads)
 // negative or absent (null) leftpad read as 0.
 __global__ void kvcache_key_counts_kernel(const int* cache_seqlens, const int* leftpad,
                                           int seqlen_new, int capacity, int batch, int* counts) {
+  // Launched programmatically before the sm90 decode path's append (fwd/combine.cu): waits for
+  // the caller's previous kernel, and lets the next one be scheduled at once (it waits for this
+  // grid's completion in turn).
+  ptx::grid_dependency_wait();
+  ptx::launch_dependents();
   const int b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= batch) return;
   const int64_t keys = static_cast<int64_t>(cache_seqlens[b]) + seqlen_new;
