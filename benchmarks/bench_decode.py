@@ -42,12 +42,8 @@ def copy_rate_gbs():
     return 2 * src.numel() * 2 / (ms * 1e-3) / 1e9
 
 
-def time_ms(fn, direct):
-    """Median ms of fn: of direct calls, or of replays of a CUDA graph capturing one call."""
-    fn()  # the first call of a configuration (launch attributes, plans) outside timing
-    torch.cuda.synchronize()
-    if direct:
-        return do_bench(fn)
+def graph_of(fn):
+    """A CUDA graph capturing one call of fn (warmed up on a side stream first, as torch asks)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -56,7 +52,14 @@ def time_ms(fn, direct):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return do_bench(graph.replay)
+    return graph
+
+
+def time_ms(fn, direct):
+    """Median ms of fn: of direct calls, or of replays of a CUDA graph capturing one call."""
+    fn()  # the first call of a configuration (launch attributes, plans) outside timing
+    torch.cuda.synchronize()
+    return do_bench(fn) if direct else do_bench(graph_of(fn).replay)
 
 
 def sdpa_ms(backend, q, k, v, direct):

@@ -1,11 +1,13 @@
-// What the torch-free tuning harnesses (tune_fwd.cu, tune_fwd90.cu) share: a CUDA-call check that
-// exits with the error, and reproducible bf16 inputs uniform in [-1, 1) (never zeros: zeros run
-// faster than real data and hide unwritten outputs).
+// What the torch-free tuning harnesses (tune_fwd.cu, tune_fwd90.cu, tune_decode90.cu) share: a
+// CUDA-call check that exits with the error, reproducible bf16 inputs uniform in [-1, 1) (never
+// zeros: zeros run faster than real data and hide unwritten outputs), and the timer.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -29,4 +31,43 @@ __global__ inline void fill_random(__nv_bfloat16* x, size_t n, uint32_t seed) {
     h ^= h >> 16;
     x[i] = __float2bfloat16((h & 0xffff) / 32768.f - 1.f);
   }
+}
+
+// Median ms of `reps` calls of fn, each between two CUDA events on the default stream, after 3
+// untimed ones; with flush_bytes, a memset of that many bytes before each call, outside the
+// events, so a working set the L2 could hold is read from memory as a real call would (the
+// decode sweep's 4k-key caches: 50 MB of L2 on the H200).
+// The flush buffer, one for every median_ms instantiation, grown to the largest size asked for.
+inline void* flush_buffer(size_t bytes) {
+  static void* buffer = nullptr;
+  static size_t size = 0;
+  if (bytes > size) {
+    if (buffer != nullptr) CHECK(cudaFree(buffer));
+    CHECK(cudaMalloc(&buffer, bytes));
+    size = bytes;
+  }
+  return buffer;
+}
+
+template <typename Fn>
+float median_ms(const Fn& fn, int reps, size_t flush_bytes = 0) {
+  void* const flush = flush_bytes > 0 ? flush_buffer(flush_bytes) : nullptr;
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  std::vector<float> t;
+  for (int i = 0; i < reps + 3; ++i) {
+    if (flush_bytes > 0) CHECK(cudaMemsetAsync(flush, i & 0xff, flush_bytes));
+    CHECK(cudaEventRecord(a));
+    fn();
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0.f;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (i >= 3) t.push_back(ms);
+  }
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }

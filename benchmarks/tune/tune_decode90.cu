@@ -48,31 +48,6 @@ __global__ void fill_int(int* x, int n, int value) {
   if (i < n) x[i] = value;
 }
 
-template <typename Fn>
-float median_ms(const Fn& fn, int reps = 20) {
-  // L2 flushed before each timed call (as triton's do_bench in bench_decode.py): 4k-key caches
-  // fit in the 50 MB L2 and would be read from it.
-  static void* flush = nullptr;
-  constexpr size_t kFlushBytes = size_t{256} << 20;
-  if (flush == nullptr) CHECK(cudaMalloc(&flush, kFlushBytes));
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int i = 0; i < reps + 3; ++i) {
-    CHECK(cudaMemsetAsync(flush, i & 0xff, kFlushBytes));
-    CHECK(cudaEventRecord(a));
-    fn();
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float ms = 0.f;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    if (i >= 3) t.push_back(ms);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 struct Buffers {
   __nv_bfloat16 *q, *k, *v, *o, *o_ref;
   float *lse, *work, *diff;
@@ -81,6 +56,10 @@ struct Buffers {
 
 int g_sms = 132;
 size_t g_kv_elems = 0;  // elements of each of the K and V buffers
+// Timed calls: 20, the L2 flushed before each (as triton's do_bench in bench_decode.py): 4k-key
+// caches fit in the 50 MB L2 and would be read from it.
+constexpr int kReps = 20;
+constexpr size_t kFlushBytes = size_t{256} << 20;
 
 // One decode call as dispatch.cu builds it (GQA packed: 4 rows per kv head), with `splits`.
 fa::FwdKvcacheKernelParams make_params(const Buffers& b, int d, int batch, int keys, int splits) {
@@ -173,7 +152,7 @@ void sweep(const char* name, const Buffers& b, double copy_gbs, Rule rule = Rule
       max_abs_diff<<<64, 256>>>(b.o, b.o_ref, size_t{1} * batch * kHeads * kHeadDim, b.diff);
       float diff = 0.f;
       CHECK(cudaMemcpy(&diff, b.diff, 4, cudaMemcpyDeviceToHost));
-      const float ms = median_ms([&] { run<Traits>(kp, batch); });
+      const float ms = median_ms([&] { run<Traits>(kp, batch); }, kReps, kFlushBytes);
       const double gbs = kv_bytes / (ms * 1e-3) / 1e9;
       std::printf("%-22s d=%3d batch=%2d keys=%6d ctas/sm=%d splits=%3d: %6.0f GB/s (%3.0f%% of "
                   "copy, %6.1f us)  max|diff| %.2e\n",
@@ -184,7 +163,7 @@ void sweep(const char* name, const Buffers& b, double copy_gbs, Rule rule = Rule
         const float alone = median_ms([&] {
           CHECK(cudaGetLastError());
           fa::sm90::launch_decode_config<__nv_bfloat16, Traits>(kp, 0);
-        });
+        }, kReps, kFlushBytes);
         std::printf("%-22s   the decode kernel alone: %6.1f us, the combine %5.1f us\n", "",
                     alone * 1e3, (ms - alone) * 1e3);
       }
@@ -215,7 +194,7 @@ int main() {
   CHECK(cudaDeviceSynchronize());
   const float copy_ms = median_ms([&] {
     CHECK(cudaMemcpyAsync(b.v, b.k, kv * 2, cudaMemcpyDeviceToDevice));
-  });
+  }, kReps, kFlushBytes);
   const double copy_gbs = 2.0 * kv * 2 / (copy_ms * 1e-3) / 1e9;
   fill_random<<<1024, 256>>>(b.v, kv, 2u);
   std::printf("device-to-device copy (read + write): %.0f GB/s\n", copy_gbs);

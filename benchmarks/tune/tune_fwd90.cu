@@ -35,25 +35,6 @@ __global__ void max_abs_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, siz
   atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));  // non-negative floats order as ints
 }
 
-template <typename Fn>
-float median_ms(const Fn& fn, int reps) {
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<float> t;
-  for (int i = 0; i < reps + 3; ++i) {
-    CHECK(cudaEventRecord(a));
-    fn();
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float ms = 0.f;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
-    if (i >= 3) t.push_back(ms);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 int g_sms = 132;  // the device's, set in main
 int g_l2 = 50 << 20;
 int g_reps = 20;  // timed repetitions (0: one checked launch, for profiling)
