@@ -170,10 +170,12 @@ Status check_kvcache(const KvcacheParams& p) {
     return Status::kInvalidArgument;
   }
   // Varlen (check_common: cu_seqlens_q and cu_seqlens_k together): the keys come from
-  // cu_seqlens_k, not cache_seqlens / cache_leftpad; otherwise cache_seqlens is required.
+  // cu_seqlens_k, not cache_seqlens / cache_leftpad; otherwise cache_seqlens is required with an
+  // append or cache_leftpad, and null means every entry holds seqlen_k keys.
   const bool varlen = p.cu_seqlens_q != nullptr;
   if (varlen ? p.cache_seqlens != nullptr || p.cache_leftpad != nullptr
-             : p.cache_seqlens == nullptr) {
+             : p.cache_seqlens == nullptr &&
+                   (p.k_new != nullptr || p.v_new != nullptr || p.cache_leftpad != nullptr)) {
     return Status::kInvalidArgument;
   }
   if (!aligned4(p.cache_seqlens) || !aligned4(p.cache_batch_idx) ||
