@@ -885,9 +885,9 @@ void run_fwd_kvcache(flashattn_cu::KvcacheParams& p, const at::Tensor& q, const 
   check_status(flashattn_cu::fwd_kvcache(p, c10::cuda::getCurrentCUDAStream()), which);
 }
 
-// The kvcache forward; cache_seqlens_in absent: every entry holds the whole cache (fwd_splitkv's
-// calls, which then launch no fill kernel for the lengths).
-std::tuple<at::Tensor, at::Tensor> fwd_kvcache_impl(
+// The kvcache forward; cache_seqlens absent (None): every entry holds the whole cache, without an
+// append or cache_leftpad (fwd_splitkv's calls, which then launch no fill kernel for lengths).
+std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(
     const at::Tensor& q_in, const at::Tensor& k_cache, const at::Tensor& v_cache,
     const std::optional<at::Tensor>& cache_seqlens_in,
     const std::optional<at::Tensor>& cache_batch_idx_in,
@@ -909,6 +909,11 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_impl(
   TORCH_CHECK_VALUE(seqlen_q <= flashattn_cu::kMaxSeqlen && batch <= (1 << 30) &&
                         num_heads <= (1 << 30),
                     msg("q's sizes ", q_in.sizes(), " are too large"));
+  TORCH_CHECK_VALUE(cache_seqlens_in.has_value() ||
+                        (!cache_leftpad_in.has_value() && !k_new_in.has_value() &&
+                         !v_new_in.has_value()),
+                    "cache_seqlens is required with cache_leftpad or with k / v to append (None "
+                    "means every entry holds the whole cache)");
   const at::Tensor cache_seqlens =
       cache_seqlens_in.has_value()
           ? check_seq_array(*cache_seqlens_in, "cache_seqlens", q_in, batch)
@@ -977,22 +982,6 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_impl(
   return {out, lse};
 }
 
-// The op (fwd_kvcache's schema: cache_seqlens given).
-std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(
-    const at::Tensor& q_in, const at::Tensor& k_cache, const at::Tensor& v_cache,
-    const at::Tensor& cache_seqlens_in, const std::optional<at::Tensor>& cache_batch_idx_in,
-    const std::optional<at::Tensor>& cache_leftpad_in,
-    const std::optional<at::Tensor>& block_table_in, double softmax_scale, bool causal,
-    int64_t window_left, int64_t window_right, const std::optional<at::Tensor>& alibi,
-    double softcap, int64_t num_splits, const std::optional<at::Tensor>& k_new_in,
-    const std::optional<at::Tensor>& v_new_in, const std::optional<at::Tensor>& rotary_cos_in,
-    const std::optional<at::Tensor>& rotary_sin_in, bool rotary_interleaved) {
-  return fwd_kvcache_impl(q_in, k_cache, v_cache, cache_seqlens_in, cache_batch_idx_in,
-                          cache_leftpad_in, block_table_in, softmax_scale, causal, window_left,
-                          window_right, alibi, softcap, num_splits, k_new_in, v_new_in,
-                          rotary_cos_in, rotary_sin_in, rotary_interleaved);
-}
-
 // flash_attn_func's forward on the split-KV kernel, for calls without autograd whose query rows
 // per kv head are few (decoding, speculative steps: flash_attn_interface._split_kv_route): k and
 // v as a whole cache, nothing appended, so unlike fwd_kvcache nothing is written to them. Inputs
@@ -1008,7 +997,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_splitkv_cuda(
                     msg("k and v must have q's batch and the same shape, got q ", q.sizes(),
                         ", k ", k_in.sizes(), ", v ", v_in.sizes()));
   const at::Tensor k = to_kernel_layout(k_in), v = to_kernel_layout(v_in);
-  return fwd_kvcache_impl(q, k, v, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+  return fwd_kvcache_cuda(q, k, v, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
                           softmax_scale, causal, window_left, window_right, alibi, softcap,
                           num_splits, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
                           true);
@@ -1124,7 +1113,7 @@ TORCH_LIBRARY(flashattn_cu, m) {
       "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0, "
       "float dropout_p=0.0, Tensor? rng_state=None) -> (Tensor, Tensor, Tensor)");
   m.def(
-      "fwd_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor cache_seqlens, "
+      "fwd_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? cache_seqlens, "
       "Tensor? cache_batch_idx, Tensor? cache_leftpad, Tensor? block_table, float softmax_scale, "
       "bool causal, int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, "
       "float softcap=0.0, int num_splits=0, Tensor? k_new=None, Tensor? v_new=None, "
