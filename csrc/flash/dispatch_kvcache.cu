@@ -52,10 +52,16 @@ KvcacheParams pack_gqa(const KvcacheParams& in) {
 // contiguous one, or pages that hold whole key blocks (without cache_leftpad, whose offset would
 // cut pages). Everything else runs the sm80 kvcache kernel. An append (k_new, rotary) runs as its
 // own kernel first (fwd/append.h), which writes q rotated to the workspace (rotated_q_copy).
+// The decode kernel's tile for the (packed) call p: tiles.h decode_tile_sm90_for, on the rule
+// run_decode (sm90/decode_launch.h) launches by.
+DecodeTileSm90 decode_tile_of(const KvcacheParams& p) {
+  return decode_tile_sm90_for(round_head_dim(p.head_dim),
+                              p.block_table != nullptr ? p.page_size : 0);
+}
+
 bool decode_sm90_ok(const KvcacheParams& p, const DeviceInfo& dev) {
   if (!use_sm90a(dev)) return false;
-  const DecodeTileSm90 tile = decode_tile_sm90_for(round_head_dim(p.head_dim),
-                                                   p.block_table != nullptr ? p.page_size : 0);
+  const DecodeTileSm90 tile = decode_tile_of(p);
   if (!tile.supported || p.seqlen_q > kDecodeRowsSm90 || p.cu_seqlens_q != nullptr || p.seqlen_k <= 0) {
     return false;
   }
@@ -73,10 +79,7 @@ int kvcache_splits(const KvcacheParams& p, const DeviceInfo& dev, bool decode90)
   const FwdTile tile =
       fwd_tile_sm80_kvcache(round_head_dim(p.head_dim), dev.smem_optin < kLargeSmemBytes);
   const int block_m = decode90 ? kDecodeRowsSm90 : tile.block_m;
-  const int block_n =
-      decode90 ? decode_tile_sm90_for(round_head_dim(p.head_dim),
-                                      p.block_table != nullptr ? p.page_size : 0).block_n
-               : tile.block_n;
+  const int block_n = decode90 ? decode_tile_of(p).block_n : tile.block_n;
   const int n_blocks = ceil_div(p.seqlen_k, block_n);
   int splits = p.num_splits;
   if (splits <= 0) {

@@ -41,15 +41,18 @@ Status launch_decode_config(const FwdKvcacheKernelParams& kp, cudaStream_t strea
       StreamOrder::kProgrammatic, tiles, Traits::kNThreads, Traits::kSmemBytes, stream, tp);
 }
 
-// The configuration tiles.h picks (decode_tile_sm90_for: pages smaller than the key block take
-// 16-key tiles; dispatch_kvcache.cu routes only pages of a multiple of 16 rows here).
+// The configuration tiles.h picks for the call's cache (decode_tile_sm90_for, the rule
+// dispatch_kvcache.cu routes by: pages smaller than the key block take 16-key tiles).
 template <typename Element, int kHeadDim>
 Status run_decode(const FwdKvcacheKernelParams& kp, cudaStream_t stream) {
   constexpr DecodeTileSm90 tile = decode_tile_sm90(kHeadDim);
   constexpr DecodeTileSm90 small = decode_tile_sm90_for(kHeadDim, 16);
-  static_assert(tile.supported && small.supported, "no sm90 decode tile for this head dim");
-  if (kp.kv.block_table != nullptr && kp.kv.page_size % tile.block_n != 0) {
-    if (kp.kv.page_size % small.block_n != 0) return Status::kInvalidArgument;
+  static_assert(tile.supported && small.supported && small.block_n != tile.block_n,
+                "two sm90 decode tiles for this head dim");
+  const DecodeTileSm90 pick =
+      decode_tile_sm90_for(kHeadDim, kp.kv.block_table != nullptr ? kp.kv.page_size : 0);
+  if (!pick.supported) return Status::kInvalidArgument;
+  if (pick.block_n == small.block_n) {
     return launch_decode_config<Element, DecodeTraits<kHeadDim, small.block_n, small.stages>>(
         kp, stream);
   }
