@@ -49,7 +49,7 @@ KvcacheParams pack_gqa(const KvcacheParams& in) {
 // Whether the (packed) call p runs the sm90a decode kernel (sm90/decode_kernel.h): an sm_90
 // device on the default path, a head-dim instance it has (tiles.h decode_tile_sm90), at most 16
 // packed query rows of a padded batch, and a cache its TMA maps can describe: a
-// contiguous one, or pages that hold whole key blocks (without cache_leftpad, whose offset would
+// contiguous one, or pages of a multiple of 16 rows (without cache_leftpad, whose offset would
 // cut pages). Everything else runs the sm80 kvcache kernel. An append (k_new, rotary) runs as its
 // own kernel first (fwd/append.h), which writes q rotated to the workspace (rotated_q_copy).
 // The decode kernel's tile for the (packed) call p: tiles.h decode_tile_sm90_for, on the rule
@@ -65,8 +65,8 @@ bool decode_sm90_ok(const KvcacheParams& p, const DeviceInfo& dev) {
   if (!tile.supported || p.seqlen_q > kDecodeRowsSm90 || p.cu_seqlens_q != nullptr || p.seqlen_k <= 0) {
     return false;
   }
-  // Pages hold whole tiles (decode_tile_sm90_for: 16-key tiles for pages smaller than the key
-  // block; pages of other sizes have no tile and keep the sm80 kernel's row gather).
+  // Pages of a multiple of 16 rows (decode_tile_sm90_for; read in boxes of the rows dividing
+  // page and tile: decode_box_rows_sm90); pages of other sizes keep the sm80 kernel's row gather.
   if (p.block_table != nullptr && p.cache_leftpad != nullptr) return false;
   return p.block_table != nullptr ? sm90::kv_maps_ok(p, p.page_size, p.num_pages)
                                   : sm90::kv_maps_ok(p, p.seqlen_k, p.batch_cache);

@@ -10,9 +10,10 @@
 //    it (DecodeSlot), once that warp has released the stage's previous tile ("empty" mbarrier);
 //    a "full" mbarrier completes
 //    when both tiles' bytes have landed. A contiguous cache is a 4-d map (d, rows, heads_k,
-//    entries), one box per tile and matrix; a paged one a map over (d, page_size, heads_k, pages)
-//    whose pages hold whole tiles (tiles.h decode_tile_sm90_for: 16-key tiles for pages smaller
-//    than the key block), the page read from the block table, 32 tiles ahead by the whole warp.
+//    entries), one box per tile and matrix; a paged one a map over (d, page_size, heads_k, pages),
+//    one box per tile where pages hold whole tiles, else boxes of the rows that divide both
+//    (tiles.h decode_box_rows_sm90: 16 for 16-row pages), each from its page, read from the
+//    block table 32 boxes ahead by the whole warp.
 //  * warps 0..3, the consumers: warp w takes key blocks w, w + 4, ... of the CTA's walk, each
 //    whole: S = Q K^T and O += P V for the 16 query rows on mma.sync (Q in registers for the whole
 //    walk, K and V by ldmatrix from the 128-byte-swizzled tiles the TMA wrote), its own online
@@ -55,16 +56,21 @@ namespace flashattn_cu::sm90 {
 // The decode kernel's parameters: the kvcache variant's (problem/params.h) and the TMA maps of
 // the K and V caches (decode_launch.h).
 struct DecodeTmaParams {
-  CUtensorMap k_map;  // boxes of 64 columns x kBlockN rows
+  CUtensorMap k_map;  // boxes of 64 columns x box_rows rows
   CUtensorMap v_map;
   FwdKvcacheKernelParams kp;
+  int box_rows;  // kBlockN, or with pages not holding whole tiles a divisor of both (a multiple of 16)
 };
 
-template <int kHeadDim_, int kBlockN_, int kStages_>
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kTableEarly_ = true>
 struct DecodeTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
+  // Paged caches: the producer warp reads the block table's slots for tiles i + 32 .. i + 63 when
+  // it reaches tile i (a round early), so no table latency sits between two TMA issues; false:
+  // it reads tiles i .. i + 31 at tile i (benchmarks/tune/tune_decode90.cu compares them).
+  static constexpr bool kTableEarly = kTableEarly_;
   static constexpr int kBlockM = kDecodeRowsSm90;  // query rows of a CTA (tiles.h)
   static constexpr int kConsumerWarps = 4;
   static constexpr int kProducerWarp = kConsumerWarps;
@@ -176,11 +182,12 @@ __device__ __forceinline__ DecodeWork decode_work(const FwdKvcacheKernelParams& 
 }
 
 // The producer warp: its lane 0 issues K and V of each of the CTA's key blocks, last first, into
-// the ring, one TMA box per tile and matrix (and 64-column atom). With a paged cache the whole
-// warp reads the block table ahead, one slot per lane for the next 32 tiles in one round trip
-// (lane 0 then takes each tile's page by a shuffle): a table read per tile in lane 0 would put a
-// memory latency in every iteration where the ring is not full, which 16-key tiles of 16-row
-// pages (4 or 2 KB a matrix) could not hide.
+// the ring, one TMA box per tile and matrix (and 64-column atom), or with pages smaller than the
+// key block (or not a multiple of it) tp.box_rows-row boxes, each from its own page, that
+// together fill the tile. With a paged cache the whole warp reads the block table ahead, one slot
+// per lane for 32 boxes in one round trip, a round before they are issued (kTableEarly; lane 0
+// then takes each box's page by a shuffle): a table read per box in lane 0 would put a memory
+// latency in every iteration where the ring is not full.
 template <typename Traits>
 __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const DecodeWork& w,
                                                uint32_t s_base) {
@@ -203,37 +210,57 @@ __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const 
   // The tile's kv head (a packed call's heads are its kv heads).
   const int kv_head = w.tile.head / (kp.p.num_heads / kp.p.num_heads_k);
   const int num_blocks = w.n_end - w.n_begin;
-  int lane_page = 0;  // paged: the page of tile (i / 32) * 32 + lane of the walk
+  // Boxes per tile: 1 on a contiguous cache; kBlockN / box_rows on a paged one (box_rows divides
+  // both kBlockN and the page size: decode_launch.h).
+  const int box_rows = paged ? tp.box_rows : kBlockN;
+  const int boxes = kBlockN / box_rows;
+  // The first key of box g of the walk (tile g / boxes, last tile first; no leftpad when paged).
+  auto box_key = [&](int g) { return (w.n_end - 1 - g / boxes) * kBlockN + g % boxes * box_rows; };
+  // paged: lane's slot of the walk's boxes `ahead` (a multiple of 32) + lane (0 past the walk)
+  auto table_slot = [&](int ahead) {
+    ahead += lane;
+    return ahead < num_blocks * boxes ? table[min(box_key(ahead) / kp.kv.page_size, last_slot)] : 0;
+  };
+  int lane_page = 0;  // paged: the page of box (g / 32) * 32 + lane of the walk
+  int next_page = 0;  // kTableEarly: that of box (g / 32 + 1) * 32 + lane
+  if (paged && Traits::kTableEarly) next_page = table_slot(0);
 #pragma unroll 1
   for (int i = 0; i < num_blocks; ++i) {
-    const int n = w.n_end - 1 - i;
     const DecodeSlot<Traits> slot(i);
-    // Row coordinate and entry of the box: a contiguous cache's (cache_leftpad, cache_batch_idx
-    // folded in), or a paged one's page (a multiple of kBlockN rows: decode_tile_sm90_for) and
-    // the tile's rows in it.
-    int row = w.cache_row0 + n * kBlockN, entry = w.entry;
-    if (paged) {
-      if (i % 32 == 0) {
-        const int ahead = i + lane;
-        const int key = (w.n_end - 1 - ahead) * kBlockN;  // no leftpad when paged
-        lane_page = ahead < num_blocks ? table[min(key / kp.kv.page_size, last_slot)] : 0;
-      }
-      const int page = __shfl_sync(0xffffffffu, lane_page, i % 32);
-      const int key = n * kBlockN;
-      entry = page < 0 ? 0 : page >= kp.kv.num_pages ? kp.kv.num_pages - 1 : page;
-      row = key - min(key / kp.kv.page_size, last_slot) * kp.kv.page_size;
-      if (lane != 0) continue;
-    }
     const uint32_t full = bars + 8 * (Traits::kBarFull + slot.stage);
-    // A fresh barrier's previous phase counts as complete: parity ^ 1.
-    ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarEmpty + slot.stage), slot.parity ^ 1);
-    ptx::mbarrier_arrive_expect_tx(full, 2 * Traits::kTileBytes);
+    if (lane == 0) {
+      // A fresh barrier's previous phase counts as complete: parity ^ 1.
+      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarEmpty + slot.stage), slot.parity ^ 1);
+      ptx::mbarrier_arrive_expect_tx(full, 2 * Traits::kTileBytes);
+    }
+#pragma unroll 1
+    for (int b = 0; b < boxes; ++b) {
+      const int g = i * boxes + b;
+      // Row coordinate and entry of the box: a contiguous cache's (cache_leftpad,
+      // cache_batch_idx folded in), or a paged one's page and the box's rows in it.
+      const int key = box_key(g);
+      int row = w.cache_row0 + key, entry = w.entry;
+      if (paged) {
+        if (g % 32 == 0) {
+          if (Traits::kTableEarly) {
+            lane_page = next_page;           // read a round ago
+            next_page = table_slot(g + 32);  // its value is first needed 32 boxes from now
+          } else {
+            lane_page = table_slot(g);
+          }
+        }
+        const int page = __shfl_sync(0xffffffffu, lane_page, g % 32);
+        entry = page < 0 ? 0 : page >= kp.kv.num_pages ? kp.kv.num_pages - 1 : page;
+        row = key - min(key / kp.kv.page_size, last_slot) * kp.kv.page_size;
+        if (lane != 0) continue;
+      }
 #pragma unroll
-    for (int a = 0; a < Traits::kAtoms; ++a) {
-      const int32_t c[4] = {a * 64, row, kv_head, entry};
-      const uint32_t dst = slot.stage * Traits::kTileBytes + a * kBlockN * 128;
-      ptx::tma_load<4>(s_base + Traits::kOffK + dst, &tp.k_map, full, c);
-      ptx::tma_load<4>(s_base + Traits::kOffV + dst, &tp.v_map, full, c);
+      for (int a = 0; a < Traits::kAtoms; ++a) {
+        const int32_t c[4] = {a * 64, row, kv_head, entry};
+        const uint32_t dst = slot.stage * Traits::kTileBytes + a * kBlockN * 128 + b * box_rows * 128;
+        ptx::tma_load<4>(s_base + Traits::kOffK + dst, &tp.k_map, full, c);
+        ptx::tma_load<4>(s_base + Traits::kOffV + dst, &tp.v_map, full, c);
+      }
     }
   }
 }
