@@ -56,10 +56,12 @@ namespace flashattn_cu::sm90 {
 // The decode kernel's parameters: the kvcache variant's (problem/params.h) and the TMA maps of
 // the K and V caches (decode_launch.h).
 struct DecodeTmaParams {
-  CUtensorMap k_map;  // boxes of 64 columns x box_rows rows
+  CUtensorMap k_map;  // boxes of 64 columns x (kBlockN >> box_shift) rows
   CUtensorMap v_map;
   FwdKvcacheKernelParams kp;
-  int box_rows;  // kBlockN, or with pages not holding whole tiles a divisor of both (a multiple of 16)
+  // Paged: TMA boxes of kBlockN >> box_shift rows, 2^box_shift per tile (tiles.h
+  // decode_box_rows_sm90: 0 where pages hold whole tiles, else a divisor of tile and page).
+  int box_shift;
 };
 
 template <int kHeadDim_, int kBlockN_, int kStages_, bool kTableEarly_ = true>
@@ -109,6 +111,7 @@ struct DecodeTraits {
   static_assert(kHeadDim % 64 == 0, "whole 64-column atoms");
   static_assert(kStages % kConsumerWarps == 0, "whole stages per consumer warp");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key blocks of whole k16 steps, box rows <= 256");
+  static_assert((kBlockN & (kBlockN - 1)) == 0, "a power of two: paged boxes split it by shifts");
   static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
 };
 
@@ -181,13 +184,40 @@ __device__ __forceinline__ DecodeWork decode_work(const FwdKvcacheKernelParams& 
   return w;
 }
 
+// The producer's lane 0: waits until stage `slot` is free (its warp released the previous tile)
+// and arms its full barrier for both tiles' bytes.
+template <typename Traits>
+__device__ __forceinline__ void decode_acquire(uint32_t bars, const DecodeSlot<Traits>& slot) {
+  // A fresh barrier's previous phase counts as complete: parity ^ 1.
+  ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarEmpty + slot.stage), slot.parity ^ 1);
+  ptx::mbarrier_arrive_expect_tx(bars + 8 * (Traits::kBarFull + slot.stage), 2 * Traits::kTileBytes);
+}
+
+// The producer's lane 0: K and V box `box` (of box_rows rows) of the tile in `slot`, every
+// 64-column atom, from row `row` of cache entry (or page) `entry`.
+template <typename Traits>
+__device__ __forceinline__ void decode_issue(const DecodeTmaParams& tp, uint32_t s_base,
+                                             const DecodeSlot<Traits>& slot, int box, int box_rows,
+                                             int row, int kv_head, int entry) {
+  const uint32_t full = s_base + Traits::kOffBarriers + 8 * (Traits::kBarFull + slot.stage);
+#pragma unroll
+  for (int a = 0; a < Traits::kAtoms; ++a) {
+    const int32_t c[4] = {a * 64, row, kv_head, entry};
+    const uint32_t dst =
+        slot.stage * Traits::kTileBytes + a * Traits::kBlockN * 128 + box * box_rows * 128;
+    ptx::tma_load<4>(s_base + Traits::kOffK + dst, &tp.k_map, full, c);
+    ptx::tma_load<4>(s_base + Traits::kOffV + dst, &tp.v_map, full, c);
+  }
+}
+
 // The producer warp: its lane 0 issues K and V of each of the CTA's key blocks, last first, into
-// the ring, one TMA box per tile and matrix (and 64-column atom), or with pages smaller than the
-// key block (or not a multiple of it) tp.box_rows-row boxes, each from its own page, that
-// together fill the tile. With a paged cache the whole warp reads the block table ahead, one slot
-// per lane for 32 boxes in one round trip, a round before they are issued (kTableEarly; lane 0
-// then takes each box's page by a shuffle): a table read per box in lane 0 would put a memory
-// latency in every iteration where the ring is not full.
+// the ring, one TMA box per tile and matrix (and 64-column atom), or on pages that do not hold
+// whole tiles 2^tp.box_shift boxes per tile, each from its own page. With a paged cache the whole
+// warp works out 32 boxes at a time, one per lane (its table slot, page and row in the page),
+// and lane 0 takes each box's by two shuffles: one warp issues every box, so its issue loop
+// holds no division and no table latency (session 21: with them, one warp issued a 16-row box
+// every ~1000 cycles, 2200 GB/s at d 128). kTableEarly reads the next 32 boxes' table slots a
+// round before they are issued.
 template <typename Traits>
 __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const DecodeWork& w,
                                                uint32_t s_base) {
@@ -197,12 +227,6 @@ __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const 
   const int lane = threadIdx.x % 32;
   if (!paged && lane != 0) return;
   const uint32_t bars = s_base + Traits::kOffBarriers;
-  const int* table = paged ? kp.kv.block_table + w.tile.batch * kp.kv.block_table_batch_stride
-                           : nullptr;
-  // The last table slot with a key of this entry: a tile past the keys (never visited) or rows
-  // of the last tile past them read that page (their values are masked or zeroed), so no slot
-  // past the entry's row of the table is read.
-  const int last_slot = paged && w.seq.seqlen_k > 0 ? (w.seq.seqlen_k - 1) / kp.kv.page_size : 0;
   if (lane == 0) {
     ptx::tma_prefetch_map(&tp.k_map);
     ptx::tma_prefetch_map(&tp.v_map);
@@ -210,56 +234,60 @@ __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const 
   // The tile's kv head (a packed call's heads are its kv heads).
   const int kv_head = w.tile.head / (kp.p.num_heads / kp.p.num_heads_k);
   const int num_blocks = w.n_end - w.n_begin;
-  // Boxes per tile: 1 on a contiguous cache; kBlockN / box_rows on a paged one (box_rows divides
-  // both kBlockN and the page size: decode_launch.h).
-  const int box_rows = paged ? tp.box_rows : kBlockN;
-  const int boxes = kBlockN / box_rows;
-  // The first key of box g of the walk (tile g / boxes, last tile first; no leftpad when paged).
-  auto box_key = [&](int g) { return (w.n_end - 1 - g / boxes) * kBlockN + g % boxes * box_rows; };
-  // paged: lane's slot of the walk's boxes `ahead` (a multiple of 32) + lane (0 past the walk)
-  auto table_slot = [&](int ahead) {
-    ahead += lane;
-    return ahead < num_blocks * boxes ? table[min(box_key(ahead) / kp.kv.page_size, last_slot)] : 0;
-  };
-  int lane_page = 0;  // paged: the page of box (g / 32) * 32 + lane of the walk
-  int next_page = 0;  // kTableEarly: that of box (g / 32 + 1) * 32 + lane
-  if (paged && Traits::kTableEarly) next_page = table_slot(0);
+  if (!paged) {  // a contiguous cache: cache_leftpad and cache_batch_idx folded into row, entry
 #pragma unroll 1
-  for (int i = 0; i < num_blocks; ++i) {
-    const DecodeSlot<Traits> slot(i);
-    const uint32_t full = bars + 8 * (Traits::kBarFull + slot.stage);
-    if (lane == 0) {
-      // A fresh barrier's previous phase counts as complete: parity ^ 1.
-      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarEmpty + slot.stage), slot.parity ^ 1);
-      ptx::mbarrier_arrive_expect_tx(full, 2 * Traits::kTileBytes);
+    for (int i = 0; i < num_blocks; ++i) {
+      const DecodeSlot<Traits> slot(i);
+      decode_acquire<Traits>(bars, slot);
+      decode_issue<Traits>(tp, s_base, slot, 0, kBlockN, w.cache_row0 + (w.n_end - 1 - i) * kBlockN,
+                           kv_head, w.entry);
     }
+    return;
+  }
+  const int* table = kp.kv.block_table + w.tile.batch * kp.kv.block_table_batch_stride;
+  const int page_size = kp.kv.page_size;
+  // The last table slot with a key of this entry: a tile past the keys (never visited) or rows
+  // of the last tile past them read that page (their values are masked or zeroed), so no slot
+  // past the entry's row of the table is read.
+  const int last_slot = w.seq.seqlen_k > 0 ? (w.seq.seqlen_k - 1) / page_size : 0;
+  const int shift = tp.box_shift, box_rows = kBlockN >> shift;
+  const int total = num_blocks << shift;  // boxes of the walk
+  // Box g of the walk: box g % 2^shift of tile g >> shift (last tile first; no leftpad when
+  // paged). Lane's box of the round at g0: its first key, table slot, and the slot's page.
+  struct LaneBox {
+    int key, slot, page;
+  };
+  auto lane_box = [&](int g0) {
+    LaneBox b;
+    const int g = g0 + lane;
+    b.key = (w.n_end - 1 - (g >> shift)) * kBlockN + (g & ((1 << shift) - 1)) * box_rows;
+    b.slot = min(b.key / page_size, last_slot);
+    b.page = g < total ? table[b.slot] : 0;
+    return b;
+  };
+  LaneBox next{};
+  if (Traits::kTableEarly) next = lane_box(0);
 #pragma unroll 1
-    for (int b = 0; b < boxes; ++b) {
-      const int g = i * boxes + b;
-      // Row coordinate and entry of the box: a contiguous cache's (cache_leftpad,
-      // cache_batch_idx folded in), or a paged one's page and the box's rows in it.
-      const int key = box_key(g);
-      int row = w.cache_row0 + key, entry = w.entry;
-      if (paged) {
-        if (g % 32 == 0) {
-          if (Traits::kTableEarly) {
-            lane_page = next_page;           // read a round ago
-            next_page = table_slot(g + 32);  // its value is first needed 32 boxes from now
-          } else {
-            lane_page = table_slot(g);
-          }
-        }
-        const int page = __shfl_sync(0xffffffffu, lane_page, g % 32);
-        entry = page < 0 ? 0 : page >= kp.kv.num_pages ? kp.kv.num_pages - 1 : page;
-        row = key - min(key / kp.kv.page_size, last_slot) * kp.kv.page_size;
-        if (lane != 0) continue;
-      }
-#pragma unroll
-      for (int a = 0; a < Traits::kAtoms; ++a) {
-        const int32_t c[4] = {a * 64, row, kv_head, entry};
-        const uint32_t dst = slot.stage * Traits::kTileBytes + a * kBlockN * 128 + b * box_rows * 128;
-        ptx::tma_load<4>(s_base + Traits::kOffK + dst, &tp.k_map, full, c);
-        ptx::tma_load<4>(s_base + Traits::kOffV + dst, &tp.v_map, full, c);
+  for (int g0 = 0; g0 < total; g0 += 32) {
+    LaneBox mine;
+    if (Traits::kTableEarly) {
+      mine = next;               // read a round ago
+      next = lane_box(g0 + 32);  // first needed 32 boxes from now
+    } else {
+      mine = lane_box(g0);
+    }
+    const int entry = mine.page < 0 ? 0 : mine.page >= kp.kv.num_pages ? kp.kv.num_pages - 1 : mine.page;
+    const int row = mine.key - mine.slot * page_size;
+    const int count = min(32, total - g0);
+#pragma unroll 1
+    for (int j = 0; j < count; ++j) {
+      const int box_entry = __shfl_sync(0xffffffffu, entry, j);
+      const int box_row = __shfl_sync(0xffffffffu, row, j);
+      if (lane == 0) {
+        const int g = g0 + j, box = g & ((1 << shift) - 1);
+        const DecodeSlot<Traits> slot(g >> shift);
+        if (box == 0) decode_acquire<Traits>(bars, slot);
+        decode_issue<Traits>(tp, s_base, slot, box, box_rows, box_row, kv_head, box_entry);
       }
     }
   }

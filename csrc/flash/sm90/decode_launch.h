@@ -27,13 +27,15 @@ Status launch_decode_config(const FwdKvcacheKernelParams& kp, cudaStream_t strea
   const bool paged = kp.kv.block_table != nullptr;
   const int64_t rows = paged ? kp.kv.page_size : p.seqlen_k;
   const int entries = paged ? kp.kv.num_pages : (kp.kv.batch_cache > 0 ? kp.kv.batch_cache : p.batch);
-  tp.box_rows = decode_box_rows_sm90(Traits::kBlockN, paged ? kp.kv.page_size : 0);
-  if (tp.box_rows % 16 != 0) return Status::kInvalidArgument;  // decode_tile_sm90_for refuses those
+  const int box_rows = decode_box_rows_sm90(Traits::kBlockN, paged ? kp.kv.page_size : 0);
+  if (box_rows % 16 != 0) return Status::kInvalidArgument;  // decode_tile_sm90_for refuses those
+  tp.box_shift = 0;  // box_rows divides the power-of-two kBlockN: a power of two too
+  while ((box_rows << tp.box_shift) < Traits::kBlockN) ++tp.box_shift;
   Status st = encode_rows_map(&tp.k_map, p.dtype, p.k, p.head_dim, rows, p.num_heads_k, entries,
-                              p.k_row_stride, p.k_head_stride, p.k_batch_stride, tp.box_rows);
+                              p.k_row_stride, p.k_head_stride, p.k_batch_stride, box_rows);
   if (st == Status::kSuccess) {
     st = encode_rows_map(&tp.v_map, p.dtype, p.v, p.head_dim, rows, p.num_heads_k, entries,
-                         p.v_row_stride, p.v_head_stride, p.v_batch_stride, tp.box_rows);
+                         p.v_row_stride, p.v_head_stride, p.v_batch_stride, box_rows);
   }
   if (st != Status::kSuccess) return st;
   const int64_t tiles = split_query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch,
