@@ -255,7 +255,10 @@ def _with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
                              "to append them)")
 
     if cache_seqlens is None:
-        cache_seqlens = torch.full((batch,), capacity, dtype=torch.int32, device=device)
+        # The whole cache: the op takes None for it (no lengths tensor to fill) unless
+        # cache_leftpad needs the lengths beside it (k / v need cache_seqlens: checked above).
+        if cache_leftpad is not None:
+            cache_seqlens = torch.full((batch,), capacity, dtype=torch.int32, device=device)
     elif isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, bool):
         if not 0 <= cache_seqlens <= capacity - seqlen_new:
             raise ValueError(f"{_FN}: cache_seqlens={cache_seqlens} with {seqlen_new} new keys "
@@ -310,8 +313,10 @@ def _with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
             q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
             block_table, causal or window_left >= 0 or window_right >= 0, rotary_interleaved,
             capacity)
+    if cache_seqlens is not None:
+        cache_seqlens = cache_seqlens.to(torch.int32)
     out, softmax_lse = torch.ops.flashattn_cu.fwd_kvcache(
-        q, k_cache, v_cache, cache_seqlens.to(torch.int32), cache_batch_idx, cache_leftpad,
+        q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
         block_table, softmax_scale, causal, window_left, window_right, alibi_slopes, softcap,
         int(num_splits))
     return (out, softmax_lse) if return_softmax_lse else out

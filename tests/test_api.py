@@ -110,7 +110,7 @@ def test_op_schemas():
         "Tensor? rng_state=None) -> (Tensor, Tensor, Tensor)")
     assert str(torch.ops.flashattn_cu.fwd_kvcache.default._schema) == (
         "flashattn_cu::fwd_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, "
-        "Tensor cache_seqlens, Tensor? cache_batch_idx, Tensor? cache_leftpad, "
+        "Tensor? cache_seqlens, Tensor? cache_batch_idx, Tensor? cache_leftpad, "
         "Tensor? block_table, float softmax_scale, bool causal, int window_left=-1, "
         "int window_right=-1, Tensor? alibi_slopes=None, float softcap=0., int num_splits=0, "
         "Tensor? k_new=None, Tensor? v_new=None, Tensor? rotary_cos=None, "

@@ -4,7 +4,8 @@ TMA (dispatch.cu decode_sm90_ok); an append (k, v, rotary) runs first as its own
 (csrc/flash/fwd/append.h; test_kvcache.py's reference and fused-append cases cover it there). GPU: the kernel is the one that runs
 (profiler), and its results against the fp32 reference by the rule over what such calls take:
 contiguous caches (with cache_batch_idx, cache_leftpad) and paged ones whose pages hold whole
-key blocks (32 .. 512 rows; pages of 8 and 16 rows run the sm80 kernel), GQA / MQA / MHA, causal and windows, softcap, ALiBi
+key blocks (32 .. 512 rows) and pages of a multiple of 16 rows that do not (each tile read in
+boxes from several pages: tiles.h decode_box_rows_sm90; pages of 8 rows run the sm80 kernel), GQA / MQA / MHA, causal and windows, softcap, ALiBi
 (unpacked), head dims 64 / 128 and 120 (the 128 instance, columns past 120 zero), every split
 count, NaN in every cache row a call must not read. The same calls with the sm80 kernels
 forced (kernel_path) give the same answers by the same rule.
@@ -122,6 +123,13 @@ CASES = {
     "paged128": dict(seqlen_q=1, heads=(8, 2), page_size=128),
     "paged256": dict(seqlen_q=1, heads=(32, 8), page_size=256),
     "paged512_splits5": dict(seqlen_q=1, heads=(8, 2), page_size=512, num_splits=5),
+    # Pages not holding whole tiles (a tile in boxes from 2 or 4 pages; 48 rows: 16-row boxes,
+    # 96 rows: 32-row boxes at d 64): masks, splits.
+    "paged16_spec4_causal": dict(seqlen_q=4, heads=(16, 4), page_size=16, causal=True),
+    "paged96_causal": dict(seqlen_q=2, heads=(32, 8), page_size=96, causal=True),
+    "paged16_window_softcap": dict(seqlen_q=1, heads=(8, 2), page_size=16, window=(100, -1),
+                                   softcap=30.0),
+    "paged48_splits3": dict(seqlen_q=1, heads=(8, 2), page_size=48, num_splits=3),
     "splits1": dict(seqlen_q=1, heads=(8, 2), num_splits=1),
     "splits13": dict(seqlen_q=1, heads=(8, 2), num_splits=13),
 }
@@ -149,8 +157,8 @@ def kernel_names(fn):
 
 def test_decode_kernel_is_the_one_that_runs():
     """Eligible calls run sm90::decode_kernel on an sm_90 GPU (and never under the sm80 path),
-    with an append first as its own kernel; more than 16 packed rows or pages smaller than a key
-    block keep the sm80 kvcache kernel."""
+    with an append first as its own kernel; more than 16 packed rows or pages of rows not a
+    multiple of 16 keep the sm80 kvcache kernel."""
     if not sm90_decode_built():
         pytest.skip("needs an sm_90 GPU and sm_90a code")
     skip_unless_built(128)
@@ -172,8 +180,8 @@ def test_decode_kernel_is_the_one_that_runs():
     assert any("kvcache_append_kernel" in n for n in names)
     q32 = torch.randn(2, 8, 32, 128, device="cuda", dtype=torch.bfloat16)  # 32 packed rows
     assert not any("decode_kernel" in n for n in kernel_names(call(q32)))
-    for page, sm90 in ((256, True), (32, True), (16, False)):
-        pages = k.view(2 * 4096 // page, page, 8, 128)
+    for page, sm90 in ((256, True), (32, True), (16, True), (48, True), (8, False)):
+        pages = torch.randn(2 * -(-4096 // page), page, 8, 128, device="cuda", dtype=torch.bfloat16)
         table = torch.arange(pages.shape[0], device="cuda", dtype=torch.int32).view(2, -1)
         names = kernel_names(lambda: flash_attn_with_kvcache(
             q, pages, pages, cache_seqlens=seqlens, block_table=table))

@@ -311,6 +311,36 @@ def test_every_split_count_matches_one_split(paged):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [None, 256])
+@pytest.mark.parametrize("seqlen_q", [1, 20])
+def test_whole_cache_without_cache_seqlens(seqlen_q, page_size):
+    """cache_seqlens=None (the whole cache: the op gets None, the kernels no lengths array) gives
+    bitwise what the same call with every length at the capacity gives, on the sm90 decode kernel
+    (1 query) and the sm80 kernel (20 queries x 4 heads); with cache_leftpad the lengths are
+    filled in; the op itself refuses None beside cache_leftpad or an append, by name."""
+    batch, capacity, d = 3, 512, HEAD_DIM
+    q = torch.randn(batch, seqlen_q, 8, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(batch, capacity, 2, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    table = None
+    if page_size is not None:
+        k, v, table = to_paged_pair(k, v, page_size, 3)
+    full = torch.full((batch,), capacity, device="cuda", dtype=torch.int32)
+    for kw in ({}, {"causal": True}, {"window_size": (100, 0)}):
+        a = flash_attn_with_kvcache(q, k, v, block_table=table, return_softmax_lse=True, **kw)
+        b = flash_attn_with_kvcache(q, k, v, cache_seqlens=full, block_table=table,
+                                    return_softmax_lse=True, **kw)
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]), kw
+    if page_size is None:
+        pad = torch.tensor([0, 5, 100], device="cuda", dtype=torch.int32)
+        a = flash_attn_with_kvcache(q, k, v, cache_leftpad=pad)
+        b = flash_attn_with_kvcache(q, k, v, cache_seqlens=full, cache_leftpad=pad)
+        assert torch.equal(a, b)
+        with pytest.raises(ValueError, match="cache_seqlens is required with cache_leftpad"):
+            torch.ops.flashattn_cu.fwd_kvcache(q, k, v, None, None, pad, None, 0.125, False)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("num_splits", [1, 8])
 def test_rows_that_see_no_key(num_splits):
     """Entries with no key (cache_seqlens 0, or all of them left padding) give 0 and LSE +inf,
@@ -384,6 +414,7 @@ FUSED_CASES = {
     "q3_alibi_unpacked_gqa": (3, 5, (8, 2), None, {"alibi": True}),  # rule 2's head % group
     "q6_new70_leftpad_batch_idx": (6, 70, (4, 1), None, {"leftpad": True, "batch_idx": True}),
     "decode_new3_paged256": (1, 3, (8, 2), 256, {}),  # sm90 decode after the append
+    "decode_new2_paged16": (1, 2, (8, 2), 16, {}),  # its 16-key tiles after the append
     "spec2_paged64_groups8_causal": (2, 2, (16, 2), 64, {"causal": True}),  # 16 packed rows
 }
 ROTARY_MODES = {
@@ -670,6 +701,9 @@ def test_op_fake_shapes():
                                                   True)
     assert out.shape == q.shape and out.stride() == q.stride()
     assert lse.shape == (3, 8, 4) and lse.dtype == torch.float32
+    # cache_seqlens None: every entry holds the whole cache (fwd_splitkv's calls).
+    out, lse = torch.ops.flashattn_cu.fwd_kvcache(q, kc, kc, None, None, None, table, 0.125, True)
+    assert out.shape == q.shape and lse.shape == (3, 8, 4)
     k_new = torch.empty(3, 4, 2, 64, dtype=torch.bfloat16, device="meta")
     cos = torch.empty(80, 16, dtype=torch.bfloat16, device="meta")
     out, lse = torch.ops.flashattn_cu.fwd_kvcache(q, kc, kc, seqlens, None, None, table, 0.125,

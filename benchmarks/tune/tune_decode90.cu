@@ -1,5 +1,6 @@
 // Configuration sweep for the sm90a decode kernel (sm90/decode_kernel.h), torch-free: bf16
-// decode steps (one query of 32 heads over 8 kv heads, contiguous cache, every key visible) at
+// decode steps (one query of 32 heads over 8 kv heads, every key visible; contiguous caches, and
+// paged ones with the block table in order or shuffled) at
 // batch 1 / 8 / 64 and 4k / 32k / 128k keys, d 64 and 128, for several (keys per block, ring stages)
 // instances, each with the split count the library's rule gives it on this GPU (slots = the
 // instance's CTAs per SM x SMs; or flash_attn's rule) and the split combine after it; GB/s of K and V (median of 20,
@@ -48,21 +49,36 @@ __global__ void fill_int(int* x, int n, int value) {
   if (i < n) x[i] = value;
 }
 
+// The contiguous copy of a paged cache: row r of entry e from its page (one block per row).
+__global__ void gather_pages(const __nv_bfloat16* paged, __nv_bfloat16* out, const int* table,
+                             int keys, int page, int slots, int row_elems) {
+  const int e = blockIdx.x / keys, key = blockIdx.x % keys;
+  const int src_row = table[e * slots + key / page] * page + key % page;
+  const uint4* src = reinterpret_cast<const uint4*>(paged + static_cast<size_t>(src_row) * row_elems);
+  uint4* dst = reinterpret_cast<uint4*>(out + static_cast<size_t>(blockIdx.x) * row_elems);
+  for (int i = threadIdx.x; i < row_elems / 8; i += blockDim.x) dst[i] = src[i];
+}
+
 struct Buffers {
   __nv_bfloat16 *q, *k, *v, *o, *o_ref;
+  __nv_bfloat16 *k2, *v2;  // paged sweeps: the cache gathered into the contiguous layout
   float *lse, *work, *diff;
   int* seqlens;
+  int* table;  // paged sweeps: (batch, keys / page) page ids
 };
 
 int g_sms = 132;
-size_t g_kv_elems = 0;  // elements of each of the K and V buffers
+size_t g_kv_elems = 0;  // elements of each of the K and V caches of the contiguous sweeps
+size_t g_kv_alloc = 0;  // and of their buffers (a page per entry more: pages that cut the keys)
 // Timed calls: 20, the L2 flushed before each (as triton's do_bench in bench_decode.py): 4k-key
 // caches fit in the 50 MB L2 and would be read from it.
 constexpr int kReps = 20;
 constexpr size_t kFlushBytes = size_t{256} << 20;
 
 // One decode call as dispatch.cu builds it (GQA packed: 4 rows per kv head), with `splits`.
-fa::FwdKvcacheKernelParams make_params(const Buffers& b, int d, int batch, int keys, int splits) {
+// page > 0: the cache as (batch x keys / page) pages of `page` rows, b.table the block table.
+fa::FwdKvcacheKernelParams make_params(const Buffers& b, int d, int batch, int keys, int splits,
+                                       int page = 0) {
   fa::FwdParams p;
   p.batch = batch;
   p.seqlen_q = kGroup;  // packed: the group's query heads as rows
@@ -92,6 +108,13 @@ fa::FwdKvcacheKernelParams make_params(const Buffers& b, int d, int batch, int k
   kp.kv.partial_rows = static_cast<int64_t>(batch) * kHeads;
   kp.kv.lse_partial = splits > 1 ? b.work : nullptr;
   kp.kv.o_partial = splits > 1 ? b.work + static_cast<size_t>(fa::kMaxSplits) * batch * kHeads : nullptr;
+  if (page > 0) {
+    kp.p.k_batch_stride = kp.p.v_batch_stride = static_cast<int64_t>(page) * kHeadsK * d;
+    kp.kv.block_table = b.table;
+    kp.kv.block_table_batch_stride = (keys + page - 1) / page;
+    kp.kv.page_size = page;
+    kp.kv.num_pages = batch * static_cast<int>(kp.kv.block_table_batch_stride);
+  }
   return kp;
 }
 
@@ -171,6 +194,64 @@ void sweep(const char* name, const Buffers& b, double copy_gbs, Rule rule = Rule
   }
 }
 
+// Paged caches of `page`-row pages, the block table in order (the contiguous cache's bytes) or
+// shuffled (pages scattered over the whole pool, as a serving engine's free list leaves them):
+// each configuration's output against LibTraits on the contiguous copy of the same cache.
+template <int kHeadDim, typename Traits, typename LibTraits>
+void sweep_paged(const char* name, const Buffers& b, double copy_gbs, int page, bool shuffled) {
+  const int per_sm = ctas_per_sm<Traits>();
+  for (int batch : {1, 8, 64}) {
+    for (int keys : {4096, 32768, 131072}) {
+      const double kv_bytes = 2.0 * batch * keys * kHeadsK * kHeadDim * 2;
+      const int slots = (keys + page - 1) / page;  // pages per entry
+      if (size_t{1} * batch * slots * page * kHeadsK * kHeadDim > g_kv_alloc ||
+          size_t{1} * batch * keys * kHeadsK * kHeadDim > g_kv_elems) {
+        continue;  // too large
+      }
+      std::vector<int> ids(static_cast<size_t>(batch) * slots);
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int>(i);
+      if (shuffled) {
+        uint64_t x = 0x9e3779b97f4a7c15ull;  // a fixed xorshift sequence: the same table every run
+        for (size_t i = ids.size() - 1; i > 0; --i) {
+          x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+          std::swap(ids[i], ids[x % (i + 1)]);
+        }
+      }
+      CHECK(cudaMemcpy(b.table, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+      gather_pages<<<batch * keys, 128>>>(b.k, b.k2, b.table, keys, page, slots, kHeadsK * kHeadDim);
+      gather_pages<<<batch * keys, 128>>>(b.v, b.v2, b.table, keys, page, slots, kHeadsK * kHeadDim);
+      fill_int<<<(batch + 127) / 128, 128>>>(b.seqlens, batch, keys);
+      const int n_blocks = (keys + Traits::kBlockN - 1) / Traits::kBlockN;
+      const int splits = splits_by(Rule::kOneWave, int64_t{batch} * kHeadsK, per_sm * g_sms, n_blocks);
+      const int lib_blocks = (keys + LibTraits::kBlockN - 1) / LibTraits::kBlockN;
+      const int lib_splits = splits_by(Rule::kOneWave, int64_t{batch} * kHeadsK, g_sms, lib_blocks);
+      Buffers contiguous = b;
+      contiguous.k = b.k2;
+      contiguous.v = b.v2;
+      fa::FwdKvcacheKernelParams ref = make_params(contiguous, kHeadDim, batch, keys, lib_splits);
+      ref.p.o = b.o_ref;
+      CHECK(cudaMemset(b.o_ref, 0xff, size_t{2} * batch * kHeads * kHeadDim));
+      if (run<LibTraits>(ref, batch) != fa::Status::kSuccess) std::printf("library launch failed\n");
+      fa::FwdKvcacheKernelParams kp = make_params(b, kHeadDim, batch, keys, splits, page);
+      CHECK(cudaMemset(b.o, 0xff, size_t{2} * batch * kHeads * kHeadDim));  // NaN poison
+      if (run<Traits>(kp, batch) != fa::Status::kSuccess) {
+        std::printf("%-26s launch failed\n", name);
+        continue;
+      }
+      CHECK(cudaMemset(b.diff, 0, 4));
+      max_abs_diff<<<64, 256>>>(b.o, b.o_ref, size_t{1} * batch * kHeads * kHeadDim, b.diff);
+      float diff = 0.f;
+      CHECK(cudaMemcpy(&diff, b.diff, 4, cudaMemcpyDeviceToHost));
+      const float ms = median_ms([&] { run<Traits>(kp, batch); }, kReps, kFlushBytes);
+      const double gbs = kv_bytes / (ms * 1e-3) / 1e9;
+      std::printf("%-26s %s d=%3d batch=%2d keys=%6d ctas/sm=%d splits=%3d: %6.0f GB/s (%3.0f%% of "
+                  "copy, %6.1f us)  max|diff| %.2e\n",
+                  name, shuffled ? "shuffled" : "in order", kHeadDim, batch, keys, per_sm, splits,
+                  gbs, 100 * gbs / copy_gbs, ms * 1e3, diff);
+    }
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -178,9 +259,12 @@ int main() {
   // The largest cache of the sweep: batch 64 x 32k keys x 8 heads x d 128, or batch 8 x 128k.
   const size_t kv = size_t{64} * 32768 * kHeadsK * 128;
   g_kv_elems = kv;
+  g_kv_alloc = kv + size_t{64} * 256 * kHeadsK * 128;
   Buffers b;
-  CHECK(cudaMalloc(&b.k, kv * 2));
-  CHECK(cudaMalloc(&b.v, kv * 2));
+  CHECK(cudaMalloc(&b.k, g_kv_alloc * 2));
+  CHECK(cudaMalloc(&b.v, g_kv_alloc * 2));
+  CHECK(cudaMalloc(&b.k2, kv * 2));
+  CHECK(cudaMalloc(&b.v2, kv * 2));
   CHECK(cudaMalloc(&b.q, size_t{64} * kHeads * 128 * 2));
   CHECK(cudaMalloc(&b.o, size_t{64} * kHeads * 128 * 2));
   CHECK(cudaMalloc(&b.o_ref, size_t{64} * kHeads * 128 * 2));
@@ -188,29 +272,42 @@ int main() {
   CHECK(cudaMalloc(&b.work, size_t{fa::kMaxSplits} * 64 * kHeads * (128 + 1) * 4));
   CHECK(cudaMalloc(&b.diff, 4));
   CHECK(cudaMalloc(&b.seqlens, 64 * 4));
-  fill_random<<<1024, 256>>>(b.k, kv, 1u);
-  fill_random<<<1024, 256>>>(b.v, kv, 2u);
+  CHECK(cudaMalloc(&b.table, kv / (kHeadsK * 128 * 16) * 4));  // 16-row pages of the largest cache
+  fill_random<<<1024, 256>>>(b.k, g_kv_alloc, 1u);
+  fill_random<<<1024, 256>>>(b.v, g_kv_alloc, 2u);
   fill_random<<<64, 256>>>(b.q, size_t{64} * kHeads * 128, 3u);
   CHECK(cudaDeviceSynchronize());
   const float copy_ms = median_ms([&] {
     CHECK(cudaMemcpyAsync(b.v, b.k, kv * 2, cudaMemcpyDeviceToDevice));
   }, kReps, kFlushBytes);
   const double copy_gbs = 2.0 * kv * 2 / (copy_ms * 1e-3) / 1e9;
-  fill_random<<<1024, 256>>>(b.v, kv, 2u);
+  fill_random<<<1024, 256>>>(b.v, g_kv_alloc, 2u);
   std::printf("device-to-device copy (read + write): %.0f GB/s\n", copy_gbs);
 
   using namespace fa::sm90;
   using Lib128 = DecodeTraits<128, fa::decode_tile_sm90(128).block_n, fa::decode_tile_sm90(128).stages>;
   using Lib64 = DecodeTraits<64, fa::decode_tile_sm90(64).block_n, fa::decode_tile_sm90(64).stages>;
-  // Session 20: 4 stages (64 KB in flight) won over 8 on every shape (tiles.h); the rows below
-  // compare the split rules and half that in flight.
-  sweep<128, Lib128, Lib128>("d128 library", b, copy_gbs);
-  sweep<128, Lib128, Lib128>("d128 library, fa rule", b, copy_gbs, Rule::kFlashAttn);
-  sweep<128, DecodeTraits<128, 16, 4>, Lib128>("d128 16 keys x4", b, copy_gbs);
-  sweep<128, DecodeTraits<128, 32, 8>, Lib128>("d128 32 keys x8", b, copy_gbs);
-  sweep<64, Lib64, Lib64>("d64 library", b, copy_gbs);
-  sweep<64, Lib64, Lib64>("d64 library, fa rule", b, copy_gbs, Rule::kFlashAttn);
-  sweep<64, DecodeTraits<64, 32, 4>, Lib64>("d64 32 keys x4", b, copy_gbs);
-  sweep<64, DecodeTraits<64, 64, 8>, Lib64>("d64 64 keys x8", b, copy_gbs);
+  // Session 20 (benchmarks/results/tune_decode90_v1-v3): 4 stages (64 KB in flight) won over 8
+  // on every shape on a contiguous cache; the split rules; 16-key tiles on the contiguous cache.
+  // Session 21 (tune_decode90_v4_paged_h200.txt): paged caches, the block table shuffled (pages
+  // scattered over the pool, as a serving engine's free list leaves them) or in order. 16-key
+  // tiles for 16-row pages (session 20's branch) lost: about 2400 GB/s at d 128 and 1450 at d 64
+  // per CTA per SM whatever the stages; so the library tiles, with 16-row boxes from as many
+  // pages (tiles.h decode_box_rows_sm90), the table read a round early or not.
+  sweep<128, Lib128, Lib128>("d128 library contiguous", b, copy_gbs);
+  sweep_paged<128, Lib128, Lib128>("d128 p16", b, copy_gbs, 16, false);
+  sweep_paged<128, Lib128, Lib128>("d128 p16", b, copy_gbs, 16, true);
+  sweep_paged<128, DecodeTraits<128, 32, 4, false>, Lib128>("d128 p16 table late", b, copy_gbs, 16, true);
+  sweep_paged<128, DecodeTraits<128, 32, 8>, Lib128>("d128 p16 32x8", b, copy_gbs, 16, true);
+  sweep_paged<128, Lib128, Lib128>("d128 p48", b, copy_gbs, 48, true);
+  sweep_paged<128, Lib128, Lib128>("d128 p256", b, copy_gbs, 256, true);
+  sweep<64, Lib64, Lib64>("d64 library contiguous", b, copy_gbs);
+  sweep_paged<64, Lib64, Lib64>("d64 p16", b, copy_gbs, 16, false);
+  sweep_paged<64, Lib64, Lib64>("d64 p16", b, copy_gbs, 16, true);
+  sweep_paged<64, DecodeTraits<64, 64, 4, false>, Lib64>("d64 p16 table late", b, copy_gbs, 16, true);
+  sweep_paged<64, DecodeTraits<64, 64, 8>, Lib64>("d64 p16 64x8", b, copy_gbs, 16, true);
+  sweep_paged<64, DecodeTraits<64, 32, 4>, Lib64>("d64 p16 32x4", b, copy_gbs, 16, true);
+  sweep_paged<64, Lib64, Lib64>("d64 p48", b, copy_gbs, 48, true);
+  sweep_paged<64, Lib64, Lib64>("d64 p256", b, copy_gbs, 256, true);
   return 0;
 }

@@ -49,22 +49,25 @@ KvcacheParams pack_gqa(const KvcacheParams& in) {
 // Whether the (packed) call p runs the sm90a decode kernel (sm90/decode_kernel.h): an sm_90
 // device on the default path, a head-dim instance it has (tiles.h decode_tile_sm90), at most 16
 // packed query rows of a padded batch, and a cache its TMA maps can describe: a
-// contiguous one, or pages that hold whole key blocks (without cache_leftpad, whose offset would
+// contiguous one, or pages of a multiple of 16 rows (without cache_leftpad, whose offset would
 // cut pages). Everything else runs the sm80 kvcache kernel. An append (k_new, rotary) runs as its
 // own kernel first (fwd/append.h), which writes q rotated to the workspace (rotated_q_copy).
+// The decode kernel's tile for the (packed) call p: tiles.h decode_tile_sm90_for, on the rule
+// run_decode (sm90/decode_launch.h) launches by.
+DecodeTileSm90 decode_tile_of(const KvcacheParams& p) {
+  return decode_tile_sm90_for(round_head_dim(p.head_dim),
+                              p.block_table != nullptr ? p.page_size : 0);
+}
+
 bool decode_sm90_ok(const KvcacheParams& p, const DeviceInfo& dev) {
   if (!use_sm90a(dev)) return false;
-  const DecodeTileSm90 tile = decode_tile_sm90(round_head_dim(p.head_dim));
+  const DecodeTileSm90 tile = decode_tile_of(p);
   if (!tile.supported || p.seqlen_q > kDecodeRowsSm90 || p.cu_seqlens_q != nullptr || p.seqlen_k <= 0) {
     return false;
   }
-  // Pages smaller than a key block would take one TMA box each: the kernel handles them (16-row
-  // pages measured 2464 GB/s at d = 128, batch 8, 32k keys), but the sm80 kernel's row gather is
-  // faster there (2899), so only pages that hold whole key blocks come here.
-  if (p.block_table != nullptr &&
-      (p.cache_leftpad != nullptr || p.page_size % tile.block_n != 0)) {
-    return false;
-  }
+  // Pages of a multiple of 16 rows (decode_tile_sm90_for; read in boxes of the rows dividing
+  // page and tile: decode_box_rows_sm90); pages of other sizes keep the sm80 kernel's row gather.
+  if (p.block_table != nullptr && p.cache_leftpad != nullptr) return false;
   return p.block_table != nullptr ? sm90::kv_maps_ok(p, p.page_size, p.num_pages)
                                   : sm90::kv_maps_ok(p, p.seqlen_k, p.batch_cache);
 }
@@ -76,7 +79,7 @@ int kvcache_splits(const KvcacheParams& p, const DeviceInfo& dev, bool decode90)
   const FwdTile tile =
       fwd_tile_sm80_kvcache(round_head_dim(p.head_dim), dev.smem_optin < kLargeSmemBytes);
   const int block_m = decode90 ? kDecodeRowsSm90 : tile.block_m;
-  const int block_n = decode90 ? decode_tile_sm90(round_head_dim(p.head_dim)).block_n : tile.block_n;
+  const int block_n = decode90 ? decode_tile_of(p).block_n : tile.block_n;
   const int n_blocks = ceil_div(p.seqlen_k, block_n);
   int splits = p.num_splits;
   if (splits <= 0) {
@@ -170,10 +173,12 @@ Status check_kvcache(const KvcacheParams& p) {
     return Status::kInvalidArgument;
   }
   // Varlen (check_common: cu_seqlens_q and cu_seqlens_k together): the keys come from
-  // cu_seqlens_k, not cache_seqlens / cache_leftpad; otherwise cache_seqlens is required.
+  // cu_seqlens_k, not cache_seqlens / cache_leftpad; otherwise cache_seqlens is required with an
+  // append or cache_leftpad, and null means every entry holds seqlen_k keys.
   const bool varlen = p.cu_seqlens_q != nullptr;
   if (varlen ? p.cache_seqlens != nullptr || p.cache_leftpad != nullptr
-             : p.cache_seqlens == nullptr) {
+             : p.cache_seqlens == nullptr &&
+                   (p.k_new != nullptr || p.v_new != nullptr || p.cache_leftpad != nullptr)) {
     return Status::kInvalidArgument;
   }
   if (!aligned4(p.cache_seqlens) || !aligned4(p.cache_batch_idx) ||
@@ -289,7 +294,7 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
     int* counts = reinterpret_cast<int*>(workspace + ws.counts);
     st = forward::launch_kvcache_key_counts(p.cache_seqlens, p.cache_leftpad,
                                             p.k_new != nullptr ? p.seqlen_new : 0, p.seqlen_k,
-                                            p.batch, counts, stream);
+                                            p.batch, counts, stream, decode90);
     if (st != Status::kSuccess) return st;
     kp.p.seqused_k = counts;
   }
@@ -332,7 +337,8 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
     const int64_t head_stride = params.head_dim;
     const int64_t row_stride = head_stride * params.num_heads;
     const int64_t batch_stride = row_stride * params.seqlen_q;
-    st = forward::launch_kvcache_append(kp, q_out, batch_stride, row_stride, head_stride, stream);
+    st = forward::launch_kvcache_append(kp, q_out, batch_stride, row_stride, head_stride, stream,
+                                        true);
     if (st != Status::kSuccess) return st;
     if (q_copy) {
       kp.p.q = q_out;

@@ -246,6 +246,34 @@ __host__ __device__ constexpr DecodeTileSm90 decode_tile_sm90(int head_dim) {
   return DecodeTileSm90{false, 0, 0};
 }
 
+// The tile of a call on the decode kernel: decode_tile_sm90's, for a contiguous cache
+// (page_size <= 0) or pages of a multiple of 16 rows; other pages: none (the sm80 kernel).
+// Pages that do not hold whole tiles are read in smaller boxes (decode_box_rows_sm90). Session
+// 21 measured the alternative, 16-key tiles for 16-row pages (d 128 8 stages, d 64 16): a
+// consumer warp's 16-key tile is too little work for its latency, one CTA per SM then reads at
+// most ~2400 GB/s (d 128) and ~1450 GB/s (d 64), in order or shuffled, at 64 to 192 KB in flight
+// (benchmarks/results/tune_decode90_v4_paged_h200.txt).
+__host__ __device__ constexpr DecodeTileSm90 decode_tile_sm90_for(int head_dim, int page_size) {
+  const DecodeTileSm90 tile = decode_tile_sm90(head_dim);
+  if (!tile.supported || page_size <= 0 || page_size % 16 == 0) return tile;
+  return DecodeTileSm90{false, 0, 0};
+}
+
+// Rows of one TMA box of the decode kernel's K or V tile of block_n keys: the tile, on a
+// contiguous cache or pages holding whole tiles, else the largest divisor of both the tile and
+// the page (a multiple of 16 where decode_tile_sm90_for supports the page): 16 for 16- or 48-row
+// pages, 32 for 96-row pages under 64-key tiles. Each box comes from its own page.
+__host__ __device__ constexpr int decode_box_rows_sm90(int block_n, int page_size) {
+  if (page_size <= 0) return block_n;
+  int a = block_n, b = page_size;
+  while (b != 0) {
+    const int r = a % b;
+    a = b;
+    b = r;
+  }
+  return a;
+}
+
 // Eighths of S's 8-key tiles the sm90a forward exponentiates on the FMA pipe (common/softmax.h
 // ExpPolicy), per head dim and kernel variant: none, as measured. The prediction was that
 // softcap's MUFU.TANH next to every score's MUFU.EX2 (2 x 8192 SFU results per 64 x 128 step of

@@ -885,9 +885,12 @@ void run_fwd_kvcache(flashattn_cu::KvcacheParams& p, const at::Tensor& q, const 
   check_status(flashattn_cu::fwd_kvcache(p, c10::cuda::getCurrentCUDAStream()), which);
 }
 
+// The kvcache forward; cache_seqlens absent (None): every entry holds the whole cache, without an
+// append or cache_leftpad (fwd_splitkv's calls, which then launch no fill kernel for lengths).
 std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(
     const at::Tensor& q_in, const at::Tensor& k_cache, const at::Tensor& v_cache,
-    const at::Tensor& cache_seqlens_in, const std::optional<at::Tensor>& cache_batch_idx_in,
+    const std::optional<at::Tensor>& cache_seqlens_in,
+    const std::optional<at::Tensor>& cache_batch_idx_in,
     const std::optional<at::Tensor>& cache_leftpad_in,
     const std::optional<at::Tensor>& block_table_in, double softmax_scale, bool causal,
     int64_t window_left, int64_t window_right, const std::optional<at::Tensor>& alibi,
@@ -906,7 +909,15 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(
   TORCH_CHECK_VALUE(seqlen_q <= flashattn_cu::kMaxSeqlen && batch <= (1 << 30) &&
                         num_heads <= (1 << 30),
                     msg("q's sizes ", q_in.sizes(), " are too large"));
-  const at::Tensor cache_seqlens = check_seq_array(cache_seqlens_in, "cache_seqlens", q_in, batch);
+  TORCH_CHECK_VALUE(cache_seqlens_in.has_value() ||
+                        (!cache_leftpad_in.has_value() && !k_new_in.has_value() &&
+                         !v_new_in.has_value()),
+                    "cache_seqlens is required with cache_leftpad or with k / v to append (None "
+                    "means every entry holds the whole cache)");
+  const at::Tensor cache_seqlens =
+      cache_seqlens_in.has_value()
+          ? check_seq_array(*cache_seqlens_in, "cache_seqlens", q_in, batch)
+          : at::Tensor();
   const at::Tensor cache_batch_idx = check_index_array(cache_batch_idx_in, "cache_batch_idx", q_in, batch);
   const at::Tensor cache_leftpad = check_index_array(cache_leftpad_in, "cache_leftpad", q_in, batch);
   at::Tensor block_table;
@@ -948,7 +959,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(
   set_window(p, window_left, window_right);
   set_softcap(p, softcap);
   const at::Tensor slopes = set_alibi(p, alibi, q_in, batch, num_heads);
-  p.cache_seqlens = cache_seqlens.data_ptr<int>();
+  p.cache_seqlens = cache_seqlens.defined() ? cache_seqlens.data_ptr<int>() : nullptr;
   p.cache_batch_idx = cache_batch_idx.defined() ? cache_batch_idx.data_ptr<int>() : nullptr;
   p.cache_leftpad = cache_leftpad.defined() ? cache_leftpad.data_ptr<int>() : nullptr;
   if (block_table.defined()) set_block_table(p, block_table, k_cache);
@@ -986,8 +997,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_splitkv_cuda(
                     msg("k and v must have q's batch and the same shape, got q ", q.sizes(),
                         ", k ", k_in.sizes(), ", v ", v_in.sizes()));
   const at::Tensor k = to_kernel_layout(k_in), v = to_kernel_layout(v_in);
-  const at::Tensor seqlens = at::full({q.size(0)}, k.size(1), q.options().dtype(at::kInt));
-  return fwd_kvcache_cuda(q, k, v, seqlens, std::nullopt, std::nullopt, std::nullopt,
+  return fwd_kvcache_cuda(q, k, v, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
                           softmax_scale, causal, window_left, window_right, alibi, softcap,
                           num_splits, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
                           true);
@@ -1103,7 +1113,7 @@ TORCH_LIBRARY(flashattn_cu, m) {
       "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0, "
       "float dropout_p=0.0, Tensor? rng_state=None) -> (Tensor, Tensor, Tensor)");
   m.def(
-      "fwd_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor cache_seqlens, "
+      "fwd_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? cache_seqlens, "
       "Tensor? cache_batch_idx, Tensor? cache_leftpad, Tensor? block_table, float softmax_scale, "
       "bool causal, int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, "
       "float softcap=0.0, int num_splits=0, Tensor? k_new=None, Tensor? v_new=None, "

@@ -723,8 +723,14 @@ int main() {
 
   check_kvcache_math();
   // fwd_kvcache's arguments (flashattn_cu.h: KvcacheParams), each rejected before the device.
-  expect_kvcache_status("fwd_kvcache: no cache_seqlens",
-                        [](KvcacheParams& p) { p.cache_seqlens = nullptr; }, S::kInvalidArgument);
+  // cache_seqlens null means every entry holds seqlen_k keys: not with cache_leftpad (below, with
+  // an append too); the no-GPU block at the end has the positive control.
+  expect_kvcache_status("fwd_kvcache: no cache_seqlens with cache_leftpad",
+                        [](KvcacheParams& p) {
+                          p.cache_seqlens = nullptr;
+                          p.cache_leftpad = static_cast<const int*>(fake(9));
+                        },
+                        S::kInvalidArgument);
   // Varlen (paged prefill): cu_seqlens_q and cu_seqlens_k together, keys from cu_seqlens_k
   // (cache_seqlens and cache_leftpad must be null).
   expect_kvcache_status("fwd_kvcache: cu_seqlens with cache_seqlens",
@@ -836,6 +842,9 @@ int main() {
                         S::kInvalidArgument);
   expect_kvcache_status("fwd_kvcache: seqlen_new without k_new",
                         [](KvcacheParams& p) { p.seqlen_new = 3; }, S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: k_new without cache_seqlens",
+                        [&](KvcacheParams& p) { with_append(p); p.cache_seqlens = nullptr; },
+                        S::kInvalidArgument);
   expect_kvcache_status("fwd_kvcache: k_new row stride not a multiple of 8",
                         [&](KvcacheParams& p) { with_append(p); p.knew_row_stride = 68; },
                         S::kInvalidArgument);
@@ -936,6 +945,11 @@ int main() {
     const Status kst = flashattn_cu::fwd_kvcache(kv, nullptr);
     expect(kst == S::kLaunchFailed || kst == S::kUnsupportedDevice,
            "fwd_kvcache with k_new and rotary: valid on the host, fails only at the device");
+    KvcacheParams whole = valid_kvcache();
+    whole.cache_seqlens = nullptr;  // every entry holds seqlen_k keys
+    const Status wst = flashattn_cu::fwd_kvcache(whole, nullptr);
+    expect(wst == S::kLaunchFailed || wst == S::kUnsupportedDevice,
+           "fwd_kvcache without cache_seqlens: valid on the host, fails only at the device");
   } else {
     std::printf("skip the no-GPU case: %d GPU(s) present\n", devices);
   }

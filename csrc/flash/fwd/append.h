@@ -18,6 +18,7 @@
 #include "../problem/kv_cache.h"
 #include "../problem/params.h"
 #include "../problem/seqlen.h"
+#include "../ptx/sync.h"
 
 namespace flashattn_cu::forward {
 
@@ -32,6 +33,11 @@ struct RotatedQ {
 template <typename Element>
 __global__ void __launch_bounds__(kAppendThreads)
     kvcache_append_kernel(const __grid_constant__ FwdKvcacheKernelParams kp, RotatedQ rq) {
+  // Launched programmatically (fwd/combine.cu): nothing is read before the previous kernel (the
+  // key counts, or the caller's) has finished; the decode kernel after it may be scheduled at
+  // once and waits for this grid's completion before it reads the cache.
+  ptx::grid_dependency_wait();
+  ptx::launch_dependents();
   const FwdParams& p = kp.p;
   const KvcacheKernelFields& kv = kp.kv;
   const int batch = blockIdx.x / p.num_heads, head = blockIdx.x % p.num_heads;

@@ -23,23 +23,27 @@ Status launch_split_combine(const FwdKvcacheKernelParams& kp, cudaStream_t strea
 }
 
 Status launch_kvcache_key_counts(const int* cache_seqlens, const int* leftpad, int seqlen_new,
-                                 int capacity, int batch, int* counts, cudaStream_t stream) {
+                                 int capacity, int batch, int* counts, cudaStream_t stream,
+                                 bool programmatic) {
   constexpr int kThreads = 128;
-  return launch_tiles<kvcache_key_counts_kernel>(ceil_div(batch, kThreads), kThreads, 0, stream,
-                                                 cache_seqlens, leftpad, seqlen_new, capacity,
-                                                 batch, counts);
+  const StreamOrder order = programmatic ? StreamOrder::kProgrammatic : StreamOrder::kWhole;
+  return launch_tiles_ordered<kvcache_key_counts_kernel>(order, ceil_div(batch, kThreads),
+                                                         kThreads, 0, stream, cache_seqlens,
+                                                         leftpad, seqlen_new, capacity, batch,
+                                                         counts);
 }
 
 Status launch_kvcache_append(const FwdKvcacheKernelParams& kp, void* q_out,
                              int64_t q_batch_stride, int64_t q_row_stride, int64_t q_head_stride,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, bool programmatic) {
   const RotatedQ rq{q_out, q_batch_stride, q_row_stride, q_head_stride};
   const int64_t blocks = static_cast<int64_t>(kp.p.batch) * kp.p.num_heads;
+  const StreamOrder order = programmatic ? StreamOrder::kProgrammatic : StreamOrder::kWhole;
   return kp.p.dtype == DType::kBFloat16
-             ? launch_tiles<kvcache_append_kernel<__nv_bfloat16>>(blocks, kAppendThreads, 0,
-                                                                  stream, kp, rq)
-             : launch_tiles<kvcache_append_kernel<__half>>(blocks, kAppendThreads, 0, stream, kp,
-                                                           rq);
+             ? launch_tiles_ordered<kvcache_append_kernel<__nv_bfloat16>>(
+                   order, blocks, kAppendThreads, 0, stream, kp, rq)
+             : launch_tiles_ordered<kvcache_append_kernel<__half>>(order, blocks, kAppendThreads,
+                                                                   0, stream, kp, rq);
 }
 
 }  // namespace flashattn_cu::forward

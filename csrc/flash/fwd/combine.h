@@ -4,7 +4,7 @@
 //   lse = m + ln(sum_s exp(lse_s - m)),  m = max_s lse_s,
 //   o   = sum_s exp(lse_s - lse) * o_s,
 // each o_s normalised over its own keys. A split that saw no key of the row has lse_s = -inf and
-// weight exp(-inf) = 0 (its o_s, written as 0, is not read); a row whose every split is empty saw
+// weight exp(-inf) = 0 (its o_s is written as 0); a row whose every split is empty saw
 // no key at all: o = 0, lse = +inf, never NaN. Arch-neutral: one thread per 4 columns of a row,
 // the splits' LSEs read from L2 per thread (at most kMaxSplits of them; the partials of a decode
 // call are a few hundred KB).
@@ -41,21 +41,34 @@ __global__ void __launch_bounds__(kCombineThreads)
   const float lse = merged_lse(kv.lse_partial + row, kv.partial_rows, kv.num_splits);
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   if (lse != INFINITY) {
-    // Every split's LSE and partial loaded unconditionally, four splits per unrolled step, so
-    // their L2 latencies overlap (a load behind the weight's test waited for the LSE load each
-    // split: two latencies per split in a row); a split of weight 0 (empty, or too small to
-    // count) is selected out, whatever its partial holds.
-#pragma unroll 4
-    for (int s = 0; s < kv.num_splits; ++s) {
-      const int64_t plane_row = s * kv.partial_rows + row;
-      const float w = expf(kv.lse_partial[plane_row] - lse);
-      const float4 part =
-          *reinterpret_cast<const float4*>(kv.o_partial + plane_row * p.head_dim + col);
-      const bool counts = w != 0.f;
-      acc.x = counts ? fmaf(w, part.x, acc.x) : acc.x;
-      acc.y = counts ? fmaf(w, part.y, acc.y) : acc.y;
-      acc.z = counts ? fmaf(w, part.z, acc.z) : acc.z;
-      acc.w = counts ? fmaf(w, part.w, acc.w) : acc.w;
+    // Eight splits at a time: their LSEs and partials loaded first, all eight in flight at
+    // once, then weighed (a load behind a test of the weight waits for the LSE load: with the
+    // test, ptxas predicated the partials' loads on it, two L2 latencies per four splits; in one
+    // loop it kept two loads in flight). A split of weight 0 (empty, or too small to count) adds
+    // w * 0 = 0: every kernel writes an empty split's partial as 0 (common/softmax.h finalize:
+    // inv_l 0), never NaN.
+    constexpr int kAhead = 8;
+    for (int s0 = 0; s0 < kv.num_splits; s0 += kAhead) {
+      float lse_s[kAhead];
+      float4 part[kAhead];
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j) {
+        lse_s[j] = -INFINITY;
+        part[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (s0 + j < kv.num_splits) {
+          const int64_t plane_row = (s0 + j) * kv.partial_rows + row;
+          lse_s[j] = kv.lse_partial[plane_row];
+          part[j] = *reinterpret_cast<const float4*>(kv.o_partial + plane_row * p.head_dim + col);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kAhead; ++j) {
+        const float w = expf(lse_s[j] - lse);
+        acc.x = fmaf(w, part[j].x, acc.x);
+        acc.y = fmaf(w, part[j].y, acc.y);
+        acc.z = fmaf(w, part[j].z, acc.z);
+        acc.w = fmaf(w, part[j].w, acc.w);
+      }
     }
   }
   // The plane row is lse's index: (entry, head, query) of the padded layout, (head, token) of
@@ -83,6 +96,11 @@ __global__ void __launch_bounds__(kCombineThreads)
 // negative or absent (null) leftpad read as 0.
 __global__ void kvcache_key_counts_kernel(const int* cache_seqlens, const int* leftpad,
                                           int seqlen_new, int capacity, int batch, int* counts) {
+  // Launched programmatically before the sm90 decode path's append (fwd/combine.cu): waits for
+  // the caller's previous kernel, and lets the next one be scheduled at once (it waits for this
+  // grid's completion in turn).
+  ptx::grid_dependency_wait();
+  ptx::launch_dependents();
   const int b = blockIdx.x * blockDim.x + threadIdx.x;
   if (b >= batch) return;
   const int64_t keys = static_cast<int64_t>(cache_seqlens[b]) + seqlen_new;

@@ -17,14 +17,16 @@ Status launch_split_combine(const FwdKvcacheKernelParams& kp, cudaStream_t strea
                             bool programmatic = false);
 
 // counts[b] = the keys entry b attends to, from cache_seqlens, cache_leftpad (may be null) and
-// the rows appended (fwd/combine.h: kvcache_key_counts_kernel).
+// the rows appended (fwd/combine.h: kvcache_key_counts_kernel). `programmatic`, here and for the
+// append: launched with programmatic stream serialization (sm_90, the decode path's chain).
 Status launch_kvcache_key_counts(const int* cache_seqlens, const int* leftpad, int seqlen_new,
-                                 int capacity, int batch, int* counts, cudaStream_t stream);
+                                 int capacity, int batch, int* counts, cudaStream_t stream,
+                                 bool programmatic = false);
 
 // Writes the call's k_new / v_new rows to the cache (k rotated) and, with q_out, q rotated to
 // q_out with the given strides (fwd/append.h); kp as the kvcache kernels take it (packed).
 Status launch_kvcache_append(const FwdKvcacheKernelParams& kp, void* q_out,
                              int64_t q_batch_stride, int64_t q_row_stride, int64_t q_head_stride,
-                             cudaStream_t stream);
+                             cudaStream_t stream, bool programmatic = false);
 
 }  // namespace flashattn_cu::forward

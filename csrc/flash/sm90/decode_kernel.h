@@ -10,10 +10,10 @@
 //    it (DecodeSlot), once that warp has released the stage's previous tile ("empty" mbarrier);
 //    a "full" mbarrier completes
 //    when both tiles' bytes have landed. A contiguous cache is a 4-d map (d, rows, heads_k,
-//    entries), one box per tile and matrix; a paged one a map over (d, page_size, heads_k, pages)
-//    whose pages hold whole tiles (dispatch.cu decode_sm90_ok: smaller pages, which would take a
-//    box each, measured slower than the sm80 kernel's row gather), the page read from the block
-//    table.
+//    entries), one box per tile and matrix; a paged one a map over (d, page_size, heads_k, pages),
+//    one box per tile where pages hold whole tiles, else boxes of the rows that divide both
+//    (tiles.h decode_box_rows_sm90: 16 for 16-row pages), each from its page, read from the
+//    block table 32 boxes ahead by the whole warp.
 //  * warps 0..3, the consumers: warp w takes key blocks w, w + 4, ... of the CTA's walk, each
 //    whole: S = Q K^T and O += P V for the 16 query rows on mma.sync (Q in registers for the whole
 //    walk, K and V by ldmatrix from the 128-byte-swizzled tiles the TMA wrote), its own online
@@ -56,16 +56,23 @@ namespace flashattn_cu::sm90 {
 // The decode kernel's parameters: the kvcache variant's (problem/params.h) and the TMA maps of
 // the K and V caches (decode_launch.h).
 struct DecodeTmaParams {
-  CUtensorMap k_map;  // boxes of 64 columns x kBlockN rows
+  CUtensorMap k_map;  // boxes of 64 columns x (kBlockN >> box_shift) rows
   CUtensorMap v_map;
   FwdKvcacheKernelParams kp;
+  // Paged: TMA boxes of kBlockN >> box_shift rows, 2^box_shift per tile (tiles.h
+  // decode_box_rows_sm90: 0 where pages hold whole tiles, else a divisor of tile and page).
+  int box_shift;
 };
 
-template <int kHeadDim_, int kBlockN_, int kStages_>
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kTableEarly_ = true>
 struct DecodeTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
+  // Paged caches: the producer warp reads the block table's slots for tiles i + 32 .. i + 63 when
+  // it reaches tile i (a round early), so no table latency sits between two TMA issues; false:
+  // it reads tiles i .. i + 31 at tile i (benchmarks/tune/tune_decode90.cu compares them).
+  static constexpr bool kTableEarly = kTableEarly_;
   static constexpr int kBlockM = kDecodeRowsSm90;  // query rows of a CTA (tiles.h)
   static constexpr int kConsumerWarps = 4;
   static constexpr int kProducerWarp = kConsumerWarps;
@@ -104,6 +111,7 @@ struct DecodeTraits {
   static_assert(kHeadDim % 64 == 0, "whole 64-column atoms");
   static_assert(kStages % kConsumerWarps == 0, "whole stages per consumer warp");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key blocks of whole k16 steps, box rows <= 256");
+  static_assert((kBlockN & (kBlockN - 1)) == 0, "a power of two: paged boxes split it by shifts");
   static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
 };
 
@@ -176,52 +184,111 @@ __device__ __forceinline__ DecodeWork decode_work(const FwdKvcacheKernelParams& 
   return w;
 }
 
+// The producer's lane 0: waits until stage `slot` is free (its warp released the previous tile)
+// and arms its full barrier for both tiles' bytes.
+template <typename Traits>
+__device__ __forceinline__ void decode_acquire(uint32_t bars, const DecodeSlot<Traits>& slot) {
+  // A fresh barrier's previous phase counts as complete: parity ^ 1.
+  ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarEmpty + slot.stage), slot.parity ^ 1);
+  ptx::mbarrier_arrive_expect_tx(bars + 8 * (Traits::kBarFull + slot.stage), 2 * Traits::kTileBytes);
+}
+
+// The producer's lane 0: K and V box `box` (of box_rows rows) of the tile in `slot`, every
+// 64-column atom, from row `row` of cache entry (or page) `entry`.
+template <typename Traits>
+__device__ __forceinline__ void decode_issue(const DecodeTmaParams& tp, uint32_t s_base,
+                                             const DecodeSlot<Traits>& slot, int box, int box_rows,
+                                             int row, int kv_head, int entry) {
+  const uint32_t full = s_base + Traits::kOffBarriers + 8 * (Traits::kBarFull + slot.stage);
+#pragma unroll
+  for (int a = 0; a < Traits::kAtoms; ++a) {
+    const int32_t c[4] = {a * 64, row, kv_head, entry};
+    const uint32_t dst =
+        slot.stage * Traits::kTileBytes + a * Traits::kBlockN * 128 + box * box_rows * 128;
+    ptx::tma_load<4>(s_base + Traits::kOffK + dst, &tp.k_map, full, c);
+    ptx::tma_load<4>(s_base + Traits::kOffV + dst, &tp.v_map, full, c);
+  }
+}
+
 // The producer warp: its lane 0 issues K and V of each of the CTA's key blocks, last first, into
-// the ring, one TMA box per tile and matrix (and 64-column atom).
+// the ring, one TMA box per tile and matrix (and 64-column atom), or on pages that do not hold
+// whole tiles 2^tp.box_shift boxes per tile, each from its own page. With a paged cache the whole
+// warp works out 32 boxes at a time, one per lane (its table slot, page and row in the page),
+// and lane 0 takes each box's by two shuffles: one warp issues every box, so its issue loop
+// holds no division and no table latency (session 21: with them, one warp issued a 16-row box
+// every ~1000 cycles, 2200 GB/s at d 128). kTableEarly reads the next 32 boxes' table slots a
+// round before they are issued.
 template <typename Traits>
 __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const DecodeWork& w,
                                                uint32_t s_base) {
   constexpr int kBlockN = Traits::kBlockN;
-  if (threadIdx.x % 32 != 0) return;
   const FwdKvcacheKernelParams& kp = tp.kp;
-  const uint32_t bars = s_base + Traits::kOffBarriers;
   const bool paged = kp.kv.block_table != nullptr;
-  const int* table = paged ? kp.kv.block_table + w.tile.batch * kp.kv.block_table_batch_stride
-                           : nullptr;
-  // The last table slot with a key of this entry: a tile past the keys (never visited) or rows
-  // of the last tile past them read that page (their values are masked or zeroed), so no slot
-  // past the entry's row of the table is read.
-  const int last_slot = paged && w.seq.seqlen_k > 0 ? (w.seq.seqlen_k - 1) / kp.kv.page_size : 0;
-  ptx::tma_prefetch_map(&tp.k_map);
-  ptx::tma_prefetch_map(&tp.v_map);
+  const int lane = threadIdx.x % 32;
+  if (!paged && lane != 0) return;
+  const uint32_t bars = s_base + Traits::kOffBarriers;
+  if (lane == 0) {
+    ptx::tma_prefetch_map(&tp.k_map);
+    ptx::tma_prefetch_map(&tp.v_map);
+  }
   // The tile's kv head (a packed call's heads are its kv heads).
   const int kv_head = w.tile.head / (kp.p.num_heads / kp.p.num_heads_k);
   const int num_blocks = w.n_end - w.n_begin;
+  if (!paged) {  // a contiguous cache: cache_leftpad and cache_batch_idx folded into row, entry
 #pragma unroll 1
-  for (int i = 0; i < num_blocks; ++i) {
-    const int n = w.n_end - 1 - i;
-    const DecodeSlot<Traits> slot(i);
-    // Row coordinate and entry of the box: a contiguous cache's (cache_leftpad, cache_batch_idx
-    // folded in), or a paged one's page (a multiple of kBlockN rows: decode_sm90_ok) and the
-    // tile's rows in it, the table read before the wait so its latency hides behind it.
-    int row = w.cache_row0 + n * kBlockN, entry = w.entry;
-    if (paged) {
-      const int key = n * kBlockN;  // no leftpad when paged
-      const int table_slot = min(key / kp.kv.page_size, last_slot);
-      const int page = table[table_slot];
-      entry = page < 0 ? 0 : page >= kp.kv.num_pages ? kp.kv.num_pages - 1 : page;
-      row = key - table_slot * kp.kv.page_size;
+    for (int i = 0; i < num_blocks; ++i) {
+      const DecodeSlot<Traits> slot(i);
+      decode_acquire<Traits>(bars, slot);
+      decode_issue<Traits>(tp, s_base, slot, 0, kBlockN, w.cache_row0 + (w.n_end - 1 - i) * kBlockN,
+                           kv_head, w.entry);
     }
-    const uint32_t full = bars + 8 * (Traits::kBarFull + slot.stage);
-    // A fresh barrier's previous phase counts as complete: parity ^ 1.
-    ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarEmpty + slot.stage), slot.parity ^ 1);
-    ptx::mbarrier_arrive_expect_tx(full, 2 * Traits::kTileBytes);
-#pragma unroll
-    for (int a = 0; a < Traits::kAtoms; ++a) {
-      const int32_t c[4] = {a * 64, row, kv_head, entry};
-      const uint32_t dst = slot.stage * Traits::kTileBytes + a * kBlockN * 128;
-      ptx::tma_load<4>(s_base + Traits::kOffK + dst, &tp.k_map, full, c);
-      ptx::tma_load<4>(s_base + Traits::kOffV + dst, &tp.v_map, full, c);
+    return;
+  }
+  const int* table = kp.kv.block_table + w.tile.batch * kp.kv.block_table_batch_stride;
+  const int page_size = kp.kv.page_size;
+  // The last table slot with a key of this entry: a tile past the keys (never visited) or rows
+  // of the last tile past them read that page (their values are masked or zeroed), so no slot
+  // past the entry's row of the table is read.
+  const int last_slot = w.seq.seqlen_k > 0 ? (w.seq.seqlen_k - 1) / page_size : 0;
+  const int shift = tp.box_shift, box_rows = kBlockN >> shift;
+  const int total = num_blocks << shift;  // boxes of the walk
+  // Box g of the walk: box g % 2^shift of tile g >> shift (last tile first; no leftpad when
+  // paged). Lane's box of the round at g0: its first key, table slot, and the slot's page.
+  struct LaneBox {
+    int key, slot, page;
+  };
+  auto lane_box = [&](int g0) {
+    LaneBox b;
+    const int g = g0 + lane;
+    b.key = (w.n_end - 1 - (g >> shift)) * kBlockN + (g & ((1 << shift) - 1)) * box_rows;
+    b.slot = min(b.key / page_size, last_slot);
+    b.page = g < total ? table[b.slot] : 0;
+    return b;
+  };
+  LaneBox next{};
+  if (Traits::kTableEarly) next = lane_box(0);
+#pragma unroll 1
+  for (int g0 = 0; g0 < total; g0 += 32) {
+    LaneBox mine;
+    if (Traits::kTableEarly) {
+      mine = next;               // read a round ago
+      next = lane_box(g0 + 32);  // first needed 32 boxes from now
+    } else {
+      mine = lane_box(g0);
+    }
+    const int entry = mine.page < 0 ? 0 : mine.page >= kp.kv.num_pages ? kp.kv.num_pages - 1 : mine.page;
+    const int row = mine.key - mine.slot * page_size;
+    const int count = min(32, total - g0);
+#pragma unroll 1
+    for (int j = 0; j < count; ++j) {
+      const int box_entry = __shfl_sync(0xffffffffu, entry, j);
+      const int box_row = __shfl_sync(0xffffffffu, row, j);
+      if (lane == 0) {
+        const int g = g0 + j, box = g & ((1 << shift) - 1);
+        const DecodeSlot<Traits> slot(g >> shift);
+        if (box == 0) decode_acquire<Traits>(bars, slot);
+        decode_issue<Traits>(tp, s_base, slot, box, box_rows, box_row, kv_head, box_entry);
+      }
     }
   }
 }

@@ -21,16 +21,21 @@ Status launch_decode_config(const FwdKvcacheKernelParams& kp, cudaStream_t strea
   const FwdParams& p = kp.p;
   DecodeTmaParams tp;
   tp.kp = kp;
-  // A paged cache is (pages, page_size, heads_k, d): its pages are the map's entries, each
-  // holding whole tiles (decode_sm90_ok). A contiguous one is (entries, capacity, heads_k, d).
+  // A paged cache is (pages, page_size, heads_k, d): its pages are the map's entries, read in
+  // boxes of the rows that divide both tile and page (tiles.h decode_box_rows_sm90). A
+  // contiguous one is (entries, capacity, heads_k, d), one box per tile.
   const bool paged = kp.kv.block_table != nullptr;
   const int64_t rows = paged ? kp.kv.page_size : p.seqlen_k;
   const int entries = paged ? kp.kv.num_pages : (kp.kv.batch_cache > 0 ? kp.kv.batch_cache : p.batch);
+  const int box_rows = decode_box_rows_sm90(Traits::kBlockN, paged ? kp.kv.page_size : 0);
+  if (box_rows % 16 != 0) return Status::kInvalidArgument;  // decode_tile_sm90_for refuses those
+  tp.box_shift = 0;  // box_rows divides the power-of-two kBlockN: a power of two too
+  while ((box_rows << tp.box_shift) < Traits::kBlockN) ++tp.box_shift;
   Status st = encode_rows_map(&tp.k_map, p.dtype, p.k, p.head_dim, rows, p.num_heads_k, entries,
-                              p.k_row_stride, p.k_head_stride, p.k_batch_stride, Traits::kBlockN);
+                              p.k_row_stride, p.k_head_stride, p.k_batch_stride, box_rows);
   if (st == Status::kSuccess) {
     st = encode_rows_map(&tp.v_map, p.dtype, p.v, p.head_dim, rows, p.num_heads_k, entries,
-                         p.v_row_stride, p.v_head_stride, p.v_batch_stride, Traits::kBlockN);
+                         p.v_row_stride, p.v_head_stride, p.v_batch_stride, box_rows);
   }
   if (st != Status::kSuccess) return st;
   const int64_t tiles = split_query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch,
@@ -41,11 +46,15 @@ Status launch_decode_config(const FwdKvcacheKernelParams& kp, cudaStream_t strea
       StreamOrder::kProgrammatic, tiles, Traits::kNThreads, Traits::kSmemBytes, stream, tp);
 }
 
-// The configuration tiles.h picks.
+// The configuration tiles.h picks for the head dim (decode_tile_sm90; every supported page
+// takes it: decode_tile_sm90_for, the rule dispatch_kvcache.cu routes by).
 template <typename Element, int kHeadDim>
 Status run_decode(const FwdKvcacheKernelParams& kp, cudaStream_t stream) {
   constexpr DecodeTileSm90 tile = decode_tile_sm90(kHeadDim);
-  static_assert(tile.supported, "no sm90 decode tile for this head dim");
+  static_assert(tile.supported, "an sm90 decode tile for this head dim");
+  if (!decode_tile_sm90_for(kHeadDim, kp.kv.block_table != nullptr ? kp.kv.page_size : 0).supported) {
+    return Status::kInvalidArgument;
+  }
   return launch_decode_config<Element, DecodeTraits<kHeadDim, tile.block_n, tile.stages>>(kp,
                                                                                         stream);
 }

@@ -162,6 +162,7 @@ struct FwdParams : AttnParams {
 // Keys: entry b attends to cache rows cache_leftpad[b] .. cache_seqlens[b] - 1 (leftpad 0 when
 // null), as keys 0 .. cache_seqlens[b] - cache_leftpad[b] - 1 for the causal / window alignment
 // and ALiBi; lengths past seqlen_k are clamped to it, a leftpad past cache_seqlens gives no key.
+// cache_seqlens null (no k_new, no cache_leftpad): every entry attends to all seqlen_k keys.
 // Appending (k_new / v_new below): without k_new, cache_seqlens counts every key the call
 // attends to. With k_new and v_new (not with varlen queries), cache_seqlens counts the keys
 // *before* the append: new row i of entry b is written in place to cache row
@@ -177,7 +178,7 @@ struct FwdParams : AttnParams {
 // GQA decode: with seqlen_q == 1, num_heads > num_heads_k, no window and no ALiBi, the query
 // heads of one kv head run as the rows of one tile (each K/V tile read serves the whole group).
 struct KvcacheParams : FwdParams {
-  const int* cache_seqlens = nullptr;    // (batch) int32 in device memory; required
+  const int* cache_seqlens = nullptr;    // (batch) int32 in device memory; null: seqlen_k each
   const int* cache_batch_idx = nullptr;  // optional (batch) int32, contiguous cache only
   int batch_cache = 0;                   // entries of a contiguous cache (>= 1 when it has keys)
   const int* cache_leftpad = nullptr;    // optional (batch) int32
