@@ -44,7 +44,7 @@ def _non_overlapping_and_dense(t):
 
 def _empty_like_layout(t):
     """What the C++ ops allocate for an output or gradient shaped like t (empty_like_layout in
-    csrc/torch/flashattn_cu.cpp): t's strides where t is dense with a contiguous last dim and
+    csrc/torch/common.cpp): t's strides where t is dense with a contiguous last dim and
     every other stride a multiple of 8 (flash_attn's `torch.empty_like(q)`), else contiguous."""
     keep = _non_overlapping_and_dense(t) and (t.shape[-1] <= 1 or t.stride(-1) == 1)
     keep = keep and all(n <= 1 or st % 8 == 0 for n, st in zip(t.shape[:-1], t.stride()[:-1]))
@@ -59,7 +59,7 @@ def _round128(n):
 
 def _dropout_outputs_fake(q, batch, nheads, seqlen_q, seqlen_k, dropout_p, return_softmax):
     """rng_state int64 (2,) with dropout, else (0,); S_dmask (batch, nheads, seqlen_q and seqlen_k
-    rounded up to 128) or an empty (0,) tensor: dropout_outputs in csrc/torch/flashattn_cu.cpp."""
+    rounded up to 128) or an empty (0,) tensor: dropout_outputs in csrc/torch/common.cpp."""
     rng_state = q.new_empty((2 if dropout_p > 0 else 0,), dtype=torch.int64)
     if return_softmax:
         s_dmask = q.new_empty((batch, nheads, _round128(seqlen_q), _round128(seqlen_k)))
