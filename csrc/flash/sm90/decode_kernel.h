@@ -64,7 +64,7 @@ struct DecodeTmaParams {
   int box_shift;
 };
 
-template <int kHeadDim_, int kBlockN_, int kStages_, bool kTableEarly_ = true>
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kTableEarly_ = true, int kMinCtas_ = 1>
 struct DecodeTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockN_;
@@ -73,6 +73,10 @@ struct DecodeTraits {
   // it reaches tile i (a round early), so no table latency sits between two TMA issues; false:
   // it reads tiles i .. i + 31 at tile i (benchmarks/tune/tune_decode90.cu compares them).
   static constexpr bool kTableEarly = kTableEarly_;
+  // CTAs per SM the registers are budgeted for (__launch_bounds__): each SM sub-partition holds
+  // 16K registers and a CTA's five warps spread over four, so two CTAs need <= 168 registers a
+  // thread (d 64: 182 -> 168, no spills), which ptxas works out from this bound.
+  static constexpr int kMinCtas = kMinCtas_;
   static constexpr int kBlockM = kDecodeRowsSm90;  // query rows of a CTA (tiles.h)
   static constexpr int kConsumerWarps = 4;
   static constexpr int kProducerWarp = kConsumerWarps;
@@ -309,7 +313,7 @@ __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const 
 }
 
 template <typename Element, typename Traits>
-__global__ void __launch_bounds__(Traits::kNThreads, 1)
+__global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
     decode_kernel(const __grid_constant__ DecodeTmaParams tp) {
   extern __shared__ __align__(1024) char smem_raw[];
   using Ops = ElementOps<Element>;
