@@ -149,6 +149,29 @@ int splits_by(Rule rule, int64_t tiles, int slots, int n_blocks) {
                   n_blocks);
 }
 
+// ref on LibTraits into b.o_ref and kp on Traits into b.o (both NaN-poisoned first), then the
+// outputs' max|diff| and kp's median time; ok false where kp's launch failed.
+struct Measured {
+  bool ok;
+  float diff, ms;
+};
+
+template <typename Traits, typename LibTraits>
+Measured check_and_time(const Buffers& b, fa::FwdKvcacheKernelParams ref,
+                        const fa::FwdKvcacheKernelParams& kp, int batch, int head_dim) {
+  const size_t out_elems = size_t{1} * batch * kHeads * head_dim;
+  ref.p.o = b.o_ref;
+  CHECK(cudaMemset(b.o_ref, 0xff, out_elems * 2));
+  if (run<LibTraits>(ref, batch) != fa::Status::kSuccess) std::printf("library launch failed\n");
+  CHECK(cudaMemset(b.o, 0xff, out_elems * 2));
+  if (run<Traits>(kp, batch) != fa::Status::kSuccess) return {false, 0.f, 0.f};
+  CHECK(cudaMemset(b.diff, 0, 4));
+  max_abs_diff<<<64, 256>>>(b.o, b.o_ref, out_elems, b.diff);
+  float diff = 0.f;
+  CHECK(cudaMemcpy(&diff, b.diff, 4, cudaMemcpyDeviceToHost));
+  return {true, diff, median_ms([&] { run<Traits>(kp, batch); }, kReps, kFlushBytes)};
+}
+
 template <int kHeadDim, typename Traits, typename LibTraits>
 void sweep(const char* name, const Buffers& b, double copy_gbs, Rule rule = Rule::kOneWave) {
   const int per_sm = ctas_per_sm<Traits>();
@@ -161,21 +184,14 @@ void sweep(const char* name, const Buffers& b, double copy_gbs, Rule rule = Rule
       const int splits = splits_by(rule, int64_t{batch} * kHeadsK, per_sm * g_sms, n_blocks);
       const int lib_blocks = (keys + LibTraits::kBlockN - 1) / LibTraits::kBlockN;
       const int lib_splits = splits_by(Rule::kOneWave, int64_t{batch} * kHeadsK, g_sms, lib_blocks);
-      fa::FwdKvcacheKernelParams ref = make_params(b, kHeadDim, batch, keys, lib_splits);
-      ref.p.o = b.o_ref;
-      CHECK(cudaMemset(b.o_ref, 0xff, size_t{2} * batch * kHeads * kHeadDim));
-      if (run<LibTraits>(ref, batch) != fa::Status::kSuccess) std::printf("library launch failed\n");
-      fa::FwdKvcacheKernelParams kp = make_params(b, kHeadDim, batch, keys, splits);
-      CHECK(cudaMemset(b.o, 0xff, size_t{2} * batch * kHeads * kHeadDim));  // NaN poison
-      if (run<Traits>(kp, batch) != fa::Status::kSuccess) {
+      const fa::FwdKvcacheKernelParams kp = make_params(b, kHeadDim, batch, keys, splits);
+      const Measured m = check_and_time<Traits, LibTraits>(
+          b, make_params(b, kHeadDim, batch, keys, lib_splits), kp, batch, kHeadDim);
+      if (!m.ok) {
         std::printf("%-22s launch failed\n", name);
         continue;
       }
-      CHECK(cudaMemset(b.diff, 0, 4));
-      max_abs_diff<<<64, 256>>>(b.o, b.o_ref, size_t{1} * batch * kHeads * kHeadDim, b.diff);
-      float diff = 0.f;
-      CHECK(cudaMemcpy(&diff, b.diff, 4, cudaMemcpyDeviceToHost));
-      const float ms = median_ms([&] { run<Traits>(kp, batch); }, kReps, kFlushBytes);
+      const float ms = m.ms, diff = m.diff;
       const double gbs = kv_bytes / (ms * 1e-3) / 1e9;
       std::printf("%-22s d=%3d batch=%2d keys=%6d ctas/sm=%d splits=%3d: %6.0f GB/s (%3.0f%% of "
                   "copy, %6.1f us)  max|diff| %.2e\n",
@@ -228,21 +244,14 @@ void sweep_paged(const char* name, const Buffers& b, double copy_gbs, int page, 
       Buffers contiguous = b;
       contiguous.k = b.k2;
       contiguous.v = b.v2;
-      fa::FwdKvcacheKernelParams ref = make_params(contiguous, kHeadDim, batch, keys, lib_splits);
-      ref.p.o = b.o_ref;
-      CHECK(cudaMemset(b.o_ref, 0xff, size_t{2} * batch * kHeads * kHeadDim));
-      if (run<LibTraits>(ref, batch) != fa::Status::kSuccess) std::printf("library launch failed\n");
-      fa::FwdKvcacheKernelParams kp = make_params(b, kHeadDim, batch, keys, splits, page);
-      CHECK(cudaMemset(b.o, 0xff, size_t{2} * batch * kHeads * kHeadDim));  // NaN poison
-      if (run<Traits>(kp, batch) != fa::Status::kSuccess) {
+      const Measured m = check_and_time<Traits, LibTraits>(
+          b, make_params(contiguous, kHeadDim, batch, keys, lib_splits),
+          make_params(b, kHeadDim, batch, keys, splits, page), batch, kHeadDim);
+      if (!m.ok) {
         std::printf("%-26s launch failed\n", name);
         continue;
       }
-      CHECK(cudaMemset(b.diff, 0, 4));
-      max_abs_diff<<<64, 256>>>(b.o, b.o_ref, size_t{1} * batch * kHeads * kHeadDim, b.diff);
-      float diff = 0.f;
-      CHECK(cudaMemcpy(&diff, b.diff, 4, cudaMemcpyDeviceToHost));
-      const float ms = median_ms([&] { run<Traits>(kp, batch); }, kReps, kFlushBytes);
+      const float ms = m.ms, diff = m.diff;
       const double gbs = kv_bytes / (ms * 1e-3) / 1e9;
       std::printf("%-26s %s d=%3d batch=%2d keys=%6d ctas/sm=%d splits=%3d: %6.0f GB/s (%3.0f%% of "
                   "copy, %6.1f us)  max|diff| %.2e\n",
