@@ -36,28 +36,6 @@ _FN = "flash_attn_with_kvcache"
 _MAX_SPLITS = 128
 
 
-@torch.library.register_fake("flashattn_cu::fwd_kvcache")
-def _fwd_kvcache_fake(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad,
-                      block_table, softmax_scale, causal, window_left=-1, window_right=-1,
-                      alibi_slopes=None, softcap=0.0, num_splits=0, k_new=None, v_new=None,
-                      rotary_cos=None, rotary_sin=None, rotary_interleaved=True):
-    # k_cache / v_cache are mutated in place (the schema's Tensor(a!)); nothing to do here.
-    from flashattn_cu.flash_attn_interface import _empty_like_layout
-
-    batch, seqlen_q, nheads, _ = q.shape
-    return _empty_like_layout(q), q.new_empty((batch, nheads, seqlen_q), dtype=torch.float32)
-
-
-@torch.library.register_fake("flashattn_cu::fwd_kvcache_varlen")
-def _fwd_kvcache_varlen_fake(q, k_cache, v_cache, cu_seqlens_q, cu_seqlens_k, block_table,
-                             max_seqlen_q, max_seqlen_k, softmax_scale, causal, window_left=-1,
-                             window_right=-1, alibi_slopes=None, softcap=0.0, num_splits=0):
-    from flashattn_cu.flash_attn_interface import _empty_like_layout
-
-    total_q, nheads, _ = q.shape
-    return _empty_like_layout(q), q.new_empty((nheads, total_q), dtype=torch.float32)
-
-
 def _check_tensor(t, name, rank, shape_text, fn=_FN):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")

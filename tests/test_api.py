@@ -15,7 +15,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import flashattn_cu
 from attn_helpers import layouts
-from flashattn_cu import _C, flash_attn_func
+from flashattn_cu import _C, _ops, flash_attn_func
 from flashattn_cu import flash_attn_interface as fai
 
 F16 = torch.float16
@@ -518,7 +518,7 @@ def test_non_overlapping_and_dense_matches_aten(shape, stride):
     """ATen's own test, seen through empty_like: it keeps the strides exactly of a
     non-overlapping and dense tensor, and gives fresh dense strides to any other."""
     t = torch.empty_strided(shape, stride)
-    assert fai._non_overlapping_and_dense(t) == (torch.empty_like(t).stride() == t.stride())
+    assert _ops._non_overlapping_and_dense(t) == (torch.empty_like(t).stride() == t.stride())
 
 
 @pytest.mark.parametrize("slopes, error, message", [
