@@ -22,6 +22,7 @@
 #include "problem/dropout.h"  // Philox and the dropout tile map (host/device), checked here
 #include "problem/scheduler.h"  // the tile orders, checked here to be permutations
 #include "problem/kv_cache.h"  // split ranges, the paged row map, the split heuristic and merge
+#include "tiles.h"  // the sm90 decode kernel's page rule (decode_tile_sm90_for, decode_box_rows_sm90)
 
 namespace {
 
@@ -114,6 +115,27 @@ void expect_kvcache_status(const char* what, Edit edit, Status want) {
   std::snprintf(line, sizeof line, "%s -> '%s' (want '%s')", what, flashattn_cu::status_string(got),
                 flashattn_cu::status_string(want));
   expect(got == want, line);
+}
+
+// The sm90 decode kernel's paged boxes (tiles.h), by brute force over page sizes: a page is taken
+// iff its rows are a multiple of 16; its boxes are the largest power of two of >= 16 rows that
+// divides both the tile and the page, so a tile is whole boxes and no box crosses a page.
+void check_decode_page_boxes() {
+  bool ok = true;
+  for (int d : {64, 128}) {
+    const flashattn_cu::DecodeTileSm90 tile = flashattn_cu::decode_tile_sm90(d);
+    ok = ok && tile.supported && flashattn_cu::decode_box_rows_sm90(tile.block_n, 0) == tile.block_n;
+    for (int page = 1; page <= 1024 && ok; ++page) {
+      const bool taken = flashattn_cu::decode_tile_sm90_for(d, page).supported;
+      ok = ok && taken == (page % 16 == 0);
+      if (!taken) continue;
+      const int box = flashattn_cu::decode_box_rows_sm90(tile.block_n, page);
+      ok = ok && box >= 16 && (box & (box - 1)) == 0 && tile.block_n % box == 0 && page % box == 0;
+      ok = ok && (2 * box > tile.block_n || page % (2 * box) != 0);  // the largest such
+      for (int key = 0; key < 4 * page && ok; key += box) ok = ok && key / page == (key + box - 1) / page;
+    }
+  }
+  expect(ok, "decode_box_rows_sm90: whole boxes per tile, none across a page, pages of 16k rows only");
 }
 
 // The kvcache index math (problem/kv_cache.h, problem/scheduler.h) by brute force.
@@ -722,6 +744,7 @@ int main() {
   }
 
   check_kvcache_math();
+  check_decode_page_boxes();
   // fwd_kvcache's arguments (flashattn_cu.h: KvcacheParams), each rejected before the device.
   // cache_seqlens null means every entry holds seqlen_k keys: not with cache_leftpad (below, with
   // an append too); the no-GPU block at the end has the positive control.
