@@ -69,9 +69,9 @@ struct DecodeTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
-  // Paged caches: the producer warp reads the block table's slots for tiles i + 32 .. i + 63 when
-  // it reaches tile i (a round early), so no table latency sits between two TMA issues; false:
-  // it reads tiles i .. i + 31 at tile i (benchmarks/tune/tune_decode90.cu compares them).
+  // Paged caches: the producer warp reads the block table's slots for boxes g + 32 .. g + 63 when
+  // it reaches box g (a round early), so no table latency sits between two TMA issues; false:
+  // it reads boxes g .. g + 31 at box g (benchmarks/tune/tune_decode90.cu compares them).
   static constexpr bool kTableEarly = kTableEarly_;
   // CTAs per SM the registers are budgeted for (__launch_bounds__): each SM sub-partition holds
   // 16K registers and a CTA's five warps spread over four, so two CTAs need <= 168 registers a

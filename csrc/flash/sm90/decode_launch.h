@@ -47,14 +47,12 @@ Status launch_decode_config(const FwdKvcacheKernelParams& kp, cudaStream_t strea
 }
 
 // The configuration tiles.h picks for the head dim (decode_tile_sm90; every supported page
-// takes it: decode_tile_sm90_for, the rule dispatch_kvcache.cu routes by).
+// takes it: decode_tile_sm90_for, the rule dispatch_kvcache.cu routes by; launch_decode_config
+// refuses the other pages).
 template <typename Element, int kHeadDim>
 Status run_decode(const FwdKvcacheKernelParams& kp, cudaStream_t stream) {
   constexpr DecodeTileSm90 tile = decode_tile_sm90(kHeadDim);
   static_assert(tile.supported, "an sm90 decode tile for this head dim");
-  if (!decode_tile_sm90_for(kHeadDim, kp.kv.block_table != nullptr ? kp.kv.page_size : 0).supported) {
-    return Status::kInvalidArgument;
-  }
   return launch_decode_config<Element, DecodeTraits<kHeadDim, tile.block_n, tile.stages>>(kp,
                                                                                         stream);
 }
