@@ -318,5 +318,12 @@ int main() {
   sweep_paged<64, DecodeTraits<64, 32, 4>, Lib64>("d64 p16 32x4", b, copy_gbs, 16, true);
   sweep_paged<64, Lib64, Lib64>("d64 p48", b, copy_gbs, 48, true);
   sweep_paged<64, Lib64, Lib64>("d64 p256", b, copy_gbs, 256, true);
+  // Session 22 (branch decode_issue): the d 64 tile with registers for two CTAs per SM (182 ->
+  // 168; the library's is budgeted for one, and five warps of 182 do not fit twice in an SM's
+  // four 16K-register sub-partitions), its splits sized for two per SM.
+  using Two64 = DecodeTraits<64, 64, 4, true, 2>;
+  sweep<64, Two64, Lib64>("d64 2 ctas contiguous", b, copy_gbs);
+  sweep_paged<64, Two64, Lib64>("d64 2 ctas p16", b, copy_gbs, 16, true);
+  sweep_paged<64, Two64, Lib64>("d64 2 ctas p256", b, copy_gbs, 256, true);
   return 0;
 }

@@ -64,7 +64,7 @@ struct DecodeTmaParams {
   int box_shift;
 };
 
-template <int kHeadDim_, int kBlockN_, int kStages_, bool kTableEarly_ = true>
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kTableEarly_ = true, int kMinCtas_ = 1>
 struct DecodeTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockN_;
@@ -73,6 +73,10 @@ struct DecodeTraits {
   // it reaches box g (a round early), so no table latency sits between two TMA issues; false:
   // it reads boxes g .. g + 31 at box g (benchmarks/tune/tune_decode90.cu compares them).
   static constexpr bool kTableEarly = kTableEarly_;
+  // CTAs per SM the registers are budgeted for (__launch_bounds__): each SM sub-partition holds
+  // 16K registers and a CTA's five warps spread over four, so two CTAs need <= 168 registers a
+  // thread (d 64: 182 -> 168, no spills), which ptxas works out from this bound.
+  static constexpr int kMinCtas = kMinCtas_;
   static constexpr int kBlockM = kDecodeRowsSm90;  // query rows of a CTA (tiles.h)
   static constexpr int kConsumerWarps = 4;
   static constexpr int kProducerWarp = kConsumerWarps;
@@ -214,10 +218,11 @@ __device__ __forceinline__ void decode_issue(const DecodeTmaParams& tp, uint32_t
 // the ring, one TMA box per tile and matrix (and 64-column atom), or on pages that do not hold
 // whole tiles 2^tp.box_shift boxes per tile, each from its own page. With a paged cache the whole
 // warp works out 32 boxes at a time, one per lane (its table slot, page and row in the page),
-// and lane 0 takes each box's by two shuffles: one warp issues every box, so its issue loop
-// holds no division and no table latency (session 21: with them, one warp issued a 16-row box
-// every ~1000 cycles, 2200 GB/s at d 128). kTableEarly reads the next 32 boxes' table slots a
-// round before they are issued.
+// and lane 0 takes each box's by two shuffles, a tile's boxes in one unrolled block: one warp
+// issues every box, so its issue loop holds no division and no table latency (session 21: with
+// them, one warp issued a 16-row box every ~1000 cycles, 2200 GB/s at d 128; a loop per box
+// ~370 cycles, 2570 GB/s at d 64). kTableEarly reads the next 32 boxes' table slots a round
+// before they are issued.
 template <typename Traits>
 __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const DecodeWork& w,
                                                uint32_t s_base) {
@@ -251,6 +256,7 @@ __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const 
   // past the entry's row of the table is read.
   const int last_slot = w.seq.seqlen_k > 0 ? (w.seq.seqlen_k - 1) / page_size : 0;
   const int shift = tp.box_shift, box_rows = kBlockN >> shift;
+  constexpr int kMaxBoxes = kBlockN / 16;  // boxes are >= 16 rows (decode_tile_sm90_for)
   const int total = num_blocks << shift;  // boxes of the walk
   // Box g of the walk: box g % 2^shift of tile g >> shift (last tile first; no leftpad when
   // paged). Lane's box of the round at g0: its first key, table slot, and the slot's page.
@@ -278,23 +284,36 @@ __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const 
     }
     const int entry = mine.page < 0 ? 0 : mine.page >= kp.kv.num_pages ? kp.kv.num_pages - 1 : mine.page;
     const int row = mine.key - mine.slot * page_size;
-    const int count = min(32, total - g0);
+    // The round's whole tiles (32 is a multiple of the boxes per tile), each issued from one
+    // unrolled block: its boxes' shuffles first, then lane 0's wait and TMA issues.
+    const int round_tiles = min(32, total - g0) >> shift;
 #pragma unroll 1
-    for (int j = 0; j < count; ++j) {
-      const int box_entry = __shfl_sync(0xffffffffu, entry, j);
-      const int box_row = __shfl_sync(0xffffffffu, row, j);
+    for (int t = 0; t < round_tiles; ++t) {
+      const int j0 = t << shift;
+      int box_entry[kMaxBoxes], box_row[kMaxBoxes];
+#pragma unroll
+      for (int b = 0; b < kMaxBoxes; ++b) {
+        if (b < (1 << shift)) {
+          box_entry[b] = __shfl_sync(0xffffffffu, entry, j0 + b);
+          box_row[b] = __shfl_sync(0xffffffffu, row, j0 + b);
+        }
+      }
       if (lane == 0) {
-        const int g = g0 + j, box = g & ((1 << shift) - 1);
-        const DecodeSlot<Traits> slot(g >> shift);
-        if (box == 0) decode_acquire<Traits>(bars, slot);
-        decode_issue<Traits>(tp, s_base, slot, box, box_rows, box_row, kv_head, box_entry);
+        const DecodeSlot<Traits> slot((g0 >> shift) + t);
+        decode_acquire<Traits>(bars, slot);
+#pragma unroll
+        for (int b = 0; b < kMaxBoxes; ++b) {
+          if (b < (1 << shift)) {
+            decode_issue<Traits>(tp, s_base, slot, b, box_rows, box_row[b], kv_head, box_entry[b]);
+          }
+        }
       }
     }
   }
 }
 
 template <typename Element, typename Traits>
-__global__ void __launch_bounds__(Traits::kNThreads, 1)
+__global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
     decode_kernel(const __grid_constant__ DecodeTmaParams tp) {
   extern __shared__ __align__(1024) char smem_raw[];
   using Ops = ElementOps<Element>;
