@@ -48,7 +48,8 @@
 #   TUNE_MODES            step "tune" (not in the default set): builds benchmarks/tune/tune_fwd90.cu and
 #                         mufu_rate.cu with nvcc (no torch) and runs tune_fwd90 once per mode (default
 #                         "mods"; "-" runs only mufu_rate); outputs in extras (tune_<mode>.log);
-#                         TUNE_TIMEOUT (default 300 s) bounds each mode
+#                         TUNE_TIMEOUT (default 300 s) bounds each mode; TUNE_NVCC_FLAGS extra nvcc flags
+#                         (-DTUNE_FWD90_SHORT_ONLY compiles only the "short" mode's instances)
 #   CP_NPROC, CP_ARGS     GPUs for examples/context_parallel.py (default: all visible) and its flags;
 #                         its table goes into extras.tar.gz (context_parallel.md), RESULT lines to the summary
 #   SANITIZE_TOOLS        default memcheck,racecheck,synccheck (initcheck also possible)
@@ -381,6 +382,8 @@ main() {
     if want tune; then  # torch-free harnesses: kernel configurations and instruction rates
         local nv=(nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1
                   -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash)
+        # shellcheck disable=SC2206  # TUNE_NVCC_FLAGS: extra nvcc flags, word-split on purpose
+        nv+=(${TUNE_NVCC_FLAGS:-})
         run_step tune:mufu_rate "$LOGS/tune_mufu_rate.log" bash -c \
             "nvcc -O3 -arch=sm_90a benchmarks/tune/mufu_rate.cu -o $WORK/mufu_rate && $WORK/mufu_rate"
         if [ "${TUNE_MODES:-mods}" != "-" ] &&

@@ -79,6 +79,20 @@ def test_forward_heads(dtype, head_dim, causal, seqlen_q, seqlen_k, heads):
     check_forward(q, k, v, causal)
 
 
+# The sm90a forward picks its tile by the call (tiles.h fwd_short_rows_sm90): causal calls of at
+# most 1024 (d = 64) or 2048 (d = 128, 256) keys, and d = 64 calls of at most 1024 query rows,
+# take a narrower tile than longer ones. Both sides of each length, causal and not, sq != sk.
+@pytest.mark.parametrize("seqlen_q, seqlen_k", [(1024, 1024), (1025, 1025), (1000, 1100),
+                                                (2048, 2048), (2049, 2049), (700, 3000)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
+def test_forward_tile_lengths(dtype, head_dim, causal, seqlen_q, seqlen_k):
+    skip_unless_built(head_dim)
+    q, k, v = make_qkv(1, seqlen_q, seqlen_k, 4, 2, head_dim, dtype)
+    check_forward(q, k, v, causal)
+
+
 @pytest.mark.parametrize("softmax_scale", [0.05, 0.3, 1.0])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 def test_custom_softmax_scale(dtype, softmax_scale):

@@ -68,9 +68,13 @@ struct Buffers {
 // kRunningMax (with kSoftcap): the sm80 kernel takes the bounded reference of bf16 softcap calls
 // (problem/score_mod.h) unless kRunningMax tags the call fp16 (score_scale_of then leaves
 // bounded_ref off; the kernels' loads move the same 2-byte elements): an A/B on the same data.
-enum Mods { kNoMods = 0, kSoftcap = 1, kAlibi = 2, kBoth = 3, kWindow1k = 4, kRunningMax = 8 };
+// kDynamicPlain: a plain call on the dynamic variant's instance (the one varlen and windows take).
+enum Mods {
+  kNoMods = 0, kSoftcap = 1, kAlibi = 2, kBoth = 3, kWindow1k = 4, kRunningMax = 8,
+  kDynamicPlain = 16
+};
 constexpr int variant_of(int mods) {
-  return mods == kWindow1k ? fa::kDynamicVariant
+  return mods == kWindow1k || mods == kDynamicPlain ? fa::kDynamicVariant
          : (mods & ~kRunningMax) == kSoftcap ? fa::kSoftcapVariant
          : mods == kAlibi ? fa::kAlibiVariant
          : mods == kBoth  ? fa::kAlibiSoftcapVariant
@@ -174,6 +178,44 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
   CHECK(cudaDeviceGetAttribute(&g_l2, cudaDevAttrL2CacheSize, 0));
   using fa::sm90::FwdTraits;
+  if (std::string(only) == "short") {
+    // Short rows (512 - 4096 keys), the shapes where the library's widest tiles lose most to
+    // cuDNN: a causal tile of 128 (192) query rows over key blocks of 176 (128) computes keys
+    // past the diagonal that narrower blocks skip (d = 128 1k causal: 30 blocks of 128 x 176,
+    // 1.29x the triangle's entries, against 36 of 128 x 128, 1.12x). Each head dim's library
+    // tile against narrower ones, the library's schedule, fast exponent on as in the library;
+    // each configuration twice back to back (run-to-run spread).
+    const std::vector<int> sl = {512, 1024, 2048, 4096};
+    g_library_schedule = true;
+    for (int rep = 0; rep < 2; ++rep) {
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true>>("d128 128x176", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 128, 2, true, 0, 0, true>>("d128 128x128", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 96, 2, true, 0, 0, true>>("d128 128x96", b, true, sl);
+      sweep<64, FwdTraits<64, 192, 128, 2, false, 0, 0, true>>("d64 192x128", b, true, sl);
+      sweep<64, FwdTraits<64, 128, 128, 2, true, 0, 0, true>>("d64 128x128", b, true, sl);
+      sweep<64, FwdTraits<64, 128, 96, 2, true, 0, 0, true>>("d64 128x96", b, true, sl);
+      sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, true>>("d256 128x80", b, true, sl);
+      sweep<256, FwdTraits<256, 128, 64, 2, true, 0, 0, true>>("d256 128x64", b, true, sl);
+      // The dynamic variant's instances on the same plain calls (no new instance to compile if
+      // a short call takes those).
+      sweep<128, FwdTraits<128, 128, 128, 2, true, 0, 0, true>, kDynamicPlain>("d128 128x128 dyn", b, true, sl);
+      sweep<64, FwdTraits<64, 128, 128, 2, true, 0, 0, true>, kDynamicPlain>("d64 128x128 dyn", b, true, sl);
+      sweep<256, FwdTraits<256, 128, 64, 2, true, 0, 0, true>, kDynamicPlain>("d256 128x64 dyn", b, true, sl);
+    }
+    // The causal schedule the other way round from the library's at these lengths (persistent
+    // for d <= 128, one CTA per tile for d = 256).
+    g_library_schedule = false;
+    for (int pass = 0; pass < 2; ++pass) {
+      g_causal_persistent = pass == 0;
+      std::printf("--- causal schedule: %s\n", pass == 0 ? "persistent" : "one CTA per tile");
+      sweep<128, FwdTraits<128, 128, 128, 2, true, 0, 0, true>>("d128 128x128", b, false, sl);
+      sweep<64, FwdTraits<64, 128, 128, 2, true, 0, 0, true>>("d64 128x128", b, false, sl);
+      sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, true>>("d256 128x80", b, false, sl);
+      sweep<256, FwdTraits<256, 128, 64, 2, true, 0, 0, true>>("d256 128x64", b, false, sl);
+    }
+    return 0;
+  }
+#ifndef TUNE_FWD90_SHORT_ONLY  // -DTUNE_FWD90_SHORT_ONLY: the "short" mode's instances alone
   if (std::string(only) == "mods") {
     // The score-modifier variants at 4k and 16k (batch 16k / seqlen, 2048 / d heads), against
     // the static variant's tile: tiles, and the exponentials' share on the FMA pipe (eighths).
@@ -301,5 +343,6 @@ int main(int argc, char** argv) {
       sweep<256, FwdTraits<256, 128, 64, 2, true>>("128x64 s2 pingpong", b, pass == 0);
     }
   }
+#endif  // TUNE_FWD90_SHORT_ONLY
   return 0;
 }

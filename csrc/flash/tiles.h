@@ -221,6 +221,32 @@ __host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90(int head_dim, bool dynam
   return FwdTileSm90{false, 0, 0, 0};
 }
 
+// Short rows (the static variant only): a causal tile of 128 (192) query rows over key blocks of
+// 176 (128) computes the entries past the diagonal up to its last block's end, and a 192-row tile
+// past the end of 1024 query rows, which narrower tiles skip: at d = 128, 1k causal, 30 blocks of
+// 128 x 176 hold 1.29x the triangle's entries, 36 of 128 x 128 1.12x; at d = 64 192 x 128 holds
+// 1.50x, 128 x 128 1.12x. Measured on the H200 (tune_fwd90 `short`,
+// benchmarks/results/tune_fwd90_v10_short_h200.txt; TFLOP/s, library tile -> this one, causal at
+// 512 / 1k / 2k / 4k keys): d = 64 178 -> 214, 245 -> 290, 358 -> 350, 423 -> 394 (and
+// non-causal 512 / 1k 313 -> 332, 362 -> 386, 2k 453 -> 419); d = 128 222 -> 254, 333 -> 364,
+// 444 -> 467, 541 -> 544 (non-causal within 2% up to 2k, 4k 626 -> 608); d = 256 (128 x 64) 214
+// -> 234, 331 -> 348, 458 -> 468, 563 -> 565. The dynamic variant's instance of the same tile
+// measured 3-12% below the static one on these calls, hence an instance of its own.
+__host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90_short(int head_dim) {
+  if (head_dim == 64 || head_dim == 128) return FwdTileSm90{true, 128, 128, 2};
+  if (head_dim == 256) return FwdTileSm90{true, 128, 64, 2};
+  return FwdTileSm90{false, 0, 0, 0};
+}
+
+// Whether a static-variant call of the head-dim instance `head_dim` takes fwd_tile_sm90_short's
+// tile (the measurements above: the last lengths at which it won).
+__host__ __device__ constexpr bool fwd_short_rows_sm90(int head_dim, bool causal, int seqlen_q,
+                                                      int seqlen_k) {
+  if (head_dim == 64) return seqlen_q <= 1024 || (causal && seqlen_k <= 1024);
+  if (head_dim == 128 || head_dim == 256) return causal && seqlen_k <= 2048;
+  return false;
+}
+
 // The sm90a decode kernel (sm90/decode_kernel.h: split-KV over TMA, 16 query rows, a warp per
 // key block): keys per block and ring stages. A stage is a K and a V tile, 16 KB at both head
 // dims; four of them (one per consumer warp, which owns its stage) keep up to 64 KB per SM in

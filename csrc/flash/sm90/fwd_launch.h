@@ -103,11 +103,12 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
       stream, tp);
 }
 
-// The configuration tiles.h picks for kernel variant kVariant.
-template <typename Element, int kHeadDim, int kVariant>
+// The configuration tiles.h picks for kernel variant kVariant (kShort: fwd_tile_sm90_short's).
+template <typename Element, int kHeadDim, int kVariant, bool kShort = false>
 Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream) {
   constexpr FwdTileSm90 tile =
-      fwd_tile_sm90(kHeadDim, variant_dynamic(kVariant), kVariant == kAlibiVariant);
+      kShort ? fwd_tile_sm90_short(kHeadDim)
+             : fwd_tile_sm90(kHeadDim, variant_dynamic(kVariant), kVariant == kAlibiVariant);
   // The warp-uniform fused exponent on (common/softmax.h ExpPolicy kWarpFused): +3.5% geo over
   // the tune shapes on the H200 (benchmarks/results/tune_fwd90_v9_fastexp_h200.txt); no half
   // blocks (NOTES 12.2).
@@ -126,7 +127,13 @@ Status run_fwd(const FwdParams& p, cudaStream_t stream) {
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device);
   if (err != cudaSuccess) return cuda_status(err);
   const Status st = with_variant(kernel_variant(p), [&](auto variant) {
-    return launch_fwd<Element, kHeadDim, decltype(variant)::value>(p, sms, l2_bytes, stream);
+    constexpr int kVariant = decltype(variant)::value;
+    if constexpr (kVariant == kStaticVariant && fwd_tile_sm90_short(kHeadDim).supported) {
+      if (fwd_short_rows_sm90(kHeadDim, p.is_causal, p.seqlen_q, p.seqlen_k)) {
+        return launch_fwd<Element, kHeadDim, kVariant, true>(p, sms, l2_bytes, stream);
+      }
+    }
+    return launch_fwd<Element, kHeadDim, kVariant>(p, sms, l2_bytes, stream);
   });
   if (st != Status::kSuccess || p.s_dmask == nullptr || !(p.dropout_p > 0.f)) return st;
   // S_dmask (return_attn_probs with dropout): the arch-neutral kernel, from the lse just written.
