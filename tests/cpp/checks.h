@@ -1,0 +1,12 @@
+// What the C++ check files share (tests/cpp: api_checks.cpp, problem_checks.cpp).
+#pragma once
+
+namespace flashattn_cu_checks {
+
+// Prints "ok" or "FAIL" with `what` and counts the failures (api_checks.cpp; its exit status).
+void expect(bool ok, const char* what);
+
+// problem_checks.cpp: the problem layer's host-callable math, by brute force.
+void run_problem_checks();
+
+}  // namespace flashattn_cu_checks

@@ -1,0 +1,506 @@
+// Brute-force checks of the problem layer's host-callable math (no GPU, no API call): Philox and
+// the dropout tile map, the causal limit and the mask policy's block ranges, the tile orders, the
+// kvcache index math and split merge, the sm90 decode kernel's paged boxes. Run by api_checks
+// (api_checks.cpp's main: run_problem_checks), built by CMake's ctest (.ci/run).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "flashattn_cu/flashattn_cu.h"
+
+#include "checks.h"
+#include "problem/dropout.h"    // Philox and the dropout tile map (host/device)
+#include "problem/kv_cache.h"   // split ranges, the paged row map, the split heuristic and merge
+#include "problem/mask.h"       // the mask policy (host/device), near INT_MAX too
+#include "problem/scheduler.h"  // the tile orders: permutations
+#include "tiles.h"  // the sm90 decode kernel's page rule (decode_tile_sm90_for, decode_box_rows_sm90)
+
+namespace {
+
+using flashattn_cu::FwdParams;
+using flashattn_cu::KvcacheParams;
+using flashattn_cu_checks::expect;
+
+// The sm90 decode kernel's paged boxes (tiles.h), by brute force over page sizes: a page is taken
+// iff its rows are a multiple of 16; its boxes are the largest power of two of >= 16 rows that
+// divides both the tile and the page, so a tile is whole boxes and no box crosses a page.
+void check_decode_page_boxes() {
+  bool ok = true;
+  for (int d : {64, 128}) {
+    const flashattn_cu::DecodeTileSm90 tile = flashattn_cu::decode_tile_sm90(d);
+    ok = ok && tile.supported && flashattn_cu::decode_box_rows_sm90(tile.block_n, 0) == tile.block_n;
+    for (int page = 1; page <= 1024 && ok; ++page) {
+      const bool taken = flashattn_cu::decode_tile_sm90_for(d, page).supported;
+      ok = ok && taken == (page % 16 == 0);
+      if (!taken) continue;
+      const int box = flashattn_cu::decode_box_rows_sm90(tile.block_n, page);
+      ok = ok && box >= 16 && (box & (box - 1)) == 0 && tile.block_n % box == 0 && page % box == 0;
+      ok = ok && (2 * box > tile.block_n || page % (2 * box) != 0);  // the largest such
+      for (int key = 0; key < 4 * page && ok; key += box) ok = ok && key / page == (key + box - 1) / page;
+    }
+  }
+  expect(ok, "decode_box_rows_sm90: whole boxes per tile, none across a page, pages of 16k rows only");
+}
+
+// The kvcache index math (problem/kv_cache.h, problem/scheduler.h) by brute force.
+void check_kvcache_math() {
+  // The fused append's owners (append_share): every new row written by exactly one (query
+  // block, split), for any counts.
+  {
+    bool once = true;
+    for (int rows = 0; rows <= 300 && once; rows += rows < 20 ? 1 : 37) {
+      for (int m_blocks = 1; m_blocks <= 5 && once; ++m_blocks) {
+        for (int splits = 1; splits <= flashattn_cu::kMaxSplits && once; splits += splits < 8 ? 1 : 15) {
+          std::vector<int> seen(rows, 0);
+          for (int m = 0; m < m_blocks; ++m) {
+            for (int s = 0; s < splits; ++s) {
+              const flashattn_cu::AppendShare a =
+                  flashattn_cu::append_share(rows, m, m_blocks, s, splits);
+              once = once && 0 <= a.begin && a.begin <= a.end && a.end <= rows;
+              for (int i = a.begin; i < a.end && once; ++i) ++seen[i];
+            }
+          }
+          for (int n : seen) once = once && n == 1;
+        }
+      }
+    }
+    expect(once, "kvcache append: every new row has exactly one owning (query block, split)");
+  }
+  // Splits of [begin, end): disjoint, in order, covering it exactly, for every split count.
+  bool splits_ok = true;
+  for (int begin = 0; begin <= 5 && splits_ok; ++begin) {
+    for (int end = 0; end <= 70 && splits_ok; ++end) {
+      for (int splits = 1; splits <= flashattn_cu::kMaxSplits && splits_ok; ++splits) {
+        int next = begin < end ? begin : end;
+        for (int s = 0; s < splits; ++s) {
+          const flashattn_cu::SplitBlocks b = flashattn_cu::split_key_blocks(begin, end, s, splits);
+          if (b.begin > b.end) splits_ok = false;
+          if (b.end > b.begin && b.begin != next) splits_ok = false;
+          if (b.end > b.begin) next = b.end;
+        }
+        if (next != (begin < end ? end : next)) splits_ok = false;
+      }
+    }
+  }
+  expect(splits_ok, "split_key_blocks: the splits tile a query block's key blocks exactly");
+
+  // The split tile order: every (batch, head, query block, split) exactly once.
+  bool perm_ok = true;
+  for (int splits : {1, 3, 128}) {
+    const int batch = 3, heads = 5, m_blocks = 2;
+    const int64_t n = flashattn_cu::split_query_tile_count(m_blocks, batch, heads, splits);
+    std::vector<int> seen(static_cast<size_t>(n), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const flashattn_cu::SplitQueryTile t =
+          flashattn_cu::split_query_tile_at(i, m_blocks, heads, splits);
+      const int64_t key = ((static_cast<int64_t>(t.batch) * heads + t.head) * m_blocks +
+                           t.m_block) * splits + t.split;
+      if (t.batch < 0 || t.batch >= batch || t.head < 0 || t.head >= heads || t.m_block < 0 ||
+          t.m_block >= m_blocks || t.split < 0 || t.split >= splits || key >= n) {
+        perm_ok = false;
+        break;
+      }
+      ++seen[static_cast<size_t>(key)];
+    }
+    for (int c : seen) perm_ok = perm_ok && c == 1;
+  }
+  expect(perm_ok, "split tile order: every (batch, head, query block, split) exactly once");
+
+  // The paged row map against the definition, for page sizes that are and are not powers of
+  // two; page numbers outside the cache are clamped into it.
+  bool paged_ok = true;
+  for (int page_size : {1, 3, 16, 64, 100, 256}) {
+    const int num_pages = 7, max_pages = 5;
+    std::vector<int> table(max_pages);
+    for (int i = 0; i < max_pages; ++i) table[i] = (i * 3 + 2) % num_pages;
+    table[max_pages - 1] = 99;  // out of range: clamped to the last page
+    const flashattn_cu::PagedKv pages{table.data(), page_size, num_pages};
+    const int64_t page_stride = static_cast<int64_t>(page_size) * 4 * 64, row_stride = 4 * 64;
+    for (int row = 0; row < max_pages * page_size; ++row) {
+      const int page = std::min(table[row / page_size], num_pages - 1);
+      const int64_t want = page * page_stride + (row % page_size) * row_stride;
+      if (pages.row_offset(row, page_stride, row_stride) != want) paged_ok = false;
+    }
+  }
+  expect(paged_ok, "paged rows: block_table[r / page_size] * page + r % page_size, any page size");
+
+  // GQA packing (GqaPack): the rows of kv head hk's packed tiles are every (query, query head
+  // of its group) exactly once, at the q/o address and lse index of the unpacked call.
+  bool pack_ok = true;
+  for (int seqlen_q = 1; seqlen_q <= 9 && pack_ok; ++seqlen_q) {
+    for (int group = 1; group <= 8 && pack_ok; ++group) {
+      const int batch = 2, heads_k = 3, heads = heads_k * group;
+      const int64_t row_stride = heads * 64, head_stride = 64;  // (batch, seqlen_q, heads, 64)
+      const flashattn_cu::GqaPack pack{group};
+      for (int b = 0; b < batch; ++b) {
+        for (int hk = 0; hk < heads_k; ++hk) {
+          std::vector<int> seen(static_cast<size_t>(seqlen_q) * group, 0);
+          for (int r = 0; r < seqlen_q * group; ++r) {
+            const int i = pack.query(r), h = hk * group + r % group;
+            if (i < 0 || i >= seqlen_q || pack(r) != i) pack_ok = false;
+            if (i * group + (h - hk * group) != r) pack_ok = false;  // query-major order
+            ++seen[static_cast<size_t>(i) * group + (h - hk * group)];
+            const int64_t want_addr = i * row_stride + (h - hk * group) * head_stride;
+            if (pack.offset(r, row_stride, head_stride) != want_addr) pack_ok = false;
+            const int64_t want_lse = (static_cast<int64_t>(b) * heads + h) * seqlen_q + i;
+            const flashattn_cu::SeqInfo padded{b, seqlen_q * group, 0, -1, -1};
+            if (pack.lse_index(padded, hk, heads_k, seqlen_q, 0, r) != want_lse) pack_ok = false;
+            // Varlen (paged prefill): lse (heads, total_q), the entry's queries from start_q.
+            const int total_q = 1000, start_q = 17 * b + 3;
+            const flashattn_cu::SeqInfo varlen{b, seqlen_q * group, 0, start_q, 0};
+            const int64_t want_varlen = static_cast<int64_t>(h) * total_q + start_q + i;
+            if (pack.lse_index(varlen, hk, heads_k, seqlen_q, total_q, r) != want_varlen) {
+              pack_ok = false;
+            }
+          }
+          for (int c : seen) pack_ok = pack_ok && c == 1;
+        }
+      }
+    }
+  }
+  expect(pack_ok, "GQA packing: row i * group + j is query i of head hk * group + j, its q/o "
+                  "offset and lse index (padded and varlen) those of the unpacked call, each "
+                  "pair once");
+
+  // Varlen queries of the kvcache kernels (problem/seqlen.h: packed_seq_info): an entry's rows
+  // are its queries (clamped to the packed bound / group) times the group, from its start;
+  // keys from cu_seqlens_k clamped to seqlen_k.
+  {
+    const int lens_q[] = {0, 1, 5, 130, 7};
+    const int lens_k[] = {3, 0, 700, 130, 1};
+    int cu_q[6] = {0}, cu_k[6] = {0};
+    for (int b = 0; b < 5; ++b) cu_q[b + 1] = cu_q[b] + lens_q[b], cu_k[b + 1] = cu_k[b] + lens_k[b];
+    bool packed_seq_ok = true;
+    for (int group : {1, 3, 4}) {
+      for (int max_q : {130, 6}) {
+        KvcacheParams p;
+        p.batch = 5, p.seqlen_q = max_q * group, p.seqlen_k = 512;
+        p.cu_seqlens_q = cu_q, p.cu_seqlens_k = cu_k, p.total_q = cu_q[5];
+        for (int b = 0; b < 5; ++b) {
+          const flashattn_cu::SeqInfo si = flashattn_cu::packed_seq_info(p, b, group);
+          packed_seq_ok = packed_seq_ok && si.start_q == cu_q[b] &&
+                          si.seqlen_q == std::min(lens_q[b], max_q) * group &&
+                          si.seqlen_k == std::min(lens_k[b], 512);
+        }
+        p.cu_seqlens_q = nullptr, p.cu_seqlens_k = nullptr;  // padded: the bound itself
+        const flashattn_cu::SeqInfo pad = flashattn_cu::packed_seq_info(p, 2, group);
+        packed_seq_ok = packed_seq_ok && pad.start_q == -1 && pad.seqlen_q == max_q * group;
+      }
+    }
+    expect(packed_seq_ok, "kvcache varlen: packed_seq_info rows, starts and key counts");
+  }
+
+  // A packed tile's key blocks (Mask::key_blocks_of_queries on its first and last rows'
+  // queries) against every row's visible keys: the visited blocks cover every key some row
+  // sees, and a block outside the masked ones is seen whole by every row.
+  bool packed_blocks_ok = true;
+  for (int seqlen_q : {1, 2, 3, 5, 8}) {
+    for (int group : {1, 2, 4, 7}) {
+      for (int seqlen_k : {1, 17, 64, 130}) {
+        for (int w = 0; w < 4; ++w) {
+          const int lefts[] = {-1, -1, 20, 3}, rights[] = {-1, 0, 0, 2};
+          flashattn_cu::SeqInfo si{0, seqlen_q, seqlen_k, -1, -1};
+          const flashattn_cu::Mask mask(si, w == 1, lefts[w], rights[w]);
+          const flashattn_cu::GqaPack pack{group};
+          constexpr int kBlockM = 16, kBlockN = 16;
+          for (int m_start = 0; m_start < seqlen_q * group; m_start += kBlockM) {
+            const flashattn_cu::KeyBlocks kb = mask.key_blocks_of_queries<kBlockN>(
+                pack.query(m_start), pack.query(m_start + kBlockM - 1));
+            for (int r = m_start; r < std::min(m_start + kBlockM, seqlen_q * group); ++r) {
+              const int i = pack.query(r);
+              for (int key = 0; key < seqlen_k; ++key) {
+                const bool visible = key >= mask.key_begin(i) && key < mask.key_end(i);
+                const int block = key / kBlockN;
+                if (visible && (block < kb.begin || block >= kb.end)) packed_blocks_ok = false;
+                const bool unmasked = block >= kb.unmasked_begin && block < kb.unmasked_end;
+                if (unmasked && (!visible || (block + 1) * kBlockN > seqlen_k)) {
+                  packed_blocks_ok = false;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  expect(packed_blocks_ok, "GQA-packed tiles: key blocks of the rows' queries cover every "
+                           "visible key; unmasked blocks are whole and seen by every row");
+
+  // The split heuristic: one split once the tiles fill 80% of the slots; else within
+  // [1, min(128, slots, key blocks)], and more splits for fewer tiles.
+  using flashattn_cu::num_splits_heuristic;
+  bool heur_ok = num_splits_heuristic(264, 264, 512) == 1 && num_splits_heuristic(212, 264, 512) == 1 &&
+                 num_splits_heuristic(8, 264, 1) == 1;
+  for (int64_t tiles : {1, 2, 8, 32, 64, 100, 200}) {
+    for (int n_blocks : {2, 7, 64, 512, 4096}) {
+      const int s = num_splits_heuristic(tiles, 264, n_blocks);
+      if (s < 1 || s > std::min(128, n_blocks)) heur_ok = false;
+    }
+  }
+  heur_ok = heur_ok && num_splits_heuristic(8, 264, 2048) >= num_splits_heuristic(64, 264, 2048) &&
+            num_splits_heuristic(8, 264, 2048) > 8;
+  expect(heur_ok, "num_splits_heuristic: bounds, one split for full waves, more for fewer tiles");
+
+  // The merge: splitting a row's keys anywhere gives the LSE of all of them; empty splits
+  // count for nothing; a row with no key at all gets +inf.
+  const float logits[] = {0.5f, -3.f, 20.f, 7.25f, -40.f, 19.5f, 1e-3f, 3.f, -1.f, 0.f};
+  const int n = 10;
+  double direct = 0.0;
+  for (float x : logits) direct += std::exp(static_cast<double>(x) - 20.0);
+  direct = 20.0 + std::log(direct);
+  bool merge_ok = true;
+  for (int cut1 = 0; cut1 <= n; ++cut1) {
+    for (int cut2 = cut1; cut2 <= n; ++cut2) {
+      const int bounds[] = {0, cut1, cut1, cut2, n};  // split 1 is always empty
+      float part[4];
+      for (int s = 0; s < 4; ++s) {
+        double sum = 0.0, mx = -INFINITY;
+        for (int j = bounds[s]; j < bounds[s + 1]; ++j) mx = std::max(mx, double(logits[j]));
+        for (int j = bounds[s]; j < bounds[s + 1]; ++j) sum += std::exp(logits[j] - mx);
+        part[s] = bounds[s] == bounds[s + 1] ? -INFINITY : static_cast<float>(mx + std::log(sum));
+      }
+      const float merged = flashattn_cu::merged_lse(part, 1, 4);
+      if (!(std::fabs(merged - direct) < 1e-5)) merge_ok = false;
+    }
+  }
+  const float empty[] = {-INFINITY, -INFINITY, -INFINITY};
+  merge_ok = merge_ok && flashattn_cu::merged_lse(empty, 1, 3) == INFINITY;
+  expect(merge_ok, "merged_lse: any split of the keys gives their LSE; all empty gives +inf");
+}
+
+}  // namespace
+
+namespace flashattn_cu_checks {
+
+// Every check of this file (api_checks.cpp's main calls it).
+void run_problem_checks() {
+  // Philox4x32-10 against the Random123 known-answer vectors (also torch's philox_engine).
+  {
+    const flashattn_cu::PhiloxOut z = flashattn_cu::philox4x32_10(0, 0, 0, 0, 0, 0);
+    const flashattn_cu::PhiloxOut f = flashattn_cu::philox4x32_10(~0u, ~0u, ~0u, ~0u, ~0u, ~0u);
+    expect(z.w[0] == 0x6627e8d5u && z.w[1] == 0xe169c58du && z.w[2] == 0xbc57ac4cu &&
+               z.w[3] == 0x9b00dbd8u && f.w[0] == 0x408f276du && f.w[1] == 0x41c83b0eu &&
+               f.w[2] == 0xa20bc7c6u && f.w[3] == 0x6d5451fdu,
+           "philox4x32_10: Random123 known answers");
+    expect(flashattn_cu::dropout_keep_threshold(0.f) == 65536u &&
+               flashattn_cu::dropout_keep_threshold(0.5f) == 32768u &&
+               flashattn_cu::dropout_keep_threshold(0.9999999f) == 1u,
+           "dropout_keep_threshold: round((1 - p) * 65536) in [1, 65536]");
+  }
+
+  // The dropout tile map: the row-major tile (forward, dQ kernel) and the transposed tile (the
+  // backward main kernels) give every lane's element the decision of dropout_keep, at small and
+  // near-kMaxSeqlen rows and keys and with a counter stream past 2^32; and the kept fraction of
+  // p = 0.3 is 0.7 (to 4 standard deviations over 2^18 elements).
+  {
+    struct Case { int row0, col0; uint64_t seed, offset; int batch, head; };
+    const Case cases[] = {{0, 0, 42, 0, 0, 0}, {16, 48, 0x123456789abcdefull, 12, 1, 3},
+                          {flashattn_cu::kMaxSeqlen - 128, flashattn_cu::kMaxSeqlen - 64,
+                           ~0ull, (1ull << 32) - 2, 3, 7}};
+    const uint32_t threshold = flashattn_cu::dropout_keep_threshold(0.3f);
+    bool rows_ok = true, transposed_ok = true;
+    int64_t kept = 0, total = 0;
+    for (const Case& c : cases) {
+      struct { FwdParams p; flashattn_cu::DropoutScale dropout; } kp;
+      kp.p.num_heads = 8;
+      kp.p.philox_seed = c.seed;
+      kp.p.philox_offset = c.offset;
+      kp.dropout.keep_threshold = threshold;
+      const flashattn_cu::Dropout d = flashattn_cu::dropout_of(kp, c.batch, c.head);
+      const uint64_t stream = c.offset + static_cast<uint64_t>(c.batch) * 8 + c.head;
+      for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane / 4, t = lane % 4;
+        uint32_t row_bits[2];  // 32 rows x 64 keys
+        d.keep_bits<2, 8>(row_bits, c.row0, c.col0, lane);
+        for (int mt = 0; mt < 2; ++mt)
+          for (int nt = 0; nt < 8; ++nt)
+            for (int i = 0; i < 4; ++i) {
+              const int row = c.row0 + mt * 16 + g + (i / 2) * 8;
+              const int key = c.col0 + nt * 8 + 2 * t + i % 2;
+              const int bit = (mt * 8 + nt) * 4 + i;
+              const bool got = (row_bits[bit / 32] >> (bit % 32)) & 1u;
+              rows_ok = rows_ok &&
+                        got == flashattn_cu::dropout_keep(c.seed, stream, row, key, threshold);
+            }
+        uint32_t bits[2];  // 16 keys x 128 queries
+        d.keep_bits_transposed<16>(bits, c.col0, c.row0, lane);
+        for (int nt = 0; nt < 16; ++nt)
+          for (int i = 0; i < 4; ++i) {
+            const int key = c.col0 + g + (i / 2) * 8, query = c.row0 + nt * 8 + 2 * t + i % 2;
+            const int bit = nt * 4 + i;
+            const bool got = (bits[bit / 32] >> (bit % 32)) & 1u;
+            transposed_ok = transposed_ok &&
+                            got == flashattn_cu::dropout_keep(c.seed, stream, query, key, threshold);
+          }
+      }
+    }
+    for (int row = 0; row < 512; ++row)
+      for (int key = 0; key < 512; ++key) {
+        kept += flashattn_cu::dropout_keep(7, 1000, row, key, threshold);
+        ++total;
+      }
+    const double frac = static_cast<double>(kept) / total, sd = std::sqrt(0.21 / total);
+    expect(rows_ok, "dropout: row-major tile map == dropout_keep for every lane");
+    expect(transposed_ok, "dropout: transposed tile map == dropout_keep for every lane");
+    expect(std::fabs(frac - threshold / 65536.0) < 4 * sd, "dropout: kept fraction of p = 0.3");
+  }
+
+  // The causal key limit at the largest supported sequence lengths (no int overflow).
+  {
+    const int kMax = flashattn_cu::kMaxSeqlen;
+    expect(flashattn_cu::visible_key_limit(0, 1, kMax, true) == kMax,
+           "causal limit: 1 query over kMaxSeqlen keys sees them all");
+    expect(flashattn_cu::visible_key_limit(kMax - 1, kMax, kMax, true) == kMax,
+           "causal limit: last row of kMaxSeqlen x kMaxSeqlen");
+    expect(flashattn_cu::visible_key_limit(0, kMax, kMax, true) == 1,
+           "causal limit: first row of kMaxSeqlen x kMaxSeqlen");
+    expect(flashattn_cu::visible_key_limit(5, kMax, 10, true) <= 0,
+           "causal limit: a row that sees no key is <= 0 (kMaxSeqlen queries over 10 keys)");
+  }
+
+  // The mask policy's block ranges against the element rule, brute force over small shapes,
+  // causal and sliding windows: key_blocks(m_start) must visit every key block holding a key some
+  // row of the query block sees and skip the element mask only on blocks every row sees whole;
+  // query_blocks(n_start) likewise from the key block's side.
+  {
+    constexpr int kBM = 16, kBN = 8;
+    const int windows[][3] = {{0, -1, -1}, {1, -1, -1}, {0, 0, -1}, {0, 3, 5}, {0, -1, 0},
+                              {0, 17, 0},  {1, 9, -1},  {0, 0, 0},  {0, 40, 2}, {0, 2, 40}};
+    bool ok = true, tight = true;
+    for (int sq = 1; sq <= 40 && ok; sq += 3) {
+      for (int sk = 1; sk <= 40 && ok; sk += 5) {
+        for (const auto& w : windows) {
+          if (!ok) break;
+          flashattn_cu::SeqInfo si{0, sq, sk, -1, -1};
+          const flashattn_cu::Mask mask(si, w[0] != 0, w[1], w[2]);
+          const int num_m = (sq + kBM - 1) / kBM, num_n = (sk + kBN - 1) / kBN;
+          // The rule itself, from flash_attn's definition (not from Mask).
+          auto sees = [&](int row, int key) {
+            const int d = row + sk - sq;
+            const int right = w[0] != 0 ? 0 : w[2];
+            return key >= 0 && key < sk && (w[1] < 0 || key >= d - w[1]) &&
+                   (right < 0 || key <= d + right);
+          };
+          for (int m = 0; m < num_m; ++m) {
+            const flashattn_cu::KeyBlocks kb = mask.key_blocks<kBM, kBN>(m * kBM);
+            for (int n = 0; n < num_n; ++n) {
+              bool any = false, all = true;
+              for (int r = m * kBM; r < (m + 1) * kBM && r < sq; ++r) {
+                for (int j = n * kBN; j < (n + 1) * kBN; ++j) {
+                  const bool v = sees(r, j);
+                  any = any || v;
+                  all = all && v;
+                }
+              }
+              const bool visited = n >= kb.begin && n < kb.end;
+              const bool unmasked = n >= kb.unmasked_begin && n < kb.unmasked_end;
+              if (any && !visited) ok = false;        // a visible key skipped
+              if (unmasked && (!all || !visited)) ok = false;  // mask skipped where needed
+              // Tight: a whole query block visits no key block it sees nothing of (the cost
+              // of a window is the blocks it covers).
+              if (visited && !any && (m + 1) * kBM <= sq) tight = false;
+            }
+            for (int r = m * kBM; r < (m + 1) * kBM && r < sq; ++r) {  // the element rule
+              for (int j = 0; j < sk; ++j) {
+                if (sees(r, j) != (j >= mask.key_begin(r) && j < mask.key_end(r))) ok = false;
+              }
+            }
+          }
+          for (int n = 0; n < num_n; ++n) {
+            const int keys_valid = sk - n * kBN < kBN ? sk - n * kBN : kBN;
+            const flashattn_cu::QueryBlocks qb =
+                mask.query_blocks<kBM, kBN>(n * kBN, keys_valid, num_m);
+            for (int m = 0; m < num_m; ++m) {
+              bool any = false, all = keys_valid == kBN;
+              for (int r = m * kBM; r < (m + 1) * kBM && r < sq; ++r) {
+                for (int j = n * kBN; j < (n + 1) * kBN; ++j) {
+                  const bool v = sees(r, j);
+                  any = any || v;
+                  all = all && v;
+                }
+              }
+              const bool visited = m >= qb.begin && m < qb.end;
+              const bool unmasked = m >= qb.unmasked_begin && m < qb.unmasked_end;
+              if (any && !visited) ok = false;
+              if (unmasked && (!all || !visited)) ok = false;
+              if (visited && !any && (m + 1) * kBM <= sq) tight = false;
+            }
+          }
+          if (!ok) {
+            std::printf("mask block ranges wrong at sq=%d sk=%d causal=%d window=(%d, %d)\n", sq,
+                        sk, w[0], w[1], w[2]);
+          }
+        }
+      }
+    }
+    expect(ok, "mask policy: key_blocks / query_blocks agree with the element rule");
+    expect(tight, "mask policy: whole query blocks visit only blocks they see a key of");
+    const int kMax = flashattn_cu::kMaxSeqlen;
+    const flashattn_cu::Mask big(flashattn_cu::SeqInfo{0, kMax, kMax, -1, -1}, true);
+    const flashattn_cu::KeyBlocks last = big.key_blocks<128, 128>(kMax - 128);
+    expect(last.begin == 0 && last.end == kMax / 128 && last.unmasked_begin == 0 &&
+               last.unmasked_end == (kMax - 127) / 128,
+           "mask policy: key blocks of the last query block at kMaxSeqlen");
+    const flashattn_cu::QueryBlocks first = big.query_blocks<128, 128>(0, 128, kMax / 128);
+    expect(first.begin == 0 && first.end == kMax / 128 && first.unmasked_begin == 1 &&
+               first.unmasked_end == kMax / 128,
+           "mask policy: query blocks of the first key block at kMaxSeqlen");
+    const flashattn_cu::Mask wide(flashattn_cu::SeqInfo{0, kMax, kMax, -1, -1}, false,
+                                  kMax - 1, kMax - 1);
+    const flashattn_cu::KeyBlocks wb = wide.key_blocks<128, 128>(kMax - 128);
+    expect(wb.begin == 0 && wb.end == kMax / 128 && wide.key_end(0) == kMax &&
+               wide.key_begin(kMax - 1) == 0,
+           "mask policy: windows as wide as kMaxSeqlen do not overflow");
+  }
+
+  // Tile orders of the persistent forward (problem/scheduler.h: query_tile_at): every order a
+  // permutation of the (batch, head, query block) tiles; the grouped one longest first inside
+  // each group of heads.
+  {
+    bool perm_ok = true, lpt_ok = true;
+    const int shapes[][4] = {{8, 2, 3, 0}, {8, 2, 3, 4}, {5, 3, 7, 6}, {1, 1, 1, 1}, {16, 1, 16, 3},
+                             {3, 4, 5, 20}, {64, 2, 16, 32}};
+    for (const auto& sh : shapes) {
+      const int num_m = sh[0], batch = sh[1], heads = sh[2], group = sh[3];
+      const int tiles = num_m * batch * heads;
+      std::vector<int> seen(tiles, 0);
+      int prev_group = -1, prev_m = 0;
+      for (int i = 0; i < tiles; ++i) {
+        const flashattn_cu::QueryTile t =
+            flashattn_cu::query_tile_at(i, num_m, heads, group, batch * heads);
+        const int bh = t.batch * heads + t.head;
+        if (t.m_block < 0 || t.m_block >= num_m || t.batch < 0 || t.batch >= batch ||
+            t.head < 0 || t.head >= heads) {
+          perm_ok = false;
+          break;
+        }
+        ++seen[bh * num_m + t.m_block];
+        if (group > 0) {
+          const int g = bh / group;
+          if (g == prev_group && t.m_block > prev_m) lpt_ok = false;
+          if (g < prev_group) lpt_ok = false;
+          prev_group = g;
+          prev_m = t.m_block;
+        }
+      }
+      for (int c : seen) perm_ok = perm_ok && c == 1;
+    }
+    // cta_tile_index: the CTAs' walks together visit every tile once.
+    for (int tiles : {1, 131, 132, 133, 2048, 2731}) {
+      std::vector<int> seen(tiles, 0);
+      for (int c = 0; c < 132; ++c) {
+        for (int k = 0, i = c; i < tiles; i = flashattn_cu::cta_tile_index(++k, c, 132)) ++seen[i];
+      }
+      for (int n : seen) perm_ok = perm_ok && n == 1;
+    }
+    expect(perm_ok, "tile orders: every (batch, head, query block) exactly once");
+    expect(lpt_ok, "grouped tile order: longest first inside each group of heads");
+  }
+
+  check_kvcache_math();
+  check_decode_page_boxes();
+}
+
+}  // namespace flashattn_cu_checks
