@@ -19,16 +19,11 @@
 
 #include "fwd/combine_launch.h"
 #include "harness.h"
+#include "library_status.h"
 #include "problem/kv_cache.h"
 #include "sm90/decode_launch.h"
 
 namespace fa = flashattn_cu;
-
-namespace flashattn_cu {
-Status cuda_status(cudaError_t err) {
-  return err == cudaSuccess ? Status::kSuccess : Status::kLaunchFailed;
-}
-}  // namespace flashattn_cu
 
 namespace {
 

@@ -16,14 +16,9 @@
 #include "sm80/fwd_launch.h"
 #include "sm90/fwd_launch.h"
 #include "harness.h"
+#include "library_status.h"
 
 namespace fa = flashattn_cu;
-
-namespace flashattn_cu {
-Status cuda_status(cudaError_t err) {
-  return err == cudaSuccess ? Status::kSuccess : Status::kLaunchFailed;
-}
-}  // namespace flashattn_cu
 
 __global__ void max_abs_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n,
                              float* out) {
