@@ -130,6 +130,11 @@ CASES = {
     "paged16_window_softcap": dict(seqlen_q=1, heads=(8, 2), page_size=16, window=(100, -1),
                                    softcap=30.0),
     "paged48_splits3": dict(seqlen_q=1, heads=(8, 2), page_size=48, num_splits=3),
+    # Enough query tiles (>= SMs / 4) that d 64 pages below the tile take the two-CTA-per-SM
+    # instance (tiles.h decode_ctas_sm90), with its own split count and a given one.
+    "paged16_many_tiles": dict(seqlen_q=1, heads=(32, 8), page_size=16, batch=6),
+    "paged48_many_tiles_splits7": dict(seqlen_q=1, heads=(16, 4), page_size=48, batch=9,
+                                       num_splits=7),
     "splits1": dict(seqlen_q=1, heads=(8, 2), num_splits=1),
     "splits13": dict(seqlen_q=1, heads=(8, 2), num_splits=13),
 }
@@ -186,6 +191,44 @@ def test_decode_kernel_is_the_one_that_runs():
         names = kernel_names(lambda: flash_attn_with_kvcache(
             q, pages, pages, cache_seqlens=seqlens, block_table=table))
         assert any("decode_kernel" in n for n in names) == sm90, f"page {page}"
+
+
+def test_two_ctas_per_sm_instance_is_the_one_that_runs():
+    """d 64 calls on 16-row pages with query tiles for >= a quarter of the SMs run the decode
+    instance budgeted for two CTAs per SM (tiles.h decode_ctas_sm90); fewer tiles, 256-row
+    pages, contiguous caches and d 128 run the one-CTA instance."""
+    if not sm90_decode_built():
+        pytest.skip("needs an sm_90 GPU and sm_90a code")
+    skip_unless_built(64)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+
+    def ctas_of(head_dim, batch, page):
+        q = torch.randn(batch, 1, 32, head_dim, device="cuda", dtype=torch.bfloat16)
+        seqlens = torch.full((batch,), 3000, device="cuda", dtype=torch.int32)
+        if page is None:
+            k = torch.randn(batch, 4096, 8, head_dim, device="cuda", dtype=torch.bfloat16)
+            table = None
+        else:
+            k = torch.randn(batch * -(-4096 // page), page, 8, head_dim, device="cuda",
+                            dtype=torch.bfloat16)
+            table = torch.arange(k.shape[0], device="cuda", dtype=torch.int32).view(batch, -1)
+        names = [n for n in kernel_names(lambda: flash_attn_with_kvcache(
+            q, k, k, cache_seqlens=seqlens, block_table=table)) if "decode_kernel" in n]
+        assert len(names) == 1, names
+        for ctas in (1, 2):  # demangled (profiler) or mangled names
+            if f"true, {ctas}>" in names[0] or f"Lb1ELi{ctas}EE" in names[0]:
+                return ctas
+        raise AssertionError(f"no CTA count in {names[0]}")
+
+    many = -(-sms // (4 * 8))  # batches whose 8 kv heads give >= sms / 4 tiles
+    assert ctas_of(64, many, 16) == 2
+    assert ctas_of(64, many, 48) == 2
+    assert ctas_of(64, max(many - 1, 1), 16) == (2 if 4 * 8 * max(many - 1, 1) >= sms else 1)
+    assert ctas_of(64, 1, 16) == 1
+    assert ctas_of(64, many, 256) == 1
+    assert ctas_of(64, many, None) == 1
+    if 128 in _C.built_head_dims():
+        assert ctas_of(128, many, 16) == 1
 
 
 def test_cuda_graph_replay():

@@ -173,6 +173,7 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
   CHECK(cudaDeviceGetAttribute(&g_l2, cudaDevAttrL2CacheSize, 0));
   using fa::sm90::FwdTraits;
+#ifndef TUNE_FWD90_HALVES_ONLY  // -DTUNE_FWD90_HALVES_ONLY (with SHORT_ONLY): short_halves alone
   if (std::string(only) == "short") {
     // Short rows (512 - 4096 keys), the shapes where the library's widest tiles lose most to
     // cuDNN: a causal tile of 128 (192) query rows over key blocks of 176 (128) computes keys
@@ -210,6 +211,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+#endif  // TUNE_FWD90_HALVES_ONLY
   if (std::string(only) == "short_halves") {
     // The short-row tiles (tiles.h fwd_tile_sm90_short) with half blocks on (FwdTraits kHalves
     // 1: a boundary block's P V over the keys a consumer's rows see; NOTES 12.2): every causal

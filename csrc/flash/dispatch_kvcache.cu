@@ -72,9 +72,19 @@ bool decode_sm90_ok(const KvcacheParams& p, const DeviceInfo& dev) {
                                   : sm90::kv_maps_ok(p, p.seqlen_k, p.batch_cache);
 }
 
+// CTAs per SM of the (packed) call p on the decode kernel (tiles.h decode_ctas_sm90: two for
+// d 64 pages read in boxes below the tile, when the call has enough query tiles).
+int decode_ctas_of(const KvcacheParams& p, const DeviceInfo& dev) {
+  const int64_t tiles =
+      query_tile_count(ceil_div(p.seqlen_q, kDecodeRowsSm90), p.batch, p.num_heads);
+  return decode_ctas_sm90(round_head_dim(p.head_dim), p.block_table != nullptr ? p.page_size : 0,
+                          tiles, dev.sm_count);
+}
+
 // The split count on `dev` for the (packed) call p: problem/kv_cache.h. Two blocks per SM run
-// the sm80 kvcache tiles (tiles.h: fwd_tile_sm80_kvcache, shared memory), one the sm90a decode
-// kernel's 16-row tiles (decode_sm90_ok), split to fill one wave (num_splits_one_wave).
+// the sm80 kvcache tiles (tiles.h: fwd_tile_sm80_kvcache, shared memory), the sm90a decode
+// kernel's 16-row tiles (decode_sm90_ok) decode_ctas_of per SM, split to fill one wave of those
+// slots (num_splits_one_wave).
 int kvcache_splits(const KvcacheParams& p, const DeviceInfo& dev, bool decode90) {
   const FwdTile tile =
       fwd_tile_sm80_kvcache(round_head_dim(p.head_dim), dev.smem_optin < kLargeSmemBytes);
@@ -84,7 +94,7 @@ int kvcache_splits(const KvcacheParams& p, const DeviceInfo& dev, bool decode90)
   int splits = p.num_splits;
   if (splits <= 0) {
     const int64_t tiles = query_tile_count(ceil_div(p.seqlen_q, block_m), p.batch, p.num_heads);
-    splits = decode90 ? num_splits_one_wave(tiles, dev.sm_count, n_blocks)
+    splits = decode90 ? num_splits_one_wave(tiles, decode_ctas_of(p, dev) * dev.sm_count, n_blocks)
                       : num_splits_heuristic(tiles, 2 * dev.sm_count, n_blocks);
   }
   splits = splits < n_blocks ? splits : n_blocks;
@@ -255,12 +265,13 @@ struct KvcacheRunner {
   const FwdKvcacheKernelParams& kp;
   bool small_smem;
   bool decode90;
+  int decode_ctas;  // CTAs per SM on the decode kernel (decode_ctas_of)
   cudaStream_t stream;
   template <typename Element, int kHeadDim>
   Status run() const {
 #if FLASHATTN_CU_HAS_SM90A
     if constexpr (decode_tile_sm90(kHeadDim).supported) {
-      if (decode90) return sm90::run_decode<Element, kHeadDim>(kp, stream);
+      if (decode90) return sm90::run_decode<Element, kHeadDim>(kp, decode_ctas, stream);
     }
 #endif
     return sm80::run_fwd_kvcache<Element, kHeadDim>(kp, small_smem, stream);
@@ -352,7 +363,7 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
     kp.kv.rotary_cos = nullptr;
     kp.kv.rotary_sin = nullptr;
   }
-  st = dispatch_instance(p.dtype, p.head_dim, KvcacheRunner{kp, small_smem, decode90, stream});
+  st = dispatch_instance(p.dtype, p.head_dim, KvcacheRunner{kp, small_smem, decode90, decode90 ? decode_ctas_of(p, dev) : 1, stream});
   if (st != Status::kSuccess || splits == 1) return st;
   // The partials' rows are the call's lse rows (batch, heads, seqlen_q), unpacked.
   FwdKvcacheKernelParams combine = kp;

@@ -300,6 +300,24 @@ __host__ __device__ constexpr int decode_box_rows_sm90(int block_n, int page_siz
   return a;
 }
 
+// CTAs per SM of a call on the decode kernel: 2 (the d 64 instance budgeted for two CTAs:
+// DecodeTraits kMinCtas 2, 168 registers, no spills) for d 64 pages read in boxes below the tile
+// (16- or 48-row pages: the producer's issue rate per CTA bounds those, 13.8 / 13.9) when the call
+// has query tiles for at least a quarter of the SMs, else 1. Measured with
+// benchmarks/tune/tune_decode90.cu v7 (H200, bf16, 32/8 heads, 16-row pages, one CTA -> two,
+// splits by the one-wave rule on each instance's slots; benchmarks/NOTES.md 13.11): batch 8
+// 4k / 32k / 128k 1,929 -> 2,022, 3,257 -> 3,554, 3,574 -> 3,646 GB/s, batch 64 4k / 32k 3,076 ->
+// 3,639, 3,599 -> 4,085; but batch 1 4k 565 -> 479 (8 tiles: splits double, each CTA's share
+// halves), and contiguous caches or 256-row pages lose 4-17% at batch 8 (one CTA already keeps
+// enough bytes in flight there). `tiles`: query tiles of the packed call before splitting.
+__host__ __device__ constexpr int decode_ctas_sm90(int head_dim, int page_size, long long tiles,
+                                                   int sms) {
+  if (head_dim != 64 || page_size <= 0) return 1;
+  const DecodeTileSm90 tile = decode_tile_sm90_for(head_dim, page_size);
+  if (!tile.supported || decode_box_rows_sm90(tile.block_n, page_size) >= tile.block_n) return 1;
+  return 4 * tiles >= sms ? 2 : 1;
+}
+
 // Eighths of S's 8-key tiles the sm90a forward exponentiates on the FMA pipe (common/softmax.h
 // ExpPolicy), per head dim and kernel variant: none, as measured. The prediction was that
 // softcap's MUFU.TANH next to every score's MUFU.EX2 (2 x 8192 SFU results per 64 x 128 step of

@@ -44,6 +44,31 @@ void check_decode_page_boxes() {
   expect(ok, "decode_box_rows_sm90: whole boxes per tile, none across a page, pages of 16k rows only");
 }
 
+// The decode kernel's CTAs per SM (tiles.h decode_ctas_sm90): two exactly for d 64 pages read in
+// boxes below the tile with query tiles for >= a quarter of the SMs; one otherwise (contiguous
+// caches, pages holding whole tiles, d 128, few tiles).
+void check_decode_ctas() {
+  bool ok = true;
+  for (int d : {64, 128}) {
+    for (int page = 0; page <= 512 && ok; page += 16) {
+      for (int sms : {78, 114, 132}) {
+        for (long long tiles = 1; tiles <= 300 && ok; ++tiles) {
+          const int ctas = flashattn_cu::decode_ctas_sm90(d, page, tiles, sms);
+          const bool boxed = page > 0 && flashattn_cu::decode_box_rows_sm90(64, page) < 64;
+          const int want = d == 64 && boxed && 4 * tiles >= sms ? 2 : 1;
+          ok = ok && ctas == want;
+        }
+      }
+    }
+  }
+  ok = ok && flashattn_cu::decode_ctas_sm90(64, 16, 33, 132) == 2 &&
+       flashattn_cu::decode_ctas_sm90(64, 16, 32, 132) == 1 &&
+       flashattn_cu::decode_ctas_sm90(64, 48, 64, 132) == 2 &&
+       flashattn_cu::decode_ctas_sm90(64, 256, 512, 132) == 1 &&
+       flashattn_cu::decode_ctas_sm90(64, 0, 512, 132) == 1;
+  expect(ok, "decode_ctas_sm90: two CTAs per SM for boxed d 64 pages with >= SMs / 4 tiles only");
+}
+
 // The kvcache index math (problem/kv_cache.h, problem/scheduler.h) by brute force.
 void check_kvcache_math() {
   // The fused append's owners (append_share): every new row written by exactly one (query
@@ -501,6 +526,7 @@ void run_problem_checks() {
 
   check_kvcache_math();
   check_decode_page_boxes();
+  check_decode_ctas();
 }
 
 }  // namespace flashattn_cu_checks

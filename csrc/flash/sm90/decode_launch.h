@@ -48,11 +48,20 @@ Status launch_decode_config(const FwdKvcacheKernelParams& kp, cudaStream_t strea
 
 // The configuration tiles.h picks for the head dim (decode_tile_sm90; every supported page
 // takes it: decode_tile_sm90_for, the rule dispatch_kvcache.cu routes by; launch_decode_config
-// refuses the other pages).
+// refuses the other pages), budgeted for ctas_per_sm CTAs per SM (decode_ctas_sm90: 2 only at
+// d 64, the one head dim with an instance for two).
 template <typename Element, int kHeadDim>
-Status run_decode(const FwdKvcacheKernelParams& kp, cudaStream_t stream) {
+Status run_decode(const FwdKvcacheKernelParams& kp, int ctas_per_sm, cudaStream_t stream) {
   constexpr DecodeTileSm90 tile = decode_tile_sm90(kHeadDim);
   static_assert(tile.supported, "an sm90 decode tile for this head dim");
+  if constexpr (kHeadDim == 64) {
+    if (ctas_per_sm == 2) {
+      return launch_decode_config<Element,
+                                  DecodeTraits<kHeadDim, tile.block_n, tile.stages, true, 2>>(
+          kp, stream);
+    }
+  }
+  if (ctas_per_sm != 1) return Status::kInvalidArgument;
   return launch_decode_config<Element, DecodeTraits<kHeadDim, tile.block_n, tile.stages>>(kp,
                                                                                         stream);
 }
