@@ -38,6 +38,7 @@ import os
 import platform
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -143,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="small sweep: d=128, seqlens 1k/4k/16k, bf16, fwd+bwd, short timing (~1 min)")
     p.add_argument("--warmup", type=int, help="do_bench warmup in ms (default 20; quick 10)")
     p.add_argument("--rep", type=int, help="do_bench repetition time in ms (default 80; quick 30)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="interleaved rounds per (shape, mode): each backend timed once a round, "
+                        "in turn; its time is the median over the rounds (default 3)")
     p.add_argument("--naive-max-seqlen", type=int, default=4096,
                    help="time naive attention only up to this seqlen (default 4096)")
     p.add_argument("--check-grad-max-seqlen", type=int, default=4096,
@@ -603,43 +607,68 @@ class Bench:
                 if not self.context_alive():
                     raise RuntimeError("CUDA context died during the correctness check")
             for mode in args.modes:
-                parts = []
-                for backend in args.backends:
-                    if self.over_budget():
-                        break
-                    row = dict(dtype=dtype_name, d=d, seqlen=seqlen, batch=batch, nheads=nheads, causal=causal,
-                               mode=mode, backend=backend, ms=None, tflops=None, error=None)
-                    if backend == "naive" and seqlen > args.naive_max_seqlen:
-                        row["error"] = f"skipped: seqlen > --naive-max-seqlen {args.naive_max_seqlen}"
-                    elif backend.startswith("flashattn_cu") and self.ours is None:
-                        row["error"] = f"import failed: {self.ours_error}"
-                    else:
-                        try:
-                            ms = self.time_one(backend, mode, q, k, v, causal)
-                            row["ms"] = ms
-                            row["tflops"] = tflops_of(attention_flops(batch, nheads, seqlen, seqlen, d, causal, mode), ms)
-                        except torch.cuda.OutOfMemoryError as exc:
-                            row["error"] = "OOM: " + short_error(exc)
-                        except Exception as exc:
-                            row["error"] = short_error(exc)
-                            if backend == "flashattn_cu" and (mode, type(exc).__name__) not in self._noted:
-                                self._noted.add((mode, type(exc).__name__))
-                                kind = "not implemented" if isinstance(exc, NotImplementedError) else "raised"
-                                self.report.note(f"flashattn_cu {mode} {kind} (first seen {dtype_name} d={d} "
-                                                 f"s={seqlen}): {row['error'][:160]}")
-                            if not self.context_alive():
-                                self.report.add_attn(**row)
-                                raise RuntimeError(f"CUDA context died in {backend} {mode}: {row['error']}")
-                        gc.collect()
-                        self.empty_cache()
-                    self.report.add_attn(**row)
-                    parts.append(f"{LABEL[backend]} {fmt(row['tflops'])}")
-                if parts:
-                    print(f"    {mode:6} TFLOP/s: " + ", ".join(parts))
+                self.time_mode(dtype_name, d, seqlen, batch, nheads, causal, mode, q, k, v)
             del q, k, v
             gc.collect()
             self.empty_cache()
             self.report.write()
+
+    def time_mode(self, dtype_name, d, seqlen, batch, nheads, causal, mode, q, k, v):
+        """Times every backend on one (shape, mode) in --rounds interleaved rounds (A B C A B C
+        ...), so that a drift of the GPU's clocks or power state during the sweep reaches all
+        backends alike; each backend's time is the median of its rounds' medians."""
+        torch = self.torch
+        args = self.args
+        rows, times = {}, {}
+        for backend in args.backends:
+            rows[backend] = dict(dtype=dtype_name, d=d, seqlen=seqlen, batch=batch, nheads=nheads,
+                                 causal=causal, mode=mode, backend=backend, ms=None, tflops=None,
+                                 error=None)
+            times[backend] = []
+            if backend == "naive" and seqlen > args.naive_max_seqlen:
+                rows[backend]["error"] = f"skipped: seqlen > --naive-max-seqlen {args.naive_max_seqlen}"
+            elif backend.startswith("flashattn_cu") and self.ours is None:
+                rows[backend]["error"] = f"import failed: {self.ours_error}"
+        timed = []
+        for _ in range(max(1, args.rounds)):
+            for backend in args.backends:
+                row = rows[backend]
+                if row["error"] is not None or self.over_budget():
+                    continue
+                if backend not in timed:
+                    timed.append(backend)
+                try:
+                    times[backend].append(self.time_one(backend, mode, q, k, v, causal))
+                except torch.cuda.OutOfMemoryError as exc:
+                    row["error"] = "OOM: " + short_error(exc)
+                except Exception as exc:
+                    row["error"] = short_error(exc)
+                    if backend == "flashattn_cu" and (mode, type(exc).__name__) not in self._noted:
+                        self._noted.add((mode, type(exc).__name__))
+                        kind = "not implemented" if isinstance(exc, NotImplementedError) else "raised"
+                        self.report.note(f"flashattn_cu {mode} {kind} (first seen {dtype_name} d={d} "
+                                         f"s={seqlen}): {row['error'][:160]}")
+                    if not self.context_alive():
+                        self.report.add_attn(**row)
+                        raise RuntimeError(f"CUDA context died in {backend} {mode}: {row['error']}")
+                gc.collect()
+                self.empty_cache()
+        parts = []
+        for backend in timed:
+            row = rows[backend]
+            if row["error"] is None and times[backend]:
+                row["ms"] = statistics.median(times[backend])
+                row["ms_rounds"] = times[backend]
+                row["tflops"] = tflops_of(attention_flops(batch, nheads, seqlen, seqlen, d, causal, mode),
+                                          row["ms"])
+            self.report.add_attn(**row)
+            parts.append(f"{LABEL[backend]} {fmt(row['tflops'])}")
+        for backend in args.backends:  # skipped or not importable (not: cut by the budget)
+            if backend not in timed and rows[backend]["error"] is not None:
+                self.report.add_attn(**rows[backend])
+                parts.append(f"{LABEL[backend]} -")
+        if parts:
+            print(f"    {mode:6} TFLOP/s: " + ", ".join(parts))
 
     # ---- decode
     def run_decode(self):

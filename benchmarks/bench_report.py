@@ -146,7 +146,8 @@ class Report:
         lines.append(f"- date: {m.get('date')}")
         lines.append(f"- command: `{m.get('command')}`")
         lines.append(f"- timing: median of {m.get('timer', 'triton.testing.do_bench')} (warmup {self.args.warmup} ms, "
-                     f"rep {self.args.rep} ms, L2 flushed before each call); TFLOP/s with flash_attn's FLOP count "
+                     f"rep {self.args.rep} ms, L2 flushed before each call), then the median of "
+                     f"{getattr(self.args, 'rounds', 1)} interleaved rounds (each backend once a round, in turn); TFLOP/s with flash_attn's FLOP count "
                      f"(fwd 4*b*h*s*s*d, halved when causal; bwd 2.5x, fwd+bwd 3.5x)")
         if c:
             lines.append(f"- ceilings measured in this run: bf16 matmul 8192^3 {fmt(c.get('matmul_tflops'))} TFLOP/s; "
