@@ -15,7 +15,7 @@
 #include <cstdint>
 
 #include "../common/numeric.h"
-#include "../problem/kv_cache.h"  // merged_lse
+#include "../problem/kv_cache.h"  // the partials (merged_lse: the formula inlined below)
 #include "../problem/params.h"
 #include "../ptx/sync.h"
 
@@ -38,36 +38,75 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int64_t row = idx / quads;
   const int col = static_cast<int>(idx % quads) * 4;
 
-  const float lse = merged_lse(kv.lse_partial + row, kv.partial_rows, kv.num_splits);
+  // The first kFirst splits' LSEs and partials are loaded at once, before anything is computed
+  // from them: one L2 round trip for the merged LSE and the weighted sum of a call of up to
+  // kFirst splits (the one-wave rule gives 16 at batch 1 on 132 SMs; problem/kv_cache.h). Before,
+  // the LSE loop (merged_lse), then the partials eight at a time: three or more round trips
+  // after the decode grid's completion, which nothing overlaps (fwd/combine.cu: this kernel runs
+  // last in the PDL chain). Same arithmetic in the same order as merged_lse and the loop below,
+  // so the same bits. Splits past kFirst: eight at a time, as before.
+  constexpr int kFirst = 16;
+  const int splits = kv.num_splits;
+  float lse_s[kFirst];
+  float4 part[kFirst];
+#pragma unroll
+  for (int j = 0; j < kFirst; ++j) {
+    lse_s[j] = -INFINITY;
+    part[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (j < splits) {
+      const int64_t plane_row = j * kv.partial_rows + row;
+      lse_s[j] = kv.lse_partial[plane_row];
+      part[j] = *reinterpret_cast<const float4*>(kv.o_partial + plane_row * p.head_dim + col);
+    }
+  }
+  float m = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kFirst; ++j) m = fmaxf(m, lse_s[j]);
+  for (int s = kFirst; s < splits; ++s) m = fmaxf(m, kv.lse_partial[s * kv.partial_rows + row]);
+  float lse = INFINITY;  // every split empty: the row saw no key (o = 0)
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (lse != INFINITY) {
+  if (m != -INFINITY) {
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kFirst; ++j) {
+      if (j < splits) sum += expf(lse_s[j] - m);
+    }
+    for (int s = kFirst; s < splits; ++s) sum += expf(kv.lse_partial[s * kv.partial_rows + row] - m);
+    lse = m + logf(sum);
+    // A split of weight 0 (empty, or too small to count) adds w * 0 = 0: every kernel writes an
+    // empty split's partial as 0 (common/softmax.h finalize: inv_l 0), never NaN.
+#pragma unroll
+    for (int j = 0; j < kFirst; ++j) {
+      const float w = expf(lse_s[j] - lse);
+      acc.x = fmaf(w, part[j].x, acc.x);
+      acc.y = fmaf(w, part[j].y, acc.y);
+      acc.z = fmaf(w, part[j].z, acc.z);
+      acc.w = fmaf(w, part[j].w, acc.w);
+    }
     // Eight splits at a time: their LSEs and partials loaded first, all eight in flight at
     // once, then weighed (a load behind a test of the weight waits for the LSE load: with the
-    // test, ptxas predicated the partials' loads on it, two L2 latencies per four splits; in one
-    // loop it kept two loads in flight). A split of weight 0 (empty, or too small to count) adds
-    // w * 0 = 0: every kernel writes an empty split's partial as 0 (common/softmax.h finalize:
-    // inv_l 0), never NaN.
+    // test, ptxas predicated the partials' loads on it, two L2 latencies per four splits).
     constexpr int kAhead = 8;
-    for (int s0 = 0; s0 < kv.num_splits; s0 += kAhead) {
-      float lse_s[kAhead];
-      float4 part[kAhead];
+    for (int s0 = kFirst; s0 < splits; s0 += kAhead) {
+      float lse_r[kAhead];
+      float4 part_r[kAhead];
 #pragma unroll
       for (int j = 0; j < kAhead; ++j) {
-        lse_s[j] = -INFINITY;
-        part[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (s0 + j < kv.num_splits) {
+        lse_r[j] = -INFINITY;
+        part_r[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (s0 + j < splits) {
           const int64_t plane_row = (s0 + j) * kv.partial_rows + row;
-          lse_s[j] = kv.lse_partial[plane_row];
-          part[j] = *reinterpret_cast<const float4*>(kv.o_partial + plane_row * p.head_dim + col);
+          lse_r[j] = kv.lse_partial[plane_row];
+          part_r[j] = *reinterpret_cast<const float4*>(kv.o_partial + plane_row * p.head_dim + col);
         }
       }
 #pragma unroll
       for (int j = 0; j < kAhead; ++j) {
-        const float w = expf(lse_s[j] - lse);
-        acc.x = fmaf(w, part[j].x, acc.x);
-        acc.y = fmaf(w, part[j].y, acc.y);
-        acc.z = fmaf(w, part[j].z, acc.z);
-        acc.w = fmaf(w, part[j].w, acc.w);
+        const float w = expf(lse_r[j] - lse);
+        acc.x = fmaf(w, part_r[j].x, acc.x);
+        acc.y = fmaf(w, part_r[j].y, acc.y);
+        acc.z = fmaf(w, part_r[j].z, acc.z);
+        acc.w = fmaf(w, part_r[j].w, acc.w);
       }
     }
   }
