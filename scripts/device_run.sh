@@ -236,7 +236,17 @@ EOF
 
 main() {
     echo "device_run: STEPS=$STEPS OUT=$OUT WORK=$WORK ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
-    export FLASHATTN_CU_COMMIT=${FLASHATTN_CU_COMMIT:-$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)}
+    # The device tool's copy of the tree carries the .git of the last landed commit, not the tree's:
+    # pass FLASHATTN_CU_COMMIT for the tree's commit; without it the label says when the library
+    # sources differ from the commit git names ("+changes"), so a table is never silently mislabelled.
+    if [ -z "${FLASHATTN_CU_COMMIT:-}" ]; then
+        FLASHATTN_CU_COMMIT=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
+        if [ "$FLASHATTN_CU_COMMIT" != unknown ] &&
+            [ -n "$(git -C "$REPO" status --porcelain -- csrc flashattn_cu setup.py 2>/dev/null)" ]; then
+            FLASHATTN_CU_COMMIT+="+changes"
+        fi
+    fi
+    export FLASHATTN_CU_COMMIT
 
     if want env; then
         local t0=$SECONDS

@@ -547,7 +547,11 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
   }
 
   // Stage O through this warp's own rows of sQ (only this warp ever read them), then write
-  // 16-byte chunks to global memory.
+  // 16-byte chunks to global memory. The staging stores land on bytes that other lanes of the
+  // warp read with ldmatrix in the last step, and nothing orders the two under independent
+  // thread scheduling (compute-sanitizer racecheck flagged it on the kvcache variant, session
+  // 23): the barrier does, once per tile.
+  __syncthreads();
   char* sO = smem_raw;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
