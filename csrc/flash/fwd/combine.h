@@ -47,18 +47,20 @@ __global__ void __launch_bounds__(kCombineThreads)
   // so the same bits. Splits past kFirst: eight at a time, as before.
   constexpr int kFirst = 16;
   const int splits = kv.num_splits;
+  // Split s's LSE and this thread's four columns of its partial (-inf and 0 past the splits).
+  auto load_split = [&](int s, float& lse_v, float4& part_v) {
+    lse_v = -INFINITY;
+    part_v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (s < splits) {
+      const int64_t plane_row = static_cast<int64_t>(s) * kv.partial_rows + row;
+      lse_v = kv.lse_partial[plane_row];
+      part_v = *reinterpret_cast<const float4*>(kv.o_partial + plane_row * p.head_dim + col);
+    }
+  };
   float lse_s[kFirst];
   float4 part[kFirst];
 #pragma unroll
-  for (int j = 0; j < kFirst; ++j) {
-    lse_s[j] = -INFINITY;
-    part[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (j < splits) {
-      const int64_t plane_row = j * kv.partial_rows + row;
-      lse_s[j] = kv.lse_partial[plane_row];
-      part[j] = *reinterpret_cast<const float4*>(kv.o_partial + plane_row * p.head_dim + col);
-    }
-  }
+  for (int j = 0; j < kFirst; ++j) load_split(j, lse_s[j], part[j]);
   float m = -INFINITY;
 #pragma unroll
   for (int j = 0; j < kFirst; ++j) m = fmaxf(m, lse_s[j]);
@@ -75,14 +77,15 @@ __global__ void __launch_bounds__(kCombineThreads)
     lse = m + logf(sum);
     // A split of weight 0 (empty, or too small to count) adds w * 0 = 0: every kernel writes an
     // empty split's partial as 0 (common/softmax.h finalize: inv_l 0), never NaN.
+    auto weigh = [&](float lse_v, const float4& part_v) {
+      const float w = expf(lse_v - lse);
+      acc.x = fmaf(w, part_v.x, acc.x);
+      acc.y = fmaf(w, part_v.y, acc.y);
+      acc.z = fmaf(w, part_v.z, acc.z);
+      acc.w = fmaf(w, part_v.w, acc.w);
+    };
 #pragma unroll
-    for (int j = 0; j < kFirst; ++j) {
-      const float w = expf(lse_s[j] - lse);
-      acc.x = fmaf(w, part[j].x, acc.x);
-      acc.y = fmaf(w, part[j].y, acc.y);
-      acc.z = fmaf(w, part[j].z, acc.z);
-      acc.w = fmaf(w, part[j].w, acc.w);
-    }
+    for (int j = 0; j < kFirst; ++j) weigh(lse_s[j], part[j]);
     // Eight splits at a time: their LSEs and partials loaded first, all eight in flight at
     // once, then weighed (a load behind a test of the weight waits for the LSE load: with the
     // test, ptxas predicated the partials' loads on it, two L2 latencies per four splits).
@@ -91,23 +94,9 @@ __global__ void __launch_bounds__(kCombineThreads)
       float lse_r[kAhead];
       float4 part_r[kAhead];
 #pragma unroll
-      for (int j = 0; j < kAhead; ++j) {
-        lse_r[j] = -INFINITY;
-        part_r[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (s0 + j < splits) {
-          const int64_t plane_row = (s0 + j) * kv.partial_rows + row;
-          lse_r[j] = kv.lse_partial[plane_row];
-          part_r[j] = *reinterpret_cast<const float4*>(kv.o_partial + plane_row * p.head_dim + col);
-        }
-      }
+      for (int j = 0; j < kAhead; ++j) load_split(s0 + j, lse_r[j], part_r[j]);
 #pragma unroll
-      for (int j = 0; j < kAhead; ++j) {
-        const float w = expf(lse_r[j] - lse);
-        acc.x = fmaf(w, part_r[j].x, acc.x);
-        acc.y = fmaf(w, part_r[j].y, acc.y);
-        acc.z = fmaf(w, part_r[j].z, acc.z);
-        acc.w = fmaf(w, part_r[j].w, acc.w);
-      }
+      for (int j = 0; j < kAhead; ++j) weigh(lse_r[j], part_r[j]);
     }
   }
   // The plane row is lse's index: (entry, head, query) of the padded layout, (head, token) of
