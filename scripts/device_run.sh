@@ -44,7 +44,9 @@
 #                         (default racecheck,memcheck) over SANITIZE_KV_FILE (default tests/test_kvcache.py)
 #                         -k SANITIZE_KV_K
 #   step "tune_decode"    (not in the default set): builds and runs benchmarks/tune/tune_decode90.cu (the
-#                         sm90 decode kernel's configurations; TUNE_TIMEOUT bounds it); log in extras
+#                         sm90 decode kernel's configurations; TUNE_TIMEOUT bounds it); log in extras;
+#                         TUNE_DECODE_ARGS: its arguments ("timeline": the per-CTA stamps of the library
+#                         configurations instead of the sweep)
 #   TUNE_MODES            step "tune" (not in the default set): builds benchmarks/tune/tune_fwd90.cu and
 #                         mufu_rate.cu with nvcc (no torch) and runs tune_fwd90 once per mode (default
 #                         "mods"; "-" runs only mufu_rate); outputs in extras (tune_<mode>.log);
@@ -386,7 +388,7 @@ main() {
             --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 -gencode arch=compute_90a,code=sm_90a \
             -Icsrc/include -Icsrc/flash benchmarks/tune/tune_decode90.cu csrc/flash/tma_host.cu \
             csrc/flash/fwd/combine.cu -o "$WORK/tune_decode90" &&
-            run_step tune_decode "$LOGS/tune_decode.log" timeout "${TUNE_TIMEOUT:-300}" "$WORK/tune_decode90"
+            run_step tune_decode "$LOGS/tune_decode.log" timeout "${TUNE_TIMEOUT:-300}" "$WORK/tune_decode90" ${TUNE_DECODE_ARGS:-}
     fi
 
     if want tune; then  # torch-free harnesses: kernel configurations and instruction rates

@@ -11,6 +11,8 @@ count, NaN in every cache row a call must not read. The same calls with the sm80
 forced (kernel_path) give the same answers by the same rule.
 """
 
+import re
+
 import pytest
 import torch
 
@@ -215,10 +217,12 @@ def test_two_ctas_per_sm_instance_is_the_one_that_runs():
         names = [n for n in kernel_names(lambda: flash_attn_with_kvcache(
             q, k, k, cache_seqlens=seqlens, block_table=table)) if "decode_kernel" in n]
         assert len(names) == 1, names
-        for ctas in (1, 2):  # demangled (profiler) or mangled names
-            if f"true, {ctas}>" in names[0] or f"Lb1ELi{ctas}EE" in names[0]:
-                return ctas
-        raise AssertionError(f"no CTA count in {names[0]}")
+        # DecodeTraits<d, block_n, stages, table_early, ctas, ...>, demangled (bool as true or 1)
+        # or mangled.
+        found = re.search(r"DecodeTraits<\d+, \d+, \d+, (?:true|1), (\d+)[,>]", names[0]) or \
+            re.search(r"DecodeTraitsILi\d+ELi\d+ELi\d+ELb1ELi(\d+)E", names[0])
+        assert found, f"no CTA count in {names[0]}"
+        return int(found.group(1))
 
     many = -(-sms // (4 * 8))  # batches whose 8 kv heads give >= sms / 4 tiles
     assert ctas_of(64, many, 16) == 2

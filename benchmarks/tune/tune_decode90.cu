@@ -10,10 +10,13 @@
 //        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
 //        benchmarks/tune/tune_decode90.cu csrc/flash/tma_host.cu csrc/flash/fwd/combine.cu \
 //        -o /tmp/tune_decode90 && /tmp/tune_decode90
+// `/tmp/tune_decode90 timeline` instead prints where one call's time goes, CTA by CTA (timeline()
+// below; device_run.sh: STEPS=tune_decode TUNE_DECODE_ARGS=timeline).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -256,9 +259,92 @@ void sweep_paged(const char* name, const Buffers& b, double copy_gbs, int page, 
   }
 }
 
+// The per-CTA timeline of one call (NOTES 13.13: time per CTA against its bytes is not linear):
+// the library configuration built with kStamps (DecodeStamp: at entry, past the PDL wait, Q
+// loaded, the first tile landed, the walk done, the stores issued; %globaltimer across SMs,
+// clock64 within a CTA, whose cycles convert to us by the CTA's own clock64 / globaltimer ratio
+// over its life), kReps calls each after an L2 flush. Per call: the span from the first CTA's
+// entry to the last CTA's stores, the spread of the entries, and per phase the median and the
+// largest over the CTAs; then the median of each over the calls, beside the event-timed call.
+template <int kHeadDim, typename Traits>
+void timeline(const char* name, const Buffers& b, unsigned long long* stamps, int batch, int keys) {
+  static_assert(Traits::kStamps, "a configuration that records its stamps");
+  if (size_t{1} * batch * keys * kHeadsK * kHeadDim > g_kv_elems) return;
+  fill_int<<<(batch + 127) / 128, 128>>>(b.seqlens, batch, keys);
+  const int n_blocks = (keys + Traits::kBlockN - 1) / Traits::kBlockN;
+  const int splits =
+      splits_by(Rule::kOneWave, int64_t{batch} * kHeadsK, ctas_per_sm<Traits>() * g_sms, n_blocks);
+  const fa::FwdKvcacheKernelParams kp = make_params(b, kHeadDim, batch, keys, splits);
+  const int ctas = batch * kHeadsK * splits;
+  void* const flush = flush_buffer(kFlushBytes);
+  constexpr int kPhases = fa::sm90::kDecodeStamps;
+  // Per call: span, entry spread, then per phase (k -> k + 1) the median and max over CTAs.
+  std::vector<std::vector<double>> rows;
+  std::vector<unsigned long long> host(static_cast<size_t>(ctas) * 2 * kPhases);
+  auto timer = [&](int c, int k) { return host[(2 * c) * kPhases + k]; };
+  auto cycles = [&](int c, int k) { return host[(2 * c + 1) * kPhases + k]; };
+  std::vector<double> ghz;  // the SM clock of each CTA, per call
+  for (int rep = 0; rep < kReps + 3; ++rep) {
+    CHECK(cudaMemsetAsync(flush, rep & 0xff, kFlushBytes));
+    CHECK(cudaMemsetAsync(stamps, 0, host.size() * 8));  // (ctas <= 4096: batch 64 x 8 x 1)
+    if (fa::sm90::launch_decode_config<__nv_bfloat16, Traits>(kp, 0, stamps) != fa::Status::kSuccess) {
+      std::printf("%s: launch failed\n", name);
+      return;
+    }
+    CHECK(cudaDeviceSynchronize());
+    if (rep < 3) continue;
+    CHECK(cudaMemcpy(host.data(), stamps, host.size() * 8, cudaMemcpyDeviceToHost));
+    unsigned long long first = ~0ull, last_entry = 0, last = 0;
+    std::vector<double> f(ctas);
+    for (int c = 0; c < ctas; ++c) {
+      first = std::min(first, timer(c, fa::sm90::kStampEntry));
+      last_entry = std::max(last_entry, timer(c, fa::sm90::kStampEntry));
+      last = std::max(last, timer(c, fa::sm90::kStampStored));
+      const double ns = double(timer(c, fa::sm90::kStampStored) - timer(c, fa::sm90::kStampEntry));
+      f[c] = ns > 0 ? double(cycles(c, fa::sm90::kStampStored) - cycles(c, fa::sm90::kStampEntry)) / ns
+                    : 0.0;
+    }
+    std::sort(f.begin(), f.end());
+    const double clock_ghz = f[f.size() / 2];
+    ghz.push_back(clock_ghz);
+    std::vector<double> row = {double(last - first) * 1e-3, double(last_entry - first) * 1e-3};
+    for (int k = 0; k + 1 < kPhases; ++k) {
+      std::vector<double> d(ctas);
+      for (int c = 0; c < ctas; ++c) {
+        d[c] = double(cycles(c, k + 1) - cycles(c, k)) / clock_ghz * 1e-3;
+      }
+      std::sort(d.begin(), d.end());
+      row.push_back(d[d.size() / 2]);
+      row.push_back(d.back());
+    }
+    rows.push_back(row);
+  }
+  auto median_of = [&](size_t col) {
+    std::vector<double> v;
+    for (const auto& r : rows) v.push_back(r[col]);
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const float call_ms = median_ms([&] {
+    fa::sm90::launch_decode_config<__nv_bfloat16, Traits>(kp, 0, stamps);
+  }, kReps, kFlushBytes);
+  const double kv_bytes = 2.0 * batch * keys * kHeadsK * kHeadDim * 2;
+  std::sort(ghz.begin(), ghz.end());
+  std::printf("%-14s d=%3d batch=%2d keys=%6d ctas=%4d (%4.0f KB each): events %6.1f us, stamps "
+              "span %6.1f us, entries spread %5.1f us, SM clock %.2f GHz\n",
+              name, kHeadDim, batch, keys, ctas, kv_bytes / ctas / 1024, call_ms * 1e3,
+              median_of(0), median_of(1), ghz[ghz.size() / 2]);
+  static const char* const kPhaseNames[] = {"PDL wait", "Q load", "first tile", "walk", "merge+stores"};
+  for (int k = 0; k + 1 < kPhases; ++k) {
+    std::printf("%-14s   %-13s median %6.2f us, slowest CTA %6.2f us\n", "", kPhaseNames[k],
+                median_of(2 + 2 * k), median_of(3 + 2 * k));
+  }
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const bool timeline_only = argc > 1 && std::string(argv[1]) == "timeline";
   CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
   // The largest cache of the sweep: batch 64 x 32k keys x 8 heads x d 128, or batch 8 x 128k.
   const size_t kv = size_t{64} * 32768 * kHeadsK * 128;
@@ -287,6 +373,22 @@ int main() {
   const double copy_gbs = 2.0 * kv * 2 / (copy_ms * 1e-3) / 1e9;
   fill_random<<<1024, 256>>>(b.v, g_kv_alloc, 2u);
   std::printf("device-to-device copy (read + write): %.0f GB/s\n", copy_gbs);
+  if (timeline_only) {
+    // The library's configurations with stamps: where a call's time goes, batch 1 / 8 / 64.
+    unsigned long long* stamps = nullptr;
+    CHECK(cudaMalloc(&stamps, size_t{4096} * 2 * fa::sm90::kDecodeStamps * 8));
+    using Stamped128 = fa::sm90::DecodeTraits<128, fa::decode_tile_sm90(128).block_n,
+                                              fa::decode_tile_sm90(128).stages, true, 1, true>;
+    using Stamped64 = fa::sm90::DecodeTraits<64, fa::decode_tile_sm90(64).block_n,
+                                             fa::decode_tile_sm90(64).stages, true, 1, true>;
+    for (int batch : {1, 8, 64}) {
+      for (int keys : {4096, 32768, 131072}) {
+        timeline<128, Stamped128>("d128 timeline", b, stamps, batch, keys);
+      }
+    }
+    for (int keys : {4096, 32768, 131072}) timeline<64, Stamped64>("d64 timeline", b, stamps, 1, keys);
+    return 0;
+  }
 
   using namespace fa::sm90;
   using Lib128 = DecodeTraits<128, fa::decode_tile_sm90(128).block_n, fa::decode_tile_sm90(128).stages>;

@@ -97,4 +97,12 @@ FLASHATTN_CU_DEVICE void launch_dependents() {
 #endif
 }
 
+// The global nanosecond timer (%globaltimer), comparable across SMs: for harness-only
+// instrumentation (sm90/decode_kernel.h kStamps), never in a library kernel's path.
+FLASHATTN_CU_DEVICE uint64_t global_timer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+
 }  // namespace flashattn_cu::ptx

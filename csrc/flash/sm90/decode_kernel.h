@@ -62,9 +62,27 @@ struct DecodeTmaParams {
   // Paged: TMA boxes of kBlockN >> box_shift rows, 2^box_shift per tile (tiles.h
   // decode_box_rows_sm90: 0 where pages hold whole tiles, else a divisor of tile and page).
   int box_shift;
+  // Traits::kStamps kernels only (benchmarks/tune/tune_decode90.cu `timeline`): per CTA
+  // kDecodeStamps %globaltimer values (ns, comparable across SMs, coarse), then as many clock64
+  // values (SM cycles, fine), at stamps[(2 * blockIdx.x + {0, 1}) * kDecodeStamps + DecodeStamp].
+  unsigned long long* stamps = nullptr;
 };
 
-template <int kHeadDim_, int kBlockN_, int kStages_, bool kTableEarly_ = true, int kMinCtas_ = 1>
+// The points of a CTA's life a kStamps kernel records (thread 0, the first consumer warp's lane
+// 0): entry; past the PDL wait; Q in shared memory; the warp's first tile landed; every consumer
+// warp's walk done (the merge's first barrier); thread 0's stores issued.
+enum DecodeStamp : int {
+  kStampEntry,
+  kStampWaited,
+  kStampQ,
+  kStampFirstTile,
+  kStampWalked,
+  kStampStored,
+  kDecodeStamps
+};
+
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kTableEarly_ = true, int kMinCtas_ = 1,
+          bool kStamps_ = false>
 struct DecodeTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockN_;
@@ -77,6 +95,8 @@ struct DecodeTraits {
   // 16K registers and a CTA's five warps spread over four, so two CTAs need <= 168 registers a
   // thread (d 64: 182 -> 168, no spills), which ptxas works out from this bound.
   static constexpr int kMinCtas = kMinCtas_;
+  // Harness only: record DecodeStamp times to DecodeTmaParams::stamps (off in the library).
+  static constexpr bool kStamps = kStamps_;
   static constexpr int kBlockM = kDecodeRowsSm90;  // query rows of a CTA (tiles.h)
   static constexpr int kConsumerWarps = 4;
   static constexpr int kProducerWarp = kConsumerWarps;
@@ -312,6 +332,18 @@ __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const 
   }
 }
 
+// Thread 0 records stamp `which` of this CTA (kStamps kernels; nothing otherwise).
+template <typename Traits>
+__device__ __forceinline__ void decode_stamp(const DecodeTmaParams& tp, DecodeStamp which) {
+  if constexpr (Traits::kStamps) {
+    if (threadIdx.x == 0) {
+      unsigned long long* const at = tp.stamps + 2 * blockIdx.x * kDecodeStamps + which;
+      at[0] = ptx::global_timer();
+      at[kDecodeStamps] = clock64();
+    }
+  }
+}
+
 template <typename Element, typename Traits>
 __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
     decode_kernel(const __grid_constant__ DecodeTmaParams tp) {
@@ -331,7 +363,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
 
   // Launched programmatically (decode_launch.h): nothing global is read before the previous
   // kernel in the stream (an append, or the caller's) has finished.
+  decode_stamp<Traits>(tp, kStampEntry);
   ptx::grid_dependency_wait();
+  decode_stamp<Traits>(tp, kStampWaited);
   const DecodeWork w = decode_work<kBlockM, kBlockN>(kp);
   if (w.rows_q <= 0) return;  // varlen: a query block past this entry's rows (whole CTA)
   if (tid == 0) {
@@ -372,6 +406,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
     }
   }
   ptx::named_barrier_sync(ptx::NamedBarrier::kWarpgroup0, 32 * kWarps);
+  decode_stamp<Traits>(tp, kStampQ);
   const uint32_t q_lane = sQ + (lane % 16) * Traits::kQRowBytes + (lane / 16) * 16;
 
   float acc_o[1][kDTiles][4];
@@ -398,6 +433,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
     const uint32_t sK = s_base + Traits::kOffK + stage * Traits::kTileBytes;
     const uint32_t sV = s_base + Traits::kOffV + stage * Traits::kTileBytes;
     ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarFull + stage), slot.parity);
+    if (i == 0) decode_stamp<Traits>(tp, kStampFirstTile);
 
     float acc_s[1][kNTiles][4];
 #pragma unroll
@@ -465,6 +501,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
 
   // ---- the merge of the four warps (the ring is free: every tile has been waited for and read).
   ptx::named_barrier_sync(ptx::NamedBarrier::kWarpgroup0, 32 * kWarps);
+  decode_stamp<Traits>(tp, kStampWalked);
   float* const merge_o = reinterpret_cast<float*>(smem);  // [warp][row][d]
   float* const merge_lse = merge_o + kWarps * kBlockM * Traits::kHeadDim;  // [warp][row]
   float* const merge_w = merge_lse + kWarps * kBlockM;                     // [warp][row]
@@ -541,6 +578,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
                                 c0) = packed;
     }
   }
+  decode_stamp<Traits>(tp, kStampStored);
 }
 
 }  // namespace flashattn_cu::sm90

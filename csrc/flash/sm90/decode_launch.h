@@ -15,12 +15,16 @@
 namespace flashattn_cu::sm90 {
 
 // The launch of one compiled configuration (benchmarks/tune/tune_decode90.cu sweeps them): kp as
-// dispatch builds it (GQA-packed, splits and workspace set).
+// dispatch builds it (GQA-packed, splits and workspace set). stamps: Traits::kStamps
+// configurations only (the harness's timeline; DecodeStamp).
 template <typename Element, typename Traits>
-Status launch_decode_config(const FwdKvcacheKernelParams& kp, cudaStream_t stream) {
+Status launch_decode_config(const FwdKvcacheKernelParams& kp, cudaStream_t stream,
+                            unsigned long long* stamps = nullptr) {
   const FwdParams& p = kp.p;
+  if (Traits::kStamps != (stamps != nullptr)) return Status::kInvalidArgument;
   DecodeTmaParams tp;
   tp.kp = kp;
+  tp.stamps = stamps;
   // A paged cache is (pages, page_size, heads_k, d): its pages are the map's entries, read in
   // boxes of the rows that divide both tile and page (tiles.h decode_box_rows_sm90). A
   // contiguous one is (entries, capacity, heads_k, d), one box per tile.
