@@ -149,6 +149,62 @@ void sweep(const char* name, const Buffers& b, bool with_non_causal,
   }
 }
 
+// Where a tile's time goes (sm90/fwd_clock.h): the library configuration of a shape built with
+// kStamps, launched as the library launches it (its causal schedule), once after three warm-up
+// calls; the consumers' phase cycles summed over all CTAs and divided by the tiles, and one
+// step's cycles (the steps phase over the key blocks past each tile's first). The stamped
+// kernel's TFLOP/s beside (the clock reads cost a little).
+template <int kHeadDim, typename Traits>
+void phases(const char* name, const Buffers& b, unsigned long long* stamps, size_t stamp_slots,
+            int seqlen, bool causal) {
+  static_assert(Traits::kStamps, "a configuration with the phase clocks");
+  namespace sm90 = fa::sm90;
+  const fa::FwdParams p = make_params(b, kHeadDim, seqlen, causal);
+  const bool persistent = sm90::causal_persistent(p);
+  const int64_t tiles =
+      fa::query_tile_count(fa::ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
+  const int grid = sm90::fwd_schedule(p, tiles, g_sms, g_l2, persistent).grid;
+  const size_t slots = size_t{1} * grid * Traits::kConsumers * sm90::kFwdClockSlots;
+  if (slots > stamp_slots) {
+    std::printf("%s: %d CTAs, more than the stamp buffer holds\n", name, grid);
+    return;
+  }
+  auto launch = [&] {
+    return sm90::launch_fwd_config<__nv_bfloat16, Traits, fa::kStaticVariant>(p, g_sms, g_l2,
+                                                                               persistent, 0, stamps);
+  };
+  for (int i = 0; i < 4; ++i) {
+    if (launch() != fa::Status::kSuccess) {
+      std::printf("%s: launch failed\n", name);
+      return;
+    }
+  }
+  CHECK(cudaDeviceSynchronize());
+  std::vector<unsigned long long> h(slots);
+  CHECK(cudaMemcpy(h.data(), stamps, slots * 8, cudaMemcpyDeviceToHost));
+  double sums[sm90::kFwdPhases] = {}, n_tiles = 0, n_blocks = 0, walk = 0;
+  for (size_t c = 0; c < slots / sm90::kFwdClockSlots; ++c) {
+    const unsigned long long* at = h.data() + c * sm90::kFwdClockSlots;
+    for (int k = 0; k < sm90::kFwdPhases; ++k) sums[k] += double(at[k]);
+    n_tiles += double(at[sm90::kFwdPhases]);
+    n_blocks += double(at[sm90::kFwdPhases + 1]);
+    walk += double(at[sm90::kFwdPhases + 2]);
+  }
+  const float ms = median_ms([&] { launch(); }, g_reps);
+  const double flops = 4.0 * p.batch * p.num_heads * double(seqlen) * seqlen * kHeadDim / (causal ? 2 : 1);
+  const double per = n_tiles > 0 ? 1.0 / n_tiles : 0.0;  // per consumer tile
+  const double step = n_blocks > n_tiles ? sums[sm90::kPhaseSteps] / (n_blocks - n_tiles) : 0.0;
+  std::printf("%-18s d=%3d s=%5d c=%d grid=%5d %s: %6.1f TFLOP/s, %5.2f blocks a tile; cycles a "
+              "tile: schedule %5.0f, Q wait %5.0f, first K %5.0f, first step %5.0f, steps %6.0f "
+              "(%5.0f a step), last P V %5.0f, epilogue %5.0f; walk %6.0f a tile\n",
+              name, kHeadDim, seqlen, int(causal), grid, persistent || !causal ? "persistent" : "per tile",
+              flops / ms * 1e-9, n_blocks * per, sums[sm90::kPhaseSchedule] * per,
+              sums[sm90::kPhaseQWait] * per, sums[sm90::kPhaseFirstK] * per,
+              sums[sm90::kPhaseFirstStep] * per, sums[sm90::kPhaseSteps] * per, step,
+              sums[sm90::kPhaseLastPV] * per, sums[sm90::kPhaseEpilogue] * per, walk * per);
+  std::fflush(stdout);
+}
+
 int main(int argc, char** argv) {
   const char* only = argc > 1 ? argv[1] : "";
   const size_t n = 16384ull * 2048;
@@ -173,6 +229,34 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
   CHECK(cudaDeviceGetAttribute(&g_l2, cudaDevAttrL2CacheSize, 0));
   using fa::sm90::FwdTraits;
+  if (std::string(only) == "phases") {
+    // The library's tiles (fwd_launch.h: ping-pong, fused exponent; tiles.h fwd_tile_sm90 and
+    // fwd_tile_sm90_short) with the phase clocks, on the shapes each serves.
+    const size_t stamp_slots = size_t{16384} * 3 * fa::sm90::kFwdClockSlots;
+    unsigned long long* stamps = nullptr;
+    CHECK(cudaMalloc(&stamps, stamp_slots * 8));
+    using Long128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, true>;
+    using Short128 = FwdTraits<128, 128, 128, 2, true, 0, 0, true, true>;
+    using Long64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, true>;
+    using Short64 = FwdTraits<64, 128, 128, 2, true, 0, 0, true, true>;
+    using Long256 = FwdTraits<256, 128, 80, 2, true, 0, 0, true, true>;
+    using Short256 = FwdTraits<256, 128, 64, 2, true, 0, 0, true, true>;
+    for (int seqlen : {1024, 2048, 4096, 16384}) {
+      phases<128, Long128>("d128 128x176", b, stamps, stamp_slots, seqlen, false);
+    }
+    for (int seqlen : {4096, 16384}) phases<128, Long128>("d128 128x176", b, stamps, stamp_slots, seqlen, true);
+    for (int seqlen : {1024, 2048}) phases<128, Short128>("d128 128x128", b, stamps, stamp_slots, seqlen, true);
+    phases<64, Short64>("d64 128x128", b, stamps, stamp_slots, 1024, false);
+    phases<64, Short64>("d64 128x128", b, stamps, stamp_slots, 1024, true);
+    for (int seqlen : {2048, 16384}) {
+      phases<64, Long64>("d64 192x128", b, stamps, stamp_slots, seqlen, false);
+      phases<64, Long64>("d64 192x128", b, stamps, stamp_slots, seqlen, true);
+    }
+    for (int seqlen : {1024, 4096, 16384}) phases<256, Long256>("d256 128x80", b, stamps, stamp_slots, seqlen, false);
+    for (int seqlen : {1024, 2048}) phases<256, Short256>("d256 128x64", b, stamps, stamp_slots, seqlen, true);
+    return 0;
+  }
+#ifndef TUNE_FWD90_PHASES_ONLY  // -DTUNE_FWD90_PHASES_ONLY: the "phases" mode's instances alone
 #ifndef TUNE_FWD90_HALVES_ONLY  // -DTUNE_FWD90_HALVES_ONLY (with SHORT_ONLY): short_halves alone
   if (std::string(only) == "short") {
     // Short rows (512 - 4096 keys), the shapes where the library's widest tiles lose most to
@@ -360,5 +444,6 @@ int main(int argc, char** argv) {
     }
   }
 #endif  // TUNE_FWD90_SHORT_ONLY
+#endif  // TUNE_FWD90_PHASES_ONLY
   return 0;
 }

@@ -51,6 +51,7 @@
 #include "../ptx/sync.h"
 #include "../ptx/tma.h"
 #include "../ptx/wgmma.h"
+#include "fwd_clock.h"
 
 namespace flashattn_cu::sm90 {
 
@@ -62,12 +63,17 @@ struct FwdTmaParams {
   CUtensorMap v_map;
   FwdKernelParams kp;
   int group_heads;  // the tile order (problem/scheduler.h: query_tile_at); 0: query_tile's
+  // Traits::kStamps kernels only (benchmarks/tune/tune_fwd90.cu `phases`): fwd_clock.h's sums.
+  unsigned long long* stamps = nullptr;
 };
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true,
-          int kPolyEighths_ = 0, int kHalves_ = 0, bool kWarpFusedExp_ = false>
+          int kPolyEighths_ = 0, int kHalves_ = 0, bool kWarpFusedExp_ = false,
+          bool kStamps_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // Harness only: the consumers' phase clocks (fwd_clock.h) to FwdTmaParams::stamps.
+  static constexpr bool kStamps = kStamps_;
   // kPolyEighths / 8 of S's 8-key tiles exponentiated on the FMA pipe (common/softmax.h
   // ExpPolicy, exp2_fma) instead of MUFU.EX2; tiles.h fwd_poly_eighths_sm90 says where.
   static constexpr int kPolyEighths = kPolyEighths_;
@@ -229,7 +235,9 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
 template <typename Element, typename Traits, int kVariant, typename Turns>
 __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const FwdWork& w,
                                              uint32_t s_base, int consumer, int ring,
-                                             uint32_t q_parity, const Turns& turns) {
+                                             uint32_t q_parity, const Turns& turns,
+                                             FwdClock<Traits::kStamps>& clock) {
+  clock.mark(kPhaseSchedule);
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   using Ops = ElementOps<Element>;
@@ -358,9 +366,11 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
     float ref[1][2], rescale[1][2];
     BlockHalf half;  // the keys of the step's S (the next step's P V)
     ptx::mbarrier_wait_parity(bars + 8 * Traits::kBarQFull, q_parity);
+    clock.mark(kPhaseQWait);
     {  // Step 0: S_0 alone (O is still 0, nothing to rescale).
       const RingSlot<Traits> slot(ring);
       ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);
+      clock.mark(kPhaseFirstK);
       half = half_of(w.blocks.end - 1);
       turns.begin();
       ptx::wgmma_fence();
@@ -376,6 +386,7 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
       drop_p(w.blocks.end - 1);
       pack_p();
     }
+    clock.mark(kPhaseFirstStep);
 #pragma unroll 1
     for (int i = 1; i < w.num_blocks; ++i) {
       const RingSlot<Traits> slot(ring + i), prev(ring + i - 1);
@@ -402,6 +413,7 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
       OnlineSoftmax<1>::rescale_output(acc_o, rescale);
       pack_p();
     }
+    clock.mark(kPhaseSteps);
     {  // The last block's P V.
       const RingSlot<Traits> last(ring + w.num_blocks - 1);
       ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + last.stage), last.parity);
@@ -413,6 +425,7 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
       ptx::fence_operand(acc_o[0]);
       release(Traits::kBarVEmpty + last.stage);
     }
+    clock.mark(kPhaseLastPV);
   }
 
   // Epilogue, straight from the registers (the next tile's Q may already be landing in shared
@@ -449,6 +462,8 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
       }
     }
   }
+  clock.mark(kPhaseEpilogue);
+  clock.count(w.num_blocks);
 }
 
 // Ping-pong turns (Traits::kPingPong): a consumer waits for its turn before issuing a step's
@@ -527,19 +542,23 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   turns.start();
   int ring = 0;
   uint32_t q_parity = 0;
+  FwdClock<Traits::kStamps> clock;
+  clock.start();
 #pragma unroll 1
   for (int k = 0, index = blockIdx.x; index < num_tiles;
        index = cta_tile_index(++k, blockIdx.x, gridDim.x)) {
     const FwdWork w =
         fwd_work<kDynamic, Traits::kBlockM, Traits::kBlockN>(p, index, num_m, tp.group_heads);
     if (w.skip) continue;
-    consume_tile<Element, Traits, kVariant>(tp.kp, w, s_base, consumer, ring, q_parity, turns);
+    consume_tile<Element, Traits, kVariant>(tp.kp, w, s_base, consumer, ring, q_parity, turns,
+                                            clock);
     if (w.num_blocks > 0) {
       ring += w.num_blocks;
       q_parity ^= 1;
     }
   }
   turns.finish();
+  clock.write(tp.stamps, consumer, Traits::kConsumers);
 }
 
 template <typename Element, typename Traits, int kVariant>

@@ -74,12 +74,15 @@ inline FwdSchedule fwd_schedule(const FwdParams& p, int64_t tiles, int sms, int6
 // The launch of one compiled configuration (Traits, kernel variant kVariant of problem/mask.h)
 // for a call: its TMA maps, its schedule (fwd_schedule, with the causal choice given), the grid.
 // sms / l2_bytes: the device's. benchmarks/tune/tune_fwd90.cu sweeps configurations through it.
+// stamps: Traits::kStamps configurations only (the harness's phase clocks, fwd_clock.h).
 template <typename Element, typename Traits, int kVariant>
 Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_persistent,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, unsigned long long* stamps = nullptr) {
+  if (Traits::kStamps != (stamps != nullptr)) return Status::kInvalidArgument;
   const TmaExtents e = tma_extents(p);
   FwdTmaParams tp;
   tp.kp = make_fwd_kernel_params(p);
+  tp.stamps = stamps;
   Status st = encode_rows_map(&tp.q_map, p.dtype, p.q, p.head_dim, e.q_rows, p.num_heads,
                               e.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride,
                               Traits::kBlockM);
