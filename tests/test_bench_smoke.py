@@ -1,0 +1,39 @@
+"""benchmarks/bench.py's own code path on the host (--cpu-smoke: tiny shapes, host timings): the
+interleaved rounds (--rounds) the GPU tables rest on. Each timed (shape, mode, backend) keeps one
+time a round, and its reported time is their median; the table header says how it was timed."""
+
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("rounds", [1, 3])
+def test_bench_rounds_are_kept_and_their_median_reported(rounds):
+    res = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bench.py"), "--cpu-smoke", "--no-decode",
+         "--no-memory", "--dims", "32", "--seqlens", "64", "--modes", "fwd,bwd", "--causal", "0,1",
+         "--rounds", str(rounds)],
+        capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    found = re.search(r"flashattn_cu bench -> (\S+)/(\S+)\.\{md,json,png\}", res.stdout)
+    assert found, res.stdout[-2000:]
+    out_dir, name = Path(found.group(1)), found.group(2)
+    data = json.loads((out_dir / f"{name}.json").read_text())
+    timed = [row for row in data["attn"] if row.get("ms") is not None]
+    assert len(timed) >= 4 * 2, data["attn"]  # 2 causal x 2 modes, at least two backends
+    for row in timed:
+        assert len(row["ms_rounds"]) == rounds, row
+        assert row["ms"] == pytest.approx(statistics.median(row["ms_rounds"])), row
+    backends = {row["backend"] for row in timed}
+    assert "flashattn_cu" in backends and len(backends) >= 2, backends
+    header = (out_dir / f"{name}.md").read_text()
+    shutil.rmtree(out_dir, ignore_errors=True)  # --cpu-smoke writes to a fresh temporary folder
+    assert f"the median of {rounds} interleaved rounds" in header
