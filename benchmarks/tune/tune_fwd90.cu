@@ -256,7 +256,24 @@ int main(int argc, char** argv) {
     for (int seqlen : {1024, 2048}) phases<256, Short256>("d256 128x64", b, stamps, stamp_slots, seqlen, true);
     return 0;
   }
-#ifndef TUNE_FWD90_PHASES_ONLY  // -DTUNE_FWD90_PHASES_ONLY: the "phases" mode's instances alone
+  if (std::string(only) == "tmastore") {
+    // The epilogue through shared memory and a TMA store (FwdTraits kTmaStoreO; issue 9 item 2)
+    // against the library's stores from registers, on the tiles with shared memory to spare:
+    // d 128 / d 64 128 x 128 (the short-row tiles), d 64 192 x 128. Off / on back to back,
+    // twice; each output checked against the sm80 kernel's.
+    g_library_schedule = true;
+    const std::vector<int> sl = {1024, 2048, 4096};
+    for (int rep = 0; rep < 2; ++rep) {
+      sweep<128, FwdTraits<128, 128, 128, 2, true, 0, 0, true>>("d128 128x128 regs", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, true>>("d128 128x128 tma", b, true, sl);
+      sweep<64, FwdTraits<64, 128, 128, 2, true, 0, 0, true>>("d64 128x128 regs", b, true, sl);
+      sweep<64, FwdTraits<64, 128, 128, 2, true, 0, 0, true, false, true>>("d64 128x128 tma", b, true, sl);
+      sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true>>("d64 192x128 regs", b, true, sl);
+      sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, true>>("d64 192x128 tma", b, true, sl);
+    }
+    return 0;
+  }
+#ifndef TUNE_FWD90_PHASES_ONLY  // -DTUNE_FWD90_PHASES_ONLY: the "phases" and "tmastore" modes alone
 #ifndef TUNE_FWD90_HALVES_ONLY  // -DTUNE_FWD90_HALVES_ONLY (with SHORT_ONLY): short_halves alone
   if (std::string(only) == "short") {
     // Short rows (512 - 4096 keys), the shapes where the library's widest tiles lose most to

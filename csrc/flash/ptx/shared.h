@@ -15,4 +15,9 @@ FLASHATTN_CU_DEVICE void st_shared_v4(uint32_t smem_addr, uint4 v) {
                : "memory");
 }
 
+// 4 bytes to shared memory at smem_addr (4-byte aligned).
+FLASHATTN_CU_DEVICE void st_shared_b32(uint32_t smem_addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(smem_addr), "r"(v) : "memory");
+}
+
 }  // namespace flashattn_cu::ptx

@@ -25,7 +25,9 @@
 //    mma.sync layout of its 16 rows: the mask, the score modifiers and the online softmax are
 //    the problem layer's and common/softmax.h's, as in the sm80 kernel;
 //  * epilogue: O / l straight from the registers as 16-bit pairs (shared memory is already
-//    the next tile's), LSE and the row statistics as the sm80 kernel writes them.
+//    the next tile's), LSE and the row statistics as the sm80 kernel writes them. (FwdTraits
+//    kTmaStoreO, a tuning knob for the tiles with shared memory to spare: O through a staging
+//    box per consumer and a TMA store.)
 // Loads address the tensors through TMA maps (d, rows, heads, batch) (fwd_launch.h): rows past
 // the tensor are zero-filled; rows past a varlen entry belong to the next entry and are masked
 // like the padded tail (keys) or never stored (queries).
@@ -48,89 +50,14 @@
 #include "../problem/seqlen.h"
 #include "../ptx/ldmatrix.h"
 #include "../ptx/mbarrier.h"
+#include "../ptx/shared.h"
 #include "../ptx/sync.h"
 #include "../ptx/tma.h"
 #include "../ptx/wgmma.h"
 #include "fwd_clock.h"
+#include "fwd_traits.h"
 
 namespace flashattn_cu::sm90 {
-
-// The forward's kernel parameters on this path: the arch-neutral ones and the TMA maps of q, k
-// and v (encoded per call on the host, fwd_launch.h).
-struct FwdTmaParams {
-  CUtensorMap q_map;  // boxes of 64 columns x kBlockM rows
-  CUtensorMap k_map;  // 64 columns x kBlockN rows
-  CUtensorMap v_map;
-  FwdKernelParams kp;
-  int group_heads;  // the tile order (problem/scheduler.h: query_tile_at); 0: query_tile's
-  // Traits::kStamps kernels only (benchmarks/tune/tune_fwd90.cu `phases`): fwd_clock.h's sums.
-  unsigned long long* stamps = nullptr;
-};
-
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true,
-          int kPolyEighths_ = 0, int kHalves_ = 0, bool kWarpFusedExp_ = false,
-          bool kStamps_ = false>
-struct FwdTraits {
-  static constexpr int kHeadDim = kHeadDim_;
-  // Harness only: the consumers' phase clocks (fwd_clock.h) to FwdTmaParams::stamps.
-  static constexpr bool kStamps = kStamps_;
-  // kPolyEighths / 8 of S's 8-key tiles exponentiated on the FMA pipe (common/softmax.h
-  // ExpPolicy, exp2_fma) instead of MUFU.EX2; tiles.h fwd_poly_eighths_sm90 says where.
-  static constexpr int kPolyEighths = kPolyEighths_;
-  // The plain exponent as one FFMA where a warp's row maxima allow (common/softmax.h ExpPolicy
-  // kWarpFused); on in the library (fwd_launch.h), measured in benchmarks/NOTES.md 12.5.
-  static constexpr bool kWarpFusedExp = kWarpFusedExp_;
-  static constexpr int kBlockM = kBlockM_;
-  static constexpr int kBlockN = kBlockN_;
-  static constexpr int kStages = kStages_;
-  static constexpr int kConsumers = kBlockM / 64;  // consumer warpgroups, 64 query rows each
-  // Two consumers take turns issuing their GEMMs (named barriers kPingPong0/1), so one
-  // warpgroup's softmax runs while the other's GEMMs keep the tensor cores busy.
-  static constexpr bool kPingPong = kPingPong_ && kConsumers == 2;
-  static constexpr int kNThreads = 128 * (kConsumers + 1);
-  static constexpr int kAtoms = (kHeadDim + 63) / 64;  // 64-column sw128 atoms of a row
-  static constexpr int kChunks = kHeadDim / 8;         // 16-byte chunks of a row in global memory
-  static constexpr int kNTiles = kBlockN / 8;          // 8-key accumulator tiles of S
-  // Half blocks: a boundary key block of which a consumer's 64 rows see only the first or only
-  // the last kHalfKeys keys (the causal diagonal, a window's left edge, the sequence tail).
-  // kHalves_ 1: its P V runs over those keys alone (P is 0 on the others, so this is exact
-  // whatever S did); 2: its S too, which ptxas compiles with every wgmma serialized ("insufficient
-  // register resources for the wgmma pipeline", C7511; 25-35% slower on the H200); 0: off, the
-  // library's (1 measured 3% slower over the benchmark's forward shapes, the window no faster:
-  // benchmarks/NOTES.md 12.2). A tuning knob. 2 needs wgmma N = kHalfKeys generated
-  // (scripts/gen_wgmma.py NS; its dispatcher's static_assert says so otherwise).
-  static constexpr int kHalfKeys = (kBlockN / 2 + 15) / 16 * 16;
-  static constexpr bool kHalfBlocks = kHalves_ > 0 && kHalfKeys < kBlockN;
-  static constexpr bool kHalfS = kHalves_ >= 2;
-  static constexpr int kDTiles = kHeadDim / 8;         // 8-column accumulator tiles of O
-  static constexpr uint32_t kQBytes = kAtoms * kBlockM * 128;
-  static constexpr uint32_t kKVBytes = kAtoms * kBlockN * 128;
-  // Shared memory: Q, kStages K tiles, kStages V tiles (each atom 1024-byte aligned: kBlockM and
-  // kBlockN are multiples of 8), then the barriers.
-  static constexpr uint32_t kOffQ = 0;
-  static constexpr uint32_t kOffK = kOffQ + kQBytes;
-  static constexpr uint32_t kOffV = kOffK + kStages * kKVBytes;
-  static constexpr uint32_t kOffBarriers = kOffV + kStages * kKVBytes;
-  // Barrier indices: Q full, Q empty, then per stage K full, V full, K empty, V empty.
-  static constexpr int kBarQFull = 0;
-  static constexpr int kBarQEmpty = 1;
-  static constexpr int kBarKFull = 2;
-  static constexpr int kBarVFull = 2 + kStages;
-  static constexpr int kBarKEmpty = 2 + 2 * kStages;
-  static constexpr int kBarVEmpty = 2 + 3 * kStages;
-  static constexpr int kNumBarriers = 2 + 4 * kStages;
-  static constexpr int kSmemBytes = kOffBarriers + 8 * kNumBarriers + 1024;  // + alignment slack
-  // Register budgets (setmaxnreg): the producer needs few; the consumers take the rest of the
-  // 64K registers (2 consumers: 128 x 24 + 256 x 240; 3: 128 x 32 + 384 x 160).
-  static constexpr int kProducerRegs = kConsumers == 2 ? 24 : 32;
-  static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
-
-  static_assert(kConsumers == 2 || kConsumers == 3, "2 or 3 consumer warpgroups");
-  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key blocks of whole k16 steps, wgmma N <= 256");
-  static_assert(kHeadDim % 16 == 0, "head dims of whole k16 steps");
-  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
-  static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
-};
 
 // The keys of a key block one consumer warpgroup computes (FwdTraits::kHalfBlocks).
 enum class BlockHalf : int { kWhole, kLow, kHigh };
@@ -233,10 +160,11 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
 // One consumer warpgroup's work on one tile: its 64 query rows against the tile's key blocks,
 // then the epilogue. `ring` / `q_parity`: the CTA's key-block steps and Q phases so far.
 template <typename Element, typename Traits, int kVariant, typename Turns>
-__device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const FwdWork& w,
+__device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWork& w,
                                              uint32_t s_base, int consumer, int ring,
                                              uint32_t q_parity, const Turns& turns,
                                              FwdClock<Traits::kStamps>& clock) {
+  const FwdKernelParams& kp = tp.kp;
   clock.mark(kPhaseSchedule);
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
@@ -442,6 +370,41 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
   }
   Element* o = static_cast<Element*>(p.o) + w.seq.q_offset(p.o_batch_stride, p.o_row_stride) +
                head * p.o_head_stride + m_start * p.o_row_stride;
+  if constexpr (Traits::kTmaStoreO) {
+    static_assert(!kDynamic, "the TMA-store epilogue clips rows at seqlen_q: padded calls only");
+    // This consumer's 64 rows into its staging boxes (the TMA map's sw128 layout: chunk j of a
+    // 128-byte row at j ^ (row % 8), which also spreads a warp's 8 rows over all banks), once
+    // the previous tile's store has read them; then one thread stores the boxes.
+    const auto wg_barrier = static_cast<ptx::NamedBarrier>(
+        static_cast<int>(ptx::NamedBarrier::kWarpgroup0) + consumer);
+    const bool leader = threadIdx.x % 128 == 0;
+    if (leader) ptx::tma_store_wait<0>();
+    ptx::named_barrier_sync(wg_barrier, 128);
+    const uint32_t sO = s_base + Traits::kOffO + consumer * Traits::kAtoms * Traits::kOBoxBytes;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = (warp % 4) * 16 + g + hr * 8;  // in the consumer's 64
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        const uint32_t at = sO + (dt / 8) * Traits::kOBoxBytes + row * 128 +
+                            (((dt % 8) ^ (row % 8)) * 16) + t * 4;
+        ptx::st_shared_b32(at, Ops::pack(acc_o[0][dt][hr * 2] * inv_l[0][hr],
+                                         acc_o[0][dt][hr * 2 + 1] * inv_l[0][hr]));
+      }
+    }
+    ptx::fence_proxy_async_shared();
+    ptx::named_barrier_sync(wg_barrier, 128);
+    if (leader) {
+      const int q_row0 = (w.seq.start_q >= 0 ? w.seq.start_q : 0) + m_start + consumer * 64;
+      const int q_batch = w.seq.start_q >= 0 ? 0 : w.seq.batch;
+#pragma unroll
+      for (int a = 0; a < Traits::kAtoms; ++a) {
+        const int32_t c[4] = {a * 64, q_row0, head, q_batch};
+        ptx::tma_store<4>(&tp.o_map, sO + a * Traits::kOBoxBytes, c);
+      }
+      ptx::tma_store_commit();
+    }
+  }
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int row = warp_row0 + g + hr * 8;
@@ -453,6 +416,7 @@ __device__ __forceinline__ void consume_tile(const FwdKernelParams& kp, const Fw
             make_float2(row_stats[0][hr].row_max, row_stats[0][hr].log2_sum);
       }
     }
+    if constexpr (Traits::kTmaStoreO) continue;  // stored above
     Element* o_row = o + row * p.o_row_stride + 2 * t;
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt) {
@@ -550,7 +514,7 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
     const FwdWork w =
         fwd_work<kDynamic, Traits::kBlockM, Traits::kBlockN>(p, index, num_m, tp.group_heads);
     if (w.skip) continue;
-    consume_tile<Element, Traits, kVariant>(tp.kp, w, s_base, consumer, ring, q_parity, turns,
+    consume_tile<Element, Traits, kVariant>(tp, w, s_base, consumer, ring, q_parity, turns,
                                             clock);
     if (w.num_blocks > 0) {
       ring += w.num_blocks;
@@ -559,6 +523,8 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   }
   turns.finish();
   clock.write(tp.stamps, consumer, Traits::kConsumers);
+  // The shared memory of the last TMA store must stay until the store has read it.
+  if (Traits::kTmaStoreO && threadIdx.x % 128 == 0) ptx::tma_store_wait<0>();
 }
 
 template <typename Element, typename Traits, int kVariant>

@@ -94,6 +94,15 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
     st = encode_rows_map(&tp.v_map, p.dtype, p.v, p.head_dim, e.k_rows, p.num_heads_k, e.batch,
                          p.v_row_stride, p.v_head_stride, p.v_batch_stride, Traits::kBlockN);
   }
+  if constexpr (Traits::kTmaStoreO) {  // padded calls only (FwdTraits::kTmaStoreO)
+    if (st == Status::kSuccess && (variant_dynamic(kVariant) || dynamic_seqlens(p))) {
+      st = Status::kInvalidArgument;
+    }
+    if (st == Status::kSuccess) {
+      st = encode_rows_map(&tp.o_map, p.dtype, p.o, p.head_dim, e.q_rows, p.num_heads, e.batch,
+                           p.o_row_stride, p.o_head_stride, p.o_batch_stride, 64);
+    }
+  }
   if (st != Status::kSuccess) return st;
   const int64_t tiles =
       query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);

@@ -1,0 +1,104 @@
+// The sm90a forward's compile-time configuration (FwdTraits: tile, ring, roles, register
+// budgets, shared-memory layout, tuning knobs) and its kernel parameters (FwdTmaParams), apart
+// from the kernel (fwd_kernel.h) that both describe.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda.h>
+
+#include "../problem/params.h"
+
+namespace flashattn_cu::sm90 {
+
+// The forward's kernel parameters on this path: the arch-neutral ones and the TMA maps of q, k
+// and v (encoded per call on the host, fwd_launch.h).
+struct FwdTmaParams {
+  CUtensorMap q_map;  // boxes of 64 columns x kBlockM rows
+  CUtensorMap k_map;  // 64 columns x kBlockN rows
+  CUtensorMap v_map;
+  FwdKernelParams kp;
+  int group_heads;  // the tile order (problem/scheduler.h: query_tile_at); 0: query_tile's
+  // Traits::kStamps kernels only (benchmarks/tune/tune_fwd90.cu `phases`): fwd_clock.h's sums.
+  unsigned long long* stamps = nullptr;
+  CUtensorMap o_map;  // Traits::kTmaStoreO only: boxes of 64 columns x 64 rows (one consumer's)
+};
+
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true,
+          int kPolyEighths_ = 0, int kHalves_ = 0, bool kWarpFusedExp_ = false,
+          bool kStamps_ = false, bool kTmaStoreO_ = false>
+struct FwdTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  // Harness only: the consumers' phase clocks (fwd_clock.h) to FwdTmaParams::stamps.
+  static constexpr bool kStamps = kStamps_;
+  // The epilogue through shared memory and one TMA store per consumer (sw128 boxes of 64 rows),
+  // instead of 4-byte stores from the registers: a tuning knob, off in the library (the 128 x 176
+  // and 128 x 80 tiles leave no shared memory for O; benchmarks/tune/tune_fwd90.cu `tmastore`
+  // measures the tiles that have room). Static variant only: the map clips rows past seqlen_q,
+  // but a varlen tile's rows past its entry are the next entry's.
+  static constexpr bool kTmaStoreO = kTmaStoreO_;
+  // kPolyEighths / 8 of S's 8-key tiles exponentiated on the FMA pipe (common/softmax.h
+  // ExpPolicy, exp2_fma) instead of MUFU.EX2; tiles.h fwd_poly_eighths_sm90 says where.
+  static constexpr int kPolyEighths = kPolyEighths_;
+  // The plain exponent as one FFMA where a warp's row maxima allow (common/softmax.h ExpPolicy
+  // kWarpFused); on in the library (fwd_launch.h), measured in benchmarks/NOTES.md 12.5.
+  static constexpr bool kWarpFusedExp = kWarpFusedExp_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kConsumers = kBlockM / 64;  // consumer warpgroups, 64 query rows each
+  // Two consumers take turns issuing their GEMMs (named barriers kPingPong0/1), so one
+  // warpgroup's softmax runs while the other's GEMMs keep the tensor cores busy.
+  static constexpr bool kPingPong = kPingPong_ && kConsumers == 2;
+  static constexpr int kNThreads = 128 * (kConsumers + 1);
+  static constexpr int kAtoms = (kHeadDim + 63) / 64;  // 64-column sw128 atoms of a row
+  static constexpr int kChunks = kHeadDim / 8;         // 16-byte chunks of a row in global memory
+  static constexpr int kNTiles = kBlockN / 8;          // 8-key accumulator tiles of S
+  // Half blocks: a boundary key block of which a consumer's 64 rows see only the first or only
+  // the last kHalfKeys keys (the causal diagonal, a window's left edge, the sequence tail).
+  // kHalves_ 1: its P V runs over those keys alone (P is 0 on the others, so this is exact
+  // whatever S did); 2: its S too, which ptxas compiles with every wgmma serialized ("insufficient
+  // register resources for the wgmma pipeline", C7511; 25-35% slower on the H200); 0: off, the
+  // library's (1 measured 3% slower over the benchmark's forward shapes, the window no faster:
+  // benchmarks/NOTES.md 12.2). A tuning knob. 2 needs wgmma N = kHalfKeys generated
+  // (scripts/gen_wgmma.py NS; its dispatcher's static_assert says so otherwise).
+  static constexpr int kHalfKeys = (kBlockN / 2 + 15) / 16 * 16;
+  static constexpr bool kHalfBlocks = kHalves_ > 0 && kHalfKeys < kBlockN;
+  static constexpr bool kHalfS = kHalves_ >= 2;
+  static constexpr int kDTiles = kHeadDim / 8;         // 8-column accumulator tiles of O
+  static constexpr uint32_t kQBytes = kAtoms * kBlockM * 128;
+  static constexpr uint32_t kKVBytes = kAtoms * kBlockN * 128;
+  // Shared memory: Q, kStages K tiles, kStages V tiles (each atom 1024-byte aligned: kBlockM and
+  // kBlockN are multiples of 8), then the barriers.
+  static constexpr uint32_t kOffQ = 0;
+  static constexpr uint32_t kOffK = kOffQ + kQBytes;
+  static constexpr uint32_t kOffV = kOffK + kStages * kKVBytes;
+  static constexpr uint32_t kOffBarriers = kOffV + kStages * kKVBytes;
+  // Barrier indices: Q full, Q empty, then per stage K full, V full, K empty, V empty.
+  static constexpr int kBarQFull = 0;
+  static constexpr int kBarQEmpty = 1;
+  static constexpr int kBarKFull = 2;
+  static constexpr int kBarVFull = 2 + kStages;
+  static constexpr int kBarKEmpty = 2 + 2 * kStages;
+  static constexpr int kBarVEmpty = 2 + 3 * kStages;
+  static constexpr int kNumBarriers = 2 + 4 * kStages;
+  // kTmaStoreO: each consumer's O staging, kAtoms boxes of 64 rows x 128 bytes, after the
+  // barriers (1024-byte aligned: sw128).
+  static constexpr uint32_t kOBoxBytes = 64 * 128;
+  static constexpr uint32_t kOffO = (kOffBarriers + 8 * kNumBarriers + 1023) / 1024 * 1024;
+  static constexpr int kSmemBytes =
+      (kTmaStoreO_ ? kOffO + (kBlockM / 64) * kAtoms * kOBoxBytes : kOffBarriers + 8 * kNumBarriers) +
+      1024;  // + alignment slack
+  // Register budgets (setmaxnreg): the producer needs few; the consumers take the rest of the
+  // 64K registers (2 consumers: 128 x 24 + 256 x 240; 3: 128 x 32 + 384 x 160).
+  static constexpr int kProducerRegs = kConsumers == 2 ? 24 : 32;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
+
+  static_assert(kConsumers == 2 || kConsumers == 3, "2 or 3 consumer warpgroups");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key blocks of whole k16 steps, wgmma N <= 256");
+  static_assert(kHeadDim % 16 == 0, "head dims of whole k16 steps");
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
+  static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
+};
+
+}  // namespace flashattn_cu::sm90
