@@ -74,6 +74,16 @@ struct FwdWork {
   bool skip;       // varlen: the query block lies past this entry's length
 };
 
+// Where an entry's rows start in the TMA maps (fwd_launch.h): (row, batch) coordinates of its
+// row 0, from its start in the packed rows (seq.start_q / start_k: varlen maps have one batch
+// entry whose rows are all of the entries'; < 0: padded, the entry is its own batch index).
+struct MapRows {
+  int row0, batch;
+};
+__device__ __forceinline__ MapRows map_rows(int start, int batch) {
+  return MapRows{start >= 0 ? start : 0, start >= 0 ? 0 : batch};
+}
+
 template <bool kDynamic, int kBlockM, int kBlockN>
 __device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, int index, int num_m,
                                             int group_heads) {
@@ -113,18 +123,15 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
        index = cta_tile_index(++k, blockIdx.x, gridDim.x)) {
     const FwdWork w = fwd_work<kDynamic, Traits::kBlockM, kBlockN>(p, index, num_m, tp.group_heads);
     if (w.num_blocks <= 0) continue;  // the consumers wait for nothing either
-    // Varlen maps have one batch entry whose rows are all of the entries'.
-    const int q_row0 = (w.seq.start_q >= 0 ? w.seq.start_q : 0) + w.m_start;
-    const int q_batch = w.seq.start_q >= 0 ? 0 : w.seq.batch;
-    const int k_row0 = w.seq.start_k >= 0 ? w.seq.start_k : 0;
-    const int k_batch = w.seq.start_k >= 0 ? 0 : w.seq.batch;
+    const MapRows qm = map_rows(w.seq.start_q, w.seq.batch);
+    const MapRows km = map_rows(w.seq.start_k, w.seq.batch);
     const int head_k = w.tile.head / group;
 
     ptx::mbarrier_wait_parity(bars + 8 * Traits::kBarQEmpty, q_parity ^ 1);
     ptx::mbarrier_arrive_expect_tx(bars + 8 * Traits::kBarQFull, Traits::kQBytes);
 #pragma unroll
     for (int a = 0; a < Traits::kAtoms; ++a) {
-      const int32_t c[4] = {a * 64, q_row0, w.tile.head, q_batch};
+      const int32_t c[4] = {a * 64, qm.row0 + w.m_start, w.tile.head, qm.batch};
       ptx::tma_load<4>(s_base + Traits::kOffQ + a * Traits::kBlockM * 128, &tp.q_map,
                        bars + 8 * Traits::kBarQFull, c);
     }
@@ -139,7 +146,7 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
       ptx::mbarrier_arrive_expect_tx(k_full, Traits::kKVBytes);
 #pragma unroll
       for (int a = 0; a < Traits::kAtoms; ++a) {
-        const int32_t c[4] = {a * 64, k_row0 + n * kBlockN, head_k, k_batch};
+        const int32_t c[4] = {a * 64, km.row0 + n * kBlockN, head_k, km.batch};
         ptx::tma_load<4>(s_base + Traits::kOffK + slot.stage * Traits::kKVBytes + a * kBlockN * 128,
                          &tp.k_map, k_full, c);
       }
@@ -147,7 +154,7 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
       ptx::mbarrier_arrive_expect_tx(v_full, Traits::kKVBytes);
 #pragma unroll
       for (int a = 0; a < Traits::kAtoms; ++a) {
-        const int32_t c[4] = {a * 64, k_row0 + n * kBlockN, head_k, k_batch};
+        const int32_t c[4] = {a * 64, km.row0 + n * kBlockN, head_k, km.batch};
         ptx::tma_load<4>(s_base + Traits::kOffV + slot.stage * Traits::kKVBytes + a * kBlockN * 128,
                          &tp.v_map, v_full, c);
       }
@@ -395,11 +402,10 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     ptx::fence_proxy_async_shared();
     ptx::named_barrier_sync(wg_barrier, 128);
     if (leader) {
-      const int q_row0 = (w.seq.start_q >= 0 ? w.seq.start_q : 0) + m_start + consumer * 64;
-      const int q_batch = w.seq.start_q >= 0 ? 0 : w.seq.batch;
+      const MapRows om = map_rows(w.seq.start_q, w.seq.batch);  // o's map is q's shape
 #pragma unroll
       for (int a = 0; a < Traits::kAtoms; ++a) {
-        const int32_t c[4] = {a * 64, q_row0, head, q_batch};
+        const int32_t c[4] = {a * 64, om.row0 + m_start + consumer * 64, head, om.batch};
         ptx::tma_store<4>(&tp.o_map, sO + a * Traits::kOBoxBytes, c);
       }
       ptx::tma_store_commit();

@@ -87,7 +87,7 @@ struct FwdTraits {
   static constexpr uint32_t kOBoxBytes = 64 * 128;
   static constexpr uint32_t kOffO = (kOffBarriers + 8 * kNumBarriers + 1023) / 1024 * 1024;
   static constexpr int kSmemBytes =
-      (kTmaStoreO_ ? kOffO + (kBlockM / 64) * kAtoms * kOBoxBytes : kOffBarriers + 8 * kNumBarriers) +
+      (kTmaStoreO ? kOffO + kConsumers * kAtoms * kOBoxBytes : kOffBarriers + 8 * kNumBarriers) +
       1024;  // + alignment slack
   // Register budgets (setmaxnreg): the producer needs few; the consumers take the rest of the
   // 64K registers (2 consumers: 128 x 24 + 256 x 240; 3: 128 x 32 + 384 x 160).
