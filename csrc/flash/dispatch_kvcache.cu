@@ -72,9 +72,11 @@ bool decode_sm90_ok(const KvcacheParams& p, const DeviceInfo& dev) {
                                   : sm90::kv_maps_ok(p, p.seqlen_k, p.batch_cache);
 }
 
-// CTAs per SM of the (packed) call p on the decode kernel (tiles.h decode_ctas_sm90: two for
-// d 64 pages read in boxes below the tile, when the call has enough query tiles).
+// CTAs per SM of the (packed) call p on the sm90a decode kernel when decode_sm90_ok takes it
+// (tiles.h decode_ctas_sm90: two for d 64 pages read in boxes below the tile, when the call has
+// enough query tiles), else 0: the sm80 kvcache kernel runs it.
 int decode_ctas_of(const KvcacheParams& p, const DeviceInfo& dev) {
+  if (!decode_sm90_ok(p, dev)) return 0;
   const int64_t tiles =
       query_tile_count(ceil_div(p.seqlen_q, kDecodeRowsSm90), p.batch, p.num_heads);
   return decode_ctas_sm90(round_head_dim(p.head_dim), p.block_table != nullptr ? p.page_size : 0,
@@ -82,10 +84,11 @@ int decode_ctas_of(const KvcacheParams& p, const DeviceInfo& dev) {
 }
 
 // The split count on `dev` for the (packed) call p: problem/kv_cache.h. Two blocks per SM run
-// the sm80 kvcache tiles (tiles.h: fwd_tile_sm80_kvcache, shared memory), the sm90a decode
-// kernel's 16-row tiles (decode_sm90_ok) decode_ctas_of per SM, split to fill one wave of those
+// the sm80 kvcache tiles (tiles.h: fwd_tile_sm80_kvcache, shared memory), decode_ctas per SM
+// the sm90a decode kernel's 16-row tiles (decode_ctas_of > 0), split to fill one wave of those
 // slots (num_splits_one_wave).
-int kvcache_splits(const KvcacheParams& p, const DeviceInfo& dev, bool decode90) {
+int kvcache_splits(const KvcacheParams& p, const DeviceInfo& dev, int decode_ctas) {
+  const bool decode90 = decode_ctas > 0;
   const FwdTile tile =
       fwd_tile_sm80_kvcache(round_head_dim(p.head_dim), dev.smem_optin < kLargeSmemBytes);
   const int block_m = decode90 ? kDecodeRowsSm90 : tile.block_m;
@@ -94,7 +97,7 @@ int kvcache_splits(const KvcacheParams& p, const DeviceInfo& dev, bool decode90)
   int splits = p.num_splits;
   if (splits <= 0) {
     const int64_t tiles = query_tile_count(ceil_div(p.seqlen_q, block_m), p.batch, p.num_heads);
-    splits = decode90 ? num_splits_one_wave(tiles, decode_ctas_of(p, dev) * dev.sm_count, n_blocks)
+    splits = decode90 ? num_splits_one_wave(tiles, decode_ctas * dev.sm_count, n_blocks)
                       : num_splits_heuristic(tiles, 2 * dev.sm_count, n_blocks);
   }
   splits = splits < n_blocks ? splits : n_blocks;
@@ -237,11 +240,11 @@ struct KvcachePlan {
 
 KvcachePlan plan_on(const KvcacheParams& params, const DeviceInfo& dev) {
   const KvcacheParams p = pack_gqa(params);
-  const bool decode90 = decode_sm90_ok(p, dev);
+  const int decode_ctas = decode_ctas_of(p, dev);
   const int splits = dev.sm_count <= 0 && params.num_splits <= 0
                          ? 1
-                         : kvcache_splits(p, dev, decode90);
-  return KvcachePlan{splits, rotated_q_copy(p, decode90)};
+                         : kvcache_splits(p, dev, decode_ctas);
+  return KvcachePlan{splits, rotated_q_copy(p, decode_ctas > 0)};
 }
 
 }  // namespace
@@ -264,14 +267,13 @@ namespace {
 struct KvcacheRunner {
   const FwdKvcacheKernelParams& kp;
   bool small_smem;
-  bool decode90;
-  int decode_ctas;  // CTAs per SM on the decode kernel (decode_ctas_of)
+  int decode_ctas;  // decode_ctas_of: CTAs per SM on the sm90a decode kernel, 0 for the sm80 one
   cudaStream_t stream;
   template <typename Element, int kHeadDim>
   Status run() const {
 #if FLASHATTN_CU_HAS_SM90A
     if constexpr (decode_tile_sm90(kHeadDim).supported) {
-      if (decode90) return sm90::run_decode<Element, kHeadDim>(kp, decode_ctas, stream);
+      if (decode_ctas > 0) return sm90::run_decode<Element, kHeadDim>(kp, decode_ctas, stream);
     }
 #endif
     return sm80::run_fwd_kvcache<Element, kHeadDim>(kp, small_smem, stream);
@@ -289,8 +291,9 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
   st = query_device(&dev);
   if (st != Status::kSuccess) return st;
   const KvcacheParams p = pack_gqa(params);
-  const bool decode90 = decode_sm90_ok(p, dev);
-  const int splits = kvcache_splits(p, dev, decode90);
+  const int decode_ctas = decode_ctas_of(p, dev);
+  const bool decode90 = decode_ctas > 0;
+  const int splits = kvcache_splits(p, dev, decode_ctas);
   const bool q_copy = rotated_q_copy(p, decode90);
   const KvcacheWorkspace ws = kvcache_workspace(params, splits, q_copy);
   if (ws.bytes > 0 && !pointer_ok(params.workspace, true)) return Status::kInvalidArgument;
@@ -363,7 +366,7 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
     kp.kv.rotary_cos = nullptr;
     kp.kv.rotary_sin = nullptr;
   }
-  st = dispatch_instance(p.dtype, p.head_dim, KvcacheRunner{kp, small_smem, decode90, decode90 ? decode_ctas_of(p, dev) : 1, stream});
+  st = dispatch_instance(p.dtype, p.head_dim, KvcacheRunner{kp, small_smem, decode_ctas, stream});
   if (st != Status::kSuccess || splits == 1) return st;
   // The partials' rows are the call's lse rows (batch, heads, seqlen_q), unpacked.
   FwdKvcacheKernelParams combine = kp;
