@@ -408,17 +408,22 @@ void run_problem_checks() {
             return key >= 0 && key < sk && (w[1] < 0 || key >= d - w[1]) &&
                    (right < 0 || key <= d + right);
           };
+          // Whether some row of query block m sees a key of key block n (any), and every row
+          // every key (all, and-ed into its argument).
+          auto block_sees = [&](int m, int n, bool& any, bool& all) {
+            for (int r = m * kBM; r < (m + 1) * kBM && r < sq; ++r) {
+              for (int j = n * kBN; j < (n + 1) * kBN; ++j) {
+                const bool v = sees(r, j);
+                any = any || v;
+                all = all && v;
+              }
+            }
+          };
           for (int m = 0; m < num_m; ++m) {
             const flashattn_cu::KeyBlocks kb = mask.key_blocks<kBM, kBN>(m * kBM);
             for (int n = 0; n < num_n; ++n) {
               bool any = false, all = true;
-              for (int r = m * kBM; r < (m + 1) * kBM && r < sq; ++r) {
-                for (int j = n * kBN; j < (n + 1) * kBN; ++j) {
-                  const bool v = sees(r, j);
-                  any = any || v;
-                  all = all && v;
-                }
-              }
+              block_sees(m, n, any, all);
               const bool visited = n >= kb.begin && n < kb.end;
               const bool unmasked = n >= kb.unmasked_begin && n < kb.unmasked_end;
               if (any && !visited) ok = false;        // a visible key skipped
@@ -439,13 +444,7 @@ void run_problem_checks() {
                 mask.query_blocks<kBM, kBN>(n * kBN, keys_valid, num_m);
             for (int m = 0; m < num_m; ++m) {
               bool any = false, all = keys_valid == kBN;
-              for (int r = m * kBM; r < (m + 1) * kBM && r < sq; ++r) {
-                for (int j = n * kBN; j < (n + 1) * kBN; ++j) {
-                  const bool v = sees(r, j);
-                  any = any || v;
-                  all = all && v;
-                }
-              }
+              block_sees(m, n, any, all);
               const bool visited = m >= qb.begin && m < qb.end;
               const bool unmasked = m >= qb.unmasked_begin && m < qb.unmasked_end;
               if (any && !visited) ok = false;
