@@ -254,22 +254,41 @@ int main(int argc, char** argv) {
     }
     for (int seqlen : {1024, 4096, 16384}) phases<256, Long256>("d256 128x80", b, stamps, stamp_slots, seqlen, false);
     for (int seqlen : {1024, 2048}) phases<256, Short256>("d256 128x64", b, stamps, stamp_slots, seqlen, true);
+    // The TMA-store epilogues (kTmaStoreO 1: own boxes, 2: staged in Q's buffer).
+    using Short128Box = FwdTraits<128, 128, 128, 2, true, 0, 0, true, true, 1>;
+    using Long128InQ = FwdTraits<128, 128, 176, 2, true, 0, 0, true, true, 2>;
+    using Long256InQ = FwdTraits<256, 128, 80, 2, true, 0, 0, true, true, 2>;
+    using Short256InQ = FwdTraits<256, 128, 64, 2, true, 0, 0, true, true, 2>;
+    for (int seqlen : {1024, 2048}) phases<128, Short128Box>("d128 128x128 box", b, stamps, stamp_slots, seqlen, true);
+    phases<128, Long128InQ>("d128 128x176 inq", b, stamps, stamp_slots, 1024, false);
+    phases<128, Long128InQ>("d128 128x176 inq", b, stamps, stamp_slots, 16384, true);
+    phases<256, Long256InQ>("d256 128x80 inq", b, stamps, stamp_slots, 1024, false);
+    phases<256, Short256InQ>("d256 128x64 inq", b, stamps, stamp_slots, 1024, true);
     return 0;
   }
   if (std::string(only) == "tmastore") {
-    // The epilogue through shared memory and a TMA store (FwdTraits kTmaStoreO; issue 9 item 2)
-    // against the library's stores from registers, on the tiles with shared memory to spare:
-    // d 128 / d 64 128 x 128 (the short-row tiles), d 64 192 x 128. Off / on back to back,
-    // twice; each output checked against the sm80 kernel's.
+    // The epilogue (FwdTraits kTmaStoreO; issue 9 item 2) on each library tile: 4-byte stores
+    // from the registers (regs), a TMA store from boxes of its own (box: the tiles with shared
+    // memory to spare) and a TMA store staged in Q's buffer (inq: every tile; Q's next load
+    // waits for the store). Back to back, twice; each output checked against the sm80 kernel's.
     g_library_schedule = true;
-    const std::vector<int> sl = {1024, 2048, 4096};
+    const std::vector<int> sl = {1024, 2048, 4096, 16384}, shorts = {1024, 2048};
     for (int rep = 0; rep < 2; ++rep) {
-      sweep<128, FwdTraits<128, 128, 128, 2, true, 0, 0, true>>("d128 128x128 regs", b, true, sl);
-      sweep<128, FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, true>>("d128 128x128 tma", b, true, sl);
-      sweep<64, FwdTraits<64, 128, 128, 2, true, 0, 0, true>>("d64 128x128 regs", b, true, sl);
-      sweep<64, FwdTraits<64, 128, 128, 2, true, 0, 0, true, false, true>>("d64 128x128 tma", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true>>("d128 128x176 regs", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 2>>("d128 128x176 inq", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 128, 2, true, 0, 0, true>>("d128 128x128 regs", b, true, shorts);
+      sweep<128, FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1>>("d128 128x128 box", b, true, shorts);
+      sweep<128, FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 2>>("d128 128x128 inq", b, true, shorts);
       sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true>>("d64 192x128 regs", b, true, sl);
-      sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, true>>("d64 192x128 tma", b, true, sl);
+      sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 1>>("d64 192x128 box", b, true, sl);
+      sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 2>>("d64 192x128 inq", b, true, sl);
+      sweep<64, FwdTraits<64, 128, 128, 2, true, 0, 0, true>>("d64 128x128 regs", b, true, {1024});
+      sweep<64, FwdTraits<64, 128, 128, 2, true, 0, 0, true, false, 1>>("d64 128x128 box", b, true, {1024});
+      sweep<64, FwdTraits<64, 128, 128, 2, true, 0, 0, true, false, 2>>("d64 128x128 inq", b, true, {1024});
+      sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, true>>("d256 128x80 regs", b, true, sl);
+      sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2>>("d256 128x80 inq", b, true, sl);
+      sweep<256, FwdTraits<256, 128, 64, 2, true, 0, 0, true>>("d256 128x64 regs", b, false, shorts);
+      sweep<256, FwdTraits<256, 128, 64, 2, true, 0, 0, true, false, 2>>("d256 128x64 inq", b, false, shorts);
     }
     return 0;
   }

@@ -203,6 +203,10 @@ struct FwdTileSm90 {
   int block_m;
   int block_n;
   int stages;
+  // The static variant's epilogue (FwdTraits kTmaStoreO): 0 4-byte stores from the registers,
+  // 1 a TMA store from staging boxes of its own, 2 a TMA store staged in Q's buffer. Measured
+  // in benchmarks/NOTES.md 12.9 (tune_fwd90 `tmastore`).
+  int o_store = 0;
 };
 
 // `alibi`: the ALiBi variant (without softcap), whose bias is now a few FMA-pipe instructions per
@@ -213,11 +217,11 @@ struct FwdTileSm90 {
 __host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90(int head_dim, bool dynamic,
                                                        bool alibi = false) {
   const bool narrow = dynamic && !alibi;
-  if (head_dim == 64) return narrow ? FwdTileSm90{true, 128, 128, 2} : FwdTileSm90{true, 192, 128, 2};
+  if (head_dim == 64) return narrow ? FwdTileSm90{true, 128, 128, 2} : FwdTileSm90{true, 192, 128, 2, 1};
   if (head_dim == 96) return FwdTileSm90{true, 128, 128, 2};
   if (head_dim == 128) return narrow ? FwdTileSm90{true, 128, 128, 2} : FwdTileSm90{true, 128, 176, 2};
   if (head_dim == 192) return FwdTileSm90{true, 128, 96, 2};
-  if (head_dim == 256) return dynamic ? FwdTileSm90{true, 128, 64, 2} : FwdTileSm90{true, 128, 80, 2};
+  if (head_dim == 256) return dynamic ? FwdTileSm90{true, 128, 64, 2} : FwdTileSm90{true, 128, 80, 2, 2};
   return FwdTileSm90{false, 0, 0, 0};
 }
 
@@ -233,8 +237,9 @@ __host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90(int head_dim, bool dynam
 // -> 234, 331 -> 348, 458 -> 468, 563 -> 565. The dynamic variant's instance of the same tile
 // measured 3-12% below the static one on these calls, hence an instance of its own.
 __host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90_short(int head_dim) {
-  if (head_dim == 64 || head_dim == 128) return FwdTileSm90{true, 128, 128, 2};
-  if (head_dim == 256) return FwdTileSm90{true, 128, 64, 2};
+  if (head_dim == 64) return FwdTileSm90{true, 128, 128, 2};
+  if (head_dim == 128) return FwdTileSm90{true, 128, 128, 2, 1};
+  if (head_dim == 256) return FwdTileSm90{true, 128, 64, 2, 2};
   return FwdTileSm90{false, 0, 0, 0};
 }
 

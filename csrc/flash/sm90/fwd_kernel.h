@@ -84,17 +84,39 @@ __device__ __forceinline__ MapRows map_rows(int start, int batch) {
   return MapRows{start >= 0 ? start : 0, start >= 0 ? 0 : batch};
 }
 
+// The costly part of a tile's FwdWork (query_tile_at's integer divisions, the varlen entry's
+// cu_seqlens loads), which the consumers work out one tile ahead (consume_tile's `ahead`).
+struct FwdTileSeq {
+  QueryTile tile;
+  SeqInfo seq;
+};
+
+template <bool kDynamic>
+__device__ __forceinline__ FwdTileSeq fwd_tile_seq(const FwdParams& p, int index, int num_m,
+                                                   int group_heads) {
+  FwdTileSeq ts;
+  ts.tile = query_tile_at(index, num_m, p.num_heads, group_heads, p.batch * p.num_heads);
+  ts.seq = seq_info<kDynamic>(p, ts.tile.batch);
+  return ts;
+}
+
 template <bool kDynamic, int kBlockM, int kBlockN>
-__device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, int index, int num_m,
-                                            int group_heads) {
+__device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, const FwdTileSeq& ts) {
   FwdWork w;
-  w.tile = query_tile_at(index, num_m, p.num_heads, group_heads, p.batch * p.num_heads);
-  w.seq = seq_info<kDynamic>(p, w.tile.batch);
+  w.tile = ts.tile;
+  w.seq = ts.seq;
   w.m_start = w.tile.m_block * kBlockM;
   w.skip = w.m_start >= w.seq.seqlen_q;
   w.blocks = mask_of<kDynamic>(w.seq, p).template key_blocks<kBlockM, kBlockN>(w.m_start);
   w.num_blocks = w.skip ? 0 : w.blocks.end - w.blocks.begin;
   return w;
+}
+
+template <bool kDynamic, int kBlockM, int kBlockN>
+__device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, int index, int num_m,
+                                            int group_heads) {
+  return fwd_work<kDynamic, kBlockM, kBlockN>(p, fwd_tile_seq<kDynamic>(p, index, num_m,
+                                                                        group_heads));
 }
 
 // Where step i of the CTA's key-block walk (counted over all its tiles) reads its K/V buffer,
@@ -127,14 +149,19 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
     const MapRows km = map_rows(w.seq.start_k, w.seq.batch);
     const int head_k = w.tile.head / group;
 
-    ptx::mbarrier_wait_parity(bars + 8 * Traits::kBarQEmpty, q_parity ^ 1);
-    ptx::mbarrier_arrive_expect_tx(bars + 8 * Traits::kBarQFull, Traits::kQBytes);
+    auto load_q = [&] {
+      ptx::mbarrier_wait_parity(bars + 8 * Traits::kBarQEmpty, q_parity ^ 1);
+      ptx::mbarrier_arrive_expect_tx(bars + 8 * Traits::kBarQFull, Traits::kQBytes);
 #pragma unroll
-    for (int a = 0; a < Traits::kAtoms; ++a) {
-      const int32_t c[4] = {a * 64, qm.row0 + w.m_start, w.tile.head, qm.batch};
-      ptx::tma_load<4>(s_base + Traits::kOffQ + a * Traits::kBlockM * 128, &tp.q_map,
-                       bars + 8 * Traits::kBarQFull, c);
-    }
+      for (int a = 0; a < Traits::kAtoms; ++a) {
+        const int32_t c[4] = {a * 64, qm.row0 + w.m_start, w.tile.head, qm.batch};
+        ptx::tma_load<4>(s_base + Traits::kOffQ + a * Traits::kBlockM * 128, &tp.q_map,
+                         bars + 8 * Traits::kBarQFull, c);
+      }
+    };
+    // With O staged in Q's buffer (Traits::kOInQ) Q is free only after the last tile's stores:
+    // the first K / V block goes first, so that it lands during the last tile's epilogue.
+    if constexpr (!Traits::kOInQ) load_q();
 #pragma unroll 1
     for (int i = 0; i < w.num_blocks; ++i) {
       const int n = w.blocks.end - 1 - i;
@@ -158,6 +185,7 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
         ptx::tma_load<4>(s_base + Traits::kOffV + slot.stage * Traits::kKVBytes + a * kBlockN * 128,
                          &tp.v_map, v_full, c);
       }
+      if (Traits::kOInQ && i == 0) load_q();
     }
     ring += w.num_blocks;
     q_parity ^= 1;
@@ -166,11 +194,15 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
 
 // One consumer warpgroup's work on one tile: its 64 query rows against the tile's key blocks,
 // then the epilogue. `ring` / `q_parity`: the CTA's key-block steps and Q phases so far.
-template <typename Element, typename Traits, int kVariant, typename Turns>
+// `ahead()` (called once) works out the CTA's next tile while the last P V runs on the tensor
+// cores: its index arithmetic (integer divisions, MUFU-based) took ~1,100 cycles a tile between
+// one tile's epilogue and the next one's first GEMM (tune_fwd90 `phases`, benchmarks/NOTES.md
+// 12.9), one key-block step and more on short rows.
+template <typename Element, typename Traits, int kVariant, typename Turns, typename Ahead>
 __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWork& w,
                                              uint32_t s_base, int consumer, int ring,
                                              uint32_t q_parity, const Turns& turns,
-                                             FwdClock<Traits::kStamps>& clock) {
+                                             FwdClock<Traits::kStamps>& clock, Ahead&& ahead) {
   const FwdKernelParams& kp = tp.kp;
   clock.mark(kPhaseSchedule);
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
@@ -314,7 +346,8 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       ptx::wgmma_wait<0>();
       ptx::fence_operand(acc_s[0]);
       release(Traits::kBarKEmpty + slot.stage);
-      if (w.num_blocks == 1) release(Traits::kBarQEmpty);  // the tile's last S has landed
+      // The tile's last S has landed (kOInQ: Q's buffer is released by the epilogue's stores).
+      if (!Traits::kOInQ && w.num_blocks == 1) release(Traits::kBarQEmpty);
       score_tile(w.blocks.end - 1);
       softmax.new_max(acc_s, scale_log2, ref, rescale);
       softmax.template exponentiate<Exp>(acc_s, ref, rescale, scale_log2);
@@ -337,7 +370,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       ptx::wgmma_wait<1>();  // S_i has landed; P_{i-1} V_{i-1} may still run
       ptx::fence_operand(acc_s[0]);
       release(Traits::kBarKEmpty + slot.stage);
-      if (i == w.num_blocks - 1) release(Traits::kBarQEmpty);
+      if (!Traits::kOInQ && i == w.num_blocks - 1) release(Traits::kBarQEmpty);
       score_tile(w.blocks.end - 1 - i);
       softmax.new_max(acc_s, scale_log2, ref, rescale);
       softmax.template exponentiate<Exp>(acc_s, ref, rescale, scale_log2);
@@ -356,11 +389,14 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       ptx::wgmma_fence();
       issue_pv(last.stage, half);
       turns.end();
+      ahead();  // under the GEMM
       ptx::wgmma_wait<0>();
       ptx::fence_operand(acc_o[0]);
       release(Traits::kBarVEmpty + last.stage);
     }
     clock.mark(kPhaseLastPV);
+  } else {
+    ahead();
   }
 
   // Epilogue, straight from the registers (the next tile's Q may already be landing in shared
@@ -377,38 +413,48 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   }
   Element* o = static_cast<Element*>(p.o) + w.seq.q_offset(p.o_batch_stride, p.o_row_stride) +
                head * p.o_head_stride + m_start * p.o_row_stride;
-  if constexpr (Traits::kTmaStoreO) {
+  // The TMA-store epilogue (Traits::kTmaStoreO); kOInQ: only on a tile whose Q was loaded (a
+  // tile with no key block has none, and the next tile's Q may be landing in the buffer).
+  const bool via_tma = Traits::kTmaStoreO != 0 && tp.o_tma && (!Traits::kOInQ || w.num_blocks > 0);
+  const bool leader = threadIdx.x % 128 == 0;
+  if constexpr (Traits::kTmaStoreO != 0) {
     static_assert(!kDynamic, "the TMA-store epilogue clips rows at seqlen_q: padded calls only");
-    // This consumer's 64 rows into its staging boxes (the TMA map's sw128 layout: chunk j of a
-    // 128-byte row at j ^ (row % 8), which also spreads a warp's 8 rows over all banks), once
-    // the previous tile's store has read them; then one thread stores the boxes.
-    const auto wg_barrier = static_cast<ptx::NamedBarrier>(
-        static_cast<int>(ptx::NamedBarrier::kWarpgroup0) + consumer);
-    const bool leader = threadIdx.x % 128 == 0;
-    if (leader) ptx::tma_store_wait<0>();
-    ptx::named_barrier_sync(wg_barrier, 128);
-    const uint32_t sO = s_base + Traits::kOffO + consumer * Traits::kAtoms * Traits::kOBoxBytes;
+    if (via_tma) {
+      // This consumer's 64 rows into its staging boxes (the TMA map's sw128 layout: chunk j of
+      // a 128-byte row at j ^ (row % 8), which also spreads a warp's 8 rows over all banks),
+      // then one thread stores the boxes. Own boxes: once the previous tile's store has read
+      // them. In Q's buffer: the consumer's own rows, which only its own S GEMMs read (all
+      // done once every warp of the warpgroup is past the barrier).
+      const auto wg_barrier = static_cast<ptx::NamedBarrier>(
+          static_cast<int>(ptx::NamedBarrier::kWarpgroup0) + consumer);
+      if (!Traits::kOInQ && leader) ptx::tma_store_wait<0>();  // the previous tile's store
+      ptx::named_barrier_sync(wg_barrier, 128);
+      constexpr uint32_t kBoxStride = Traits::kOInQ ? Traits::kBlockM * 128 : Traits::kOBoxBytes;
+      const uint32_t sO = Traits::kOInQ
+                              ? sQ + consumer * 64 * 128
+                              : s_base + Traits::kOffO + consumer * Traits::kAtoms * Traits::kOBoxBytes;
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int row = (warp % 4) * 16 + g + hr * 8;  // in the consumer's 64
+      for (int hr = 0; hr < 2; ++hr) {
+        const int row = (warp % 4) * 16 + g + hr * 8;  // in the consumer's 64
 #pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt) {
-        const uint32_t at = sO + (dt / 8) * Traits::kOBoxBytes + row * 128 +
-                            (((dt % 8) ^ (row % 8)) * 16) + t * 4;
-        ptx::st_shared_b32(at, Ops::pack(acc_o[0][dt][hr * 2] * inv_l[0][hr],
-                                         acc_o[0][dt][hr * 2 + 1] * inv_l[0][hr]));
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          const uint32_t at = sO + (dt / 8) * kBoxStride + row * 128 +
+                              (((dt % 8) ^ (row % 8)) * 16) + t * 4;
+          ptx::st_shared_b32(at, Ops::pack(acc_o[0][dt][hr * 2] * inv_l[0][hr],
+                                           acc_o[0][dt][hr * 2 + 1] * inv_l[0][hr]));
+        }
       }
-    }
-    ptx::fence_proxy_async_shared();
-    ptx::named_barrier_sync(wg_barrier, 128);
-    if (leader) {
-      const MapRows om = map_rows(w.seq.start_q, w.seq.batch);  // o's map is q's shape
+      ptx::fence_proxy_async_shared();
+      ptx::named_barrier_sync(wg_barrier, 128);
+      if (leader) {
+        const MapRows om = map_rows(w.seq.start_q, w.seq.batch);  // o's map is q's shape
 #pragma unroll
-      for (int a = 0; a < Traits::kAtoms; ++a) {
-        const int32_t c[4] = {a * 64, om.row0 + m_start + consumer * 64, head, om.batch};
-        ptx::tma_store<4>(&tp.o_map, sO + a * Traits::kOBoxBytes, c);
+        for (int a = 0; a < Traits::kAtoms; ++a) {
+          const int32_t c[4] = {a * 64, om.row0 + m_start + consumer * 64, head, om.batch};
+          ptx::tma_store<4>(&tp.o_map, sO + a * kBoxStride, c);
+        }
+        ptx::tma_store_commit();
       }
-      ptx::tma_store_commit();
     }
   }
 #pragma unroll
@@ -422,7 +468,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
             make_float2(row_stats[0][hr].row_max, row_stats[0][hr].log2_sum);
       }
     }
-    if constexpr (Traits::kTmaStoreO) continue;  // stored above
+    if (via_tma) continue;  // stored above
     Element* o_row = o + row * p.o_row_stride + 2 * t;
 #pragma unroll
     for (int dt = 0; dt < kDTiles; ++dt) {
@@ -431,6 +477,12 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
             acc_o[0][dt][hr * 2] * inv_l[0][hr], acc_o[0][dt][hr * 2 + 1] * inv_l[0][hr]);
       }
     }
+  }
+  // kOInQ: Q's buffer is the producer's again once this consumer's store has read its rows
+  // (whichever epilogue ran: the barrier counts one arrival per consumer of a tile with Q).
+  if (Traits::kOInQ && w.num_blocks > 0 && leader) {
+    if (via_tma) ptx::tma_store_wait<0>();
+    ptx::mbarrier_arrive(bars + 8 * Traits::kBarQEmpty);
   }
   clock.mark(kPhaseEpilogue);
   clock.count(w.num_blocks);
@@ -487,7 +539,7 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   const uint32_t bars = s_base + Traits::kOffBarriers;
   if (tid == 0) {
     ptx::mbarrier_init(bars + 8 * Traits::kBarQFull, 1);
-    ptx::mbarrier_init(bars + 8 * Traits::kBarQEmpty, 4 * Traits::kConsumers);
+    ptx::mbarrier_init(bars + 8 * Traits::kBarQEmpty, Traits::kQEmptyArrivals);
 #pragma unroll
     for (int s = 0; s < Traits::kStages; ++s) {
       ptx::mbarrier_init(bars + 8 * (Traits::kBarKFull + s), 1);
@@ -514,23 +566,35 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   uint32_t q_parity = 0;
   FwdClock<Traits::kStamps> clock;
   clock.start();
+  // The next tile's costly part is worked out during this one (consume_tile's `ahead`).
+  auto tile_seq_at = [&](int index) {
+    return fwd_tile_seq<kDynamic>(p, index, num_m, tp.group_heads);
+  };
+  FwdTileSeq ts;
+  if (static_cast<int>(blockIdx.x) < num_tiles) ts = tile_seq_at(static_cast<int>(blockIdx.x));
 #pragma unroll 1
-  for (int k = 0, index = blockIdx.x; index < num_tiles;
-       index = cta_tile_index(++k, blockIdx.x, gridDim.x)) {
-    const FwdWork w =
-        fwd_work<kDynamic, Traits::kBlockM, Traits::kBlockN>(p, index, num_m, tp.group_heads);
-    if (w.skip) continue;
-    consume_tile<Element, Traits, kVariant>(tp, w, s_base, consumer, ring, q_parity, turns,
-                                            clock);
-    if (w.num_blocks > 0) {
-      ring += w.num_blocks;
-      q_parity ^= 1;
+  for (int k = 0, index = blockIdx.x; index < num_tiles; ++k) {
+    const FwdWork w = fwd_work<kDynamic, Traits::kBlockM, Traits::kBlockN>(p, ts);
+    const int next_index = cta_tile_index(k + 1, blockIdx.x, gridDim.x);
+    auto ahead = [&] {
+      if (next_index < num_tiles) ts = tile_seq_at(next_index);
+    };
+    if (w.skip) {
+      ahead();
+    } else {
+      consume_tile<Element, Traits, kVariant>(tp, w, s_base, consumer, ring, q_parity, turns,
+                                              clock, ahead);
+      if (w.num_blocks > 0) {
+        ring += w.num_blocks;
+        q_parity ^= 1;
+      }
     }
+    index = next_index;
   }
   turns.finish();
   clock.write(tp.stamps, consumer, Traits::kConsumers);
   // The shared memory of the last TMA store must stay until the store has read it.
-  if (Traits::kTmaStoreO && threadIdx.x % 128 == 0) ptx::tma_store_wait<0>();
+  if (Traits::kTmaStoreO != 0 && tp.o_tma && threadIdx.x % 128 == 0) ptx::tma_store_wait<0>();
 }
 
 template <typename Element, typename Traits, int kVariant>

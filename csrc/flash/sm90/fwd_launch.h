@@ -2,6 +2,7 @@
 #pragma once
 
 #include <climits>
+#include <cstdint>
 
 #include <cuda.h>
 
@@ -94,14 +95,21 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
     st = encode_rows_map(&tp.v_map, p.dtype, p.v, p.head_dim, e.k_rows, p.num_heads_k, e.batch,
                          p.v_row_stride, p.v_head_stride, p.v_batch_stride, Traits::kBlockN);
   }
-  if constexpr (Traits::kTmaStoreO) {  // padded calls only (FwdTraits::kTmaStoreO)
-    if (st == Status::kSuccess && (variant_dynamic(kVariant) || dynamic_seqlens(p))) {
-      st = Status::kInvalidArgument;
-    }
-    if (st == Status::kSuccess) {
-      st = encode_rows_map(&tp.o_map, p.dtype, p.o, p.head_dim, e.q_rows, p.num_heads, e.batch,
-                           p.o_row_stride, p.o_head_stride, p.o_batch_stride, 64);
-    }
+  if constexpr (Traits::kTmaStoreO != 0) {
+    // Padded calls (FwdTraits::kTmaStoreO) whose o a TMA map can describe: a 16-byte aligned
+    // base and strides (the binding's layouts always are); any other call's kernel stores O
+    // from the registers (o_tma false).
+    static_assert(!variant_dynamic(kVariant), "the TMA-store epilogue: static variant only");
+    auto stride_ok = [](int64_t extent, int64_t stride) {
+      return tma_stride_ok(extent, stride) && (extent == 1 || stride % 8 == 0);
+    };
+    const bool aligned = reinterpret_cast<uintptr_t>(p.o) % 16 == 0;
+    tp.o_tma = st == Status::kSuccess && !dynamic_seqlens(p) && aligned &&
+               stride_ok(e.q_rows, p.o_row_stride) && stride_ok(p.num_heads, p.o_head_stride) &&
+               stride_ok(e.batch, p.o_batch_stride) &&
+               encode_rows_map(&tp.o_map, p.dtype, p.o, p.head_dim, e.q_rows, p.num_heads, e.batch,
+                               p.o_row_stride, p.o_head_stride, p.o_batch_stride, 64) ==
+                   Status::kSuccess;
   }
   if (st != Status::kSuccess) return st;
   const int64_t tiles =
@@ -125,7 +133,8 @@ Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream
   // the tune shapes on the H200 (benchmarks/results/tune_fwd90_v9_fastexp_h200.txt); no half
   // blocks (NOTES 12.2).
   using Traits = FwdTraits<kHeadDim, tile.block_m, tile.block_n, tile.stages, true,
-                           fwd_poly_eighths_sm90(kHeadDim, variant_softcap(kVariant)), 0, true>;
+                           fwd_poly_eighths_sm90(kHeadDim, variant_softcap(kVariant)), 0, true,
+                           false, variant_dynamic(kVariant) ? 0 : tile.o_store>;
   return launch_fwd_config<Element, Traits, kVariant>(p, sms, l2_bytes, causal_persistent(p),
                                                       stream);
 }

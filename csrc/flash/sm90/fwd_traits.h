@@ -22,21 +22,28 @@ struct FwdTmaParams {
   // Traits::kStamps kernels only (benchmarks/tune/tune_fwd90.cu `phases`): fwd_clock.h's sums.
   unsigned long long* stamps = nullptr;
   CUtensorMap o_map;  // Traits::kTmaStoreO only: boxes of 64 columns x 64 rows (one consumer's)
+  // Traits::kTmaStoreO: o_map describes o (fwd_launch.h: a padded call whose o TMA can write);
+  // otherwise the kernel stores O from the registers.
+  bool o_tma = false;
 };
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true,
           int kPolyEighths_ = 0, int kHalves_ = 0, bool kWarpFusedExp_ = false,
-          bool kStamps_ = false, bool kTmaStoreO_ = false>
+          bool kStamps_ = false, int kTmaStoreO_ = 0>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // Harness only: the consumers' phase clocks (fwd_clock.h) to FwdTmaParams::stamps.
   static constexpr bool kStamps = kStamps_;
   // The epilogue through shared memory and one TMA store per consumer (sw128 boxes of 64 rows),
-  // instead of 4-byte stores from the registers: a tuning knob, off in the library (the 128 x 176
-  // and 128 x 80 tiles leave no shared memory for O; benchmarks/tune/tune_fwd90.cu `tmastore`
-  // measures the tiles that have room). Static variant only: the map clips rows past seqlen_q,
-  // but a varlen tile's rows past its entry are the next entry's.
-  static constexpr bool kTmaStoreO = kTmaStoreO_;
+  // instead of 4-byte stores from the registers (0): 1 stages O in boxes of its own after the
+  // barriers (for the tiles with shared memory to spare); 2 stages each consumer's rows in its
+  // own rows of Q's buffer, which then holds the next tile's Q only once the store has read
+  // them (Q's empty barrier completes on the stores instead of the last S GEMMs, and the
+  // producer issues a tile's first K / V block before its Q). tiles.h fwd_tile_sm90* say which
+  // tiles take which (benchmarks/tune/tune_fwd90.cu `tmastore`). Static variant only: the map
+  // clips rows past seqlen_q, but a varlen tile's rows past its entry are the next entry's.
+  static constexpr int kTmaStoreO = kTmaStoreO_;
+  static constexpr bool kOInQ = kTmaStoreO_ == 2;
   // kPolyEighths / 8 of S's 8-key tiles exponentiated on the FMA pipe (common/softmax.h
   // ExpPolicy, exp2_fma) instead of MUFU.EX2; tiles.h fwd_poly_eighths_sm90 says where.
   static constexpr int kPolyEighths = kPolyEighths_;
@@ -47,6 +54,9 @@ struct FwdTraits {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
   static constexpr int kConsumers = kBlockM / 64;  // consumer warpgroups, 64 query rows each
+  // Arrivals that complete Q's empty barrier: every consumer warp after its last S GEMM, or
+  // (kOInQ) each consumer's one storing thread once its store has read the staged rows.
+  static constexpr int kQEmptyArrivals = kOInQ ? kConsumers : 4 * kConsumers;
   // Two consumers take turns issuing their GEMMs (named barriers kPingPong0/1), so one
   // warpgroup's softmax runs while the other's GEMMs keep the tensor cores busy.
   static constexpr bool kPingPong = kPingPong_ && kConsumers == 2;
@@ -82,12 +92,12 @@ struct FwdTraits {
   static constexpr int kBarKEmpty = 2 + 2 * kStages;
   static constexpr int kBarVEmpty = 2 + 3 * kStages;
   static constexpr int kNumBarriers = 2 + 4 * kStages;
-  // kTmaStoreO: each consumer's O staging, kAtoms boxes of 64 rows x 128 bytes, after the
+  // kTmaStoreO 1: each consumer's O staging, kAtoms boxes of 64 rows x 128 bytes, after the
   // barriers (1024-byte aligned: sw128).
   static constexpr uint32_t kOBoxBytes = 64 * 128;
   static constexpr uint32_t kOffO = (kOffBarriers + 8 * kNumBarriers + 1023) / 1024 * 1024;
   static constexpr int kSmemBytes =
-      (kTmaStoreO ? kOffO + kConsumers * kAtoms * kOBoxBytes : kOffBarriers + 8 * kNumBarriers) +
+      (kTmaStoreO == 1 ? kOffO + kConsumers * kAtoms * kOBoxBytes : kOffBarriers + 8 * kNumBarriers) +
       1024;  // + alignment slack
   // Register budgets (setmaxnreg): the producer needs few; the consumers take the rest of the
   // 64K registers (2 consumers: 128 x 24 + 256 x 240; 3: 128 x 32 + 384 x 160).
