@@ -203,9 +203,16 @@ struct FwdTileSm90 {
   int block_m;
   int block_n;
   int stages;
-  // The static variant's epilogue (FwdTraits kTmaStoreO): 0 4-byte stores from the registers,
+  // The epilogue of padded calls (FwdTraits kTmaStoreO): 0 4-byte stores from the registers,
   // 1 a TMA store from staging boxes of its own, 2 a TMA store staged in Q's buffer. Measured
-  // in benchmarks/NOTES.md 12.9 (tune_fwd90 `tmastore`).
+  // on the H200 (tune_fwd90 `tmastore`, results/tune_fwd90_v13_tmastore_h200.txt; TFLOP/s,
+  // registers -> the choice, mean of two passes, 1k / 2k / 4k / 16k, non-causal then causal;
+  // benchmarks/NOTES.md 12.9): d = 256 128 x 80 in Q's buffer 593 -> 581, 679 -> 684, 716 ->
+  // 731, 700 -> 738; causal 363 -> 412, 490 -> 528, 587 -> 615, 747 -> 747; 128 x 64 causal
+  // (1k / 2k) 362 -> 403, 471 -> 502. d = 128 128 x 128 own boxes: 527 -> 556, 601 -> 605;
+  // causal 396 -> 402, 497 -> 494. Left on the registers: d = 128 128 x 176 (in Q's buffer
+  // 1k -11%, 16k -2%: Q's load behind the store is exposed), d = 64 192 x 128 (own boxes
+  // +2.5% at 1k / 2k, -2% at 16k), d = 64 128 x 128 (own boxes -2.5% to -4%).
   int o_store = 0;
 };
 
@@ -217,11 +224,11 @@ struct FwdTileSm90 {
 __host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90(int head_dim, bool dynamic,
                                                        bool alibi = false) {
   const bool narrow = dynamic && !alibi;
-  if (head_dim == 64) return narrow ? FwdTileSm90{true, 128, 128, 2} : FwdTileSm90{true, 192, 128, 2, 1};
+  if (head_dim == 64) return narrow ? FwdTileSm90{true, 128, 128, 2} : FwdTileSm90{true, 192, 128, 2};
   if (head_dim == 96) return FwdTileSm90{true, 128, 128, 2};
-  if (head_dim == 128) return narrow ? FwdTileSm90{true, 128, 128, 2} : FwdTileSm90{true, 128, 176, 2};
+  if (head_dim == 128) return narrow ? FwdTileSm90{true, 128, 128, 2, 1} : FwdTileSm90{true, 128, 176, 2};
   if (head_dim == 192) return FwdTileSm90{true, 128, 96, 2};
-  if (head_dim == 256) return dynamic ? FwdTileSm90{true, 128, 64, 2} : FwdTileSm90{true, 128, 80, 2, 2};
+  if (head_dim == 256) return dynamic ? FwdTileSm90{true, 128, 64, 2, 2} : FwdTileSm90{true, 128, 80, 2, 2};
   return FwdTileSm90{false, 0, 0, 0};
 }
 

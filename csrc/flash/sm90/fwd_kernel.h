@@ -24,10 +24,12 @@
 //    (ptx/wgmma.h), so P never leaves the registers, and every score tile of a warp is the
 //    mma.sync layout of its 16 rows: the mask, the score modifiers and the online softmax are
 //    the problem layer's and common/softmax.h's, as in the sm80 kernel;
-//  * epilogue: O / l straight from the registers as 16-bit pairs (shared memory is already
-//    the next tile's), LSE and the row statistics as the sm80 kernel writes them. (FwdTraits
-//    kTmaStoreO, a tuning knob for the tiles with shared memory to spare: O through a staging
-//    box per consumer and a TMA store.)
+//  * epilogue: O / l as 16-bit pairs into a staging box per consumer, then one TMA store of
+//    the box (FwdTraits kTmaStoreO: boxes of its own where the tile leaves shared memory for
+//    them, else the consumer's own rows of Q's buffer, whose next Q then waits for the store),
+//    or straight from the registers (tiles.h says which tile takes which; varlen calls always
+//    from the registers); LSE and the row statistics as the sm80 kernel writes them. The next
+//    tile's index arithmetic runs under the last P V.
 // Loads address the tensors through TMA maps (d, rows, heads, batch) (fwd_launch.h): rows past
 // the tensor are zero-filled; rows past a varlen entry belong to the next entry and are masked
 // like the padded tail (keys) or never stored (queries).
@@ -413,12 +415,13 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   }
   Element* o = static_cast<Element*>(p.o) + w.seq.q_offset(p.o_batch_stride, p.o_row_stride) +
                head * p.o_head_stride + m_start * p.o_row_stride;
-  // The TMA-store epilogue (Traits::kTmaStoreO); kOInQ: only on a tile whose Q was loaded (a
-  // tile with no key block has none, and the next tile's Q may be landing in the buffer).
+  // The TMA-store epilogue (Traits::kTmaStoreO) where the launch could map o (tp.o_tma: padded
+  // calls; o's map clips rows at seqlen_q, but a varlen tile's rows past its entry are the next
+  // entry's); kOInQ: only on a tile whose Q was loaded (a tile with no key block has none, and
+  // the next tile's Q may be landing in the buffer).
   const bool via_tma = Traits::kTmaStoreO != 0 && tp.o_tma && (!Traits::kOInQ || w.num_blocks > 0);
   const bool leader = threadIdx.x % 128 == 0;
   if constexpr (Traits::kTmaStoreO != 0) {
-    static_assert(!kDynamic, "the TMA-store epilogue clips rows at seqlen_q: padded calls only");
     if (via_tma) {
       // This consumer's 64 rows into its staging boxes (the TMA map's sw128 layout: chunk j of
       // a 128-byte row at j ^ (row % 8), which also spreads a warp's 8 rows over all banks),

@@ -97,9 +97,8 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   }
   if constexpr (Traits::kTmaStoreO != 0) {
     // Padded calls (FwdTraits::kTmaStoreO) whose o a TMA map can describe: a 16-byte aligned
-    // base and strides (the binding's layouts always are); any other call's kernel stores O
-    // from the registers (o_tma false).
-    static_assert(!variant_dynamic(kVariant), "the TMA-store epilogue: static variant only");
+    // base and strides (the binding's layouts always are); any other call's kernel (varlen,
+    // seqused_k) stores O from the registers (o_tma false).
     auto stride_ok = [](int64_t extent, int64_t stride) {
       return tma_stride_ok(extent, stride) && (extent == 1 || stride % 8 == 0);
     };
@@ -134,7 +133,7 @@ Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream
   // blocks (NOTES 12.2).
   using Traits = FwdTraits<kHeadDim, tile.block_m, tile.block_n, tile.stages, true,
                            fwd_poly_eighths_sm90(kHeadDim, variant_softcap(kVariant)), 0, true,
-                           false, variant_dynamic(kVariant) ? 0 : tile.o_store>;
+                           false, tile.o_store>;
   return launch_fwd_config<Element, Traits, kVariant>(p, sms, l2_bytes, causal_persistent(p),
                                                       stream);
 }

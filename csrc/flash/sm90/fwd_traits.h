@@ -40,8 +40,9 @@ struct FwdTraits {
   // own rows of Q's buffer, which then holds the next tile's Q only once the store has read
   // them (Q's empty barrier completes on the stores instead of the last S GEMMs, and the
   // producer issues a tile's first K / V block before its Q). tiles.h fwd_tile_sm90* say which
-  // tiles take which (benchmarks/tune/tune_fwd90.cu `tmastore`). Static variant only: the map
-  // clips rows past seqlen_q, but a varlen tile's rows past its entry are the next entry's.
+  // tiles take which (benchmarks/tune/tune_fwd90.cu `tmastore`). Padded calls only (the map
+  // clips rows past seqlen_q, but a varlen tile's rows past its entry are the next entry's):
+  // a varlen call's kernel stores from the registers (FwdTmaParams::o_tma).
   static constexpr int kTmaStoreO = kTmaStoreO_;
   static constexpr bool kOInQ = kTmaStoreO_ == 2;
   // kPolyEighths / 8 of S's 8-key tiles exponentiated on the FMA pipe (common/softmax.h
