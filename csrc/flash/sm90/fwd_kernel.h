@@ -401,8 +401,8 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     ahead();
   }
 
-  // Epilogue, straight from the registers (the next tile's Q may already be landing in shared
-  // memory): O / l as 16-bit pairs, LSE and the row statistics as the sm80 kernel writes them.
+  // Epilogue: O / l as 16-bit pairs, through a staging box and a TMA store or straight from
+  // the registers (below), LSE and the row statistics as the sm80 kernel writes them.
   const int g = lane / 4, t = lane % 4;
   const int rows_q = min(kBlockM, w.seq.seqlen_q - m_start);
   const int64_t row0 = w.seq.lse_row0(head, p.num_heads, p.seqlen_q, p.total_q) + m_start;
