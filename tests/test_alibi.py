@@ -54,6 +54,36 @@ def test_alibi_against_reference(per_batch, causal, window, seqlens, heads, dtyp
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("causal, seqlens", [(False, (1234, 2317)), (True, (2317, 2317))],
+                         ids=["noncausal-1234x2317", "causal-2317"])
+@pytest.mark.parametrize("dtype, d", [(torch.bfloat16, 64), (torch.float16, 128),
+                                      (torch.bfloat16, 256)],
+                         ids=["bf16-d64", "fp16-d128", "bf16-d256"])
+def test_alibi_long_rows(causal, seqlens, dtype, d):
+    """Padded ALiBi calls without a window take the static mask's ALiBi instance on Hopper
+    (problem/mask.h kStaticAlibiVariant): long rows, many unmasked blocks, seqlen_q < seqlen_k."""
+    skip_unless_built(d)
+    sq, sk = seqlens
+    nheads, nheads_k = HEADS["gqa"]
+    q, k, v = make_qkv(1, sq, sk, nheads, nheads_k, d, dtype, requires_grad=True)
+    slopes = slopes_for(1, nheads, False)
+    dout = torch.randn_like(q)
+    kw = dict(causal=causal, alibi_slopes=slopes)
+    ref, ref_lse = attention_ref(q, k, v, **kw)
+    pt, pt_lse = attention_ref(q, k, v, upcast=False, **kw)
+    refs = torch.autograd.grad(ref, (q, k, v), dout.float())
+    pts = torch.autograd.grad(pt, (q, k, v), dout)
+    for path in ("auto", "sm80"):
+        with kernel_path(path):
+            out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **kw)
+            grads = torch.autograd.grad(out, (q, k, v), dout)
+        assert_rule(out, ref, pt, 2, 1e-5, f"out ({path})")
+        assert_lse_rule(lse, ref_lse, pt_lse, f"lse ({path})")
+        for name, g, r, p in zip(("dq", "dk", "dv"), grads, refs, pts):
+            assert_rule(g, r, p, 3, 1e-4, f"{name} ({path})")
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_alibi_varlen(deterministic):
     skip_unless_built(64)

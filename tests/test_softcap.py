@@ -62,6 +62,32 @@ def test_softcap_against_reference(softcap, scale, causal, window, seqlens, head
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("softcap, scale", [(30.0, 10.0), (1.5, 3.0)], ids=["cap30", "cap1.5"])
+@pytest.mark.parametrize("causal, seqlens", [(False, (1234, 2317)), (True, (2317, 2317)),
+                                             (True, (1500, 2300))],
+                         ids=["noncausal-1234x2317", "causal-2317", "causal-1500x2300"])
+@pytest.mark.parametrize("dtype, d", [(torch.float16, 64), (torch.bfloat16, 64),
+                                      (torch.bfloat16, 128), (torch.float16, 128),
+                                      (torch.bfloat16, 256)],
+                         ids=["fp16-d64", "bf16-d64", "bf16-d128", "fp16-d128", "bf16-d256"])
+def test_softcap_long_rows(softcap, scale, causal, seqlens, dtype, d):
+    """Rows past the short-row rule (tiles.h fwd_short_rows_sm90): padded softcap calls without
+    a window take the static mask's softcap instance on Hopper (problem/mask.h
+    kStaticSoftcapVariant, the static tiles) and, at d <= 128, the row max over the raw scores
+    (sm90/fwd_kernel.h kCapAfterMax) on every block without an element mask: many such blocks
+    between the masked ones (the key tail, the causal diagonal, seqlen_q < seqlen_k)."""
+    skip_unless_built(d)
+    sq, sk = seqlens
+    nheads, nheads_k = HEADS["gqa"]
+    q, k, v = make_qkv(1, sq, sk, nheads, nheads_k, d, dtype, requires_grad=True)
+    with torch.no_grad():
+        q.mul_(scale)
+        k.mul_(scale)
+    dout = torch.randn_like(q)
+    check_against_reference(q, k, v, dout, f"softcap {softcap}", causal=causal, softcap=softcap)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype, d", [(torch.float16, 96), (torch.bfloat16, 64),
                                       (torch.float16, 256)],
                          ids=["fp16-d96", "bf16-d64", "fp16-d256"])

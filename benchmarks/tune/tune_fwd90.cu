@@ -64,12 +64,17 @@ struct Buffers {
 // (problem/score_mod.h) unless kRunningMax tags the call fp16 (score_scale_of then leaves
 // bounded_ref off; the kernels' loads move the same 2-byte elements): an A/B on the same data.
 // kDynamicPlain: a plain call on the dynamic variant's instance (the one varlen and windows take).
+// kStaticMask (with kSoftcap or kAlibi alone): the static-mask instance of that modifier
+// (problem/mask.h kStaticSoftcapVariant / kStaticAlibiVariant), which the library takes for
+// padded calls without a window.
 enum Mods {
   kNoMods = 0, kSoftcap = 1, kAlibi = 2, kBoth = 3, kWindow1k = 4, kRunningMax = 8,
-  kDynamicPlain = 16
+  kDynamicPlain = 16, kStaticMask = 32
 };
 constexpr int variant_of(int mods) {
-  return mods == kWindow1k || mods == kDynamicPlain ? fa::kDynamicVariant
+  return mods == (kSoftcap | kStaticMask) ? fa::kStaticSoftcapVariant
+         : mods == (kAlibi | kStaticMask) ? fa::kStaticAlibiVariant
+         : mods == kWindow1k || mods == kDynamicPlain ? fa::kDynamicVariant
          : (mods & ~kRunningMax) == kSoftcap ? fa::kSoftcapVariant
          : mods == kAlibi ? fa::kAlibiVariant
          : mods == kBoth  ? fa::kAlibiSoftcapVariant
@@ -229,6 +234,36 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
   CHECK(cudaDeviceGetAttribute(&g_l2, cudaDevAttrL2CacheSize, 0));
   using fa::sm90::FwdTraits;
+  if (std::string(only) == "mods2") {
+    // The modifier variants against plain attention on the library's tiles (softcap 30, ALiBi):
+    // the dynamic variants' instances (the library's before the static-mask instances), the
+    // static-mask ones (kStaticMask), and softcap's row max over the raw scores (FwdTraits
+    // kCapAfterMax, last parameter) off / on. 4k and 16k, non-causal and causal, twice.
+    const std::vector<int> sl = {4096, 16384};
+    g_library_schedule = true;
+    for (int rep = 0; rep < 2; ++rep) {
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true>>("d128 plain 128x176", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, false>, kSoftcap>("d128 cap dyn 128x128", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true>, kSoftcap>("d128 cap dyn 128x128 mf", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, false>, kSoftcap | kStaticMask>("d128 cap st 128x176", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true>, kSoftcap | kStaticMask>("d128 cap st 128x176 mf", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true>, kAlibi>("d128 alibi dyn 128x176", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true>, kAlibi | kStaticMask>("d128 alibi st 128x176", b, true, sl);
+      sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true>>("d64 plain 192x128", b, true, sl);
+      sweep<64, FwdTraits<64, 128, 128, 2, true, 0, 0, true, false, 0, false>, kSoftcap>("d64 cap dyn 128x128", b, true, sl);
+      sweep<64, FwdTraits<64, 128, 128, 2, true, 0, 0, true, false, 0, true>, kSoftcap>("d64 cap dyn 128x128 mf", b, true, sl);
+      sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false>, kSoftcap | kStaticMask>("d64 cap st 192x128", b, true, sl);
+      sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, true>, kSoftcap | kStaticMask>("d64 cap st 192x128 mf", b, true, sl);
+      sweep<64, FwdTraits<64, 128, 128, 2, true, 0, 0, true, false, 0, true>, kSoftcap | kStaticMask>("d64 cap st 128x128 mf", b, true, sl);
+      sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true>, kAlibi>("d64 alibi dyn 192x128", b, true, sl);
+      sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true>, kAlibi | kStaticMask>("d64 alibi st 192x128", b, true, sl);
+      sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2>>("d256 plain 128x80", b, true, sl);
+      sweep<256, FwdTraits<256, 128, 64, 2, true, 0, 0, true, false, 2, false>, kSoftcap>("d256 cap dyn 128x64", b, true, sl);
+      sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false>, kSoftcap | kStaticMask>("d256 cap st 128x80", b, true, sl);
+    }
+    return 0;
+  }
+#ifndef TUNE_FWD90_MODS2_ONLY  // -DTUNE_FWD90_MODS2_ONLY: the "mods2" mode alone
   if (std::string(only) == "phases") {
     // The library's tiles (fwd_launch.h: ping-pong, fused exponent; tiles.h fwd_tile_sm90 and
     // fwd_tile_sm90_short) with the phase clocks, on the shapes each serves.
@@ -481,5 +516,6 @@ int main(int argc, char** argv) {
   }
 #endif  // TUNE_FWD90_SHORT_ONLY
 #endif  // TUNE_FWD90_PHASES_ONLY
+#endif  // TUNE_FWD90_MODS2_ONLY
   return 0;
 }

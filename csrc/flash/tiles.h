@@ -345,4 +345,8 @@ __host__ __device__ constexpr int fwd_poly_eighths_sm90(int /*head_dim*/, bool /
   return 0;
 }
 
+// The softcap variants' row max over the raw scores (FwdTraits kCapAfterMax): d <= 128. At
+// d = 256 the static softcap tile (128 x 80) spills with it (ptxas, sm_90a: 36 bytes, 0 without).
+__host__ __device__ constexpr bool fwd_cap_after_max_sm90(int head_dim) { return head_dim <= 128; }
+
 }  // namespace flashattn_cu

@@ -132,6 +132,36 @@ struct OnlineSoftmax {
     }
   }
 
+  // Step 1 on raw scores whose score units come from a monotone map applied afterwards
+  // (softcap's t = tanh(s * pre), problem/score_mod.h): the row max is taken over the raw s and
+  // mapped once per row, cap(max s) = max cap(s), so the max reduction does not wait for the
+  // map of every score (sm90/fwd_kernel.h runs the SFU's tanh stream beside it). The caller
+  // maps the tile before exponentiate (and masks it again: the map of a masked -inf is not -inf);
+  // cap(-inf) must be -inf, a row with no key so far then takes 0 as its reference as in
+  // new_max. The same-input-same-output map gives the row's largest score the exponent of the
+  // plain path; a map that is monotone only to within its rounding (MUFU.TANH) leaves other
+  // exponents at most that rounding above 0.
+  template <int kNTiles, typename Cap>
+  __device__ __forceinline__ void new_max_capped(const float (&s)[kMTiles][kNTiles][4],
+                                                 float scale_log2, float (&ref)[kMTiles][2],
+                                                 float (&rescale)[kMTiles][2], const Cap& cap) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        float tile_max = fmaxf(s[mt][0][hr * 2], s[mt][0][hr * 2 + 1]);
+#pragma unroll
+        for (int nt = 1; nt < kNTiles; ++nt) {
+          tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][hr * 2], s[mt][nt][hr * 2 + 1]));
+        }
+        const float m_new = fmaxf(m[mt][hr], cap(quad_max(tile_max)));
+        ref[mt][hr] = m_new == -INFINITY ? 0.f : m_new;
+        rescale[mt][hr] = ptx::ex2_approx((m[mt][hr] - ref[mt][hr]) * scale_log2);
+        m[mt][hr] = m_new;
+      }
+    }
+  }
+
   // Step 2: o *= rescale, row by row.
   template <int kDTiles>
   __device__ __forceinline__ static void rescale_output(float (&o)[kMTiles][kDTiles][4],

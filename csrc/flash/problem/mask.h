@@ -198,9 +198,12 @@ struct Mask {
 // arithmetic); the static one knows at compile time there is neither, so the common case
 // (padded, no mask or causal) keeps the registers it had.
 template <typename Params>
+__host__ __device__ __forceinline__ bool dynamic_mask_instance(const Params& p) {
+  return dynamic_seqlens(p) || p.window_left >= 0 || (!p.is_causal && p.window_right >= 0);
+}
+template <typename Params>
 __host__ __device__ __forceinline__ bool dynamic_instance(const Params& p) {
-  return dynamic_seqlens(p) || p.window_left >= 0 || (!p.is_causal && p.window_right >= 0) ||
-         p.alibi_slopes != nullptr || p.softcap > 0.f;
+  return dynamic_mask_instance(p) || p.alibi_slopes != nullptr || p.softcap > 0.f;
 }
 
 // The compiled variants of the main kernels: static (padded, no mask or causal), dynamic
@@ -225,14 +228,25 @@ enum KernelVariant : int {
   // outputs, a paged gather, cache_batch_idx and cache_leftpad. Only the sm80 forward compiles it
   // (one instance per tile, launched by run_fwd_kvcache); with_variant never picks it, so the
   // other kernels and their build are as before.
-  kKvcacheVariant = 6
+  kKvcacheVariant = 6,
+  // Softcap alone, ALiBi alone, on the static variant's mask (padded, no window): the sm90a
+  // forward's instances for those calls (static_modifier_variant), on the static variant's
+  // tiles, which the dynamic softcap variant's live values do not fit (ptxas, sm_90a: d = 128
+  // 128 x 176 0 bytes of spills against 288). with_variant never picks them; only
+  // sm90/fwd_launch.h compiles them.
+  kStaticSoftcapVariant = 7,
+  kStaticAlibiVariant = 8
 };
-constexpr int kNumKernelVariants = 7;
+constexpr int kNumKernelVariants = 9;
 
-constexpr bool variant_dynamic(int v) { return v != kStaticVariant; }
-constexpr bool variant_alibi(int v) { return v == kAlibiVariant || v == kAlibiSoftcapVariant; }
+constexpr bool variant_dynamic(int v) {
+  return v != kStaticVariant && v != kStaticSoftcapVariant && v != kStaticAlibiVariant;
+}
+constexpr bool variant_alibi(int v) {
+  return v == kAlibiVariant || v == kAlibiSoftcapVariant || v == kStaticAlibiVariant;
+}
 constexpr bool variant_softcap(int v) {
-  return v == kSoftcapVariant || v == kAlibiSoftcapVariant;
+  return v == kSoftcapVariant || v == kAlibiSoftcapVariant || v == kStaticSoftcapVariant;
 }
 constexpr bool variant_dropout(int v) { return v == kDropoutVariant; }
 constexpr bool variant_kvcache(int v) { return v == kKvcacheVariant; }
@@ -251,6 +265,15 @@ __host__ __device__ __forceinline__ int kernel_variant(const Params& p) {
          : softcap               ? kSoftcapVariant
          : dynamic_instance(p)   ? kDynamicVariant
                                  : kStaticVariant;
+}
+
+// The static-mask instance of a call's modifier variant (kStaticSoftcapVariant for softcap
+// alone, kStaticAlibiVariant for ALiBi alone, on a padded call without a window), else -1.
+template <typename Params>
+__host__ __device__ __forceinline__ int static_modifier_variant(const Params& p) {
+  if (dynamic_mask_instance(p)) return -1;
+  const int v = kernel_variant(p);
+  return v == kSoftcapVariant ? kStaticSoftcapVariant : v == kAlibiVariant ? kStaticAlibiVariant : -1;
 }
 
 // The mask of `seq` for kernel instance kDynamic (the static one has no window: none or causal,

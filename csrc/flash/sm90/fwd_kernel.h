@@ -214,7 +214,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   constexpr int kHeadDim = Traits::kHeadDim, kDTiles = Traits::kDTiles;
   // Softcap alone bounds the scores by 1: the exponent may be one FFMA (common/softmax.h).
   using Exp =
-      ExpPolicy<Traits::kPolyEighths, kVariant == kSoftcapVariant, Traits::kWarpFusedExp>;
+      ExpPolicy<Traits::kPolyEighths, kVariant == kSoftcapVariant || kVariant == kStaticSoftcapVariant, Traits::kWarpFusedExp>;
   const FwdParams& p = kp.p;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int head = w.tile.head, batch = w.tile.batch, m_start = w.m_start;
@@ -315,6 +315,34 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
             .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
       }
     };
+    // S_n -> P_n: the score modifiers and the mask, the new row max, the exponentials. Softcap
+    // alone on a block without an element mask takes the row max over the raw scores
+    // (Traits::kCapAfterMax), so that the max reduction does not wait for the tanh stream.
+    auto scores_to_p = [&](int n, float (&ref)[1][2], float (&rescale)[1][2]) {
+      constexpr bool kCapAfterMax = Traits::kCapAfterMax && variant_softcap(kVariant) &&
+                                    !variant_may_alibi(kVariant);
+      if constexpr (kCapAfterMax) {
+        // The mask before the max (-inf out of it) and again after the tanh (tanh(-inf) = -1).
+        const bool boundary = n >= w.blocks.unmasked_end || n < w.blocks.unmasked_begin;
+        auto mask = [&] {
+          if (boundary) {
+            mask_of<kDynamic>(seq_info<kDynamic>(p, batch), p)
+                .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
+          }
+        };
+        const float pre = kp.score.softcap_pre;
+        mask();
+        softmax.new_max_capped(acc_s, scale_log2, ref, rescale, [pre](float m) {
+          return m == -INFINITY ? -INFINITY : ptx::tanh_approx(m * pre);
+        });
+        apply_softcap(acc_s, pre);
+        mask();
+      } else {
+        score_tile(n);
+        softmax.new_max(acc_s, scale_log2, ref, rescale);
+      }
+      softmax.template exponentiate<Exp>(acc_s, ref, rescale, scale_log2);
+    };
     // Dropout (problem/dropout.h) after the row statistics, which are of the undropped P: the
     // dropped elements leave only the P V product; 1 / (1 - p) joins 1 / l in the epilogue.
     auto drop_p = [&](int n) {
@@ -350,9 +378,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       release(Traits::kBarKEmpty + slot.stage);
       // The tile's last S has landed (kOInQ: Q's buffer is released by the epilogue's stores).
       if (!Traits::kOInQ && w.num_blocks == 1) release(Traits::kBarQEmpty);
-      score_tile(w.blocks.end - 1);
-      softmax.new_max(acc_s, scale_log2, ref, rescale);
-      softmax.template exponentiate<Exp>(acc_s, ref, rescale, scale_log2);
+      scores_to_p(w.blocks.end - 1, ref, rescale);
       drop_p(w.blocks.end - 1);
       pack_p();
     }
@@ -373,9 +399,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       ptx::fence_operand(acc_s[0]);
       release(Traits::kBarKEmpty + slot.stage);
       if (!Traits::kOInQ && i == w.num_blocks - 1) release(Traits::kBarQEmpty);
-      score_tile(w.blocks.end - 1 - i);
-      softmax.new_max(acc_s, scale_log2, ref, rescale);
-      softmax.template exponentiate<Exp>(acc_s, ref, rescale, scale_log2);
+      scores_to_p(w.blocks.end - 1 - i, ref, rescale);
       drop_p(w.blocks.end - 1 - i);
       ptx::wgmma_wait<0>();  // P_{i-1} V_{i-1} done: O and P's registers are free again
       ptx::fence_operand(acc_o[0]);

@@ -133,7 +133,7 @@ Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream
   // blocks (NOTES 12.2).
   using Traits = FwdTraits<kHeadDim, tile.block_m, tile.block_n, tile.stages, true,
                            fwd_poly_eighths_sm90(kHeadDim, variant_softcap(kVariant)), 0, true,
-                           false, tile.o_store>;
+                           false, tile.o_store, fwd_cap_after_max_sm90(kHeadDim)>;
   return launch_fwd_config<Element, Traits, kVariant>(p, sms, l2_bytes, causal_persistent(p),
                                                       stream);
 }
@@ -146,6 +146,18 @@ Status run_fwd(const FwdParams& p, cudaStream_t stream) {
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device);
   if (err != cudaSuccess) return cuda_status(err);
+  // Softcap alone or ALiBi alone on a padded call without a window: the static mask's instance
+  // of the modifier (problem/mask.h), on the static variant's tile. Softcap calls with short
+  // rows keep the dynamic softcap variant, whose tile is the short one (tiles.h).
+  const int static_mod = static_modifier_variant(p);
+  const bool short_rows = fwd_tile_sm90_short(kHeadDim).supported &&
+                          fwd_short_rows_sm90(kHeadDim, p.is_causal, p.seqlen_q, p.seqlen_k);
+  if (static_mod == kStaticSoftcapVariant && !short_rows) {
+    return launch_fwd<Element, kHeadDim, kStaticSoftcapVariant>(p, sms, l2_bytes, stream);
+  }
+  if (static_mod == kStaticAlibiVariant) {
+    return launch_fwd<Element, kHeadDim, kStaticAlibiVariant>(p, sms, l2_bytes, stream);
+  }
   const Status st = with_variant(kernel_variant(p), [&](auto variant) {
     constexpr int kVariant = decltype(variant)::value;
     if constexpr (kVariant == kStaticVariant && fwd_tile_sm90_short(kHeadDim).supported) {

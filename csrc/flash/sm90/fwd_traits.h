@@ -29,9 +29,13 @@ struct FwdTmaParams {
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true,
           int kPolyEighths_ = 0, int kHalves_ = 0, bool kWarpFusedExp_ = false,
-          bool kStamps_ = false, int kTmaStoreO_ = 0>
+          bool kStamps_ = false, int kTmaStoreO_ = 0, bool kCapAfterMax_ = true>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // Softcap without ALiBi, on key blocks with no element mask: the row max over the raw scores
+  // (tanh is monotone), so the max reduction runs beside the tiles' MUFU.TANH stream instead of
+  // after it (common/softmax.h new_max_capped); off: the tanh of every score, then the max.
+  static constexpr bool kCapAfterMax = kCapAfterMax_;
   // Harness only: the consumers' phase clocks (fwd_clock.h) to FwdTmaParams::stamps.
   static constexpr bool kStamps = kStamps_;
   // The epilogue through shared memory and one TMA store per consumer (sw128 boxes of 64 rows),
