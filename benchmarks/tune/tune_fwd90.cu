@@ -263,7 +263,19 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-#ifndef TUNE_FWD90_MODS2_ONLY  // -DTUNE_FWD90_MODS2_ONLY: the "mods2" mode alone
+  if (std::string(only) == "profile2") {
+    // One checked launch of each, for ncu (scripts/ncu_fwd90.sh): plain against softcap 30 on
+    // the library's static tiles, d = 128 and 64, 8k non-causal.
+    const std::vector<int> s8 = {8192};
+    g_library_schedule = true;
+    g_reps = 0;
+    sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true>>("d128 plain 128x176", b, true, s8);
+    sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true>, kSoftcap | kStaticMask>("d128 cap st 128x176 mf", b, true, s8);
+    sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true>>("d64 plain 192x128", b, true, s8);
+    sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false>, kSoftcap | kStaticMask>("d64 cap st 192x128", b, true, s8);
+    return 0;
+  }
+#ifndef TUNE_FWD90_MODS2_ONLY  // -DTUNE_FWD90_MODS2_ONLY: the "mods2" and "profile2" modes alone
   if (std::string(only) == "phases") {
     // The library's tiles (fwd_launch.h: ping-pong, fused exponent; tiles.h fwd_tile_sm90 and
     // fwd_tile_sm90_short) with the phase clocks, on the shapes each serves.
