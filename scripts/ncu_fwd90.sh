@@ -2,7 +2,7 @@
 # ncu on the sm90a forward's tune_fwd90 "profile2" launches (plain against softcap on the
 # library's static tiles): per kernel the SOL / scheduler / warp-state / pipe-utilisation tables
 # (ncu_details.txt) and the per-instruction SASS source view with its stall samples
-# (ncu_source_<n>.csv.gz), into $OUT. Device only; run from the repository root:
+# (ncu_source.csv.gz, every kernel in turn), into $OUT. Device only; run from the repository root:
 #   OUT=/tmp/o bash scripts/ncu_fwd90.sh
 set -u -o pipefail
 OUT=${OUT:-./ncu_out}
@@ -15,9 +15,6 @@ nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_
 ncu --kernel-name-base mangled -k regex:4sm9010fwd_kernel --set full \
     --import-source no -f -o "$WORK/rep" "$WORK/tune_fwd90" profile2 || exit 1
 ncu -i "$WORK/rep.ncu-rep" --print-details all > "$OUT/ncu_details.txt" 2>&1
-for i in 0 1 2 3; do
-    ncu -i "$WORK/rep.ncu-rep" --page source --csv --print-source sass \
-        --kernel-name-base mangled --launch-skip "$i" --launch-count 1 2> "$OUT/ncu_source_$i.err" |
-        gzip > "$OUT/ncu_source_$i.csv.gz"
-done
+ncu -i "$WORK/rep.ncu-rep" --page source --csv --print-source sass 2> "$OUT/ncu_source.err" |
+    gzip > "$OUT/ncu_source.csv.gz"
 ls -la "$OUT"
