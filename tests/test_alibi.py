@@ -60,8 +60,9 @@ def test_alibi_against_reference(per_batch, causal, window, seqlens, heads, dtyp
                                       (torch.bfloat16, 256)],
                          ids=["bf16-d64", "fp16-d128", "bf16-d256"])
 def test_alibi_long_rows(causal, seqlens, dtype, d):
-    """Padded ALiBi calls without a window take the static mask's ALiBi instance on Hopper
-    (problem/mask.h kStaticAlibiVariant): long rows, many unmasked blocks, seqlen_q < seqlen_k."""
+    """Long rows: many unmasked blocks between the masked ones (the key tail, the causal
+    diagonal), seqlen_q < seqlen_k, on the static variant's tiles that the ALiBi variant keeps
+    (tiles.h)."""
     skip_unless_built(d)
     sq, sk = seqlens
     nheads, nheads_k = HEADS["gqa"]

@@ -64,16 +64,14 @@ struct Buffers {
 // (problem/score_mod.h) unless kRunningMax tags the call fp16 (score_scale_of then leaves
 // bounded_ref off; the kernels' loads move the same 2-byte elements): an A/B on the same data.
 // kDynamicPlain: a plain call on the dynamic variant's instance (the one varlen and windows take).
-// kStaticMask (with kSoftcap or kAlibi alone): the static-mask instance of that modifier
-// (problem/mask.h kStaticSoftcapVariant / kStaticAlibiVariant), which the library takes for
-// padded calls without a window.
+// kStaticMask (with kSoftcap alone): the static mask's softcap instance (problem/mask.h
+// kStaticSoftcapVariant), which the library takes for padded calls without a window.
 enum Mods {
   kNoMods = 0, kSoftcap = 1, kAlibi = 2, kBoth = 3, kWindow1k = 4, kRunningMax = 8,
   kDynamicPlain = 16, kStaticMask = 32
 };
 constexpr int variant_of(int mods) {
   return mods == (kSoftcap | kStaticMask) ? fa::kStaticSoftcapVariant
-         : mods == (kAlibi | kStaticMask) ? fa::kStaticAlibiVariant
          : mods == kWindow1k || mods == kDynamicPlain ? fa::kDynamicVariant
          : (mods & ~kRunningMax) == kSoftcap ? fa::kSoftcapVariant
          : mods == kAlibi ? fa::kAlibiVariant
@@ -248,7 +246,6 @@ int main(int argc, char** argv) {
       sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, false>, kSoftcap | kStaticMask>("d128 cap st 128x176", b, true, sl);
       sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true>, kSoftcap | kStaticMask>("d128 cap st 128x176 mf", b, true, sl);
       sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true>, kAlibi>("d128 alibi dyn 128x176", b, true, sl);
-      sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true>, kAlibi | kStaticMask>("d128 alibi st 128x176", b, true, sl);
       sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true>>("d64 plain 192x128", b, true, sl);
       sweep<64, FwdTraits<64, 128, 128, 2, true, 0, 0, true, false, 0, false>, kSoftcap>("d64 cap dyn 128x128", b, true, sl);
       sweep<64, FwdTraits<64, 128, 128, 2, true, 0, 0, true, false, 0, true>, kSoftcap>("d64 cap dyn 128x128 mf", b, true, sl);
@@ -256,7 +253,6 @@ int main(int argc, char** argv) {
       sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, true>, kSoftcap | kStaticMask>("d64 cap st 192x128 mf", b, true, sl);
       sweep<64, FwdTraits<64, 128, 128, 2, true, 0, 0, true, false, 0, true>, kSoftcap | kStaticMask>("d64 cap st 128x128 mf", b, true, sl);
       sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true>, kAlibi>("d64 alibi dyn 192x128", b, true, sl);
-      sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true>, kAlibi | kStaticMask>("d64 alibi st 192x128", b, true, sl);
       sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2>>("d256 plain 128x80", b, true, sl);
       sweep<256, FwdTraits<256, 128, 64, 2, true, 0, 0, true, false, 2, false>, kSoftcap>("d256 cap dyn 128x64", b, true, sl);
       sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false>, kSoftcap | kStaticMask>("d256 cap st 128x80", b, true, sl);

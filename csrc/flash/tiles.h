@@ -345,8 +345,12 @@ __host__ __device__ constexpr int fwd_poly_eighths_sm90(int /*head_dim*/, bool /
   return 0;
 }
 
-// The softcap variants' row max over the raw scores (FwdTraits kCapAfterMax): d <= 128. At
-// d = 256 the static softcap tile (128 x 80) spills with it (ptxas, sm_90a: 36 bytes, 0 without).
-__host__ __device__ constexpr bool fwd_cap_after_max_sm90(int head_dim) { return head_dim <= 128; }
+// The softcap variants' row max over the raw scores (FwdTraits kCapAfterMax), measured on the
+// H200 (tune_fwd90 `mods2`, benchmarks/results/tune_fwd90_v14_mods2_h200.txt; softcap 30,
+// TFLOP/s off -> on, 4k / 16k non-causal, 4k / 16k causal): d = 128 static 128 x 176 492 -> 526,
+// 491 -> 534, 439 -> 462, 502 -> 536 (dynamic 128 x 128 +1-6%); d = 64 dynamic 128 x 128 304 ->
+// 281, 329 -> 293, 289 -> 255, 327 -> 291, static 192 x 128 -1-3%: on at d = 128 only (d = 96
+// and 192 not measured; at d = 256 the static tile spills with it, ptxas: 36 bytes against 0).
+__host__ __device__ constexpr bool fwd_cap_after_max_sm90(int head_dim) { return head_dim == 128; }
 
 }  // namespace flashattn_cu

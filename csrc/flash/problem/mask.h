@@ -229,22 +229,16 @@ enum KernelVariant : int {
   // (one instance per tile, launched by run_fwd_kvcache); with_variant never picks it, so the
   // other kernels and their build are as before.
   kKvcacheVariant = 6,
-  // Softcap alone, ALiBi alone, on the static variant's mask (padded, no window): the sm90a
-  // forward's instances for those calls (static_modifier_variant), on the static variant's
-  // tiles, which the dynamic softcap variant's live values do not fit (ptxas, sm_90a: d = 128
-  // 128 x 176 0 bytes of spills against 288). with_variant never picks them; only
-  // sm90/fwd_launch.h compiles them.
-  kStaticSoftcapVariant = 7,
-  kStaticAlibiVariant = 8
+  // Softcap alone on the static variant's mask (padded, no window): the sm90a forward's
+  // instance for those calls (static_softcap_call), on the static variant's tiles, which the
+  // dynamic softcap variant's live values do not fit (ptxas, sm_90a: d = 128 128 x 176 0 bytes
+  // of spills against 288). with_variant never picks it; only sm90/fwd_launch.h compiles it.
+  kStaticSoftcapVariant = 7
 };
-constexpr int kNumKernelVariants = 9;
+constexpr int kNumKernelVariants = 8;
 
-constexpr bool variant_dynamic(int v) {
-  return v != kStaticVariant && v != kStaticSoftcapVariant && v != kStaticAlibiVariant;
-}
-constexpr bool variant_alibi(int v) {
-  return v == kAlibiVariant || v == kAlibiSoftcapVariant || v == kStaticAlibiVariant;
-}
+constexpr bool variant_dynamic(int v) { return v != kStaticVariant && v != kStaticSoftcapVariant; }
+constexpr bool variant_alibi(int v) { return v == kAlibiVariant || v == kAlibiSoftcapVariant; }
 constexpr bool variant_softcap(int v) {
   return v == kSoftcapVariant || v == kAlibiSoftcapVariant || v == kStaticSoftcapVariant;
 }
@@ -267,13 +261,10 @@ __host__ __device__ __forceinline__ int kernel_variant(const Params& p) {
                                  : kStaticVariant;
 }
 
-// The static-mask instance of a call's modifier variant (kStaticSoftcapVariant for softcap
-// alone, kStaticAlibiVariant for ALiBi alone, on a padded call without a window), else -1.
+// Whether kStaticSoftcapVariant can serve a call of kSoftcapVariant (padded, no window).
 template <typename Params>
-__host__ __device__ __forceinline__ int static_modifier_variant(const Params& p) {
-  if (dynamic_mask_instance(p)) return -1;
-  const int v = kernel_variant(p);
-  return v == kSoftcapVariant ? kStaticSoftcapVariant : v == kAlibiVariant ? kStaticAlibiVariant : -1;
+__host__ __device__ __forceinline__ bool static_softcap_call(const Params& p) {
+  return kernel_variant(p) == kSoftcapVariant && !dynamic_mask_instance(p);
 }
 
 // The mask of `seq` for kernel instance kDynamic (the static one has no window: none or causal,

@@ -146,17 +146,14 @@ Status run_fwd(const FwdParams& p, cudaStream_t stream) {
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device);
   if (err != cudaSuccess) return cuda_status(err);
-  // Softcap alone or ALiBi alone on a padded call without a window: the static mask's instance
-  // of the modifier (problem/mask.h), on the static variant's tile. Softcap calls with short
-  // rows keep the dynamic softcap variant, whose tile is the short one (tiles.h).
-  const int static_mod = static_modifier_variant(p);
-  const bool short_rows = fwd_tile_sm90_short(kHeadDim).supported &&
-                          fwd_short_rows_sm90(kHeadDim, p.is_causal, p.seqlen_q, p.seqlen_k);
-  if (static_mod == kStaticSoftcapVariant && !short_rows) {
+  // Softcap alone on a padded call without a window: the static mask's softcap instance
+  // (problem/mask.h), on the static variant's tile, unless the call has short rows, whose tile the
+  // dynamic softcap variant has already (tiles.h). Measured on the H200 (tune_fwd90 `mods2`,
+  // benchmarks/NOTES.md 12.10): +6% at d = 64, +1-5% at d = 128, +8-11% at d = 256.
+  if (static_softcap_call(p) &&
+      !(fwd_tile_sm90_short(kHeadDim).supported &&
+        fwd_short_rows_sm90(kHeadDim, p.is_causal, p.seqlen_q, p.seqlen_k))) {
     return launch_fwd<Element, kHeadDim, kStaticSoftcapVariant>(p, sms, l2_bytes, stream);
-  }
-  if (static_mod == kStaticAlibiVariant) {
-    return launch_fwd<Element, kHeadDim, kStaticAlibiVariant>(p, sms, l2_bytes, stream);
   }
   const Status st = with_variant(kernel_variant(p), [&](auto variant) {
     constexpr int kVariant = decltype(variant)::value;
