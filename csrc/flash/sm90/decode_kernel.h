@@ -119,11 +119,10 @@ struct DecodeTraits {
   static constexpr int kBarEmpty = kStages;
   static constexpr int kNumBarriers = 2 * kStages;
   // The merge (after the walk, over the ring): per consumer warp its 16 x d fp32 output and 16
-  // LSEs, then per row the warps' weights and the merged LSE.
+  // LSEs.
   static constexpr uint32_t kMergeO = kConsumerWarps * kBlockM * kHeadDim * 4;
   static constexpr uint32_t kMergeLse = kConsumerWarps * kBlockM * 4;
-  static constexpr uint32_t kMergeWeights = kConsumerWarps * kBlockM * 4;
-  static constexpr uint32_t kMergeBytes = kMergeO + kMergeLse + kMergeWeights + kBlockM * 4;
+  static constexpr uint32_t kMergeBytes = kMergeO + kMergeLse;
   // The barriers after the ring, or after the merge where it is the larger (short rings).
   static constexpr uint32_t kOffBarriers = kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes;
   // Q: 16 rows of d columns, rows padded by 16 bytes (ldmatrix without bank conflicts), written
@@ -536,8 +535,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
   decode_stamp<Traits>(tp, kStampWalked);
   float* const merge_o = reinterpret_cast<float*>(smem);  // [warp][row][d]
   float* const merge_lse = merge_o + kWarps * kBlockM * Traits::kHeadDim;  // [warp][row]
-  float* const merge_w = merge_lse + kWarps * kBlockM;                     // [warp][row]
-  float* const merged = merge_w + kWarps * kBlockM;                        // [row]
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int row = g + 8 * hr;
@@ -551,31 +548,15 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
     if (t == 0) merge_lse[warp * kBlockM + row] = row_lse[0][hr] == INFINITY ? -INFINITY : row_lse[0][hr];
   }
   ptx::named_barrier_sync(ptx::NamedBarrier::kWarpgroup0, 32 * kWarps);
-  if (tid < kBlockM) {
-    const float lse = merged_lse(merge_lse + tid, kBlockM, kWarps);  // +inf: no warp saw a key
-#pragma unroll
-    for (int x = 0; x < kWarps; ++x) {
-      const float l = merge_lse[x * kBlockM + tid];
-      merge_w[x * kBlockM + tid] = lse == INFINITY || l == -INFINITY ? 0.f : expf(l - lse);
-    }
-    merged[tid] = lse;
-  }
-  ptx::named_barrier_sync(ptx::NamedBarrier::kWarpgroup0, 32 * kWarps);
 
+  // Each item's thread merges its row's four LSEs itself (merged_lse, four expf: less than the
+  // barrier and the shared round trip a per-row pass of 16 threads would put before the stores),
+  // and the row's first item writes the LSE.
   const bool split = kp.kv.num_splits > 1;
   auto lse_row = [&](int r) {
     return w.pack.lse_index(w.seq, head, p.num_heads, p.seqlen_q / w.pack.group, p.total_q,
                             w.m_start + r);
   };
-  if (tid < w.rows_q) {
-    const float lse = merged[tid];
-    if (split) {
-      kp.kv.lse_partial[w.tile.split * kp.kv.partial_rows + lse_row(tid)] =
-          lse == INFINITY ? -INFINITY : lse;
-    } else {
-      p.lse[lse_row(tid)] = lse;
-    }
-  }
   // Eight columns per item: the merged row slice, stored as fp32 partials or 16-bit output.
   constexpr int kItems = kBlockM * Traits::kHeadDim / 8;
   Element* const o = static_cast<Element*>(p.o) + w.seq.q_offset(p.o_batch_stride, p.o_row_stride) +
@@ -584,12 +565,23 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
   for (int item = tid; item < kItems; item += 32 * kWarps) {
     const int r = item / (Traits::kHeadDim / 8), c0 = (item % (Traits::kHeadDim / 8)) * 8;
     if (r >= w.rows_q || c0 >= p.head_dim) continue;
+    const float lse = merged_lse(merge_lse + r, kBlockM, kWarps);  // +inf: no warp saw a key
+    if (c0 == 0) {
+      if (split) {
+        kp.kv.lse_partial[w.tile.split * kp.kv.partial_rows + lse_row(r)] =
+            lse == INFINITY ? -INFINITY : lse;
+      } else {
+        p.lse[lse_row(r)] = lse;
+      }
+    }
     float v[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) v[e] = 0.f;
 #pragma unroll
     for (int x = 0; x < kWarps; ++x) {
-      const float wx = merge_w[x * kBlockM + r];
+      const float l = merge_lse[x * kBlockM + r];
+      if (lse == INFINITY || l == -INFINITY) continue;  // a warp that saw no key weighs nothing
+      const float wx = expf(l - lse);
       if (wx == 0.f) continue;
       const float* src = merge_o + (x * kBlockM + r) * Traits::kHeadDim + c0;
 #pragma unroll
