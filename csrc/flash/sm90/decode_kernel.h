@@ -368,40 +368,6 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
   }
   ptx::grid_dependency_wait();
   decode_stamp<Traits>(tp, kStampWaited);
-  // Q's chunks of this consumer thread (16-byte chunks; rows past the tile's and columns past
-  // head_dim zero), from (q's entry and packed head offset, first row, rows). With a padded q
-  // (every kvcache call but a varlen one) none of these needs a loaded length, so the consumers
-  // issue Q's loads before decode_work's lengths and the two round trips overlap (the batch-1
-  // timeline had them one after the other: ~2 us of a 10.7 us call, NOTES 13.15).
-  constexpr int kRowChunks = Traits::kHeadDim / 8;
-  constexpr int kQChunks = kBlockM * kRowChunks / (32 * kWarps);
-  static_assert(kQChunks * 32 * kWarps == kBlockM * kRowChunks, "whole Q chunks per thread");
-  uint4 q_chunks[kQChunks];
-  auto load_q = [&](int64_t q_base, int m_start, int rows_q, const GqaPack& pack) {
-    const Element* q = static_cast<const Element*>(p.q) + q_base;
-#pragma unroll
-    for (int i = 0; i < kQChunks; ++i) {
-      const int c = tid + i * 32 * kWarps;
-      const int r = c / kRowChunks, col = (c % kRowChunks) * 8;
-      q_chunks[i] = make_uint4(0u, 0u, 0u, 0u);
-      if (r < rows_q && col < p.head_dim) {
-        q_chunks[i] = *reinterpret_cast<const uint4*>(
-            q + pack.offset(m_start + r, p.q_row_stride, p.q_head_stride) + col);
-      }
-    }
-  };
-  const bool q_early = p.cu_seqlens_q == nullptr;
-  if (q_early && warp < kWarps) {
-    // decode_work's tile, entry offset and rows of a padded q (SeqInfo::q_offset, start_q < 0;
-    // packed_seq_info's seqlen_q = p.seqlen_q).
-    const SplitQueryTile tile = split_query_tile_at(blockIdx.x, ceil_div(p.seqlen_q, kBlockM),
-                                                    p.num_heads, kp.kv.num_splits);
-    const GqaPack pack{kp.kv.pack_group};
-    const int m_start = tile.m_block * kBlockM;
-    load_q(static_cast<int64_t>(tile.batch) * p.q_batch_stride +
-               static_cast<int64_t>(tile.head) * pack.group * p.q_head_stride,
-           m_start, min(kBlockM, p.seqlen_q - m_start), pack);
-  }
   const DecodeWork w = decode_work<kBlockM, kBlockN>(kp);
   if (w.rows_q <= 0) return;  // varlen: a query block past this entry's rows (whole CTA)
   if (tid == 0) {
@@ -425,16 +391,21 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
   // read by ldmatrix at every key block: Q's A fragments held in registers for the whole walk
   // pushed ptxas to 255 registers and spills at d = 128.
   const uint32_t sQ = s_base + Traits::kOffQ;
-  if (!q_early) {  // varlen q: from the entry's start in the packed rows
-    load_q(w.seq.q_offset(p.q_batch_stride, p.q_row_stride) +
-               static_cast<int64_t>(head) * w.pack.group * p.q_head_stride,
-           w.m_start, w.rows_q, w.pack);
-  }
-#pragma unroll
-  for (int i = 0; i < kQChunks; ++i) {
-    const int c = tid + i * 32 * kWarps;
-    const int r = c / kRowChunks, col = (c % kRowChunks) * 8;
-    ptx::st_shared_v4(sQ + r * Traits::kQRowBytes + col * 2, q_chunks[i]);
+  {
+    const Element* q = static_cast<const Element*>(p.q) +
+                       w.seq.q_offset(p.q_batch_stride, p.q_row_stride) +
+                       static_cast<int64_t>(head) * w.pack.group * p.q_head_stride;
+    constexpr int kRowChunks = Traits::kHeadDim / 8;
+#pragma unroll 1
+    for (int c = tid; c < kBlockM * kRowChunks; c += 32 * kWarps) {
+      const int r = c / kRowChunks, col = (c % kRowChunks) * 8;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (r < w.rows_q && col < p.head_dim) {
+        v = *reinterpret_cast<const uint4*>(
+            q + w.pack.offset(w.m_start + r, p.q_row_stride, p.q_head_stride) + col);
+      }
+      ptx::st_shared_v4(sQ + r * Traits::kQRowBytes + col * 2, v);
+    }
   }
   ptx::named_barrier_sync(ptx::NamedBarrier::kWarpgroup0, 32 * kWarps);
   decode_stamp<Traits>(tp, kStampQ);
