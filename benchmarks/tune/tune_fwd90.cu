@@ -259,6 +259,29 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (std::string(only) == "mods3") {
+    // Softcap 30 on the static-mask instances with a share of the exponentials on the FMA pipe
+    // (FwdTraits kPolyEighths, common/softmax.h exp2_fma): ncu at 81d0a3a had the SFU queue full
+    // at d = 64 (XU 74% of its peak, MIO throttle 28% of the stall samples, most at MUFU.EX2)
+    // while the FMA pipe sat at 17%. 4k and 16k, non-causal and causal, twice.
+    const std::vector<int> sl = {4096, 16384};
+    g_library_schedule = true;
+    for (int rep = 0; rep < 2; ++rep) {
+      sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true>>("d64 plain 192x128", b, true, sl);
+      sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false>, kSoftcap | kStaticMask>("d64 cap st e0", b, true, sl);
+      sweep<64, FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, false>, kSoftcap | kStaticMask>("d64 cap st e2", b, true, sl);
+      sweep<64, FwdTraits<64, 192, 128, 2, true, 3, 0, true, false, 0, false>, kSoftcap | kStaticMask>("d64 cap st e3", b, true, sl);
+      sweep<64, FwdTraits<64, 192, 128, 2, true, 4, 0, true, false, 0, false>, kSoftcap | kStaticMask>("d64 cap st e4", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true>>("d128 plain 128x176", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true>, kSoftcap | kStaticMask>("d128 cap st mf e0", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 1, 0, true, false, 0, true>, kSoftcap | kStaticMask>("d128 cap st mf e1", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 2, 0, true, false, 0, true>, kSoftcap | kStaticMask>("d128 cap st mf e2", b, true, sl);
+      sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2>>("d256 plain 128x80", b, true, sl);
+      sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false>, kSoftcap | kStaticMask>("d256 cap st e0", b, true, sl);
+      sweep<256, FwdTraits<256, 128, 80, 2, true, 2, 0, true, false, 2, false>, kSoftcap | kStaticMask>("d256 cap st e2", b, true, sl);
+    }
+    return 0;
+  }
   if (std::string(only) == "profile2") {
     // One checked launch of each, for ncu (scripts/ncu_fwd90.sh): plain against softcap 30 on
     // the library's static tiles, d = 128 and 64, 8k non-causal.
