@@ -333,16 +333,20 @@ __host__ __device__ constexpr int decode_ctas_sm90(int head_dim, int page_size, 
 }
 
 // Eighths of S's 8-key tiles the sm90a forward exponentiates on the FMA pipe (common/softmax.h
-// ExpPolicy), per head dim and kernel variant: none, as measured. The prediction was that
-// softcap's MUFU.TANH next to every score's MUFU.EX2 (2 x 8192 SFU results per 64 x 128 step of
-// a consumer at 16 per clock per SM, as long as both consumers' GEMMs at d = 128) bounds the
-// loop and that half the exponentials as exp2_fma would lift it; measured
-// (tune_fwd90_v4_mods_h200.txt, softcap 30, TFLOP/s 4k / 16k non-causal, causal), 4 eighths give
-// 515 462 458 490 against 497 508 467 499 with none at d = 128, 310-326 against 0.67-0.72 of
-// plain at d = 64, and on the plain d = 64 kernel 2 eighths lose 6-9%: the SFU is not what
-// bounds these loops. The knob stays for the tuning harness.
-__host__ __device__ constexpr int fwd_poly_eighths_sm90(int /*head_dim*/, bool /*softcap*/) {
-  return 0;
+// ExpPolicy, exp2_fma), per head dim and kernel variant: 2 for softcap at d = 64, else none, as
+// measured. Softcap spends two MUFU per score (tanh and exp2). ncu at 81d0a3a
+// (results/ncu_fwd90_softcap_h200_81d0a3a.txt, 8k non-causal, static tiles): at d = 64 the XU
+// pipe runs at 74% of its peak and MIO throttle (the SFU's queue full) is 28% of the stall
+// samples, most at MUFU.EX2, while the FMA pipe is at 17%; at d = 128 XU 61%, tensor 59% (plain:
+// 39% / 76%). Measured (tune_fwd90 `mods3`, results/tune_fwd90_v15_mods3_h200.txt, softcap 30,
+// TFLOP/s e0 -> e2, mean of two passes, 4k / 16k non-causal, 4k / 16k causal): d = 64 static
+// 192 x 128 324 -> 339, 348 -> 364, 294 -> 298, 329 -> 335 (e3 +2%, e4 -4%); d = 128 128 x 176
+// within the spread (-3 to +6%), d = 256 128 x 80 mixed (+8% at 4k non-causal, -4% at 16k
+// causal): none there. The plain kernels lose with any (d = 64 2 eighths: -6-9%, section 10),
+// since their one MUFU per score does not fill the SFU. The dynamic softcap variant at d = 64
+// takes the same share (its 128 x 128 tile gained 2-3% with 4 eighths, tune_fwd90_v4/v5).
+__host__ __device__ constexpr int fwd_poly_eighths_sm90(int head_dim, bool softcap) {
+  return softcap && head_dim == 64 ? 2 : 0;
 }
 
 // The softcap variants' row max over the raw scores (FwdTraits kCapAfterMax), measured on the
