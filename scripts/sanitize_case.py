@@ -32,13 +32,15 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 CASES = [(1, 77, 133, 4, 2), (2, 129, 65, 2, 2), (1, 1, 97, 4, 1)]
 
 
-def reference(q, k, v, causal, window=(-1, -1)):
-    """fp32 attention on the CPU with flash_attn's semantics (bottom-right causal and windows;
-    rows that see no key give 0)."""
+def reference(q, k, v, causal, window=(-1, -1), softcap=0.0):
+    """fp32 attention on the CPU with flash_attn's semantics (softcap on the scaled scores,
+    bottom-right causal and windows; rows that see no key give 0)."""
     q, k, v = (x.detach().float().cpu() for x in (q, k, v))
     group = q.shape[2] // k.shape[2]
     k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
     scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * q.shape[-1] ** -0.5
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
     left, right = window[0], 0 if causal else window[1]
     s_q, s_k = q.shape[1], k.shape[1]
     diagonal = torch.arange(s_q)[:, None] + (s_k - s_q)
@@ -129,6 +131,26 @@ def main(argv=None) -> int:
             # long key sequence keeps the block count high enough for that choice.
             d = 128 if 128 in dims else dims[0]
             run(f"{path} head-split d={d}", torch.bfloat16, d, True, False, 1, 9, 16384, 4, 1)
+    # Softcap on padded calls without a window past the short-row rule (tiles.h): the sm90
+    # forward's static-mask softcap instance (problem/mask.h kStaticSoftcapVariant) and its row
+    # max over the raw scores (d = 128), key tail and causal diagonal included; forward only.
+    for d in [x for x in (64, 128, 256) if x in dims]:
+        for causal in (False, True):
+            q = torch.randn(1, 1100, 2, d, device="cuda", dtype=torch.bfloat16) * 3
+            k = torch.randn(1, 2200, 1, d, device="cuda", dtype=torch.bfloat16) * 3
+            v = torch.randn_like(k)
+            tag = f"auto softcap d={d} causal={int(causal)} b=1 sq=1100 sk=2200 h=2/1"
+            try:
+                out = flash_attn_func(q, k, v, causal=causal, softcap=30.0)
+                torch.cuda.synchronize()
+                calls += 1
+                err = (out.float().cpu() - reference(q, k, v, causal, softcap=30.0)).abs().max().item()
+                if not torch.isfinite(out).all().item() or err > 0.1:
+                    problems.append(f"{tag}: forward wrong (max err {err:.3g})")
+                if not args.quiet:
+                    print(f"{tag}: fwd err {err:.2e}")
+            except Exception as exc:  # noqa: BLE001
+                problems.append(f"{tag}: forward raised {type(exc).__name__}: {exc}")
     # The sm90 forward's persistent grid (more tiles than SMs, so each CTA walks several and the
     # K/V ring and Q's buffer run on across tiles), non-causal and short causal (longest first),
     # forward only: its backward is the cases above.
