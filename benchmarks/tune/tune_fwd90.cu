@@ -282,6 +282,25 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (std::string(only) == "plainexp") {
+    // Plain attention with 1 or 2 eighths of the exponentials on the FMA pipe (kPolyEighths) on
+    // the library's static tiles, back to back, twice: ncu at 81d0a3a had MUFU.EX2 as the most
+    // sampled instruction of plain d = 128 (18.6% of the samples, 80% of them its fixed issue
+    // wait) with the tensor pipe at 76%; d = 64 plain lost 6-9% with 2 eighths on 192 x 128
+    // (tune_fwd90_v4_mods), d = 128 and 256 were never measured.
+    const std::vector<int> sl = {1024, 4096, 16384};
+    g_library_schedule = true;
+    for (int rep = 0; rep < 2; ++rep) {
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true>>("d128 plain e0", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 1, 0, true>>("d128 plain e1", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 2, 0, true>>("d128 plain e2", b, true, sl);
+      sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2>>("d256 plain e0", b, true, sl);
+      sweep<256, FwdTraits<256, 128, 80, 2, true, 1, 0, true, false, 2>>("d256 plain e1", b, true, sl);
+      sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true>>("d64 plain e0", b, true, sl);
+      sweep<64, FwdTraits<64, 192, 128, 2, true, 1, 0, true>>("d64 plain e1", b, true, sl);
+    }
+    return 0;
+  }
   if (std::string(only) == "profile2") {
     // One checked launch of each, for ncu (scripts/ncu_fwd90.sh): plain against softcap 30 on
     // the library's static tiles, d = 128 and 64, 8k non-causal.
