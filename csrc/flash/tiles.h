@@ -197,7 +197,9 @@ __host__ __device__ constexpr BwdTileSm90 bwd_tile_sm90(int head_dim) {
 // softcap) hold more live values (window bounds, sequence info, the modifiers); with the tiles
 // above they spill (ptxas, sm_90a: d = 64 168-240 bytes, d = 128 x 176 176-228, d = 256 x 80
 // 72-80), so they take the next narrower tile: 128 x 128 ping-pong at d = 64 and 128, 128 x 64
-// at d = 256 (no spills).
+// at d = 256 (no spills). Softcap alone on a padded call without a window takes the static-mask
+// softcap instance (problem/mask.h kStaticSoftcapVariant), whose `dynamic` is false: the static
+// tiles (benchmarks/NOTES.md 12.10: +6% at d = 64, +1-5% at d = 128, +8-11% at d = 256).
 struct FwdTileSm90 {
   bool supported;
   int block_m;
