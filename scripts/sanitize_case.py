@@ -131,46 +131,39 @@ def main(argv=None) -> int:
             # long key sequence keeps the block count high enough for that choice.
             d = 128 if 128 in dims else dims[0]
             run(f"{path} head-split d={d}", torch.bfloat16, d, True, False, 1, 9, 16384, 4, 1)
-    # Softcap on padded calls without a window past the short-row rule (tiles.h): the sm90
-    # forward's static-mask softcap instance (problem/mask.h kStaticSoftcapVariant) and its row
-    # max over the raw scores (d = 128), key tail and causal diagonal included; forward only.
+
+    # Forward-only calls: their backward kernels are the cases above.
+    def forward_only(tag, q, k, v, causal, softcap=0.0):
+        nonlocal calls
+        try:
+            out = flash_attn_func(q, k, v, causal=causal, softcap=softcap)
+            torch.cuda.synchronize()
+            calls += 1
+            ref = reference(q, k, v, causal, softcap=softcap)
+            err = (out.float().cpu() - ref).abs().max().item()
+            if not torch.isfinite(out).all().item() or err > 0.1:
+                problems.append(f"{tag}: forward wrong (max err {err:.3g})")
+            if not args.quiet:
+                print(f"{tag}: fwd err {err:.2e}")
+        except Exception as exc:  # noqa: BLE001
+            problems.append(f"{tag}: forward raised {type(exc).__name__}: {exc}")
+
+    def bf16(*shape, scale=1.0):
+        return torch.randn(*shape, device="cuda", dtype=torch.bfloat16) * scale
+
     for d in [x for x in (64, 128, 256) if x in dims]:
         for causal in (False, True):
-            q = torch.randn(1, 1100, 2, d, device="cuda", dtype=torch.bfloat16) * 3
-            k = torch.randn(1, 2200, 1, d, device="cuda", dtype=torch.bfloat16) * 3
-            v = torch.randn_like(k)
-            tag = f"auto softcap d={d} causal={int(causal)} b=1 sq=1100 sk=2200 h=2/1"
-            try:
-                out = flash_attn_func(q, k, v, causal=causal, softcap=30.0)
-                torch.cuda.synchronize()
-                calls += 1
-                err = (out.float().cpu() - reference(q, k, v, causal, softcap=30.0)).abs().max().item()
-                if not torch.isfinite(out).all().item() or err > 0.1:
-                    problems.append(f"{tag}: forward wrong (max err {err:.3g})")
-                if not args.quiet:
-                    print(f"{tag}: fwd err {err:.2e}")
-            except Exception as exc:  # noqa: BLE001
-                problems.append(f"{tag}: forward raised {type(exc).__name__}: {exc}")
-    # The sm90 forward's persistent grid (more tiles than SMs, so each CTA walks several and the
-    # K/V ring and Q's buffer run on across tiles), non-causal and short causal (longest first),
-    # forward only: its backward is the cases above.
-    for d in [x for x in (64, 128, 256) if x in dims]:
-        for causal in (False, True):
-            q = torch.randn(2, 200, 80, d, device="cuda", dtype=torch.bfloat16)
-            k = torch.randn(2, 200, 16, d, device="cuda", dtype=torch.bfloat16)
-            v = torch.randn_like(k)
-            tag = f"auto persistent d={d} causal={int(causal)} b=2 sq=sk=200 h=80/16"
-            try:
-                out = flash_attn_func(q, k, v, causal=causal)
-                torch.cuda.synchronize()
-                calls += 1
-                err = (out.float().cpu() - reference(q, k, v, causal)).abs().max().item()
-                if not torch.isfinite(out).all().item() or err > 0.1:
-                    problems.append(f"{tag}: forward wrong (max err {err:.3g})")
-                if not args.quiet:
-                    print(f"{tag}: fwd err {err:.2e}")
-            except Exception as exc:  # noqa: BLE001
-                problems.append(f"{tag}: raised {type(exc).__name__}: {exc}")
+            # Softcap on a padded call without a window past the short-row rule (tiles.h): the
+            # sm90 forward's static-mask softcap instance (problem/mask.h kStaticSoftcapVariant)
+            # and its row max over the raw scores (d = 128), key tail and causal diagonal.
+            forward_only(f"auto softcap d={d} causal={int(causal)} b=1 sq=1100 sk=2200 h=2/1",
+                         bf16(1, 1100, 2, d, scale=3.0), bf16(1, 2200, 1, d, scale=3.0),
+                         bf16(1, 2200, 1, d), causal, softcap=30.0)
+            # The sm90 forward's persistent grid (more tiles than SMs, so each CTA walks several
+            # and the K/V ring and Q's buffer run on across tiles), non-causal and short causal
+            # (longest first); its backward is the cases above.
+            forward_only(f"auto persistent d={d} causal={int(causal)} b=2 sq=sk=200 h=80/16",
+                         bf16(2, 200, 80, d), bf16(2, 200, 16, d), bf16(2, 200, 16, d), causal)
     # Varlen (the dynamic kernel instances, the per-entry workspace slots) and sliding windows:
     # lengths 0, 1 and partial tiles, a window on each side.
     from flashattn_cu import flash_attn_varlen_func

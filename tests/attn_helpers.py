@@ -65,6 +65,27 @@ def assert_lse_rule(lse, lse_ref, lse_pt, what="lse"):
     assert_rule(lse[keep], lse_ref[keep].float(), lse_pt[keep].float(), 2, 1e-5, what)
 
 
+def check_both_paths(q, k, v, dout, what, deterministic=False, **kw):
+    """flash_attn_func on both kernel paths (auto, sm80) against the fp32 reference by the rule:
+    out and lse 2x, gradients 3x (kw: attention_ref's and flash_attn_func's common arguments)."""
+    from flashattn_cu import flash_attn_func
+    from flashattn_cu.testing import attention_ref, kernel_path
+
+    ref, ref_lse = attention_ref(q, k, v, **kw)
+    pt, pt_lse = attention_ref(q, k, v, upcast=False, **kw)
+    refs = torch.autograd.grad(ref, (q, k, v), dout.float())
+    pts = torch.autograd.grad(pt, (q, k, v), dout)
+    for path in ("auto", "sm80"):
+        with kernel_path(path):
+            out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True,
+                                          deterministic=deterministic, **kw)
+            grads = torch.autograd.grad(out, (q, k, v), dout)
+        assert_rule(out, ref, pt, 2, 1e-5, f"{what}: out ({path})")
+        assert_lse_rule(lse, ref_lse, pt_lse, f"{what}: lse ({path})")
+        for name, g, r, p in zip(("dq", "dk", "dv"), grads, refs, pts):
+            assert_rule(g, r, p, 3, 1e-4, f"{what}: {name} ({path})")
+
+
 def kv_splits(batch, nheads, nheads_k, seqlen_k):
     """How many thread blocks share one kv head's query-head group in the backward: a mirror of
     bwd_kv_splits() in csrc/flash/bwd/params.h (the tests use it to aim at each case)."""

@@ -7,7 +7,7 @@ cap (where tanh saturates and its derivative vanishes)."""
 import pytest
 import torch
 
-from attn_helpers import HEADS, assert_lse_rule, assert_rule, instance_for, make_qkv
+from attn_helpers import HEADS, assert_rule, check_both_paths, instance_for, make_qkv
 from flashattn_cu import _C, flash_attn_func, flash_attn_varlen_func
 from flashattn_cu.testing import attention_ref, kernel_path
 
@@ -15,24 +15,6 @@ from flashattn_cu.testing import attention_ref, kernel_path
 def skip_unless_built(head_dim):
     if instance_for(head_dim) not in _C.built_head_dims():
         pytest.skip(f"head dim {head_dim} not in this build")
-
-
-def check_against_reference(q, k, v, dout, what, deterministic=False, **kw):
-    """Both kernel paths against the fp32 reference by the rule (kw: attention_ref's and
-    flash_attn_func's common arguments)."""
-    ref, ref_lse = attention_ref(q, k, v, **kw)
-    pt, pt_lse = attention_ref(q, k, v, upcast=False, **kw)
-    refs = torch.autograd.grad(ref, (q, k, v), dout.float())
-    pts = torch.autograd.grad(pt, (q, k, v), dout)
-    for path in ("auto", "sm80"):
-        with kernel_path(path):
-            out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True,
-                                          deterministic=deterministic, **kw)
-            grads = torch.autograd.grad(out, (q, k, v), dout)
-        assert_rule(out, ref, pt, 2, 1e-5, f"{what}: out ({path})")
-        assert_lse_rule(lse, ref_lse, pt_lse, f"{what}: lse ({path})")
-        for name, g, r, p in zip(("dq", "dk", "dv"), grads, refs, pts):
-            assert_rule(g, r, p, 3, 1e-4, f"{what}: {name} ({path})")
 
 
 # (softcap, input scale): logits of spread ~ scale^2 against the cap; 1.5 with scale 3 saturates
@@ -57,7 +39,7 @@ def test_softcap_against_reference(softcap, scale, causal, window, seqlens, head
         q.mul_(scale)
         k.mul_(scale)
     dout = torch.randn_like(q)
-    check_against_reference(q, k, v, dout, f"softcap {softcap}", causal=causal,
+    check_both_paths(q, k, v, dout, f"softcap {softcap}", causal=causal,
                             window_size=window, softcap=softcap)
 
 
@@ -84,7 +66,7 @@ def test_softcap_long_rows(softcap, scale, causal, seqlens, dtype, d):
         q.mul_(scale)
         k.mul_(scale)
     dout = torch.randn_like(q)
-    check_against_reference(q, k, v, dout, f"softcap {softcap}", causal=causal, softcap=softcap)
+    check_both_paths(q, k, v, dout, f"softcap {softcap}", causal=causal, softcap=softcap)
 
 
 @pytest.mark.gpu
@@ -103,7 +85,7 @@ def test_softcap_with_alibi_window_and_gqa(dtype, d, deterministic):
     slopes = torch.tensor([2.0 ** (-i - 1) for i in range(6)], device="cuda")
     dout = torch.randn_like(q)
     for causal, window in ((True, (70, 0)), (False, (-1, -1)), (False, (30, 45))):
-        check_against_reference(q, k, v, dout, f"alibi causal={causal} window={window}",
+        check_both_paths(q, k, v, dout, f"alibi causal={causal} window={window}",
                                 causal=causal, window_size=window, softcap=4.0,
                                 alibi_slopes=slopes, deterministic=deterministic)
 
@@ -214,5 +196,5 @@ def test_softcap_bounded_reference_extremes(softcap, pattern):
     v = torch.randn(1, sk, heads, d, device="cuda", generator=gen)
     q, k, v = (t.to(torch.bfloat16).requires_grad_() for t in (q, k, v))
     dout = torch.randn(q.shape, device="cuda", generator=gen).to(torch.bfloat16)
-    check_against_reference(q, k, v, dout, f"softcap {softcap} {pattern}", softcap=softcap,
+    check_both_paths(q, k, v, dout, f"softcap {softcap} {pattern}", softcap=softcap,
                             causal=pattern == "mixed")
