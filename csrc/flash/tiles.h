@@ -344,9 +344,10 @@ __host__ __device__ constexpr int decode_ctas_sm90(int head_dim, int page_size, 
 // TFLOP/s e0 -> e2, mean of two passes, 4k / 16k non-causal, 4k / 16k causal): d = 64 static
 // 192 x 128 324 -> 339, 348 -> 364, 294 -> 298, 329 -> 335 (e3 +2%, e4 -4%); d = 128 128 x 176
 // within the spread (-3 to +6%), d = 256 128 x 80 mixed (+8% at 4k non-causal, -4% at 16k
-// causal): none there. The plain kernels lose with any (d = 64 2 eighths: -6-9%, section 10),
-// since their one MUFU per score does not fill the SFU. The dynamic softcap variant at d = 64
-// takes the same share (its 128 x 128 tile gained 2-3% with 4 eighths, tune_fwd90_v4/v5).
+// causal): none there. The plain d = 64 kernel lost 6-9% with 2 eighths (tune_fwd90_v4_mods);
+// plain d = 128 / 256 are not measured yet (tune_fwd90 `plainexp`, NOTES 12.11). The dynamic
+// softcap variant at d = 64 takes the same share (its 128 x 128 tile gained 2-3% with 4 eighths,
+// tune_fwd90_v4/v5), and so does ALiBi + softcap there (not measured on its own).
 __host__ __device__ constexpr int fwd_poly_eighths_sm90(int head_dim, bool softcap) {
   return softcap && head_dim == 64 ? 2 : 0;
 }
