@@ -39,8 +39,8 @@ def test_softcap_against_reference(softcap, scale, causal, window, seqlens, head
         q.mul_(scale)
         k.mul_(scale)
     dout = torch.randn_like(q)
-    check_both_paths(q, k, v, dout, f"softcap {softcap}", causal=causal,
-                            window_size=window, softcap=softcap)
+    check_both_paths(q, k, v, dout, f"softcap {softcap}", causal=causal, window_size=window,
+                     softcap=softcap)
 
 
 @pytest.mark.gpu
@@ -86,8 +86,8 @@ def test_softcap_with_alibi_window_and_gqa(dtype, d, deterministic):
     dout = torch.randn_like(q)
     for causal, window in ((True, (70, 0)), (False, (-1, -1)), (False, (30, 45))):
         check_both_paths(q, k, v, dout, f"alibi causal={causal} window={window}",
-                                causal=causal, window_size=window, softcap=4.0,
-                                alibi_slopes=slopes, deterministic=deterministic)
+                         causal=causal, window_size=window, softcap=4.0,
+                         alibi_slopes=slopes, deterministic=deterministic)
 
 
 @pytest.mark.gpu
@@ -197,4 +197,4 @@ def test_softcap_bounded_reference_extremes(softcap, pattern):
     q, k, v = (t.to(torch.bfloat16).requires_grad_() for t in (q, k, v))
     dout = torch.randn(q.shape, device="cuda", generator=gen).to(torch.bfloat16)
     check_both_paths(q, k, v, dout, f"softcap {softcap} {pattern}", softcap=softcap,
-                            causal=pattern == "mixed")
+                     causal=pattern == "mixed")

@@ -150,17 +150,16 @@ Status run_fwd(const FwdParams& p, cudaStream_t stream) {
   // (problem/mask.h), on the static variant's tile, unless the call has short rows, whose tile the
   // dynamic softcap variant has already (tiles.h). Measured on the H200 (tune_fwd90 `mods2`,
   // benchmarks/NOTES.md 12.10): +6% at d = 64, +1-5% at d = 128, +8-11% at d = 256.
-  if (static_softcap_call(p) &&
-      !(fwd_tile_sm90_short(kHeadDim).supported &&
-        fwd_short_rows_sm90(kHeadDim, p.is_causal, p.seqlen_q, p.seqlen_k))) {
+  constexpr bool kHasShort = fwd_tile_sm90_short(kHeadDim).supported;
+  const bool short_rows =
+      kHasShort && fwd_short_rows_sm90(kHeadDim, p.is_causal, p.seqlen_q, p.seqlen_k);
+  if (static_softcap_call(p) && !short_rows) {
     return launch_fwd<Element, kHeadDim, kStaticSoftcapVariant>(p, sms, l2_bytes, stream);
   }
   const Status st = with_variant(kernel_variant(p), [&](auto variant) {
     constexpr int kVariant = decltype(variant)::value;
-    if constexpr (kVariant == kStaticVariant && fwd_tile_sm90_short(kHeadDim).supported) {
-      if (fwd_short_rows_sm90(kHeadDim, p.is_causal, p.seqlen_q, p.seqlen_k)) {
-        return launch_fwd<Element, kHeadDim, kVariant, true>(p, sms, l2_bytes, stream);
-      }
+    if constexpr (kVariant == kStaticVariant && kHasShort) {
+      if (short_rows) return launch_fwd<Element, kHeadDim, kVariant, true>(p, sms, l2_bytes, stream);
     }
     return launch_fwd<Element, kHeadDim, kVariant>(p, sms, l2_bytes, stream);
   });
