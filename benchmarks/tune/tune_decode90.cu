@@ -285,7 +285,7 @@ void timeline(const char* name, const Buffers& b, unsigned long long* stamps, in
   auto cycles = [&](int c, int k) { return host[(2 * c + 1) * kPhases + k]; };
   std::vector<double> ghz;  // the SM clock of each CTA, per call
   for (int rep = 0; rep < kReps + 3; ++rep) {
-    CHECK(cudaMemsetAsync(flush, rep & 0xff, kFlushBytes));
+    flush_l2(flush, kFlushBytes, rep);
     CHECK(cudaMemsetAsync(stamps, 0, host.size() * 8));  // (ctas <= 4096: batch 64 x 8 x 1)
     if (fa::sm90::launch_decode_config<__nv_bfloat16, Traits>(kp, 0, stamps) != fa::Status::kSuccess) {
       std::printf("%s: launch failed\n", name);
@@ -344,7 +344,12 @@ void timeline(const char* name, const Buffers& b, unsigned long long* stamps, in
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool timeline_only = argc > 1 && std::string(argv[1]) == "timeline";
+  // "timeline_readflush": the timeline with the L2 emptied by a read instead of a memset
+  // (harness.h g_flush_by_read; NOTES 13.16: whether the slow first megabyte of each CTA is
+  // the flush's dirty lines being written back during the walk).
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const bool timeline_only = mode == "timeline" || mode == "timeline_readflush";
+  g_flush_by_read = mode == "timeline_readflush";
   CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
   // The largest cache of the sweep: batch 64 x 32k keys x 8 heads x d 128, or batch 8 x 128k.
   const size_t kv = size_t{64} * 32768 * kHeadsK * 128;
@@ -372,7 +377,8 @@ int main(int argc, char** argv) {
   }, kReps, kFlushBytes);
   const double copy_gbs = 2.0 * kv * 2 / (copy_ms * 1e-3) / 1e9;
   fill_random<<<1024, 256>>>(b.v, g_kv_alloc, 2u);
-  std::printf("device-to-device copy (read + write): %.0f GB/s\n", copy_gbs);
+  std::printf("device-to-device copy (read + write): %.0f GB/s; the L2 emptied before each timed call by %s\n",
+              copy_gbs, g_flush_by_read ? "a read" : "a memset");
   if (timeline_only) {
     // The library's configurations with stamps: where a call's time goes, batch 1 / 8 / 64.
     unsigned long long* stamps = nullptr;

@@ -232,6 +232,47 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
   CHECK(cudaDeviceGetAttribute(&g_l2, cudaDevAttrL2CacheSize, 0));
   using fa::sm90::FwdTraits;
+  if (std::string(only) == "cap3") {
+    // d = 128 on three consumer warpgroups (192-row tiles, 160 registers each, no ping-pong
+    // turns: each consumer's softmax runs behind the other two's GEMMs) against the library's
+    // two (128 x 176, ping-pong), plain and softcap 30 on the static mask: softcap's SFU work
+    // per score equals its tensor work at d = 128 (two MUFU, 8 cycles a warp each, against
+    // 4 d FLOP a score), and ncu at 81d0a3a had both pipes ~60% busy with two consumers: a
+    // third consumer to hide behind, as at d = 64 (benchmarks/NOTES.md 12.12). 4k and 16k,
+    // non-causal and causal, twice.
+    const std::vector<int> sl = {4096, 16384};
+    g_library_schedule = true;
+    for (int rep = 0; rep < 2; ++rep) {
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true>>("d128 plain 128x176", b, true, sl);
+      sweep<128, FwdTraits<128, 192, 80, 3, true, 0, 0, true>>("d128 plain 192x80 s3", b, true, sl);
+      sweep<128, FwdTraits<128, 192, 64, 3, true, 0, 0, true>>("d128 plain 192x64 s3", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true>, kSoftcap | kStaticMask>("d128 cap 128x176 mf", b, true, sl);
+      sweep<128, FwdTraits<128, 192, 80, 3, true, 0, 0, true, false, 0, true>, kSoftcap | kStaticMask>("d128 cap 192x80 s3 mf", b, true, sl);
+      sweep<128, FwdTraits<128, 192, 64, 3, true, 0, 0, true, false, 0, true>, kSoftcap | kStaticMask>("d128 cap 192x64 s3 mf", b, true, sl);
+      sweep<128, FwdTraits<128, 192, 64, 4, true, 0, 0, true, false, 0, true>, kSoftcap | kStaticMask>("d128 cap 192x64 s4 mf", b, true, sl);
+    }
+    return 0;
+  }
+  if (std::string(only) == "plainexp") {
+    // Plain attention with 1 or 2 eighths of the exponentials on the FMA pipe (kPolyEighths) on
+    // the library's static tiles, back to back, twice: ncu at 81d0a3a had MUFU.EX2 as the most
+    // sampled instruction of plain d = 128 (18.6% of the samples, 80% of them its fixed issue
+    // wait) with the tensor pipe at 76%; d = 64 plain lost 6-9% with 2 eighths on 192 x 128
+    // (tune_fwd90_v4_mods), d = 128 and 256 were never measured.
+    const std::vector<int> sl = {1024, 4096, 16384};
+    g_library_schedule = true;
+    for (int rep = 0; rep < 2; ++rep) {
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true>>("d128 plain e0", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 1, 0, true>>("d128 plain e1", b, true, sl);
+      sweep<128, FwdTraits<128, 128, 176, 2, true, 2, 0, true>>("d128 plain e2", b, true, sl);
+      sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2>>("d256 plain e0", b, true, sl);
+      sweep<256, FwdTraits<256, 128, 80, 2, true, 1, 0, true, false, 2>>("d256 plain e1", b, true, sl);
+      sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true>>("d64 plain e0", b, true, sl);
+      sweep<64, FwdTraits<64, 192, 128, 2, true, 1, 0, true>>("d64 plain e1", b, true, sl);
+    }
+    return 0;
+  }
+#ifndef TUNE_FWD90_CAP3_ONLY  // -DTUNE_FWD90_CAP3_ONLY: the "cap3" and "plainexp" modes alone
   if (std::string(only) == "mods2") {
     // The modifier variants against plain attention on the library's tiles (softcap 30, ALiBi):
     // the dynamic variants' instances (the library's before the static-mask instances), the
@@ -279,25 +320,6 @@ int main(int argc, char** argv) {
       sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2>>("d256 plain 128x80", b, true, sl);
       sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false>, kSoftcap | kStaticMask>("d256 cap st e0", b, true, sl);
       sweep<256, FwdTraits<256, 128, 80, 2, true, 2, 0, true, false, 2, false>, kSoftcap | kStaticMask>("d256 cap st e2", b, true, sl);
-    }
-    return 0;
-  }
-  if (std::string(only) == "plainexp") {
-    // Plain attention with 1 or 2 eighths of the exponentials on the FMA pipe (kPolyEighths) on
-    // the library's static tiles, back to back, twice: ncu at 81d0a3a had MUFU.EX2 as the most
-    // sampled instruction of plain d = 128 (18.6% of the samples, 80% of them its fixed issue
-    // wait) with the tensor pipe at 76%; d = 64 plain lost 6-9% with 2 eighths on 192 x 128
-    // (tune_fwd90_v4_mods), d = 128 and 256 were never measured.
-    const std::vector<int> sl = {1024, 4096, 16384};
-    g_library_schedule = true;
-    for (int rep = 0; rep < 2; ++rep) {
-      sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true>>("d128 plain e0", b, true, sl);
-      sweep<128, FwdTraits<128, 128, 176, 2, true, 1, 0, true>>("d128 plain e1", b, true, sl);
-      sweep<128, FwdTraits<128, 128, 176, 2, true, 2, 0, true>>("d128 plain e2", b, true, sl);
-      sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2>>("d256 plain e0", b, true, sl);
-      sweep<256, FwdTraits<256, 128, 80, 2, true, 1, 0, true, false, 2>>("d256 plain e1", b, true, sl);
-      sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true>>("d64 plain e0", b, true, sl);
-      sweep<64, FwdTraits<64, 192, 128, 2, true, 1, 0, true>>("d64 plain e1", b, true, sl);
     }
     return 0;
   }
@@ -567,5 +589,6 @@ int main(int argc, char** argv) {
 #endif  // TUNE_FWD90_SHORT_ONLY
 #endif  // TUNE_FWD90_PHASES_ONLY
 #endif  // TUNE_FWD90_MODS2_ONLY
+#endif  // TUNE_FWD90_CAP3_ONLY
   return 0;
 }
