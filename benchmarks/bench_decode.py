@@ -14,6 +14,14 @@ a CUDA graph holding one call (each backend's), as a serving loop runs its decod
 call of a small shape waits on the host (the Python wrapper and the dispatcher, 30-50 us a call
 on the H200 machine, more than the kernels of batch 1 at 4k keys: benchmarks/decode_overhead.py
 measures both); --direct times direct calls instead.
+
+The L2 is emptied before each timed call. `--l2-flush memset` is do_bench's own (it zeroes a
+256 MB buffer, which leaves ~50 MB of dirty lines in the L2 that the timed call's first reads
+write back to memory: ~7 us of every call, measured on the H200 with the decode kernel's per-CTA
+timeline, benchmarks/NOTES.md 13.16); `--l2-flush read` (the default) reads the buffer instead,
+leaving clean lines, as a decode step finds the L2 after the projections that read their weights;
+then each call is timed between CUDA events after its flush and the median kept. Every backend is
+timed the same way in the same run.
 """
 from __future__ import annotations
 
@@ -55,11 +63,33 @@ def graph_of(fn):
     return graph
 
 
+_FLUSH = {"mode": "read", "buffer": None}
+
+
+def read_flush_ms(fn, reps=100, warmup=10):
+    """Median ms of fn over `reps` calls, each after a read of a 256 MB buffer (clean L2 lines)."""
+    if _FLUSH["buffer"] is None:
+        _FLUSH["buffer"] = torch.ones(2 ** 26, dtype=torch.int32, device="cuda")
+    buf = _FLUSH["buffer"]
+    times = []
+    for i in range(warmup + reps):
+        buf.amax()  # reads 256 MB, writes one element
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        if i >= warmup:
+            times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
 def time_ms(fn, direct):
     """Median ms of fn: of direct calls, or of replays of a CUDA graph capturing one call."""
     fn()  # the first call of a configuration (launch attributes, plans) outside timing
     torch.cuda.synchronize()
-    return do_bench(fn) if direct else do_bench(graph_of(fn).replay)
+    timed = fn if direct else graph_of(fn).replay
+    return read_flush_ms(timed) if _FLUSH["mode"] == "read" else do_bench(timed)
 
 
 def sdpa_ms(backend, q, k, v, direct):
@@ -89,10 +119,16 @@ def main():
     ap.add_argument("--direct", action="store_true",
                     help="time direct calls (host overhead included where it is longer than the "
                          "kernels) instead of CUDA-graph replays")
+    ap.add_argument("--l2-flush", choices=("read", "memset"), default="read",
+                    help="how the L2 is emptied before each timed call: read a 256 MB buffer "
+                         "(clean lines; the default) or do_bench's memset of one (dirty lines "
+                         "the timed call writes back)")
     args = ap.parse_args()
+    _FLUSH["mode"] = args.l2_flush
     copy = copy_rate_gbs()
     mode = ", with append + rotary" if args.append else ""
-    timing = "direct calls" if args.direct else "CUDA-graph replays"
+    timing = ("direct calls" if args.direct else "CUDA-graph replays") + (
+        ", L2 emptied by a read" if args.l2_flush == "read" else ", L2 emptied by a memset")
     lines = [f"# Decode{mode}, {torch.cuda.get_device_name()}, seqlen_q {args.seqlen_q}, bf16, "
              f"{HEADS}/{HEADS_K} heads; GB/s of K + V ({timing}); copy rate {copy:.0f} GB/s", "",
              "| d | batch | keys | cache | ours GB/s | % copy | SDPA flash | SDPA cuDNN |",

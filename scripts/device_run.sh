@@ -38,7 +38,8 @@
 #                         set: varlen and sliding window against padded / causal); table in extras
 #   DECODE_SEQLEN_Q       seqlen_q values for benchmarks/bench_decode.py (step "decode", not in the default
 #                         set; default "1"); tables (and benchmarks/plot_decode.py charts) in extras;
-#                         DECODE_TIMEOUT bounds each run;
+#                         DECODE_TIMEOUT bounds each run; DECODE_ARGS extra bench_decode.py flags
+#                         (e.g. "--l2-flush memset");
 #                         DECODE_APPEND=1 also runs each with --append (k, v and rotary per call)
 #   SANITIZE_KV_TOOLS, SANITIZE_KV_K   step "sanitize_kv" (not in the default set): compute-sanitizer tools
 #                         (default racecheck,memcheck) over SANITIZE_KV_FILE (default tests/test_kvcache.py)
@@ -307,8 +308,9 @@ main() {
     if want decode; then
         local sq
         for sq in ${DECODE_SEQLEN_Q:-1}; do
+            # shellcheck disable=SC2086  # DECODE_ARGS: extra flags, word-split on purpose
             run_step "decode:q$sq" "$LOGS/decode_q$sq.log" timeout "${DECODE_TIMEOUT:-0}" "$PY" benchmarks/bench_decode.py \
-                --seqlen-q "$sq" --out "$LOGS/decode_q$sq.md"
+                --seqlen-q "$sq" --out "$LOGS/decode_q$sq.md" ${DECODE_ARGS:-}
             # The chart (benchmarks/plot_decode.py; matplotlib, no GPU); a missing plot fails no step.
             [ -f "$LOGS/decode_q$sq.md" ] && "$PY" benchmarks/plot_decode.py "$LOGS/decode_q$sq.md" \
                 --out "$LOGS/decode_q$sq.png" > /dev/null 2>&1
