@@ -134,11 +134,12 @@ struct RingSlot {
 // Which tile a CTA walks after its k-th (k from 0; its first is blockIdx.x). Static (no
 // counter): problem/scheduler.h cta_tile_index's walk, which producer and consumers each work
 // out. Dynamic (FwdTmaParams::tile_counter, fwd_launch.h: causal calls): the counter's next
-// value + gridDim.x, claimed by the producer once it has issued the k-th tile's loads and handed
-// to the consumers through a ring of kClaimSlots words behind full / empty mbarriers. With the
-// tiles in decreasing cost (query_tile_at's grouped order), the CTA that gets to its claim first
-// takes the heaviest tile left, as the hardware's hand-out of one CTA per tile does, while the
-// next tile's loads still run behind this one's last steps, as on the static persistent grid.
+// value + gridDim.x, claimed by the producer at the start of the CTA's k-th tile and handed to
+// the consumers through a ring of kClaimSlots words behind full / empty mbarriers. With the tiles
+// in decreasing cost (query_tile_at's grouped order), the CTA that gets to its claim first takes
+// the heaviest tile left, as the hardware's hand-out of one CTA per tile does, while the next
+// tile's loads still run behind this one's last steps, as on the static persistent grid. The
+// claim is made a tile ahead, so the consumers find it published when they reach it.
 template <typename Traits>
 struct TileClaims {
   int* counter;
@@ -183,11 +184,10 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
   uint32_t q_parity = 0;  // tiles with key blocks so far, mod 2
 #pragma unroll 1
   for (int k = 0, index = blockIdx.x; index < num_tiles; ++k) {
+    const int next_index = claims.claim(k);  // before any wait of this tile's
     const FwdWork w = fwd_work<kDynamic, Traits::kBlockM, kBlockN>(p, index, num_m, tp.group_heads);
-    if (w.num_blocks <= 0) {  // the consumers wait for nothing either
-      index = claims.claim(k);
-      continue;
-    }
+    index = next_index;
+    if (w.num_blocks <= 0) continue;  // the consumers wait for nothing either
     const MapRows qm = map_rows(w.seq.start_q, w.seq.batch);
     const MapRows km = map_rows(w.seq.start_k, w.seq.batch);
     const int head_k = w.tile.head / group;
@@ -232,12 +232,6 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
     }
     ring += w.num_blocks;
     q_parity ^= 1;
-    // The next tile, claimed once this one's loads are issued (its consumers are then at most
-    // kStages blocks from its end): as late as the next tile's loads allow, so that the claims
-    // stay as greedy as the hardware's hand-out of one CTA per tile (a claim at the tile's start
-    // committed a CTA to its next tile a whole tile early: tune_fwd90 dynsched v1, d = 256
-    // causal 16k -13%).
-    index = claims.claim(k);
   }
 }
 
@@ -655,11 +649,8 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
 #pragma unroll 1
   for (int k = 0, index = blockIdx.x; index < num_tiles; ++k) {
     const FwdWork w = fwd_work<kDynamic, Traits::kBlockM, Traits::kBlockN>(p, ts);
-    // The next tile, read once the producer has claimed it (after issuing this tile's loads,
-    // which the consumers have waited for by the last P V).
-    int next_index = num_tiles;
+    const int next_index = claims.next(k);
     auto ahead = [&] {
-      next_index = claims.next(k);
       if (next_index < num_tiles) ts = tile_seq_at(next_index);
     };
     if (w.skip) {
