@@ -35,15 +35,13 @@ int g_l2 = 50 << 20;
 int g_reps = 20;  // timed repetitions (0: one checked launch, for profiling)
 bool g_library_schedule = false;  // the library's causal choice (causal_persistent(p)) instead
 bool g_causal_persistent = true;  // fwd_schedule's causal choice (run_fwd: causal_persistent), swept in main
-int* g_tile_counter = nullptr;  // the dynamic tile scheduler's counter (launch_fwd_config), or none
 
 // The static-variant instance of one sm90 configuration (no other variant is compiled here),
 // launched as the library launches it, with the causal schedule of this sweep pass.
 template <typename Traits, int kVariant = fa::kStaticVariant>
 fa::Status run_sm90(const fa::FwdParams& p) {
   return fa::sm90::launch_fwd_config<__nv_bfloat16, Traits, kVariant>(
-      p, g_sms, g_l2, g_library_schedule ? fa::sm90::causal_persistent(p) : g_causal_persistent, 0,
-      nullptr, g_tile_counter);
+      p, g_sms, g_l2, g_library_schedule ? fa::sm90::causal_persistent(p) : g_causal_persistent, 0);
 }
 
 // The reference: the sm80 kernel of the sweep's head dim, launched as the library launches it
@@ -234,47 +232,6 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
   CHECK(cudaDeviceGetAttribute(&g_l2, cudaDevAttrL2CacheSize, 0));
   using fa::sm90::FwdTraits;
-  if (std::string(only) == "dynsched") {
-    // Causal calls on the library's tiles and epilogues (tiles.h fwd_tile_sm90 / _short: the
-    // short tile at d = 64 up to 1k keys, at d = 128 / 256 up to 2k), the library's schedule
-    // (the static persistent walk at d <= 128 up to 4k keys, else one CTA per tile) against the
-    // dynamic tile scheduler (a counter, fwd_kernel.h TileClaims), back to back, twice. FA4 side
-    // by side at aef5ecb (results/fa4_side_by_side_h200_aef5ecb.md): causal d = 256 4k / 8k
-    // 0.88 / 0.91 of FA4, d = 128 0.91 / 0.92; the phases of one CTA per tile (tune_fwd90 v13):
-    // ~3,000 cycles of Q wait and first K a tile plus an epilogue nothing overlaps.
-    CHECK(cudaMalloc(&g_tile_counter, 4));
-    int* const counter = g_tile_counter;
-    g_library_schedule = true;
-    using Short64 = FwdTraits<64, 128, 128, 2, true, 0, 0, true>;
-    using Long64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true>;
-    using Short128 = FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1>;
-    using Long128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true>;
-    using Short256 = FwdTraits<256, 128, 64, 2, true, 0, 0, true, false, 2>;
-    using Long256 = FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2>;
-    const std::vector<int> s1 = {1024}, s2 = {1024, 2048}, l64 = {2048, 4096, 8192, 16384},
-                           l128 = {4096, 8192, 16384};
-    for (int rep = 0; rep < 2; ++rep) {
-      for (int dyn = 0; dyn < 2; ++dyn) {
-        g_tile_counter = dyn ? counter : nullptr;
-        const char* const tag = dyn ? "dyn" : "lib";
-        char name[64];
-        std::snprintf(name, sizeof(name), "d64 128x128 %s", tag);
-        sweep<64, Short64>(name, b, false, s1);
-        std::snprintf(name, sizeof(name), "d64 192x128 %s", tag);
-        sweep<64, Long64>(name, b, false, l64);
-        std::snprintf(name, sizeof(name), "d128 128x128 %s", tag);
-        sweep<128, Short128>(name, b, false, s2);
-        std::snprintf(name, sizeof(name), "d128 128x176 %s", tag);
-        sweep<128, Long128>(name, b, false, l128);
-        std::snprintf(name, sizeof(name), "d256 128x64 %s", tag);
-        sweep<256, Short256>(name, b, false, s2);
-        std::snprintf(name, sizeof(name), "d256 128x80 %s", tag);
-        sweep<256, Long256>(name, b, false, l128);
-      }
-    }
-    g_tile_counter = nullptr;
-    return 0;
-  }
   if (std::string(only) == "cap3") {
     // d = 128 on three consumer warpgroups (192-row tiles, 160 registers each, no ping-pong
     // turns: each consumer's softmax runs behind the other two's GEMMs) against the library's
@@ -315,7 +272,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-#ifndef TUNE_FWD90_CAP3_ONLY  // -DTUNE_FWD90_CAP3_ONLY: "dynsched", "cap3" and "plainexp" alone
+#ifndef TUNE_FWD90_CAP3_ONLY  // -DTUNE_FWD90_CAP3_ONLY: the "cap3" and "plainexp" modes alone
   if (std::string(only) == "mods2") {
     // The modifier variants against plain attention on the library's tiles (softcap 30, ALiBi):
     // the dynamic variants' instances (the library's before the static-mask instances), the

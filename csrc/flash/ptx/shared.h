@@ -1,6 +1,5 @@
-// Plain shared-memory stores and loads by 32-bit shared-window address (the address form
-// ldmatrix and cp.async take), for tiles a thread fills from registers instead of by cp.async,
-// and for words one role hands another behind an mbarrier.
+// Plain shared-memory stores by 32-bit shared-window address (the address form ldmatrix and
+// cp.async take), for tiles a thread fills from registers instead of by cp.async.
 #pragma once
 
 #include <cstdint>
@@ -19,13 +18,6 @@ FLASHATTN_CU_DEVICE void st_shared_v4(uint32_t smem_addr, uint4 v) {
 // 4 bytes to shared memory at smem_addr (4-byte aligned).
 FLASHATTN_CU_DEVICE void st_shared_b32(uint32_t smem_addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(smem_addr), "r"(v) : "memory");
-}
-
-// 4 bytes from shared memory at smem_addr (4-byte aligned).
-FLASHATTN_CU_DEVICE uint32_t ld_shared_b32(uint32_t smem_addr) {
-  uint32_t v;
-  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(smem_addr) : "memory");
-  return v;
 }
 
 }  // namespace flashattn_cu::ptx

@@ -131,51 +131,11 @@ struct RingSlot {
       : stage(i % Traits::kStages), parity((i / Traits::kStages) & 1) {}
 };
 
-// Which tile a CTA walks after its k-th (k from 0; its first is blockIdx.x). Static (no
-// counter): problem/scheduler.h cta_tile_index's walk, which producer and consumers each work
-// out. Dynamic (FwdTmaParams::tile_counter, fwd_launch.h: causal calls): the counter's next
-// value + gridDim.x, claimed by the producer at the start of the CTA's k-th tile and handed to
-// the consumers through a ring of kClaimSlots words behind full / empty mbarriers. With the tiles
-// in decreasing cost (query_tile_at's grouped order), the CTA that gets to its claim first takes
-// the heaviest tile left, as the hardware's hand-out of one CTA per tile does, while the next
-// tile's loads still run behind this one's last steps, as on the static persistent grid. The
-// claim is made a tile ahead, so the consumers find it published when they reach it.
-template <typename Traits>
-struct TileClaims {
-  int* counter;
-  uint32_t bars;   // the CTA's barriers (Traits::kOffBarriers)
-  uint32_t words;  // the ring's words (Traits::kOffClaims)
-
-  __device__ __forceinline__ int slot(int k) const { return k % Traits::kClaimSlots; }
-  __device__ __forceinline__ uint32_t parity(int k) const {
-    return static_cast<uint32_t>(k / Traits::kClaimSlots) & 1u;
-  }
-  // The producer's claim of the tile after its k-th, published for the consumers.
-  __device__ __forceinline__ int claim(int k) const {
-    if (counter == nullptr) return cta_tile_index(k + 1, blockIdx.x, gridDim.x);
-    const int next = atomicAdd(counter, 1) + static_cast<int>(gridDim.x);
-    // A fresh barrier's previous phase counts as complete: parity ^ 1.
-    ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarClaimEmpty + slot(k)), parity(k) ^ 1u);
-    ptx::st_shared_b32(words + 4 * slot(k), static_cast<uint32_t>(next));
-    ptx::mbarrier_arrive(bars + 8 * (Traits::kBarClaimFull + slot(k)));
-    return next;
-  }
-  // The consumers' read of the same (every thread; each warp's lane 0 releases the word).
-  __device__ __forceinline__ int next(int k) const {
-    if (counter == nullptr) return cta_tile_index(k + 1, blockIdx.x, gridDim.x);
-    ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarClaimFull + slot(k)), parity(k));
-    const int next = static_cast<int>(ptx::ld_shared_b32(words + 4 * slot(k)));
-    __syncwarp();
-    if (threadIdx.x % 32 == 0) ptx::mbarrier_arrive(bars + 8 * (Traits::kBarClaimEmpty + slot(k)));
-    return next;
-  }
-};
-
 // The producer: one thread issues, tile after tile, Q's load (once the consumers are done with
 // the last tile's Q), then K and V of each visited key block, last first, into the ring.
 template <typename Traits, bool kDynamic>
 __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s_base, int num_m,
-                                              int num_tiles, const TileClaims<Traits>& claims) {
+                                              int num_tiles) {
   constexpr int kBlockN = Traits::kBlockN;
   const FwdParams& p = tp.kp.p;
   const uint32_t bars = s_base + Traits::kOffBarriers;
@@ -183,10 +143,9 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
   int ring = 0;           // key-block steps so far
   uint32_t q_parity = 0;  // tiles with key blocks so far, mod 2
 #pragma unroll 1
-  for (int k = 0, index = blockIdx.x; index < num_tiles; ++k) {
-    const int next_index = claims.claim(k);  // before any wait of this tile's
+  for (int k = 0, index = blockIdx.x; index < num_tiles;
+       index = cta_tile_index(++k, blockIdx.x, gridDim.x)) {
     const FwdWork w = fwd_work<kDynamic, Traits::kBlockM, kBlockN>(p, index, num_m, tp.group_heads);
-    index = next_index;
     if (w.num_blocks <= 0) continue;  // the consumers wait for nothing either
     const MapRows qm = map_rows(w.seq.start_q, w.seq.batch);
     const MapRows km = map_rows(w.seq.start_k, w.seq.batch);
@@ -584,9 +543,9 @@ struct PingPong {
   }
 };
 
-// The CTA walks its tiles (TileClaims: problem/scheduler.h's static walk or the dynamic
-// scheduler's claims; query_tile_at), the producer ahead of the consumers: persistent with a
-// grid of one CTA per SM, one tile per CTA with a grid of every tile (fwd_launch.h says when).
+// The CTA walks its tiles (problem/scheduler.h: cta_tile_index, query_tile_at), the producer
+// ahead of the consumers: persistent with a grid of one CTA
+// per SM, one tile per CTA with a grid of every tile (fwd_launch.h says when).
 template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw) {
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
@@ -609,11 +568,6 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
     ptx::mbarrier_init(bars + 8 * Traits::kBarQFull, 1);
     ptx::mbarrier_init(bars + 8 * Traits::kBarQEmpty, Traits::kQEmptyArrivals);
 #pragma unroll
-    for (int s = 0; s < Traits::kClaimSlots; ++s) {
-      ptx::mbarrier_init(bars + 8 * (Traits::kBarClaimFull + s), 1);
-      ptx::mbarrier_init(bars + 8 * (Traits::kBarClaimEmpty + s), 4 * Traits::kConsumers);
-    }
-#pragma unroll
     for (int s = 0; s < Traits::kStages; ++s) {
       ptx::mbarrier_init(bars + 8 * (Traits::kBarKFull + s), 1);
       ptx::mbarrier_init(bars + 8 * (Traits::kBarVFull + s), 1);
@@ -623,12 +577,11 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
     ptx::fence_mbarrier_init();
   }
   __syncthreads();  // the last barrier of all warpgroups: the roles split here
-  const TileClaims<Traits> claims{tp.tile_counter, bars, s_base + Traits::kOffClaims};
 
   if (wg == 0) {
     ptx::setmaxnreg_dec<Traits::kProducerRegs>();
     if (warp == 0 && ptx::elect_one_sync()) {
-      produce_tiles<Traits, kDynamic>(tp, s_base, num_m, num_tiles, claims);
+      produce_tiles<Traits, kDynamic>(tp, s_base, num_m, num_tiles);
     }
     return;
   }
@@ -649,7 +602,7 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
 #pragma unroll 1
   for (int k = 0, index = blockIdx.x; index < num_tiles; ++k) {
     const FwdWork w = fwd_work<kDynamic, Traits::kBlockM, Traits::kBlockN>(p, ts);
-    const int next_index = claims.next(k);
+    const int next_index = cta_tile_index(k + 1, blockIdx.x, gridDim.x);
     auto ahead = [&] {
       if (next_index < num_tiles) ts = tile_seq_at(next_index);
     };

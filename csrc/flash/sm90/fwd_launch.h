@@ -35,11 +35,10 @@ inline Status encode_rows_map(CUtensorMap* map, DType dtype, const void* base, i
   return encode_tensor_map(map, dtype, 4, base, dims, bytes, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
-// How a call's tiles are spread (fwd_kernel.h walks tiles blockIdx.x, then TileClaims').
+// How a call's tiles are spread (fwd_kernel.h walks tiles blockIdx.x, + gridDim.x, ...).
 struct FwdSchedule {
   int64_t grid;     // CTAs
   int group_heads;  // query_tile_at's order (problem/scheduler.h)
-  bool claims;      // the dynamic tile scheduler (a counter; fwd_kernel.h TileClaims)
 };
 
 // Persistent (one CTA per SM: the next tile's loads run behind this one's last steps and
@@ -58,36 +57,28 @@ inline bool causal_persistent(const FwdParams& p) {
   return p.head_dim <= 128 && keys <= 4096;
 }
 
-// With a tile counter (`claims`), a causal call without a left window walks its tiles on the
-// persistent grid in the same longest-first grouped order, each CTA claiming the next tile when
-// it gets to it (the dynamic scheduler): greedy like one CTA per tile, with the next tile's
-// loads behind this one's last steps like the persistent grid.
 inline FwdSchedule fwd_schedule(const FwdParams& p, int64_t tiles, int sms, int64_t l2_bytes,
-                                bool causal_persistent, bool claims = false) {
-  claims = claims && p.is_causal && p.window_left < 0 && !dynamic_seqlens(p) && tiles > sms;
-  if (dynamic_seqlens(p) || (p.is_causal && !causal_persistent && !claims) || tiles <= sms) {
-    return FwdSchedule{tiles, 0, false};
+                                bool causal_persistent) {
+  if (dynamic_seqlens(p) || (p.is_causal && !causal_persistent) || tiles <= sms) {
+    return FwdSchedule{tiles, 0};
   }
-  if (!p.is_causal) return FwdSchedule{sms, 0, false};
+  if (!p.is_causal) return FwdSchedule{sms, 0};
   // K and V of one query head's (batch, kv head): 4 bytes per key and column, shared by the
   // query heads of its group.
   const int64_t kv_bytes = static_cast<int64_t>(p.seqlen_k) * p.head_dim * 4;
   int64_t heads = kv_bytes > 0 ? l2_bytes / 2 / kv_bytes * (p.num_heads / p.num_heads_k) : 1;
   const int64_t total = static_cast<int64_t>(p.batch) * p.num_heads;
   heads = heads < 1 ? 1 : heads > total ? total : heads;
-  return FwdSchedule{sms, static_cast<int>(heads), claims};
+  return FwdSchedule{sms, static_cast<int>(heads)};
 }
 
 // The launch of one compiled configuration (Traits, kernel variant kVariant of problem/mask.h)
 // for a call: its TMA maps, its schedule (fwd_schedule, with the causal choice given), the grid.
 // sms / l2_bytes: the device's. benchmarks/tune/tune_fwd90.cu sweeps configurations through it.
 // stamps: Traits::kStamps configurations only (the harness's phase clocks, fwd_clock.h).
-// tile_counter: 4 bytes of device memory for the dynamic tile scheduler (fwd_schedule says when
-// it runs; cleared here on the stream), or null for the static schedules.
 template <typename Element, typename Traits, int kVariant>
 Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_persistent,
-                         cudaStream_t stream, unsigned long long* stamps = nullptr,
-                         int* tile_counter = nullptr) {
+                         cudaStream_t stream, unsigned long long* stamps = nullptr) {
   if (Traits::kStamps != (stamps != nullptr)) return Status::kInvalidArgument;
   const TmaExtents e = tma_extents(p);
   FwdTmaParams tp;
@@ -124,14 +115,8 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
       query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
   if (tiles == 0) return Status::kSuccess;
   if (tiles > INT_MAX - sms) return Status::kInvalidArgument;  // cta_tile_index stays in int
-  const FwdSchedule schedule =
-      fwd_schedule(p, tiles, sms, l2_bytes, causal_persistent, tile_counter != nullptr);
+  const FwdSchedule schedule = fwd_schedule(p, tiles, sms, l2_bytes, causal_persistent);
   tp.group_heads = schedule.group_heads;
-  if (schedule.claims) {
-    const cudaError_t err = cudaMemsetAsync(tile_counter, 0, sizeof(int), stream);
-    if (err != cudaSuccess) return cuda_status(err);
-    tp.tile_counter = tile_counter;
-  }
   return launch_kernel<fwd_kernel<Element, Traits, kVariant>>(
       dim3(static_cast<unsigned>(schedule.grid)), dim3(Traits::kNThreads), Traits::kSmemBytes,
       stream, tp);

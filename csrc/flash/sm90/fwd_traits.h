@@ -25,10 +25,6 @@ struct FwdTmaParams {
   // Traits::kTmaStoreO: o_map describes o (fwd_launch.h: a padded call whose o TMA can write);
   // otherwise the kernel stores O from the registers.
   bool o_tma = false;
-  // The dynamic tile scheduler (fwd_launch.h: causal calls given a workspace): a counter, zero
-  // at the launch, from which each CTA's producer claims its next tile (fwd_kernel.h
-  // TileClaims); null: the static walk of problem/scheduler.h cta_tile_index.
-  int* tile_counter = nullptr;
 };
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true,
@@ -93,27 +89,20 @@ struct FwdTraits {
   static constexpr uint32_t kOffK = kOffQ + kQBytes;
   static constexpr uint32_t kOffV = kOffK + kStages * kKVBytes;
   static constexpr uint32_t kOffBarriers = kOffV + kStages * kKVBytes;
-  // Barrier indices: Q full, Q empty, then per stage K full, V full, K empty, V empty, then per
-  // slot of the tile claims' ring (FwdTmaParams::tile_counter) full and empty.
+  // Barrier indices: Q full, Q empty, then per stage K full, V full, K empty, V empty.
   static constexpr int kBarQFull = 0;
   static constexpr int kBarQEmpty = 1;
   static constexpr int kBarKFull = 2;
   static constexpr int kBarVFull = 2 + kStages;
   static constexpr int kBarKEmpty = 2 + 2 * kStages;
   static constexpr int kBarVEmpty = 2 + 3 * kStages;
-  static constexpr int kClaimSlots = 2;
-  static constexpr int kBarClaimFull = 2 + 4 * kStages;
-  static constexpr int kBarClaimEmpty = kBarClaimFull + kClaimSlots;
-  static constexpr int kNumBarriers = kBarClaimEmpty + kClaimSlots;
-  // The claims' ring: a tile index (int) per slot, after the barriers.
-  static constexpr uint32_t kOffClaims = kOffBarriers + 8 * kNumBarriers;
-  static constexpr uint32_t kEndClaims = kOffClaims + 4 * kClaimSlots;
+  static constexpr int kNumBarriers = 2 + 4 * kStages;
   // kTmaStoreO 1: each consumer's O staging, kAtoms boxes of 64 rows x 128 bytes, after the
-  // barriers and the claims (1024-byte aligned: sw128).
+  // barriers (1024-byte aligned: sw128).
   static constexpr uint32_t kOBoxBytes = 64 * 128;
-  static constexpr uint32_t kOffO = (kEndClaims + 1023) / 1024 * 1024;
+  static constexpr uint32_t kOffO = (kOffBarriers + 8 * kNumBarriers + 1023) / 1024 * 1024;
   static constexpr int kSmemBytes =
-      (kTmaStoreO == 1 ? kOffO + kConsumers * kAtoms * kOBoxBytes : kEndClaims) +
+      (kTmaStoreO == 1 ? kOffO + kConsumers * kAtoms * kOBoxBytes : kOffBarriers + 8 * kNumBarriers) +
       1024;  // + alignment slack
   // Register budgets (setmaxnreg): the producer needs few; the consumers take the rest of the
   // 64K registers (2 consumers: 128 x 24 + 256 x 240; 3: 128 x 32 + 384 x 160).
