@@ -233,11 +233,18 @@ enum KernelVariant : int {
   // instance for those calls (static_softcap_call), on the static variant's tiles, which the
   // dynamic softcap variant's live values do not fit (ptxas, sm_90a: d = 128 128 x 176 0 bytes
   // of spills against 288). with_variant never picks it; only sm90/fwd_launch.h compiles it.
-  kStaticSoftcapVariant = 7
+  kStaticSoftcapVariant = 7,
+  // A sliding window alone on a padded call (no sequence arrays, no modifier, no dropout): the
+  // dynamic variant's mask without its sequence arrays (padded_window_call), the sm90a forward's
+  // instance for those calls. with_variant never picks it; only sm90/fwd_launch.h compiles it.
+  kPaddedWindowVariant = 8
 };
-constexpr int kNumKernelVariants = 8;
+constexpr int kNumKernelVariants = 9;
 
+// Whether a variant's mask may hold a window (and its kernels the int64 window arithmetic).
 constexpr bool variant_dynamic(int v) { return v != kStaticVariant && v != kStaticSoftcapVariant; }
+// Whether a variant reads the sequence arrays (cu_seqlens, seqused_k: problem/seqlen.h).
+constexpr bool variant_seqlens(int v) { return variant_dynamic(v) && v != kPaddedWindowVariant; }
 constexpr bool variant_alibi(int v) { return v == kAlibiVariant || v == kAlibiSoftcapVariant; }
 constexpr bool variant_softcap(int v) {
   return v == kSoftcapVariant || v == kAlibiSoftcapVariant || v == kStaticSoftcapVariant;
@@ -265,6 +272,12 @@ __host__ __device__ __forceinline__ int kernel_variant(const Params& p) {
 template <typename Params>
 __host__ __device__ __forceinline__ bool static_softcap_call(const Params& p) {
   return kernel_variant(p) == kSoftcapVariant && !dynamic_mask_instance(p);
+}
+
+// Whether kPaddedWindowVariant can serve a call of kDynamicVariant (a window, padded).
+template <typename Params>
+__host__ __device__ __forceinline__ bool padded_window_call(const Params& p) {
+  return kernel_variant(p) == kDynamicVariant && !dynamic_seqlens(p);
 }
 
 // The mask of `seq` for kernel instance kDynamic (the static one has no window: none or causal,

@@ -93,12 +93,12 @@ struct FwdTileSeq {
   SeqInfo seq;
 };
 
-template <bool kDynamic>
+template <bool kSeqlens>
 __device__ __forceinline__ FwdTileSeq fwd_tile_seq(const FwdParams& p, int index, int num_m,
                                                    int group_heads) {
   FwdTileSeq ts;
   ts.tile = query_tile_at(index, num_m, p.num_heads, group_heads, p.batch * p.num_heads);
-  ts.seq = seq_info<kDynamic>(p, ts.tile.batch);
+  ts.seq = seq_info<kSeqlens>(p, ts.tile.batch);
   return ts;
 }
 
@@ -114,10 +114,10 @@ __device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, const FwdTileSeq
   return w;
 }
 
-template <bool kDynamic, int kBlockM, int kBlockN>
+template <bool kDynamic, bool kSeqlens, int kBlockM, int kBlockN>
 __device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, int index, int num_m,
                                             int group_heads) {
-  return fwd_work<kDynamic, kBlockM, kBlockN>(p, fwd_tile_seq<kDynamic>(p, index, num_m,
+  return fwd_work<kDynamic, kBlockM, kBlockN>(p, fwd_tile_seq<kSeqlens>(p, index, num_m,
                                                                         group_heads));
 }
 
@@ -133,7 +133,7 @@ struct RingSlot {
 
 // The producer: one thread issues, tile after tile, Q's load (once the consumers are done with
 // the last tile's Q), then K and V of each visited key block, last first, into the ring.
-template <typename Traits, bool kDynamic>
+template <typename Traits, bool kDynamic, bool kSeqlens>
 __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s_base, int num_m,
                                               int num_tiles) {
   constexpr int kBlockN = Traits::kBlockN;
@@ -145,7 +145,8 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
 #pragma unroll 1
   for (int k = 0, index = blockIdx.x; index < num_tiles;
        index = cta_tile_index(++k, blockIdx.x, gridDim.x)) {
-    const FwdWork w = fwd_work<kDynamic, Traits::kBlockM, kBlockN>(p, index, num_m, tp.group_heads);
+    const FwdWork w =
+        fwd_work<kDynamic, kSeqlens, Traits::kBlockM, kBlockN>(p, index, num_m, tp.group_heads);
     if (w.num_blocks <= 0) continue;  // the consumers wait for nothing either
     const MapRows qm = map_rows(w.seq.start_q, w.seq.batch);
     const MapRows km = map_rows(w.seq.start_k, w.seq.batch);
@@ -207,7 +208,8 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
                                              FwdClock<Traits::kStamps>& clock, Ahead&& ahead) {
   const FwdKernelParams& kp = tp.kp;
   clock.mark(kPhaseSchedule);
-  constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
+  constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h: windows
+  constexpr bool kSeqlens = variant_seqlens(kVariant);  // and sequence arrays
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
@@ -311,7 +313,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     auto score_tile = [&](int n) {
       apply_score_mods<kVariant>(acc_s, kp, batch, head, m_start + warp_row0, n * kBlockN, lane);
       if (n >= w.blocks.unmasked_end || n < w.blocks.unmasked_begin) {
-        mask_of<kDynamic>(seq_info<kDynamic>(p, batch), p)
+        mask_of<kDynamic>(seq_info<kSeqlens>(p, batch), p)
             .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
       }
     };
@@ -326,7 +328,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         const bool boundary = n >= w.blocks.unmasked_end || n < w.blocks.unmasked_begin;
         auto mask = [&] {
           if (boundary) {
-            mask_of<kDynamic>(seq_info<kDynamic>(p, batch), p)
+            mask_of<kDynamic>(seq_info<kSeqlens>(p, batch), p)
                 .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
           }
         };
@@ -548,7 +550,8 @@ struct PingPong {
 // per SM, one tile per CTA with a grid of every tile (fwd_launch.h says when).
 template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw) {
-  constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
+  constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h: windows
+  constexpr bool kSeqlens = variant_seqlens(kVariant);  // and sequence arrays
   const FwdParams& p = tp.kp.p;
   const int tid = threadIdx.x, warp = tid / 32, wg = warp / 4;
   const int num_m = ceil_div(p.seqlen_q, Traits::kBlockM);
@@ -581,7 +584,7 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   if (wg == 0) {
     ptx::setmaxnreg_dec<Traits::kProducerRegs>();
     if (warp == 0 && ptx::elect_one_sync()) {
-      produce_tiles<Traits, kDynamic>(tp, s_base, num_m, num_tiles);
+      produce_tiles<Traits, kDynamic, kSeqlens>(tp, s_base, num_m, num_tiles);
     }
     return;
   }
@@ -595,7 +598,7 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   clock.start();
   // The next tile's costly part is worked out during this one (consume_tile's `ahead`).
   auto tile_seq_at = [&](int index) {
-    return fwd_tile_seq<kDynamic>(p, index, num_m, tp.group_heads);
+    return fwd_tile_seq<kSeqlens>(p, index, num_m, tp.group_heads);
   };
   FwdTileSeq ts;
   if (static_cast<int>(blockIdx.x) < num_tiles) ts = tile_seq_at(static_cast<int>(blockIdx.x));

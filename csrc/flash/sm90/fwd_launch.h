@@ -156,6 +156,12 @@ Status run_fwd(const FwdParams& p, cudaStream_t stream) {
   if (static_softcap_call(p) && !short_rows) {
     return launch_fwd<Element, kHeadDim, kStaticSoftcapVariant>(p, sms, l2_bytes, stream);
   }
+  // A window alone on a padded call: the dynamic variant's mask and tile without its sequence
+  // arrays (problem/mask.h kPaddedWindowVariant). Measured on the H200 (tune_fwd90 `window`,
+  // benchmarks/NOTES.md 12.12): see there.
+  if (padded_window_call(p)) {
+    return launch_fwd<Element, kHeadDim, kPaddedWindowVariant>(p, sms, l2_bytes, stream);
+  }
   const Status st = with_variant(kernel_variant(p), [&](auto variant) {
     constexpr int kVariant = decltype(variant)::value;
     if constexpr (kVariant == kStaticVariant && kHasShort) {
