@@ -133,13 +133,13 @@ def main(argv=None) -> int:
             run(f"{path} head-split d={d}", torch.bfloat16, d, True, False, 1, 9, 16384, 4, 1)
 
     # Forward-only calls: their backward kernels are the cases above.
-    def forward_only(tag, q, k, v, causal, softcap=0.0):
+    def forward_only(tag, q, k, v, causal, softcap=0.0, window=(-1, -1)):
         nonlocal calls
         try:
-            out = flash_attn_func(q, k, v, causal=causal, softcap=softcap)
+            out = flash_attn_func(q, k, v, causal=causal, softcap=softcap, window_size=window)
             torch.cuda.synchronize()
             calls += 1
-            ref = reference(q, k, v, causal, softcap=softcap)
+            ref = reference(q, k, v, causal, window, softcap=softcap)
             err = (out.float().cpu() - ref).abs().max().item()
             if not torch.isfinite(out).all().item() or err > 0.1:
                 problems.append(f"{tag}: forward wrong (max err {err:.3g})")
@@ -164,6 +164,12 @@ def main(argv=None) -> int:
             # (longest first); its backward is the cases above.
             forward_only(f"auto persistent d={d} causal={int(causal)} b=2 sq=sk=200 h=80/16",
                          bf16(2, 200, 80, d), bf16(2, 200, 16, d), bf16(2, 200, 16, d), causal)
+            # A window alone on a padded call (the sm90 forward's padded window instance,
+            # problem/mask.h kPaddedWindowVariant, at the head dims tiles.h gives it), on the
+            # persistent grid, both window edges inside the tiles, sq != sk.
+            forward_only(f"auto padded window d={d} causal={int(causal)} b=2 sq=300 sk=330 h=40/8",
+                         bf16(2, 300, 40, d), bf16(2, 330, 8, d), bf16(2, 330, 8, d), causal,
+                         window=(45, -1 if causal else 20))
     # Varlen (the dynamic kernel instances, the per-entry workspace slots) and sliding windows:
     # lengths 0, 1 and partial tiles, a window on each side.
     from flashattn_cu import flash_attn_varlen_func

@@ -128,10 +128,24 @@ def attention_fp32_scores(q, k, v, causal=False, softmax_scale=None):
     return torch.einsum("bhqk,bkhd->bqhd", probs, v)
 
 
+def sm90_built():
+    """Whether the GPU is an sm_90 one and this build has sm_90a code for it (the Hopper kernels
+    run on the default path)."""
+    return (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+            and 90 in _C.built_archs())
+
+
 def kernel_paths():
     """The kernel families a GPU test runs under: on an sm_90 GPU with sm_90a code built, the
     default path (wgmma backward where it covers the head dim) and the sm80 mma.sync kernels."""
-    if (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-            and 90 in _C.built_archs()):
-        return ["auto", "sm80"]
-    return ["auto"]
+    return ["auto", "sm80"] if sm90_built() else ["auto"]
+
+
+def kernel_names(fn):
+    """The names of the CUDA kernels fn() launches (torch's profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type.name == "CUDA"]

@@ -16,16 +16,11 @@ import re
 import pytest
 import torch
 
-from attn_helpers import assert_lse_rule, assert_rule
+from attn_helpers import assert_lse_rule, assert_rule, kernel_names, sm90_built
 from flashattn_cu import _C, flash_attn_with_kvcache
 from flashattn_cu.testing import attention_ref, kernel_path
 
 pytestmark = pytest.mark.gpu
-
-
-def sm90_decode_built():
-    return (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-            and 90 in _C.built_archs())
 
 
 def skip_unless_built(head_dim):
@@ -153,20 +148,11 @@ def test_decode_against_reference(case, dtype, head_dim, path):
         run_case(dtype, head_dim, **CASES[case])
 
 
-def kernel_names(fn):
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type.name == "CUDA"]
-
-
 def test_decode_kernel_is_the_one_that_runs():
     """Eligible calls run sm90::decode_kernel on an sm_90 GPU (and never under the sm80 path),
     with an append first as its own kernel; more than 16 packed rows or pages of rows not a
     multiple of 16 keep the sm80 kvcache kernel."""
-    if not sm90_decode_built():
+    if not sm90_built():
         pytest.skip("needs an sm_90 GPU and sm_90a code")
     skip_unless_built(128)
     q = torch.randn(2, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
@@ -199,7 +185,7 @@ def test_two_ctas_per_sm_instance_is_the_one_that_runs():
     """d 64 calls on 16-row pages with query tiles for >= a quarter of the SMs run the decode
     instance budgeted for two CTAs per SM (tiles.h decode_ctas_sm90); fewer tiles, 256-row
     pages, contiguous caches and d 128 run the one-CTA instance."""
-    if not sm90_decode_built():
+    if not sm90_built():
         pytest.skip("needs an sm_90 GPU and sm_90a code")
     skip_unless_built(64)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -237,7 +223,7 @@ def test_two_ctas_per_sm_instance_is_the_one_that_runs():
 
 def test_cuda_graph_replay():
     """A captured decode step replays with new cache lengths and queries (no host reads)."""
-    if not sm90_decode_built():
+    if not sm90_built():
         pytest.skip("needs an sm_90 GPU and sm_90a code")
     skip_unless_built(128)
     q = torch.randn(4, 1, 32, 128, device="cuda", dtype=torch.bfloat16)

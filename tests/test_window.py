@@ -3,10 +3,13 @@ reference by the rule, over windows, causal, seqlen pairs, MHA/GQA, dtypes and h
 and varlen; rows that see no key; and the block-skipping that makes its cost scale with the
 window (tested on the host in tests/cpp/api_checks.cpp, measured in the benchmark)."""
 
+import re
+
 import pytest
 import torch
 
-from attn_helpers import HEADS, assert_lse_rule, assert_rule, instance_for, make_qkv
+from attn_helpers import (HEADS, assert_lse_rule, assert_rule, instance_for, kernel_names,
+                          make_qkv, sm90_built)
 from flashattn_cu import _C, flash_attn_func, flash_attn_varlen_func
 from flashattn_cu.testing import attention_ref, kernel_path
 
@@ -116,3 +119,35 @@ def test_window_causal_persistent_grid(shape, window, dtype, d):
         pt, pt_lse = attention_ref(q, k, v, causal=True, window_size=window, upcast=False)
         assert_rule(out, ref, pt, 2, 1e-5, f"out ({path})")
         assert_lse_rule(lse, ref_lse, pt_lse)
+
+
+@pytest.mark.gpu
+def test_padded_window_instance_is_the_one_that_runs():
+    """On Hopper a window alone on a padded call runs the forward's padded window instance
+    (problem/mask.h kPaddedWindowVariant, 8) at the head dims tiles.h fwd_padded_window_sm90
+    gives it (64, 128); a varlen window call, a window with softcap and d = 256 keep the dynamic
+    variants (1; softcap 3). The window tests above check its results."""
+    if not sm90_built():
+        pytest.skip("needs an sm_90 GPU and sm_90a code")
+
+    def variant(fn):
+        names = [n for n in kernel_names(fn) if "fwd_kernel" in n and "sm90" in n]
+        assert len(names) == 1, names
+        found = re.search(r"fwd_kernel<.*>, (\d+)>\(", names[0]) or \
+            re.search(r"EELi(\d+)EEEvNS0_12FwdTmaParams", names[0])
+        assert found, f"no kernel variant in {names[0]}"
+        return int(found.group(1))
+
+    for d, dtype in ((64, torch.float16), (128, torch.bfloat16), (256, torch.bfloat16)):
+        if instance_for(d) not in _C.built_head_dims():
+            continue
+        q, k, v = make_qkv(2, 300, 300, 4, 2, d, dtype)
+        expect = 8 if d in (64, 128) else 1
+        assert variant(lambda: flash_attn_func(q, k, v, causal=True, window_size=(64, 0))) == expect
+        assert variant(lambda: flash_attn_func(q, k, v, window_size=(32, 16))) == expect
+        assert variant(lambda: flash_attn_func(q, k, v, causal=True, window_size=(64, 0),
+                                               softcap=20.0)) == 3
+        cu = torch.tensor([0, 100, 300], device="cuda", dtype=torch.int32)
+        qv, kv, vv = (t.reshape(-1, *t.shape[2:])[:300] for t in (q, k, v))
+        assert variant(lambda: flash_attn_varlen_func(qv, kv, vv, cu, cu, 200, 200, causal=True,
+                                                      window_size=(64, 0))) == 1

@@ -236,6 +236,18 @@ __host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90(int head_dim, bool dynam
   return FwdTileSm90{false, 0, 0, 0};
 }
 
+// Whether a window alone on a padded call takes the padded window instance (problem/mask.h
+// kPaddedWindowVariant: the dynamic variant's mask and tile above, without its sequence arrays)
+// at this head dim. Measured on the H200 (tune_fwd90 `window`, window (1024, 0), causal, 4k / 8k
+// / 16k, two passes, TFLOP/s dynamic -> padded; benchmarks/NOTES.md 12.12): d = 64 308 / 307 /
+// 315 -> 318 / 321 / 324 and 298 / 304 / 315 -> 316 / 318 / 322 (+3-6%); d = 128 493 / 477 /
+// 488 -> 491 / 474 / 486 and 474 / 459 / 465 -> 486 / 470 / 474 (-0.5% to +2.5%); d = 256 503 /
+// 505 / 508 -> 502 / 492 / 500 and 504 / 508 / 499 -> 492 / 495 / 503 (-2.5% to +1%: its
+// instance spills 4 bytes), so not at d = 256; d = 96 and 192 not measured.
+__host__ __device__ constexpr bool fwd_padded_window_sm90(int head_dim) {
+  return head_dim == 64 || head_dim == 128;
+}
+
 // Short rows (the static variant only): a causal tile of 128 (192) query rows over key blocks of
 // 176 (128) computes the entries past the diagonal up to its last block's end, and a 192-row tile
 // past the end of 1024 query rows, which narrower tiles skip: at d = 128, 1k causal, 30 blocks of

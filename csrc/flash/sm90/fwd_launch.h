@@ -157,10 +157,11 @@ Status run_fwd(const FwdParams& p, cudaStream_t stream) {
     return launch_fwd<Element, kHeadDim, kStaticSoftcapVariant>(p, sms, l2_bytes, stream);
   }
   // A window alone on a padded call: the dynamic variant's mask and tile without its sequence
-  // arrays (problem/mask.h kPaddedWindowVariant). Measured on the H200 (tune_fwd90 `window`,
-  // benchmarks/NOTES.md 12.12): see there.
-  if (padded_window_call(p)) {
-    return launch_fwd<Element, kHeadDim, kPaddedWindowVariant>(p, sms, l2_bytes, stream);
+  // arrays (problem/mask.h kPaddedWindowVariant), at the head dims tiles.h gives it.
+  if constexpr (fwd_padded_window_sm90(kHeadDim)) {
+    if (padded_window_call(p)) {
+      return launch_fwd<Element, kHeadDim, kPaddedWindowVariant>(p, sms, l2_bytes, stream);
+    }
   }
   const Status st = with_variant(kernel_variant(p), [&](auto variant) {
     constexpr int kVariant = decltype(variant)::value;
