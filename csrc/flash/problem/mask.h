@@ -242,6 +242,9 @@ enum KernelVariant : int {
 constexpr int kNumKernelVariants = 9;
 
 // Whether a variant's mask may hold a window (and its kernels the int64 window arithmetic).
+// Every such variant but kPaddedWindowVariant also reads the sequence arrays (variant_seqlens);
+// the kernels that never compile that variant (all but the sm90 forward) take variant_dynamic
+// for both.
 constexpr bool variant_dynamic(int v) { return v != kStaticVariant && v != kStaticSoftcapVariant; }
 // Whether a variant reads the sequence arrays (cu_seqlens, seqused_k: problem/seqlen.h).
 constexpr bool variant_seqlens(int v) { return variant_dynamic(v) && v != kPaddedWindowVariant; }
