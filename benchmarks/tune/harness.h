@@ -96,3 +96,44 @@ float median_ms(const Fn& fn, int reps, size_t flush_bytes = 0) {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
+
+// An A/B of two launches, interleaved so that clock and thermal drift fall on both alike: each
+// round times `inner` back-to-back calls of A, then of B (B first on odd rounds), between events.
+// Gives each one's median time per call and the median over the rounds of B's time / A's.
+struct AbTimes {
+  float a_ms, b_ms, b_over_a;
+};
+template <typename FnA, typename FnB>
+AbTimes ab_ms(const FnA& fa, const FnB& fb, int rounds, int inner) {
+  cudaEvent_t e0, e1, e2;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  CHECK(cudaEventCreate(&e2));
+  std::vector<float> ta, tb, r;
+  for (int i = 0; i < rounds + 2; ++i) {
+    const bool b_first = i % 2 == 1;
+    CHECK(cudaEventRecord(e0));
+    for (int k = 0; k < inner; ++k) b_first ? fb() : fa();
+    CHECK(cudaEventRecord(e1));
+    for (int k = 0; k < inner; ++k) b_first ? fa() : fb();
+    CHECK(cudaEventRecord(e2));
+    CHECK(cudaEventSynchronize(e2));
+    float first = 0.f, second = 0.f;
+    CHECK(cudaEventElapsedTime(&first, e0, e1));
+    CHECK(cudaEventElapsedTime(&second, e1, e2));
+    const float a = (b_first ? second : first) / inner, b = (b_first ? first : second) / inner;
+    if (i >= 2) {  // two warm-up rounds
+      ta.push_back(a);
+      tb.push_back(b);
+      r.push_back(b / a);
+    }
+  }
+  CHECK(cudaEventDestroy(e0));
+  CHECK(cudaEventDestroy(e1));
+  CHECK(cudaEventDestroy(e2));
+  auto median = [](std::vector<float>& v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  return AbTimes{median(ta), median(tb), median(r)};
+}

@@ -35,13 +35,15 @@ int g_l2 = 50 << 20;
 int g_reps = 20;  // timed repetitions (0: one checked launch, for profiling)
 bool g_library_schedule = false;  // the library's causal choice (causal_persistent(p)) instead
 bool g_causal_persistent = true;  // fwd_schedule's causal choice (run_fwd: causal_persistent), swept in main
+bool g_defer_light = true;  // launch_fwd_config's defer_light (fwd_defer_m's tile order)
 
 // The static-variant instance of one sm90 configuration (no other variant is compiled here),
 // launched as the library launches it, with the causal schedule of this sweep pass.
 template <typename Traits, int kVariant = fa::kStaticVariant>
 fa::Status run_sm90(const fa::FwdParams& p) {
   return fa::sm90::launch_fwd_config<__nv_bfloat16, Traits, kVariant>(
-      p, g_sms, g_l2, g_library_schedule ? fa::sm90::causal_persistent(p) : g_causal_persistent, 0);
+      p, g_sms, g_l2, g_library_schedule ? fa::sm90::causal_persistent(p) : g_causal_persistent, 0,
+      nullptr, g_defer_light);
 }
 
 // The reference: the sm80 kernel of the sweep's head dim, launched as the library launches it
@@ -154,6 +156,73 @@ void sweep(const char* name, const Buffers& b, bool with_non_causal,
   }
 }
 
+// Two configurations of one variant on the same calls, each output checked against the sm80
+// kernel's, then timed interleaved (harness.h ab_ms: 30 rounds of 4 back-to-back calls each):
+// A's and B's TFLOP/s and the median of B's time / A's over the rounds (< 1: B faster).
+// schedule_ab: A and B the same configuration (TraitsA), A without fwd_defer_m's tile order, B
+// with it.
+template <int kHeadDim, typename TraitsA, typename TraitsB, int kMods = kNoMods>
+void ab_sweep(const char* name, const Buffers& b, bool with_non_causal, std::vector<int> seqlens,
+              bool schedule_ab = false) {
+  constexpr int kVariant = variant_of(kMods);
+  const size_t n = 16384ull * 2048;
+  for (int causal = with_non_causal ? 0 : 1; causal < 2; ++causal) {
+    for (int seqlen : seqlens) {
+      fa::FwdParams p = make_params(b, kHeadDim, seqlen, causal);
+      if (kMods & kSoftcap) p.softcap = 30.f;
+      if (kMods & kAlibi) p.alibi_slopes = b.slopes;
+      if (kMods & kWindow1k) {
+        p.window_left = 1024;
+        p.window_right = 0;
+        if (!causal) continue;
+      }
+      p.o = b.o_ref;
+      if (run_sm80<kHeadDim>(p) != fa::Status::kSuccess) std::printf("sm80 launch failed\n");
+      p.o = b.o;
+      float diffs[2] = {0.f, 0.f};
+      for (int which = 0; which < 2; ++which) {
+        CHECK(cudaMemset(b.o, 0xff, n * 2));  // NaN poison
+        g_defer_light = !schedule_ab || which == 1;
+        const fa::Status st = which == 0 || schedule_ab ? run_sm90<TraitsA, kVariant>(p)
+                                                        : run_sm90<TraitsB, kVariant>(p);
+        CHECK(cudaDeviceSynchronize());
+        if (st != fa::Status::kSuccess) {
+          std::printf("%-24s d=%3d s=%5d c=%d: launch %c failed\n", name, kHeadDim, seqlen, causal,
+                      which == 0 ? 'A' : 'B');
+          diffs[which] = INFINITY;
+          continue;
+        }
+        CHECK(cudaMemset(b.diff, 0, 4));
+        max_abs_diff<<<264, 256>>>(b.o, b.o_ref, n, b.diff);
+        CHECK(cudaMemcpy(&diffs[which], b.diff, 4, cudaMemcpyDeviceToHost));
+      }
+      if (!(diffs[0] < INFINITY) || !(diffs[1] < INFINITY)) continue;
+      const AbTimes t = ab_ms(
+          [&] {
+            g_defer_light = !schedule_ab;
+            run_sm90<TraitsA, kVariant>(p);
+          },
+          [&] {
+            g_defer_light = true;
+            if (schedule_ab) {
+              run_sm90<TraitsA, kVariant>(p);
+            } else {
+              run_sm90<TraitsB, kVariant>(p);
+            }
+          },
+          30, 4);
+      g_defer_light = true;
+      double flops = 4.0 * p.batch * p.num_heads * double(seqlen) * seqlen * kHeadDim / (causal ? 2 : 1);
+      if (kMods & kWindow1k) flops = 4.0 * p.batch * p.num_heads * kHeadDim * (1025.0 * seqlen - 1025.0 * 1024 / 2);
+      const bool wrong = !(diffs[0] < 2e-2f) || !(diffs[1] < 2e-2f);
+      std::printf("%-24s d=%3d s=%5d c=%d: A %6.1f  B %6.1f TFLOP/s  B/A time %.3f  max|diff| %.1e %.1e%s\n",
+                  name, kHeadDim, seqlen, causal, flops / t.a_ms * 1e-9, flops / t.b_ms * 1e-9,
+                  t.b_over_a, diffs[0], diffs[1], wrong ? "  WRONG" : "");
+      std::fflush(stdout);
+    }
+  }
+}
+
 // Where a tile's time goes (sm90/fwd_clock.h): the library configuration of a shape built with
 // kStamps, launched as the library launches it (its causal schedule), once after three warm-up
 // calls; the consumers' phase cycles summed over all CTAs and divided by the tiles, and one
@@ -255,6 +324,54 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (std::string(only) == "defer") {
+    // fwd_defer_m's tile order off (A) / on (B) for window (1024, 0), causal, on the library's
+    // window instances and schedule: a static walk of 2048 equal tiles but the 8 light leading
+    // ones of each head on 132 CTAs (16k, 16 heads of 128) was 5.8% over the mean load in the
+    // grouped order, 1.1% with the light tiles last (a model: 2.25 steps a tile of fixed cost);
+    // d = 256 (one CTA per tile, the hardware's hand-out) too. Twice. Measured (session 27,
+    // results/tune_fwd90_v20_defer_h200.txt): d = 128 0.94-0.98, d = 64 0.98-0.996, d = 256
+    // 0.987-1.015, so fwd_schedule defers on the persistent grid only (d = 256's A/B now runs
+    // the same order twice).
+    const std::vector<int> wl = {4096, 8192, 16384};
+    g_library_schedule = true;
+    using W64 = FwdTraits<64, 128, 128, 2, true, 0, 0, true>;
+    using W128 = FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1>;
+    using W256 = FwdTraits<256, 128, 64, 2, true, 0, 0, true, false, 2>;
+    for (int rep = 0; rep < 2; ++rep) {
+      ab_sweep<128, W128, W128, kWindow1k | kStaticMask>("d128 window defer", b, false, wl, true);
+      ab_sweep<64, W64, W64, kWindow1k | kStaticMask>("d64 window defer", b, false, wl, true);
+      ab_sweep<256, W256, W256, kWindow1k>("d256 window defer", b, false, wl, true);
+    }
+    return 0;
+  }
+  if (std::string(only) == "early") {
+    // FwdTraits kEarlyRescale off (A) / on (B): the O rescale after the step's P V, or between
+    // the next S GEMM and P V issue as FlashAttention-3 orders it, on the library's tiles,
+    // interleaved (ab_sweep): plain d = 128 / 64 / 256 at 1k-16k, non-causal and causal; the
+    // window (1024, 0) padded instance at 4k-16k; softcap 30 on the static mask at d = 128;
+    // the short-row tiles at 1k / 2k causal.
+    const std::vector<int> sl = {1024, 2048, 4096, 8192, 16384}, wl = {4096, 8192, 16384},
+                           cl = {4096, 16384}, shorts = {1024, 2048};
+    g_library_schedule = true;
+    ab_sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false>,
+             FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, true>>("d128 128x176", b, true, sl);
+    ab_sweep<128, FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true, false>,
+             FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true, true>>("d128 128x128 short", b, false, shorts);
+    ab_sweep<128, FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true, false>,
+             FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true, true>, kWindow1k | kStaticMask>("d128 window", b, false, wl);
+    ab_sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false>,
+             FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, true>, kSoftcap | kStaticMask>("d128 softcap", b, true, cl);
+    ab_sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false>,
+             FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, true>>("d64 192x128", b, true, sl);
+    ab_sweep<64, FwdTraits<64, 128, 128, 2, true, 0, 0, true, false, 0, false, false>,
+             FwdTraits<64, 128, 128, 2, true, 0, 0, true, false, 0, false, true>, kWindow1k | kStaticMask>("d64 window", b, false, wl);
+    ab_sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false, false>,
+             FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false, true>>("d256 128x80", b, true, sl);
+    ab_sweep<256, FwdTraits<256, 128, 64, 2, true, 0, 0, true, false, 2, false, false>,
+             FwdTraits<256, 128, 64, 2, true, 0, 0, true, false, 2, false, true>>("d256 128x64 short", b, false, shorts);
+    return 0;
+  }
   if (std::string(only) == "cap3") {
     // d = 128 on three consumer warpgroups (192-row tiles, 160 registers each, no ping-pong
     // turns: each consumer's softmax runs behind the other two's GEMMs) against the library's
@@ -295,7 +412,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-#ifndef TUNE_FWD90_CAP3_ONLY  // -DTUNE_FWD90_CAP3_ONLY: "window", "cap3" and "plainexp" alone
+#ifndef TUNE_FWD90_CAP3_ONLY  // -DTUNE_FWD90_CAP3_ONLY: "defer", "early", "window", "cap3" and "plainexp" alone
   if (std::string(only) == "mods2") {
     // The modifier variants against plain attention on the library's tiles (softcap 30, ALiBi):
     // the dynamic variants' instances (the library's before the static-mask instances), the

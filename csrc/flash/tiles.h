@@ -372,4 +372,16 @@ __host__ __device__ constexpr int fwd_poly_eighths_sm90(int head_dim, bool softc
 // and 192 not measured; at d = 256 the static tile spills with it, ptxas: 36 bytes against 0).
 __host__ __device__ constexpr bool fwd_cap_after_max_sm90(int head_dim) { return head_dim == 128; }
 
+// Where the sm90a forward rescales O by a step's new row max (FwdTraits kEarlyRescale): under
+// the next step's S GEMM (FlashAttention-3's order) for the static variant's long-row tile at
+// d = 256, whose O is 128 fp32 a thread; everywhere else after the step's own P V. Measured on
+// the H200 (tune_fwd90 `early`, benchmarks/results/tune_fwd90_v19_early_h200.txt; calls
+// interleaved, median time ratio early / late over 30 rounds): d = 256 128 x 80 0.980-0.987 at
+// 2k-16k non-causal and 0.982-0.993 causal (1k 0.996 / 1.003); d = 256 128 x 64 (short rows)
+// 1.026-1.034; d = 128 128 x 176 0.999-1.006; d = 128 128 x 128 (short rows, window) 1.016-1.031;
+// softcap d = 128 1.011-1.019; d = 64 0.997-1.014, its window 1.015-1.018.
+__host__ __device__ constexpr bool fwd_early_rescale_sm90(int head_dim, bool static_long_rows) {
+  return head_dim == 256 && static_long_rows;
+}
+
 }  // namespace flashattn_cu

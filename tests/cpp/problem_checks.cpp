@@ -523,6 +523,53 @@ void run_problem_checks() {
     expect(lpt_ok, "grouped tile order: longest first inside each group of heads");
   }
 
+  // The deferred light query blocks (query_tile_at's defer_m, a left window's first blocks):
+  // still a permutation, in either order of the rest; blocks >= defer_m first, then blocks
+  // defer_m - 1 down to 0 of every head in turn.
+  {
+    bool perm_ok = true, order_ok = true;
+    const int shapes[][5] = {{128, 1, 16, 3, 8}, {128, 1, 16, 0, 8}, {9, 2, 3, 4, 8},
+                             {9, 2, 3, 0, 1},    {5, 3, 7, 6, 4},   {2, 1, 1, 1, 1}};
+    for (const auto& sh : shapes) {
+      const int num_m = sh[0], batch = sh[1], heads = sh[2], group = sh[3], defer = sh[4];
+      const int tiles = num_m * batch * heads, lead = (num_m - defer) * batch * heads;
+      std::vector<int> seen(tiles, 0);
+      for (int i = 0; i < tiles; ++i) {
+        const flashattn_cu::QueryTile t =
+            flashattn_cu::query_tile_at(i, num_m, heads, group, batch * heads, defer);
+        const int bh = t.batch * heads + t.head;
+        if (t.m_block < 0 || t.m_block >= num_m || t.batch < 0 || t.batch >= batch ||
+            t.head < 0 || t.head >= heads) {
+          perm_ok = false;
+          break;
+        }
+        ++seen[bh * num_m + t.m_block];
+        if (i < lead && t.m_block < defer) order_ok = false;
+        if (i >= lead && (t.m_block != defer - 1 - (i - lead) / (batch * heads) ||
+                          bh != (i - lead) % (batch * heads))) {
+          order_ok = false;
+        }
+      }
+      for (int c : seen) perm_ok = perm_ok && c == 1;
+    }
+    expect(perm_ok, "tile orders with deferred light blocks: every tile exactly once");
+    expect(order_ok, "tile orders with deferred light blocks: the light blocks last, longest first");
+  }
+  {
+    using flashattn_cu::light_query_blocks;
+    // window (1024, 0) at 16k in blocks of 128: blocks 0 .. 7 start before key 0; block 8's
+    // first row (1024) sees keys 0 .. 1024, all its rows a whole window.
+    const bool ok = light_query_blocks(1024, 16384, 16384, 128) == 8 &&
+                    light_query_blocks(1000, 16384, 16384, 128) == 8 &&
+                    light_query_blocks(1025, 16384, 16384, 128) == 9 &&
+                    light_query_blocks(-1, 16384, 16384, 128) == 0 &&     // no left window
+                    light_query_blocks(1024, 1024, 4096, 128) == 0 &&     // seqlen_k - seqlen_q >= left
+                    light_query_blocks(1024, 1000, 1500, 128) == 5 &&     // cut 524 rows
+                    light_query_blocks(4096, 2048, 2048, 128) == 0 &&     // every block light
+                    light_query_blocks(1024, 16384, 16384, 192) == 6;
+    expect(ok, "light_query_blocks: the leading query blocks a left window cuts at key 0");
+  }
+
   check_kvcache_math();
   check_decode_page_boxes();
   check_decode_ctas();

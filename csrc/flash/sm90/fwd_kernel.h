@@ -95,9 +95,9 @@ struct FwdTileSeq {
 
 template <bool kSeqlens>
 __device__ __forceinline__ FwdTileSeq fwd_tile_seq(const FwdParams& p, int index, int num_m,
-                                                   int group_heads) {
+                                                   int group_heads, int defer_m) {
   FwdTileSeq ts;
-  ts.tile = query_tile_at(index, num_m, p.num_heads, group_heads, p.batch * p.num_heads);
+  ts.tile = query_tile_at(index, num_m, p.num_heads, group_heads, p.batch * p.num_heads, defer_m);
   ts.seq = seq_info<kSeqlens>(p, ts.tile.batch);
   return ts;
 }
@@ -116,9 +116,18 @@ __device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, const FwdTileSeq
 
 template <bool kDynamic, bool kSeqlens, int kBlockM, int kBlockN>
 __device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, int index, int num_m,
-                                            int group_heads) {
-  return fwd_work<kDynamic, kBlockM, kBlockN>(p, fwd_tile_seq<kSeqlens>(p, index, num_m,
-                                                                        group_heads));
+                                            int group_heads, int defer_m) {
+  return fwd_work<kDynamic, kBlockM, kBlockN>(
+      p, fwd_tile_seq<kSeqlens>(p, index, num_m, group_heads, defer_m));
+}
+
+// Whether a kernel walks query_tile_at's deferred light blocks (FwdTmaParams::defer_m, which
+// the launch leaves 0 for the others): the variants that take windows (the dynamic mask), up to
+// d = 128. At d = 256 the index arithmetic it adds under the last P V spills (ptxas, sm_90a:
+// dynamic variant 0 -> 20 bytes, softcap 12 -> 36), and d = 256 windows run one CTA per tile
+// unless non-causal.
+__host__ __device__ constexpr bool fwd_defers(bool dynamic, int head_dim) {
+  return dynamic && head_dim <= 128;
 }
 
 // Where step i of the CTA's key-block walk (counted over all its tiles) reads its K/V buffer,
@@ -146,7 +155,8 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
   for (int k = 0, index = blockIdx.x; index < num_tiles;
        index = cta_tile_index(++k, blockIdx.x, gridDim.x)) {
     const FwdWork w =
-        fwd_work<kDynamic, kSeqlens, Traits::kBlockM, kBlockN>(p, index, num_m, tp.group_heads);
+        fwd_work<kDynamic, kSeqlens, Traits::kBlockM, kBlockN>(
+        p, index, num_m, tp.group_heads, fwd_defers(kDynamic, Traits::kHeadDim) ? tp.defer_m : 0);
     if (w.num_blocks <= 0) continue;  // the consumers wait for nothing either
     const MapRows qm = map_rows(w.seq.start_q, w.seq.batch);
     const MapRows km = map_rows(w.seq.start_k, w.seq.batch);
@@ -394,6 +404,14 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       turns.begin();
       ptx::wgmma_fence();
       issue_s(slot.stage, s_half);
+      if constexpr (Traits::kEarlyRescale) {
+        // O (P V of step i - 2 has landed) to the row max of step i - 1, whose P the P V below
+        // adds, while S_i runs on the tensor cores (step 0's factor is 0 on an O of 0).
+        ptx::fence_operand(acc_o[0]);
+        OnlineSoftmax<1>::rescale_output(acc_o, rescale);
+        ptx::fence_operand(acc_o[0]);
+        ptx::wgmma_fence();  // the FMULs' writes before the wgmma reads O
+      }
       issue_pv(prev.stage, half);
       turns.end();
       half = s_half;
@@ -406,12 +424,13 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       ptx::wgmma_wait<0>();  // P_{i-1} V_{i-1} done: O and P's registers are free again
       ptx::fence_operand(acc_o[0]);
       release(Traits::kBarVEmpty + prev.stage);
-      OnlineSoftmax<1>::rescale_output(acc_o, rescale);
+      if constexpr (!Traits::kEarlyRescale) OnlineSoftmax<1>::rescale_output(acc_o, rescale);
       pack_p();
     }
     clock.mark(kPhaseSteps);
     {  // The last block's P V.
       const RingSlot<Traits> last(ring + w.num_blocks - 1);
+      if constexpr (Traits::kEarlyRescale) OnlineSoftmax<1>::rescale_output(acc_o, rescale);
       ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + last.stage), last.parity);
       turns.begin();
       ptx::wgmma_fence();
@@ -598,7 +617,8 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   clock.start();
   // The next tile's costly part is worked out during this one (consume_tile's `ahead`).
   auto tile_seq_at = [&](int index) {
-    return fwd_tile_seq<kSeqlens>(p, index, num_m, tp.group_heads);
+    return fwd_tile_seq<kSeqlens>(p, index, num_m, tp.group_heads,
+                                  fwd_defers(kDynamic, Traits::kHeadDim) ? tp.defer_m : 0);
   };
   FwdTileSeq ts;
   if (static_cast<int>(blockIdx.x) < num_tiles) ts = tile_seq_at(static_cast<int>(blockIdx.x));

@@ -39,7 +39,14 @@ inline Status encode_rows_map(CUtensorMap* map, DType dtype, const void* base, i
 struct FwdSchedule {
   int64_t grid;     // CTAs
   int group_heads;  // query_tile_at's order (problem/scheduler.h)
+  int defer_m = 0;  // and its light leading query blocks, walked last
 };
+
+// query_tile_at's deferred light blocks for a call (problem/scheduler.h light_query_blocks):
+// none for varlen, whose entries' lengths the host does not see.
+inline int fwd_defer_m(const FwdParams& p, int block_m) {
+  return dynamic_seqlens(p) ? 0 : light_query_blocks(p.window_left, p.seqlen_q, p.seqlen_k, block_m);
+}
 
 // Persistent (one CTA per SM: the next tile's loads run behind this one's last steps and
 // epilogue) when every tile costs the same. Causal tiles cost from one key block to all of them:
@@ -58,27 +65,32 @@ inline bool causal_persistent(const FwdParams& p) {
 }
 
 inline FwdSchedule fwd_schedule(const FwdParams& p, int64_t tiles, int sms, int64_t l2_bytes,
-                                bool causal_persistent) {
+                                bool causal_persistent, int defer_m = 0) {
+  // defer_m on the persistent grid only. Window (1024, 0), 4k-16k, time with / without it
+  // (tune_fwd90 `defer`, benchmarks/NOTES.md 12.14): persistent d = 128 0.94-0.98, d = 64
+  // 0.98-0.996; one CTA per tile (the hardware's hand-out, d = 256) 0.987-1.015.
   if (dynamic_seqlens(p) || (p.is_causal && !causal_persistent) || tiles <= sms) {
-    return FwdSchedule{tiles, 0};
+    return FwdSchedule{tiles, 0, 0};
   }
-  if (!p.is_causal) return FwdSchedule{sms, 0};
+  if (!p.is_causal) return FwdSchedule{sms, 0, defer_m};
   // K and V of one query head's (batch, kv head): 4 bytes per key and column, shared by the
   // query heads of its group.
   const int64_t kv_bytes = static_cast<int64_t>(p.seqlen_k) * p.head_dim * 4;
   int64_t heads = kv_bytes > 0 ? l2_bytes / 2 / kv_bytes * (p.num_heads / p.num_heads_k) : 1;
   const int64_t total = static_cast<int64_t>(p.batch) * p.num_heads;
   heads = heads < 1 ? 1 : heads > total ? total : heads;
-  return FwdSchedule{sms, static_cast<int>(heads)};
+  return FwdSchedule{sms, static_cast<int>(heads), defer_m};
 }
 
 // The launch of one compiled configuration (Traits, kernel variant kVariant of problem/mask.h)
 // for a call: its TMA maps, its schedule (fwd_schedule, with the causal choice given), the grid.
 // sms / l2_bytes: the device's. benchmarks/tune/tune_fwd90.cu sweeps configurations through it.
 // stamps: Traits::kStamps configurations only (the harness's phase clocks, fwd_clock.h).
+// defer_light: fwd_defer_m's tile order (off: the order without it, for the harness's A/B).
 template <typename Element, typename Traits, int kVariant>
 Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_persistent,
-                         cudaStream_t stream, unsigned long long* stamps = nullptr) {
+                         cudaStream_t stream, unsigned long long* stamps = nullptr,
+                         bool defer_light = true) {
   if (Traits::kStamps != (stamps != nullptr)) return Status::kInvalidArgument;
   const TmaExtents e = tma_extents(p);
   FwdTmaParams tp;
@@ -115,8 +127,10 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
       query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
   if (tiles == 0) return Status::kSuccess;
   if (tiles > INT_MAX - sms) return Status::kInvalidArgument;  // cta_tile_index stays in int
-  const FwdSchedule schedule = fwd_schedule(p, tiles, sms, l2_bytes, causal_persistent);
+  const FwdSchedule schedule = fwd_schedule(p, tiles, sms, l2_bytes, causal_persistent,
+                                            defer_light ? fwd_defer_m(p, Traits::kBlockM) : 0);
   tp.group_heads = schedule.group_heads;
+  tp.defer_m = fwd_defers(variant_dynamic(kVariant), Traits::kHeadDim) ? schedule.defer_m : 0;
   return launch_kernel<fwd_kernel<Element, Traits, kVariant>>(
       dim3(static_cast<unsigned>(schedule.grid)), dim3(Traits::kNThreads), Traits::kSmemBytes,
       stream, tp);
@@ -133,7 +147,8 @@ Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream
   // blocks (NOTES 12.2).
   using Traits = FwdTraits<kHeadDim, tile.block_m, tile.block_n, tile.stages, true,
                            fwd_poly_eighths_sm90(kHeadDim, variant_softcap(kVariant)), 0, true,
-                           false, tile.o_store, fwd_cap_after_max_sm90(kHeadDim)>;
+                           false, tile.o_store, fwd_cap_after_max_sm90(kHeadDim),
+                           fwd_early_rescale_sm90(kHeadDim, kVariant == kStaticVariant && !kShort)>;
   return launch_fwd_config<Element, Traits, kVariant>(p, sms, l2_bytes, causal_persistent(p),
                                                       stream);
 }

@@ -19,6 +19,7 @@ struct FwdTmaParams {
   CUtensorMap v_map;
   FwdKernelParams kp;
   int group_heads;  // the tile order (problem/scheduler.h: query_tile_at); 0: query_tile's
+  int defer_m = 0;  // query_tile_at's light leading query blocks, walked last (fwd_schedule)
   // Traits::kStamps kernels only (benchmarks/tune/tune_fwd90.cu `phases`): fwd_clock.h's sums.
   unsigned long long* stamps = nullptr;
   CUtensorMap o_map;  // Traits::kTmaStoreO only: boxes of 64 columns x 64 rows (one consumer's)
@@ -29,9 +30,15 @@ struct FwdTmaParams {
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true,
           int kPolyEighths_ = 0, int kHalves_ = 0, bool kWarpFusedExp_ = false,
-          bool kStamps_ = false, int kTmaStoreO_ = 0, bool kCapAfterMax_ = true>
+          bool kStamps_ = false, int kTmaStoreO_ = 0, bool kCapAfterMax_ = true,
+          bool kEarlyRescale_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // Where a step rescales O by the new row max: false, after its P V has landed (the step's
+  // softmax, then the wait, then d / 2 FMULs a thread before P is packed: on the consumer's
+  // path to its next turn); true, one step later, between the next step's S GEMM and its P V
+  // issue (FlashAttention-3's order), where the FMULs run under the S GEMM on the tensor cores.
+  static constexpr bool kEarlyRescale = kEarlyRescale_;
   // Softcap without ALiBi, on key blocks with no element mask: the row max over the raw scores
   // (tanh is monotone), so the max reduction runs beside the tiles' MUFU.TANH stream instead of
   // after it (common/softmax.h new_max_capped); off: the tanh of every score, then the max.
