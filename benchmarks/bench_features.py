@@ -4,8 +4,10 @@
     python benchmarks/bench_features.py --out benchmarks/results/features_h200.md
 
 bf16, head dim 128, 16 heads; medians of triton.testing.do_bench (CUDA events when triton is
-missing); times in ms, TFLOP/s with flash_attn's count (causal halves it; a window counts the
-score entries it covers).
+missing); the window and modifier rows take each time as the median over --rounds interleaved
+rounds (causal, then each window; plain, then each modifier), so that drift during the run does
+not fall on one side of a ratio; times in ms, TFLOP/s with flash_attn's count (causal halves it;
+a window counts the score entries it covers).
 
 * varlen: 6 causal sequences of 64 to 4096 tokens, 16k in all (the batch FlashAttention-4's
   Hopper kernels were measured on: varlen 1.54x faster than the same batch padded), through
@@ -55,6 +57,21 @@ def time_ms(fn, reps=30):
         end.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+# Rounds of interleaved_ms (main: --rounds).
+ROUNDS = 3
+
+
+def interleaved_ms(fns):
+    """Each function's time as the median over ROUNDS rounds, each round timing every function
+    once in turn (A B C A B C ...), so that clock and thermal drift during the run fall on all of
+    them alike instead of on whichever ran last."""
+    times = [[] for _ in fns]
+    for _ in range(ROUNDS):
+        for i, fn in enumerate(fns):
+            times[i].append(time_ms(fn))
+    return [statistics.median(t) for t in times]
 
 
 def fwd_bwd(fn, inputs, dout):
@@ -145,14 +162,13 @@ def bench_window(lines, seqlens):
                    for _ in range(3))
         dout = torch.randn_like(q)
         for mode in ("fwd", "fwd+bwd"):
-            def run(window):
+            def call(window):
                 fn = lambda: flash_attn_func(q, k, v, causal=True, window_size=window)  # noqa
-                return time_ms(fn if mode == "fwd" else fwd_bwd(fn, (q, k, v), dout))
-            t_causal = run((-1, -1))
-            for window in ((1024, 0), (4096, 0)):
-                if window[0] >= s:
-                    continue
-                t = run(window)
+                return fn if mode == "fwd" else fwd_bwd(fn, (q, k, v), dout)
+            windows = [w for w in ((1024, 0), (4096, 0)) if w[0] < s]
+            times = interleaved_ms([call(w) for w in [(-1, -1)] + windows])
+            t_causal = times[0]
+            for window, t in zip(windows, times[1:]):
                 entries = covered_entries(s, s, True, window)
                 print(f"RESULT window {window} s={s} {mode}: {t:.3f} ms, causal {t_causal:.3f} ms "
                       f"-> {t_causal / t:.2f}x", flush=True)
@@ -180,12 +196,13 @@ def bench_modifiers(lines, seqlens, dims):
                                   device="cuda")
             for causal in (False, True):
                 for mode in ("fwd", "fwd+bwd"):
-                    def run(**kw):
+                    def call(**kw):
                         fn = lambda: flash_attn_func(q, k, v, causal=causal, **kw)  # noqa
-                        return time_ms(fn if mode == "fwd" else fwd_bwd(fn, (q, k, v), dout))
-                    t_plain = run()
-                    ratios = [t_plain / run(softcap=30.0), t_plain / run(alibi_slopes=slopes),
-                              t_plain / run(softcap=30.0, alibi_slopes=slopes)]
+                        return fn if mode == "fwd" else fwd_bwd(fn, (q, k, v), dout)
+                    times = interleaved_ms([call(), call(softcap=30.0), call(alibi_slopes=slopes),
+                                            call(softcap=30.0, alibi_slopes=slopes)])
+                    t_plain = times[0]
+                    ratios = [t_plain / t for t in times[1:]]
                     print(f"RESULT modifiers d={d} s={s} causal={causal} {mode}: plain "
                           f"{t_plain:.3f} ms, softcap {ratios[0]:.3f}, alibi {ratios[1]:.3f}, "
                           f"both {ratios[2]:.3f}", flush=True)
@@ -203,12 +220,17 @@ def main():
     p.add_argument("--skip", nargs="*", default=[], choices=["varlen", "window", "modifiers"])
     p.add_argument("--modifier-seqlens", type=int, nargs="+", default=[4096, 16384])
     p.add_argument("--modifier-dims", type=int, nargs="+", default=[64, 128])
+    p.add_argument("--rounds", type=int, default=3,
+                   help="interleaved rounds for the window and modifier ratios (median of each)")
     p.add_argument("--paths", nargs="+", default=["auto", "sm80"], choices=["auto", "sm80"],
                    help="kernel paths to measure: auto (on sm_90: the wgmma forward and "
                         "backward) and sm80 (the mma.sync kernels, forced); bars hold on each")
     args = p.parse_args()
+    global ROUNDS
+    ROUNDS = max(1, args.rounds)
     lines = [f"# Features benchmark, {torch.cuda.get_device_name()}, torch {torch.__version__}",
-             ""]
+             "", f"Window and modifier times: medians over {ROUNDS} interleaved rounds (each round "
+             "times every variant of a row once, in turn).", ""]
     for path in args.paths:
         print(f"RESULT path {path}", flush=True)
         lines += [f"# Kernel path: {path}", ""]
