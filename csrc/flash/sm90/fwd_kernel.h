@@ -18,7 +18,8 @@
 //      O  += P_{i-1} V_{i-1}     wgmma RS, issued right behind S_i: P_{i-1} (16-bit) is the A
 //                                operand straight from registers, V MN-major
 //      softmax of S_i            while the P V product runs on the tensor cores
-//      wait for P V, rescale O by the new row max, pack P_i for the next step.
+//      wait for P V, rescale O by the new row max, pack P_i for the next step
+//      (FwdTraits kEarlyRescale: the rescale one step later, between S_{i+1} and P_i V_i).
 //    With two consumers they also take turns issuing (ping-pong), so one's softmax overlaps
 //    the other's GEMMs. The accumulator layout of S is the A-fragment layout of P
 //    (ptx/wgmma.h), so P never leaves the registers, and every score tile of a warp is the
@@ -154,9 +155,9 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
 #pragma unroll 1
   for (int k = 0, index = blockIdx.x; index < num_tiles;
        index = cta_tile_index(++k, blockIdx.x, gridDim.x)) {
-    const FwdWork w =
-        fwd_work<kDynamic, kSeqlens, Traits::kBlockM, kBlockN>(
-        p, index, num_m, tp.group_heads, fwd_defers(kDynamic, Traits::kHeadDim) ? tp.defer_m : 0);
+    const int defer_m = fwd_defers(kDynamic, Traits::kHeadDim) ? tp.defer_m : 0;
+    const FwdWork w = fwd_work<kDynamic, kSeqlens, Traits::kBlockM, kBlockN>(
+        p, index, num_m, tp.group_heads, defer_m);
     if (w.num_blocks <= 0) continue;  // the consumers wait for nothing either
     const MapRows qm = map_rows(w.seq.start_q, w.seq.batch);
     const MapRows km = map_rows(w.seq.start_k, w.seq.batch);
