@@ -268,6 +268,13 @@ void phases(const char* name, const Buffers& b, unsigned long long* stamps, size
   const double flops = 4.0 * p.batch * p.num_heads * double(seqlen) * seqlen * kHeadDim / (causal ? 2 : 1);
   const double per = n_tiles > 0 ? 1.0 / n_tiles : 0.0;  // per consumer tile
   const double step = n_blocks > n_tiles ? sums[sm90::kPhaseSteps] / (n_blocks - n_tiles) : 0.0;
+  double parts[sm90::kFwdStepParts] = {};  // a step's parts, per step past each tile's first
+  for (size_t c = 0; c < slots / sm90::kFwdClockSlots; ++c) {
+    for (int k = 0; k < sm90::kFwdStepParts; ++k) {
+      parts[k] += double(h[c * sm90::kFwdClockSlots + sm90::kFwdPhases + 3 + k]);
+    }
+  }
+  for (double& v : parts) v = n_blocks > n_tiles ? v / (n_blocks - n_tiles) : 0.0;
   std::printf("%-18s d=%3d s=%5d c=%d grid=%5d %s: %6.1f TFLOP/s, %5.2f blocks a tile; cycles a "
               "tile: schedule %5.0f, Q wait %5.0f, first K %5.0f, first step %5.0f, steps %6.0f "
               "(%5.0f a step), last P V %5.0f, epilogue %5.0f; walk %6.0f a tile\n",
@@ -276,6 +283,11 @@ void phases(const char* name, const Buffers& b, unsigned long long* stamps, size
               sums[sm90::kPhaseQWait] * per, sums[sm90::kPhaseFirstK] * per,
               sums[sm90::kPhaseFirstStep] * per, sums[sm90::kPhaseSteps] * per, step,
               sums[sm90::kPhaseLastPV] * per, sums[sm90::kPhaseEpilogue] * per, walk * per);
+  std::printf("%-18s   a step's parts (cycles): K/V wait %5.0f, turn %5.0f, S issued and landed "
+              "%5.0f, row max %5.0f, exponentials %5.0f, P V wait %5.0f, rescale and pack %5.0f\n",
+              "", parts[sm90::kStepWaitKV], parts[sm90::kStepTurn], parts[sm90::kStepS],
+              parts[sm90::kStepMax], parts[sm90::kStepExp], parts[sm90::kStepWaitPV],
+              parts[sm90::kStepPack]);
   std::fflush(stdout);
 }
 
@@ -322,6 +334,42 @@ int main(int argc, char** argv) {
       sweep<256, W256, kWindow1k>("d256 window dyn", b, false, sl);
       sweep<256, W256, kWindow1k | kStaticMask>("d256 window padded", b, false, sl);
     }
+    return 0;
+  }
+  if (std::string(only) == "maxtree") {
+    // FwdTraits kMaxTree off (A) / on (B): the row max as a pairwise tree instead of a serial
+    // chain, on the library's static tiles, interleaved; then the phase clocks with it at d 128.
+    const std::vector<int> sl = {4096, 16384};
+    g_library_schedule = true;
+    ab_sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false>,
+             FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, true>>("d128 max tree", b, true, sl);
+    ab_sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false, true, false>,
+             FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false, true, true>>("d256 max tree", b, true, sl);
+    ab_sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false, false>,
+             FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false, true>>("d64 max tree", b, true, sl);
+    const size_t stamp_slots = size_t{16384} * 3 * fa::sm90::kFwdClockSlots;
+    unsigned long long* stamps = nullptr;
+    CHECK(cudaMalloc(&stamps, stamp_slots * 8));
+    using Tree128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, true, 0, true, false, true>;
+    phases<128, Tree128>("d128 128x176 tree", b, stamps, stamp_slots, 8192, false);
+    return 0;
+  }
+#ifndef TUNE_FWD90_MAXTREE_ONLY  // -DTUNE_FWD90_MAXTREE_ONLY: the "maxtree" mode alone
+  if (std::string(only) == "steps") {
+    // The library's long-row tiles with the phase clocks and a step's parts (sm90/fwd_clock.h
+    // FwdStepPart): where a step's cycles go at d = 128 (FlashAttention-4 leads by 5-9% at
+    // 4k-16k), d = 256 (with the early rescale) and d = 64. Non-causal 8k / 16k, causal 16k.
+    const size_t stamp_slots = size_t{16384} * 3 * fa::sm90::kFwdClockSlots;
+    unsigned long long* stamps = nullptr;
+    CHECK(cudaMalloc(&stamps, stamp_slots * 8));
+    using Long128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, true, 0, true>;
+    using Long256 = FwdTraits<256, 128, 80, 2, true, 0, 0, true, true, 2, false, true>;
+    using Long64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, true, 0, false>;
+    for (int seqlen : {8192, 16384}) phases<128, Long128>("d128 128x176", b, stamps, stamp_slots, seqlen, false);
+    phases<128, Long128>("d128 128x176", b, stamps, stamp_slots, 16384, true);
+    for (int seqlen : {8192, 16384}) phases<256, Long256>("d256 128x80 early", b, stamps, stamp_slots, seqlen, false);
+    phases<256, Long256>("d256 128x80 early", b, stamps, stamp_slots, 8192, true);
+    for (int seqlen : {8192, 16384}) phases<64, Long64>("d64 192x128", b, stamps, stamp_slots, seqlen, false);
     return 0;
   }
   if (std::string(only) == "wide") {
@@ -425,7 +473,7 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-#ifndef TUNE_FWD90_CAP3_ONLY  // -DTUNE_FWD90_CAP3_ONLY: "wide", "defer", "early", "window", "cap3" and "plainexp" alone
+#ifndef TUNE_FWD90_CAP3_ONLY  // -DTUNE_FWD90_CAP3_ONLY: "maxtree", "steps", "wide", "defer", "early", "window", "cap3" and "plainexp" alone
   if (std::string(only) == "mods2") {
     // The modifier variants against plain attention on the library's tiles (softcap 30, ALiBi):
     // the dynamic variants' instances (the library's before the static-mask instances), the
@@ -743,5 +791,6 @@ int main(int argc, char** argv) {
 #endif  // TUNE_FWD90_PHASES_ONLY
 #endif  // TUNE_FWD90_MODS2_ONLY
 #endif  // TUNE_FWD90_CAP3_ONLY
+#endif  // TUNE_FWD90_MAXTREE_ONLY
   return 0;
 }

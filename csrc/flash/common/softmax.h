@@ -109,7 +109,11 @@ struct OnlineSoftmax {
   // Step 1: the running max m takes in tile s; per row, the reference the tile's exponents are
   // taken against and the factor the earlier output and l are rescaled by (exactly 1 when the max
   // did not change; 0 when the row had seen no key before).
-  template <int kNTiles>
+  // kTree: the tile's max as a pairwise tree (depth log2(2 kNTiles)) instead of one serial
+  // chain (depth kNTiles): the same maximum (max is exact in any order), a shorter latency for
+  // kernels whose row max sits on the critical path between S landing and the exponentials
+  // (sm90/fwd_kernel.h, FwdTraits kMaxTree), at the cost of more values live at once.
+  template <bool kTree = false, int kNTiles>
   __device__ __forceinline__ void new_max(const float (&s)[kMTiles][kNTiles][4], float scale_log2,
                                           float (&ref)[kMTiles][2],
                                           float (&rescale)[kMTiles][2]) {
@@ -118,11 +122,23 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         // Serial max / sum chains: measured on the H200 against 4 independent chains, equal
-        // at d = 64 and 256 and 1-2% faster at d = 128 (fewer live registers).
+        // at d = 64 and 256 and 1-2% faster at d = 128 (fewer live registers; the sm80 kernel).
         float m_new = m[mt][hr];
+        if constexpr (kTree) {
+          float v[kNTiles];
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-          m_new = fmaxf(m_new, fmaxf(s[mt][nt][hr * 2], s[mt][nt][hr * 2 + 1]));
+          for (int nt = 0; nt < kNTiles; ++nt) v[nt] = fmaxf(s[mt][nt][hr * 2], s[mt][nt][hr * 2 + 1]);
+#pragma unroll
+          for (int stride = 1; stride < kNTiles; stride *= 2) {
+#pragma unroll
+            for (int i = 0; i + stride < kNTiles; i += 2 * stride) v[i] = fmaxf(v[i], v[i + stride]);
+          }
+          m_new = fmaxf(m_new, v[0]);
+        } else {
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt) {
+            m_new = fmaxf(m_new, fmaxf(s[mt][nt][hr * 2], s[mt][nt][hr * 2 + 1]));
+          }
         }
         m_new = quad_max(m_new);
         ref[mt][hr] = m_new == -INFINITY ? 0.f : m_new;

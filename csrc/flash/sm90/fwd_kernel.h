@@ -352,8 +352,10 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         mask();
       } else {
         score_tile(n);
-        softmax.new_max(acc_s, scale_log2, ref, rescale);
+        softmax.template new_max<Traits::kMaxTree>(acc_s, scale_log2, ref, rescale);
       }
+      // The phase clocks' split of a step's softmax (harness builds only; steps loop only).
+      if constexpr (Traits::kStamps) clock.step(kStepMax);
       softmax.template exponentiate<Exp>(acc_s, ref, rescale, scale_log2);
     };
     // Dropout (problem/dropout.h) after the row statistics, which are of the undropped P: the
@@ -399,10 +401,13 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
 #pragma unroll 1
     for (int i = 1; i < w.num_blocks; ++i) {
       const RingSlot<Traits> slot(ring + i), prev(ring + i - 1);
+      clock.step_start();
       ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);
       ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + prev.stage), prev.parity);
       const BlockHalf s_half = half_of(w.blocks.end - 1 - i);
+      clock.step(kStepWaitKV);
       turns.begin();
+      clock.step(kStepTurn);
       ptx::wgmma_fence();
       issue_s(slot.stage, s_half);
       if constexpr (Traits::kEarlyRescale) {
@@ -418,15 +423,19 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       half = s_half;
       ptx::wgmma_wait<1>();  // S_i has landed; P_{i-1} V_{i-1} may still run
       ptx::fence_operand(acc_s[0]);
+      clock.step(kStepS);
       release(Traits::kBarKEmpty + slot.stage);
       if (!Traits::kOInQ && i == w.num_blocks - 1) release(Traits::kBarQEmpty);
       scores_to_p(w.blocks.end - 1 - i, ref, rescale);
       drop_p(w.blocks.end - 1 - i);
+      clock.step(kStepExp);
       ptx::wgmma_wait<0>();  // P_{i-1} V_{i-1} done: O and P's registers are free again
       ptx::fence_operand(acc_o[0]);
+      clock.step(kStepWaitPV);
       release(Traits::kBarVEmpty + prev.stage);
       if constexpr (!Traits::kEarlyRescale) OnlineSoftmax<1>::rescale_output(acc_o, rescale);
       pack_p();
+      clock.step(kStepPack);
     }
     clock.mark(kPhaseSteps);
     {  // The last block's P V.

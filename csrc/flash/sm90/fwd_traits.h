@@ -31,9 +31,12 @@ struct FwdTmaParams {
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true,
           int kPolyEighths_ = 0, int kHalves_ = 0, bool kWarpFusedExp_ = false,
           bool kStamps_ = false, int kTmaStoreO_ = 0, bool kCapAfterMax_ = true,
-          bool kEarlyRescale_ = false>
+          bool kEarlyRescale_ = false, bool kMaxTree_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // A step's row max as a pairwise tree (common/softmax.h new_max kTree) instead of a serial
+  // chain: a tuning knob (the phase clocks had the max at 674 of a d = 128 step's 3,618 cycles).
+  static constexpr bool kMaxTree = kMaxTree_;
   // Where a step rescales O by the new row max: false, after its P V has landed (the step's
   // softmax, then the wait, then d / 2 FMULs a thread before P is packed: on the consumer's
   // path to its next turn); true, one step later, between the next step's S GEMM and its P V
