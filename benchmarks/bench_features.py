@@ -4,9 +4,9 @@
     python benchmarks/bench_features.py --out benchmarks/results/features_h200.md
 
 bf16, head dim 128, 16 heads; medians of triton.testing.do_bench (CUDA events when triton is
-missing); the window and modifier rows take each time as the median over --rounds interleaved
-rounds (causal, then each window; plain, then each modifier), so that drift during the run does
-not fall on one side of a ratio; times in ms, TFLOP/s with flash_attn's count (causal halves it;
+missing); every row takes each time as the median over --rounds interleaved rounds (varlen,
+padded, torch's varlen; causal, then each window; plain, then each modifier), so that drift
+during the run does not fall on one side of a ratio; times in ms, TFLOP/s with flash_attn's count (causal halves it;
 a window counts the score entries it covers).
 
 * varlen: 6 causal sequences of 64 to 4096 tokens, 16k in all (the batch FlashAttention-4's
@@ -117,22 +117,23 @@ def bench_varlen(lines):
 
         def padded():
             return flash_attn_func(qp, kp, vp, causal=True)
-        if mode == "fwd":
-            t_var, t_pad = time_ms(ours), time_ms(padded)
-        else:
-            t_var = time_ms(fwd_bwd(ours, (q, k, v), torch.randn_like(q)))
-            t_pad = time_ms(fwd_bwd(padded, (qp, kp, vp), torch.randn_like(qp)))
-        t_torch = None
+        fns = [ours, padded] if mode == "fwd" else [
+            fwd_bwd(ours, (q, k, v), torch.randn_like(q)),
+            fwd_bwd(padded, (qp, kp, vp), torch.randn_like(qp))]
         try:
             from torch.nn.attention.varlen import varlen_attn
 
             def theirs():
                 return varlen_attn(q, k, v, cu, cu, longest, longest, window_size=(-1, 0))
-            t_torch = time_ms(theirs if mode == "fwd" else
-                              fwd_bwd(theirs, (q, k, v), torch.randn_like(q)))
+            fn = theirs if mode == "fwd" else fwd_bwd(theirs, (q, k, v), torch.randn_like(q))
+            fn()  # raises here if this torch refuses the shapes
+            torch.cuda.synchronize()
+            fns.append(fn)
         except Exception as exc:  # not in this torch, or it refuses the shapes
-            t_torch = None
             torch_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
+        times = interleaved_ms(fns)
+        t_var, t_pad = times[0], times[1]
+        t_torch = times[2] if len(times) > 2 else None
         rows.append((mode, t_var, t_pad, t_torch))
         print(f"RESULT varlen {mode}: ours {t_var:.3f} ms ({tflops(entries, 1, t_var, mode):.0f} "
               f"TFLOP/s), padded {t_pad:.3f} ms -> {t_pad / t_var:.2f}x"
@@ -221,7 +222,7 @@ def main():
     p.add_argument("--modifier-seqlens", type=int, nargs="+", default=[4096, 16384])
     p.add_argument("--modifier-dims", type=int, nargs="+", default=[64, 128])
     p.add_argument("--rounds", type=int, default=3,
-                   help="interleaved rounds for the window and modifier ratios (median of each)")
+                   help="interleaved rounds for every ratio (median of each time)")
     p.add_argument("--paths", nargs="+", default=["auto", "sm80"], choices=["auto", "sm80"],
                    help="kernel paths to measure: auto (on sm_90: the wgmma forward and "
                         "backward) and sm80 (the mma.sync kernels, forced); bars hold on each")
@@ -229,8 +230,8 @@ def main():
     global ROUNDS
     ROUNDS = max(1, args.rounds)
     lines = [f"# Features benchmark, {torch.cuda.get_device_name()}, torch {torch.__version__}",
-             "", f"Window and modifier times: medians over {ROUNDS} interleaved rounds (each round "
-             "times every variant of a row once, in turn).", ""]
+             "", f"Times: medians over {ROUNDS} interleaved rounds (each round times every "
+             "variant of a row once, in turn).", ""]
     for path in args.paths:
         print(f"RESULT path {path}", flush=True)
         lines += [f"# Kernel path: {path}", ""]
