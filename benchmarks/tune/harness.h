@@ -74,6 +74,12 @@ inline void flush_l2(void* buffer, size_t bytes, int rep) {
   }
 }
 
+// The median of a non-empty sample (the upper one of an even count); sorts it.
+inline float median_of(std::vector<float>& v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 template <typename Fn>
 float median_ms(const Fn& fn, int reps, size_t flush_bytes = 0) {
   void* const flush = flush_bytes > 0 ? flush_buffer(flush_bytes) : nullptr;
@@ -93,8 +99,7 @@ float median_ms(const Fn& fn, int reps, size_t flush_bytes = 0) {
   }
   CHECK(cudaEventDestroy(a));
   CHECK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median_of(t);
 }
 
 // An A/B of two launches, interleaved so that clock and thermal drift fall on both alike: each
@@ -131,9 +136,5 @@ AbTimes ab_ms(const FnA& fa, const FnB& fb, int rounds, int inner) {
   CHECK(cudaEventDestroy(e0));
   CHECK(cudaEventDestroy(e1));
   CHECK(cudaEventDestroy(e2));
-  auto median = [](std::vector<float>& v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  return AbTimes{median(ta), median(tb), median(r)};
+  return AbTimes{median_of(ta), median_of(tb), median_of(r)};
 }

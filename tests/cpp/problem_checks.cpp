@@ -481,35 +481,48 @@ void run_problem_checks() {
 
   // Tile orders of the persistent forward (problem/scheduler.h: query_tile_at): every order a
   // permutation of the (batch, head, query block) tiles; the grouped one longest first inside
-  // each group of heads.
+  // each group of heads; with deferred light query blocks (defer_m, a left window's first
+  // blocks) that order over blocks >= defer_m first, then blocks defer_m - 1 down to 0 of every
+  // head in turn.
   {
-    bool perm_ok = true, lpt_ok = true;
-    const int shapes[][4] = {{8, 2, 3, 0}, {8, 2, 3, 4}, {5, 3, 7, 6}, {1, 1, 1, 1}, {16, 1, 16, 3},
-                             {3, 4, 5, 20}, {64, 2, 16, 32}};
+    bool perm_ok = true, lpt_ok = true, defer_perm_ok = true, defer_order_ok = true;
+    // num_m, batch, heads, group_heads, defer_m
+    const int shapes[][5] = {{8, 2, 3, 0, 0},    {8, 2, 3, 4, 0},     {5, 3, 7, 6, 0},
+                             {1, 1, 1, 1, 0},    {16, 1, 16, 3, 0},   {3, 4, 5, 20, 0},
+                             {64, 2, 16, 32, 0}, {128, 1, 16, 3, 8},  {128, 1, 16, 0, 8},
+                             {9, 2, 3, 4, 8},    {9, 2, 3, 0, 1},     {5, 3, 7, 6, 4},
+                             {2, 1, 1, 1, 1}};
     for (const auto& sh : shapes) {
-      const int num_m = sh[0], batch = sh[1], heads = sh[2], group = sh[3];
-      const int tiles = num_m * batch * heads;
+      const int num_m = sh[0], batch = sh[1], heads = sh[2], group = sh[3], defer = sh[4];
+      const int tiles = num_m * batch * heads, lead = (num_m - defer) * batch * heads;
+      bool& perm = defer > 0 ? defer_perm_ok : perm_ok;
       std::vector<int> seen(tiles, 0);
       int prev_group = -1, prev_m = 0;
       for (int i = 0; i < tiles; ++i) {
         const flashattn_cu::QueryTile t =
-            flashattn_cu::query_tile_at(i, num_m, heads, group, batch * heads);
+            flashattn_cu::query_tile_at(i, num_m, heads, group, batch * heads, defer);
         const int bh = t.batch * heads + t.head;
         if (t.m_block < 0 || t.m_block >= num_m || t.batch < 0 || t.batch >= batch ||
             t.head < 0 || t.head >= heads) {
-          perm_ok = false;
+          perm = false;
           break;
         }
         ++seen[bh * num_m + t.m_block];
-        if (group > 0) {
-          const int g = bh / group;
-          if (g == prev_group && t.m_block > prev_m) lpt_ok = false;
-          if (g < prev_group) lpt_ok = false;
-          prev_group = g;
-          prev_m = t.m_block;
+        if (i < lead) {
+          if (t.m_block < defer) defer_order_ok = false;
+          if (group > 0) {
+            const int g = bh / group;
+            if (g == prev_group && t.m_block > prev_m) lpt_ok = false;
+            if (g < prev_group) lpt_ok = false;
+            prev_group = g;
+            prev_m = t.m_block;
+          }
+        } else if (t.m_block != defer - 1 - (i - lead) / (batch * heads) ||
+                   bh != (i - lead) % (batch * heads)) {
+          defer_order_ok = false;
         }
       }
-      for (int c : seen) perm_ok = perm_ok && c == 1;
+      for (int c : seen) perm = perm && c == 1;
     }
     // cta_tile_index: the CTAs' walks together visit every tile once.
     for (int tiles : {1, 131, 132, 133, 2048, 2731}) {
@@ -521,39 +534,9 @@ void run_problem_checks() {
     }
     expect(perm_ok, "tile orders: every (batch, head, query block) exactly once");
     expect(lpt_ok, "grouped tile order: longest first inside each group of heads");
-  }
-
-  // The deferred light query blocks (query_tile_at's defer_m, a left window's first blocks):
-  // still a permutation, in either order of the rest; blocks >= defer_m first, then blocks
-  // defer_m - 1 down to 0 of every head in turn.
-  {
-    bool perm_ok = true, order_ok = true;
-    const int shapes[][5] = {{128, 1, 16, 3, 8}, {128, 1, 16, 0, 8}, {9, 2, 3, 4, 8},
-                             {9, 2, 3, 0, 1},    {5, 3, 7, 6, 4},   {2, 1, 1, 1, 1}};
-    for (const auto& sh : shapes) {
-      const int num_m = sh[0], batch = sh[1], heads = sh[2], group = sh[3], defer = sh[4];
-      const int tiles = num_m * batch * heads, lead = (num_m - defer) * batch * heads;
-      std::vector<int> seen(tiles, 0);
-      for (int i = 0; i < tiles; ++i) {
-        const flashattn_cu::QueryTile t =
-            flashattn_cu::query_tile_at(i, num_m, heads, group, batch * heads, defer);
-        const int bh = t.batch * heads + t.head;
-        if (t.m_block < 0 || t.m_block >= num_m || t.batch < 0 || t.batch >= batch ||
-            t.head < 0 || t.head >= heads) {
-          perm_ok = false;
-          break;
-        }
-        ++seen[bh * num_m + t.m_block];
-        if (i < lead && t.m_block < defer) order_ok = false;
-        if (i >= lead && (t.m_block != defer - 1 - (i - lead) / (batch * heads) ||
-                          bh != (i - lead) % (batch * heads))) {
-          order_ok = false;
-        }
-      }
-      for (int c : seen) perm_ok = perm_ok && c == 1;
-    }
-    expect(perm_ok, "tile orders with deferred light blocks: every tile exactly once");
-    expect(order_ok, "tile orders with deferred light blocks: the light blocks last, longest first");
+    expect(defer_perm_ok, "tile orders with deferred light blocks: every tile exactly once");
+    expect(defer_order_ok,
+           "tile orders with deferred light blocks: the light blocks last, longest first");
   }
   {
     using flashattn_cu::light_query_blocks;

@@ -122,13 +122,14 @@ __device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, int index, int n
       p, fwd_tile_seq<kSeqlens>(p, index, num_m, group_heads, defer_m));
 }
 
-// Whether a kernel walks query_tile_at's deferred light blocks (FwdTmaParams::defer_m, which
-// the launch leaves 0 for the others): the variants that take windows (the dynamic mask), up to
-// d = 128. At d = 256 the index arithmetic it adds under the last P V spills (ptxas, sm_90a:
+// The deferred light blocks a kernel walks (query_tile_at's defer_m): FwdTmaParams::defer_m in
+// the variants that take windows (the dynamic mask) up to d = 128, a compile-time 0 in the
+// others. At d = 256 the index arithmetic it adds under the last P V spills (ptxas, sm_90a:
 // dynamic variant 0 -> 20 bytes, softcap 12 -> 36), and d = 256 windows run one CTA per tile
 // unless non-causal.
-__host__ __device__ constexpr bool fwd_defers(bool dynamic, int head_dim) {
-  return dynamic && head_dim <= 128;
+template <typename Traits, bool kDynamic>
+__device__ __forceinline__ int kernel_defer_m(const FwdTmaParams& tp) {
+  return kDynamic && Traits::kHeadDim <= 128 ? tp.defer_m : 0;
 }
 
 // Where step i of the CTA's key-block walk (counted over all its tiles) reads its K/V buffer,
@@ -155,9 +156,8 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
 #pragma unroll 1
   for (int k = 0, index = blockIdx.x; index < num_tiles;
        index = cta_tile_index(++k, blockIdx.x, gridDim.x)) {
-    const int defer_m = fwd_defers(kDynamic, Traits::kHeadDim) ? tp.defer_m : 0;
     const FwdWork w = fwd_work<kDynamic, kSeqlens, Traits::kBlockM, kBlockN>(
-        p, index, num_m, tp.group_heads, defer_m);
+        p, index, num_m, tp.group_heads, kernel_defer_m<Traits, kDynamic>(tp));
     if (w.num_blocks <= 0) continue;  // the consumers wait for nothing either
     const MapRows qm = map_rows(w.seq.start_q, w.seq.batch);
     const MapRows km = map_rows(w.seq.start_k, w.seq.batch);
@@ -628,7 +628,7 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   // The next tile's costly part is worked out during this one (consume_tile's `ahead`).
   auto tile_seq_at = [&](int index) {
     return fwd_tile_seq<kSeqlens>(p, index, num_m, tp.group_heads,
-                                  fwd_defers(kDynamic, Traits::kHeadDim) ? tp.defer_m : 0);
+                                  kernel_defer_m<Traits, kDynamic>(tp));
   };
   FwdTileSeq ts;
   if (static_cast<int>(blockIdx.x) < num_tiles) ts = tile_seq_at(static_cast<int>(blockIdx.x));
