@@ -3,7 +3,7 @@
 #
 #   bash scripts/device_run.sh                                  # every step
 #   STEPS=build,check,test bash scripts/device_run.sh           # a subset, in this fixed order:
-#                                                               #   env,diag,build,check,test,bench,features,decode,example,cp,sanitize,sanitize_kv,tune_decode,tune
+#                                                               #   env,diag,build,check,test,bench,features,decode,example,cp,sanitize,sanitize_kv,tune_decode,tune_bwd,tune
 #                                                               # (diag, not in the default set: the TORCH_CHECK
 #                                                               #  crash diagnosis, scripts/diag_torch_check.py)
 #   FLASHATTN_CU_COMMIT=abc1234 STEPS=build,bench BENCH_ARGS="--quick" bash scripts/device_run.sh
@@ -44,6 +44,8 @@
 #   SANITIZE_KV_TOOLS, SANITIZE_KV_K   step "sanitize_kv" (not in the default set): compute-sanitizer tools
 #                         (default racecheck,memcheck) over SANITIZE_KV_FILE (default tests/test_kvcache.py)
 #                         -k SANITIZE_KV_K
+#   step "tune_bwd"       (not in the default set): builds and runs benchmarks/tune/tune_bwd90.cu (the
+#                         sm90 backward's window tile order, A/B); log in extras
 #   step "tune_decode"    (not in the default set): builds and runs benchmarks/tune/tune_decode90.cu (the
 #                         sm90 decode kernel's configurations; TUNE_TIMEOUT bounds it); log in extras;
 #                         TUNE_DECODE_ARGS: its arguments ("timeline": the per-CTA stamps of the library
@@ -391,6 +393,14 @@ main() {
             -Icsrc/include -Icsrc/flash benchmarks/tune/tune_decode90.cu csrc/flash/tma_host.cu \
             csrc/flash/fwd/combine.cu -o "$WORK/tune_decode90" &&
             run_step tune_decode "$LOGS/tune_decode.log" timeout "${TUNE_TIMEOUT:-300}" "$WORK/tune_decode90" ${TUNE_DECODE_ARGS:-}
+    fi
+
+    if want tune_bwd; then  # torch-free A/B of the sm90 backward's tile order for windows
+        run_step tune_bwd:build "$LOGS/tune_bwd_build.log" nvcc -std=c++17 -O3 --use_fast_math \
+            --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 -gencode arch=compute_90a,code=sm_90a \
+            -Icsrc/include -Icsrc/flash benchmarks/tune/tune_bwd90.cu csrc/flash/tma_host.cu \
+            -o "$WORK/tune_bwd90" &&
+            run_step tune_bwd "$LOGS/tune_bwd.log" timeout "${TUNE_TIMEOUT:-300}" "$WORK/tune_bwd90"
     fi
 
     if want tune; then  # torch-free harnesses: kernel configurations and instruction rates

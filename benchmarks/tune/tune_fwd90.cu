@@ -61,21 +61,51 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (std::string(only) == "maxtree") {
-    // FwdTraits kMaxTree off (A) / on (B): the row max as a pairwise tree instead of a serial
-    // chain, on the library's static tiles, interleaved; then the phase clocks with it at d 128.
+    // The softmax's two reductions as trees, each A/B against the library's static tiles
+    // (interleaved): FwdTraits kMaxTree (the row max as a pairwise tree instead of a serial
+    // chain), kSumTree (the row sums as pairwise trees over the finished exponentials instead of
+    // a FADD chain fed by each MUFU), both; then the phase clocks with each at d 128.
     const std::vector<int> sl = {4096, 16384};
     g_library_schedule = true;
-    ab_sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false>,
-             FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, true>>("d128 max tree", b, true, sl);
-    ab_sweep<256, FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false, true, false>,
-             FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false, true, true>>("d256 max tree", b, true, sl);
-    ab_sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false, false>,
-             FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false, true>>("d64 max tree", b, true, sl);
+    using Lib128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, false>;
+    using Max128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, true, false>;
+    using Sum128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true>;
+    using Both128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, true, true>;
+    using Lib256 = FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false, true, false, false>;
+    using Max256 = FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false, true, true, false>;
+    using Sum256 = FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false, true, false, true>;
+    using Lib64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false, false, false>;
+    using Max64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false, true, false>;
+    using Sum64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false, false, true>;
+    ab_sweep<128, Lib128, Max128>("d128 max tree", b, true, sl);
+    ab_sweep<128, Lib128, Sum128>("d128 sum tree", b, true, sl);
+    ab_sweep<128, Lib128, Both128>("d128 both trees", b, true, sl);
+    ab_sweep<256, Lib256, Max256>("d256 max tree", b, true, sl);
+    ab_sweep<256, Lib256, Sum256>("d256 sum tree", b, true, sl);
+    ab_sweep<64, Lib64, Max64>("d64 max tree", b, true, sl);
+    ab_sweep<64, Lib64, Sum64>("d64 sum tree", b, true, sl);
+    // The sum tree on the library's softcap (static mask), ALiBi and padded window instances.
+    ab_sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, false>,
+             FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true>,
+             kSoftcap | kStaticMask>("d128 softcap sum tree", b, true, sl);
+    ab_sweep<64, FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, false, false, false, false>,
+             FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, false, false, false, true>,
+             kSoftcap | kStaticMask>("d64 softcap sum tree", b, true, sl);
+    ab_sweep<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, false>,
+             FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true>,
+             kAlibi>("d128 alibi sum tree", b, true, sl);
+    ab_sweep<128, FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true, false, false, false>,
+             FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true, false, false, true>,
+             kWindow1k | kStaticMask>("d128 window sum tree", b, false, {8192, 16384});
     const size_t stamp_slots = size_t{16384} * 3 * fa::sm90::kFwdClockSlots;
     unsigned long long* stamps = nullptr;
     CHECK(cudaMalloc(&stamps, stamp_slots * 8));
-    using Tree128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, true, 0, true, false, true>;
-    phases<128, Tree128>("d128 128x176 tree", b, stamps, stamp_slots, 8192, false);
+    phases<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true, true, 0, true, false, false, false>>(
+        "d128 128x176 library", b, stamps, stamp_slots, 8192, false);
+    phases<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true, true, 0, true, false, true, false>>(
+        "d128 128x176 max tree", b, stamps, stamp_slots, 8192, false);
+    phases<128, FwdTraits<128, 128, 176, 2, true, 0, 0, true, true, 0, true, false, false, true>>(
+        "d128 128x176 sum tree", b, stamps, stamp_slots, 8192, false);
     return 0;
   }
 #ifndef TUNE_FWD90_MAXTREE_ONLY  // -DTUNE_FWD90_MAXTREE_ONLY: the "maxtree" mode alone

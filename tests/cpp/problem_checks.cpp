@@ -542,15 +542,65 @@ void run_problem_checks() {
     using flashattn_cu::light_query_blocks;
     // window (1024, 0) at 16k in blocks of 128: blocks 0 .. 7 start before key 0; block 8's
     // first row (1024) sees keys 0 .. 1024, all its rows a whole window.
-    const bool ok = light_query_blocks(1024, 16384, 16384, 128) == 8 &&
-                    light_query_blocks(1000, 16384, 16384, 128) == 8 &&
-                    light_query_blocks(1025, 16384, 16384, 128) == 9 &&
-                    light_query_blocks(-1, 16384, 16384, 128) == 0 &&     // no left window
-                    light_query_blocks(1024, 1024, 4096, 128) == 0 &&     // seqlen_k - seqlen_q >= left
-                    light_query_blocks(1024, 1000, 1500, 128) == 5 &&     // cut 524 rows
-                    light_query_blocks(4096, 2048, 2048, 128) == 0 &&     // every block light
-                    light_query_blocks(1024, 16384, 16384, 192) == 6;
+    const bool ok = light_query_blocks(1024, 0, 16384, 16384, 128) == 8 &&
+                    light_query_blocks(1000, 0, 16384, 16384, 128) == 8 &&
+                    light_query_blocks(1025, 0, 16384, 16384, 128) == 9 &&
+                    light_query_blocks(1024, 64, 16384, 16384, 128) == 8 &&  // bounded right
+                    light_query_blocks(-1, 0, 16384, 16384, 128) == 0 &&     // no left window
+                    light_query_blocks(1024, -1, 16384, 16384, 128) == 0 &&  // right unbounded
+                    light_query_blocks(1024, 0, 1024, 4096, 128) == 0 &&     // seqlen_k - seqlen_q >= left
+                    light_query_blocks(1024, 0, 1000, 1500, 128) == 5 &&     // cut 524 rows
+                    light_query_blocks(4096, 0, 2048, 2048, 128) == 0 &&     // every block light
+                    light_query_blocks(1024, 0, 16384, 16384, 192) == 6;
     expect(ok, "light_query_blocks: the leading query blocks a left window cuts at key 0");
+  }
+  {
+    using flashattn_cu::light_key_blocks;
+    // window (1024, 0) at 16k in blocks of 128: keys 15360 .. are seen by fewer than 1025 rows
+    // (the last query row is 16383), blocks 120 .. 127.
+    const bool ok = light_key_blocks(1024, 0, 16384, 16384, 128) == 8 &&
+                    light_key_blocks(1000, 0, 16384, 16384, 128) == 8 &&   // keys 15384 ..: block 120
+                    light_key_blocks(1025, 0, 16384, 16384, 128) == 9 &&
+                    light_key_blocks(1024, 0, 8192, 16384, 128) == 8 &&    // sq != sk: the same keys
+                    light_key_blocks(1024, 0, 16384, 16384, 64) == 16 &&
+                    light_key_blocks(-1, 0, 16384, 16384, 128) == 0 &&     // no left window
+                    light_key_blocks(1024, -1, 16384, 16384, 128) == 0 &&  // right unbounded
+                    light_key_blocks(4096, 0, 2048, 2048, 128) == 0 &&     // every block light
+                    light_key_blocks(1024, 0, 1500, 1500, 128) == 9;       // keys 476 ..: blocks 3 .. 11
+    expect(ok, "light_key_blocks: the trailing key blocks a left window cuts at the last row");
+  }
+  {
+    // key_tile_at: a permutation of the key tiles; without defer_n key_tile's order (n fastest,
+    // then split, head_k, batch); with it the first num_n - defer_n blocks of every slice in
+    // that order, then the light blocks, heaviest (lowest n) first, slice by slice.
+    bool perm = true, order = true;
+    const int shapes[][5] = {{128, 1, 16, 1, 8}, {12, 2, 3, 2, 4}, {7, 1, 1, 1, 0},
+                             {9, 3, 2, 1, 8}, {5, 2, 4, 3, 0}, {1, 1, 1, 1, 0}};
+    for (const auto& sh : shapes) {
+      const int num_n = sh[0], batch = sh[1], heads_k = sh[2], splits = sh[3], defer = sh[4];
+      const int slices = batch * heads_k * splits, tiles = num_n * slices;
+      const int lead = (num_n - defer) * slices;
+      std::vector<int> seen(tiles, 0);
+      for (int i = 0; i < tiles; ++i) {
+        const flashattn_cu::KeyTile t =
+            flashattn_cu::key_tile_at(i, num_n, splits, heads_k, slices, defer);
+        if (t.n_block < 0 || t.n_block >= num_n || t.split < 0 || t.split >= splits ||
+            t.head_k < 0 || t.head_k >= heads_k || t.batch < 0 || t.batch >= batch) {
+          perm = false;
+          break;
+        }
+        const int slice = (t.batch * heads_k + t.head_k) * splits + t.split;
+        ++seen[slice * num_n + t.n_block];
+        if (i < lead) {
+          if (t.n_block != i % (num_n - defer) || slice != i / (num_n - defer)) order = false;
+        } else if (t.n_block != num_n - defer + (i - lead) / slices || slice != (i - lead) % slices) {
+          order = false;
+        }
+      }
+      for (int c : seen) perm = perm && c == 1;
+    }
+    expect(perm, "key_tile_at: every (batch, head_k, split, key block) exactly once");
+    expect(order, "key_tile_at: key_tile's order, then the deferred light blocks heaviest first");
   }
 
   check_kvcache_math();

@@ -119,6 +119,9 @@ struct BwdKernelParams {
   int heads_per_split;  // query heads each of them loops over
   ScoreScale score;     // problem/score_mod.h: the score units (scale_log2, softcap)
   DropoutScale dropout;  // problem/dropout.h: keep threshold and 1 / (1 - p)
+  // The light trailing key blocks of a window that the sm90 main kernels' tile order walks last
+  // (problem/scheduler.h key_tile_at; set by sm90/bwd_launch.h; 0: key_tile's order).
+  int defer_n = 0;
 };
 
 // Kernel parameters over the workspace carved as `ws` describes.

@@ -48,11 +48,17 @@ __device__ __forceinline__ float exp2_fma(float x) {
 // rounding of m * scale_log2), the same factor for a whole block of a row, so O / l moves by at
 // most ~1e-4 relative between blocks, below fp16's rounding of O; the rescale stays exact.
 // Saves the FADD per score of the difference form.
-template <int kPolyEighths_ = 0, bool kFusedExponent_ = false, bool kWarpFused_ = false>
+// kSumTree: the tile's row sums as pairwise trees over the finished exponentials instead of one
+// serial FADD chain per row fed by each MUFU in turn (the same terms, summed in another order:
+// fp32 rounding differences only); a tuning knob for kernels whose exponentials sit on the
+// critical path (sm90/fwd_kernel.h, FwdTraits kSumTree).
+template <int kPolyEighths_ = 0, bool kFusedExponent_ = false, bool kWarpFused_ = false,
+          bool kSumTree_ = false>
 struct ExpPolicy {
   static constexpr int kPolyEighths = kPolyEighths_;
   static constexpr bool kFusedExponent = kFusedExponent_;
   static constexpr bool kWarpFused = kWarpFused_ && !kFusedExponent_;
+  static constexpr bool kSumTree = kSumTree_;
   static_assert(kPolyEighths >= 0 && kPolyEighths <= 8, "eighths of the score tiles");
 };
 using DefaultExp = ExpPolicy<>;
@@ -203,9 +209,11 @@ struct OnlineSoftmax {
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) small = small && fabsf(ref[mt][hr] * scale_log2) < 1024.f;
       if (__all_sync(0xffffffffu, small)) {
-        exponentiate<ExpPolicy<Exp::kPolyEighths, true>>(s, ref, rescale, scale_log2);
+        exponentiate<ExpPolicy<Exp::kPolyEighths, true, false, Exp::kSumTree>>(s, ref, rescale,
+                                                                              scale_log2);
       } else {
-        exponentiate<ExpPolicy<Exp::kPolyEighths, false>>(s, ref, rescale, scale_log2);
+        exponentiate<ExpPolicy<Exp::kPolyEighths, false, false, Exp::kSumTree>>(s, ref, rescale,
+                                                                               scale_log2);
       }
     } else {
 #pragma unroll
@@ -223,8 +231,19 @@ struct OnlineSoftmax {
                                   : (s[mt][nt][hr * 2 + e] - ref[mt][hr]) * scale_log2;
               const float p = nt % 8 >= 8 - Exp::kPolyEighths ? exp2_fma(x) : ptx::ex2_approx(x);
               s[mt][nt][hr * 2 + e] = p;
-              row_sum += p;
+              if constexpr (!Exp::kSumTree) row_sum += p;
             }
+          }
+          if constexpr (Exp::kSumTree) {
+            float v[kNTiles];
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt) v[nt] = s[mt][nt][hr * 2] + s[mt][nt][hr * 2 + 1];
+#pragma unroll
+            for (int stride = 1; stride < kNTiles; stride *= 2) {
+#pragma unroll
+              for (int i = 0; i + stride < kNTiles; i += 2 * stride) v[i] += v[i + stride];
+            }
+            row_sum = v[0];
           }
           l[mt][hr] = fmaf(l[mt][hr], rescale[mt][hr], row_sum);
         }

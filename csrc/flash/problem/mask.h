@@ -16,6 +16,7 @@
 #include <math.h>
 
 #include "../common/int_math.h"
+#include "scheduler.h"
 #include "seqlen.h"
 
 namespace flashattn_cu {
@@ -288,6 +289,23 @@ __host__ __device__ __forceinline__ bool padded_window_call(const Params& p) {
 template <bool kDynamic, typename Params>
 __host__ __device__ __forceinline__ Mask mask_of(const SeqInfo& seq, const Params& p) {
   return Mask(seq, p.is_causal, kDynamic ? p.window_left : -1, kDynamic ? p.window_right : -1);
+}
+
+// The light blocks of a padded call's window that the schedulers walk last
+// (problem/scheduler.h): leading query blocks (forward, query_tile_at's defer_m) or trailing
+// key blocks (backward, key_tile_at's defer_n) of `block` rows / keys, from the call's window as
+// the kernels normalize it (Mask). None for varlen, whose entries' lengths the host does not see.
+template <typename Params>
+inline int deferred_query_blocks(const Params& p, int block_m) {
+  if (dynamic_seqlens(p)) return 0;
+  const Mask mask = mask_of<true>(seq_info<false>(p, 0), p);
+  return light_query_blocks(mask.left, mask.right, p.seqlen_q, p.seqlen_k, block_m);
+}
+template <typename Params>
+inline int deferred_key_blocks(const Params& p, int block_n) {
+  if (dynamic_seqlens(p)) return 0;
+  const Mask mask = mask_of<true>(seq_info<false>(p, 0), p);
+  return light_key_blocks(mask.left, mask.right, p.seqlen_q, p.seqlen_k, block_n);
 }
 
 }  // namespace flashattn_cu

@@ -110,10 +110,13 @@ __host__ __device__ __forceinline__ QueryTile query_tile_at(int index, int num_m
 // The leading query blocks (of block_m rows) whose rows' left windows (window_left >= 0,
 // bottom-right aligned) are cut short by key 0, so that they visit fewer key blocks than the rest
 // (window (1024, 0), blocks of 128: blocks 0 .. 7 see 1 .. 8 of the 9 key blocks the others see):
-// query_tile_at's defer_m. 0 without a left window and when every block is light.
-__host__ __device__ __forceinline__ int light_query_blocks(int window_left, int seqlen_q,
-                                                           int seqlen_k, int block_m) {
-  if (window_left < 0 || block_m <= 0 || seqlen_q <= 0) return 0;
+// query_tile_at's defer_m. 0 without a bounded window on both sides (window_right: 0 for causal;
+// with the right side unbounded the rows cut by key 0 see every later key, the most of any row)
+// and when every block is light.
+__host__ __device__ __forceinline__ int light_query_blocks(int window_left, int window_right,
+                                                           int seqlen_q, int seqlen_k,
+                                                           int block_m) {
+  if (window_left < 0 || window_right < 0 || block_m <= 0 || seqlen_q <= 0) return 0;
   // Row r's window starts at key r + (seqlen_k - seqlen_q) - window_left: below 0 for the rows
   // r < cut, which the first ceil(cut / block_m) blocks hold.
   const int64_t cut = static_cast<int64_t>(window_left) - (static_cast<int64_t>(seqlen_k) - seqlen_q);
@@ -134,18 +137,56 @@ __host__ __device__ __forceinline__ int64_t key_tile_count(int num_n_blocks, int
   return static_cast<int64_t>(num_n_blocks) * batch * num_heads_k * splits;
 }
 
-#ifdef __CUDACC__
-__device__ __forceinline__ KeyTile key_tile(int num_n_blocks, int splits, int num_heads_k) {
+// Tile `index` of key_tile_count in that order; with defer_n > 0 (a window, whose last key
+// blocks are seen by fewer query rows than the others: light_key_blocks) the order over key
+// blocks 0 .. num_n_blocks - defer_n - 1 of every (batch, head_k, split) (total_slices of
+// them), then key block num_n_blocks - defer_n of every slice, ..., the last block of every
+// slice: the light tiles last, heaviest first, so that the hardware hands them to the SMs that
+// free up at the end (the forward's defer_m mirrored: query_tile_at).
+__host__ __device__ __forceinline__ KeyTile key_tile_at(int index, int num_n_blocks, int splits,
+                                                        int num_heads_k, int total_slices = 0,
+                                                        int defer_n = 0) {
   KeyTile t;
-  int rest = static_cast<int>(blockIdx.x);
-  t.n_block = rest % num_n_blocks;
-  rest /= num_n_blocks;
+  const int lead_n = num_n_blocks - defer_n;
+  int rest;
+  if (defer_n > 0 && index >= lead_n * total_slices) {
+    const int tail = index - lead_n * total_slices;
+    t.n_block = lead_n + tail / total_slices;
+    rest = tail % total_slices;
+  } else {
+    t.n_block = index % lead_n;
+    rest = index / lead_n;
+  }
   t.split = rest % splits;
   rest /= splits;
   t.head_k = rest % num_heads_k;
   t.batch = rest / num_heads_k;
   return t;
 }
+
+#ifdef __CUDACC__
+__device__ __forceinline__ KeyTile key_tile(int num_n_blocks, int splits, int num_heads_k) {
+  return key_tile_at(static_cast<int>(blockIdx.x), num_n_blocks, splits, num_heads_k);
+}
 #endif
+
+// The trailing key blocks (of block_n keys) whose keys are seen by fewer query rows than the
+// others because the window's left side runs past the last query row (bottom-right aligned:
+// key j's rows end at j - (seqlen_k - seqlen_q) + window_left, past seqlen_q - 1 for the keys
+// j >= seqlen_k - window_left): key_tile_at's defer_n. Window (1024, 0), 16k keys, blocks of
+// 128: the last 8 blocks, seen by 1024 + 1 .. 128 rows against 1152 for the others. 0 without a
+// bounded window on both sides (with the right side unbounded those keys are seen by every
+// earlier row, the most of any key) and when every block is light.
+__host__ __device__ __forceinline__ int light_key_blocks(int window_left, int window_right,
+                                                         int seqlen_q, int seqlen_k, int block_n) {
+  if (window_left < 0 || window_right < 0 || block_n <= 0 || seqlen_q <= 0 || seqlen_k <= 0) {
+    return 0;
+  }
+  const int64_t first_light_key = static_cast<int64_t>(seqlen_k) - window_left;
+  if (first_light_key <= 0) return 0;
+  const int64_t num_n = (static_cast<int64_t>(seqlen_k) + block_n - 1) / block_n;
+  const int64_t light = num_n - first_light_key / block_n;
+  return light >= num_n ? 0 : static_cast<int>(light);
+}
 
 }  // namespace flashattn_cu

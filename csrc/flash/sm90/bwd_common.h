@@ -56,7 +56,10 @@ template <int kBlockM, int kBlockN, bool kDynamic>
 __device__ __forceinline__ BwdWork<kDynamic> bwd_work(const BwdKernelParams& kp) {
   const BwdParams& p = kp.p;
   BwdWork<kDynamic> w;
-  const KeyTile tile = key_tile(ceil_div(p.seqlen_k, kBlockN), kp.kv_splits, p.num_heads_k);
+  // The static instance has no window, so no light blocks to defer.
+  const KeyTile tile =
+      key_tile_at(static_cast<int>(blockIdx.x), ceil_div(p.seqlen_k, kBlockN), kp.kv_splits,
+                  p.num_heads_k, p.batch * p.num_heads_k * kp.kv_splits, kDynamic ? kp.defer_n : 0);
   const SeqInfo seq = seq_info<kDynamic>(p, tile.batch);
   w.batch = tile.batch;
   w.hsplit = tile.split;

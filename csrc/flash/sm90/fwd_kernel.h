@@ -227,7 +227,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   constexpr int kHeadDim = Traits::kHeadDim, kDTiles = Traits::kDTiles;
   // Softcap alone bounds the scores by 1: the exponent may be one FFMA (common/softmax.h).
   constexpr bool kSoftcapAlone = kVariant == kSoftcapVariant || kVariant == kStaticSoftcapVariant;
-  using Exp = ExpPolicy<Traits::kPolyEighths, kSoftcapAlone, Traits::kWarpFusedExp>;
+  using Exp = ExpPolicy<Traits::kPolyEighths, kSoftcapAlone, Traits::kWarpFusedExp, Traits::kSumTree>;
   const FwdParams& p = kp.p;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int head = w.tile.head, batch = w.tile.batch, m_start = w.m_start;

@@ -42,11 +42,8 @@ struct FwdSchedule {
   int defer_m = 0;  // and its light leading query blocks, walked last
 };
 
-// query_tile_at's deferred light blocks for a call (problem/scheduler.h light_query_blocks):
-// none for varlen, whose entries' lengths the host does not see.
-inline int fwd_defer_m(const FwdParams& p, int block_m) {
-  return dynamic_seqlens(p) ? 0 : light_query_blocks(p.window_left, p.seqlen_q, p.seqlen_k, block_m);
-}
+// query_tile_at's deferred light blocks for a call (problem/mask.h deferred_query_blocks).
+inline int fwd_defer_m(const FwdParams& p, int block_m) { return deferred_query_blocks(p, block_m); }
 
 // Persistent (one CTA per SM: the next tile's loads run behind this one's last steps and
 // epilogue) when every tile costs the same. Causal tiles cost from one key block to all of them:

@@ -32,9 +32,15 @@ struct FwdTmaParams {
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true,
           int kPolyEighths_ = 0, int kHalves_ = 0, bool kWarpFusedExp_ = false,
           bool kStamps_ = false, int kTmaStoreO_ = 0, bool kCapAfterMax_ = true,
-          bool kEarlyRescale_ = false, bool kMaxTree_ = false>
+          bool kEarlyRescale_ = false, bool kMaxTree_ = false, bool kSumTree_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // A step's row sums as pairwise trees over the finished exponentials (common/softmax.h
+  // ExpPolicy kSumTree) instead of a serial FADD chain per row fed by each MUFU.EX2 in turn
+  // (the library's SASS at d = 128: MUFU, FADD, MUFU, FADD, each FADD waiting on its MUFU and on
+  // the one before it): a tuning knob (the phase clocks had the exponentials at 1,229 cycles of
+  // a d = 128 step for 704 of SFU work).
+  static constexpr bool kSumTree = kSumTree_;
   // A step's row max as a pairwise tree (common/softmax.h new_max kTree) instead of a serial
   // chain: a tuning knob (the phase clocks had the max at 674 of a d = 128 step's 3,618 cycles).
   static constexpr bool kMaxTree = kMaxTree_;

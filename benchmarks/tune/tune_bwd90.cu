@@ -1,0 +1,113 @@
+// The sm90a backward's tile order for windows (sm90/bwd_launch.h run_bwd_ordered, problem/
+// scheduler.h key_tile_at), torch-free: window (1024, 0), causal, bf16, d 128, 16 heads, batch
+// = 16k / seqlen (the features bench's shapes), the whole backward (preprocess, main kernel,
+// convert) with key_tile's order (A) and with the light trailing key blocks last (B), timed
+// interleaved (harness.h ab_ms); B's dk / dv checked bitwise equal to A's (the order moves no
+// arithmetic of a tile) and its dq within the atomics' reordering. The causal backward of the
+// same shape is timed for the window's speedup. Build and run (device):
+//   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 \
+//        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
+//        benchmarks/tune/tune_bwd90.cu csrc/flash/tma_host.cu -o /tmp/tune_bwd90 && /tmp/tune_bwd90
+#include <cstdio>
+#include <vector>
+
+#include "fwd90_harness.h"
+#include "sm90/bwd_launch.h"
+
+namespace {
+
+constexpr int kD = 128;
+
+struct BwdBuffers {
+  __nv_bfloat16 *dout, *dq, *dk, *dv, *dq_a, *dk_a, *dv_a;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// The backward of the forward call fp (whose o and lse b holds once run_sm80 ran it).
+fa::BwdParams bwd_params(const fa::FwdParams& fp, BwdBuffers& g) {
+  fa::BwdParams p;
+  static_cast<fa::AttnParams&>(p) = fp;
+  p.o = fp.o;
+  p.lse = fp.lse;
+  p.dout = g.dout;
+  p.dq = g.dq;
+  p.dk = g.dk;
+  p.dv = g.dv;
+  p.do_batch_stride = p.dq_batch_stride = p.dk_batch_stride = p.dv_batch_stride = fp.q_batch_stride;
+  p.do_row_stride = p.dq_row_stride = p.dk_row_stride = p.dv_row_stride = fp.q_row_stride;
+  p.do_head_stride = p.dq_head_stride = p.dk_head_stride = p.dv_head_stride = fp.q_head_stride;
+  const size_t bytes = fa::backward::bwd_workspace_layout(p).bytes;
+  if (bytes > g.workspace_bytes) {
+    if (g.workspace != nullptr) CHECK(cudaFree(g.workspace));
+    CHECK(cudaMalloc(&g.workspace, bytes));
+    g.workspace_bytes = bytes;
+  }
+  p.workspace = g.workspace;
+  return p;
+}
+
+float max_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n, float* scratch) {
+  CHECK(cudaMemset(scratch, 0, 4));
+  max_abs_diff<<<264, 256>>>(a, b, n, scratch);
+  float d = 0.f;
+  CHECK(cudaMemcpy(&d, scratch, 4, cudaMemcpyDeviceToHost));
+  return d;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const size_t n = 16384ull * 2048;
+  Buffers b;
+  BwdBuffers g;
+  for (__nv_bfloat16** x : {&b.q, &b.k, &b.v, &b.o, &b.o_ref, &g.dout, &g.dq, &g.dk, &g.dv,
+                            &g.dq_a, &g.dk_a, &g.dv_a}) {
+    CHECK(cudaMalloc(x, n * 2));
+  }
+  CHECK(cudaMalloc(&b.lse, 16384ull * 64 * 4));
+  CHECK(cudaMalloc(&b.diff, 4));
+  fill_random<<<1024, 256>>>(b.q, n, 1);
+  fill_random<<<1024, 256>>>(b.k, n, 2);
+  fill_random<<<1024, 256>>>(b.v, n, 3);
+  fill_random<<<1024, 256>>>(g.dout, n, 4);
+  CHECK(cudaDeviceSynchronize());
+  namespace sm90 = fa::sm90;
+  for (int seqlen : {4096, 8192, 16384}) {
+    fa::FwdParams fw, fc;
+    mods_params(b, kD, seqlen, true, kWindow1k, &fw);
+    fc = make_params(b, kD, seqlen, true);
+    const fa::BwdParams pw = bwd_params(fw, g);
+    const fa::BwdParams pc = bwd_params(fc, g);
+    // Key blocks the window's tile order defers (128-key blocks at d 128).
+    const int defer = fa::deferred_key_blocks(pw, sm90::BwdTraits<kD, 64>::kBlockN);
+    auto run = [](const fa::BwdParams& p, bool defer_light) {
+      const fa::Status st = sm90::run_bwd_ordered<__nv_bfloat16, kD>(p, 0, defer_light);
+      if (st != fa::Status::kSuccess) std::printf("backward launch failed (%d)\n", static_cast<int>(st));
+    };
+    // The window's forward, then A's gradients kept, then B's compared.
+    if (run_sm80<kD>(fw) != fa::Status::kSuccess) std::printf("forward launch failed\n");
+    run(pw, false);
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaMemcpy(g.dq_a, g.dq, n * 2, cudaMemcpyDeviceToDevice));
+    CHECK(cudaMemcpy(g.dk_a, g.dk, n * 2, cudaMemcpyDeviceToDevice));
+    CHECK(cudaMemcpy(g.dv_a, g.dv, n * 2, cudaMemcpyDeviceToDevice));
+    for (__nv_bfloat16* x : {g.dq, g.dk, g.dv}) CHECK(cudaMemset(x, 0xff, n * 2));  // NaN poison
+    run(pw, true);
+    CHECK(cudaDeviceSynchronize());
+    const float ddk = max_diff(g.dk, g.dk_a, n, b.diff), ddv = max_diff(g.dv, g.dv_a, n, b.diff);
+    const float ddq = max_diff(g.dq, g.dq_a, n, b.diff);
+    const AbTimes t = ab_ms([&] { run(pw, false); }, [&] { run(pw, true); }, 30, 4);
+    // The causal backward (its own forward's o and lse first; no window, nothing deferred).
+    if (run_sm80<kD>(fc) != fa::Status::kSuccess) std::printf("forward launch failed\n");
+    const float causal_ms = median_ms([&] { run(pc, true); }, 20);
+    std::printf("bwd window (1024, 0) d=%d s=%5d: defer %d blocks; key_tile order %.3f ms, light "
+                "last %.3f ms, time ratio %.4f; causal %.3f ms (speedup %.2fx -> %.2fx); "
+                "max|diff| dk %.1e dv %.1e dq %.1e%s\n",
+                kD, seqlen, defer, t.a_ms, t.b_ms, t.b_over_a, causal_ms, causal_ms / t.a_ms,
+                causal_ms / t.b_ms, ddk, ddv, ddq,
+                ddk == 0.f && ddv == 0.f && ddq < 2e-2f ? "" : "  DIFFERS");
+    std::fflush(stdout);
+  }
+  return 0;
+}
