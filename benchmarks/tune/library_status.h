@@ -1,6 +1,7 @@
 // The one library function the torch-free harnesses that launch through csrc/flash/launch.h need
 // and do not link (dispatch.cu defines it for the library): cuda_status. Included once by each
-// harness program (tune_fwd90.cu, tune_decode90.cu, cluster_occupancy.cu).
+// harness program (tune_fwd.cu, tune_fwd90.cu, tune_bwd90.cu, tune_decode90.cu,
+// cluster_occupancy.cu).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fwd90_harness.h"
+#include "library_status.h"
 #include "sm90/bwd_launch.h"
 
 namespace {

@@ -1,7 +1,8 @@
 // Tile sweep for the sm80 forward kernel, torch-free: times several (kBlockM, kBlockN, warps)
 // instances of fwd_kernel on flash_attn's benchmark shapes with CUDA events (median of 30) and
-// prints TFLOP/s, so tile choices in tiles.h rest on measurements. Build (sm_90a shown):
-//   nvcc -std=c++17 -O3 --use_fast_math -gencode arch=compute_90a,code=sm_90a \
+// prints TFLOP/s, so tile choices in tiles.h rest on measurements; each configuration runs
+// through the library's launch (sm80/fwd_launch.h launch_fwd). Build (sm_90a shown):
+//   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -gencode arch=compute_90a,code=sm_90a \
 //        -Icsrc/include -Icsrc/flash benchmarks/tune/tune_fwd.cu -o build/tune_fwd
 #include <algorithm>
 #include <cmath>
@@ -9,14 +10,11 @@
 #include <cstdio>
 #include <vector>
 
-#include "sm80/fwd_kernel.h"
+#include "sm80/fwd_launch.h"
 #include "harness.h"
+#include "library_status.h"
 
 namespace fa = flashattn_cu;
-
-namespace flashattn_cu::sm80 {
-Status launch_status() { return cudaGetLastError() == cudaSuccess ? Status::kSuccess : Status::kLaunchFailed; }
-}  // namespace flashattn_cu::sm80
 
 // fp32 reference: one thread per (batch, head, query row); two passes over the keys.
 __global__ void reference_fwd(fa::FwdParams p, float* out, float* lse) {
@@ -69,9 +67,10 @@ void check(int batch, int heads, int heads_k, int sq, int sk, int head_dim, bool
   p.batch = batch; p.seqlen_q = sq; p.seqlen_k = sk; p.num_heads = heads; p.num_heads_k = heads_k;
   p.head_dim = head_dim; p.softmax_scale = 1.f / sqrtf(head_dim); p.is_causal = causal;
   p.dtype = fa::DType::kBFloat16;
-  auto kernel = fa::sm80::fwd_kernel<__nv_bfloat16, Traits>;
-  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
-  kernel<<<fa::ceil_div(sq, M) * batch * heads, Traits::kNThreads, Traits::kSmemBytes>>>(p);
+  // The library's launch of this configuration (sm80/fwd_launch.h: the call's kernel variant).
+  if (fa::sm80::launch_fwd<__nv_bfloat16, Traits>(p, 0) != fa::Status::kSuccess) {
+    std::printf("launch failed\n");
+  }
   CHECK(cudaGetLastError());
   reference_fwd<<<dim3(fa::ceil_div(sq, 64), batch * heads), 64>>>(p, ref_o, ref_lse);
   CHECK(cudaDeviceSynchronize());
@@ -104,16 +103,13 @@ void check(int batch, int heads, int heads_k, int sq, int sk, int head_dim, bool
 
 template <typename Traits>
 float time_config(fa::FwdParams p) {
-  auto kernel = fa::sm80::fwd_kernel<__nv_bfloat16, Traits>;
-  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
-  const unsigned blocks = fa::ceil_div(p.seqlen_q, Traits::kBlockM) * p.batch * p.num_heads;
   cudaEvent_t a, b;
   CHECK(cudaEventCreate(&a));
   CHECK(cudaEventCreate(&b));
   std::vector<float> ms;
   for (int it = 0; it < 35; ++it) {
     CHECK(cudaEventRecord(a));
-    kernel<<<blocks, Traits::kNThreads, Traits::kSmemBytes>>>(p);
+    fa::sm80::launch_fwd<__nv_bfloat16, Traits>(p, 0);
     CHECK(cudaEventRecord(b));
     CHECK(cudaEventSynchronize(b));
     CHECK(cudaGetLastError());
