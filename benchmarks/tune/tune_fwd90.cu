@@ -108,7 +108,23 @@ int main(int argc, char** argv) {
         "d128 128x176 sum tree", b, stamps, stamp_slots, 8192, false);
     return 0;
   }
-#ifndef TUNE_FWD90_MAXTREE_ONLY  // -DTUNE_FWD90_MAXTREE_ONLY: the "maxtree" mode alone
+  if (std::string(only) == "capexp") {
+    // Softcap (static mask) at d 128 with the row-sum tree (the library's since v23): a share of
+    // the exponentials on the FMA pipe (kPolyEighths 1 / 2 / 3 of 8) against none, interleaved.
+    // Softcap's two MUFU a score equal its tensor work at d 128; with the sum tree the MUFUs issue
+    // in pairs, so the SFU may now be the limit the polynomial relieves.
+    const std::vector<int> sl = {4096, 16384};
+    g_library_schedule = true;
+    using Cap0 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true>;
+    using Cap1 = FwdTraits<128, 128, 176, 2, true, 1, 0, true, false, 0, true, false, false, true>;
+    using Cap2 = FwdTraits<128, 128, 176, 2, true, 2, 0, true, false, 0, true, false, false, true>;
+    using Cap3 = FwdTraits<128, 128, 176, 2, true, 3, 0, true, false, 0, true, false, false, true>;
+    ab_sweep<128, Cap0, Cap1, kSoftcap | kStaticMask>("d128 softcap poly 1/8", b, true, sl);
+    ab_sweep<128, Cap0, Cap2, kSoftcap | kStaticMask>("d128 softcap poly 2/8", b, true, sl);
+    ab_sweep<128, Cap0, Cap3, kSoftcap | kStaticMask>("d128 softcap poly 3/8", b, true, sl);
+    return 0;
+  }
+#ifndef TUNE_FWD90_MAXTREE_ONLY  // -DTUNE_FWD90_MAXTREE_ONLY: the "maxtree" and "capexp" modes alone
   if (std::string(only) == "steps") {
     // The library's long-row tiles with the phase clocks and a step's parts (sm90/fwd_clock.h
     // FwdStepPart): where a step's cycles go at d = 128 (FlashAttention-4 leads by 5-9% at
