@@ -45,7 +45,8 @@
 #                         (default racecheck,memcheck) over SANITIZE_KV_FILE (default tests/test_kvcache.py)
 #                         -k SANITIZE_KV_K
 #   step "tune_bwd"       (not in the default set): builds and runs benchmarks/tune/tune_bwd90.cu (the
-#                         sm90 backward's window tile order, A/B); log in extras
+#                         sm90 backward's A/Bs; TUNE_BWD_ARGS: its mode, "defer" (default) or "pdl");
+#                         log in extras
 #   step "tune_decode"    (not in the default set): builds and runs benchmarks/tune/tune_decode90.cu (the
 #                         sm90 decode kernel's configurations; TUNE_TIMEOUT bounds it); log in extras;
 #                         TUNE_DECODE_ARGS: its arguments ("timeline": the per-CTA stamps of the library
@@ -400,7 +401,7 @@ main() {
             --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 -gencode arch=compute_90a,code=sm_90a \
             -Icsrc/include -Icsrc/flash benchmarks/tune/tune_bwd90.cu csrc/flash/tma_host.cu \
             -o "$WORK/tune_bwd90" &&
-            run_step tune_bwd "$LOGS/tune_bwd.log" timeout "${TUNE_TIMEOUT:-300}" "$WORK/tune_bwd90"
+            run_step tune_bwd "$LOGS/tune_bwd.log" timeout "${TUNE_TIMEOUT:-300}" "$WORK/tune_bwd90" ${TUNE_BWD_ARGS:-}
     fi
 
     if want tune; then  # torch-free harnesses: kernel configurations and instruction rates

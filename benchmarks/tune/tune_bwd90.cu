@@ -4,11 +4,18 @@
 // convert) with key_tile's order (A) and with the light trailing key blocks last (B), timed
 // interleaved (harness.h ab_ms); B's dk / dv checked bitwise equal to A's (the order moves no
 // arithmetic of a tile) and its dq within the atomics' reordering. The causal backward of the
-// same shape is timed for the window's speedup. Build and run (device):
+// same shape is timed for the window's speedup (mode `defer`, the default).
+// Mode `pdl`: the same pipeline with each kernel launched whole (A) and with the main kernel and
+// the convert launched programmatically (B; bwd/pipeline.h), on windows (128, 0) and (1024, 0) at
+// 16k and causal at 1k, 2k and 16k (batch 16k / seqlen), timed interleaved; B's dk / dv bitwise
+// equal to A's, dq within the atomics' reordering. Mode `profile`: one programmatic backward of
+// window (1024, 0) and one of causal, at 16k, for ncu (scripts/ncu_bwd90.sh).
+// Build and run (device):
 //   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 \
 //        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
-//        benchmarks/tune/tune_bwd90.cu csrc/flash/tma_host.cu -o /tmp/tune_bwd90 && /tmp/tune_bwd90
+//        benchmarks/tune/tune_bwd90.cu csrc/flash/tma_host.cu -o /tmp/tune_bwd90 && /tmp/tune_bwd90 [mode]
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "fwd90_harness.h"
@@ -58,7 +65,14 @@ float max_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n, float* 
 
 }  // namespace
 
+// Window (left, 0) on the causal call fw (mods_params' kWindow1k call with another left edge).
+fa::FwdParams with_window(fa::FwdParams fw, int left) {
+  fw.window_left = left;
+  return fw;
+}
+
 int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "defer";
   const size_t n = 16384ull * 2048;
   Buffers b;
   BwdBuffers g;
@@ -74,6 +88,55 @@ int main(int argc, char** argv) {
   fill_random<<<1024, 256>>>(g.dout, n, 4);
   CHECK(cudaDeviceSynchronize());
   namespace sm90 = fa::sm90;
+  if (std::strcmp(mode, "pdl") == 0 || std::strcmp(mode, "profile") == 0) {
+    const bool profile = std::strcmp(mode, "profile") == 0;
+    struct Case {
+      const char* name;
+      int seqlen, left;  // left < 0: causal
+    };
+    const Case cases[] = {{"window (128, 0)", 16384, 128}, {"window (1024, 0)", 16384, 1024},
+                          {"causal", 1024, -1},          {"causal", 2048, -1},
+                          {"causal", 16384, -1}};
+    for (const Case& c : cases) {
+      if (profile && !(c.seqlen == 16384 && c.left != 128)) continue;
+      fa::FwdParams fp;
+      if (c.left >= 0) {
+        mods_params(b, kD, c.seqlen, true, kWindow1k, &fp);
+        fp = with_window(fp, c.left);
+      } else {
+        fp = make_params(b, kD, c.seqlen, true);
+      }
+      const fa::BwdParams p = bwd_params(fp, g);
+      auto run = [&](bool pdl) {
+        const fa::Status st = sm90::run_bwd_ordered<__nv_bfloat16, kD>(p, 0, true, pdl);
+        if (st != fa::Status::kSuccess) std::printf("backward launch failed (%d)\n", static_cast<int>(st));
+      };
+      if (run_sm80<kD>(fp) != fa::Status::kSuccess) std::printf("forward launch failed\n");
+      if (profile) {
+        run(true);
+        CHECK(cudaDeviceSynchronize());
+        std::printf("profiled %s s=%d\n", c.name, c.seqlen);
+        continue;
+      }
+      run(false);
+      CHECK(cudaDeviceSynchronize());
+      CHECK(cudaMemcpy(g.dq_a, g.dq, n * 2, cudaMemcpyDeviceToDevice));
+      CHECK(cudaMemcpy(g.dk_a, g.dk, n * 2, cudaMemcpyDeviceToDevice));
+      CHECK(cudaMemcpy(g.dv_a, g.dv, n * 2, cudaMemcpyDeviceToDevice));
+      for (__nv_bfloat16* x : {g.dq, g.dk, g.dv}) CHECK(cudaMemset(x, 0xff, n * 2));  // NaN poison
+      run(true);
+      CHECK(cudaDeviceSynchronize());
+      const float ddk = max_diff(g.dk, g.dk_a, n, b.diff), ddv = max_diff(g.dv, g.dv_a, n, b.diff);
+      const float ddq = max_diff(g.dq, g.dq_a, n, b.diff);
+      const AbTimes t = ab_ms([&] { run(false); }, [&] { run(true); }, 30, 4);
+      std::printf("bwd %s d=%d s=%5d: whole %.4f ms, programmatic %.4f ms, time ratio %.4f; "
+                  "max|diff| dk %.1e dv %.1e dq %.1e%s\n",
+                  c.name, kD, c.seqlen, t.a_ms, t.b_ms, t.b_over_a, ddk, ddv, ddq,
+                  ddk == 0.f && ddv == 0.f && ddq < 2e-2f ? "" : "  DIFFERS");
+      std::fflush(stdout);
+    }
+    return 0;
+  }
   for (int seqlen : {4096, 8192, 16384}) {
     fa::FwdParams fw, fc;
     mods_params(b, kD, seqlen, true, kWindow1k, &fw);
@@ -104,7 +167,9 @@ int main(int argc, char** argv) {
     const float fixed_ms = median_ms(
         [&] {
           fa::backward::run_bwd_pipeline<__nv_bfloat16, kD>(
-              pw, 0, [](const fa::backward::BwdKernelParams&) { return fa::Status::kSuccess; });
+              pw, 0, [](const fa::backward::BwdKernelParams&, fa::StreamOrder) {
+                return fa::Status::kSuccess;
+              });
         },
         20);
     // The causal backward (its own forward's o and lse first; no window, nothing deferred).

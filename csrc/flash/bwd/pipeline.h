@@ -33,10 +33,16 @@ Status launch_bwd_dq_for(const BwdKernelParams& kp, cudaStream_t stream) {
   return launch_bwd_dq<Element, Dq>(kp, stream);
 }
 
-// preprocess -> main(kp) -> postprocess. `main` launches the path's main kernel and, when
-// deterministic, the dQ kernel.
+// preprocess -> main(kp, order) -> postprocess. `main` launches the path's main kernel (ordered
+// after the preprocess by `order`) and, when deterministic, the dQ kernel. `pdl`: the path's main
+// kernel is launched programmatically (sm90/bwd_launch.h: its CTAs start during the preprocess's
+// last wave, load K / V / Q / dO, and wait for the preprocess before reading its rows or adding
+// to the dQ accumulator), and so is the postprocess (it waits first, then reads); the main kernel
+// is launched whole when there is no preprocess to start under (its early loads are safe only
+// behind a kernel that itself started after everything before it in the stream).
 template <typename Element, int kHeadDim, typename MainFn>
-Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& main) {
+Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& main,
+                        bool pdl = false) {
   const BwdWorkspaceLayout ws = bwd_workspace_layout(p);
   const BwdKernelParams kp = make_bwd_kernel_params(p, ws);
 
@@ -51,7 +57,7 @@ Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& m
   if (st != Status::kSuccess) return st;
 
   // 2. Main kernel (and the deterministic dQ kernel).
-  st = main(kp);
+  st = main(kp, pdl && prep_blocks > 0 ? StreamOrder::kProgrammatic : StreamOrder::kWhole);
   if (st != Status::kSuccess) return st;
 
   // 3. Postprocess.
@@ -59,8 +65,9 @@ Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& m
   if (cp.num_jobs == 0) return Status::kSuccess;
   const int64_t want = ceil_div<int64_t>(cp.max_chunks, kConvertThreads);
   const unsigned blocks = static_cast<unsigned>(want < 65536 ? want : 65536);
-  return launch_kernel<bwd_convert_kernel<Element>>(dim3(blocks, cp.num_jobs),
-                       dim3(kConvertThreads), 0, stream, cp);
+  return launch_kernel_ordered<bwd_convert_kernel<Element>>(
+      pdl ? StreamOrder::kProgrammatic : StreamOrder::kWhole, dim3(blocks, cp.num_jobs),
+      dim3(kConvertThreads), 0, stream, cp);
 }
 
 }  // namespace flashattn_cu::backward

@@ -17,6 +17,7 @@
 #include "../problem/score_mod.h"
 #include "../problem/seqlen.h"
 #include "../ptx/cp_async.h"
+#include "../ptx/sync.h"
 #include "params.h"
 
 namespace flashattn_cu::backward {
@@ -31,6 +32,10 @@ __global__ void __launch_bounds__(kPrepThreads)
     bwd_preprocess_kernel(const __grid_constant__ BwdKernelParams kp) {
   using Ops = ElementOps<Element>;
   const BwdParams& p = kp.p;
+  // The sm90 main kernel, launched programmatically after this one (bwd/pipeline.h), may be
+  // scheduled once every block here has started: it waits for this grid's end before it reads
+  // what this kernel writes. (No effect on a main kernel launched whole, or before sm_90.)
+  ptx::launch_dependents();
   const int64_t blocks_per_bh = kp.rows / kPrepRowsPerBlock;
   const int64_t bh = blockIdx.x / blocks_per_bh;
   const int row = static_cast<int>(blockIdx.x % blocks_per_bh) * kPrepRowsPerBlock +
@@ -121,6 +126,9 @@ template <typename Element>
 __global__ void __launch_bounds__(kConvertThreads)
     bwd_convert_kernel(const __grid_constant__ BwdConvertParams cp) {
   using Ops = ElementOps<Element>;
+  // Launched programmatically after the sm90 main kernel (bwd/pipeline.h): nothing is read before
+  // it has completed. (Returns at once after a kernel launched whole, and is empty before sm_90.)
+  ptx::grid_dependency_wait();
   const BwdConvertJob& job = cp.jobs[blockIdx.y];
   const int chunks = cp.head_dim / 8;
   const int64_t total = static_cast<int64_t>(cp.batch) * job.heads * job.rows * chunks;

@@ -69,7 +69,8 @@ template <typename Element, int kHeadDim>
 Status run_bwd(const BwdParams& p, bool small_smem, cudaStream_t stream) {
   const bool small_tiles =
       small_smem || (dropout_on_small_tiles(kHeadDim) && kernel_variant(p) == kDropoutVariant);
-  return backward::run_bwd_pipeline<Element, kHeadDim>(p, stream, [&](const BwdKernelParams& kp) {
+  return backward::run_bwd_pipeline<Element, kHeadDim>(p, stream, [&](const BwdKernelParams& kp,
+                                                                        StreamOrder) {
     if constexpr (!same_bwd_tiles(kHeadDim)) {
       return small_tiles ? launch_bwd_tiles<Element, kHeadDim, true>(kp, stream)
                          : launch_bwd_tiles<Element, kHeadDim, false>(kp, stream);

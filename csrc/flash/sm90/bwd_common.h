@@ -15,6 +15,7 @@
 #include "../problem/seqlen.h"
 #include "../ptx/cp_async.h"
 #include "../ptx/ldmatrix.h"
+#include "../ptx/sync.h"
 #include "../ptx/wgmma.h"
 #include "../bwd/params.h"
 #include "../bwd/preprocess.h"
@@ -111,7 +112,7 @@ __device__ __forceinline__ void load_kv(const BwdKernelParams& kp, const Work& w
 template <typename Traits, typename Element, typename Work>
 __device__ __forceinline__ void load_query_block(const BwdKernelParams& kp, const Work& w,
                                                  uint32_t s_base, int head, int m, int stage,
-                                                 int tid) {
+                                                 int tid, bool stats_after_wait = false) {
   constexpr int kBlockM = Traits::kBlockM;
   const BwdParams& p = kp.p;
   const int row0 = m * kBlockM;
@@ -128,6 +129,7 @@ __device__ __forceinline__ void load_query_block(const BwdKernelParams& kp, cons
   load_tile_sw128<kBlockM, Traits::kChunks, Traits::kNThreads>(
       s_base + Traits::kOffDO + stage * Traits::kQBytes, dout, p.do_row_stride,
       seq.seqlen_q - row0, p.head_dim, tid);
+  if (stats_after_wait) ptx::grid_dependency_wait();
   backward::load_row_stats_async<Traits>(
       kp, backward::ws_row0<Work::kDynamic>(kp, seq, head) + row0, s_base, stage,
       tid);
@@ -161,8 +163,13 @@ __device__ __forceinline__ void load_first_step(const BwdKernelParams& kp, const
                                                 uint32_t s_base, int tid) {
   if (w.total > 0) {
     load_kv<Traits, Element>(kp, w, s_base, tid);
-    load_query_block<Traits, Element>(kp, w, s_base, w.head_first, w.m_begin, 0, tid);
+    // The first step's Q / dO, then (after the preprocess, bwd_pipeline.h's programmatic
+    // launch: M, L, D are its output) its rows.
+    load_query_block<Traits, Element>(kp, w, s_base, w.head_first, w.m_begin, 0, tid,
+                                      /*stats_after_wait=*/true);
     ptx::cp_async_commit();
+  } else {
+    ptx::grid_dependency_wait();  // every block waits (sm90/bwd_kernel.h)
   }
 }
 

@@ -42,6 +42,7 @@
 #include "../problem/score_mod.h"
 #include "../ptx/atomic.h"
 #include "../ptx/math.h"
+#include "../ptx/sync.h"
 #include "../ptx/wgmma.h"
 #include "bwd_common.h"
 
@@ -91,7 +92,15 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
   const int t = lane % 4;
   const int warp_key0 = warp * 16;  // this warp's 16 keys (rows of S^T, dK, dV)
   const auto w = bwd_work<kBlockM, kBlockN, kDynamic>(kp);
-  if (w.keys_valid <= 0) return;  // varlen: a key block past this entry's length
+  // Launched programmatically after the preprocess (bwd/pipeline.h): the postprocess, launched so
+  // after this kernel, may be scheduled once every block here has started (it waits for this
+  // grid's end). Every block waits for the preprocess before it exits (load_first_step), so that
+  // this grid never ends before it.
+  ptx::launch_dependents();
+  if (w.keys_valid <= 0) {  // varlen: a key block past this entry's length
+    ptx::grid_dependency_wait();
+    return;
+  }
 
   uint32_t s_base;
   char* smem = align_smem_1024(smem_raw, s_base);

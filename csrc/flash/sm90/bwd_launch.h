@@ -24,19 +24,23 @@ constexpr auto main_kernel() {
 }
 
 // defer_light: a window's light trailing key blocks last (problem/mask.h deferred_key_blocks;
-// off: key_tile's order, for benchmarks/tune/tune_bwd90.cu's A/B).
+// off: key_tile's order, for benchmarks/tune/tune_bwd90.cu's A/B). pdl: the main kernel and the
+// postprocess launched programmatically (bwd/pipeline.h; off: each kernel whole, for the A/B).
 template <typename Element, int kHeadDim>
-Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light) {
+Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light,
+                       bool pdl = true) {
   constexpr BwdTileSm90 tile = bwd_tile_sm90(kHeadDim);
   static_assert(tile.supported, "no sm90 backward tile for this head dim");
   using Traits = std::conditional_t<tile.split, BwdSplitTraits<kHeadDim, tile.block_m>,
                                     BwdTraits<kHeadDim, tile.block_m>>;
   static_assert(Traits::kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
-  return backward::run_bwd_pipeline<Element, kHeadDim>(p, stream, [&](const BwdKernelParams& base) {
+  const auto main = [&](const BwdKernelParams& base, StreamOrder order) {
     BwdKernelParams kp = base;
     kp.defer_n = defer_light ? deferred_key_blocks(p, Traits::kBlockN) : 0;
     const Status st = with_variant(kernel_variant(p), [&](auto variant) {
-      return launch_tiles<main_kernel<Element, Traits, tile.split, decltype(variant)::value>()>(
+      return launch_tiles_ordered<
+          main_kernel<Element, Traits, tile.split, decltype(variant)::value>()>(
+          order,
           key_tile_count(ceil_div(p.seqlen_k, Traits::kBlockN), p.batch, p.num_heads_k,
                          kp.kv_splits),
           Traits::kNThreads, Traits::kSmemBytes, stream, kp);
@@ -44,7 +48,8 @@ Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light
     if (st != Status::kSuccess) return st;
     if (!p.deterministic) return Status::kSuccess;
     return backward::launch_bwd_dq_for<Element, kHeadDim, false>(kp, stream);
-  });
+  };
+  return backward::run_bwd_pipeline<Element, kHeadDim>(p, stream, main, pdl);
 }
 
 template <typename Element, int kHeadDim>

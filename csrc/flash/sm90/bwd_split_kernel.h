@@ -29,6 +29,7 @@
 #include "../problem/score_mod.h"
 #include "../ptx/atomic.h"
 #include "../ptx/math.h"
+#include "../ptx/sync.h"
 #include "../ptx/wgmma.h"
 #include "bwd_common.h"
 
@@ -78,7 +79,11 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
   const int warp_key0 = (warp % 4) * 16;  // both warpgroups cover keys 0..63
   const int col0 = wg * kHalf;            // this warpgroup's dK/dV/dQ columns
   const auto w = bwd_work<kBlockM, kBlockN, kDynamic>(kp);
-  if (w.keys_valid <= 0) return;  // varlen: a key block past this entry's length
+  ptx::launch_dependents();  // as sm90/bwd_kernel.h
+  if (w.keys_valid <= 0) {   // varlen: a key block past this entry's length
+    ptx::grid_dependency_wait();
+    return;
+  }
 
   uint32_t s_base;
   char* smem = align_smem_1024(smem_raw, s_base);
