@@ -9,7 +9,9 @@
 // the convert launched programmatically (B; bwd/pipeline.h), on windows (128, 0) and (1024, 0) at
 // 16k and causal at 1k, 2k and 16k (batch 16k / seqlen), timed interleaved; B's dk / dv bitwise
 // equal to A's, dq within the atomics' reordering. Mode `profile`: one programmatic backward of
-// window (1024, 0) and one of causal, at 16k, for ncu (scripts/ncu_bwd90.sh).
+// window (1024, 0) and one of causal, at 16k, for ncu (scripts/ncu_bwd90.sh). Mode `bulkdq`: as
+// `pdl`, with dQ's red.adds (A) against its staged rows' bulk reductions (B; sm90/bwd_kernel.h
+// BwdTraits kBulkDq), both programmatic.
 // Build and run (device):
 //   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 \
 //        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
@@ -88,8 +90,10 @@ int main(int argc, char** argv) {
   fill_random<<<1024, 256>>>(g.dout, n, 4);
   CHECK(cudaDeviceSynchronize());
   namespace sm90 = fa::sm90;
-  if (std::strcmp(mode, "pdl") == 0 || std::strcmp(mode, "profile") == 0) {
+  if (std::strcmp(mode, "pdl") == 0 || std::strcmp(mode, "profile") == 0 ||
+      std::strcmp(mode, "bulkdq") == 0) {
     const bool profile = std::strcmp(mode, "profile") == 0;
+    const bool bulk_ab = std::strcmp(mode, "bulkdq") == 0;
     struct Case {
       const char* name;
       int seqlen, left;  // left < 0: causal
@@ -107,8 +111,11 @@ int main(int argc, char** argv) {
         fp = make_params(b, kD, c.seqlen, true);
       }
       const fa::BwdParams p = bwd_params(fp, g);
-      auto run = [&](bool pdl) {
-        const fa::Status st = sm90::run_bwd_ordered<__nv_bfloat16, kD>(p, 0, true, pdl);
+      auto run = [&](bool b_side) {
+        const fa::Status st =
+            !bulk_ab ? sm90::run_bwd_ordered<__nv_bfloat16, kD>(p, 0, true, b_side)
+            : b_side ? sm90::run_bwd_ordered<__nv_bfloat16, kD, true>(p, 0, true, true)
+                     : sm90::run_bwd_ordered<__nv_bfloat16, kD, false>(p, 0, true, true);
         if (st != fa::Status::kSuccess) std::printf("backward launch failed (%d)\n", static_cast<int>(st));
       };
       if (run_sm80<kD>(fp) != fa::Status::kSuccess) std::printf("forward launch failed\n");
@@ -129,9 +136,10 @@ int main(int argc, char** argv) {
       const float ddk = max_diff(g.dk, g.dk_a, n, b.diff), ddv = max_diff(g.dv, g.dv_a, n, b.diff);
       const float ddq = max_diff(g.dq, g.dq_a, n, b.diff);
       const AbTimes t = ab_ms([&] { run(false); }, [&] { run(true); }, 30, 4);
-      std::printf("bwd %s d=%d s=%5d: whole %.4f ms, programmatic %.4f ms, time ratio %.4f; "
+      std::printf("bwd %s d=%d s=%5d: %s %.4f ms, %s %.4f ms, time ratio %.4f; "
                   "max|diff| dk %.1e dv %.1e dq %.1e%s\n",
-                  c.name, kD, c.seqlen, t.a_ms, t.b_ms, t.b_over_a, ddk, ddv, ddq,
+                  c.name, kD, c.seqlen, bulk_ab ? "red.add" : "whole", t.a_ms,
+                  bulk_ab ? "bulk" : "programmatic", t.b_ms, t.b_over_a, ddk, ddv, ddq,
                   ddk == 0.f && ddv == 0.f && ddq < 2e-2f ? "" : "  DIFFERS");
       std::fflush(stdout);
     }

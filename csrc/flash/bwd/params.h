@@ -104,6 +104,21 @@ inline BwdWorkspaceLayout bwd_workspace_layout(const BwdParams& p) {
   return w;
 }
 
+// The sm90 main kernel's dQ accumulator layout (sm90/bwd_kernel.h BwdTraits kBulkDq): each block
+// of kDqFragRows query rows (from its slot's row 0) holds its kDqFragRows x d floats in the order
+// of the kernel's wgmma fragments, so that its shared-memory staging is conflict-free and one
+// bulk reduction adds it: element (r, col) of a block sits at float dq_frag_offset(r, col, d),
+// the 8 columns 8c .. 8c + 7 of a row contiguous (what the postprocess reads as one chunk).
+// Warp w = r / 16 + 4 (col / (d / 2)) holds rows 16 (w % 4) + g + 8 hr and columns
+// (w / 4) d / 2 + 8 nt + 2 t + e at lane 4 g + t.
+constexpr int kDqFragRows = 64;
+__host__ __device__ __forceinline__ int64_t dq_frag_offset(int r, int col, int d) {
+  const int half = d / 2;  // columns per warpgroup
+  const int w = r / 16 + 4 * (col / half), hr = (r % 16) / 8, g = r % 8;
+  const int nt = (col % half) / 8, t = (col % 8) / 2, e = col % 2;
+  return ((static_cast<int64_t>(hr) * (half / 8) + nt) * 8 + w) * 64 + (g * 4 + t) * 2 + e;
+}
+
 // What every backward kernel receives (as a __grid_constant__ parameter).
 struct BwdKernelParams {
   BwdParams p;
@@ -122,6 +137,9 @@ struct BwdKernelParams {
   // The light trailing key blocks of a window that the sm90 main kernels' tile order walks last
   // (problem/scheduler.h key_tile_at; set by sm90/bwd_launch.h; 0: key_tile's order).
   int defer_n = 0;
+  // dq_accum in dq_frag_offset's block layout (the sm90 main kernel's; bwd/pipeline.h) instead
+  // of plain rows.
+  bool dq_frag = false;
 };
 
 // Kernel parameters over the workspace carved as `ws` describes.
@@ -168,7 +186,8 @@ __host__ __device__ __forceinline__ int64_t ws_row0(const BwdKernelParams& kp,
 // padded layout; with cu_seqlens, entry b's length clamped to `rows`, its rows starting at
 // cu_seqlens[b] in dst). src_row is (b * heads + head) * bh_stride / row_stride + row, or with
 // src_plane (dq_accum of a varlen batch, ws_row0's layout) head * src_plane + b * kVarlenSlack +
-// round_up(cu_seqlens[b], 4) + row.
+// round_up(cu_seqlens[b], 4) + row. frag_d > 0: the rows of src are in dq_frag_offset's layout
+// of head dim frag_d (blocks of kDqFragRows from each slot's row 0).
 struct BwdConvertJob {
   const float* src = nullptr;
   int64_t split_stride = 0, bh_stride = 0, row_stride = 0;
@@ -180,6 +199,7 @@ struct BwdConvertJob {
   void* dst = nullptr;
   int64_t dst_batch_stride = 0, dst_row_stride = 0, dst_head_stride = 0;
   float scale = 1.f;
+  int frag_d = 0;
 };
 
 struct BwdConvertParams {
@@ -217,6 +237,7 @@ inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp) {
     job.dst_row_stride = p.dq_row_stride;
     job.dst_head_stride = p.dq_head_stride;
     job.scale = p.softmax_scale;  // the main kernel accumulates dS K without it
+    job.frag_d = kp.dq_frag ? static_cast<int>(d) : 0;
     add(job);
   }
   if (kp.kv_splits > 1 && p.seqlen_k > 0) {

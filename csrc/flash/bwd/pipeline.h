@@ -39,12 +39,14 @@ Status launch_bwd_dq_for(const BwdKernelParams& kp, cudaStream_t stream) {
 // last wave, load K / V / Q / dO, and wait for the preprocess before reading its rows or adding
 // to the dQ accumulator), and so is the postprocess (it waits first, then reads); the main kernel
 // is launched whole when there is no preprocess to start under (its early loads are safe only
-// behind a kernel that itself started after everything before it in the stream).
+// behind a kernel that itself started after everything before it in the stream). `dq_frag`: the
+// main kernel accumulates dQ in bwd/params.h dq_frag_offset's layout (the postprocess reads it so).
 template <typename Element, int kHeadDim, typename MainFn>
 Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& main,
-                        bool pdl = false) {
+                        bool pdl = false, bool dq_frag = false) {
   const BwdWorkspaceLayout ws = bwd_workspace_layout(p);
-  const BwdKernelParams kp = make_bwd_kernel_params(p, ws);
+  BwdKernelParams kp = make_bwd_kernel_params(p, ws);
+  kp.dq_frag = dq_frag && kp.dq_accum != nullptr;
 
   // 1. Preprocess.
   const int64_t prep_blocks = static_cast<int64_t>(p.batch) * p.num_heads * ws.rows /

@@ -146,12 +146,16 @@ __global__ void __launch_bounds__(kConvertThreads)
       const int len = job.cu_seqlens[batch + 1] - start;
       if (row >= len) continue;  // (len <= 0 included); rows >= job.rows never get here
     }
-    const float* src =
-        job.src + c * 8 +
-        (job.src_plane != 0
-             ? (varlen_ws_row0(job.src_plane, batch, start, head) + row) * job.row_stride
-             : (static_cast<int64_t>(batch) * job.heads + head) * job.bh_stride +
-                   row * job.row_stride);
+    // The row's slot, then the row in it (plain, or in the fragment layout's blocks).
+    const int64_t slot = job.src_plane != 0
+                             ? varlen_ws_row0(job.src_plane, batch, start, head) * job.row_stride
+                             : (static_cast<int64_t>(batch) * job.heads + head) * job.bh_stride;
+    const int64_t in_slot =
+        job.frag_d > 0
+            ? static_cast<int64_t>(row - row % kDqFragRows) * job.row_stride +
+                  dq_frag_offset(row % kDqFragRows, c * 8, job.frag_d)
+            : row * job.row_stride + c * 8;
+    const float* src = job.src + slot + in_slot;
     float acc[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[i] = 0.f;

@@ -164,4 +164,29 @@ FLASHATTN_CU_DEVICE void tma_store_wait() {
 #endif
 }
 
+// dst[i] += src[i] over `bytes` bytes of fp32 (both 16-byte aligned, bytes a multiple of 16), from
+// shared memory into global memory, in the current bulk group (tma_store_commit, tma_store_wait,
+// bulk_wait_all): each element is its own atomic add at L2, as red.add's are.
+FLASHATTN_CU_DEVICE void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+#if FLASHATTN_CU_SM90_OR_NEWER
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                   dst),
+               "r"(src), "r"(bytes)
+               : "memory");
+#else
+  unsupported_arch();
+#endif
+}
+
+// Waits until at most kPending bulk groups are incomplete: their shared memory read and their
+// global writes done (tma_store_wait only waits for the reads).
+template <int kPending>
+FLASHATTN_CU_DEVICE void bulk_wait_all() {
+#if FLASHATTN_CU_SM90_OR_NEWER
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+#else
+  unsupported_arch();
+#endif
+}
+
 }  // namespace flashattn_cu::ptx

@@ -43,15 +43,21 @@
 #include "../ptx/atomic.h"
 #include "../ptx/math.h"
 #include "../ptx/sync.h"
+#include "../ptx/tma.h"
 #include "../ptx/wgmma.h"
 #include "bwd_common.h"
 
 namespace flashattn_cu::sm90 {
 
-template <int kHeadDim_, int kBlockM_>
+template <int kHeadDim_, int kBlockM_, bool kBulkDq_ = true>
 struct BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
+  // dQ's partial sums added into the fp32 accumulator by one bulk reduction a step (a single
+  // cp.reduce.async.bulk of the block, staged in shared memory in the accumulators' fragment
+  // order, which is then the accumulator's layout: bwd/params.h kDqFragRows) instead of a
+  // red.add per element pair (off: the red.add path, for benchmarks/tune/tune_bwd90.cu's A/B).
+  static constexpr bool kBulkDq = kBulkDq_;
   static constexpr int kBlockN = 128;
   static constexpr int kWarpGroups = 2;  // each owns 64 keys
   static constexpr int kNThreads = kWarpGroups * 128;
@@ -71,11 +77,18 @@ struct BwdTraits {
   static constexpr int kOffMax = kOffDS + kBlockN * kBlockM * 2;
   static constexpr int kOffLog2Sum = kOffMax + 2 * kBlockM * 4;
   static constexpr int kOffD = kOffLog2Sum + 2 * kBlockM * 4;
-  static constexpr int kSmemBytes = kOffD + 2 * kBlockM * 4 + 1024;  // + alignment slack
+  // dQ staging (kBulkDq): the block's kBlockM x kHeadDim fp32 in fragment order (each warp's
+  // 8-byte pairs of one (m slab, row half, column tile) 256 contiguous bytes: conflict-free).
+  static constexpr int kOffDQ = kOffD + 2 * kBlockM * 4;
+  static constexpr int kDqBytes = kBlockM * kHeadDim * 4;
+  static constexpr int kSmemBytes = kOffDQ + (kBulkDq ? kDqBytes : 0) + 1024;  // + alignment slack
 
   static_assert(kHeadDim % 64 == 0, "d is whole 64-column atoms");
   static_assert(kBlockM % 64 == 0, "dQ is whole m64 slabs");
   static_assert(backward::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
+  static_assert(kOffDQ % 16 == 0, "the bulk source 16-byte aligned");
+  static_assert(kBlockM == backward::kDqFragRows && kWarpGroups == 2 && kNThreads == 256,
+                "bwd/params.h dq_frag_offset's layout");
 };
 
 template <typename Element, typename Traits, int kVariant>
@@ -118,6 +131,9 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
   const bool compute_dq = !p.deterministic;
   const float scale_log2 = kp.score.scale_log2;
   BwdStep step{w.head_first, w.m_begin};
+  // kBulkDq: the block the staged dQ goes to (the last step's), and the thread that issues it.
+  [[maybe_unused]] float* dq_block = nullptr;
+  [[maybe_unused]] const bool dq_issuer = Traits::kBulkDq && compute_dq && tid == 0;
 
 #pragma unroll 1
   for (int it = 0; it < w.total; ++it) {
@@ -125,6 +141,14 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
     const int head = step.head, m = step.m;
     const BwdStep next = next_step(w, step);
     begin_step<Traits, Element>(kp, w, s_base, it, next, tid);
+    if constexpr (Traits::kBulkDq) {
+      // The last step's staged dQ (stored and fenced by every thread before begin_step's barrier)
+      // added into the accumulator, under this step.
+      if (dq_issuer && it > 0) {
+        ptx::bulk_reduce_add_f32(dq_block, s_base + Traits::kOffDQ, Traits::kDqBytes);
+        ptx::tma_store_commit();
+      }
+    }
     const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
     const char* s_max = smem + Traits::kOffMax + stage * kBlockM * 4;
     const char* s_log2sum = smem + Traits::kOffLog2Sum + stage * kBlockM * 4;
@@ -197,6 +221,9 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
       }
       // Published before dQ is issued (no wgmma is in flight here for the fence to wait on).
       ptx::fence_proxy_async_shared();
+      // kBulkDq: the last step's staged block read by its reduction before this step's dQ
+      // stores over it (after the barrier).
+      if (dq_issuer) ptx::tma_store_wait<0>();
       __syncthreads();  // dS^T of both warpgroups stored
     }
     // dV += P^T dO and dK += dS^T Q: B = dO / Q rows of k-step kk, MN-major (n = d).
@@ -232,23 +259,49 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
 #pragma unroll
       for (int mt = 0; mt < Traits::kDqMTiles; ++mt) ptx::fence_operand(acc_dq[mt]);
       // Row (query) mt * 64 + (warp % 4) * 16 + g + 8 hr, column wg * kDqCols + 8 nt + 2t + e.
-      float* dq_rows = kp.dq_accum +
-                       (backward::ws_row0<kDynamic>(kp, seq_info<kDynamic>(p, w.batch), head) + m * kBlockM +
-                        (warp % 4) * 16 + lane / 4) * kHeadDim +
-                       wg * kDqCols + 2 * t;
-#pragma unroll
-      for (int mt = 0; mt < Traits::kDqMTiles; ++mt)
+      const int64_t block_row =
+          backward::ws_row0<kDynamic>(kp, seq_info<kDynamic>(p, w.batch), head) + m * kBlockM;
+      const int row = (warp % 4) * 16 + lane / 4, col = wg * kDqCols + 2 * t;
+      if constexpr (Traits::kBulkDq) {
+        // Staged in fragment order (the reduction goes out at the next step's start, or after
+        // the walk): pair (hr, nt) of warp w, lane l at bwd/params.h dq_frag_offset's float
+        // ((hr * kDqCols / 8 + nt) * 8 + w) * 64 + 2 l.
+        char* s_dq = smem + Traits::kOffDQ + warp * 256 + lane * 8;
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr)
 #pragma unroll
           for (int nt = 0; nt < kDqCols / 8; ++nt) {
-            ptx::red_add_v2_f32(dq_rows + (mt * 64 + hr * 8) * kHeadDim + nt * 8,
-                                acc_dq[mt][nt][hr * 2], acc_dq[mt][nt][hr * 2 + 1]);
+            *reinterpret_cast<float2*>(s_dq + (hr * (kDqCols / 8) + nt) * 2048) =
+                make_float2(acc_dq[0][nt][hr * 2], acc_dq[0][nt][hr * 2 + 1]);
           }
+        dq_block = kp.dq_accum + block_row * kHeadDim;
+      } else {
+        float* dq_rows = kp.dq_accum + (block_row + row) * kHeadDim + col;
+#pragma unroll
+        for (int mt = 0; mt < Traits::kDqMTiles; ++mt)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+            for (int nt = 0; nt < kDqCols / 8; ++nt) {
+              ptx::red_add_v2_f32(dq_rows + (mt * 64 + hr * 8) * kHeadDim + nt * 8,
+                                  acc_dq[mt][nt][hr * 2], acc_dq[mt][nt][hr * 2 + 1]);
+            }
+      }
     } else {
       ptx::wgmma_wait<0>();
     }
     step = next;
+  }
+  if constexpr (Traits::kBulkDq) {
+    // The last step's staged block (w.total > 0 steps ran: a block that walks none has none).
+    if (compute_dq && w.total > 0) {
+      ptx::fence_proxy_async_shared();
+      __syncthreads();
+      if (dq_issuer) {
+        ptx::bulk_reduce_add_f32(dq_block, s_base + Traits::kOffDQ, Traits::kDqBytes);
+        ptx::tma_store_commit();
+      }
+    }
   }
   ptx::fence_operand(acc_dk);
   ptx::fence_operand(acc_dv);
@@ -261,6 +314,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
 
   // dK = softmax_scale * dS^T Q (the scale of S was left out of dS), dV as accumulated.
   store_dkdv<Element, Traits, kColTiles>(kp, w, smem, acc_dk, acc_dv, warp_key0, 0, tid);
+  // The block's reduction done (shared memory read, global memory written) before it exits.
+  if (dq_issuer) ptx::bulk_wait_all<0>();
 }
 
 template <typename Element, typename Traits, int kVariant>
