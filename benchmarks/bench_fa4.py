@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Forward side by side with FlashAttention-4's Hopper kernels, in one process.
+"""Forward (and backward) side by side with FlashAttention-4's Hopper kernels, in one process.
 
     python benchmarks/bench_fa4.py --out benchmarks/results/fa4_h200.md [--dtypes bf16,fp16]
+        [--modes fwd,bwd]
 
 flashattn_cu (default path: the sm90a forward on an H200), SDPA cuDNN, SDPA flash (FA2) and,
 where `from flash_attn.cute import flash_attn_func` imports (../shared/tools/fa4_anchor.sh brings
@@ -10,7 +11,10 @@ shapes: 16k tokens (batch = 16384 // seqlen), hidden 2048 (nheads = 2048 // d), 
 seqlen 1k-16k, causal and not. TFLOP/s = 4 b h s^2 d (halved when causal) / median time of
 triton.testing.do_bench. Each backend's output is checked against cuDNN's first (a backend that
 disagrees by more than 2e-2 is marked '!'). Prints SUMMARY lines with geometric means of the
-ratios ours / cuDNN and ours / FA4.
+ratios ours / cuDNN and ours / FA4. Mode `bwd` times the backward alone: each backend's forward
+once with gradients on, then `torch.autograd.grad` of its output against a fixed dout (graph
+retained), TFLOP/s with flash_attn's count (2.5x the forward's); its gradients are checked against
+cuDNN's the same way.
 """
 from __future__ import annotations
 
@@ -38,23 +42,42 @@ else:
     FA4_ERROR = None
 
 
-def backends(q, k, v, causal):
-    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-
+def backends(causal):
+    """name -> fn(q, k, v) returning the (batch, seqlen, heads, d) output."""
     def sdpa(backend):
-        def run():
+        def run(q, k, v):
+            qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
             with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
         return run
 
-    out = {"flashattn_cu": lambda: flash_attn_func(q, k, v, causal=causal),
+    out = {"flashattn_cu": lambda q, k, v: flash_attn_func(q, k, v, causal=causal),
            "cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION),
            "FA2": sdpa(SDPBackend.FLASH_ATTENTION)}
     if fa4_func is not None:
-        def fa4():
+        def fa4(q, k, v):
             res = fa4_func(q, k, v, causal=causal)
             return res[0] if isinstance(res, tuple) else res
         out["FA4"] = fa4
+    return out
+
+
+def backward_fns(fns, q, k, v):
+    """For each forward fn: a function that runs its backward (the forward taken once, outside)."""
+    dout = torch.randn_like(q)
+    out = {}
+    for name, fn in fns.items():
+        qg, kg, vg = (x.detach().requires_grad_(True) for x in (q, k, v))
+        try:
+            o = fn(qg, kg, vg)
+        except Exception as exc:  # noqa: BLE001
+            print(f"{name}: forward with gradients: {type(exc).__name__}: {exc}")
+            continue
+
+        def run(o=o, qg=qg, kg=kg, vg=vg):
+            return torch.cat([g.flatten() for g in
+                              torch.autograd.grad(o, (qg, kg, vg), dout, retain_graph=True)])
+        out[name] = run
     return out
 
 
@@ -64,24 +87,28 @@ def main():
     ap.add_argument("--seqlens", default="1024,2048,4096,8192,16384")
     ap.add_argument("--dtypes", default="bf16")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--modes", default="fwd", help="fwd and/or bwd")
     args = ap.parse_args()
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     names = ["flashattn_cu", "cuDNN", "FA2"] + (["FA4"] if fa4_func is not None else [])
-    lines = [f"# Forward side by side, {torch.cuda.get_device_name()}, torch {torch.__version__}",
+    modes = args.modes.split(",")
+    lines = [f"# Side by side ({', '.join(modes)}), {torch.cuda.get_device_name()}, torch {torch.__version__}",
              "", f"FA4: {'flash_attn.cute ' + 'imported' if fa4_func else 'not available (' + str(FA4_ERROR) + ')'}",
-             "", "| dtype | d | seqlen | causal | " + " | ".join(names) + " | ours/cuDNN | ours/FA4 |",
-             "|" + "---|" * (len(names) + 6)]
-    ratios = {"cuDNN": [], "FA4": []}
-    for dname in args.dtypes.split(","):
+             "", "| mode | dtype | d | seqlen | causal | " + " | ".join(names) + " | ours/cuDNN | ours/FA4 |",
+             "|" + "---|" * (len(names) + 7)]
+    ratios = {(m, key): [] for m in modes for key in ("cuDNN", "FA4")}
+    for mode, dname in ((m, dn) for m in modes for dn in args.dtypes.split(",")):
         dtype = dtypes[dname]
         for d in (int(x) for x in args.dims.split(",")):
             for s in (int(x) for x in args.seqlens.split(",")):
                 for causal in (False, True):
                     b, h = 16384 // s, 2048 // d
                     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(3))
-                    fns = backends(q, k, v, causal)
+                    fns = {n: (lambda fn=fn: fn(q, k, v)) for n, fn in backends(causal).items()}
+                    if mode == "bwd":
+                        fns = backward_fns(backends(causal), q, k, v)
                     ref = fns["cuDNN"]()
-                    flops = 4 * b * h * s * s * d / (2 if causal else 1)
+                    flops = 4 * b * h * s * s * d / (2 if causal else 1) * (2.5 if mode == "bwd" else 1)
                     tf = {}
                     for name, fn in fns.items():
                         try:
@@ -94,18 +121,18 @@ def main():
                     ours = tf.get("flashattn_cu", (math.nan, True))[0]
                     rc = ours / tf["cuDNN"][0] if "cuDNN" in tf else math.nan
                     rf = ours / tf["FA4"][0] if "FA4" in tf else math.nan
-                    ratios["cuDNN"].append(rc)
+                    ratios[(mode, "cuDNN")].append(rc)
                     if "FA4" in tf:
-                        ratios["FA4"].append(rf)
-                    lines.append(f"| {dname} | {d} | {s} | {int(causal)} | " + " | ".join(cells) +
-                                 f" | {rc:.2f} | {rf:.2f} |")
+                        ratios[(mode, "FA4")].append(rf)
+                    lines.append(f"| {mode} | {dname} | {d} | {s} | {int(causal)} | " +
+                                 " | ".join(cells) + f" | {rc:.2f} | {rf:.2f} |")
                     print(lines[-1], flush=True)
-                    del q, k, v, ref
-    for key, vals in ratios.items():
+                    del q, k, v, ref, fns
+    for (mode, key), vals in ratios.items():
         vals = [x for x in vals if x == x]
         if vals:
             geo = math.exp(sum(math.log(x) for x in vals) / len(vals))
-            summary = (f"SUMMARY fwd ours/{key}: geo {geo:.3f} [{min(vals):.2f}..{max(vals):.2f}] over "
+            summary = (f"SUMMARY {mode} ours/{key}: geo {geo:.3f} [{min(vals):.2f}..{max(vals):.2f}] over "
                        f"{len(vals)} shapes, {sum(x >= 1.0 for x in vals)} at >= 1.0")
             lines += ["", summary]
             print(summary)

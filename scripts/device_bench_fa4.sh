@@ -19,7 +19,8 @@ else
 fi
 PYTHONPATH=/tmp/fa4/nvidia_cutlass_dsl/dsl_packages:/tmp/fa4 PYTHONUNBUFFERED=1 \
     timeout "${FA4_TIMEOUT:-200}" python3 benchmarks/bench_fa4.py --out "$OUT/fa4_side_by_side.md" \
-    --seqlens "${FA4_SEQLENS:-1024,4096,8192,16384}" --dtypes "${FA4_DTYPES:-bf16}" 2>&1 | tail -n 40
+    --seqlens "${FA4_SEQLENS:-1024,4096,8192,16384}" --dtypes "${FA4_DTYPES:-bf16}" \
+    --dims "${FA4_DIMS:-64,128,256}" --modes "${FA4_MODES:-fwd}" 2>&1 | tail -n 60
 echo "fa4 bench: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
 STEPS=${STEPS:-bench,features} DEADLINE=$((570 - (SECONDS - t0))) \
     BENCH_ARGS=${BENCH_ARGS:-"--dtypes bf16 --no-decode --no-memory"} bash scripts/device_run.sh 2>&1 |
