@@ -11,13 +11,16 @@
 // equal to A's, dq within the atomics' reordering. Mode `profile`: one programmatic backward of
 // window (1024, 0) and one of causal, at 16k, for ncu (scripts/ncu_bwd90.sh). Mode `bulkdq`: as
 // `pdl`, with dQ's red.adds (A) against its staged rows' bulk reductions (B; sm90/bwd_kernel.h
-// BwdTraits kBulkDq), both programmatic.
+// BwdTraits kBulkDq; at d 256 run_bwd_ordered's kBulkDq is the split kernel's knob), both
+// programmatic. These three modes take the head dims as a second argument ("64,128,256"; default
+// 128).
 // Build and run (device):
 //   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 \
 //        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
 //        benchmarks/tune/tune_bwd90.cu csrc/flash/tma_host.cu -o /tmp/tune_bwd90 && /tmp/tune_bwd90 [mode]
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "fwd90_harness.h"
@@ -73,6 +76,65 @@ fa::FwdParams with_window(fa::FwdParams fw, int left) {
   return fw;
 }
 
+// Modes pdl / bulkdq / profile at head dim D (16 heads at d 128: 2048 / D heads).
+template <int D>
+void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
+  namespace sm90 = fa::sm90;
+  const bool profile = std::strcmp(mode, "profile") == 0;
+  const bool bulk_ab = std::strcmp(mode, "bulkdq") == 0;
+  struct Case {
+    const char* name;
+    int seqlen, left;  // left < 0: causal
+  };
+  const Case cases[] = {{"window (128, 0)", 16384, 128}, {"window (1024, 0)", 16384, 1024},
+                        {"causal", 1024, -1},          {"causal", 2048, -1},
+                        {"causal", 16384, -1}};
+  for (const Case& c : cases) {
+    if (profile && !(c.seqlen == 16384 && c.left != 128)) continue;
+    fa::FwdParams fp;
+    if (c.left >= 0) {
+      mods_params(b, D, c.seqlen, true, kWindow1k, &fp);
+      fp = with_window(fp, c.left);
+    } else {
+      fp = make_params(b, D, c.seqlen, true);
+    }
+    const fa::BwdParams p = bwd_params(fp, g);
+    auto run = [&](bool b_side) {
+      const fa::Status st =
+          !bulk_ab ? sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, b_side)
+          : b_side ? sm90::run_bwd_ordered<__nv_bfloat16, D, true>(p, 0, true, true)
+                   : sm90::run_bwd_ordered<__nv_bfloat16, D, false>(p, 0, true, true);
+      if (st != fa::Status::kSuccess) {
+        std::printf("backward launch failed (%d)\n", static_cast<int>(st));
+      }
+    };
+    if (run_sm80<D>(fp) != fa::Status::kSuccess) std::printf("forward launch failed\n");
+    if (profile) {
+      run(true);
+      CHECK(cudaDeviceSynchronize());
+      std::printf("profiled %s d=%d s=%d\n", c.name, D, c.seqlen);
+      continue;
+    }
+    run(false);
+    CHECK(cudaDeviceSynchronize());
+    CHECK(cudaMemcpy(g.dq_a, g.dq, n * 2, cudaMemcpyDeviceToDevice));
+    CHECK(cudaMemcpy(g.dk_a, g.dk, n * 2, cudaMemcpyDeviceToDevice));
+    CHECK(cudaMemcpy(g.dv_a, g.dv, n * 2, cudaMemcpyDeviceToDevice));
+    for (__nv_bfloat16* x : {g.dq, g.dk, g.dv}) CHECK(cudaMemset(x, 0xff, n * 2));  // NaN poison
+    run(true);
+    CHECK(cudaDeviceSynchronize());
+    const float ddk = max_diff(g.dk, g.dk_a, n, b.diff), ddv = max_diff(g.dv, g.dv_a, n, b.diff);
+    const float ddq = max_diff(g.dq, g.dq_a, n, b.diff);
+    const AbTimes t = ab_ms([&] { run(false); }, [&] { run(true); }, 30, 4);
+    std::printf("bwd %s d=%d s=%5d: %s %.4f ms, %s %.4f ms, time ratio %.4f; "
+                "max|diff| dk %.1e dv %.1e dq %.1e%s\n",
+                c.name, D, c.seqlen, bulk_ab ? "A" : "whole", t.a_ms,
+                bulk_ab ? "B" : "programmatic", t.b_ms, t.b_over_a, ddk, ddv, ddq,
+                ddk == 0.f && ddv == 0.f && ddq < 2e-2f ? "" : "  DIFFERS");
+    std::fflush(stdout);
+  }
+}
+
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "defer";
   const size_t n = 16384ull * 2048;
@@ -92,57 +154,11 @@ int main(int argc, char** argv) {
   namespace sm90 = fa::sm90;
   if (std::strcmp(mode, "pdl") == 0 || std::strcmp(mode, "profile") == 0 ||
       std::strcmp(mode, "bulkdq") == 0) {
-    const bool profile = std::strcmp(mode, "profile") == 0;
-    const bool bulk_ab = std::strcmp(mode, "bulkdq") == 0;
-    struct Case {
-      const char* name;
-      int seqlen, left;  // left < 0: causal
-    };
-    const Case cases[] = {{"window (128, 0)", 16384, 128}, {"window (1024, 0)", 16384, 1024},
-                          {"causal", 1024, -1},          {"causal", 2048, -1},
-                          {"causal", 16384, -1}};
-    for (const Case& c : cases) {
-      if (profile && !(c.seqlen == 16384 && c.left != 128)) continue;
-      fa::FwdParams fp;
-      if (c.left >= 0) {
-        mods_params(b, kD, c.seqlen, true, kWindow1k, &fp);
-        fp = with_window(fp, c.left);
-      } else {
-        fp = make_params(b, kD, c.seqlen, true);
-      }
-      const fa::BwdParams p = bwd_params(fp, g);
-      auto run = [&](bool b_side) {
-        const fa::Status st =
-            !bulk_ab ? sm90::run_bwd_ordered<__nv_bfloat16, kD>(p, 0, true, b_side)
-            : b_side ? sm90::run_bwd_ordered<__nv_bfloat16, kD, true>(p, 0, true, true)
-                     : sm90::run_bwd_ordered<__nv_bfloat16, kD, false>(p, 0, true, true);
-        if (st != fa::Status::kSuccess) std::printf("backward launch failed (%d)\n", static_cast<int>(st));
-      };
-      if (run_sm80<kD>(fp) != fa::Status::kSuccess) std::printf("forward launch failed\n");
-      if (profile) {
-        run(true);
-        CHECK(cudaDeviceSynchronize());
-        std::printf("profiled %s s=%d\n", c.name, c.seqlen);
-        continue;
-      }
-      run(false);
-      CHECK(cudaDeviceSynchronize());
-      CHECK(cudaMemcpy(g.dq_a, g.dq, n * 2, cudaMemcpyDeviceToDevice));
-      CHECK(cudaMemcpy(g.dk_a, g.dk, n * 2, cudaMemcpyDeviceToDevice));
-      CHECK(cudaMemcpy(g.dv_a, g.dv, n * 2, cudaMemcpyDeviceToDevice));
-      for (__nv_bfloat16* x : {g.dq, g.dk, g.dv}) CHECK(cudaMemset(x, 0xff, n * 2));  // NaN poison
-      run(true);
-      CHECK(cudaDeviceSynchronize());
-      const float ddk = max_diff(g.dk, g.dk_a, n, b.diff), ddv = max_diff(g.dv, g.dv_a, n, b.diff);
-      const float ddq = max_diff(g.dq, g.dq_a, n, b.diff);
-      const AbTimes t = ab_ms([&] { run(false); }, [&] { run(true); }, 30, 4);
-      std::printf("bwd %s d=%d s=%5d: %s %.4f ms, %s %.4f ms, time ratio %.4f; "
-                  "max|diff| dk %.1e dv %.1e dq %.1e%s\n",
-                  c.name, kD, c.seqlen, bulk_ab ? "red.add" : "whole", t.a_ms,
-                  bulk_ab ? "bulk" : "programmatic", t.b_ms, t.b_over_a, ddk, ddv, ddq,
-                  ddk == 0.f && ddv == 0.f && ddq < 2e-2f ? "" : "  DIFFERS");
-      std::fflush(stdout);
-    }
+    // Head dims: argv[2] (e.g. "64,256"; default 128).
+    const std::string dims = argc > 2 ? argv[2] : "128";
+    if (dims.find("64") != std::string::npos) ab_cases<64>(mode, b, g, n);
+    if (dims.find("128") != std::string::npos) ab_cases<128>(mode, b, g, n);
+    if (dims.find("256") != std::string::npos) ab_cases<256>(mode, b, g, n);
     return 0;
   }
   for (int seqlen : {4096, 8192, 16384}) {
