@@ -1,6 +1,7 @@
 // Brute-force checks of the problem layer's host-callable math (no GPU, no API call): Philox and
 // the dropout tile map, the causal limit and the mask policy's block ranges, the tile orders, the
-// kvcache index math and split merge, the sm90 decode kernel's paged boxes. Run by api_checks
+// kvcache index math and split merge, the sm90 decode kernel's paged boxes, the sm90 backward's dQ
+// accumulator layout. Run by api_checks
 // (api_checks.cpp's main: run_problem_checks), built by CMake's ctest (.ci/run).
 #include <algorithm>
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include "flashattn_cu/flashattn_cu.h"
 
+#include "bwd/params.h"  // the sm90 backward's dQ accumulator layout (dq_frag_offset)
 #include "checks.h"
 #include "problem/dropout.h"    // Philox and the dropout tile map (host/device)
 #include "problem/kv_cache.h"   // split ranges, the paged row map, the split heuristic and merge
@@ -293,6 +295,49 @@ void check_kvcache_math() {
   const float empty[] = {-INFINITY, -INFINITY, -INFINITY};
   merge_ok = merge_ok && flashattn_cu::merged_lse(empty, 1, 3) == INFINITY;
   expect(merge_ok, "merged_lse: any split of the keys gives their LSE; all empty gives +inf");
+}
+
+// The sm90 backward's dQ accumulator layout (bwd/params.h dq_frag_offset), the contract between
+// the main kernel's staging (sm90/bwd_kernel.h kBulkDq: warp w, lane l stores its pair (hr, nt)
+// at float ((hr * d / 16 + nt) * 8 + w) * 64 + 2 l of the block, one bulk reduction adds the
+// block) and the postprocess (reads columns 8c .. 8c + 7 of a row as one 32-byte chunk): a
+// permutation of the block, 8-column chunks contiguous, and the kernel's pairs where the layout
+// puts their elements, each warp's 32 pairs of one (hr, nt) 256 contiguous bytes.
+void check_dq_frag_layout() {
+  namespace bw = flashattn_cu::backward;
+  bool perm = true, chunks = true, kernel = true;
+  for (int d : {64, 128}) {
+    const int rows = bw::kDqFragRows, half = d / 2;
+    std::vector<int> seen(static_cast<size_t>(rows) * d, 0);
+    for (int r = 0; r < rows; ++r) {
+      for (int col = 0; col < d; ++col) {
+        const int64_t o = bw::dq_frag_offset(r, col, d);
+        if (o < 0 || o >= static_cast<int64_t>(rows) * d) {
+          perm = false;
+          continue;
+        }
+        ++seen[static_cast<size_t>(o)];
+        chunks = chunks && o == bw::dq_frag_offset(r, col - col % 8, d) + col % 8;
+      }
+    }
+    perm = perm && std::all_of(seen.begin(), seen.end(), [](int x) { return x == 1; });
+    for (int w = 0; w < 8; ++w) {
+      for (int l = 0; l < 32; ++l) {
+        for (int hr = 0; hr < 2; ++hr) {
+          for (int nt = 0; nt < half / 8; ++nt) {
+            const int row = (w % 4) * 16 + l / 4 + 8 * hr;
+            const int col = (w / 4) * half + 8 * nt + 2 * (l % 4);
+            const int64_t at = ((hr * (half / 8) + nt) * 8 + w) * 64 + 2 * l;
+            kernel = kernel && bw::dq_frag_offset(row, col, d) == at &&
+                     bw::dq_frag_offset(row, col + 1, d) == at + 1;
+          }
+        }
+      }
+    }
+  }
+  expect(perm, "dq_frag_offset: a permutation of each 64-row block (d 64, 128)");
+  expect(chunks, "dq_frag_offset: columns 8c .. 8c + 7 of a row contiguous");
+  expect(kernel, "dq_frag_offset: the sm90 kernel's staged pairs where the layout puts them");
 }
 
 }  // namespace
@@ -606,6 +651,7 @@ void run_problem_checks() {
   check_kvcache_math();
   check_decode_page_boxes();
   check_decode_ctas();
+  check_dq_frag_layout();
 }
 
 }  // namespace flashattn_cu_checks
