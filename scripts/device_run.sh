@@ -45,8 +45,8 @@
 #                         (default racecheck,memcheck) over SANITIZE_KV_FILE (default tests/test_kvcache.py)
 #                         -k SANITIZE_KV_K
 #   step "tune_bwd"       (not in the default set): builds and runs benchmarks/tune/tune_bwd90.cu (the
-#                         sm90 backward's A/Bs; TUNE_BWD_ARGS: its mode, "defer" (default), "pdl" or "bulkdq",
-#                         then the head dims for the last two, e.g. "bulkdq 64,256");
+#                         sm90 backward's A/Bs; TUNE_BWD_ARGS: its mode, "defer" (default), "pdl", "bulkdq" or "tmaq",
+#                         then the head dims for the last three, e.g. "tmaq 64,128");
 #                         log in extras
 #   step "tune_decode"    (not in the default set): builds and runs benchmarks/tune/tune_decode90.cu (the
 #                         sm90 decode kernel's configurations; TUNE_TIMEOUT bounds it); log in extras;

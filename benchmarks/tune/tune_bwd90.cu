@@ -12,8 +12,9 @@
 // window (1024, 0) and one of causal, at 16k, for ncu (scripts/ncu_bwd90.sh). Mode `bulkdq`: as
 // `pdl`, with dQ's red.adds (A) against its staged rows' bulk reductions (B; sm90/bwd_kernel.h
 // BwdTraits kBulkDq; at d 256 run_bwd_ordered's kBulkDq is the split kernel's knob), both
-// programmatic. These three modes take the head dims as a second argument ("64,128,256"; default
-// 128).
+// programmatic. Mode `tmaq`: Q / dO / rows by cp.async (A) against TMA and bulk copies (B;
+// BwdTraits kTmaQ; the same kernel at d 256). These four modes take the head dims as a second
+// argument ("64,128,256"; default 128).
 // Build and run (device):
 //   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 \
 //        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
@@ -82,6 +83,7 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
   namespace sm90 = fa::sm90;
   const bool profile = std::strcmp(mode, "profile") == 0;
   const bool bulk_ab = std::strcmp(mode, "bulkdq") == 0;
+  const bool tma_ab = std::strcmp(mode, "tmaq") == 0;
   struct Case {
     const char* name;
     int seqlen, left;  // left < 0: causal
@@ -101,7 +103,9 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
     const fa::BwdParams p = bwd_params(fp, g);
     auto run = [&](bool b_side) {
       const fa::Status st =
-          !bulk_ab ? sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, b_side)
+          tma_ab ? (b_side ? sm90::run_bwd_ordered<__nv_bfloat16, D, true, true>(p, 0, true)
+                           : sm90::run_bwd_ordered<__nv_bfloat16, D, true, false>(p, 0, true))
+          : !bulk_ab ? sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, b_side)
           : b_side ? sm90::run_bwd_ordered<__nv_bfloat16, D, true>(p, 0, true, true)
                    : sm90::run_bwd_ordered<__nv_bfloat16, D, false>(p, 0, true, true);
       if (st != fa::Status::kSuccess) {
@@ -128,8 +132,8 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
     const AbTimes t = ab_ms([&] { run(false); }, [&] { run(true); }, 30, 4);
     std::printf("bwd %s d=%d s=%5d: %s %.4f ms, %s %.4f ms, time ratio %.4f; "
                 "max|diff| dk %.1e dv %.1e dq %.1e%s\n",
-                c.name, D, c.seqlen, bulk_ab ? "A" : "whole", t.a_ms,
-                bulk_ab ? "B" : "programmatic", t.b_ms, t.b_over_a, ddk, ddv, ddq,
+                c.name, D, c.seqlen, bulk_ab || tma_ab ? "A" : "whole", t.a_ms,
+                bulk_ab || tma_ab ? "B" : "programmatic", t.b_ms, t.b_over_a, ddk, ddv, ddq,
                 ddk == 0.f && ddv == 0.f && ddq < 2e-2f ? "" : "  DIFFERS");
     std::fflush(stdout);
   }
@@ -153,7 +157,7 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceSynchronize());
   namespace sm90 = fa::sm90;
   if (std::strcmp(mode, "pdl") == 0 || std::strcmp(mode, "profile") == 0 ||
-      std::strcmp(mode, "bulkdq") == 0) {
+      std::strcmp(mode, "bulkdq") == 0 || std::strcmp(mode, "tmaq") == 0) {
     // Head dims: argv[2] (e.g. "64,256"; default 128).
     const std::string dims = argc > 2 ? argv[2] : "128";
     if (dims.find("64") != std::string::npos) ab_cases<64>(mode, b, g, n);

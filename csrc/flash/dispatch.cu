@@ -42,7 +42,9 @@ struct BwdRunner {
   Status run() const {
 #if FLASHATTN_CU_HAS_SM90A
     if constexpr (bwd_tile_sm90(kHeadDim).supported) {
-      if (sm90a) return sm90::run_bwd<Element, kHeadDim>(params, stream);
+      if (sm90a && (bwd_tile_sm90(kHeadDim).split || sm90::bwd_tma_ok(params))) {
+        return sm90::run_bwd<Element, kHeadDim>(params, stream);
+      }
     }
 #endif
     return sm80::run_bwd<Element, kHeadDim>(params, small_smem, stream);

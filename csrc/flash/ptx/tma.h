@@ -164,6 +164,20 @@ FLASHATTN_CU_DEVICE void tma_store_wait() {
 #endif
 }
 
+// Global -> shared, `bytes` contiguous bytes (both 16-byte aligned, bytes a multiple of 16),
+// completing `bar`'s transaction bytes (a non-tensor bulk copy).
+FLASHATTN_CU_DEVICE void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+#if FLASHATTN_CU_SM90_OR_NEWER
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+#else
+  unsupported_arch();
+#endif
+}
+
 // dst[i] += src[i] over `bytes` bytes of fp32 (both 16-byte aligned, bytes a multiple of 16), from
 // shared memory into global memory, in the current bulk group (tma_store_commit, tma_store_wait,
 // bulk_wait_all): each element is its own atomic add at L2, as red.add's are.

@@ -33,6 +33,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include <cuda.h>
+
 #include "flashattn_cu/flashattn_cu.h"
 
 #include "../common/bwd_math.h"
@@ -42,6 +44,7 @@
 #include "../problem/score_mod.h"
 #include "../ptx/atomic.h"
 #include "../ptx/math.h"
+#include "../ptx/mbarrier.h"
 #include "../ptx/sync.h"
 #include "../ptx/tma.h"
 #include "../ptx/wgmma.h"
@@ -49,7 +52,15 @@
 
 namespace flashattn_cu::sm90 {
 
-template <int kHeadDim_, int kBlockM_, bool kBulkDq_ = true>
+// The main kernel's parameters with Q / dO loaded by TMA (BwdTraits kTmaQ): the arch-neutral ones
+// and the maps of q and dout (boxes of 64 columns x kBlockM rows; bwd_launch.h).
+struct BwdTmaParams {
+  CUtensorMap q_map;
+  CUtensorMap do_map;
+  backward::BwdKernelParams kp;
+};
+
+template <int kHeadDim_, int kBlockM_, bool kBulkDq_ = true, bool kTmaQ_ = true>
 struct BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
@@ -58,6 +69,10 @@ struct BwdTraits {
   // order, which is then the accumulator's layout: bwd/params.h kDqFragRows) instead of a
   // red.add per element pair (off: the red.add path, for benchmarks/tune/tune_bwd90.cu's A/B).
   static constexpr bool kBulkDq = kBulkDq_;
+  // Each step's Q, dO and M / L / D rows loaded by one thread (TMA for Q / dO, bulk copies for the
+  // rows) completing a per-buffer mbarrier, instead of 8 cp.async a thread with their addresses
+  // and a cp.async wait + proxy fence (off: cp.async, for benchmarks/tune/tune_bwd90.cu's A/B).
+  static constexpr bool kTmaQ = kTmaQ_;
   static constexpr int kBlockN = 128;
   static constexpr int kWarpGroups = 2;  // each owns 64 keys
   static constexpr int kNThreads = kWarpGroups * 128;
@@ -81,7 +96,10 @@ struct BwdTraits {
   // 8-byte pairs of one (m slab, row half, column tile) 256 contiguous bytes: conflict-free).
   static constexpr int kOffDQ = kOffD + 2 * kBlockM * 4;
   static constexpr int kDqBytes = kBlockM * kHeadDim * 4;
-  static constexpr int kSmemBytes = kOffDQ + (kBulkDq ? kDqBytes : 0) + 1024;  // + alignment slack
+  // kTmaQ: the two Q / dO buffers' mbarriers.
+  static constexpr int kOffBar = kOffDQ + (kBulkDq ? kDqBytes : 0);
+  static constexpr int kSmemBytes = kOffBar + 16 + 1024;  // + alignment slack
+  using Params = std::conditional_t<kTmaQ, BwdTmaParams, backward::BwdKernelParams>;
 
   static_assert(kHeadDim % 64 == 0, "d is whole 64-column atoms");
   static_assert(kBlockM % 64 == 0, "dQ is whole m64 slabs");
@@ -91,8 +109,45 @@ struct BwdTraits {
                 "bwd/params.h dq_frag_offset's layout");
 };
 
+// kTmaQ, thread 0: (query head `head`, query block m)'s Q and dO (TMA, the q / dout maps) and its
+// M / L / D rows (bulk copies) into buffer `stage`, completing that buffer's mbarrier. With
+// `after_preprocess` the rows are loaded only once the preprocess that writes them is done
+// (bwd/pipeline.h's programmatic launch). Rows past a padded entry's end are zero (the maps end
+// there); a varlen entry's last block reads the next entry's rows, which the mask's P = 0 drops
+// (as the forward's K / V).
+template <typename Traits, typename Work>
+__device__ __forceinline__ void tma_query_block(const BwdKernelParams& kp, const Work& w,
+                                                const void* q_map, const void* do_map,
+                                                uint32_t s_base, int head, int m, int stage,
+                                                bool after_preprocess) {
+  constexpr int kBlockM = Traits::kBlockM;
+  const SeqInfo seq = seq_info<Work::kDynamic>(kp.p, w.batch);
+  // Map coordinates: (row in the entry, batch) padded; (row in the packed rows, 0) varlen.
+  const int map_row = (seq.start_q >= 0 ? seq.start_q : 0) + m * kBlockM;
+  const int map_batch = seq.start_q >= 0 ? 0 : seq.batch;
+  const uint32_t bar = s_base + Traits::kOffBar + 8 * stage;
+  ptx::mbarrier_arrive_expect_tx(bar, 2 * Traits::kQBytes + 3 * kBlockM * 4);
+#pragma unroll
+  for (int a = 0; a < Traits::kHeadDim / 64; ++a) {
+    const int32_t c[4] = {a * 64, map_row, head, map_batch};
+    ptx::tma_load<4>(s_base + Traits::kOffQ + stage * Traits::kQBytes + a * kBlockM * 128, q_map,
+                     bar, c);
+    ptx::tma_load<4>(s_base + Traits::kOffDO + stage * Traits::kQBytes + a * kBlockM * 128,
+                     do_map, bar, c);
+  }
+  if (after_preprocess) ptx::grid_dependency_wait();
+  const int64_t ws_row = backward::ws_row0<Work::kDynamic>(kp, seq, head) + m * kBlockM;
+  ptx::bulk_load(s_base + Traits::kOffMax + stage * kBlockM * 4, kp.row_max + ws_row, kBlockM * 4,
+                 bar);
+  ptx::bulk_load(s_base + Traits::kOffLog2Sum + stage * kBlockM * 4, kp.row_log2sum + ws_row,
+                 kBlockM * 4, bar);
+  ptx::bulk_load(s_base + Traits::kOffD + stage * kBlockM * 4, kp.dpsum + ws_row, kBlockM * 4,
+                 bar);
+}
+
 template <typename Element, typename Traits, int kVariant>
-__device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_raw) {
+__device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void* q_map,
+                                          const void* do_map, char* smem_raw) {
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
@@ -120,7 +175,24 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
   const uint32_t sK = s_base + Traits::kOffK, sV = s_base + Traits::kOffV;
   const uint32_t sQ = s_base + Traits::kOffQ, sDO = s_base + Traits::kOffDO;
   const uint32_t sDS = s_base + Traits::kOffDS;
-  load_first_step<Traits, Element>(kp, w, s_base, tid);
+  if constexpr (Traits::kTmaQ) {
+    // K / V by cp.async (every thread), the first step's Q / dO / rows by thread 0 into buffer 0.
+    if (tid == 0) {
+      ptx::mbarrier_init(s_base + Traits::kOffBar, 1);
+      ptx::mbarrier_init(s_base + Traits::kOffBar + 8, 1);
+      ptx::fence_mbarrier_init();
+    }
+    if (w.total > 0) {
+      load_kv<Traits, Element>(kp, w, s_base, tid);
+      ptx::cp_async_commit();
+      if (tid == 0) {
+        tma_query_block<Traits>(kp, w, q_map, do_map, s_base, w.head_first, w.m_begin, 0, true);
+      }
+    }
+    ptx::grid_dependency_wait();  // every block waits (see above)
+  } else {
+    load_first_step<Traits, Element>(kp, w, s_base, tid);
+  }
 
   float acc_dk[kColTiles][4], acc_dv[kColTiles][4];
 #pragma unroll
@@ -140,7 +212,22 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
     const int stage = it & 1;
     const int head = step.head, m = step.m;
     const BwdStep next = next_step(w, step);
-    begin_step<Traits, Element>(kp, w, s_base, it, next, tid);
+    if constexpr (Traits::kTmaQ) {
+      // K / V (cp.async, the first step only) landed and published to the async proxy; every
+      // warpgroup done with the last step (whose buffer the next step's loads then take); below,
+      // this step's Q / dO / rows landed (the buffer's mbarrier, its use number's parity).
+      if (it == 0) {
+        ptx::cp_async_wait<0>();
+        ptx::fence_proxy_async_shared();
+      }
+      __syncthreads();
+      if (tid == 0 && it + 1 < w.total) {
+        tma_query_block<Traits>(kp, w, q_map, do_map, s_base, next.head, next.m, stage ^ 1,
+                                false);
+      }
+    } else {
+      begin_step<Traits, Element>(kp, w, s_base, it, next, tid);
+    }
     if constexpr (Traits::kBulkDq) {
       // The last step's staged dQ (stored and fenced by every thread before begin_step's barrier)
       // added into the accumulator, under this step.
@@ -148,6 +235,9 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
         ptx::bulk_reduce_add_f32(dq_block, s_base + Traits::kOffDQ, Traits::kDqBytes);
         ptx::tma_store_commit();
       }
+    }
+    if constexpr (Traits::kTmaQ) {
+      ptx::mbarrier_wait_parity(s_base + Traits::kOffBar + 8 * stage, (it >> 1) & 1);
     }
     const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
     const char* s_max = smem + Traits::kOffMax + stage * kBlockM * 4;
@@ -320,10 +410,15 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem_
 
 template <typename Element, typename Traits, int kVariant>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
-    bwd_kernel(const __grid_constant__ BwdKernelParams params) {
+    bwd_kernel(const __grid_constant__ typename Traits::Params params) {
 #if FLASHATTN_CU_SM90A
   extern __shared__ __align__(1024) char smem[];
-  sm90::bwd_block<Element, Traits, kVariant>(params, smem);  // qualified: no ADL into sm80
+  // qualified: no ADL into sm80
+  if constexpr (Traits::kTmaQ) {
+    sm90::bwd_block<Element, Traits, kVariant>(params.kp, &params.q_map, &params.do_map, smem);
+  } else {
+    sm90::bwd_block<Element, Traits, kVariant>(params, nullptr, nullptr, smem);
+  }
 #else
   ptx::unsupported_arch();
 #endif

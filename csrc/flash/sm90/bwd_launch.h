@@ -8,6 +8,7 @@
 #include "../launch.h"
 #include "../problem/scheduler.h"
 #include "../tiles.h"
+#include "../tma_host.h"
 #include "bwd_kernel.h"
 #include "bwd_split_kernel.h"
 #include "launch.h"
@@ -26,25 +27,45 @@ constexpr auto main_kernel() {
 // defer_light: a window's light trailing key blocks last (problem/mask.h deferred_key_blocks;
 // off: key_tile's order, for benchmarks/tune/tune_bwd90.cu's A/B). pdl: the main kernel and the
 // postprocess launched programmatically (bwd/pipeline.h; off: each kernel whole, for the A/B).
-// kBulkDq: BwdTraits's dQ path (off: red.add, for the A/B).
-template <typename Element, int kHeadDim, bool kBulkDq = true>
+// kBulkDq, kTmaQ: BwdTraits's dQ path and Q / dO loads (off: red.add, cp.async; for the A/Bs).
+template <typename Element, int kHeadDim, bool kBulkDq = true, bool kTmaQ = true>
 Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light,
                        bool pdl = true) {
   constexpr BwdTileSm90 tile = bwd_tile_sm90(kHeadDim);
   static_assert(tile.supported, "no sm90 backward tile for this head dim");
   using Traits = std::conditional_t<tile.split, BwdSplitTraits<kHeadDim, tile.block_m>,
-                                    BwdTraits<kHeadDim, tile.block_m, kBulkDq>>;
+                                    BwdTraits<kHeadDim, tile.block_m, kBulkDq, kTmaQ>>;
   static_assert(Traits::kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
   const auto main = [&](const BwdKernelParams& base, StreamOrder order) {
     BwdKernelParams kp = base;
     kp.defer_n = defer_light ? deferred_key_blocks(p, Traits::kBlockN) : 0;
+    typename Traits::Params params;
+    if constexpr (std::is_same_v<typename Traits::Params, BwdTmaParams>) {
+      // The q and dout maps (boxes of 64 columns x kBlockM rows; varlen: one entry of every row).
+      const bool varlen = p.cu_seqlens_q != nullptr;
+      const int64_t rows = varlen ? p.total_q : p.seqlen_q;
+      const int batch = varlen ? 1 : p.batch;
+      params.kp = kp;
+      // No query rows: no step loads (the maps stay unencoded and unread).
+      Status st = rows <= 0 || batch <= 0 ? Status::kSuccess : encode_rows_map(&params.q_map, p.dtype, p.q, p.head_dim, rows, p.num_heads,
+                                  batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride,
+                                  Traits::kBlockM);
+      if (st == Status::kSuccess && rows > 0 && batch > 0) {
+        st = encode_rows_map(&params.do_map, p.dtype, p.dout, p.head_dim, rows, p.num_heads,
+                             batch, p.do_row_stride, p.do_head_stride, p.do_batch_stride,
+                             Traits::kBlockM);
+      }
+      if (st != Status::kSuccess) return st;
+    } else {
+      params = kp;
+    }
     const Status st = with_variant(kernel_variant(p), [&](auto variant) {
       return launch_tiles_ordered<
           main_kernel<Element, Traits, tile.split, decltype(variant)::value>()>(
           order,
           key_tile_count(ceil_div(p.seqlen_k, Traits::kBlockN), p.batch, p.num_heads_k,
                          kp.kv_splits),
-          Traits::kNThreads, Traits::kSmemBytes, stream, kp);
+          Traits::kNThreads, Traits::kSmemBytes, stream, params);
     });
     if (st != Status::kSuccess) return st;
     if (!p.deterministic) return Status::kSuccess;

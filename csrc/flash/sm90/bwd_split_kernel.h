@@ -44,6 +44,7 @@ struct BwdSplitTraits {
   static constexpr int kChunks = kHeadDim / 8;
   static constexpr int kQTiles = kBlockM / 8;
   static constexpr int kHalfCols = kHeadDim / 2;  // dK/dV/dQ columns per warpgroup
+  using Params = backward::BwdKernelParams;
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kPBytes = kBlockN * kBlockM * 2;

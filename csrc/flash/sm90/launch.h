@@ -68,6 +68,18 @@ inline bool fwd_tma_ok(const FwdParams& p) {
          tma_stride_ok(e.batch, p.q_batch_stride) && kv_maps_ok(p, e.k_rows, e.batch);
 }
 
+// Whether the sm90 backward's TMA maps can describe this call's q and dout (bwd_kernel.h
+// BwdTraits kTmaQ: every stride that is stepped positive and below the maps' 2^40 bytes); the
+// other calls run the sm80 backward. The split kernel (d 256) loads with cp.async and takes any.
+inline bool bwd_tma_ok(const BwdParams& p) {
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int64_t rows = varlen ? p.total_q : p.seqlen_q;
+  const int64_t batch = varlen ? 1 : p.batch;
+  return tma_stride_ok(rows, p.q_row_stride) && tma_stride_ok(p.num_heads, p.q_head_stride) &&
+         tma_stride_ok(batch, p.q_batch_stride) && tma_stride_ok(rows, p.do_row_stride) &&
+         tma_stride_ok(p.num_heads, p.do_head_stride) && tma_stride_ok(batch, p.do_batch_stride);
+}
+
 // Test hook (sm90/selftest.cu): copies a rows x cols 16-bit matrix (row stride in elements, a
 // multiple of 8; pointers 128-byte aligned) through TMA loads and stores.
 Status tma_copy_selftest(const void* src, void* dst, int64_t rows, int64_t cols,
