@@ -45,8 +45,9 @@
 #                         (default racecheck,memcheck) over SANITIZE_KV_FILE (default tests/test_kvcache.py)
 #                         -k SANITIZE_KV_K
 #   step "tune_bwd"       (not in the default set): builds and runs benchmarks/tune/tune_bwd90.cu (the
-#                         sm90 backward's A/Bs; TUNE_BWD_ARGS: its mode, "defer" (default), "pdl" or "bulkdq",
-#                         then the head dims for the last two, e.g. "bulkdq 64,256");
+#                         sm90 backward's A/Bs; TUNE_BWD_ARGS: its mode, "defer" (default), "pdl", "bulkdq" or "tmaq",
+#                         then the head dims for the last three, e.g. "tmaq 64,128"; several runs
+#                         separated by ';', e.g. "tmaq 64,128; bulkdq 256");
 #                         log in extras
 #   step "tune_decode"    (not in the default set): builds and runs benchmarks/tune/tune_decode90.cu (the
 #                         sm90 decode kernel's configurations; TUNE_TIMEOUT bounds it); log in extras;
@@ -402,7 +403,18 @@ main() {
             --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 -gencode arch=compute_90a,code=sm_90a \
             -Icsrc/include -Icsrc/flash benchmarks/tune/tune_bwd90.cu csrc/flash/tma_host.cu \
             -o "$WORK/tune_bwd90" &&
-            run_step tune_bwd "$LOGS/tune_bwd.log" timeout "${TUNE_TIMEOUT:-300}" "$WORK/tune_bwd90" ${TUNE_BWD_ARGS:-}
+            {
+                # TUNE_BWD_ARGS: one run, or several separated by ';' ("tmaq 64,128; bulkdq 256")
+                IFS=';' read -r -a bwd_runs <<< "${TUNE_BWD_ARGS:-}"
+                [ "${#bwd_runs[@]}" -eq 0 ] && bwd_runs=("")
+                local i=0 args
+                for args in "${bwd_runs[@]}"; do
+                    # shellcheck disable=SC2086
+                    run_step "tune_bwd${args:+ $args}" "$LOGS/tune_bwd${i/#0/}.log" \
+                        timeout "${TUNE_TIMEOUT:-300}" "$WORK/tune_bwd90" $args
+                    i=$((i + 1))
+                done
+            }
     fi
 
     if want tune; then  # torch-free harnesses: kernel configurations and instruction rates
