@@ -190,10 +190,13 @@ int main(int argc, char** argv) {
     // the same for the window and causal calls: the pipeline with no main kernel.
     const float fixed_ms = median_ms(
         [&] {
+          // As the library runs it: programmatic, the convert reading the fragment layout.
           fa::backward::run_bwd_pipeline<__nv_bfloat16, kD>(
-              pw, 0, [](const fa::backward::BwdKernelParams&, fa::StreamOrder) {
+              pw, 0,
+              [](const fa::backward::BwdKernelParams&, fa::StreamOrder) {
                 return fa::Status::kSuccess;
-              });
+              },
+              /*pdl=*/true, /*dq_frag=*/true);
         },
         20);
     // The causal backward (its own forward's o and lse first; no window, nothing deferred).
