@@ -45,10 +45,9 @@
 #                         (default racecheck,memcheck) over SANITIZE_KV_FILE (default tests/test_kvcache.py)
 #                         -k SANITIZE_KV_K
 #   step "tune_bwd"       (not in the default set): builds and runs benchmarks/tune/tune_bwd90.cu (the
-#                         sm90 backward's A/Bs; TUNE_BWD_ARGS: its mode, "defer" (default), "pdl", "bulkdq" or "tmaq",
-#                         then the head dims for the last three, e.g. "tmaq 64,128"; several runs
-#                         separated by ';', e.g. "tmaq 64,128; bulkdq 256");
-#                         log in extras
+#                         sm90 backward's A/Bs; TUNE_BWD_ARGS: its mode and arguments (the modes are
+#                         in the harness's header, e.g. "bulkdq 64,256" or "tmaq 64,128"); several runs separated by
+#                         ';', e.g. "pdl 128; bulkdq 256"); logs in extras
 #   step "tune_decode"    (not in the default set): builds and runs benchmarks/tune/tune_decode90.cu (the
 #                         sm90 decode kernel's configurations; TUNE_TIMEOUT bounds it); log in extras;
 #                         TUNE_DECODE_ARGS: its arguments ("timeline": the per-CTA stamps of the library

@@ -71,10 +71,30 @@ float max_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n, float* 
 
 }  // namespace
 
-// Window (left, 0) on the causal call fw (mods_params' kWindow1k call with another left edge).
-fa::FwdParams with_window(fa::FwdParams fw, int left) {
-  fw.window_left = left;
-  return fw;
+// Two backwards of the same call (whose forward ran): A's gradients kept, B's (into NaN-poisoned
+// outputs) compared with them, then both timed interleaved (harness.h ab_ms).
+struct AbCompare {
+  AbTimes t;
+  float ddk, ddv, ddq;
+  bool same() const { return ddk == 0.f && ddv == 0.f && ddq < 2e-2f; }
+};
+template <typename RunA, typename RunB>
+AbCompare ab_compare(const RunA& run_a, const RunB& run_b, const Buffers& b, BwdBuffers& g,
+                     size_t n) {
+  run_a();
+  CHECK(cudaDeviceSynchronize());
+  CHECK(cudaMemcpy(g.dq_a, g.dq, n * 2, cudaMemcpyDeviceToDevice));
+  CHECK(cudaMemcpy(g.dk_a, g.dk, n * 2, cudaMemcpyDeviceToDevice));
+  CHECK(cudaMemcpy(g.dv_a, g.dv, n * 2, cudaMemcpyDeviceToDevice));
+  for (__nv_bfloat16* x : {g.dq, g.dk, g.dv}) CHECK(cudaMemset(x, 0xff, n * 2));  // NaN poison
+  run_b();
+  CHECK(cudaDeviceSynchronize());
+  AbCompare r;
+  r.ddk = max_diff(g.dk, g.dk_a, n, b.diff);
+  r.ddv = max_diff(g.dv, g.dv_a, n, b.diff);
+  r.ddq = max_diff(g.dq, g.dq_a, n, b.diff);
+  r.t = ab_ms(run_a, run_b, 30, 4);
+  return r;
 }
 
 // Modes pdl / bulkdq / profile at head dim D (16 heads at d 128: 2048 / D heads).
@@ -96,7 +116,7 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
     fa::FwdParams fp;
     if (c.left >= 0) {
       mods_params(b, D, c.seqlen, true, kWindow1k, &fp);
-      fp = with_window(fp, c.left);
+      fp.window_left = c.left;
     } else {
       fp = make_params(b, D, c.seqlen, true);
     }
@@ -119,22 +139,12 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
       std::printf("profiled %s d=%d s=%d\n", c.name, D, c.seqlen);
       continue;
     }
-    run(false);
-    CHECK(cudaDeviceSynchronize());
-    CHECK(cudaMemcpy(g.dq_a, g.dq, n * 2, cudaMemcpyDeviceToDevice));
-    CHECK(cudaMemcpy(g.dk_a, g.dk, n * 2, cudaMemcpyDeviceToDevice));
-    CHECK(cudaMemcpy(g.dv_a, g.dv, n * 2, cudaMemcpyDeviceToDevice));
-    for (__nv_bfloat16* x : {g.dq, g.dk, g.dv}) CHECK(cudaMemset(x, 0xff, n * 2));  // NaN poison
-    run(true);
-    CHECK(cudaDeviceSynchronize());
-    const float ddk = max_diff(g.dk, g.dk_a, n, b.diff), ddv = max_diff(g.dv, g.dv_a, n, b.diff);
-    const float ddq = max_diff(g.dq, g.dq_a, n, b.diff);
-    const AbTimes t = ab_ms([&] { run(false); }, [&] { run(true); }, 30, 4);
+    const AbCompare r = ab_compare([&] { run(false); }, [&] { run(true); }, b, g, n);
     std::printf("bwd %s d=%d s=%5d: %s %.4f ms, %s %.4f ms, time ratio %.4f; "
                 "max|diff| dk %.1e dv %.1e dq %.1e%s\n",
-                c.name, D, c.seqlen, bulk_ab || tma_ab ? "A" : "whole", t.a_ms,
-                bulk_ab || tma_ab ? "B" : "programmatic", t.b_ms, t.b_over_a, ddk, ddv, ddq,
-                ddk == 0.f && ddv == 0.f && ddq < 2e-2f ? "" : "  DIFFERS");
+                c.name, D, c.seqlen, bulk_ab || tma_ab ? "A" : "whole", r.t.a_ms,
+                bulk_ab || tma_ab ? "B" : "programmatic", r.t.b_ms, r.t.b_over_a, r.ddk, r.ddv, r.ddq,
+                r.same() ? "" : "  DIFFERS");
     std::fflush(stdout);
   }
 }
@@ -179,25 +189,19 @@ int main(int argc, char** argv) {
     };
     // The window's forward, then A's gradients kept, then B's compared.
     if (run_sm80<kD>(fw) != fa::Status::kSuccess) std::printf("forward launch failed\n");
-    run(pw, false);
-    CHECK(cudaDeviceSynchronize());
-    CHECK(cudaMemcpy(g.dq_a, g.dq, n * 2, cudaMemcpyDeviceToDevice));
-    CHECK(cudaMemcpy(g.dk_a, g.dk, n * 2, cudaMemcpyDeviceToDevice));
-    CHECK(cudaMemcpy(g.dv_a, g.dv, n * 2, cudaMemcpyDeviceToDevice));
-    for (__nv_bfloat16* x : {g.dq, g.dk, g.dv}) CHECK(cudaMemset(x, 0xff, n * 2));  // NaN poison
-    run(pw, true);
-    CHECK(cudaDeviceSynchronize());
-    const float ddk = max_diff(g.dk, g.dk_a, n, b.diff), ddv = max_diff(g.dv, g.dv_a, n, b.diff);
-    const float ddq = max_diff(g.dq, g.dq_a, n, b.diff);
-    const AbTimes t = ab_ms([&] { run(pw, false); }, [&] { run(pw, true); }, 30, 4);
+    const AbCompare r = ab_compare([&] { run(pw, false); }, [&] { run(pw, true); }, b, g, n);
+    const AbTimes& t = r.t;
     // The pipeline's fixed part (preprocess with the dq accumulator's clear, the convert of dq),
     // the same for the window and causal calls: the pipeline with no main kernel.
     const float fixed_ms = median_ms(
         [&] {
+          // As the library runs it: programmatic, the convert reading the fragment layout.
           fa::backward::run_bwd_pipeline<__nv_bfloat16, kD>(
-              pw, 0, [](const fa::backward::BwdKernelParams&, fa::StreamOrder) {
+              pw, 0,
+              [](const fa::backward::BwdKernelParams&, fa::StreamOrder) {
                 return fa::Status::kSuccess;
-              });
+              },
+              /*pdl=*/true, /*dq_frag=*/true);
         },
         20);
     // The causal backward (its own forward's o and lse first; no window, nothing deferred).
@@ -207,8 +211,7 @@ int main(int argc, char** argv) {
                 "last %.3f ms, time ratio %.4f; causal %.3f ms (speedup %.2fx -> %.2fx); "
                 "preprocess + convert alone %.3f ms; max|diff| dk %.1e dv %.1e dq %.1e%s\n",
                 kD, seqlen, defer, t.a_ms, t.b_ms, t.b_over_a, causal_ms, causal_ms / t.a_ms,
-                causal_ms / t.b_ms, fixed_ms, ddk, ddv, ddq,
-                ddk == 0.f && ddv == 0.f && ddq < 2e-2f ? "" : "  DIFFERS");
+                causal_ms / t.b_ms, fixed_ms, r.ddk, r.ddv, r.ddq, r.same() ? "" : "  DIFFERS");
     std::fflush(stdout);
   }
   return 0;

@@ -137,9 +137,6 @@ struct BwdKernelParams {
   // The light trailing key blocks of a window that the sm90 main kernels' tile order walks last
   // (problem/scheduler.h key_tile_at; set by sm90/bwd_launch.h; 0: key_tile's order).
   int defer_n = 0;
-  // dq_accum in dq_frag_offset's block layout (the sm90 main kernel's; bwd/pipeline.h) instead
-  // of plain rows.
-  bool dq_frag = false;
 };
 
 // Kernel parameters over the workspace carved as `ws` describes.
@@ -211,8 +208,9 @@ struct BwdConvertParams {
 };
 
 // The postprocess work: dQ accumulator -> dq (non-deterministic), dK/dV partials -> dk, dv
-// (kv_splits > 1). num_jobs = 0: nothing to launch.
-inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp) {
+// (kv_splits > 1). num_jobs = 0: nothing to launch. dq_frag: dq_accum is in dq_frag_offset's
+// block layout (the sm90 main kernel's, bwd/pipeline.h) instead of plain rows.
+inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp, bool dq_frag) {
   const BwdParams& p = kp.p;
   const int64_t d = round_head_dim(p.head_dim);
   BwdConvertParams cp;
@@ -237,7 +235,7 @@ inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp) {
     job.dst_row_stride = p.dq_row_stride;
     job.dst_head_stride = p.dq_head_stride;
     job.scale = p.softmax_scale;  // the main kernel accumulates dS K without it
-    job.frag_d = kp.dq_frag ? static_cast<int>(d) : 0;
+    job.frag_d = dq_frag ? static_cast<int>(d) : 0;
     add(job);
   }
   if (kp.kv_splits > 1 && p.seqlen_k > 0) {

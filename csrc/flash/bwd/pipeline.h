@@ -45,8 +45,7 @@ template <typename Element, int kHeadDim, typename MainFn>
 Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& main,
                         bool pdl = false, bool dq_frag = false) {
   const BwdWorkspaceLayout ws = bwd_workspace_layout(p);
-  BwdKernelParams kp = make_bwd_kernel_params(p, ws);
-  kp.dq_frag = dq_frag && kp.dq_accum != nullptr;
+  const BwdKernelParams kp = make_bwd_kernel_params(p, ws);
 
   // 1. Preprocess.
   const int64_t prep_blocks = static_cast<int64_t>(p.batch) * p.num_heads * ws.rows /
@@ -63,7 +62,7 @@ Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& m
   if (st != Status::kSuccess) return st;
 
   // 3. Postprocess.
-  const BwdConvertParams cp = make_bwd_convert_params(kp);
+  const BwdConvertParams cp = make_bwd_convert_params(kp, dq_frag);
   if (cp.num_jobs == 0) return Status::kSuccess;
   const int64_t want = ceil_div<int64_t>(cp.max_chunks, kConvertThreads);
   const unsigned blocks = static_cast<unsigned>(want < 65536 ? want : 65536);

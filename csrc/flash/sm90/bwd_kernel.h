@@ -203,9 +203,16 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   const bool compute_dq = !p.deterministic;
   const float scale_log2 = kp.score.scale_log2;
   BwdStep step{w.head_first, w.m_begin};
-  // kBulkDq: the block the staged dQ goes to (the last step's), and the thread that issues it.
+  // kBulkDq: the block the staged dQ goes to (the last step's), the thread that issues it, and
+  // the issue (every thread has stored and fenced the block, and passed a barrier since).
   [[maybe_unused]] float* dq_block = nullptr;
   [[maybe_unused]] const bool dq_issuer = Traits::kBulkDq && compute_dq && tid == 0;
+  [[maybe_unused]] const auto reduce_staged_dq = [&] {
+    if (dq_issuer) {
+      ptx::bulk_reduce_add_f32(dq_block, s_base + Traits::kOffDQ, Traits::kDqBytes);
+      ptx::tma_store_commit();
+    }
+  };
 
 #pragma unroll 1
   for (int it = 0; it < w.total; ++it) {
@@ -231,10 +238,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
     if constexpr (Traits::kBulkDq) {
       // The last step's staged dQ (stored and fenced by every thread before begin_step's barrier)
       // added into the accumulator, under this step.
-      if (dq_issuer && it > 0) {
-        ptx::bulk_reduce_add_f32(dq_block, s_base + Traits::kOffDQ, Traits::kDqBytes);
-        ptx::tma_store_commit();
-      }
+      if (it > 0) reduce_staged_dq();
     }
     if constexpr (Traits::kTmaQ) {
       ptx::mbarrier_wait_parity(s_base + Traits::kOffBar + 8 * stage, (it >> 1) & 1);
@@ -351,7 +355,6 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       // Row (query) mt * 64 + (warp % 4) * 16 + g + 8 hr, column wg * kDqCols + 8 nt + 2t + e.
       const int64_t block_row =
           backward::ws_row0<kDynamic>(kp, seq_info<kDynamic>(p, w.batch), head) + m * kBlockM;
-      const int row = (warp % 4) * 16 + lane / 4, col = wg * kDqCols + 2 * t;
       if constexpr (Traits::kBulkDq) {
         // Staged in fragment order (the reduction goes out at the next step's start, or after
         // the walk): pair (hr, nt) of warp w, lane l at bwd/params.h dq_frag_offset's float
@@ -366,7 +369,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
           }
         dq_block = kp.dq_accum + block_row * kHeadDim;
       } else {
-        float* dq_rows = kp.dq_accum + (block_row + row) * kHeadDim + col;
+        float* dq_rows = kp.dq_accum + (block_row + (warp % 4) * 16 + lane / 4) * kHeadDim +
+                         wg * kDqCols + 2 * t;
 #pragma unroll
         for (int mt = 0; mt < Traits::kDqMTiles; ++mt)
 #pragma unroll
@@ -387,10 +391,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
     if (compute_dq && w.total > 0) {
       ptx::fence_proxy_async_shared();
       __syncthreads();
-      if (dq_issuer) {
-        ptx::bulk_reduce_add_f32(dq_block, s_base + Traits::kOffDQ, Traits::kDqBytes);
-        ptx::tma_store_commit();
-      }
+      reduce_staged_dq();
     }
   }
   ptx::fence_operand(acc_dk);

@@ -48,10 +48,13 @@ Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light
       const int batch = varlen ? 1 : p.batch;
       params.kp = kp;
       // No query rows: no step loads (the maps stay unencoded and unread).
-      Status st = rows <= 0 || batch <= 0 ? Status::kSuccess : encode_rows_map(&params.q_map, p.dtype, p.q, p.head_dim, rows, p.num_heads,
-                                  batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride,
-                                  Traits::kBlockM);
-      if (st == Status::kSuccess && rows > 0 && batch > 0) {
+      const bool any_rows = rows > 0 && batch > 0;
+      Status st = Status::kSuccess;
+      if (any_rows) {
+        st = encode_rows_map(&params.q_map, p.dtype, p.q, p.head_dim, rows, p.num_heads, batch,
+                             p.q_row_stride, p.q_head_stride, p.q_batch_stride, Traits::kBlockM);
+      }
+      if (st == Status::kSuccess && any_rows) {
         st = encode_rows_map(&params.do_map, p.dtype, p.dout, p.head_dim, rows, p.num_heads,
                              batch, p.do_row_stride, p.do_head_stride, p.do_batch_stride,
                              Traits::kBlockM);
