@@ -11,7 +11,7 @@
 // equal to A's, dq within the atomics' reordering. Mode `profile`: one programmatic backward of
 // window (1024, 0) and one of causal, at 16k, for ncu (scripts/ncu_bwd90.sh). Mode `bulkdq`: as
 // `pdl`, with dQ's red.adds (A) against its staged rows' bulk reductions (B; sm90/bwd_kernel.h
-// BwdTraits kBulkDq; at d 256 run_bwd_ordered's kBulkDq is the split kernel's knob), both
+// BwdTraits kBulkDq; d 256's split kernel has no such knob: A and B are one kernel there), both
 // programmatic. Mode `tmaq`: Q / dO / rows by cp.async (A) against TMA and bulk copies (B;
 // BwdTraits kTmaQ; the same kernel at d 256). These four modes take the head dims as a second
 // argument ("64,128,256"; default 128).

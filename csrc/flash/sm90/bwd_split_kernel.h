@@ -30,23 +30,15 @@
 #include "../ptx/atomic.h"
 #include "../ptx/math.h"
 #include "../ptx/sync.h"
-#include "../ptx/tma.h"
 #include "../ptx/wgmma.h"
 #include "bwd_common.h"
 
 namespace flashattn_cu::sm90 {
 
-template <int kHeadDim_, int kBlockM_, bool kBulkDq_ = true>
+template <int kHeadDim_, int kBlockM_>
 struct BwdSplitTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
-  // dQ added by bulk reductions of staged fragments (bwd/params.h dq_frag_offset's layout, as the
-  // d 64 / 128 kernel's) instead of a red.add per element pair. A warpgroup's half of the block
-  // (64 rows x kHeadDim / 2 fp32, 32 KB) is staged in two passes of 16 KB (its rows g, then
-  // g + 8), warpgroup 0 into the free 16 KB past the tiles, warpgroup 1 over P / dS^T (free once
-  // both warpgroups' GEMMs are done); each pass's 1 KB pieces (one per column tile) go out as
-  // bulk reductions from one thread (off: red.add, for benchmarks/tune/tune_bwd90.cu's A/B).
-  static constexpr bool kBulkDq = kBulkDq_;
   static constexpr int kBlockN = 64;
   static constexpr int kNThreads = 256;
   static constexpr int kChunks = kHeadDim / 8;
@@ -60,23 +52,15 @@ struct BwdSplitTraits {
   static constexpr int kOffV = kOffK + kKVBytes;
   static constexpr int kOffQ = kOffV + kKVBytes;
   static constexpr int kOffDO = kOffQ + 2 * kQBytes;
-  // M / L / D rows, then P and dS^T (1024-byte aligned), then (kBulkDq) warpgroup 0's staging.
-  static constexpr int kOffMax = kOffDO + 2 * kQBytes;
+  static constexpr int kOffP = kOffDO + 2 * kQBytes;
+  static constexpr int kOffDS = kOffP + kPBytes;
+  static constexpr int kOffMax = kOffDS + kPBytes;
   static constexpr int kOffLog2Sum = kOffMax + 2 * kBlockM * 4;
   static constexpr int kOffD = kOffLog2Sum + 2 * kBlockM * 4;
-  static constexpr int kOffP = (kOffD + 2 * kBlockM * 4 + 1023) / 1024 * 1024;
-  static constexpr int kOffDS = kOffP + kPBytes;
-  static constexpr int kDqPassBytes = kBlockM / 2 * kHalfCols * 4;  // 16 KB: one row half
-  static constexpr int kOffDQ0 = kOffDS + kPBytes;                   // warpgroup 0's staging
-  static constexpr int kOffDQ1 = kOffP;                              // warpgroup 1's: P, dS^T
-  static constexpr int kSmemBytes =
-      kOffDQ0 + (kBulkDq ? kDqPassBytes : 0) + 1024;  // + alignment slack
+  static constexpr int kSmemBytes = kOffD + 2 * kBlockM * 4 + 1024;  // + alignment slack
 
   static_assert(kHalfCols % 64 == 0, "each warpgroup owns whole 64-column atoms");
   static_assert(kBlockM == 64, "dQ is one m64 slab");
-  static_assert(!kBulkDq || 2 * kPBytes == kDqPassBytes, "warpgroup 1 stages over P and dS^T");
-  static_assert(kBlockM == backward::kDqFragRows && kNThreads == 256,
-                "bwd/params.h dq_frag_offset's layout");
   static_assert(backward::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
 };
 
@@ -116,12 +100,6 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
     for (int e = 0; e < 4; ++e) acc_dk[i][e] = acc_dv[i][e] = 0.f;
 
   const bool compute_dq = !p.deterministic;
-  // kBulkDq: this warpgroup's staging and the thread that issues its reductions.
-  [[maybe_unused]] const uint32_t s_dq =
-      s_base + (wg == 0 ? Traits::kOffDQ0 : Traits::kOffDQ1);
-  [[maybe_unused]] const bool dq_issuer = Traits::kBulkDq && compute_dq && tid % 128 == 0;
-  [[maybe_unused]] const ptx::NamedBarrier wg_bar =
-      wg == 0 ? ptx::NamedBarrier::kWarpgroup0 : ptx::NamedBarrier::kWarpgroup1;
   const float scale_log2 = kp.score.scale_log2;
   BwdStep step{w.head_first, w.m_begin};
 
@@ -130,8 +108,6 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
     const int stage = it & 1;
     const int head = step.head, m = step.m;
     const BwdStep next = next_step(w, step);
-    // kBulkDq: warpgroup 1's last reductions read its staging (P / dS^T) before this step writes P.
-    if (Traits::kBulkDq && dq_issuer && wg == 1) ptx::tma_store_wait<0>();
     begin_step<Traits, Element>(kp, w, s_base, it, next, tid);
     const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
     const char* s_max = smem + Traits::kOffMax + stage * kBlockM * 4;
@@ -241,42 +217,10 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
       ptx::wgmma_commit();
       ptx::wgmma_wait<0>();
       ptx::fence_operand(acc_dq);
-      const int64_t block_row =
-          backward::ws_row0<kDynamic>(kp, seq_info<kDynamic>(p, w.batch), head) + m * kBlockM;
-      if constexpr (Traits::kBulkDq) {
-        // Both warpgroups' GEMMs done (warpgroup 1 stages over P / dS^T), and warpgroup 0's last
-        // reductions have read its staging.
-        if (dq_issuer && wg == 0) ptx::tma_store_wait<0>();
-        __syncthreads();
-        float* const dq_block = kp.dq_accum + block_row * kHeadDim;
-        // Pass hr: pair (hr, nt) of warp w (w % 4 in the warpgroup), lane l at staging byte
-        // (nt * 4 + w % 4) * 256 + 8 l; piece nt (1 KB) is dq_frag_offset's floats from
-        // ((hr * kHalf / 8 + nt) * 8 + 4 wg) * 64.
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          char* const stage_ptr =
-              smem + (wg == 0 ? Traits::kOffDQ0 : Traits::kOffDQ1) + (warp % 4) * 256 + lane * 8;
-#pragma unroll
-          for (int nt = 0; nt < kColTiles; ++nt) {
-            *reinterpret_cast<float2*>(stage_ptr + nt * 1024) =
-                make_float2(acc_dq[nt][hr * 2], acc_dq[nt][hr * 2 + 1]);
-          }
-          ptx::fence_proxy_async_shared();
-          ptx::named_barrier_sync(wg_bar, 128);
-          if (dq_issuer) {
-#pragma unroll 1
-            for (int nt = 0; nt < kColTiles; ++nt) {
-              ptx::bulk_reduce_add_f32(dq_block + ((hr * kColTiles + nt) * 8 + 4 * wg) * 64,
-                                       s_dq + nt * 1024, 1024);
-            }
-            ptx::tma_store_commit();
-            if (hr == 0) ptx::tma_store_wait<0>();  // read before the second pass stores
-          }
-          if (hr == 0) ptx::named_barrier_sync(wg_bar, 128);
-        }
-      } else {
       // Row (query) (warp % 4) * 16 + g + 8 hr, column col0 + 8 nt + 2t + e.
-      float* dq_rows = kp.dq_accum + (block_row + (warp % 4) * 16 + lane / 4) * kHeadDim +
+      float* dq_rows = kp.dq_accum +
+                       (backward::ws_row0<kDynamic>(kp, seq_info<kDynamic>(p, w.batch), head) + m * kBlockM +
+                        (warp % 4) * 16 + lane / 4) * kHeadDim +
                        col0 + 2 * t;
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr)
@@ -285,7 +229,6 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
           ptx::red_add_v2_f32(dq_rows + hr * 8 * kHeadDim + nt * 8, acc_dq[nt][hr * 2],
                               acc_dq[nt][hr * 2 + 1]);
         }
-      }
     } else {
       ptx::wgmma_wait<0>();
     }
@@ -301,8 +244,6 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, char*
   }
 
   store_dkdv<Element, Traits, kColTiles>(kp, w, smem, acc_dk, acc_dv, warp_key0, col0, tid);
-  // kBulkDq: the block's reductions done (shared memory read, global memory written).
-  if (dq_issuer) ptx::bulk_wait_all<0>();
 }
 
 template <typename Element, typename Traits, int kVariant>
