@@ -60,7 +60,8 @@ struct BwdTmaParams {
   backward::BwdKernelParams kp;
 };
 
-template <int kHeadDim_, int kBlockM_, bool kBulkDq_ = true, bool kTmaQ_ = true>
+template <int kHeadDim_, int kBlockM_, bool kBulkDq_ = true, bool kTmaQ_ = true,
+          bool kDqUnderDk_ = true>
 struct BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
@@ -73,6 +74,10 @@ struct BwdTraits {
   // rows) completing a per-buffer mbarrier, instead of 8 cp.async a thread with their addresses
   // and a cp.async wait + proxy fence (off: cp.async, for benchmarks/tune/tune_bwd90.cu's A/B).
   static constexpr bool kTmaQ = kTmaQ_;
+  // kBulkDq's step order: dV issued before the dS^T barrier (it needs only this warpgroup's P^T),
+  // then dQ, then dK, and dQ staged in shared memory while dK runs (off: dV and dK in one group
+  // after the barrier, dQ behind them, dQ staged once all three are done; for the A/B).
+  static constexpr bool kDqUnderDk = kDqUnderDk_ && kBulkDq_;
   static constexpr int kBlockN = 128;
   static constexpr int kWarpGroups = 2;  // each owns 64 keys
   static constexpr int kNThreads = kWarpGroups * 128;
@@ -307,6 +312,21 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) drop_a_frag(p16[kk], keep, kk);
     }
+    // dV += P^T dO and dK += dS^T Q: B = dO / Q rows of k-step kk, MN-major (n = d).
+    const auto issue_dv = [&] {
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk) {
+        ptx::wgmma_rs<kHeadDim, kBf16, 1>(acc_dv, p16[kk],
+                                          ptx::sw128_desc_mn_major<kBlockM>(sDOs, kk, 0), 1);
+      }
+    };
+    const auto issue_dk = [&] {
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk) {
+        ptx::wgmma_rs<kHeadDim, kBf16, 1>(acc_dk, ds16[kk],
+                                          ptx::sw128_desc_mn_major<kBlockM>(sQs, kk, 0), 1);
+      }
+    };
     if (compute_dq) {
       // dS^T to shared memory [key][query] (sw128, kBlockN rows).
 #pragma unroll
@@ -315,24 +335,23 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       }
       // Published before dQ is issued (no wgmma is in flight here for the fence to wait on).
       ptx::fence_proxy_async_shared();
+      if constexpr (Traits::kDqUnderDk) {
+        // dV under the barrier's wait.
+        ptx::wgmma_fence();
+        issue_dv();
+        ptx::wgmma_commit();
+      }
       // kBulkDq: the last step's staged block read by its reduction before this step's dQ
       // stores over it (after the barrier).
       if (dq_issuer) ptx::tma_store_wait<0>();
       __syncthreads();  // dS^T of both warpgroups stored
     }
-    // dV += P^T dO and dK += dS^T Q: B = dO / Q rows of k-step kk, MN-major (n = d).
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      ptx::wgmma_rs<kHeadDim, kBf16, 1>(acc_dv, p16[kk],
-                                        ptx::sw128_desc_mn_major<kBlockM>(sDOs, kk, 0), 1);
+    if (!Traits::kDqUnderDk || !compute_dq) {
+      ptx::wgmma_fence();
+      issue_dv();
+      issue_dk();
+      ptx::wgmma_commit();
     }
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      ptx::wgmma_rs<kHeadDim, kBf16, 1>(acc_dk, ds16[kk],
-                                        ptx::sw128_desc_mn_major<kBlockM>(sQs, kk, 0), 1);
-    }
-    ptx::wgmma_commit();
 
     if (compute_dq) {
       // dQ (kBlockM x d) = dS K: this warpgroup's kDqCols columns. A = dS from dS^T [key][query]
@@ -349,7 +368,13 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
         }
       }
       ptx::wgmma_commit();
-      ptx::wgmma_wait<0>();
+      if constexpr (Traits::kDqUnderDk) {
+        issue_dk();
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<1>();  // dV and dQ done; dK runs under the staging below
+      } else {
+        ptx::wgmma_wait<0>();
+      }
 #pragma unroll
       for (int mt = 0; mt < Traits::kDqMTiles; ++mt) ptx::fence_operand(acc_dq[mt]);
       // Row (query) mt * 64 + (warp % 4) * 16 + g + 8 hr, column wg * kDqCols + 8 nt + 2t + e.
@@ -367,7 +392,10 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
             *reinterpret_cast<float2*>(s_dq + (hr * (kDqCols / 8) + nt) * 2048) =
                 make_float2(acc_dq[0][nt][hr * 2], acc_dq[0][nt][hr * 2 + 1]);
           }
+        // Published to the async proxy (the bulk reduction reads it after the next barrier).
+        ptx::fence_proxy_async_shared();
         dq_block = kp.dq_accum + block_row * kHeadDim;
+        if constexpr (Traits::kDqUnderDk) ptx::wgmma_wait<0>();
       } else {
         float* dq_rows = kp.dq_accum + (block_row + (warp % 4) * 16 + lane / 4) * kHeadDim +
                          wg * kDqCols + 2 * t;
@@ -389,8 +417,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   if constexpr (Traits::kBulkDq) {
     // The last step's staged block (w.total > 0 steps ran: a block that walks none has none).
     if (compute_dq && w.total > 0) {
-      ptx::fence_proxy_async_shared();
-      __syncthreads();
+      __syncthreads();  // every thread's staged pairs stored and fenced
       reduce_staged_dq();
     }
   }
