@@ -18,11 +18,12 @@
 // [key][query]. The same tile serves K-major reads (S^T: K, Q) and MN-major ones (dV/dK: dO, Q;
 // dQ: dS^T, K), so nothing is stored twice.
 //
-// One step (query block):
-//   wait for this step's Q/dO/M/L/D; fence.proxy.async; __syncthreads; issue next step's loads
-//   S^T, dP^T (2 groups) | wait S^T: mask, exp2, pack P^T | wait dP^T: dS^T from the packed P^T,
-//   store dS^T, fence.proxy.async; __syncthreads | dV, dK (1 group), dQ (1 group) | wait all,
-//   red.global.add
+// One step (query block; the library's configuration: kTmaQ, kBulkDq, kDqUnderDk):
+//   __syncthreads; thread 0: issue the next step's loads (TMA / bulk copies onto the other
+//   buffer's mbarrier), add the last step's staged dQ (one bulk reduction) | wait for this
+//   step's buffer | S^T, dP^T (2 groups) | wait S^T: mask, exp2, pack P^T | wait dP^T: dS^T from
+//   the packed P^T, store dS^T, fence.proxy.async | dV (1 group) | __syncthreads | dQ (1 group),
+//   dK (1 group) | wait dV, dQ: stage dQ in shared memory, fence.proxy.async | wait dK
 // The registers of P^T and dS^T are the A operands of dV and dK, so nothing reads or writes them
 // while those wgmmas are in flight (the PTX ISA leaves that undefined): dS^T is formed before dV
 // is issued, and the next write to either comes after the step's final wait.
@@ -167,8 +168,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   const auto w = bwd_work<kBlockM, kBlockN, kDynamic>(kp);
   // Launched programmatically after the preprocess (bwd/pipeline.h): the postprocess, launched so
   // after this kernel, may be scheduled once every block here has started (it waits for this
-  // grid's end). Every block waits for the preprocess before it exits (load_first_step), so that
-  // this grid never ends before it.
+  // grid's end). Every block waits for the preprocess before it exits (below, or
+  // load_first_step), so that this grid never ends before it.
   ptx::launch_dependents();
   if (w.keys_valid <= 0) {  // varlen: a key block past this entry's length
     ptx::grid_dependency_wait();
@@ -241,8 +242,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       begin_step<Traits, Element>(kp, w, s_base, it, next, tid);
     }
     if constexpr (Traits::kBulkDq) {
-      // The last step's staged dQ (stored and fenced by every thread before begin_step's barrier)
-      // added into the accumulator, under this step.
+      // The last step's staged dQ (stored and fenced by every thread before this step's
+      // barrier) added into the accumulator, under this step.
       if (it > 0) reduce_staged_dq();
     }
     if constexpr (Traits::kTmaQ) {

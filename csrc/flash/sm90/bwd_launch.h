@@ -44,23 +44,22 @@ Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light
     typename Traits::Params params;
     if constexpr (std::is_same_v<typename Traits::Params, BwdTmaParams>) {
       // The q and dout maps (boxes of 64 columns x kBlockM rows; varlen: one entry of every row).
-      const bool varlen = p.cu_seqlens_q != nullptr;
-      const int64_t rows = varlen ? p.total_q : p.seqlen_q;
-      const int batch = varlen ? 1 : p.batch;
+      const TmaExtents e = tma_extents(p);
+      const auto encode = [&](CUtensorMap* map, const void* base, int64_t row_stride,
+                              int64_t head_stride, int64_t batch_stride) {
+        return encode_rows_map(map, p.dtype, base, p.head_dim, e.q_rows, p.num_heads, e.batch,
+                               row_stride, head_stride, batch_stride, Traits::kBlockM);
+      };
       params.kp = kp;
       // No query rows: no step loads (the maps stay unencoded and unread).
-      const bool any_rows = rows > 0 && batch > 0;
-      Status st = Status::kSuccess;
-      if (any_rows) {
-        st = encode_rows_map(&params.q_map, p.dtype, p.q, p.head_dim, rows, p.num_heads, batch,
-                             p.q_row_stride, p.q_head_stride, p.q_batch_stride, Traits::kBlockM);
+      if (e.q_rows > 0 && e.batch > 0) {
+        Status st = encode(&params.q_map, p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride);
+        if (st == Status::kSuccess) {
+          st = encode(&params.do_map, p.dout, p.do_row_stride, p.do_head_stride,
+                      p.do_batch_stride);
+        }
+        if (st != Status::kSuccess) return st;
       }
-      if (st == Status::kSuccess && any_rows) {
-        st = encode_rows_map(&params.do_map, p.dtype, p.dout, p.head_dim, rows, p.num_heads,
-                             batch, p.do_row_stride, p.do_head_stride, p.do_batch_stride,
-                             Traits::kBlockM);
-      }
-      if (st != Status::kSuccess) return st;
     } else {
       params = kp;
     }

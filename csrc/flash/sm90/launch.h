@@ -40,7 +40,7 @@ struct TmaExtents {
   int batch;
 };
 
-inline TmaExtents tma_extents(const FwdParams& p) {
+inline TmaExtents tma_extents(const AttnParams& p) {
   const bool varlen = p.cu_seqlens_q != nullptr;
   return varlen ? TmaExtents{p.total_q, p.total_k, 1} : TmaExtents{p.seqlen_q, p.seqlen_k, p.batch};
 }
@@ -51,12 +51,20 @@ inline bool tma_stride_ok(int64_t extent, int64_t stride) {
   return extent == 1 || (stride > 0 && stride < (int64_t{1} << 39));
 }
 
+// A map (d, rows, heads, entries) of a tensor with these row / head / entry strides
+// (tma_host.h encode_rows_map).
+inline bool rows_map_ok(int64_t rows, int64_t heads, int64_t entries, int64_t row_stride,
+                        int64_t head_stride, int64_t entry_stride) {
+  return tma_stride_ok(rows, row_stride) && tma_stride_ok(heads, head_stride) &&
+         tma_stride_ok(entries, entry_stride);
+}
+
 // The K and V maps (d, rows, heads_k, entries) with the call's k / v strides.
 inline bool kv_maps_ok(const AttnParams& p, int64_t rows, int64_t entries) {
-  return tma_stride_ok(rows, p.k_row_stride) && tma_stride_ok(p.num_heads_k, p.k_head_stride) &&
-         tma_stride_ok(entries, p.k_batch_stride) && tma_stride_ok(rows, p.v_row_stride) &&
-         tma_stride_ok(p.num_heads_k, p.v_head_stride) &&
-         tma_stride_ok(entries, p.v_batch_stride);
+  return rows_map_ok(rows, p.num_heads_k, entries, p.k_row_stride, p.k_head_stride,
+                     p.k_batch_stride) &&
+         rows_map_ok(rows, p.num_heads_k, entries, p.v_row_stride, p.v_head_stride,
+                     p.v_batch_stride);
 }
 
 inline bool fwd_tma_ok(const FwdParams& p) {
@@ -64,20 +72,20 @@ inline bool fwd_tma_ok(const FwdParams& p) {
   if (p.seqlen_k <= 0 || (varlen && (p.total_k <= 0 || p.total_q <= 0))) return false;
   if (p.q == nullptr || p.k == nullptr || p.v == nullptr) return false;
   const TmaExtents e = tma_extents(p);
-  return tma_stride_ok(e.q_rows, p.q_row_stride) && tma_stride_ok(p.num_heads, p.q_head_stride) &&
-         tma_stride_ok(e.batch, p.q_batch_stride) && kv_maps_ok(p, e.k_rows, e.batch);
+  return rows_map_ok(e.q_rows, p.num_heads, e.batch, p.q_row_stride, p.q_head_stride,
+                     p.q_batch_stride) &&
+         kv_maps_ok(p, e.k_rows, e.batch);
 }
 
 // Whether the sm90 backward's TMA maps can describe this call's q and dout (bwd_kernel.h
 // BwdTraits kTmaQ: every stride that is stepped positive and below the maps' 2^40 bytes); the
 // other calls run the sm80 backward. The split kernel (d 256) loads with cp.async and takes any.
 inline bool bwd_tma_ok(const BwdParams& p) {
-  const bool varlen = p.cu_seqlens_q != nullptr;
-  const int64_t rows = varlen ? p.total_q : p.seqlen_q;
-  const int64_t batch = varlen ? 1 : p.batch;
-  return tma_stride_ok(rows, p.q_row_stride) && tma_stride_ok(p.num_heads, p.q_head_stride) &&
-         tma_stride_ok(batch, p.q_batch_stride) && tma_stride_ok(rows, p.do_row_stride) &&
-         tma_stride_ok(p.num_heads, p.do_head_stride) && tma_stride_ok(batch, p.do_batch_stride);
+  const TmaExtents e = tma_extents(p);
+  return rows_map_ok(e.q_rows, p.num_heads, e.batch, p.q_row_stride, p.q_head_stride,
+                     p.q_batch_stride) &&
+         rows_map_ok(e.q_rows, p.num_heads, e.batch, p.do_row_stride, p.do_head_stride,
+                     p.do_batch_stride);
 }
 
 // Test hook (sm90/selftest.cu): copies a rows x cols 16-bit matrix (row stride in elements, a
