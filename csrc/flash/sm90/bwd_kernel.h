@@ -14,7 +14,7 @@
 //   dV  += P^T dO,  dK += dS^T Q                  wgmma RS; dS^T also to shared memory
 //   (dS^T is formed from the 16-bit P^T, as on sm80, so fp32 P^T and dP^T are never both live)
 //   dQ   = dS K  (both warpgroups, half of d each)  wgmma SS, MN-major A and B, red.global.add
-// Shared tiles are sw128 (ptx/wgmma.h): K, V [key][d], Q, dO [query][d] (two stages), dS^T
+// Shared tiles are sw128 (ptx/wgmma.h): K, V [key][d], Q, dO [query][d] (two or three stages), dS^T
 // [key][query]. The same tile serves K-major reads (S^T: K, Q) and MN-major ones (dV/dK: dO, Q;
 // dQ: dS^T, K), so nothing is stored twice.
 //
@@ -61,7 +61,7 @@ struct BwdTmaParams {
 };
 
 template <int kHeadDim_, int kBlockM_, bool kBulkDq_ = true, bool kTmaQ_ = true,
-          bool kDqUnderDk_ = true>
+          bool kDqUnderDk_ = true, bool kDkNext_ = true>
 struct BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
@@ -78,6 +78,13 @@ struct BwdTraits {
   // then dQ, then dK, and dQ staged in shared memory while dK runs (off: dV and dK in one group
   // after the barrier, dQ behind them, dQ staged once all three are done; for the A/B).
   static constexpr bool kDqUnderDk = kDqUnderDk_ && kBulkDq_;
+  // With kDqUnderDk and kTmaQ: the step's final wait dropped, so that dK runs on under the next
+  // step's barrier, loads' issue and S^T / dP^T issue (that step's wait after S^T retires it), with
+  // three Q / dO / row buffers: the next step's loads then take the buffer of the step before this
+  // one, whose last reader (its dK) every warpgroup retired before this step's dS^T barrier
+  // (off: two buffers and the wait, for the A/B).
+  static constexpr bool kDkNext = kDkNext_ && kDqUnderDk && kTmaQ_;
+  static constexpr int kStages = kDkNext ? 3 : 2;  // Q / dO / M / L / D buffers
   static constexpr int kBlockN = 128;
   static constexpr int kWarpGroups = 2;  // each owns 64 keys
   static constexpr int kNThreads = kWarpGroups * 128;
@@ -92,18 +99,18 @@ struct BwdTraits {
   static constexpr int kOffK = 0;
   static constexpr int kOffV = kOffK + kKVBytes;
   static constexpr int kOffQ = kOffV + kKVBytes;
-  static constexpr int kOffDO = kOffQ + 2 * kQBytes;
-  static constexpr int kOffDS = kOffDO + 2 * kQBytes;
+  static constexpr int kOffDO = kOffQ + kStages * kQBytes;
+  static constexpr int kOffDS = kOffDO + kStages * kQBytes;
   static constexpr int kOffMax = kOffDS + kBlockN * kBlockM * 2;
-  static constexpr int kOffLog2Sum = kOffMax + 2 * kBlockM * 4;
-  static constexpr int kOffD = kOffLog2Sum + 2 * kBlockM * 4;
+  static constexpr int kOffLog2Sum = kOffMax + kStages * kBlockM * 4;
+  static constexpr int kOffD = kOffLog2Sum + kStages * kBlockM * 4;
   // dQ staging (kBulkDq): the block's kBlockM x kHeadDim fp32 in fragment order (each warp's
   // 8-byte pairs of one (m slab, row half, column tile) 256 contiguous bytes: conflict-free).
-  static constexpr int kOffDQ = kOffD + 2 * kBlockM * 4;
+  static constexpr int kOffDQ = kOffD + kStages * kBlockM * 4;
   static constexpr int kDqBytes = kBlockM * kHeadDim * 4;
   // kTmaQ: the two Q / dO buffers' mbarriers.
   static constexpr int kOffBar = kOffDQ + (kBulkDq ? kDqBytes : 0);
-  static constexpr int kSmemBytes = kOffBar + 16 + 1024;  // + alignment slack
+  static constexpr int kSmemBytes = kOffBar + 8 * kStages + 1024;  // + alignment slack
   using Params = std::conditional_t<kTmaQ, BwdTmaParams, backward::BwdKernelParams>;
 
   static_assert(kHeadDim % 64 == 0, "d is whole 64-column atoms");
@@ -183,8 +190,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   if constexpr (Traits::kTmaQ) {
     // K / V by cp.async (every thread), the first step's Q / dO / rows by thread 0 into buffer 0.
     if (tid == 0) {
-      ptx::mbarrier_init(s_base + Traits::kOffBar, 1);
-      ptx::mbarrier_init(s_base + Traits::kOffBar + 8, 1);
+#pragma unroll
+      for (int b = 0; b < Traits::kStages; ++b) ptx::mbarrier_init(s_base + Traits::kOffBar + 8 * b, 1);
       ptx::fence_mbarrier_init();
     }
     if (w.total > 0) {
@@ -219,9 +226,9 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
     }
   };
 
+  int stage = 0, phase = 0;  // this step's buffer and its use number's parity
 #pragma unroll 1
   for (int it = 0; it < w.total; ++it) {
-    const int stage = it & 1;
     const int head = step.head, m = step.m;
     const BwdStep next = next_step(w, step);
     if constexpr (Traits::kTmaQ) {
@@ -234,8 +241,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       }
       __syncthreads();
       if (tid == 0 && it + 1 < w.total) {
-        tma_query_block<Traits>(kp, w, q_map, do_map, s_base, next.head, next.m, stage ^ 1,
-                                false);
+        tma_query_block<Traits>(kp, w, q_map, do_map, s_base, next.head, next.m,
+                                stage + 1 == Traits::kStages ? 0 : stage + 1, false);
       }
     } else {
       begin_step<Traits, Element>(kp, w, s_base, it, next, tid);
@@ -246,7 +253,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       if (it > 0) reduce_staged_dq();
     }
     if constexpr (Traits::kTmaQ) {
-      ptx::mbarrier_wait_parity(s_base + Traits::kOffBar + 8 * stage, (it >> 1) & 1);
+      ptx::mbarrier_wait_parity(s_base + Traits::kOffBar + 8 * stage, phase);
     }
     const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
     const char* s_max = smem + Traits::kOffMax + stage * kBlockM * 4;
@@ -333,14 +340,14 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
         store_a_frag_sw128<kBlockN>(smem + Traits::kOffDS, warp_key0, kk * 16, ds16[kk], lane);
       }
-      // Published before dQ is issued (no wgmma is in flight here for the fence to wait on).
-      ptx::fence_proxy_async_shared();
       if constexpr (Traits::kDqUnderDk) {
-        // dV under the barrier's wait.
+        // dV under the fence's and the barrier's wait (it reads no dS^T).
         ptx::wgmma_fence();
         issue_dv();
         ptx::wgmma_commit();
       }
+      // Published before dQ is issued.
+      ptx::fence_proxy_async_shared();
       // kBulkDq: the last step's staged block read by its reduction before this step's dQ
       // stores over it (after the barrier).
       if (dq_issuer) ptx::tma_store_wait<0>();
@@ -395,7 +402,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
         // Published to the async proxy (the bulk reduction reads it after the next barrier).
         ptx::fence_proxy_async_shared();
         dq_block = kp.dq_accum + block_row * kHeadDim;
-        if constexpr (Traits::kDqUnderDk) ptx::wgmma_wait<0>();
+        if constexpr (Traits::kDqUnderDk && !Traits::kDkNext) ptx::wgmma_wait<0>();
       } else {
         float* dq_rows = kp.dq_accum + (block_row + (warp % 4) * 16 + lane / 4) * kHeadDim +
                          wg * kDqCols + 2 * t;
@@ -413,6 +420,10 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       ptx::wgmma_wait<0>();
     }
     step = next;
+    if (++stage == Traits::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
   }
   if constexpr (Traits::kBulkDq) {
     // The last step's staged block (w.total > 0 steps ran: a block that walks none has none).
@@ -421,6 +432,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       reduce_staged_dq();
     }
   }
+  if constexpr (Traits::kDkNext) ptx::wgmma_wait<0>();  // the last step's dK
   ptx::fence_operand(acc_dk);
   ptx::fence_operand(acc_dv);
   if constexpr (variant_dropout(kVariant)) {
