@@ -13,7 +13,7 @@
 // `pdl`, with dQ's red.adds (A) against its staged rows' bulk reductions (B; sm90/bwd_kernel.h
 // BwdTraits kBulkDq; d 256's split kernel has no such knob: A and B are one kernel there), both
 // programmatic. Mode `tmaq`: Q / dO / rows by cp.async (A) against TMA and bulk copies (B;
-// BwdTraits kTmaQ; the same kernel at d 256). Mode `dqdk`: the step order with dQ staged after dK
+// BwdTraits kTmaQ; at d 256 BwdSplitTraits kTmaQ). Mode `dqdk`: the step order with dQ staged after dK
 // (A) against dV before the dS^T barrier and dQ staged under dK (B; BwdTraits kDqUnderDk). Mode
 // `dknext`: dK retired in its step with two buffers (A) against dK running on under the next
 // step's start with three (B; BwdTraits kDkNext). These six modes take the head dims as a second
