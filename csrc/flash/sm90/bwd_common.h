@@ -192,8 +192,8 @@ __device__ __forceinline__ void begin_step(const BwdKernelParams& kp, const Work
   }
 }
 
-// A main kernel's parameters with Q / dO loaded by TMA (BwdTraits / BwdSplitTraits kTmaQ): the arch-neutral ones
-// and the maps of q and dout (boxes of 64 columns x kBlockM rows; bwd_launch.h).
+// A main kernel's parameters with Q / dO loaded by TMA (BwdTraits / BwdSplitTraits kTmaQ): the
+// arch-neutral ones and the maps of q and dout (boxes of 64 columns x kBlockM rows; bwd_launch.h).
 struct BwdTmaParams {
   CUtensorMap q_map;
   CUtensorMap do_map;

@@ -18,14 +18,16 @@
 // [key][query]. The same tile serves K-major reads (S^T: K, Q) and MN-major ones (dV/dK: dO, Q;
 // dQ: dS^T, K), so nothing is stored twice.
 //
-// One step (query block):
-//   wait for this step's Q/dO/M/L/D; fence.proxy.async; __syncthreads; issue next step's loads
-//   S^T, dP^T (2 groups) | wait S^T: mask, exp2, pack P^T | wait dP^T: dS^T from the packed P^T,
-//   store dS^T, fence.proxy.async; __syncthreads | dV, dK (1 group), dQ (1 group) | wait all,
-//   red.global.add
+// One step (query block; the library's configuration: kTmaQ, kBulkDq, kDqUnderDk, kDkNext):
+//   __syncthreads; thread 0: issue the next step's loads (TMA / bulk copies, mbarrier), add the
+//   last step's staged dQ (one bulk reduction) | wait for this step's buffer (mbarrier)
+//   | S^T, dP^T (2 groups) | wait S^T (and the last step's dK): mask, exp2, pack P^T | wait dP^T:
+//   dS^T from the packed P^T, store dS^T | dV (1 group) | fence.proxy.async; __syncthreads
+//   | dQ (1 group), dK (1 group) | wait dQ: stage dQ in shared memory, fence.proxy.async
+//   (dK runs on into the next step)
 // The registers of P^T and dS^T are the A operands of dV and dK, so nothing reads or writes them
 // while those wgmmas are in flight (the PTX ISA leaves that undefined): dS^T is formed before dV
-// is issued, and the next write to either comes after the step's final wait.
+// is issued, and the next write to either comes after the next step's wait for S^T.
 // Padding rows (>= seqlen_q) have (M, L) = (+inf, 0), D = 0 and zero Q/dO: P = 0, dS = 0 without
 // a test.
 #pragma once
@@ -143,7 +145,9 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
     // K / V by cp.async (every thread), the first step's Q / dO / rows by thread 0 into buffer 0.
     if (tid == 0) {
 #pragma unroll
-      for (int b = 0; b < Traits::kStages; ++b) ptx::mbarrier_init(s_base + Traits::kOffBar + 8 * b, 1);
+      for (int b = 0; b < Traits::kStages; ++b) {
+        ptx::mbarrier_init(s_base + Traits::kOffBar + 8 * b, 1);
+      }
       ptx::fence_mbarrier_init();
     }
     if (w.total > 0) {

@@ -35,8 +35,9 @@ Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light
                        bool pdl = true) {
   constexpr BwdTileSm90 tile = bwd_tile_sm90(kHeadDim);
   static_assert(tile.supported, "no sm90 backward tile for this head dim");
-  using Traits = std::conditional_t<tile.split, BwdSplitTraits<kHeadDim, tile.block_m, kTmaQ>,
-                                    BwdTraits<kHeadDim, tile.block_m, kBulkDq, kTmaQ, kDqUnderDk, kDkNext>>;
+  using Traits =
+      std::conditional_t<tile.split, BwdSplitTraits<kHeadDim, tile.block_m, kTmaQ, kDqUnderDk>,
+                         BwdTraits<kHeadDim, tile.block_m, kBulkDq, kTmaQ, kDqUnderDk, kDkNext>>;
   static_assert(Traits::kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
   const auto main = [&](const BwdKernelParams& base, StreamOrder order) {
     BwdKernelParams kp = base;

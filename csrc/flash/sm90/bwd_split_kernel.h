@@ -11,10 +11,11 @@
 // dQ. Semantics, workspace and padding conventions are those of bwd_kernel.h.
 //
 // One step (query block), barriers over the whole block:
-//   bar | issue next loads (one thread: TMA and bulk copies) | wait Q/dO/M/L/D (mbarrier) | wg0: S^T, wg1: dP^T; wait
+//   bar | issue next loads (one thread: TMA and bulk copies) | wait Q/dO/M/L/D (mbarrier)
+//   | wg0: S^T, wg1: dP^T; wait
 //   | wg0: mask, exp2, store P^T; fence.proxy.async | bar | wg0: dV (in flight)
-//   | wg1: read P^T, dS^T, store dS^T; fence.proxy.async | bar | wg1: dV; both: dK, dQ; wait all
-//   | red.global.add dQ
+//   | wg1: read P^T, dS^T, store dS^T; fence.proxy.async | bar | wg1: dV; both: dQ, dK; wait dQ
+//   | red.global.add dQ (dK in flight); wait all
 #pragma once
 
 #include <cstdint>
@@ -35,13 +36,16 @@
 
 namespace flashattn_cu::sm90 {
 
-template <int kHeadDim_, int kBlockM_, bool kTmaQ_ = true>
+template <int kHeadDim_, int kBlockM_, bool kTmaQ_ = true, bool kDqUnderDk_ = true>
 struct BwdSplitTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   // Each step's Q, dO and M / L / D rows by one thread onto a per-buffer mbarrier (bwd_common.h
   // tma_query_block, as bwd_kernel.h BwdTraits kTmaQ; off: cp.async, for the A/B).
   static constexpr bool kTmaQ = kTmaQ_;
+  // dQ issued before dK and its red.adds sent while dK runs (off: dK, then dQ, the red.adds once
+  // both are done; for the A/B).
+  static constexpr bool kDqUnderDk = kDqUnderDk_;
   static constexpr int kBlockN = 64;
   static constexpr int kNThreads = 256;
   static constexpr int kChunks = kHeadDim / 8;
@@ -232,13 +236,16 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
     if (wg == 1) issue_dv();
 
     // dK += dS^T Q (A = dS^T, K-major; B = Q, MN-major).
-    ptx::wgmma_fence();
+    const auto issue_dk = [&] {
 #pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      ptx::wgmma_ss<kHalf, kBf16, 0, 1>(acc_dk, ptx::sw128_desc_k_major<kBlockN>(sDS, 0, kk),
-                                        ptx::sw128_desc_mn_major<kBlockM>(sQs, kk, col0), 1);
-    }
-    ptx::wgmma_commit();
+      for (int kk = 0; kk < kBlockM / 16; ++kk) {
+        ptx::wgmma_ss<kHalf, kBf16, 0, 1>(acc_dk, ptx::sw128_desc_k_major<kBlockN>(sDS, 0, kk),
+                                          ptx::sw128_desc_mn_major<kBlockM>(sQs, kk, col0), 1);
+      }
+      ptx::wgmma_commit();
+    };
+    ptx::wgmma_fence();
+    if (!Traits::kDqUnderDk || !compute_dq) issue_dk();
 
     if (compute_dq) {
       // dQ (kBlockM x this warpgroup's columns) = dS K: A = dS from dS^T (MN-major, m = query),
@@ -251,7 +258,12 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
                                           kk > 0);
       }
       ptx::wgmma_commit();
-      ptx::wgmma_wait<0>();
+      if constexpr (Traits::kDqUnderDk) {
+        issue_dk();
+        ptx::wgmma_wait<1>();  // dV and dQ done; dK runs under the red.adds
+      } else {
+        ptx::wgmma_wait<0>();
+      }
       ptx::fence_operand(acc_dq);
       // Row (query) (warp % 4) * 16 + g + 8 hr, column col0 + 8 nt + 2t + e.
       float* dq_rows = kp.dq_accum +
@@ -265,6 +277,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
           ptx::red_add_v2_f32(dq_rows + hr * 8 * kHeadDim + nt * 8, acc_dq[nt][hr * 2],
                               acc_dq[nt][hr * 2 + 1]);
         }
+      if constexpr (Traits::kDqUnderDk) ptx::wgmma_wait<0>();
     } else {
       ptx::wgmma_wait<0>();
     }
