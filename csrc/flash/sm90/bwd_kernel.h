@@ -111,6 +111,80 @@ struct BwdTraits {
                 "bwd/params.h dq_frag_offset's layout");
 };
 
+// S^T = K Q^T and dP^T = V dO^T of warpgroup wg's 64 keys (A: its rows of K / V; B: Q / dO,
+// both K-major, k = d), issued as two groups.
+template <bool kBf16, typename Traits>
+__device__ __forceinline__ void issue_s_dp(float (&acc_s)[Traits::kQTiles][4],
+                                           float (&acc_dp)[Traits::kQTiles][4], uint32_t sK,
+                                           uint32_t sV, uint32_t sQs, uint32_t sDOs, int wg) {
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < Traits::kHeadDim / 16; ++ks) {
+    ptx::wgmma_ss<kBlockM, kBf16, 0, 0>(acc_s, ptx::sw128_desc_k_major<kBlockN>(sK, wg * 64, ks),
+                                        ptx::sw128_desc_k_major<kBlockM>(sQs, 0, ks), ks > 0);
+  }
+  ptx::wgmma_commit();
+#pragma unroll
+  for (int ks = 0; ks < Traits::kHeadDim / 16; ++ks) {
+    ptx::wgmma_ss<kBlockM, kBf16, 0, 0>(acc_dp, ptx::sw128_desc_k_major<kBlockN>(sV, wg * 64, ks),
+                                        ptx::sw128_desc_k_major<kBlockM>(sDOs, 0, ks), ks > 0);
+  }
+  ptx::wgmma_commit();
+}
+
+// One step's pointwise part, S^T retired and dP^T the one group in flight: P^T from S^T (score
+// modifiers, mask, exponentials) and dS^T = P^T (dP^T - D), both packed as 16-bit A operands
+// (p16: dV's, with dropout P^T o M; ds16: dK's and, stored, dQ's). Retires dP^T.
+template <typename Element, typename Traits, int kVariant, typename Work>
+__device__ __forceinline__ void probs_and_grads(
+    const BwdKernelParams& kp, const Work& w, int head, int m,
+    float (&acc_s)[Traits::kQTiles][4], float (&acc_dp)[Traits::kQTiles][4], const char* s_max,
+    const char* s_log2sum, const char* s_d, uint32_t (&p16)[Traits::kBlockM / 16][4],
+    uint32_t (&ds16)[Traits::kBlockM / 16][4], int warp_key0, int lane) {
+  constexpr bool kDynamic = variant_dynamic(kVariant);
+  constexpr int kBlockM = Traits::kBlockM, kQTiles = Traits::kQTiles;
+  const BwdParams& p = kp.p;
+  const int t = lane % 4;
+  apply_score_mods_transposed<kVariant>(acc_s, kp, w.batch, head, w.n_start + warp_key0,
+                                        m * kBlockM, lane);
+  if (m < w.um_begin || (kDynamic && m >= w.um_end)) {
+    block_mask(p, w).apply_transposed(acc_s, w.n_start + warp_key0, m * kBlockM, lane);
+  }
+  probs_from_scores(acc_s, s_max, s_log2sum, 0, kp.score.scale_log2, t);  // P^T, in place
+  // Dropout (problem/dropout.h): the keep bits of this warp's elements, for the gradient
+  // reaching P^T (M o dP^T / (1 - p)) and dV's operand (P^T o M). Drawn here, behind the
+  // exponentials (while dP^T runs); drawn while both GEMMs are in flight they spill 208 bytes
+  // instead of 56 (their accumulators are then both allocated).
+  [[maybe_unused]] uint32_t keep[keep_words(kQTiles * 4)];
+  if constexpr (variant_dropout(kVariant)) {
+    dropout_of(kp, w.batch, head)
+        .template keep_bits_transposed<kQTiles>(keep, w.n_start + warp_key0, m * kBlockM, lane);
+  }
+#pragma unroll
+  for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_s, kk, p16[kk]);
+  ptx::wgmma_wait<0>();  // dP^T done
+  ptx::fence_operand(acc_dp);
+  if constexpr (variant_dropout(kVariant)) apply_keep_bits(acc_dp, keep, kp.dropout.rp);
+
+  // dS^T = P^T (dP^T - D), in place in acc_dp, from the 16-bit P^T (as sm80: the fp32 P^T dies
+  // once packed, which keeps d = 128 within 255 registers).
+  const auto grad = ds_grad_t<kVariant>(kp, w.batch, head, s_max, s_log2sum,
+                                        w.n_start + warp_key0 + lane / 4, m * kBlockM,
+                                        t);  // problem/score_mod.h
+#pragma unroll
+  for (int kk = 0; kk < kBlockM / 16; ++kk) {
+    ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t, grad);
+  }
+#pragma unroll
+  for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_dp, kk, ds16[kk]);
+  if constexpr (variant_dropout(kVariant)) {
+    // dS^T used the undropped P^T; dV's operand is P^T o M (before the wgmma reads it).
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) drop_a_frag(p16[kk], keep, kk);
+  }
+}
+
 template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void* q_map,
                                           const void* do_map, char* smem_raw) {
@@ -169,7 +243,6 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
     for (int e = 0; e < 4; ++e) acc_dk[i][e] = acc_dv[i][e] = 0.f;
 
   const bool compute_dq = !p.deterministic;
-  const float scale_log2 = kp.score.scale_log2;
   BwdStep step{w.head_first, w.m_begin};
   // kBulkDq: the block the staged dQ goes to (the last step's), the thread that issues it, and
   // the issue (every thread has stored and fenced the block, and passed a barrier since).
@@ -216,65 +289,13 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
     const char* s_log2sum = smem + Traits::kOffLog2Sum + stage * kBlockM * 4;
     const char* s_d = smem + Traits::kOffD + stage * kBlockM * 4;
 
-    // S^T and dP^T: A = this warpgroup's 64 rows of K / V, B = Q / dO (both K-major, k = d).
     float acc_s[kQTiles][4], acc_dp[kQTiles][4];
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      ptx::wgmma_ss<kBlockM, kBf16, 0, 0>(acc_s, ptx::sw128_desc_k_major<kBlockN>(sK, wg * 64, ks),
-                                          ptx::sw128_desc_k_major<kBlockM>(sQs, 0, ks), ks > 0);
-    }
-    ptx::wgmma_commit();
-#pragma unroll
-    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      ptx::wgmma_ss<kBlockM, kBf16, 0, 0>(acc_dp,
-                                          ptx::sw128_desc_k_major<kBlockN>(sV, wg * 64, ks),
-                                          ptx::sw128_desc_k_major<kBlockM>(sDOs, 0, ks), ks > 0);
-    }
-    ptx::wgmma_commit();
+    issue_s_dp<kBf16, Traits>(acc_s, acc_dp, sK, sV, sQs, sDOs, wg);
     ptx::wgmma_wait<1>();
     ptx::fence_operand(acc_s);
-
-    apply_score_mods_transposed<kVariant>(acc_s, kp, w.batch, head, w.n_start + warp_key0,
-                                          m * kBlockM, lane);
-    if (m < w.um_begin || (kDynamic && m >= w.um_end)) {
-      block_mask(p, w).apply_transposed(acc_s, w.n_start + warp_key0, m * kBlockM, lane);
-    }
-    probs_from_scores(acc_s, s_max, s_log2sum, 0, scale_log2, t);  // P^T, in place
-    // Dropout (problem/dropout.h): the keep bits of this warp's elements, for the gradient
-    // reaching P^T (M o dP^T / (1 - p)) and dV's operand (P^T o M). Drawn here, behind the
-    // exponentials (while dP^T runs); drawn while both GEMMs are in flight they spill 208 bytes
-    // instead of 56 (their accumulators are then both allocated).
-    [[maybe_unused]] uint32_t keep[keep_words(kQTiles * 4)];
-    if constexpr (variant_dropout(kVariant)) {
-      dropout_of(kp, w.batch, head)
-          .template keep_bits_transposed<kQTiles>(keep, w.n_start + warp_key0, m * kBlockM, lane);
-    }
-
-    uint32_t p16[kBlockM / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_s, kk, p16[kk]);
-    ptx::wgmma_wait<0>();  // dP^T done; no wgmma in flight
-    ptx::fence_operand(acc_dp);
-    if constexpr (variant_dropout(kVariant)) apply_keep_bits(acc_dp, keep, kp.dropout.rp);
-
-    // dS^T = P^T (dP^T - D), in place in acc_dp, from the 16-bit P^T (as sm80: the fp32 P^T dies
-    // once packed, which keeps d = 128 within 255 registers).
-    const auto grad = ds_grad_t<kVariant>(kp, w.batch, head, s_max, s_log2sum,
-                                                    w.n_start + warp_key0 + lane / 4,
-                                                    m * kBlockM, t);  // problem/score_mod.h
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t, grad);
-    }
-    uint32_t ds16[kBlockM / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_dp, kk, ds16[kk]);
-    if constexpr (variant_dropout(kVariant)) {
-      // dS^T used the undropped P^T; dV's operand is P^T o M (before the wgmma reads it).
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk) drop_a_frag(p16[kk], keep, kk);
-    }
+    uint32_t p16[kBlockM / 16][4], ds16[kBlockM / 16][4];
+    probs_and_grads<Element, Traits, kVariant>(kp, w, head, m, acc_s, acc_dp, s_max, s_log2sum,
+                                               s_d, p16, ds16, warp_key0, lane);
     // dV += P^T dO and dK += dS^T Q: B = dO / Q rows of k-step kk, MN-major (n = d).
     const auto issue_dv = [&] {
 #pragma unroll
