@@ -42,7 +42,7 @@ struct BwdRunner {
   Status run() const {
 #if FLASHATTN_CU_HAS_SM90A
     if constexpr (bwd_tile_sm90(kHeadDim).supported) {
-      if (sm90a && (bwd_tile_sm90(kHeadDim).split || sm90::bwd_tma_ok(params))) {
+      if (sm90a && sm90::bwd_tma_ok(params)) {  // both sm90 kernels load q / dout by TMA
         return sm90::run_bwd<Element, kHeadDim>(params, stream);
       }
     }

@@ -2,10 +2,12 @@
 // bwd_split_kernel.h: d = 256): the block's work, tile loads into sw128 shared memory, the dK/dV
 // epilogue. A Traits type provides kHeadDim, kBlockM, kBlockN, kChunks, kNThreads, kQBytes and
 // the shared-memory offsets kOffK, kOffV, kOffQ, kOffDO, kOffMax, kOffLog2Sum, kOffD (two stages
-// of Q, dO, M, L, D).
+// of Q, dO, M, L, D; bwd_kernel.h's kDkNext three) and, with kTmaQ, kOffBar (a buffer's mbarrier).
 #pragma once
 
 #include <cstdint>
+
+#include <cuda.h>
 
 #include "flashattn_cu/flashattn_cu.h"
 
@@ -15,7 +17,9 @@
 #include "../problem/seqlen.h"
 #include "../ptx/cp_async.h"
 #include "../ptx/ldmatrix.h"
+#include "../ptx/mbarrier.h"
 #include "../ptx/sync.h"
+#include "../ptx/tma.h"
 #include "../ptx/wgmma.h"
 #include "../bwd/params.h"
 #include "../bwd/preprocess.h"
@@ -186,6 +190,50 @@ __device__ __forceinline__ void begin_step(const BwdKernelParams& kp, const Work
     load_query_block<Traits, Element>(kp, w, s_base, next.head, next.m, (it & 1) ^ 1, tid);
     ptx::cp_async_commit();
   }
+}
+
+// A main kernel's parameters with Q / dO loaded by TMA (BwdTraits / BwdSplitTraits kTmaQ): the
+// arch-neutral ones and the maps of q and dout (boxes of 64 columns x kBlockM rows; bwd_launch.h).
+struct BwdTmaParams {
+  CUtensorMap q_map;
+  CUtensorMap do_map;
+  backward::BwdKernelParams kp;
+};
+
+// kTmaQ, thread 0: (query head `head`, query block m)'s Q and dO (TMA, the q / dout maps) and its
+// M / L / D rows (bulk copies) into buffer `stage`, completing that buffer's mbarrier. With
+// `after_preprocess` the rows are loaded only once the preprocess that writes them is done
+// (bwd/pipeline.h's programmatic launch). Rows past a padded entry's end are zero (the maps end
+// there); a varlen entry's last block reads the next entry's rows, which the mask's P = 0 drops
+// (as the forward's K / V).
+template <typename Traits, typename Work>
+__device__ __forceinline__ void tma_query_block(const BwdKernelParams& kp, const Work& w,
+                                                const void* q_map, const void* do_map,
+                                                uint32_t s_base, int head, int m, int stage,
+                                                bool after_preprocess) {
+  constexpr int kBlockM = Traits::kBlockM;
+  const SeqInfo seq = seq_info<Work::kDynamic>(kp.p, w.batch);
+  // Map coordinates: (row in the entry, batch) padded; (row in the packed rows, 0) varlen.
+  const int map_row = (seq.start_q >= 0 ? seq.start_q : 0) + m * kBlockM;
+  const int map_batch = seq.start_q >= 0 ? 0 : seq.batch;
+  const uint32_t bar = s_base + Traits::kOffBar + 8 * stage;
+  ptx::mbarrier_arrive_expect_tx(bar, 2 * Traits::kQBytes + 3 * kBlockM * 4);
+#pragma unroll
+  for (int a = 0; a < Traits::kHeadDim / 64; ++a) {
+    const int32_t c[4] = {a * 64, map_row, head, map_batch};
+    ptx::tma_load<4>(s_base + Traits::kOffQ + stage * Traits::kQBytes + a * kBlockM * 128, q_map,
+                     bar, c);
+    ptx::tma_load<4>(s_base + Traits::kOffDO + stage * Traits::kQBytes + a * kBlockM * 128,
+                     do_map, bar, c);
+  }
+  if (after_preprocess) ptx::grid_dependency_wait();
+  const int64_t ws_row = backward::ws_row0<Work::kDynamic>(kp, seq, head) + m * kBlockM;
+  ptx::bulk_load(s_base + Traits::kOffMax + stage * kBlockM * 4, kp.row_max + ws_row, kBlockM * 4,
+                 bar);
+  ptx::bulk_load(s_base + Traits::kOffLog2Sum + stage * kBlockM * 4, kp.row_log2sum + ws_row,
+                 kBlockM * 4, bar);
+  ptx::bulk_load(s_base + Traits::kOffD + stage * kBlockM * 4, kp.dpsum + ws_row, kBlockM * 4,
+                 bar);
 }
 
 // Stores an A-fragment quadruple of a 16-row x 16-column slab of a [row][col] sw128 tile of

@@ -14,27 +14,26 @@
 //   dV  += P^T dO,  dK += dS^T Q                  wgmma RS; dS^T also to shared memory
 //   (dS^T is formed from the 16-bit P^T, as on sm80, so fp32 P^T and dP^T are never both live)
 //   dQ   = dS K  (both warpgroups, half of d each)  wgmma SS, MN-major A and B, red.global.add
-// Shared tiles are sw128 (ptx/wgmma.h): K, V [key][d], Q, dO [query][d] (two stages), dS^T
+// Shared tiles are sw128 (ptx/wgmma.h): K, V [key][d], Q, dO [query][d] (two or three stages), dS^T
 // [key][query]. The same tile serves K-major reads (S^T: K, Q) and MN-major ones (dV/dK: dO, Q;
 // dQ: dS^T, K), so nothing is stored twice.
 //
-// One step (query block; the library's configuration: kTmaQ, kBulkDq, kDqUnderDk):
-//   __syncthreads; thread 0: issue the next step's loads (TMA / bulk copies onto the other
-//   buffer's mbarrier), add the last step's staged dQ (one bulk reduction) | wait for this
-//   step's buffer | S^T, dP^T (2 groups) | wait S^T: mask, exp2, pack P^T | wait dP^T: dS^T from
-//   the packed P^T, store dS^T, fence.proxy.async | dV (1 group) | __syncthreads | dQ (1 group),
-//   dK (1 group) | wait dV, dQ: stage dQ in shared memory, fence.proxy.async | wait dK
+// One step (query block; the library's configuration: kTmaQ, kBulkDq, kDqUnderDk, kDkNext):
+//   __syncthreads; thread 0: issue the next step's loads (TMA / bulk copies, mbarrier), add the
+//   last step's staged dQ (one bulk reduction) | wait for this step's buffer (mbarrier)
+//   | S^T, dP^T (2 groups) | wait S^T (and the last step's dK): mask, exp2, pack P^T | wait dP^T:
+//   dS^T from the packed P^T, store dS^T | dV (1 group) | fence.proxy.async; __syncthreads
+//   | dQ (1 group), dK (1 group) | wait dQ: stage dQ in shared memory, fence.proxy.async
+//   (dK runs on into the next step)
 // The registers of P^T and dS^T are the A operands of dV and dK, so nothing reads or writes them
 // while those wgmmas are in flight (the PTX ISA leaves that undefined): dS^T is formed before dV
-// is issued, and the next write to either comes after the step's final wait.
+// is issued, and the next write to either comes after the next step's wait for S^T.
 // Padding rows (>= seqlen_q) have (M, L) = (+inf, 0), D = 0 and zero Q/dO: P = 0, dS = 0 without
 // a test.
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
-
-#include <cuda.h>
 
 #include "flashattn_cu/flashattn_cu.h"
 
@@ -45,24 +44,14 @@
 #include "../problem/score_mod.h"
 #include "../ptx/atomic.h"
 #include "../ptx/math.h"
-#include "../ptx/mbarrier.h"
 #include "../ptx/sync.h"
-#include "../ptx/tma.h"
 #include "../ptx/wgmma.h"
 #include "bwd_common.h"
 
 namespace flashattn_cu::sm90 {
 
-// The main kernel's parameters with Q / dO loaded by TMA (BwdTraits kTmaQ): the arch-neutral ones
-// and the maps of q and dout (boxes of 64 columns x kBlockM rows; bwd_launch.h).
-struct BwdTmaParams {
-  CUtensorMap q_map;
-  CUtensorMap do_map;
-  backward::BwdKernelParams kp;
-};
-
 template <int kHeadDim_, int kBlockM_, bool kBulkDq_ = true, bool kTmaQ_ = true,
-          bool kDqUnderDk_ = true>
+          bool kDqUnderDk_ = true, bool kDkNext_ = true>
 struct BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
@@ -79,6 +68,13 @@ struct BwdTraits {
   // then dQ, then dK, and dQ staged in shared memory while dK runs (off: dV and dK in one group
   // after the barrier, dQ behind them, dQ staged once all three are done; for the A/B).
   static constexpr bool kDqUnderDk = kDqUnderDk_ && kBulkDq_;
+  // With kDqUnderDk and kTmaQ: the step's final wait dropped, so that dK runs on under the next
+  // step's barrier, loads' issue and S^T / dP^T issue (that step's wait after S^T retires it), with
+  // three Q / dO / row buffers: the next step's loads then take the buffer of the step before this
+  // one, whose last reader (its dK) every warpgroup retired before this step's dS^T barrier
+  // (off: two buffers and the wait, for the A/B).
+  static constexpr bool kDkNext = kDkNext_ && kDqUnderDk && kTmaQ_;
+  static constexpr int kStages = kDkNext ? 3 : 2;  // Q / dO / M / L / D buffers
   static constexpr int kBlockN = 128;
   static constexpr int kWarpGroups = 2;  // each owns 64 keys
   static constexpr int kNThreads = kWarpGroups * 128;
@@ -93,18 +89,18 @@ struct BwdTraits {
   static constexpr int kOffK = 0;
   static constexpr int kOffV = kOffK + kKVBytes;
   static constexpr int kOffQ = kOffV + kKVBytes;
-  static constexpr int kOffDO = kOffQ + 2 * kQBytes;
-  static constexpr int kOffDS = kOffDO + 2 * kQBytes;
+  static constexpr int kOffDO = kOffQ + kStages * kQBytes;
+  static constexpr int kOffDS = kOffDO + kStages * kQBytes;
   static constexpr int kOffMax = kOffDS + kBlockN * kBlockM * 2;
-  static constexpr int kOffLog2Sum = kOffMax + 2 * kBlockM * 4;
-  static constexpr int kOffD = kOffLog2Sum + 2 * kBlockM * 4;
+  static constexpr int kOffLog2Sum = kOffMax + kStages * kBlockM * 4;
+  static constexpr int kOffD = kOffLog2Sum + kStages * kBlockM * 4;
   // dQ staging (kBulkDq): the block's kBlockM x kHeadDim fp32 in fragment order (each warp's
   // 8-byte pairs of one (m slab, row half, column tile) 256 contiguous bytes: conflict-free).
-  static constexpr int kOffDQ = kOffD + 2 * kBlockM * 4;
+  static constexpr int kOffDQ = kOffD + kStages * kBlockM * 4;
   static constexpr int kDqBytes = kBlockM * kHeadDim * 4;
   // kTmaQ: the two Q / dO buffers' mbarriers.
   static constexpr int kOffBar = kOffDQ + (kBulkDq ? kDqBytes : 0);
-  static constexpr int kSmemBytes = kOffBar + 16 + 1024;  // + alignment slack
+  static constexpr int kSmemBytes = kOffBar + 8 * kStages + 1024;  // + alignment slack
   using Params = std::conditional_t<kTmaQ, BwdTmaParams, backward::BwdKernelParams>;
 
   static_assert(kHeadDim % 64 == 0, "d is whole 64-column atoms");
@@ -115,40 +111,78 @@ struct BwdTraits {
                 "bwd/params.h dq_frag_offset's layout");
 };
 
-// kTmaQ, thread 0: (query head `head`, query block m)'s Q and dO (TMA, the q / dout maps) and its
-// M / L / D rows (bulk copies) into buffer `stage`, completing that buffer's mbarrier. With
-// `after_preprocess` the rows are loaded only once the preprocess that writes them is done
-// (bwd/pipeline.h's programmatic launch). Rows past a padded entry's end are zero (the maps end
-// there); a varlen entry's last block reads the next entry's rows, which the mask's P = 0 drops
-// (as the forward's K / V).
-template <typename Traits, typename Work>
-__device__ __forceinline__ void tma_query_block(const BwdKernelParams& kp, const Work& w,
-                                                const void* q_map, const void* do_map,
-                                                uint32_t s_base, int head, int m, int stage,
-                                                bool after_preprocess) {
-  constexpr int kBlockM = Traits::kBlockM;
-  const SeqInfo seq = seq_info<Work::kDynamic>(kp.p, w.batch);
-  // Map coordinates: (row in the entry, batch) padded; (row in the packed rows, 0) varlen.
-  const int map_row = (seq.start_q >= 0 ? seq.start_q : 0) + m * kBlockM;
-  const int map_batch = seq.start_q >= 0 ? 0 : seq.batch;
-  const uint32_t bar = s_base + Traits::kOffBar + 8 * stage;
-  ptx::mbarrier_arrive_expect_tx(bar, 2 * Traits::kQBytes + 3 * kBlockM * 4);
+// S^T = K Q^T and dP^T = V dO^T of warpgroup wg's 64 keys (A: its rows of K / V; B: Q / dO,
+// both K-major, k = d), issued as two groups.
+template <bool kBf16, typename Traits>
+__device__ __forceinline__ void issue_s_dp(float (&acc_s)[Traits::kQTiles][4],
+                                           float (&acc_dp)[Traits::kQTiles][4], uint32_t sK,
+                                           uint32_t sV, uint32_t sQs, uint32_t sDOs, int wg) {
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  ptx::wgmma_fence();
 #pragma unroll
-  for (int a = 0; a < Traits::kHeadDim / 64; ++a) {
-    const int32_t c[4] = {a * 64, map_row, head, map_batch};
-    ptx::tma_load<4>(s_base + Traits::kOffQ + stage * Traits::kQBytes + a * kBlockM * 128, q_map,
-                     bar, c);
-    ptx::tma_load<4>(s_base + Traits::kOffDO + stage * Traits::kQBytes + a * kBlockM * 128,
-                     do_map, bar, c);
+  for (int ks = 0; ks < Traits::kHeadDim / 16; ++ks) {
+    ptx::wgmma_ss<kBlockM, kBf16, 0, 0>(acc_s, ptx::sw128_desc_k_major<kBlockN>(sK, wg * 64, ks),
+                                        ptx::sw128_desc_k_major<kBlockM>(sQs, 0, ks), ks > 0);
   }
-  if (after_preprocess) ptx::grid_dependency_wait();
-  const int64_t ws_row = backward::ws_row0<Work::kDynamic>(kp, seq, head) + m * kBlockM;
-  ptx::bulk_load(s_base + Traits::kOffMax + stage * kBlockM * 4, kp.row_max + ws_row, kBlockM * 4,
-                 bar);
-  ptx::bulk_load(s_base + Traits::kOffLog2Sum + stage * kBlockM * 4, kp.row_log2sum + ws_row,
-                 kBlockM * 4, bar);
-  ptx::bulk_load(s_base + Traits::kOffD + stage * kBlockM * 4, kp.dpsum + ws_row, kBlockM * 4,
-                 bar);
+  ptx::wgmma_commit();
+#pragma unroll
+  for (int ks = 0; ks < Traits::kHeadDim / 16; ++ks) {
+    ptx::wgmma_ss<kBlockM, kBf16, 0, 0>(acc_dp, ptx::sw128_desc_k_major<kBlockN>(sV, wg * 64, ks),
+                                        ptx::sw128_desc_k_major<kBlockM>(sDOs, 0, ks), ks > 0);
+  }
+  ptx::wgmma_commit();
+}
+
+// One step's pointwise part, S^T retired and dP^T the one group in flight: P^T from S^T (score
+// modifiers, mask, exponentials) and dS^T = P^T (dP^T - D), both packed as 16-bit A operands
+// (p16: dV's, with dropout P^T o M; ds16: dK's and, stored, dQ's). Retires dP^T.
+template <typename Element, typename Traits, int kVariant, typename Work>
+__device__ __forceinline__ void probs_and_grads(
+    const BwdKernelParams& kp, const Work& w, int head, int m,
+    float (&acc_s)[Traits::kQTiles][4], float (&acc_dp)[Traits::kQTiles][4], const char* s_max,
+    const char* s_log2sum, const char* s_d, uint32_t (&p16)[Traits::kBlockM / 16][4],
+    uint32_t (&ds16)[Traits::kBlockM / 16][4], int warp_key0, int lane) {
+  constexpr bool kDynamic = variant_dynamic(kVariant);
+  constexpr int kBlockM = Traits::kBlockM, kQTiles = Traits::kQTiles;
+  const BwdParams& p = kp.p;
+  const int t = lane % 4;
+  apply_score_mods_transposed<kVariant>(acc_s, kp, w.batch, head, w.n_start + warp_key0,
+                                        m * kBlockM, lane);
+  if (m < w.um_begin || (kDynamic && m >= w.um_end)) {
+    block_mask(p, w).apply_transposed(acc_s, w.n_start + warp_key0, m * kBlockM, lane);
+  }
+  probs_from_scores(acc_s, s_max, s_log2sum, 0, kp.score.scale_log2, t);  // P^T, in place
+  // Dropout (problem/dropout.h): the keep bits of this warp's elements, for the gradient
+  // reaching P^T (M o dP^T / (1 - p)) and dV's operand (P^T o M). Drawn here, behind the
+  // exponentials (while dP^T runs); drawn while both GEMMs are in flight they spill 208 bytes
+  // instead of 56 (their accumulators are then both allocated).
+  [[maybe_unused]] uint32_t keep[keep_words(kQTiles * 4)];
+  if constexpr (variant_dropout(kVariant)) {
+    dropout_of(kp, w.batch, head)
+        .template keep_bits_transposed<kQTiles>(keep, w.n_start + warp_key0, m * kBlockM, lane);
+  }
+#pragma unroll
+  for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_s, kk, p16[kk]);
+  ptx::wgmma_wait<0>();  // dP^T done
+  ptx::fence_operand(acc_dp);
+  if constexpr (variant_dropout(kVariant)) apply_keep_bits(acc_dp, keep, kp.dropout.rp);
+
+  // dS^T = P^T (dP^T - D), in place in acc_dp, from the 16-bit P^T (as sm80: the fp32 P^T dies
+  // once packed, which keeps d = 128 within 255 registers).
+  const auto grad = ds_grad_t<kVariant>(kp, w.batch, head, s_max, s_log2sum,
+                                        w.n_start + warp_key0 + lane / 4, m * kBlockM,
+                                        t);  // problem/score_mod.h
+#pragma unroll
+  for (int kk = 0; kk < kBlockM / 16; ++kk) {
+    ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t, grad);
+  }
+#pragma unroll
+  for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_dp, kk, ds16[kk]);
+  if constexpr (variant_dropout(kVariant)) {
+    // dS^T used the undropped P^T; dV's operand is P^T o M (before the wgmma reads it).
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) drop_a_frag(p16[kk], keep, kk);
+  }
 }
 
 template <typename Element, typename Traits, int kVariant>
@@ -184,8 +218,10 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   if constexpr (Traits::kTmaQ) {
     // K / V by cp.async (every thread), the first step's Q / dO / rows by thread 0 into buffer 0.
     if (tid == 0) {
-      ptx::mbarrier_init(s_base + Traits::kOffBar, 1);
-      ptx::mbarrier_init(s_base + Traits::kOffBar + 8, 1);
+#pragma unroll
+      for (int b = 0; b < Traits::kStages; ++b) {
+        ptx::mbarrier_init(s_base + Traits::kOffBar + 8 * b, 1);
+      }
       ptx::fence_mbarrier_init();
     }
     if (w.total > 0) {
@@ -207,7 +243,6 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
     for (int e = 0; e < 4; ++e) acc_dk[i][e] = acc_dv[i][e] = 0.f;
 
   const bool compute_dq = !p.deterministic;
-  const float scale_log2 = kp.score.scale_log2;
   BwdStep step{w.head_first, w.m_begin};
   // kBulkDq: the block the staged dQ goes to (the last step's), the thread that issues it, and
   // the issue (every thread has stored and fenced the block, and passed a barrier since).
@@ -220,9 +255,9 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
     }
   };
 
+  int stage = 0, phase = 0;  // this step's buffer and its use number's parity
 #pragma unroll 1
   for (int it = 0; it < w.total; ++it) {
-    const int stage = it & 1;
     const int head = step.head, m = step.m;
     const BwdStep next = next_step(w, step);
     if constexpr (Traits::kTmaQ) {
@@ -235,8 +270,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       }
       __syncthreads();
       if (tid == 0 && it + 1 < w.total) {
-        tma_query_block<Traits>(kp, w, q_map, do_map, s_base, next.head, next.m, stage ^ 1,
-                                false);
+        tma_query_block<Traits>(kp, w, q_map, do_map, s_base, next.head, next.m,
+                                stage + 1 == Traits::kStages ? 0 : stage + 1, false);
       }
     } else {
       begin_step<Traits, Element>(kp, w, s_base, it, next, tid);
@@ -247,72 +282,20 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       if (it > 0) reduce_staged_dq();
     }
     if constexpr (Traits::kTmaQ) {
-      ptx::mbarrier_wait_parity(s_base + Traits::kOffBar + 8 * stage, (it >> 1) & 1);
+      ptx::mbarrier_wait_parity(s_base + Traits::kOffBar + 8 * stage, phase);
     }
     const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
     const char* s_max = smem + Traits::kOffMax + stage * kBlockM * 4;
     const char* s_log2sum = smem + Traits::kOffLog2Sum + stage * kBlockM * 4;
     const char* s_d = smem + Traits::kOffD + stage * kBlockM * 4;
 
-    // S^T and dP^T: A = this warpgroup's 64 rows of K / V, B = Q / dO (both K-major, k = d).
     float acc_s[kQTiles][4], acc_dp[kQTiles][4];
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      ptx::wgmma_ss<kBlockM, kBf16, 0, 0>(acc_s, ptx::sw128_desc_k_major<kBlockN>(sK, wg * 64, ks),
-                                          ptx::sw128_desc_k_major<kBlockM>(sQs, 0, ks), ks > 0);
-    }
-    ptx::wgmma_commit();
-#pragma unroll
-    for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-      ptx::wgmma_ss<kBlockM, kBf16, 0, 0>(acc_dp,
-                                          ptx::sw128_desc_k_major<kBlockN>(sV, wg * 64, ks),
-                                          ptx::sw128_desc_k_major<kBlockM>(sDOs, 0, ks), ks > 0);
-    }
-    ptx::wgmma_commit();
+    issue_s_dp<kBf16, Traits>(acc_s, acc_dp, sK, sV, sQs, sDOs, wg);
     ptx::wgmma_wait<1>();
     ptx::fence_operand(acc_s);
-
-    apply_score_mods_transposed<kVariant>(acc_s, kp, w.batch, head, w.n_start + warp_key0,
-                                          m * kBlockM, lane);
-    if (m < w.um_begin || (kDynamic && m >= w.um_end)) {
-      block_mask(p, w).apply_transposed(acc_s, w.n_start + warp_key0, m * kBlockM, lane);
-    }
-    probs_from_scores(acc_s, s_max, s_log2sum, 0, scale_log2, t);  // P^T, in place
-    // Dropout (problem/dropout.h): the keep bits of this warp's elements, for the gradient
-    // reaching P^T (M o dP^T / (1 - p)) and dV's operand (P^T o M). Drawn here, behind the
-    // exponentials (while dP^T runs); drawn while both GEMMs are in flight they spill 208 bytes
-    // instead of 56 (their accumulators are then both allocated).
-    [[maybe_unused]] uint32_t keep[keep_words(kQTiles * 4)];
-    if constexpr (variant_dropout(kVariant)) {
-      dropout_of(kp, w.batch, head)
-          .template keep_bits_transposed<kQTiles>(keep, w.n_start + warp_key0, m * kBlockM, lane);
-    }
-
-    uint32_t p16[kBlockM / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_s, kk, p16[kk]);
-    ptx::wgmma_wait<0>();  // dP^T done; no wgmma in flight
-    ptx::fence_operand(acc_dp);
-    if constexpr (variant_dropout(kVariant)) apply_keep_bits(acc_dp, keep, kp.dropout.rp);
-
-    // dS^T = P^T (dP^T - D), in place in acc_dp, from the 16-bit P^T (as sm80: the fp32 P^T dies
-    // once packed, which keeps d = 128 within 255 registers).
-    const auto grad = ds_grad_t<kVariant>(kp, w.batch, head, s_max, s_log2sum,
-                                                    w.n_start + warp_key0 + lane / 4,
-                                                    m * kBlockM, t);  // problem/score_mod.h
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t, grad);
-    }
-    uint32_t ds16[kBlockM / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_dp, kk, ds16[kk]);
-    if constexpr (variant_dropout(kVariant)) {
-      // dS^T used the undropped P^T; dV's operand is P^T o M (before the wgmma reads it).
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk) drop_a_frag(p16[kk], keep, kk);
-    }
+    uint32_t p16[kBlockM / 16][4], ds16[kBlockM / 16][4];
+    probs_and_grads<Element, Traits, kVariant>(kp, w, head, m, acc_s, acc_dp, s_max, s_log2sum,
+                                               s_d, p16, ds16, warp_key0, lane);
     // dV += P^T dO and dK += dS^T Q: B = dO / Q rows of k-step kk, MN-major (n = d).
     const auto issue_dv = [&] {
 #pragma unroll
@@ -334,14 +317,14 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
         store_a_frag_sw128<kBlockN>(smem + Traits::kOffDS, warp_key0, kk * 16, ds16[kk], lane);
       }
-      // Published before dQ is issued (no wgmma is in flight here for the fence to wait on).
-      ptx::fence_proxy_async_shared();
       if constexpr (Traits::kDqUnderDk) {
-        // dV under the barrier's wait.
+        // dV under the fence's and the barrier's wait (it reads no dS^T).
         ptx::wgmma_fence();
         issue_dv();
         ptx::wgmma_commit();
       }
+      // Published before dQ is issued.
+      ptx::fence_proxy_async_shared();
       // kBulkDq: the last step's staged block read by its reduction before this step's dQ
       // stores over it (after the barrier).
       if (dq_issuer) ptx::tma_store_wait<0>();
@@ -396,7 +379,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
         // Published to the async proxy (the bulk reduction reads it after the next barrier).
         ptx::fence_proxy_async_shared();
         dq_block = kp.dq_accum + block_row * kHeadDim;
-        if constexpr (Traits::kDqUnderDk) ptx::wgmma_wait<0>();
+        if constexpr (Traits::kDqUnderDk && !Traits::kDkNext) ptx::wgmma_wait<0>();
       } else {
         float* dq_rows = kp.dq_accum + (block_row + (warp % 4) * 16 + lane / 4) * kHeadDim +
                          wg * kDqCols + 2 * t;
@@ -414,6 +397,10 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       ptx::wgmma_wait<0>();
     }
     step = next;
+    if (++stage == Traits::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
   }
   if constexpr (Traits::kBulkDq) {
     // The last step's staged block (w.total > 0 steps ran: a block that walks none has none).
@@ -422,6 +409,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       reduce_staged_dq();
     }
   }
+  if constexpr (Traits::kDkNext) ptx::wgmma_wait<0>();  // the last step's dK
   ptx::fence_operand(acc_dk);
   ptx::fence_operand(acc_dv);
   if constexpr (variant_dropout(kVariant)) {

@@ -27,16 +27,17 @@ constexpr auto main_kernel() {
 // defer_light: a window's light trailing key blocks last (problem/mask.h deferred_key_blocks;
 // off: key_tile's order, for benchmarks/tune/tune_bwd90.cu's A/B). pdl: the main kernel and the
 // postprocess launched programmatically (bwd/pipeline.h; off: each kernel whole, for the A/B).
-// kBulkDq: BwdTraits's dQ path; kTmaQ: BwdTraits's Q / dO loads; kDqUnderDk: its step order (off:
-// red.add, cp.async, dQ staged after dK; for the A/Bs).
+// kBulkDq: BwdTraits's dQ path; kTmaQ: BwdTraits's Q / dO loads; kDqUnderDk, kDkNext: its step
+// order (off: red.add, cp.async, dQ staged after dK, dK retired in its step; for the A/Bs).
 template <typename Element, int kHeadDim, bool kBulkDq = true, bool kTmaQ = true,
-          bool kDqUnderDk = true>
+          bool kDqUnderDk = true, bool kDkNext = true>
 Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light,
                        bool pdl = true) {
   constexpr BwdTileSm90 tile = bwd_tile_sm90(kHeadDim);
   static_assert(tile.supported, "no sm90 backward tile for this head dim");
-  using Traits = std::conditional_t<tile.split, BwdSplitTraits<kHeadDim, tile.block_m>,
-                                    BwdTraits<kHeadDim, tile.block_m, kBulkDq, kTmaQ, kDqUnderDk>>;
+  using Traits =
+      std::conditional_t<tile.split, BwdSplitTraits<kHeadDim, tile.block_m, kTmaQ, kDqUnderDk>,
+                         BwdTraits<kHeadDim, tile.block_m, kBulkDq, kTmaQ, kDqUnderDk, kDkNext>>;
   static_assert(Traits::kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
   const auto main = [&](const BwdKernelParams& base, StreamOrder order) {
     BwdKernelParams kp = base;

@@ -59,6 +59,7 @@
 #include "../ptx/wgmma.h"
 #include "fwd_clock.h"
 #include "fwd_traits.h"
+#include "pingpong.h"
 
 namespace flashattn_cu::sm90 {
 
@@ -545,34 +546,6 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   clock.mark(kPhaseEpilogue);
   clock.count(w.num_blocks);
 }
-
-// Ping-pong turns (Traits::kPingPong): a consumer waits for its turn before issuing a step's
-// GEMMs and hands the turn to the other right after. Consumer 1 hands consumer 0 the first turn
-// at the start; both walk the same tiles and key blocks, so they take the same number of turns,
-// and consumer 0 takes consumer 1's last hand-over at the end (finish), which leaves no barrier
-// arrival pending.
-template <bool kEnabled>
-struct PingPong {
-  int consumer;
-  __device__ __forceinline__ void start() const {
-    if (kEnabled && consumer == 1) ptx::named_barrier_arrive(ptx::NamedBarrier::kPingPong0, 256);
-  }
-  __device__ __forceinline__ void begin() const {
-    if constexpr (kEnabled) {
-      ptx::named_barrier_sync(consumer == 0 ? ptx::NamedBarrier::kPingPong0
-                                            : ptx::NamedBarrier::kPingPong1, 256);
-    }
-  }
-  __device__ __forceinline__ void end() const {
-    if constexpr (kEnabled) {
-      ptx::named_barrier_arrive(consumer == 0 ? ptx::NamedBarrier::kPingPong1
-                                              : ptx::NamedBarrier::kPingPong0, 256);
-    }
-  }
-  __device__ __forceinline__ void finish() const {
-    if (kEnabled && consumer == 0) ptx::named_barrier_sync(ptx::NamedBarrier::kPingPong0, 256);
-  }
-};
 
 // The CTA walks its tiles (problem/scheduler.h: cta_tile_index, query_tile_at), the producer
 // ahead of the consumers: persistent with a grid of one CTA

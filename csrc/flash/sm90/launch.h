@@ -79,7 +79,7 @@ inline bool fwd_tma_ok(const FwdParams& p) {
 
 // Whether the sm90 backward's TMA maps can describe this call's q and dout (bwd_kernel.h
 // BwdTraits kTmaQ: every stride that is stepped positive and below the maps' 2^40 bytes); the
-// other calls run the sm80 backward. The split kernel (d 256) loads with cp.async and takes any.
+// other calls run the sm80 backward (both sm90 kernels, the split one at d 256 too, load so).
 inline bool bwd_tma_ok(const BwdParams& p) {
   const TmaExtents e = tma_extents(p);
   return rows_map_ok(e.q_rows, p.num_heads, e.batch, p.q_row_stride, p.q_head_stride,
