@@ -9,9 +9,13 @@ where `from flash_attn.cute import flash_attn_func` imports (../shared/tools/fa4
 it to the device; never a dependency of the project), FlashAttention-4. flash_attn's benchmark
 shapes: 16k tokens (batch = 16384 // seqlen), hidden 2048 (nheads = 2048 // d), d 64/128/256,
 seqlen 1k-16k, causal and not. TFLOP/s = 4 b h s^2 d (halved when causal) / median time of
-triton.testing.do_bench. Each backend's output is checked against cuDNN's first (a backend that
-disagrees by more than 2e-2 is marked '!'). Prints SUMMARY lines with geometric means of the
-ratios ours / cuDNN and ours / FA4. Mode `bwd` times the backward alone: each backend's forward
+triton.testing.do_bench. Each backend's result is checked first: up to --ref-max-seqlen (4096)
+against an fp32 reference on the same inputs (math attention in fp32; the backward's gradients
+with the same dout), and a backend whose largest error exceeds the test suite's rule (2x cuDNN's
+own error for the forward, 3x for the gradients, + 1e-4) is marked '!'; longer rows, where the
+fp32 reference does not fit, against cuDNN's result (marked past 2e-2). Prints SUMMARY lines with
+geometric means of the ratios ours / cuDNN and ours / FA4, and the largest error ratio of ours to
+cuDNN's against the fp32 reference. Mode `bwd` times the backward alone: each backend's forward
 once with gradients on, then `torch.autograd.grad` of its output against a fixed dout (graph
 retained), TFLOP/s with flash_attn's count (2.5x the forward's); its gradients are checked against
 cuDNN's the same way.
@@ -62,9 +66,20 @@ def backends(causal):
     return out
 
 
-def backward_fns(fns, q, k, v):
+def reference(causal, q, k, v, dout=None):
+    """fp32 math attention on the same inputs: the output, or with dout the concatenated
+    gradients (dq, dk, dv) in backward_fns' order."""
+    qf, kf, vf = (x.detach().float().requires_grad_(dout is not None) for x in (q, k, v))
+    with sdpa_kernel(SDPBackend.MATH):
+        o = F.scaled_dot_product_attention(*(x.transpose(1, 2) for x in (qf, kf, vf)),
+                                           is_causal=causal).transpose(1, 2)
+    if dout is None:
+        return o.detach()
+    return torch.cat([g.flatten() for g in torch.autograd.grad(o, (qf, kf, vf), dout.float())])
+
+
+def backward_fns(fns, q, k, v, dout):
     """For each forward fn: a function that runs its backward (the forward taken once, outside)."""
-    dout = torch.randn_like(q)
     out = {}
     for name, fn in fns.items():
         qg, kg, vg = (x.detach().requires_grad_(True) for x in (q, k, v))
@@ -88,6 +103,8 @@ def main():
     ap.add_argument("--dtypes", default="bf16")
     ap.add_argument("--out", default=None)
     ap.add_argument("--modes", default="fwd", help="fwd and/or bwd")
+    ap.add_argument("--ref-max-seqlen", type=int, default=4096,
+                    help="longest rows checked against the fp32 reference (else against cuDNN)")
     args = ap.parse_args()
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     names = ["flashattn_cu", "cuDNN", "FA2"] + (["FA4"] if fa4_func is not None else [])
@@ -97,6 +114,7 @@ def main():
              "", "| mode | dtype | d | seqlen | causal | " + " | ".join(names) + " | ours/cuDNN | ours/FA4 |",
              "|" + "---|" * (len(names) + 7)]
     ratios = {(m, key): [] for m in modes for key in ("cuDNN", "FA4")}
+    err_ratios = {m: [] for m in modes}
     for mode, dname in ((m, dn) for m in modes for dn in args.dtypes.split(",")):
         dtype = dtypes[dname]
         for d in (int(x) for x in args.dims.split(",")):
@@ -105,14 +123,27 @@ def main():
                     b, h = 16384 // s, 2048 // d
                     q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(3))
                     fns = {n: (lambda fn=fn: fn(q, k, v)) for n, fn in backends(causal).items()}
+                    dout = torch.randn_like(q) if mode == "bwd" else None
                     if mode == "bwd":
-                        fns = backward_fns(backends(causal), q, k, v)
-                    ref = fns["cuDNN"]()
+                        fns = backward_fns(backends(causal), q, k, v, dout)
+                    if s <= args.ref_max_seqlen:
+                        ref = reference(causal, q, k, v, dout)
+                        rule = 3.0 if mode == "bwd" else 2.0
+                        cudnn_err = (fns["cuDNN"]().float() - ref).abs().max().item()
+                        limit = rule * cudnn_err + 1e-4
+                    else:
+                        ref, cudnn_err, limit = fns["cuDNN"]().float(), None, 2e-2
                     flops = 4 * b * h * s * s * d / (2 if causal else 1) * (2.5 if mode == "bwd" else 1)
                     tf = {}
                     for name, fn in fns.items():
                         try:
-                            bad = (fn().float() - ref.float()).abs().max().item() > 2e-2
+                            err = (fn().float() - ref).abs().max().item()
+                            bad = err > limit
+                            if name == "flashattn_cu" and cudnn_err:
+                                err_ratios[mode].append(err / cudnn_err)
+                                print(f"check {mode} d={d} s={s} causal={int(causal)}: ours "
+                                      f"{err:.3e}, cuDNN {cudnn_err:.3e} (fp32 reference)",
+                                      flush=True)
                             ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
                             tf[name] = (flops / ms * 1e-9, bad)
                         except Exception as exc:  # noqa: BLE001
@@ -127,13 +158,19 @@ def main():
                     lines.append(f"| {mode} | {dname} | {d} | {s} | {int(causal)} | " +
                                  " | ".join(cells) + f" | {rc:.2f} | {rf:.2f} |")
                     print(lines[-1], flush=True)
-                    del q, k, v, ref, fns
+                    del q, k, v, ref, fns, dout
     for (mode, key), vals in ratios.items():
         vals = [x for x in vals if x == x]
         if vals:
             geo = math.exp(sum(math.log(x) for x in vals) / len(vals))
             summary = (f"SUMMARY {mode} ours/{key}: geo {geo:.3f} [{min(vals):.2f}..{max(vals):.2f}] over "
                        f"{len(vals)} shapes, {sum(x >= 1.0 for x in vals)} at >= 1.0")
+            lines += ["", summary]
+            print(summary)
+    for mode, vals in err_ratios.items():
+        if vals:
+            summary = (f"SUMMARY {mode} error against fp32, ours / cuDNN's: largest {max(vals):.2f}, "
+                       f"median {sorted(vals)[len(vals) // 2]:.2f} over {len(vals)} shapes")
             lines += ["", summary]
             print(summary)
     if args.out:
