@@ -46,8 +46,8 @@
 #                         -k SANITIZE_KV_K
 #   step "tune_bwd"       (not in the default set): builds and runs benchmarks/tune/tune_bwd90.cu (the
 #                         sm90 backward's A/Bs; TUNE_BWD_ARGS: its mode and arguments (the modes are
-#                         in the harness's header, e.g. "tmaq 64,128"); several runs separated by
-#                         ';', e.g. "pdl 128; tmaq 64"); logs in extras
+#                         in the harness's header, e.g. "pdl 64,128"); several runs separated by
+#                         ';', e.g. "pdl 128; profile 64"); logs in extras
 #   step "tune_decode"    (not in the default set): builds and runs benchmarks/tune/tune_decode90.cu (the
 #                         sm90 decode kernel's configurations; TUNE_TIMEOUT bounds it); log in extras;
 #                         TUNE_DECODE_ARGS: its arguments ("timeline": the per-CTA stamps of the library
@@ -403,7 +403,7 @@ main() {
             -Icsrc/include -Icsrc/flash benchmarks/tune/tune_bwd90.cu csrc/flash/tma_host.cu \
             -o "$WORK/tune_bwd90" &&
             {
-                # TUNE_BWD_ARGS: one run, or several separated by ';' ("pdl 128; tmaq 64")
+                # TUNE_BWD_ARGS: one run, or several separated by ';' ("pdl 128; profile 64")
                 IFS=';' read -r -a bwd_runs <<< "${TUNE_BWD_ARGS:-}"
                 [ "${#bwd_runs[@]}" -eq 0 ] && bwd_runs=("")
                 local i=0 args

@@ -9,20 +9,12 @@
 // the convert launched programmatically (B; bwd/pipeline.h), on windows (128, 0) and (1024, 0) at
 // 16k and causal at 1k, 2k and 16k (batch 16k / seqlen), timed interleaved; B's dk / dv bitwise
 // equal to A's, dq within the atomics' reordering. Mode `profile`: one programmatic backward of
-// window (1024, 0) and one of causal, at 16k, for ncu (scripts/ncu_bwd90.sh). Mode `bulkdq`: as
-// `pdl`, with dQ's red.adds (A) against its staged rows' bulk reductions (B; sm90/bwd_kernel.h
-// BwdTraits kBulkDq; d 256's split kernel has no such knob: A and B are one kernel there), both
-// programmatic. Mode `tmaq`: Q / dO / rows by cp.async (A) against TMA and bulk copies (B;
-// BwdTraits kTmaQ, at d 256 BwdSplitTraits kTmaQ). Mode `dqdk`: the step order with dQ staged
-// after dK (A) against dV before the dS^T barrier and dQ staged under dK (B; BwdTraits
-// kDqUnderDk; at d 256 dQ issued before dK and its red.adds under dK). Mode `dknext`: dK retired
-// in its step with two buffers (A) against dK running on under the next step's start with three
-// (B; BwdTraits kDkNext; one kernel at d 256). These six modes take the head dims as a second
-// argument ("64,128,256"; default 128).
+// window (1024, 0) and one of causal, at 16k, for ncu (scripts/ncu_bwd90.sh). These two modes
+// take the head dims as a second argument ("64,128,256"; default 128).
 // Build and run (device):
 //   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 \
 //        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
-//        benchmarks/tune/tune_bwd90.cu csrc/flash/tma_host.cu -o /tmp/tune_bwd90 && /tmp/tune_bwd90 [mode]
+//        benchmarks/tune/tune_bwd90.cu csrc/flash/tma_host.cu -o /tmp/tune_bwd90 && /tmp/tune_bwd90 [mode [dims]]
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -101,17 +93,11 @@ AbCompare ab_compare(const RunA& run_a, const RunB& run_b, const Buffers& b, Bwd
   return r;
 }
 
-// Modes pdl / bulkdq / tmaq / dqdk / dknext / profile at head dim D (16 heads at d 128: 2048 / D
-// heads).
+// Modes pdl / profile at head dim D (16 heads at d 128: 2048 / D heads).
 template <int D>
 void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
   namespace sm90 = fa::sm90;
   const bool profile = std::strcmp(mode, "profile") == 0;
-  const bool bulk_ab = std::strcmp(mode, "bulkdq") == 0;
-  const bool tma_ab = std::strcmp(mode, "tmaq") == 0;
-  const bool order_ab = std::strcmp(mode, "dqdk") == 0;
-  const bool next_ab = std::strcmp(mode, "dknext") == 0;
-  const bool knob_ab = bulk_ab || tma_ab || order_ab || next_ab;  // else pdl's launch A / B
   struct Case {
     const char* name;
     int seqlen, left;  // left < 0: causal
@@ -129,25 +115,9 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
       fp = make_params(b, D, c.seqlen, true);
     }
     const fa::BwdParams p = bwd_params(fp, g);
-    // A / B: the library's backward with one knob of run_bwd_ordered off / on (pdl: the launch).
+    // A / B: the library's backward with each kernel launched whole / programmatically.
     auto run = [&](bool b_side) {
-      using BF = __nv_bfloat16;
-      fa::Status st;
-      if (next_ab) {
-        st = b_side ? sm90::run_bwd_ordered<BF, D, true, true, true, true>(p, 0, true)
-                    : sm90::run_bwd_ordered<BF, D, true, true, true, false>(p, 0, true);
-      } else if (order_ab) {
-        st = b_side ? sm90::run_bwd_ordered<BF, D, true, true, true>(p, 0, true)
-                    : sm90::run_bwd_ordered<BF, D, true, true, false>(p, 0, true);
-      } else if (tma_ab) {
-        st = b_side ? sm90::run_bwd_ordered<BF, D, true, true>(p, 0, true)
-                    : sm90::run_bwd_ordered<BF, D, true, false>(p, 0, true);
-      } else if (bulk_ab) {
-        st = b_side ? sm90::run_bwd_ordered<BF, D, true>(p, 0, true, true)
-                    : sm90::run_bwd_ordered<BF, D, false>(p, 0, true, true);
-      } else {
-        st = sm90::run_bwd_ordered<BF, D>(p, 0, true, b_side);
-      }
+      const fa::Status st = sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, b_side);
       if (st != fa::Status::kSuccess) {
         std::printf("backward launch failed (%d)\n", static_cast<int>(st));
       }
@@ -160,10 +130,9 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
       continue;
     }
     const AbCompare r = ab_compare([&] { run(false); }, [&] { run(true); }, b, g, n);
-    std::printf("bwd %s d=%d s=%5d: %s %.4f ms, %s %.4f ms, time ratio %.4f; "
+    std::printf("bwd %s d=%d s=%5d: whole %.4f ms, programmatic %.4f ms, time ratio %.4f; "
                 "max|diff| dk %.1e dv %.1e dq %.1e%s\n",
-                c.name, D, c.seqlen, knob_ab ? "A" : "whole", r.t.a_ms,
-                knob_ab ? "B" : "programmatic", r.t.b_ms, r.t.b_over_a, r.ddk, r.ddv, r.ddq,
+                c.name, D, c.seqlen, r.t.a_ms, r.t.b_ms, r.t.b_over_a, r.ddk, r.ddv, r.ddq,
                 r.same() ? "" : "  DIFFERS");
     std::fflush(stdout);
   }
@@ -186,9 +155,7 @@ int main(int argc, char** argv) {
   fill_random<<<1024, 256>>>(g.dout, n, 4);
   CHECK(cudaDeviceSynchronize());
   namespace sm90 = fa::sm90;
-  if (std::strcmp(mode, "pdl") == 0 || std::strcmp(mode, "profile") == 0 ||
-      std::strcmp(mode, "bulkdq") == 0 || std::strcmp(mode, "tmaq") == 0 ||
-      std::strcmp(mode, "dqdk") == 0 || std::strcmp(mode, "dknext") == 0) {
+  if (std::strcmp(mode, "pdl") == 0 || std::strcmp(mode, "profile") == 0) {
     // Head dims: argv[2] (e.g. "64,256"; default 128).
     const std::string dims = argc > 2 ? argv[2] : "128";
     if (dims.find("64") != std::string::npos) ab_cases<64>(mode, b, g, n);

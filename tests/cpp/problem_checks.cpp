@@ -298,7 +298,7 @@ void check_kvcache_math() {
 }
 
 // The sm90 backward's dQ accumulator layout (bwd/params.h dq_frag_offset), the contract between
-// the main kernel's staging (sm90/bwd_kernel.h kBulkDq: warp w, lane l stores its pair (hr, nt)
+// the main kernel's staging (sm90/bwd_kernel.h: warp w, lane l stores its pair (hr, nt)
 // at float ((hr * d / 16 + nt) * 8 + w) * 64 + 2 l of the block, one bulk reduction adds the
 // block) and the postprocess (reads columns 8c .. 8c + 7 of a row as one 32-byte chunk): a
 // permutation of the block, 8-column chunks contiguous, and the kernel's pairs where the layout

@@ -104,7 +104,7 @@ inline BwdWorkspaceLayout bwd_workspace_layout(const BwdParams& p) {
   return w;
 }
 
-// The sm90 main kernel's dQ accumulator layout (sm90/bwd_kernel.h BwdTraits kBulkDq): each block
+// The sm90 main kernel's dQ accumulator layout (sm90/bwd_kernel.h's staged dQ): each block
 // of kDqFragRows query rows (from its slot's row 0) holds its kDqFragRows x d floats in the order
 // of the kernel's wgmma fragments, so that its shared-memory staging is conflict-free and one
 // bulk reduction adds it: element (r, col) of a block sits at float dq_frag_offset(r, col, d),

@@ -100,11 +100,11 @@ __global__ void __launch_bounds__(kPrepThreads)
   }
 }
 
-// The consumer side of the rows written above, shared by the sm80 and sm90 main kernels: issues
-// the cp.async copies of the M, L and D rows of one query block (kBlockM each; workspace rows
-// are padded, so whole 16-byte chunks are always valid) into the three shared arrays of
-// buffer `stage` at Traits::kOffMax / kOffLog2Sum / kOffD. Threads below 3 kBlockM / 4 take one
-// chunk each; no commit.
+// The consumer side of the rows written above in the sm80 main kernel (the sm90 ones load them by
+// bulk copies: sm90/bwd_common.h tma_query_block): issues the cp.async copies of the M, L and D
+// rows of one query block (kBlockM each; workspace rows are padded, so whole 16-byte chunks are
+// always valid) into the three shared arrays of buffer `stage` at Traits::kOffMax / kOffLog2Sum /
+// kOffD. Threads below 3 kBlockM / 4 take one chunk each; no commit.
 template <typename Traits>
 __device__ __forceinline__ void load_row_stats_async(const BwdKernelParams& kp, int64_t ws_row,
                                                      uint32_t s_base, int stage, int tid) {

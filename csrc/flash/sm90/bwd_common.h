@@ -1,8 +1,9 @@
 // Pieces shared by the two sm90a backward main kernels (bwd_kernel.h: register path, d <= 128;
 // bwd_split_kernel.h: d = 256): the block's work, tile loads into sw128 shared memory, the dK/dV
 // epilogue. A Traits type provides kHeadDim, kBlockM, kBlockN, kChunks, kNThreads, kQBytes and
-// the shared-memory offsets kOffK, kOffV, kOffQ, kOffDO, kOffMax, kOffLog2Sum, kOffD (two stages
-// of Q, dO, M, L, D; bwd_kernel.h's kDkNext three) and, with kTmaQ, kOffBar (a buffer's mbarrier).
+// the shared-memory offsets kOffK, kOffV, kOffQ, kOffDO, kOffMax, kOffLog2Sum, kOffD (buffers of
+// Q, dO, M, L, D: bwd_split_kernel.h's two, bwd_kernel.h's three) and kOffBar (the buffers'
+// mbarriers, 8 bytes each).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,6 @@
 #include "../ptx/tma.h"
 #include "../ptx/wgmma.h"
 #include "../bwd/params.h"
-#include "../bwd/preprocess.h"
 
 namespace flashattn_cu::sm90 {
 
@@ -111,34 +111,6 @@ __device__ __forceinline__ void load_kv(const BwdKernelParams& kp, const Work& w
       s_base + Traits::kOffV, v, p.v_row_stride, w.keys_valid, p.head_dim, tid);
 }
 
-// Issues the cp.async loads of (query head `head`, query block m) into buffer `stage`: Q, dO,
-// and the M / L / D rows (padded in the workspace, so whole 16-byte chunks; no commit).
-template <typename Traits, typename Element, typename Work>
-__device__ __forceinline__ void load_query_block(const BwdKernelParams& kp, const Work& w,
-                                                 uint32_t s_base, int head, int m, int stage,
-                                                 int tid, bool stats_after_wait = false) {
-  constexpr int kBlockM = Traits::kBlockM;
-  const BwdParams& p = kp.p;
-  const int row0 = m * kBlockM;
-  const SeqInfo seq = seq_info<Work::kDynamic>(p, w.batch);
-  const Element* q = static_cast<const Element*>(p.q) +
-                     seq.q_offset(p.q_batch_stride, p.q_row_stride) +
-                     head * p.q_head_stride + row0 * p.q_row_stride;
-  const Element* dout = static_cast<const Element*>(p.dout) +
-                        seq.q_offset(p.do_batch_stride, p.do_row_stride) +
-                        head * p.do_head_stride + row0 * p.do_row_stride;
-  load_tile_sw128<kBlockM, Traits::kChunks, Traits::kNThreads>(
-      s_base + Traits::kOffQ + stage * Traits::kQBytes, q, p.q_row_stride, seq.seqlen_q - row0,
-      p.head_dim, tid);
-  load_tile_sw128<kBlockM, Traits::kChunks, Traits::kNThreads>(
-      s_base + Traits::kOffDO + stage * Traits::kQBytes, dout, p.do_row_stride,
-      seq.seqlen_q - row0, p.head_dim, tid);
-  if (stats_after_wait) ptx::grid_dependency_wait();
-  backward::load_row_stats_async<Traits>(
-      kp, backward::ws_row0<Work::kDynamic>(kp, seq, head) + row0, s_base, stage,
-      tid);
-}
-
 // The dynamic shared memory rounded up to 1024 bytes (sw128 atoms; the Traits reserve the
 // slack): its shared-window address in s_base, its generic pointer returned.
 __device__ __forceinline__ char* align_smem_1024(char* smem_raw, uint32_t& s_base) {
@@ -161,46 +133,15 @@ __device__ __forceinline__ BwdStep next_step(const Work& w, BwdStep s) {
   return s;
 }
 
-// Issues the block's first loads (K, V and the first step's Q/dO/M/L/D) as one cp.async group.
-template <typename Traits, typename Element, typename Work>
-__device__ __forceinline__ void load_first_step(const BwdKernelParams& kp, const Work& w,
-                                                uint32_t s_base, int tid) {
-  if (w.total > 0) {
-    load_kv<Traits, Element>(kp, w, s_base, tid);
-    // The first step's Q / dO, then (after the preprocess, bwd_pipeline.h's programmatic
-    // launch: M, L, D are its output) its rows.
-    load_query_block<Traits, Element>(kp, w, s_base, w.head_first, w.m_begin, 0, tid,
-                                      /*stats_after_wait=*/true);
-    ptx::cp_async_commit();
-  } else {
-    ptx::grid_dependency_wait();  // every block waits (sm90/bwd_kernel.h)
-  }
-}
-
-// Start of step `it`: waits for its tiles (buffer it & 1), publishes them to the async proxy
-// (wgmma reads them next), waits for every warpgroup to finish the last step, then issues the
-// loads of step `next` into the other buffer.
-template <typename Traits, typename Element, typename Work>
-__device__ __forceinline__ void begin_step(const BwdKernelParams& kp, const Work& w,
-                                           uint32_t s_base, int it, BwdStep next, int tid) {
-  ptx::cp_async_wait<0>();
-  ptx::fence_proxy_async_shared();  // this thread's cp.async data
-  __syncthreads();                  // all of it landed; every warpgroup finished the last step
-  if (it + 1 < w.total) {
-    load_query_block<Traits, Element>(kp, w, s_base, next.head, next.m, (it & 1) ^ 1, tid);
-    ptx::cp_async_commit();
-  }
-}
-
-// A main kernel's parameters with Q / dO loaded by TMA (BwdTraits / BwdSplitTraits kTmaQ): the
-// arch-neutral ones and the maps of q and dout (boxes of 64 columns x kBlockM rows; bwd_launch.h).
+// The main kernels' parameters (both load Q / dO by TMA: tma_query_block): the arch-neutral ones
+// and the maps of q and dout (boxes of 64 columns x kBlockM rows; bwd_launch.h).
 struct BwdTmaParams {
   CUtensorMap q_map;
   CUtensorMap do_map;
   backward::BwdKernelParams kp;
 };
 
-// kTmaQ, thread 0: (query head `head`, query block m)'s Q and dO (TMA, the q / dout maps) and its
+// Thread 0: (query head `head`, query block m)'s Q and dO (TMA, the q / dout maps) and its
 // M / L / D rows (bulk copies) into buffer `stage`, completing that buffer's mbarrier. With
 // `after_preprocess` the rows are loaded only once the preprocess that writes them is done
 // (bwd/pipeline.h's programmatic launch). Rows past a padded entry's end are zero (the maps end

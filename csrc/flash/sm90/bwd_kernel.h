@@ -13,18 +13,21 @@
 //   dS^T = P^T (dP^T - D)                         A-operand layout, so P^T never leaves them)
 //   dV  += P^T dO,  dK += dS^T Q                  wgmma RS; dS^T also to shared memory
 //   (dS^T is formed from the 16-bit P^T, as on sm80, so fp32 P^T and dP^T are never both live)
-//   dQ   = dS K  (both warpgroups, half of d each)  wgmma SS, MN-major A and B, red.global.add
-// Shared tiles are sw128 (ptx/wgmma.h): K, V [key][d], Q, dO [query][d] (two or three stages), dS^T
+//   dQ   = dS K  (both warpgroups, half of d each)  wgmma SS, MN-major A and B; staged in shared
+//        memory and added into the fp32 accumulator by one bulk reduction (cp.reduce.async.bulk)
+// Shared tiles are sw128 (ptx/wgmma.h): K, V [key][d], Q, dO [query][d] (three buffers), dS^T
 // [key][query]. The same tile serves K-major reads (S^T: K, Q) and MN-major ones (dV/dK: dO, Q;
 // dQ: dS^T, K), so nothing is stored twice.
 //
-// One step (query block; the library's configuration: kTmaQ, kBulkDq, kDqUnderDk, kDkNext):
+// One step (query block):
 //   __syncthreads; thread 0: issue the next step's loads (TMA / bulk copies, mbarrier), add the
 //   last step's staged dQ (one bulk reduction) | wait for this step's buffer (mbarrier)
 //   | S^T, dP^T (2 groups) | wait S^T (and the last step's dK): mask, exp2, pack P^T | wait dP^T:
 //   dS^T from the packed P^T, store dS^T | dV (1 group) | fence.proxy.async; __syncthreads
 //   | dQ (1 group), dK (1 group) | wait dQ: stage dQ in shared memory, fence.proxy.async
 //   (dK runs on into the next step)
+// Three Q / dO / row buffers: the next step's loads take the buffer of the step before this one,
+// whose last reader (its dK) every warpgroup retired before this step's dS^T barrier.
 // The registers of P^T and dS^T are the A operands of dV and dK, so nothing reads or writes them
 // while those wgmmas are in flight (the PTX ISA leaves that undefined): dS^T is formed before dV
 // is issued, and the next write to either comes after the next step's wait for S^T.
@@ -42,7 +45,6 @@
 #include "../problem/dropout.h"
 #include "../problem/mask.h"
 #include "../problem/score_mod.h"
-#include "../ptx/atomic.h"
 #include "../ptx/math.h"
 #include "../ptx/sync.h"
 #include "../ptx/wgmma.h"
@@ -50,31 +52,13 @@
 
 namespace flashattn_cu::sm90 {
 
-template <int kHeadDim_, int kBlockM_, bool kBulkDq_ = true, bool kTmaQ_ = true,
-          bool kDqUnderDk_ = true, bool kDkNext_ = true>
+template <int kHeadDim_, int kBlockM_>
 struct BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
-  // dQ's partial sums added into the fp32 accumulator by one bulk reduction a step (a single
-  // cp.reduce.async.bulk of the block, staged in shared memory in the accumulators' fragment
-  // order, which is then the accumulator's layout: bwd/params.h kDqFragRows) instead of a
-  // red.add per element pair (off: the red.add path, for benchmarks/tune/tune_bwd90.cu's A/B).
-  static constexpr bool kBulkDq = kBulkDq_;
-  // Each step's Q, dO and M / L / D rows loaded by one thread (TMA for Q / dO, bulk copies for the
-  // rows) completing a per-buffer mbarrier, instead of 8 cp.async a thread with their addresses
-  // and a cp.async wait + proxy fence (off: cp.async, for benchmarks/tune/tune_bwd90.cu's A/B).
-  static constexpr bool kTmaQ = kTmaQ_;
-  // kBulkDq's step order: dV issued before the dS^T barrier (it needs only this warpgroup's P^T),
-  // then dQ, then dK, and dQ staged in shared memory while dK runs (off: dV and dK in one group
-  // after the barrier, dQ behind them, dQ staged once all three are done; for the A/B).
-  static constexpr bool kDqUnderDk = kDqUnderDk_ && kBulkDq_;
-  // With kDqUnderDk and kTmaQ: the step's final wait dropped, so that dK runs on under the next
-  // step's barrier, loads' issue and S^T / dP^T issue (that step's wait after S^T retires it), with
-  // three Q / dO / row buffers: the next step's loads then take the buffer of the step before this
-  // one, whose last reader (its dK) every warpgroup retired before this step's dS^T barrier
-  // (off: two buffers and the wait, for the A/B).
-  static constexpr bool kDkNext = kDkNext_ && kDqUnderDk && kTmaQ_;
-  static constexpr int kStages = kDkNext ? 3 : 2;  // Q / dO / M / L / D buffers
+  // Q / dO / M / L / D buffers, each loaded by one thread (TMA for Q / dO, bulk copies for the
+  // rows) completing its mbarrier; three, as dK runs on into the next step (header).
+  static constexpr int kStages = 3;
   static constexpr int kBlockN = 128;
   static constexpr int kWarpGroups = 2;  // each owns 64 keys
   static constexpr int kNThreads = kWarpGroups * 128;
@@ -94,14 +78,14 @@ struct BwdTraits {
   static constexpr int kOffMax = kOffDS + kBlockN * kBlockM * 2;
   static constexpr int kOffLog2Sum = kOffMax + kStages * kBlockM * 4;
   static constexpr int kOffD = kOffLog2Sum + kStages * kBlockM * 4;
-  // dQ staging (kBulkDq): the block's kBlockM x kHeadDim fp32 in fragment order (each warp's
-  // 8-byte pairs of one (m slab, row half, column tile) 256 contiguous bytes: conflict-free).
+  // dQ staging: the block's kBlockM x kHeadDim fp32 in fragment order (each warp's 8-byte pairs
+  // of one (m slab, row half, column tile) 256 contiguous bytes: conflict-free).
   static constexpr int kOffDQ = kOffD + kStages * kBlockM * 4;
   static constexpr int kDqBytes = kBlockM * kHeadDim * 4;
-  // kTmaQ: the two Q / dO buffers' mbarriers.
-  static constexpr int kOffBar = kOffDQ + (kBulkDq ? kDqBytes : 0);
+  // The buffers' mbarriers.
+  static constexpr int kOffBar = kOffDQ + kDqBytes;
   static constexpr int kSmemBytes = kOffBar + 8 * kStages + 1024;  // + alignment slack
-  using Params = std::conditional_t<kTmaQ, BwdTmaParams, backward::BwdKernelParams>;
+  using Params = BwdTmaParams;  // bwd_common.h: the kernel parameters and the q / dout maps
 
   static_assert(kHeadDim % 64 == 0, "d is whole 64-column atoms");
   static_assert(kBlockM % 64 == 0, "dQ is whole m64 slabs");
@@ -197,13 +181,12 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wg = warp / 4;  // warpgroup: keys wg * 64 ..
-  const int t = lane % 4;
   const int warp_key0 = warp * 16;  // this warp's 16 keys (rows of S^T, dK, dV)
   const auto w = bwd_work<kBlockM, kBlockN, kDynamic>(kp);
   // Launched programmatically after the preprocess (bwd/pipeline.h): the postprocess, launched so
   // after this kernel, may be scheduled once every block here has started (it waits for this
-  // grid's end). Every block waits for the preprocess before it exits (below, or
-  // load_first_step), so that this grid never ends before it.
+  // grid's end). Every block waits for the preprocess before it exits (below), so that this grid
+  // never ends before it.
   ptx::launch_dependents();
   if (w.keys_valid <= 0) {  // varlen: a key block past this entry's length
     ptx::grid_dependency_wait();
@@ -215,26 +198,22 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   const uint32_t sK = s_base + Traits::kOffK, sV = s_base + Traits::kOffV;
   const uint32_t sQ = s_base + Traits::kOffQ, sDO = s_base + Traits::kOffDO;
   const uint32_t sDS = s_base + Traits::kOffDS;
-  if constexpr (Traits::kTmaQ) {
-    // K / V by cp.async (every thread), the first step's Q / dO / rows by thread 0 into buffer 0.
-    if (tid == 0) {
+  // K / V by cp.async (every thread), the first step's Q / dO / rows by thread 0 into buffer 0.
+  if (tid == 0) {
 #pragma unroll
-      for (int b = 0; b < Traits::kStages; ++b) {
-        ptx::mbarrier_init(s_base + Traits::kOffBar + 8 * b, 1);
-      }
-      ptx::fence_mbarrier_init();
+    for (int b = 0; b < Traits::kStages; ++b) {
+      ptx::mbarrier_init(s_base + Traits::kOffBar + 8 * b, 1);
     }
-    if (w.total > 0) {
-      load_kv<Traits, Element>(kp, w, s_base, tid);
-      ptx::cp_async_commit();
-      if (tid == 0) {
-        tma_query_block<Traits>(kp, w, q_map, do_map, s_base, w.head_first, w.m_begin, 0, true);
-      }
-    }
-    ptx::grid_dependency_wait();  // every block waits (see above)
-  } else {
-    load_first_step<Traits, Element>(kp, w, s_base, tid);
+    ptx::fence_mbarrier_init();
   }
+  if (w.total > 0) {
+    load_kv<Traits, Element>(kp, w, s_base, tid);
+    ptx::cp_async_commit();
+    if (tid == 0) {
+      tma_query_block<Traits>(kp, w, q_map, do_map, s_base, w.head_first, w.m_begin, 0, true);
+    }
+  }
+  ptx::grid_dependency_wait();  // every block waits (see above)
 
   float acc_dk[kColTiles][4], acc_dv[kColTiles][4];
 #pragma unroll
@@ -244,11 +223,11 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
 
   const bool compute_dq = !p.deterministic;
   BwdStep step{w.head_first, w.m_begin};
-  // kBulkDq: the block the staged dQ goes to (the last step's), the thread that issues it, and
-  // the issue (every thread has stored and fenced the block, and passed a barrier since).
-  [[maybe_unused]] float* dq_block = nullptr;
-  [[maybe_unused]] const bool dq_issuer = Traits::kBulkDq && compute_dq && tid == 0;
-  [[maybe_unused]] const auto reduce_staged_dq = [&] {
+  // The block the staged dQ goes to (the last step's), the thread that issues it, and the issue
+  // (every thread has stored and fenced the block, and passed a barrier since).
+  float* dq_block = nullptr;
+  const bool dq_issuer = compute_dq && tid == 0;
+  const auto reduce_staged_dq = [&] {
     if (dq_issuer) {
       ptx::bulk_reduce_add_f32(dq_block, s_base + Traits::kOffDQ, Traits::kDqBytes);
       ptx::tma_store_commit();
@@ -260,30 +239,23 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   for (int it = 0; it < w.total; ++it) {
     const int head = step.head, m = step.m;
     const BwdStep next = next_step(w, step);
-    if constexpr (Traits::kTmaQ) {
-      // K / V (cp.async, the first step only) landed and published to the async proxy; every
-      // warpgroup done with the last step (whose buffer the next step's loads then take); below,
-      // this step's Q / dO / rows landed (the buffer's mbarrier, its use number's parity).
-      if (it == 0) {
-        ptx::cp_async_wait<0>();
-        ptx::fence_proxy_async_shared();
-      }
-      __syncthreads();
-      if (tid == 0 && it + 1 < w.total) {
-        tma_query_block<Traits>(kp, w, q_map, do_map, s_base, next.head, next.m,
-                                stage + 1 == Traits::kStages ? 0 : stage + 1, false);
-      }
-    } else {
-      begin_step<Traits, Element>(kp, w, s_base, it, next, tid);
+    // K / V (cp.async, the first step only) landed and published to the async proxy; every
+    // warpgroup done with the last step (whose buffer the next step's loads take: the buffer of
+    // the step before it, header); below, this step's Q / dO / rows landed (the buffer's
+    // mbarrier, its use number's parity).
+    if (it == 0) {
+      ptx::cp_async_wait<0>();
+      ptx::fence_proxy_async_shared();
     }
-    if constexpr (Traits::kBulkDq) {
-      // The last step's staged dQ (stored and fenced by every thread before this step's
-      // barrier) added into the accumulator, under this step.
-      if (it > 0) reduce_staged_dq();
+    __syncthreads();
+    if (tid == 0 && it + 1 < w.total) {
+      tma_query_block<Traits>(kp, w, q_map, do_map, s_base, next.head, next.m,
+                              stage + 1 == Traits::kStages ? 0 : stage + 1, false);
     }
-    if constexpr (Traits::kTmaQ) {
-      ptx::mbarrier_wait_parity(s_base + Traits::kOffBar + 8 * stage, phase);
-    }
+    // The last step's staged dQ (stored and fenced by every thread before this step's barrier)
+    // added into the accumulator, under this step.
+    if (it > 0) reduce_staged_dq();
+    ptx::mbarrier_wait_parity(s_base + Traits::kOffBar + 8 * stage, phase);
     const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
     const char* s_max = smem + Traits::kOffMax + stage * kBlockM * 4;
     const char* s_log2sum = smem + Traits::kOffLog2Sum + stage * kBlockM * 4;
@@ -317,20 +289,17 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
         store_a_frag_sw128<kBlockN>(smem + Traits::kOffDS, warp_key0, kk * 16, ds16[kk], lane);
       }
-      if constexpr (Traits::kDqUnderDk) {
-        // dV under the fence's and the barrier's wait (it reads no dS^T).
-        ptx::wgmma_fence();
-        issue_dv();
-        ptx::wgmma_commit();
-      }
+      // dV under the fence's and the barrier's wait (it reads no dS^T).
+      ptx::wgmma_fence();
+      issue_dv();
+      ptx::wgmma_commit();
       // Published before dQ is issued.
       ptx::fence_proxy_async_shared();
-      // kBulkDq: the last step's staged block read by its reduction before this step's dQ
-      // stores over it (after the barrier).
+      // The last step's staged block read by its reduction before this step's dQ stores over it
+      // (after the barrier).
       if (dq_issuer) ptx::tma_store_wait<0>();
       __syncthreads();  // dS^T of both warpgroups stored
-    }
-    if (!Traits::kDqUnderDk || !compute_dq) {
+    } else {
       ptx::wgmma_fence();
       issue_dv();
       issue_dk();
@@ -352,47 +321,28 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
         }
       }
       ptx::wgmma_commit();
-      if constexpr (Traits::kDqUnderDk) {
-        issue_dk();
-        ptx::wgmma_commit();
-        ptx::wgmma_wait<1>();  // dV and dQ done; dK runs under the staging below
-      } else {
-        ptx::wgmma_wait<0>();
-      }
+      issue_dk();
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<1>();  // dV and dQ done; dK runs under the staging below (and on)
 #pragma unroll
       for (int mt = 0; mt < Traits::kDqMTiles; ++mt) ptx::fence_operand(acc_dq[mt]);
       // Row (query) mt * 64 + (warp % 4) * 16 + g + 8 hr, column wg * kDqCols + 8 nt + 2t + e.
       const int64_t block_row =
           backward::ws_row0<kDynamic>(kp, seq_info<kDynamic>(p, w.batch), head) + m * kBlockM;
-      if constexpr (Traits::kBulkDq) {
-        // Staged in fragment order (the reduction goes out at the next step's start, or after
-        // the walk): pair (hr, nt) of warp w, lane l at bwd/params.h dq_frag_offset's float
-        // ((hr * kDqCols / 8 + nt) * 8 + w) * 64 + 2 l.
-        char* s_dq = smem + Traits::kOffDQ + warp * 256 + lane * 8;
+      // Staged in fragment order (the reduction goes out at the next step's start, or after the
+      // walk): pair (hr, nt) of warp w, lane l at bwd/params.h dq_frag_offset's float
+      // ((hr * kDqCols / 8 + nt) * 8 + w) * 64 + 2 l.
+      char* s_dq = smem + Traits::kOffDQ + warp * 256 + lane * 8;
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr)
+      for (int hr = 0; hr < 2; ++hr)
 #pragma unroll
-          for (int nt = 0; nt < kDqCols / 8; ++nt) {
-            *reinterpret_cast<float2*>(s_dq + (hr * (kDqCols / 8) + nt) * 2048) =
-                make_float2(acc_dq[0][nt][hr * 2], acc_dq[0][nt][hr * 2 + 1]);
-          }
-        // Published to the async proxy (the bulk reduction reads it after the next barrier).
-        ptx::fence_proxy_async_shared();
-        dq_block = kp.dq_accum + block_row * kHeadDim;
-        if constexpr (Traits::kDqUnderDk && !Traits::kDkNext) ptx::wgmma_wait<0>();
-      } else {
-        float* dq_rows = kp.dq_accum + (block_row + (warp % 4) * 16 + lane / 4) * kHeadDim +
-                         wg * kDqCols + 2 * t;
-#pragma unroll
-        for (int mt = 0; mt < Traits::kDqMTiles; ++mt)
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr)
-#pragma unroll
-            for (int nt = 0; nt < kDqCols / 8; ++nt) {
-              ptx::red_add_v2_f32(dq_rows + (mt * 64 + hr * 8) * kHeadDim + nt * 8,
-                                  acc_dq[mt][nt][hr * 2], acc_dq[mt][nt][hr * 2 + 1]);
-            }
-      }
+        for (int nt = 0; nt < kDqCols / 8; ++nt) {
+          *reinterpret_cast<float2*>(s_dq + (hr * (kDqCols / 8) + nt) * 2048) =
+              make_float2(acc_dq[0][nt][hr * 2], acc_dq[0][nt][hr * 2 + 1]);
+        }
+      // Published to the async proxy (the bulk reduction reads it after the next barrier).
+      ptx::fence_proxy_async_shared();
+      dq_block = kp.dq_accum + block_row * kHeadDim;
     } else {
       ptx::wgmma_wait<0>();
     }
@@ -402,14 +352,12 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       phase ^= 1;
     }
   }
-  if constexpr (Traits::kBulkDq) {
-    // The last step's staged block (w.total > 0 steps ran: a block that walks none has none).
-    if (compute_dq && w.total > 0) {
-      __syncthreads();  // every thread's staged pairs stored and fenced
-      reduce_staged_dq();
-    }
+  // The last step's staged block (w.total > 0 steps ran: a block that walks none has none).
+  if (compute_dq && w.total > 0) {
+    __syncthreads();  // every thread's staged pairs stored and fenced
+    reduce_staged_dq();
   }
-  if constexpr (Traits::kDkNext) ptx::wgmma_wait<0>();  // the last step's dK
+  ptx::wgmma_wait<0>();  // the last step's dK
   ptx::fence_operand(acc_dk);
   ptx::fence_operand(acc_dv);
   if constexpr (variant_dropout(kVariant)) {
@@ -431,11 +379,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 #if FLASHATTN_CU_SM90A
   extern __shared__ __align__(1024) char smem[];
   // qualified: no ADL into sm80
-  if constexpr (Traits::kTmaQ) {
-    sm90::bwd_block<Element, Traits, kVariant>(params.kp, &params.q_map, &params.do_map, smem);
-  } else {
-    sm90::bwd_block<Element, Traits, kVariant>(params, nullptr, nullptr, smem);
-  }
+  sm90::bwd_block<Element, Traits, kVariant>(params.kp, &params.q_map, &params.do_map, smem);
 #else
   ptx::unsupported_arch();
 #endif

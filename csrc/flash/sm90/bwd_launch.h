@@ -27,42 +27,33 @@ constexpr auto main_kernel() {
 // defer_light: a window's light trailing key blocks last (problem/mask.h deferred_key_blocks;
 // off: key_tile's order, for benchmarks/tune/tune_bwd90.cu's A/B). pdl: the main kernel and the
 // postprocess launched programmatically (bwd/pipeline.h; off: each kernel whole, for the A/B).
-// kBulkDq: BwdTraits's dQ path; kTmaQ: BwdTraits's Q / dO loads; kDqUnderDk, kDkNext: its step
-// order (off: red.add, cp.async, dQ staged after dK, dK retired in its step; for the A/Bs).
-template <typename Element, int kHeadDim, bool kBulkDq = true, bool kTmaQ = true,
-          bool kDqUnderDk = true, bool kDkNext = true>
+template <typename Element, int kHeadDim>
 Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light,
                        bool pdl = true) {
   constexpr BwdTileSm90 tile = bwd_tile_sm90(kHeadDim);
   static_assert(tile.supported, "no sm90 backward tile for this head dim");
-  using Traits =
-      std::conditional_t<tile.split, BwdSplitTraits<kHeadDim, tile.block_m, kTmaQ, kDqUnderDk>,
-                         BwdTraits<kHeadDim, tile.block_m, kBulkDq, kTmaQ, kDqUnderDk, kDkNext>>;
+  using Traits = std::conditional_t<tile.split, BwdSplitTraits<kHeadDim, tile.block_m>,
+                                    BwdTraits<kHeadDim, tile.block_m>>;
   static_assert(Traits::kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
   const auto main = [&](const BwdKernelParams& base, StreamOrder order) {
     BwdKernelParams kp = base;
     kp.defer_n = defer_light ? deferred_key_blocks(p, Traits::kBlockN) : 0;
-    typename Traits::Params params;
-    if constexpr (std::is_same_v<typename Traits::Params, BwdTmaParams>) {
-      // The q and dout maps (boxes of 64 columns x kBlockM rows; varlen: one entry of every row).
-      const TmaExtents e = tma_extents(p);
-      const auto encode = [&](CUtensorMap* map, const void* base, int64_t row_stride,
-                              int64_t head_stride, int64_t batch_stride) {
-        return encode_rows_map(map, p.dtype, base, p.head_dim, e.q_rows, p.num_heads, e.batch,
-                               row_stride, head_stride, batch_stride, Traits::kBlockM);
-      };
-      params.kp = kp;
-      // No query rows: no step loads (the maps stay unencoded and unread).
-      if (e.q_rows > 0 && e.batch > 0) {
-        Status st = encode(&params.q_map, p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride);
-        if (st == Status::kSuccess) {
-          st = encode(&params.do_map, p.dout, p.do_row_stride, p.do_head_stride,
-                      p.do_batch_stride);
-        }
-        if (st != Status::kSuccess) return st;
+    typename Traits::Params params;  // BwdTmaParams
+    // The q and dout maps (boxes of 64 columns x kBlockM rows; varlen: one entry of every row).
+    const TmaExtents e = tma_extents(p);
+    const auto encode = [&](CUtensorMap* map, const void* base, int64_t row_stride,
+                            int64_t head_stride, int64_t batch_stride) {
+      return encode_rows_map(map, p.dtype, base, p.head_dim, e.q_rows, p.num_heads, e.batch,
+                             row_stride, head_stride, batch_stride, Traits::kBlockM);
+    };
+    params.kp = kp;
+    // No query rows: no step loads (the maps stay unencoded and unread).
+    if (e.q_rows > 0 && e.batch > 0) {
+      Status st = encode(&params.q_map, p.q, p.q_row_stride, p.q_head_stride, p.q_batch_stride);
+      if (st == Status::kSuccess) {
+        st = encode(&params.do_map, p.dout, p.do_row_stride, p.do_head_stride, p.do_batch_stride);
       }
-    } else {
-      params = kp;
+      if (st != Status::kSuccess) return st;
     }
     const Status st = with_variant(kernel_variant(p), [&](auto variant) {
       return launch_tiles_ordered<
@@ -76,8 +67,8 @@ Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light
     if (!p.deterministic) return Status::kSuccess;
     return backward::launch_bwd_dq_for<Element, kHeadDim, false>(kp, stream);
   };
-  return backward::run_bwd_pipeline<Element, kHeadDim>(p, stream, main, pdl,
-                                                       !tile.split && kBulkDq);
+  // dq_frag: bwd_kernel.h stages dQ in the fragment layout; the split kernel's red.adds do not.
+  return backward::run_bwd_pipeline<Element, kHeadDim>(p, stream, main, pdl, !tile.split);
 }
 
 template <typename Element, int kHeadDim>

@@ -36,22 +36,16 @@
 
 namespace flashattn_cu::sm90 {
 
-template <int kHeadDim_, int kBlockM_, bool kTmaQ_ = true, bool kDqUnderDk_ = true>
+template <int kHeadDim_, int kBlockM_>
 struct BwdSplitTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
-  // Each step's Q, dO and M / L / D rows by one thread onto a per-buffer mbarrier (bwd_common.h
-  // tma_query_block, as bwd_kernel.h BwdTraits kTmaQ; off: cp.async, for the A/B).
-  static constexpr bool kTmaQ = kTmaQ_;
-  // dQ issued before dK and its red.adds sent while dK runs (off: dK, then dQ, the red.adds once
-  // both are done; for the A/B).
-  static constexpr bool kDqUnderDk = kDqUnderDk_;
   static constexpr int kBlockN = 64;
   static constexpr int kNThreads = 256;
   static constexpr int kChunks = kHeadDim / 8;
   static constexpr int kQTiles = kBlockM / 8;
   static constexpr int kHalfCols = kHeadDim / 2;  // dK/dV/dQ columns per warpgroup
-  using Params = std::conditional_t<kTmaQ, BwdTmaParams, backward::BwdKernelParams>;
+  using Params = BwdTmaParams;  // bwd_common.h: the kernel parameters and the q / dout maps
   static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kPBytes = kBlockN * kBlockM * 2;
@@ -64,7 +58,7 @@ struct BwdSplitTraits {
   static constexpr int kOffMax = kOffDS + kPBytes;
   static constexpr int kOffLog2Sum = kOffMax + 2 * kBlockM * 4;
   static constexpr int kOffD = kOffLog2Sum + 2 * kBlockM * 4;
-  static constexpr int kOffBar = kOffD + 2 * kBlockM * 4;  // kTmaQ: the two buffers' mbarriers
+  static constexpr int kOffBar = kOffD + 2 * kBlockM * 4;  // the two buffers' mbarriers
   static constexpr int kSmemBytes = kOffBar + 16 + 1024;      // + alignment slack
 
   static_assert(kHalfCols % 64 == 0, "each warpgroup owns whole 64-column atoms");
@@ -100,23 +94,21 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
   const uint32_t sK = s_base + Traits::kOffK, sV = s_base + Traits::kOffV;
   const uint32_t sQ = s_base + Traits::kOffQ, sDO = s_base + Traits::kOffDO;
   const uint32_t sP = s_base + Traits::kOffP, sDS = s_base + Traits::kOffDS;
-  if constexpr (Traits::kTmaQ) {  // as bwd_kernel.h
-    if (tid == 0) {
-      ptx::mbarrier_init(s_base + Traits::kOffBar, 1);
-      ptx::mbarrier_init(s_base + Traits::kOffBar + 8, 1);
-      ptx::fence_mbarrier_init();
-    }
-    if (w.total > 0) {
-      load_kv<Traits, Element>(kp, w, s_base, tid);
-      ptx::cp_async_commit();
-      if (tid == 0) {
-        tma_query_block<Traits>(kp, w, q_map, do_map, s_base, w.head_first, w.m_begin, 0, true);
-      }
-    }
-    ptx::grid_dependency_wait();  // every block waits (bwd_kernel.h)
-  } else {
-    load_first_step<Traits, Element>(kp, w, s_base, tid);
+  // As bwd_kernel.h: K / V by cp.async (every thread), the first step's Q / dO / rows by thread 0
+  // into buffer 0.
+  if (tid == 0) {
+    ptx::mbarrier_init(s_base + Traits::kOffBar, 1);
+    ptx::mbarrier_init(s_base + Traits::kOffBar + 8, 1);
+    ptx::fence_mbarrier_init();
   }
+  if (w.total > 0) {
+    load_kv<Traits, Element>(kp, w, s_base, tid);
+    ptx::cp_async_commit();
+    if (tid == 0) {
+      tma_query_block<Traits>(kp, w, q_map, do_map, s_base, w.head_first, w.m_begin, 0, true);
+    }
+  }
+  ptx::grid_dependency_wait();  // every block waits (bwd_kernel.h)
 
   float acc_dk[kColTiles][4], acc_dv[kColTiles][4];
 #pragma unroll
@@ -133,22 +125,17 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
     const int stage = it & 1;
     const int head = step.head, m = step.m;
     const BwdStep next = next_step(w, step);
-    if constexpr (Traits::kTmaQ) {
-      // K / V (the first step) landed and published; every warpgroup done with the last step
-      // (whose buffer the next step's loads take); this step's buffer landed.
-      if (it == 0) {
-        ptx::cp_async_wait<0>();
-        ptx::fence_proxy_async_shared();
-      }
-      __syncthreads();
-      if (tid == 0 && it + 1 < w.total) {
-        tma_query_block<Traits>(kp, w, q_map, do_map, s_base, next.head, next.m, stage ^ 1,
-                                false);
-      }
-      ptx::mbarrier_wait_parity(s_base + Traits::kOffBar + 8 * stage, (it >> 1) & 1);
-    } else {
-      begin_step<Traits, Element>(kp, w, s_base, it, next, tid);
+    // K / V (the first step) landed and published; every warpgroup done with the last step
+    // (whose buffer the next step's loads take); this step's buffer landed.
+    if (it == 0) {
+      ptx::cp_async_wait<0>();
+      ptx::fence_proxy_async_shared();
     }
+    __syncthreads();
+    if (tid == 0 && it + 1 < w.total) {
+      tma_query_block<Traits>(kp, w, q_map, do_map, s_base, next.head, next.m, stage ^ 1, false);
+    }
+    ptx::mbarrier_wait_parity(s_base + Traits::kOffBar + 8 * stage, (it >> 1) & 1);
     const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
     const char* s_max = smem + Traits::kOffMax + stage * kBlockM * 4;
     const char* s_log2sum = smem + Traits::kOffLog2Sum + stage * kBlockM * 4;
@@ -245,7 +232,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
       ptx::wgmma_commit();
     };
     ptx::wgmma_fence();
-    if (!Traits::kDqUnderDk || !compute_dq) issue_dk();
+    if (!compute_dq) issue_dk();
 
     if (compute_dq) {
       // dQ (kBlockM x this warpgroup's columns) = dS K: A = dS from dS^T (MN-major, m = query),
@@ -258,12 +245,8 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
                                           kk > 0);
       }
       ptx::wgmma_commit();
-      if constexpr (Traits::kDqUnderDk) {
-        issue_dk();
-        ptx::wgmma_wait<1>();  // dV and dQ done; dK runs under the red.adds
-      } else {
-        ptx::wgmma_wait<0>();
-      }
+      issue_dk();
+      ptx::wgmma_wait<1>();  // dV and dQ done; dK runs under the red.adds
       ptx::fence_operand(acc_dq);
       // Row (query) (warp % 4) * 16 + g + 8 hr, column col0 + 8 nt + 2t + e.
       float* dq_rows = kp.dq_accum +
@@ -277,7 +260,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
           ptx::red_add_v2_f32(dq_rows + hr * 8 * kHeadDim + nt * 8, acc_dq[nt][hr * 2],
                               acc_dq[nt][hr * 2 + 1]);
         }
-      if constexpr (Traits::kDqUnderDk) ptx::wgmma_wait<0>();
+      ptx::wgmma_wait<0>();
     } else {
       ptx::wgmma_wait<0>();
     }
@@ -301,12 +284,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
 #if FLASHATTN_CU_SM90A
   extern __shared__ __align__(1024) char smem[];
   // qualified: no ADL into sm80
-  if constexpr (Traits::kTmaQ) {
-    sm90::bwd_split_block<Element, Traits, kVariant>(params.kp, &params.q_map, &params.do_map,
-                                                     smem);
-  } else {
-    sm90::bwd_split_block<Element, Traits, kVariant>(params, nullptr, nullptr, smem);
-  }
+  sm90::bwd_split_block<Element, Traits, kVariant>(params.kp, &params.q_map, &params.do_map,
+                                                   smem);
 #else
   ptx::unsupported_arch();
 #endif

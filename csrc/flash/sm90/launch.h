@@ -77,8 +77,8 @@ inline bool fwd_tma_ok(const FwdParams& p) {
          kv_maps_ok(p, e.k_rows, e.batch);
 }
 
-// Whether the sm90 backward's TMA maps can describe this call's q and dout (bwd_kernel.h
-// BwdTraits kTmaQ: every stride that is stepped positive and below the maps' 2^40 bytes); the
+// Whether the sm90 backward's TMA maps can describe this call's q and dout (bwd_common.h
+// tma_query_block: every stride that is stepped positive and below the maps' 2^40 bytes); the
 // other calls run the sm80 backward (both sm90 kernels, the split one at d 256 too, load so).
 inline bool bwd_tma_ok(const BwdParams& p) {
   const TmaExtents e = tma_extents(p);

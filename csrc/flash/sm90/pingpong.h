@@ -1,6 +1,5 @@
 // Ping-pong turns between the two consumer warpgroups of an sm90a kernel (the forward's
-// Traits::kPingPong, the backward's BwdTraits::kPingPong): named barriers kPingPong0 / 1 over
-// the 256 consumer threads (ptx/sync.h).
+// Traits::kPingPong): named barriers kPingPong0 / 1 over the 256 consumer threads (ptx/sync.h).
 #pragma once
 
 #include "../ptx/sync.h"
