@@ -177,6 +177,31 @@ __device__ __forceinline__ void tma_query_block(const BwdKernelParams& kp, const
                  bar);
 }
 
+// A main kernel's start (both sm90 kernels): the Traits::kStages buffers' mbarriers (at kOffBar),
+// K / V of the block by cp.async (every thread; committed), the first step's Q / dO / rows by
+// thread 0 into buffer 0; then every block waits for the preprocess (bwd/pipeline.h's
+// programmatic launch), also one that walks no step, so that this grid never ends before it.
+template <typename Traits, typename Element, typename Work>
+__device__ __forceinline__ void begin_block(const BwdKernelParams& kp, const Work& w,
+                                            const void* q_map, const void* do_map,
+                                            uint32_t s_base, int tid) {
+  if (tid == 0) {
+#pragma unroll
+    for (int b = 0; b < Traits::kStages; ++b) {
+      ptx::mbarrier_init(s_base + Traits::kOffBar + 8 * b, 1);
+    }
+    ptx::fence_mbarrier_init();
+  }
+  if (w.total > 0) {
+    load_kv<Traits, Element>(kp, w, s_base, tid);
+    ptx::cp_async_commit();
+    if (tid == 0) {
+      tma_query_block<Traits>(kp, w, q_map, do_map, s_base, w.head_first, w.m_begin, 0, true);
+    }
+  }
+  ptx::grid_dependency_wait();
+}
+
 // Stores an A-fragment quadruple of a 16-row x 16-column slab of a [row][col] sw128 tile of
 // kRows rows (16-bit pairs): a0 = (row g, cols 2t..), a1 = row g + 8, a2 = cols + 8, a3 = both.
 template <int kRows>

@@ -198,22 +198,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   const uint32_t sK = s_base + Traits::kOffK, sV = s_base + Traits::kOffV;
   const uint32_t sQ = s_base + Traits::kOffQ, sDO = s_base + Traits::kOffDO;
   const uint32_t sDS = s_base + Traits::kOffDS;
-  // K / V by cp.async (every thread), the first step's Q / dO / rows by thread 0 into buffer 0.
-  if (tid == 0) {
-#pragma unroll
-    for (int b = 0; b < Traits::kStages; ++b) {
-      ptx::mbarrier_init(s_base + Traits::kOffBar + 8 * b, 1);
-    }
-    ptx::fence_mbarrier_init();
-  }
-  if (w.total > 0) {
-    load_kv<Traits, Element>(kp, w, s_base, tid);
-    ptx::cp_async_commit();
-    if (tid == 0) {
-      tma_query_block<Traits>(kp, w, q_map, do_map, s_base, w.head_first, w.m_begin, 0, true);
-    }
-  }
-  ptx::grid_dependency_wait();  // every block waits (see above)
+  // K / V by cp.async, the first step's Q / dO / rows into buffer 0; the preprocess waited for.
+  begin_block<Traits, Element>(kp, w, q_map, do_map, s_base, tid);
 
   float acc_dk[kColTiles][4], acc_dv[kColTiles][4];
 #pragma unroll

@@ -58,6 +58,7 @@ struct BwdSplitTraits {
   static constexpr int kOffMax = kOffDS + kPBytes;
   static constexpr int kOffLog2Sum = kOffMax + 2 * kBlockM * 4;
   static constexpr int kOffD = kOffLog2Sum + 2 * kBlockM * 4;
+  static constexpr int kStages = 2;                          // Q / dO / M / L / D buffers
   static constexpr int kOffBar = kOffD + 2 * kBlockM * 4;  // the two buffers' mbarriers
   static constexpr int kSmemBytes = kOffBar + 16 + 1024;      // + alignment slack
 
@@ -94,21 +95,8 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
   const uint32_t sK = s_base + Traits::kOffK, sV = s_base + Traits::kOffV;
   const uint32_t sQ = s_base + Traits::kOffQ, sDO = s_base + Traits::kOffDO;
   const uint32_t sP = s_base + Traits::kOffP, sDS = s_base + Traits::kOffDS;
-  // As bwd_kernel.h: K / V by cp.async (every thread), the first step's Q / dO / rows by thread 0
-  // into buffer 0.
-  if (tid == 0) {
-    ptx::mbarrier_init(s_base + Traits::kOffBar, 1);
-    ptx::mbarrier_init(s_base + Traits::kOffBar + 8, 1);
-    ptx::fence_mbarrier_init();
-  }
-  if (w.total > 0) {
-    load_kv<Traits, Element>(kp, w, s_base, tid);
-    ptx::cp_async_commit();
-    if (tid == 0) {
-      tma_query_block<Traits>(kp, w, q_map, do_map, s_base, w.head_first, w.m_begin, 0, true);
-    }
-  }
-  ptx::grid_dependency_wait();  // every block waits (bwd_kernel.h)
+  // K / V by cp.async, the first step's Q / dO / rows into buffer 0; the preprocess waited for.
+  begin_block<Traits, Element>(kp, w, q_map, do_map, s_base, tid);
 
   float acc_dk[kColTiles][4], acc_dv[kColTiles][4];
 #pragma unroll
