@@ -202,6 +202,25 @@ __device__ __forceinline__ void begin_block(const BwdKernelParams& kp, const Wor
   ptx::grid_dependency_wait();
 }
 
+// Start of step `it` (both sm90 kernels): K / V (cp.async, the first step only) landed and
+// published to the async proxy; every warpgroup done with the last step, so that step `next`'s
+// loads (thread 0) may take buffer `next_stage`. The caller then waits for its own buffer's
+// mbarrier.
+template <typename Traits, typename Work>
+__device__ __forceinline__ void begin_step(const BwdKernelParams& kp, const Work& w,
+                                           const void* q_map, const void* do_map,
+                                           uint32_t s_base, int it, BwdStep next, int next_stage,
+                                           int tid) {
+  if (it == 0) {
+    ptx::cp_async_wait<0>();
+    ptx::fence_proxy_async_shared();
+  }
+  __syncthreads();
+  if (tid == 0 && it + 1 < w.total) {
+    tma_query_block<Traits>(kp, w, q_map, do_map, s_base, next.head, next.m, next_stage, false);
+  }
+}
+
 // Stores an A-fragment quadruple of a 16-row x 16-column slab of a [row][col] sw128 tile of
 // kRows rows (16-bit pairs): a0 = (row g, cols 2t..), a1 = row g + 8, a2 = cols + 8, a3 = both.
 template <int kRows>

@@ -225,19 +225,10 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   for (int it = 0; it < w.total; ++it) {
     const int head = step.head, m = step.m;
     const BwdStep next = next_step(w, step);
-    // K / V (cp.async, the first step only) landed and published to the async proxy; every
-    // warpgroup done with the last step (whose buffer the next step's loads take: the buffer of
-    // the step before it, header); below, this step's Q / dO / rows landed (the buffer's
-    // mbarrier, its use number's parity).
-    if (it == 0) {
-      ptx::cp_async_wait<0>();
-      ptx::fence_proxy_async_shared();
-    }
-    __syncthreads();
-    if (tid == 0 && it + 1 < w.total) {
-      tma_query_block<Traits>(kp, w, q_map, do_map, s_base, next.head, next.m,
-                              stage + 1 == Traits::kStages ? 0 : stage + 1, false);
-    }
+    // The next step's loads take the buffer of the step before this one (header); below, this
+    // step's Q / dO / rows landed (the buffer's mbarrier, its use number's parity).
+    begin_step<Traits>(kp, w, q_map, do_map, s_base, it, next,
+                       stage + 1 == Traits::kStages ? 0 : stage + 1, tid);
     // The last step's staged dQ (stored and fenced by every thread before this step's barrier)
     // added into the accumulator, under this step.
     if (it > 0) reduce_staged_dq();

@@ -113,16 +113,8 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
     const int stage = it & 1;
     const int head = step.head, m = step.m;
     const BwdStep next = next_step(w, step);
-    // K / V (the first step) landed and published; every warpgroup done with the last step
-    // (whose buffer the next step's loads take); this step's buffer landed.
-    if (it == 0) {
-      ptx::cp_async_wait<0>();
-      ptx::fence_proxy_async_shared();
-    }
-    __syncthreads();
-    if (tid == 0 && it + 1 < w.total) {
-      tma_query_block<Traits>(kp, w, q_map, do_map, s_base, next.head, next.m, stage ^ 1, false);
-    }
+    // The next step's loads take the other buffer; this step's buffer landed.
+    begin_step<Traits>(kp, w, q_map, do_map, s_base, it, next, stage ^ 1, tid);
     ptx::mbarrier_wait_parity(s_base + Traits::kOffBar + 8 * stage, (it >> 1) & 1);
     const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
     const char* s_max = smem + Traits::kOffMax + stage * kBlockM * 4;
@@ -220,8 +212,6 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
       ptx::wgmma_commit();
     };
     ptx::wgmma_fence();
-    if (!compute_dq) issue_dk();
-
     if (compute_dq) {
       // dQ (kBlockM x this warpgroup's columns) = dS K: A = dS from dS^T (MN-major, m = query),
       // B = K [key][d] (MN-major, n = d).
@@ -248,10 +238,10 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
           ptx::red_add_v2_f32(dq_rows + hr * 8 * kHeadDim + nt * 8, acc_dq[nt][hr * 2],
                               acc_dq[nt][hr * 2 + 1]);
         }
-      ptx::wgmma_wait<0>();
     } else {
-      ptx::wgmma_wait<0>();
+      issue_dk();
     }
+    ptx::wgmma_wait<0>();  // the step's groups still in flight: dK (without dQ, dV too)
     step = next;
   }
   ptx::fence_operand(acc_dk);
