@@ -119,19 +119,31 @@ __device__ __forceinline__ void issue_s_dp(float (&acc_s)[Traits::kQTiles][4],
 
 // One step's pointwise part, S^T retired and dP^T the one group in flight: P^T from S^T (score
 // modifiers, mask, exponentials) and dS^T = P^T (dP^T - D), both packed as 16-bit A operands
-// (p16: dV's, with dropout P^T o M; ds16: dK's and, stored, dQ's). Retires dP^T.
+// (p16: dV's, with dropout P^T o M; ds16: dK's and, stored, dQ's). Retires dP^T. s_ds: the dS^T
+// tile, where the softcap variants keep 1 - t^2 in the lane's own slots until dS^T is formed
+// (bwd_common.h StoredSoftcapGradSw128; the dropout variant, softcap decided at run time,
+// recovers t from P instead).
 template <typename Element, typename Traits, int kVariant, typename Work>
 __device__ __forceinline__ void probs_and_grads(
     const BwdKernelParams& kp, const Work& w, int head, int m,
     float (&acc_s)[Traits::kQTiles][4], float (&acc_dp)[Traits::kQTiles][4], const char* s_max,
-    const char* s_log2sum, const char* s_d, uint32_t (&p16)[Traits::kBlockM / 16][4],
+    const char* s_log2sum, const char* s_d, char* s_ds, uint32_t (&p16)[Traits::kBlockM / 16][4],
     uint32_t (&ds16)[Traits::kBlockM / 16][4], int warp_key0, int lane) {
   constexpr bool kDynamic = variant_dynamic(kVariant);
+  constexpr bool kStoredGrad = variant_softcap(kVariant);
   constexpr int kBlockM = Traits::kBlockM, kQTiles = Traits::kQTiles;
   const BwdParams& p = kp.p;
   const int t = lane % 4;
-  apply_score_mods_transposed<kVariant>(acc_s, kp, w.batch, head, w.n_start + warp_key0,
-                                        m * kBlockM, lane);
+  [[maybe_unused]] const StoredSoftcapGradSw128<Element, Traits::kBlockN> stored_grad{
+      s_ds, warp_key0, lane};
+  if constexpr (kStoredGrad) {
+    apply_score_mods_transposed<kVariant>(acc_s, kp, w.batch, head, w.n_start + warp_key0,
+                                          m * kBlockM, lane,
+                                          [&](const auto& capped) { stored_grad.store(capped); });
+  } else {
+    apply_score_mods_transposed<kVariant>(acc_s, kp, w.batch, head, w.n_start + warp_key0,
+                                          m * kBlockM, lane);
+  }
   if (m < w.um_begin || (kDynamic && m >= w.um_end)) {
     block_mask(p, w).apply_transposed(acc_s, w.n_start + warp_key0, m * kBlockM, lane);
   }
@@ -153,12 +165,19 @@ __device__ __forceinline__ void probs_and_grads(
 
   // dS^T = P^T (dP^T - D), in place in acc_dp, from the 16-bit P^T (as sm80: the fp32 P^T dies
   // once packed, which keeps d = 128 within 255 registers).
-  const auto grad = ds_grad_t<kVariant>(kp, w.batch, head, s_max, s_log2sum,
-                                        w.n_start + warp_key0 + lane / 4, m * kBlockM,
-                                        t);  // problem/score_mod.h
+  if constexpr (kStoredGrad) {
 #pragma unroll
-  for (int kk = 0; kk < kBlockM / 16; ++kk) {
-    ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t, grad);
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t, stored_grad);
+    }
+  } else {
+    const auto grad = ds_grad_t<kVariant>(kp, w.batch, head, s_max, s_log2sum,
+                                          w.n_start + warp_key0 + lane / 4, m * kBlockM,
+                                          t);  // problem/score_mod.h
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t, grad);
+    }
   }
 #pragma unroll
   for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_dp, kk, ds16[kk]);
@@ -244,7 +263,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
     ptx::fence_operand(acc_s);
     uint32_t p16[kBlockM / 16][4], ds16[kBlockM / 16][4];
     probs_and_grads<Element, Traits, kVariant>(kp, w, head, m, acc_s, acc_dp, s_max, s_log2sum,
-                                               s_d, p16, ds16, warp_key0, lane);
+                                               s_d, smem + Traits::kOffDS, p16, ds16, warp_key0,
+                                               lane);
     // dV += P^T dO and dK += dS^T Q: B = dO / Q rows of k-step kk, MN-major (n = d).
     const auto issue_dv = [&] {
 #pragma unroll
