@@ -147,9 +147,23 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
       ptx::fence_operand(acc);
     }
 
+    // The softcap variants' dS factor, 1 - t^2, from warpgroup 0's capped scores to warpgroup 1
+    // through the dS^T tile (bwd_common.h StoredSoftcapGradSw128: each lane's own slots, which
+    // the lane of warpgroup 1 at the same fragment position reads and then overwrites with its
+    // dS^T; the tile is free from the step's start, its last readers retired at the last
+    // step's end), instead of warpgroup 1 recovering t from P (a third MUFU a score, LG2).
+    constexpr bool kStoredGrad = variant_softcap(kVariant);
+    [[maybe_unused]] const StoredSoftcapGradSw128<Element, kBlockN> stored_grad{
+        smem + Traits::kOffDS, warp_key0, lane};
     if (wg == 0) {
-      apply_score_mods_transposed<kVariant>(acc, kp, w.batch, head, w.n_start + warp_key0,
-                                            m * kBlockM, lane);
+      if constexpr (kStoredGrad) {
+        apply_score_mods_transposed<kVariant>(
+            acc, kp, w.batch, head, w.n_start + warp_key0, m * kBlockM, lane,
+            [&](const auto& capped) { stored_grad.store(capped); });
+      } else {
+        apply_score_mods_transposed<kVariant>(acc, kp, w.batch, head, w.n_start + warp_key0,
+                                              m * kBlockM, lane);
+      }
       if (m < w.um_begin || (kDynamic && m >= w.um_end)) {
         block_mask(p, w).apply_transposed(acc, w.n_start + warp_key0, m * kBlockM, lane);
       }
@@ -185,9 +199,15 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
       // with dropout the undropped P^T, in sDS, which dS^T then overwrites element by element).
       if constexpr (kDropout) apply_keep_bits(acc, keep, kp.dropout.rp);
       constexpr int kOffProbs = kDropout ? Traits::kOffDS : Traits::kOffP;
-      const auto grad = ds_grad_t<kVariant>(kp, w.batch, head, s_max, s_log2sum,
-                                                      w.n_start + warp_key0 + lane / 4,
-                                                      m * kBlockM, t);  // problem/score_mod.h
+      const auto grad = [&] {
+        if constexpr (kStoredGrad) {
+          return stored_grad;
+        } else {
+          return ds_grad_t<kVariant>(kp, w.batch, head, s_max, s_log2sum,
+                                     w.n_start + warp_key0 + lane / 4, m * kBlockM,
+                                     t);  // problem/score_mod.h
+        }
+      }();
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
         uint32_t pa[4];
