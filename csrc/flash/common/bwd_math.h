@@ -20,28 +20,36 @@ namespace flashattn_cu {
 // MUFU.LG2, the (M, L) loads, the bias and the clamp. The 16-bit rounding of the factor (2^-9
 // relative in bf16) is below that of t recovered from a 16-bit P (softcap_grad), and dS is
 // rounded to 16 bits for the tensor cores anyway. Layout: element (nt, hr, e) of a transposed
-// tile (key g + 8 hr, query 8 nt + 2t + e) at row (g + 8 hr), query (8 nt + 2t + e) of a
-// [key][query] 16-bit tile of row_bytes per row (slot: the lane's (key g, query 2t) word).
-template <typename Element>
+// tile (key g + 8 hr, query 8 nt + 2t + e) in the lane's 32-bit slot of (key g + 8 hr, queries
+// 8 nt + 2t) of a 16-bit [key][query] tile, wherever Slots::word(nt, hr) puts it (the sm80 tile:
+// PlainGradSlots; the sm90 kernels' sw128 dS^T tile: sm90/bwd_common.h Sw128GradSlots).
+template <typename Element, typename Slots>
 struct StoredSoftcapGradT {
-  char* slot;
-  int row_bytes;
+  Slots slots;
 
-  __device__ __forceinline__ uint32_t* word(int nt, int hr) const {
-    return reinterpret_cast<uint32_t*>(slot + hr * 8 * row_bytes + nt * 16);
-  }
   template <int kQTiles>
   __device__ __forceinline__ void store(const float (&t)[kQTiles][4]) const {
 #pragma unroll
     for (int nt = 0; nt < kQTiles; ++nt)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr)
-        *word(nt, hr) = ElementOps<Element>::pack(fmaf(-t[nt][hr * 2], t[nt][hr * 2], 1.f),
-                                                  fmaf(-t[nt][hr * 2 + 1], t[nt][hr * 2 + 1], 1.f));
+        *slots.word(nt, hr) =
+            ElementOps<Element>::pack(fmaf(-t[nt][hr * 2], t[nt][hr * 2], 1.f),
+                                      fmaf(-t[nt][hr * 2 + 1], t[nt][hr * 2 + 1], 1.f));
   }
   __device__ __forceinline__ float operator()(float, int nt, int hr, int e) const {
-    const float2 f = ElementOps<Element>::unpack(*word(nt, hr));
+    const float2 f = ElementOps<Element>::unpack(*slots.word(nt, hr));
     return e == 0 ? f.x : f.y;
+  }
+};
+
+// A plain tile of row_bytes per row (slot: the lane's (key g, query 2t) word).
+struct PlainGradSlots {
+  char* slot;
+  int row_bytes;
+
+  __device__ __forceinline__ uint32_t* word(int nt, int hr) const {
+    return reinterpret_cast<uint32_t*>(slot + hr * 8 * row_bytes + nt * 16);
   }
 };
 

@@ -301,10 +301,9 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
     // dS^T slots (common/bwd_math.h, StoredSoftcapGradT) instead of recovering t from P.
     [[maybe_unused]] const auto stored_grad = [&] {
       if constexpr (kStoredSoftcapGrad) {
-        return StoredSoftcapGradT<Element>{smem + Traits::kOffDS +
-                                               (warp_key0 + g) * kPRowChunks * 16 +
-                                               (warp_query0 + 2 * t) * 2,
-                                           kPRowChunks * 16};
+        return StoredSoftcapGradT<Element, PlainGradSlots>{
+            {smem + Traits::kOffDS + (warp_key0 + g) * kPRowChunks * 16 + (warp_query0 + 2 * t) * 2,
+             kPRowChunks * 16}};
       } else {
         return UnitGrad{};  // not used
       }

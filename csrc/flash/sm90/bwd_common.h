@@ -12,6 +12,7 @@
 
 #include "flashattn_cu/flashattn_cu.h"
 
+#include "../common/bwd_math.h"
 #include "../common/numeric.h"
 #include "../problem/mask.h"
 #include "../problem/scheduler.h"
@@ -239,14 +240,13 @@ __device__ __forceinline__ void store_a_frag_sw128(char* tile, int row0, int col
 // The softcap's factor on dS (1 - t^2, t the capped score) kept, as the sm80 register path does
 // (common/bwd_math.h StoredSoftcapGradT), in the lane's own dS^T slots of the sw128 [key][query]
 // tile instead of recovered from P (problem/score_mod.h softcap_grad: a third MUFU a score, LG2,
-// beside the TANH and the EX2). Those slots are free from the step's start (the last step's dQ
-// GEMM, their one async reader, retired in every warpgroup before the step's barrier) until this
-// lane stores its dS^T over them (store_a_frag_sw128, after dS^T is formed from them), and no
-// other thread touches them in between. Element (nt, hr, e) of the lane's transposed tile (key
-// row0 + g + 8 hr, query 8 nt + 2t + e) sits in the 32-bit word of (key row, queries 8 nt + 2t).
-// 1 - t^2 in 16 bits (relative 2^-9 in bf16) errs less than t recovered from a 16-bit P.
-template <typename Element, int kRows>
-struct StoredSoftcapGradSw128 {
+// beside the TANH and the EX2). The kernels use the slots from the step's start, when the last
+// step's readers of the tile have retired, until the lane (or, in the split kernel, the lane of
+// the other warpgroup at the same fragment position) forms dS^T from them and stores it over
+// them (store_a_frag_sw128's slots). 1 - t^2 in 16 bits (relative 2^-9 in bf16) errs less than
+// t recovered from a 16-bit P.
+template <int kRows>
+struct Sw128GradSlots {
   char* tile;
   int row0;  // the warp's first key row (g and 8 hr added per element)
   int lane;
@@ -255,20 +255,9 @@ struct StoredSoftcapGradSw128 {
     const int row = row0 + lane / 4 + 8 * hr;
     return reinterpret_cast<uint32_t*>(tile + ptx::sw128_offset<kRows>(row, nt) + (lane % 4) * 4);
   }
-  template <int kQTiles>
-  __device__ __forceinline__ void store(const float (&t)[kQTiles][4]) const {
-#pragma unroll
-    for (int nt = 0; nt < kQTiles; ++nt)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr)
-        *word(nt, hr) = ElementOps<Element>::pack(fmaf(-t[nt][hr * 2], t[nt][hr * 2], 1.f),
-                                                  fmaf(-t[nt][hr * 2 + 1], t[nt][hr * 2 + 1], 1.f));
-  }
-  __device__ __forceinline__ float operator()(float, int nt, int hr, int e) const {
-    const float2 f = ElementOps<Element>::unpack(*word(nt, hr));
-    return e == 0 ? f.x : f.y;
-  }
 };
+template <typename Element, int kRows>
+using StoredSoftcapGradSw128 = StoredSoftcapGradT<Element, Sw128GradSlots<kRows>>;
 
 // Loads what store_a_frag_sw128 stored (same thread layout).
 template <int kRows>

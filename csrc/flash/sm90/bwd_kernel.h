@@ -135,7 +135,7 @@ __device__ __forceinline__ void probs_and_grads(
   const BwdParams& p = kp.p;
   const int t = lane % 4;
   [[maybe_unused]] const StoredSoftcapGradSw128<Element, Traits::kBlockN> stored_grad{
-      s_ds, warp_key0, lane};
+      {s_ds, warp_key0, lane}};
   if constexpr (kStoredGrad) {
     apply_score_mods_transposed<kVariant>(acc_s, kp, w.batch, head, w.n_start + warp_key0,
                                           m * kBlockM, lane,

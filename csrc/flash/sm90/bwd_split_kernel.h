@@ -154,7 +154,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
     // step's end), instead of warpgroup 1 recovering t from P (a third MUFU a score, LG2).
     constexpr bool kStoredGrad = variant_softcap(kVariant);
     [[maybe_unused]] const StoredSoftcapGradSw128<Element, kBlockN> stored_grad{
-        smem + Traits::kOffDS, warp_key0, lane};
+        {smem + Traits::kOffDS, warp_key0, lane}};
     if (wg == 0) {
       if constexpr (kStoredGrad) {
         apply_score_mods_transposed<kVariant>(
