@@ -32,9 +32,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 CASES = [(1, 77, 133, 4, 2), (2, 129, 65, 2, 2), (1, 1, 97, 4, 1)]
 
 
-def reference(q, k, v, causal, window=(-1, -1), softcap=0.0):
-    """fp32 attention on the CPU with flash_attn's semantics (softcap on the scaled scores,
-    bottom-right causal and windows; rows that see no key give 0)."""
+def reference(q, k, v, causal, window=(-1, -1), softcap=0.0, alibi_slopes=None):
+    """fp32 attention on the CPU with flash_attn's semantics (softcap on the scaled scores, then
+    ALiBi's -slope * |i + s_k - s_q - j| (slopes (nheads,)), bottom-right causal and windows;
+    rows that see no key give 0)."""
     q, k, v = (x.detach().float().cpu() for x in (q, k, v))
     group = q.shape[2] // k.shape[2]
     k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
@@ -45,6 +46,9 @@ def reference(q, k, v, causal, window=(-1, -1), softcap=0.0):
     s_q, s_k = q.shape[1], k.shape[1]
     diagonal = torch.arange(s_q)[:, None] + (s_k - s_q)
     j = torch.arange(s_k)[None, :]
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.float().cpu()[None, :, None, None]
+        scores = scores - slopes * (diagonal - j).abs().float()
     if right >= 0:
         scores = scores.masked_fill(j > diagonal + right, float("-inf"))
     if left >= 0:
@@ -84,21 +88,23 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     problems, calls = [], 0
 
-    def run(tag, dtype, d, causal, deterministic, b, s_q, s_k, h, h_k):
+    def run(tag, dtype, d, causal, deterministic, b, s_q, s_k, h, h_k, alibi=False):
         nonlocal calls
+        slopes = torch.rand(h, device="cuda") if alibi else None
         q = torch.randn(b, s_q, h, d, device="cuda", dtype=dtype)
         k = torch.randn(b, s_k, h_k, d, device="cuda", dtype=dtype)
         v = torch.randn(b, s_k, h_k, d, device="cuda", dtype=dtype)
         for t in (q, k, v):
             t.requires_grad_(not args.no_bwd)
         try:
-            out = flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
+            out = flash_attn_func(q, k, v, causal=causal, deterministic=deterministic,
+                                  alibi_slopes=slopes)
             torch.cuda.synchronize()
             calls += 1
         except Exception as exc:  # noqa: BLE001
             problems.append(f"{tag}: forward raised {type(exc).__name__}: {exc}")
             return
-        ref = reference(q, k, v, causal)
+        ref = reference(q, k, v, causal, alibi_slopes=slopes)
         err = (out.detach().float().cpu() - ref).abs().max().item()
         if not torch.isfinite(out).all().item() or err > 0.1:
             problems.append(f"{tag}: forward wrong (max err {err:.3g})")
@@ -131,15 +137,23 @@ def main(argv=None) -> int:
             # long key sequence keeps the block count high enough for that choice.
             d = 128 if 128 in dims else dims[0]
             run(f"{path} head-split d={d}", torch.bfloat16, d, True, False, 1, 9, 16384, 4, 1)
+            # ALiBi alone on a padded call without a window: on the sm90 path the backward's
+            # static-mask ALiBi instance (problem/mask.h kStaticAlibiVariant) at every length,
+            # and the forward's dynamic ALiBi variant (short rows), partial tiles, GQA.
+            for d in dims:
+                for causal in (False, True):
+                    run(f"{path} alibi d={d} causal={int(causal)} b=2 sq=77 sk=133 h=4/2",
+                        torch.bfloat16, d, causal, False, 2, 77, 133, 4, 2, alibi=True)
 
     # Forward-only calls: their backward kernels are the cases above.
-    def forward_only(tag, q, k, v, causal, softcap=0.0, window=(-1, -1)):
+    def forward_only(tag, q, k, v, causal, softcap=0.0, window=(-1, -1), alibi_slopes=None):
         nonlocal calls
         try:
-            out = flash_attn_func(q, k, v, causal=causal, softcap=softcap, window_size=window)
+            out = flash_attn_func(q, k, v, causal=causal, softcap=softcap, window_size=window,
+                                  alibi_slopes=alibi_slopes)
             torch.cuda.synchronize()
             calls += 1
-            ref = reference(q, k, v, causal, window, softcap=softcap)
+            ref = reference(q, k, v, causal, window, softcap=softcap, alibi_slopes=alibi_slopes)
             err = (out.float().cpu() - ref).abs().max().item()
             if not torch.isfinite(out).all().item() or err > 0.1:
                 problems.append(f"{tag}: forward wrong (max err {err:.3g})")
@@ -159,6 +173,13 @@ def main(argv=None) -> int:
             forward_only(f"auto softcap d={d} causal={int(causal)} b=1 sq=1100 sk=2200 h=2/1",
                          bf16(1, 1100, 2, d, scale=3.0), bf16(1, 2200, 1, d, scale=3.0),
                          bf16(1, 2200, 1, d), causal, softcap=30.0)
+            # ALiBi alone on a padded call without a window past the short-row rule: the sm90
+            # forward's static-mask ALiBi instance (problem/mask.h kStaticAlibiVariant) on the
+            # static tiles, key tail and causal diagonal. (Its backward, at every length of a
+            # padded call without a window: the ALiBi case below.)
+            forward_only(f"auto alibi d={d} causal={int(causal)} b=1 sq=1100 sk=2200 h=2/1",
+                         bf16(1, 1100, 2, d), bf16(1, 2200, 1, d), bf16(1, 2200, 1, d), causal,
+                         alibi_slopes=torch.tensor([0.5, 0.0625], device="cuda"))
             # The sm90 forward's persistent grid (more tiles than SMs, so each CTA walks several
             # and the K/V ring and Q's buffer run on across tiles), non-causal and short causal
             # (longest first); its backward is the cases above.

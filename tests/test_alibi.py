@@ -43,15 +43,18 @@ def test_alibi_against_reference(per_batch, causal, window, seqlens, heads, dtyp
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("causal, seqlens", [(False, (1234, 2317)), (True, (2317, 2317))],
-                         ids=["noncausal-1234x2317", "causal-2317"])
-@pytest.mark.parametrize("dtype, d", [(torch.bfloat16, 64), (torch.float16, 128),
+@pytest.mark.parametrize("causal, seqlens", [(False, (1234, 2317)), (True, (2317, 2317)),
+                                             (True, (1500, 2300))],
+                         ids=["noncausal-1234x2317", "causal-2317", "causal-1500x2300"])
+@pytest.mark.parametrize("dtype, d", [(torch.bfloat16, 64), (torch.float16, 64),
+                                      (torch.float16, 128), (torch.bfloat16, 128),
                                       (torch.bfloat16, 256)],
-                         ids=["bf16-d64", "fp16-d128", "bf16-d256"])
+                         ids=["bf16-d64", "fp16-d64", "fp16-d128", "bf16-d128", "bf16-d256"])
 def test_alibi_long_rows(causal, seqlens, dtype, d):
-    """Long rows: many unmasked blocks between the masked ones (the key tail, the causal
-    diagonal), seqlen_q < seqlen_k, on the static variant's tiles that the ALiBi variant keeps
-    (tiles.h)."""
+    """Long rows past the short-row rule (tiles.h fwd_short_rows_sm90): padded ALiBi calls
+    without a window take the static mask's ALiBi instance on Hopper (problem/mask.h
+    kStaticAlibiVariant, the static variant's tiles), forward and backward: many unmasked blocks
+    between the masked ones (the key tail, the causal diagonal), seqlen_q < seqlen_k."""
     skip_unless_built(d)
     sq, sk = seqlens
     nheads, nheads_k = HEADS["gqa"]

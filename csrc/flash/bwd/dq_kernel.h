@@ -214,7 +214,7 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
     [[maybe_unused]] const bool softcap = softcap_on<kVariant>(kp);
     [[maybe_unused]] Alibi alibi{};
     if constexpr (kSoftcap && kAlibi) {
-      if (softcap && alibi_on<kVariant>(kp)) alibi = alibi_of(kp, tile.batch, head);
+      if (softcap && alibi_on<kVariant>(kp)) alibi = alibi_of<kVariant>(kp, tile.batch, head);
     }
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt)

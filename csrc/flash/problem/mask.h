@@ -238,18 +238,27 @@ enum KernelVariant : int {
   // A sliding window alone on a padded call (no sequence arrays, no modifier, no dropout): the
   // dynamic variant's mask without its sequence arrays (padded_window_call), the sm90a forward's
   // instance for those calls. with_variant never picks it; only sm90/fwd_launch.h compiles it.
-  kPaddedWindowVariant = 8
+  kPaddedWindowVariant = 8,
+  // ALiBi alone on the static variant's mask (padded, no window): the sm90a forward's and
+  // backward's instance for those calls (static_alibi_call), without the sequence arrays and the
+  // window arithmetic of the dynamic ALiBi variant, on the static variant's tiles. with_variant
+  // never picks it; only sm90/fwd_launch.h and sm90/bwd_launch.h compile it.
+  kStaticAlibiVariant = 9
 };
-constexpr int kNumKernelVariants = 9;
+constexpr int kNumKernelVariants = 10;
 
 // Whether a variant's mask may hold a window (and its kernels the int64 window arithmetic).
 // Every such variant but kPaddedWindowVariant also reads the sequence arrays (variant_seqlens);
 // the kernels that never compile that variant (all but the sm90 forward) take variant_dynamic
 // for both.
-constexpr bool variant_dynamic(int v) { return v != kStaticVariant && v != kStaticSoftcapVariant; }
+constexpr bool variant_dynamic(int v) {
+  return v != kStaticVariant && v != kStaticSoftcapVariant && v != kStaticAlibiVariant;
+}
 // Whether a variant reads the sequence arrays (cu_seqlens, seqused_k: problem/seqlen.h).
 constexpr bool variant_seqlens(int v) { return variant_dynamic(v) && v != kPaddedWindowVariant; }
-constexpr bool variant_alibi(int v) { return v == kAlibiVariant || v == kAlibiSoftcapVariant; }
+constexpr bool variant_alibi(int v) {
+  return v == kAlibiVariant || v == kAlibiSoftcapVariant || v == kStaticAlibiVariant;
+}
 constexpr bool variant_softcap(int v) {
   return v == kSoftcapVariant || v == kAlibiSoftcapVariant || v == kStaticSoftcapVariant;
 }
@@ -276,6 +285,12 @@ __host__ __device__ __forceinline__ int kernel_variant(const Params& p) {
 template <typename Params>
 __host__ __device__ __forceinline__ bool static_softcap_call(const Params& p) {
   return kernel_variant(p) == kSoftcapVariant && !dynamic_mask_instance(p);
+}
+
+// Whether kStaticAlibiVariant can serve a call of kAlibiVariant (padded, no window).
+template <typename Params>
+__host__ __device__ __forceinline__ bool static_alibi_call(const Params& p) {
+  return kernel_variant(p) == kAlibiVariant && !dynamic_mask_instance(p);
 }
 
 // Whether kPaddedWindowVariant can serve a call of kDynamicVariant (a window, padded).

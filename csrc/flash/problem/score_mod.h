@@ -201,12 +201,13 @@ __device__ __forceinline__ Alibi alibi_of(const SeqInfo& seq, const Params& p, i
   return a;
 }
 
-// The ALiBi of entry `batch`, query head `head` for a kernel (KP: FwdKernelParams or
-// BwdKernelParams). Only the modifier variants use it, and they are dynamic instances, so the
-// sequence info reads the sequence arrays when there are any.
-template <typename KP>
+// The ALiBi of entry `batch`, query head `head` for a kernel of variant kVariant (KP:
+// FwdKernelParams or BwdKernelParams): the sequence info reads the sequence arrays in the
+// variants that have them (all but kStaticAlibiVariant, whose calls are padded).
+template <int kVariant, typename KP>
 __device__ __forceinline__ Alibi alibi_of(const KP& kp, int batch, int head) {
-  return alibi_of(seq_info<true>(kp.p, batch), kp.p, head, kp.score.score_scale);
+  return alibi_of(seq_info<variant_seqlens(kVariant)>(kp.p, batch), kp.p, head,
+                  kp.score.score_scale);
 }
 
 // Whether a kernel of variant kVariant applies softcap / ALiBi: known at compile time, except
@@ -241,7 +242,7 @@ __device__ __forceinline__ void apply_score_mods(float (&s)[kMTiles][kNTiles][4]
     if (softcap_on<kVariant>(kp)) apply_softcap(s, kp.score.softcap_pre);
   }
   if constexpr (variant_may_alibi(kVariant)) {
-    if (alibi_on<kVariant>(kp)) alibi_of(kp, batch, head).apply(s, row0, col0, lane);
+    if (alibi_on<kVariant>(kp)) alibi_of<kVariant>(kp, batch, head).apply(s, row0, col0, lane);
   }
 }
 
@@ -263,7 +264,9 @@ __device__ __forceinline__ void apply_score_mods_transposed(float (&s)[kQTiles][
     }
   }
   if constexpr (variant_may_alibi(kVariant)) {
-    if (alibi_on<kVariant>(kp)) alibi_of(kp, batch, head).apply_transposed(s, key0, query0, lane);
+    if (alibi_on<kVariant>(kp)) {
+      alibi_of<kVariant>(kp, batch, head).apply_transposed(s, key0, query0, lane);
+    }
   }
 }
 
@@ -333,7 +336,7 @@ __device__ __forceinline__ auto ds_grad_t(const KP& kp, int batch, int head, con
     gr.t = t;
     if constexpr (variant_may_alibi(kVariant)) {
       if (alibi_on<kVariant>(kp)) {
-        gr.alibi = transposed_terms(alibi_of(kp, batch, head), key_g, query0, t);
+        gr.alibi = transposed_terms(alibi_of<kVariant>(kp, batch, head), key_g, query0, t);
       } else {
         gr.alibi = AlibiTransposedTerms{0.f, 0.f, 0.f, 0.f};  // bias 0
       }

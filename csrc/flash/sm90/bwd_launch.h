@@ -55,14 +55,20 @@ Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light
       }
       if (st != Status::kSuccess) return st;
     }
-    const Status st = with_variant(kernel_variant(p), [&](auto variant) {
+    const auto launch = [&](auto variant) {
       return launch_tiles_ordered<
           main_kernel<Element, Traits, tile.split, decltype(variant)::value>()>(
           order,
           key_tile_count(ceil_div(p.seqlen_k, Traits::kBlockN), p.batch, p.num_heads_k,
                          kp.kv_splits),
           Traits::kNThreads, Traits::kSmemBytes, stream, params);
-    });
+    };
+    // ALiBi alone on a padded call without a window: the static mask's ALiBi instance
+    // (problem/mask.h kStaticAlibiVariant), without the dynamic variant's sequence arrays and
+    // window arithmetic.
+    const Status st = static_alibi_call(p)
+                          ? launch(std::integral_constant<int, kStaticAlibiVariant>{})
+                          : with_variant(kernel_variant(p), launch);
     if (st != Status::kSuccess) return st;
     if (!p.deterministic) return Status::kSuccess;
     return backward::launch_bwd_dq_for<Element, kHeadDim, false>(kp, stream);

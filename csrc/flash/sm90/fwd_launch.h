@@ -121,7 +121,8 @@ Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream
   constexpr FwdTileSm90 tile =
       kShort ? fwd_tile_sm90_short(kHeadDim)
              : fwd_tile_sm90(kHeadDim, variant_dynamic(kVariant), kVariant == kAlibiVariant);
-  constexpr bool kLongRows = kVariant == kStaticVariant && !kShort;  // the static long-row tile
+  constexpr bool kLongRows =  // the static long-row tiles
+      (kVariant == kStaticVariant || kVariant == kStaticAlibiVariant) && !kShort;
   // The warp-uniform fused exponent on (common/softmax.h ExpPolicy kWarpFused): +3.5% geo over
   // the tune shapes on the H200 (benchmarks/results/tune_fwd90_v9_fastexp_h200.txt); no half
   // blocks (NOTES 12.2).
@@ -152,6 +153,11 @@ Status run_fwd(const FwdParams& p, cudaStream_t stream) {
       kHasShort && fwd_short_rows_sm90(kHeadDim, p.is_causal, p.seqlen_q, p.seqlen_k);
   if (static_softcap_call(p) && !short_rows) {
     return launch_fwd<Element, kHeadDim, kStaticSoftcapVariant>(p, sms, l2_bytes, stream);
+  }
+  // ALiBi alone on a padded call without a window, likewise: the static mask's ALiBi instance
+  // (problem/mask.h kStaticAlibiVariant) on the static variant's tile, unless short rows.
+  if (static_alibi_call(p) && !short_rows) {
+    return launch_fwd<Element, kHeadDim, kStaticAlibiVariant>(p, sms, l2_bytes, stream);
   }
   // A window alone on a padded call: the dynamic variant's mask and tile without its sequence
   // arrays (problem/mask.h kPaddedWindowVariant), at the head dims tiles.h gives it.
