@@ -88,7 +88,8 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     problems, calls = [], 0
 
-    def run(tag, dtype, d, causal, deterministic, b, s_q, s_k, h, h_k, alibi=False):
+    def run(tag, dtype, d, causal, deterministic, b, s_q, s_k, h, h_k, alibi=False, softcap=0.0,
+            window=(-1, -1)):
         nonlocal calls
         slopes = torch.rand(h, device="cuda") if alibi else None
         q = torch.randn(b, s_q, h, d, device="cuda", dtype=dtype)
@@ -98,13 +99,13 @@ def main(argv=None) -> int:
             t.requires_grad_(not args.no_bwd)
         try:
             out = flash_attn_func(q, k, v, causal=causal, deterministic=deterministic,
-                                  alibi_slopes=slopes)
+                                  alibi_slopes=slopes, softcap=softcap, window_size=window)
             torch.cuda.synchronize()
             calls += 1
         except Exception as exc:  # noqa: BLE001
             problems.append(f"{tag}: forward raised {type(exc).__name__}: {exc}")
             return
-        ref = reference(q, k, v, causal, alibi_slopes=slopes)
+        ref = reference(q, k, v, causal, window, softcap=softcap, alibi_slopes=slopes)
         err = (out.detach().float().cpu() - ref).abs().max().item()
         if not torch.isfinite(out).all().item() or err > 0.1:
             problems.append(f"{tag}: forward wrong (max err {err:.3g})")
@@ -137,13 +138,20 @@ def main(argv=None) -> int:
             # long key sequence keeps the block count high enough for that choice.
             d = 128 if 128 in dims else dims[0]
             run(f"{path} head-split d={d}", torch.bfloat16, d, True, False, 1, 9, 16384, 4, 1)
-            # ALiBi alone on a padded call without a window: on the sm90 path the backward's
-            # static-mask ALiBi instance (problem/mask.h kStaticAlibiVariant) at every length,
-            # and the forward's dynamic ALiBi variant (short rows), partial tiles, GQA.
+            # One modifier or a window alone on a padded call: on the sm90 path the backward's
+            # static-mask ALiBi and softcap instances and its padded window instance
+            # (problem/mask.h kStaticAlibiVariant, kStaticSoftcapVariant, kPaddedWindowVariant)
+            # at every length, and the forward's short-row variants, partial tiles, GQA.
             for d in dims:
                 for causal in (False, True):
+                    shape = (2, 77, 133, 4, 2)
                     run(f"{path} alibi d={d} causal={int(causal)} b=2 sq=77 sk=133 h=4/2",
-                        torch.bfloat16, d, causal, False, 2, 77, 133, 4, 2, alibi=True)
+                        torch.bfloat16, d, causal, False, *shape, alibi=True)
+                    run(f"{path} softcap d={d} causal={int(causal)} b=2 sq=77 sk=133 h=4/2",
+                        torch.bfloat16, d, causal, False, *shape, softcap=5.0)
+                    window = (20, -1 if causal else 9)
+                    run(f"{path} window={window} d={d} causal={int(causal)} b=2 sq=77 sk=133 "
+                        f"h=4/2", torch.bfloat16, d, causal, False, *shape, window=window)
 
     # Forward-only calls: their backward kernels are the cases above.
     def forward_only(tag, q, k, v, causal, softcap=0.0, window=(-1, -1), alibi_slopes=None):

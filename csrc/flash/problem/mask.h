@@ -230,14 +230,16 @@ enum KernelVariant : int {
   // (one instance per tile, launched by run_fwd_kvcache); with_variant never picks it, so the
   // other kernels and their build are as before.
   kKvcacheVariant = 6,
-  // Softcap alone on the static variant's mask (padded, no window): the sm90a forward's
-  // instance for those calls (static_softcap_call), on the static variant's tiles, which the
-  // dynamic softcap variant's live values do not fit (ptxas, sm_90a: d = 128 128 x 176 0 bytes
-  // of spills against 288). with_variant never picks it; only sm90/fwd_launch.h compiles it.
+  // Softcap alone on the static variant's mask (padded, no window): the sm90a forward's and
+  // backward's instance for those calls (static_softcap_call), on the static variant's tiles,
+  // which the dynamic softcap variant's live values do not fit (ptxas, sm_90a: d = 128 128 x 176
+  // 0 bytes of spills against 288). with_variant never picks it; only sm90/fwd_launch.h and
+  // sm90/bwd_launch.h compile it.
   kStaticSoftcapVariant = 7,
   // A sliding window alone on a padded call (no sequence arrays, no modifier, no dropout): the
   // dynamic variant's mask without its sequence arrays (padded_window_call), the sm90a forward's
-  // instance for those calls. with_variant never picks it; only sm90/fwd_launch.h compiles it.
+  // and backward's instance for those calls. with_variant never picks it; only
+  // sm90/fwd_launch.h and sm90/bwd_launch.h compile it.
   kPaddedWindowVariant = 8,
   // ALiBi alone on the static variant's mask (padded, no window): the sm90a forward's and
   // backward's instance for those calls (static_alibi_call), without the sequence arrays and the

@@ -49,24 +49,27 @@ __device__ __forceinline__ void load_tile_sw128(uint32_t smem, const Element* gm
 // What one thread block does (its tile from problem/scheduler.h): kBlockN keys of
 // (batch, head_k), query heads head_first .. + heads_per_split, query blocks [m_begin, m_end) of
 // each; blocks outside [um_begin, um_end) need the mask (problem/mask.h).
-template <bool kDynamic_>  // sequence lengths from cu_seqlens (problem/seqlen.h)
+// kDynamic: the mask may hold a window (problem/mask.h variant_dynamic); kSeqlens: sequence
+// lengths from cu_seqlens / seqused_k (problem/seqlen.h; variant_seqlens).
+template <bool kDynamic_, bool kSeqlens_ = kDynamic_>
 struct BwdWork {
   static constexpr bool kDynamic = kDynamic_;
+  static constexpr bool kSeqlens = kSeqlens_;
   int batch, head_k, hsplit, head_first;
   int n_start, keys_valid;
   int m_begin, m_end, um_begin, um_end;
   int total;  // steps: heads_per_split * (m_end - m_begin)
 };
 
-template <int kBlockM, int kBlockN, bool kDynamic>
-__device__ __forceinline__ BwdWork<kDynamic> bwd_work(const BwdKernelParams& kp) {
+template <int kBlockM, int kBlockN, bool kDynamic, bool kSeqlens = kDynamic>
+__device__ __forceinline__ BwdWork<kDynamic, kSeqlens> bwd_work(const BwdKernelParams& kp) {
   const BwdParams& p = kp.p;
-  BwdWork<kDynamic> w;
+  BwdWork<kDynamic, kSeqlens> w;
   // The static instance has no window, so no light blocks to defer.
   const KeyTile tile =
       key_tile_at(static_cast<int>(blockIdx.x), ceil_div(p.seqlen_k, kBlockN), kp.kv_splits,
                   p.num_heads_k, p.batch * p.num_heads_k * kp.kv_splits, kDynamic ? kp.defer_n : 0);
-  const SeqInfo seq = seq_info<kDynamic>(p, tile.batch);
+  const SeqInfo seq = seq_info<kSeqlens>(p, tile.batch);
   w.batch = tile.batch;
   w.hsplit = tile.split;
   w.head_k = tile.head_k;
@@ -91,7 +94,7 @@ __device__ __forceinline__ BwdWork<kDynamic> bwd_work(const BwdKernelParams& kp)
 // point of use it reads them from the kernel parameters.
 template <typename Work>
 __device__ __forceinline__ Mask block_mask(const BwdParams& p, const Work& w) {
-  return mask_of<Work::kDynamic>(seq_info<Work::kDynamic>(p, w.batch), p);
+  return mask_of<Work::kDynamic>(seq_info<Work::kSeqlens>(p, w.batch), p);
 }
 
 // Issues the cp.async loads of K and V of the block (no commit).
@@ -99,7 +102,7 @@ template <typename Traits, typename Element, typename Work>
 __device__ __forceinline__ void load_kv(const BwdKernelParams& kp, const Work& w,
                                         uint32_t s_base, int tid) {
   const BwdParams& p = kp.p;
-  const SeqInfo seq = seq_info<Work::kDynamic>(p, w.batch);
+  const SeqInfo seq = seq_info<Work::kSeqlens>(p, w.batch);
   const Element* k = static_cast<const Element*>(p.k) +
                      seq.k_offset(p.k_batch_stride, p.k_row_stride) +
                      w.head_k * p.k_head_stride + w.n_start * p.k_row_stride;
@@ -154,7 +157,7 @@ __device__ __forceinline__ void tma_query_block(const BwdKernelParams& kp, const
                                                 uint32_t s_base, int head, int m, int stage,
                                                 bool after_preprocess) {
   constexpr int kBlockM = Traits::kBlockM;
-  const SeqInfo seq = seq_info<Work::kDynamic>(kp.p, w.batch);
+  const SeqInfo seq = seq_info<Work::kSeqlens>(kp.p, w.batch);
   // Map coordinates: (row in the entry, batch) padded; (row in the packed rows, 0) varlen.
   const int map_row = (seq.start_q >= 0 ? seq.start_q : 0) + m * kBlockM;
   const int map_batch = seq.start_q >= 0 ? 0 : seq.batch;
@@ -169,7 +172,7 @@ __device__ __forceinline__ void tma_query_block(const BwdKernelParams& kp, const
                      do_map, bar, c);
   }
   if (after_preprocess) ptx::grid_dependency_wait();
-  const int64_t ws_row = backward::ws_row0<Work::kDynamic>(kp, seq, head) + m * kBlockM;
+  const int64_t ws_row = backward::ws_row0<Work::kSeqlens>(kp, seq, head) + m * kBlockM;
   ptx::bulk_load(s_base + Traits::kOffMax + stage * kBlockM * 4, kp.row_max + ws_row, kBlockM * 4,
                  bar);
   ptx::bulk_load(s_base + Traits::kOffLog2Sum + stage * kBlockM * 4, kp.row_log2sum + ws_row,
@@ -302,7 +305,7 @@ __device__ __forceinline__ void store_dkdv(const BwdKernelParams& kp, const Work
       }
     }
     __syncthreads();
-    const SeqInfo seq = seq_info<Work::kDynamic>(p, w.batch);
+    const SeqInfo seq = seq_info<Work::kSeqlens>(p, w.batch);
     Element* dk = static_cast<Element*>(p.dk) + seq.k_offset(p.dk_batch_stride, p.dk_row_stride) +
                   w.head_k * p.dk_head_stride + w.n_start * p.dk_row_stride;
     Element* dv = static_cast<Element*>(p.dv) + seq.k_offset(p.dv_batch_stride, p.dv_row_stride) +

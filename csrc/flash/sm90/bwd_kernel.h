@@ -191,7 +191,8 @@ __device__ __forceinline__ void probs_and_grads(
 template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void* q_map,
                                           const void* do_map, char* smem_raw) {
-  constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
+  constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h: windows
+  constexpr bool kSeqlens = variant_seqlens(kVariant);  // and sequence arrays
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -201,7 +202,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wg = warp / 4;  // warpgroup: keys wg * 64 ..
   const int warp_key0 = warp * 16;  // this warp's 16 keys (rows of S^T, dK, dV)
-  const auto w = bwd_work<kBlockM, kBlockN, kDynamic>(kp);
+  const auto w = bwd_work<kBlockM, kBlockN, kDynamic, kSeqlens>(kp);
   // Launched programmatically after the preprocess (bwd/pipeline.h): the postprocess, launched so
   // after this kernel, may be scheduled once every block here has started (it waits for this
   // grid's end). Every block waits for the preprocess before it exits (below), so that this grid
@@ -325,7 +326,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       for (int mt = 0; mt < Traits::kDqMTiles; ++mt) ptx::fence_operand(acc_dq[mt]);
       // Row (query) mt * 64 + (warp % 4) * 16 + g + 8 hr, column wg * kDqCols + 8 nt + 2t + e.
       const int64_t block_row =
-          backward::ws_row0<kDynamic>(kp, seq_info<kDynamic>(p, w.batch), head) + m * kBlockM;
+          backward::ws_row0<kSeqlens>(kp, seq_info<kSeqlens>(p, w.batch), head) + m * kBlockM;
       // Staged in fragment order (the reduction goes out at the next step's start, or after the
       // walk): pair (hr, nt) of warp w, lane l at bwd/params.h dq_frag_offset's float
       // ((hr * kDqCols / 8 + nt) * 8 + w) * 64 + 2 l.

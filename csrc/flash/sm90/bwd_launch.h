@@ -63,12 +63,15 @@ Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light
                          kp.kv_splits),
           Traits::kNThreads, Traits::kSmemBytes, stream, params);
     };
-    // ALiBi alone on a padded call without a window: the static mask's ALiBi instance
-    // (problem/mask.h kStaticAlibiVariant), without the dynamic variant's sequence arrays and
-    // window arithmetic.
-    const Status st = static_alibi_call(p)
-                          ? launch(std::integral_constant<int, kStaticAlibiVariant>{})
-                          : with_variant(kernel_variant(p), launch);
+    // ALiBi alone or softcap alone on a padded call without a window: the static mask's
+    // instance of that modifier (problem/mask.h kStaticAlibiVariant, kStaticSoftcapVariant),
+    // without the dynamic variant's sequence arrays and window arithmetic; a window alone on a
+    // padded call: the dynamic variant's mask without its sequence arrays (kPaddedWindowVariant).
+    const Status st =
+        static_alibi_call(p)     ? launch(std::integral_constant<int, kStaticAlibiVariant>{})
+        : static_softcap_call(p) ? launch(std::integral_constant<int, kStaticSoftcapVariant>{})
+        : padded_window_call(p)  ? launch(std::integral_constant<int, kPaddedWindowVariant>{})
+                                 : with_variant(kernel_variant(p), launch);
     if (st != Status::kSuccess) return st;
     if (!p.deterministic) return Status::kSuccess;
     return backward::launch_bwd_dq_for<Element, kHeadDim, false>(kp, stream);

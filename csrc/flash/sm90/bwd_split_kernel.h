@@ -70,7 +70,8 @@ struct BwdSplitTraits {
 template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const void* q_map,
                                                 const void* do_map, char* smem_raw) {
-  constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h
+  constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h: windows
+  constexpr bool kSeqlens = variant_seqlens(kVariant);  // and sequence arrays
   constexpr bool kDropout = variant_dropout(kVariant);
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
@@ -83,7 +84,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
   const int t = lane % 4;
   const int warp_key0 = (warp % 4) * 16;  // both warpgroups cover keys 0..63
   const int col0 = wg * kHalf;            // this warpgroup's dK/dV/dQ columns
-  const auto w = bwd_work<kBlockM, kBlockN, kDynamic>(kp);
+  const auto w = bwd_work<kBlockM, kBlockN, kDynamic, kSeqlens>(kp);
   ptx::launch_dependents();  // as sm90/bwd_kernel.h
   if (w.keys_valid <= 0) {   // varlen: a key block past this entry's length
     ptx::grid_dependency_wait();
@@ -248,7 +249,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
       ptx::fence_operand(acc_dq);
       // Row (query) (warp % 4) * 16 + g + 8 hr, column col0 + 8 nt + 2t + e.
       float* dq_rows = kp.dq_accum +
-                       (backward::ws_row0<kDynamic>(kp, seq_info<kDynamic>(p, w.batch), head) + m * kBlockM +
+                       (backward::ws_row0<kSeqlens>(kp, seq_info<kSeqlens>(p, w.batch), head) + m * kBlockM +
                         (warp % 4) * 16 + lane / 4) * kHeadDim +
                        col0 + 2 * t;
 #pragma unroll
