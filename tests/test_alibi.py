@@ -54,14 +54,18 @@ def test_alibi_long_rows(causal, seqlens, dtype, d):
     """Long rows past the short-row rule (tiles.h fwd_short_rows_sm90): padded ALiBi calls
     without a window take the static mask's ALiBi instance on Hopper (problem/mask.h
     kStaticAlibiVariant, the static variant's tiles), forward and backward: many unmasked blocks
-    between the masked ones (the key tail, the causal diagonal), seqlen_q < seqlen_k."""
+    between the masked ones (the key tail, the causal diagonal), seqlen_q < seqlen_k. bf16: two
+    batch entries with slopes per (batch, head); fp16: the deterministic backward."""
     skip_unless_built(d)
     sq, sk = seqlens
     nheads, nheads_k = HEADS["gqa"]
-    q, k, v = make_qkv(1, sq, sk, nheads, nheads_k, d, dtype, requires_grad=True)
-    slopes = slopes_for(1, nheads, False)
+    per_batch = dtype == torch.bfloat16
+    batch = 2 if per_batch else 1
+    q, k, v = make_qkv(batch, sq, sk, nheads, nheads_k, d, dtype, requires_grad=True)
+    slopes = slopes_for(batch, nheads, per_batch)
     dout = torch.randn_like(q)
-    check_both_paths(q, k, v, dout, "alibi", causal=causal, alibi_slopes=slopes)
+    check_both_paths(q, k, v, dout, "alibi", deterministic=not per_batch, causal=causal,
+                     alibi_slopes=slopes)
 
 
 @pytest.mark.gpu
