@@ -66,6 +66,7 @@ struct Buffers {
 // kDynamicPlain: a plain call on the dynamic variant's instance (the one varlen and windows take).
 // kStaticMask (with kSoftcap alone): the static mask's softcap instance (problem/mask.h
 // kStaticSoftcapVariant), which the library takes for padded calls without a window; (with
+// kAlibi alone) the static mask's ALiBi instance (kStaticAlibiVariant), likewise; (with
 // kWindow1k) the padded window instance (kPaddedWindowVariant).
 enum Mods {
   kNoMods = 0, kSoftcap = 1, kAlibi = 2, kBoth = 3, kWindow1k = 4, kRunningMax = 8,
@@ -73,6 +74,7 @@ enum Mods {
 };
 constexpr int variant_of(int mods) {
   return mods == (kSoftcap | kStaticMask) ? fa::kStaticSoftcapVariant
+         : mods == (kAlibi | kStaticMask)       ? fa::kStaticAlibiVariant
          : mods == (kWindow1k | kStaticMask)     ? fa::kPaddedWindowVariant
          : mods == kWindow1k || mods == kDynamicPlain ? fa::kDynamicVariant
          : (mods & ~kRunningMax) == kSoftcap ? fa::kSoftcapVariant

@@ -203,6 +203,21 @@ int main(int argc, char** argv) {
              FwdTraits<256, 128, 64, 2, true, 0, 0, true, false, 2, false, true>>("d256 128x64 short", b, false, shorts);
     return 0;
   }
+  if (std::string(only) == "longmods") {
+    // The static long-row tile's extras (FwdTraits kEarlyRescale + kMaxTree, on for the static
+    // variant at d = 256: tiles.h) off (A) / on (B) for the static-mask modifier instances on the
+    // same 128 x 80 tile: ALiBi (the library takes B since 19287dd, not measured alone) and
+    // softcap 30 (the library takes A), 4k / 16k, non-causal and causal, interleaved.
+    const std::vector<int> sl = {4096, 16384};
+    g_library_schedule = true;
+    using A256 = FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false, false, false, true>;
+    using B256 = FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false, true, true, true>;
+    for (int rep = 0; rep < 2; ++rep) {
+      ab_sweep<256, A256, B256, kAlibi | kStaticMask>("d256 alibi static long", b, true, sl);
+      ab_sweep<256, A256, B256, kSoftcap | kStaticMask>("d256 softcap static long", b, true, sl);
+    }
+    return 0;
+  }
   if (std::string(only) == "cap3") {
     // d = 128 on three consumer warpgroups (192-row tiles, 160 registers each, no ping-pong
     // turns: each consumer's softmax runs behind the other two's GEMMs) against the library's
