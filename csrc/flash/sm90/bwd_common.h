@@ -16,6 +16,7 @@
 #include "../common/numeric.h"
 #include "../problem/mask.h"
 #include "../problem/scheduler.h"
+#include "../problem/score_mod.h"
 #include "../problem/seqlen.h"
 #include "../ptx/cp_async.h"
 #include "../ptx/ldmatrix.h"
@@ -51,7 +52,7 @@ __device__ __forceinline__ void load_tile_sw128(uint32_t smem, const Element* gm
 // each; blocks outside [um_begin, um_end) need the mask (problem/mask.h).
 // kDynamic: the mask may hold a window (problem/mask.h variant_dynamic); kSeqlens: sequence
 // lengths from cu_seqlens / seqused_k (problem/seqlen.h; variant_seqlens).
-template <bool kDynamic_, bool kSeqlens_ = kDynamic_>
+template <bool kDynamic_, bool kSeqlens_>
 struct BwdWork {
   static constexpr bool kDynamic = kDynamic_;
   static constexpr bool kSeqlens = kSeqlens_;
@@ -61,7 +62,8 @@ struct BwdWork {
   int total;  // steps: heads_per_split * (m_end - m_begin)
 };
 
-template <int kBlockM, int kBlockN, bool kDynamic, bool kSeqlens = kDynamic>
+template <int kBlockM, int kBlockN, int kVariant, bool kDynamic = variant_dynamic(kVariant),
+          bool kSeqlens = variant_seqlens(kVariant)>
 __device__ __forceinline__ BwdWork<kDynamic, kSeqlens> bwd_work(const BwdKernelParams& kp) {
   const BwdParams& p = kp.p;
   BwdWork<kDynamic, kSeqlens> w;
@@ -261,6 +263,32 @@ struct Sw128GradSlots {
 };
 template <typename Element, int kRows>
 using StoredSoftcapGradSw128 = StoredSoftcapGradT<Element, Sw128GradSlots<kRows>>;
+
+// apply_score_mods_transposed's hook on the capped scores: the softcap variants keep 1 - t^2 in
+// `stored`'s slots; the others (the dropout variant's run-time softcap included) keep nothing.
+// `stored` is captured by value (a pointer and two ints): captured by reference, ptxas emitted
+// 8-16 more instructions in every softcap variant (sm_90a).
+template <int kVariant, typename Stored>
+__device__ __forceinline__ auto capped_hook(const Stored& stored) {
+  if constexpr (variant_softcap(kVariant)) {
+    return [stored](const auto& capped) { stored.store(capped); };
+  } else {
+    return NoCappedHook{};
+  }
+}
+
+// The dS factor of a step (ds_from_packed_probs's `grad`): the kept 1 - t^2 in the softcap
+// variants, else problem/score_mod.h ds_grad_t (1, or t recovered from P in the dropout variant).
+template <int kVariant, typename Stored>
+__device__ __forceinline__ auto step_ds_grad(const Stored& stored, const BwdKernelParams& kp,
+                                             int batch, int head, const char* s_max,
+                                             const char* s_log2sum, int key_g, int query0, int t) {
+  if constexpr (variant_softcap(kVariant)) {
+    return stored;
+  } else {
+    return ds_grad_t<kVariant>(kp, batch, head, s_max, s_log2sum, key_g, query0, t);
+  }
+}
 
 // Loads what store_a_frag_sw128 stored (same thread layout).
 template <int kRows>

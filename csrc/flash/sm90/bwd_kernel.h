@@ -130,20 +130,13 @@ __device__ __forceinline__ void probs_and_grads(
     const char* s_log2sum, const char* s_d, char* s_ds, uint32_t (&p16)[Traits::kBlockM / 16][4],
     uint32_t (&ds16)[Traits::kBlockM / 16][4], int warp_key0, int lane) {
   constexpr bool kDynamic = variant_dynamic(kVariant);
-  constexpr bool kStoredGrad = variant_softcap(kVariant);
   constexpr int kBlockM = Traits::kBlockM, kQTiles = Traits::kQTiles;
   const BwdParams& p = kp.p;
   const int t = lane % 4;
   [[maybe_unused]] const StoredSoftcapGradSw128<Element, Traits::kBlockN> stored_grad{
       {s_ds, warp_key0, lane}};
-  if constexpr (kStoredGrad) {
-    apply_score_mods_transposed<kVariant>(acc_s, kp, w.batch, head, w.n_start + warp_key0,
-                                          m * kBlockM, lane,
-                                          [&](const auto& capped) { stored_grad.store(capped); });
-  } else {
-    apply_score_mods_transposed<kVariant>(acc_s, kp, w.batch, head, w.n_start + warp_key0,
-                                          m * kBlockM, lane);
-  }
+  apply_score_mods_transposed<kVariant>(acc_s, kp, w.batch, head, w.n_start + warp_key0,
+                                        m * kBlockM, lane, capped_hook<kVariant>(stored_grad));
   if (m < w.um_begin || (kDynamic && m >= w.um_end)) {
     block_mask(p, w).apply_transposed(acc_s, w.n_start + warp_key0, m * kBlockM, lane);
   }
@@ -165,19 +158,11 @@ __device__ __forceinline__ void probs_and_grads(
 
   // dS^T = P^T (dP^T - D), in place in acc_dp, from the 16-bit P^T (as sm80: the fp32 P^T dies
   // once packed, which keeps d = 128 within 255 registers).
-  if constexpr (kStoredGrad) {
+  const auto grad = step_ds_grad<kVariant>(stored_grad, kp, w.batch, head, s_max, s_log2sum,
+                                            w.n_start + warp_key0 + lane / 4, m * kBlockM, t);
 #pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t, stored_grad);
-    }
-  } else {
-    const auto grad = ds_grad_t<kVariant>(kp, w.batch, head, s_max, s_log2sum,
-                                          w.n_start + warp_key0 + lane / 4, m * kBlockM,
-                                          t);  // problem/score_mod.h
-#pragma unroll
-    for (int kk = 0; kk < kBlockM / 16; ++kk) {
-      ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t, grad);
-    }
+  for (int kk = 0; kk < kBlockM / 16; ++kk) {
+    ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t, grad);
   }
 #pragma unroll
   for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_dp, kk, ds16[kk]);
@@ -191,8 +176,7 @@ __device__ __forceinline__ void probs_and_grads(
 template <typename Element, typename Traits, int kVariant>
 __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void* q_map,
                                           const void* do_map, char* smem_raw) {
-  constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h: windows
-  constexpr bool kSeqlens = variant_seqlens(kVariant);  // and sequence arrays
+  constexpr bool kSeqlens = variant_seqlens(kVariant);  // problem/mask.h: sequence arrays
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim;
@@ -202,7 +186,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wg = warp / 4;  // warpgroup: keys wg * 64 ..
   const int warp_key0 = warp * 16;  // this warp's 16 keys (rows of S^T, dK, dV)
-  const auto w = bwd_work<kBlockM, kBlockN, kDynamic, kSeqlens>(kp);
+  const auto w = bwd_work<kBlockM, kBlockN, kVariant>(kp);
   // Launched programmatically after the preprocess (bwd/pipeline.h): the postprocess, launched so
   // after this kernel, may be scheduled once every block here has started (it waits for this
   // grid's end). Every block waits for the preprocess before it exits (below), so that this grid

@@ -84,7 +84,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
   const int t = lane % 4;
   const int warp_key0 = (warp % 4) * 16;  // both warpgroups cover keys 0..63
   const int col0 = wg * kHalf;            // this warpgroup's dK/dV/dQ columns
-  const auto w = bwd_work<kBlockM, kBlockN, kDynamic, kSeqlens>(kp);
+  const auto w = bwd_work<kBlockM, kBlockN, kVariant>(kp);
   ptx::launch_dependents();  // as sm90/bwd_kernel.h
   if (w.keys_valid <= 0) {   // varlen: a key block past this entry's length
     ptx::grid_dependency_wait();
@@ -153,18 +153,11 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
     // the lane of warpgroup 1 at the same fragment position reads and then overwrites with its
     // dS^T; the tile is free from the step's start, its last readers retired at the last
     // step's end), instead of warpgroup 1 recovering t from P (a third MUFU a score, LG2).
-    constexpr bool kStoredGrad = variant_softcap(kVariant);
     [[maybe_unused]] const StoredSoftcapGradSw128<Element, kBlockN> stored_grad{
         {smem + Traits::kOffDS, warp_key0, lane}};
     if (wg == 0) {
-      if constexpr (kStoredGrad) {
-        apply_score_mods_transposed<kVariant>(
-            acc, kp, w.batch, head, w.n_start + warp_key0, m * kBlockM, lane,
-            [&](const auto& capped) { stored_grad.store(capped); });
-      } else {
-        apply_score_mods_transposed<kVariant>(acc, kp, w.batch, head, w.n_start + warp_key0,
-                                              m * kBlockM, lane);
-      }
+      apply_score_mods_transposed<kVariant>(acc, kp, w.batch, head, w.n_start + warp_key0,
+                                            m * kBlockM, lane, capped_hook<kVariant>(stored_grad));
       if (m < w.um_begin || (kDynamic && m >= w.um_end)) {
         block_mask(p, w).apply_transposed(acc, w.n_start + warp_key0, m * kBlockM, lane);
       }
@@ -200,15 +193,8 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
       // with dropout the undropped P^T, in sDS, which dS^T then overwrites element by element).
       if constexpr (kDropout) apply_keep_bits(acc, keep, kp.dropout.rp);
       constexpr int kOffProbs = kDropout ? Traits::kOffDS : Traits::kOffP;
-      const auto grad = [&] {
-        if constexpr (kStoredGrad) {
-          return stored_grad;
-        } else {
-          return ds_grad_t<kVariant>(kp, w.batch, head, s_max, s_log2sum,
-                                     w.n_start + warp_key0 + lane / 4, m * kBlockM,
-                                     t);  // problem/score_mod.h
-        }
-      }();
+      const auto grad = step_ds_grad<kVariant>(stored_grad, kp, w.batch, head, s_max, s_log2sum,
+                                                w.n_start + warp_key0 + lane / 4, m * kBlockM, t);
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
         uint32_t pa[4];
