@@ -142,16 +142,14 @@ def main(argv=None) -> int:
             # static-mask ALiBi and softcap instances and its padded window instance
             # (problem/mask.h kStaticAlibiVariant, kStaticSoftcapVariant, kPaddedWindowVariant)
             # at every length, and the forward's short-row variants, partial tiles, GQA.
+            shape = (2, 77, 133, 4, 2)
             for d in dims:
                 for causal in (False, True):
-                    shape = (2, 77, 133, 4, 2)
-                    run(f"{path} alibi d={d} causal={int(causal)} b=2 sq=77 sk=133 h=4/2",
-                        torch.bfloat16, d, causal, False, *shape, alibi=True)
-                    run(f"{path} softcap d={d} causal={int(causal)} b=2 sq=77 sk=133 h=4/2",
-                        torch.bfloat16, d, causal, False, *shape, softcap=5.0)
                     window = (20, -1 if causal else 9)
-                    run(f"{path} window={window} d={d} causal={int(causal)} b=2 sq=77 sk=133 "
-                        f"h=4/2", torch.bfloat16, d, causal, False, *shape, window=window)
+                    for what, mod in (("alibi", {"alibi": True}), ("softcap", {"softcap": 5.0}),
+                                      (f"window={window}", {"window": window})):
+                        run(f"{path} {what} d={d} causal={int(causal)} b=2 sq=77 sk=133 h=4/2",
+                            torch.bfloat16, d, causal, False, *shape, **mod)
 
     # Forward-only calls: their backward kernels are the cases above.
     def forward_only(tag, q, k, v, causal, softcap=0.0, window=(-1, -1), alibi_slopes=None):
