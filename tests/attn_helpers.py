@@ -105,12 +105,15 @@ def kv_splits(batch, nheads, nheads_k, seqlen_k):
     return chosen
 
 
-def attention_fp32_scores(q, k, v, causal=False, softmax_scale=None):
+def attention_fp32_scores(q, k, v, causal=False, softmax_scale=None, alibi_slopes=None,
+                          return_lse=False):
     """The kernels' own precision points in PyTorch: scores and softmax in float32 (from the
     exact products of the 16-bit inputs), probabilities rounded to the input dtype before they
     multiply v, outputs in the input dtype. Where pt (everything in the input dtype) is far off
     because 16-bit scores cannot hold large logits, this is the baseline of the rule: its error
-    against a float64 reference is what rounding at those points alone costs."""
+    against a float64 reference is what rounding at those points alone costs. alibi_slopes:
+    flash_attn's bias (attention_ref's forms) added to the float32 scores; return_lse: also the
+    float32 log-sum-exp (batch, nheads, seqlen_q)."""
     dtype = q.dtype
     nheads, nheads_k = q.shape[2], k.shape[2]
     if softmax_scale is None:
@@ -119,13 +122,21 @@ def attention_fp32_scores(q, k, v, causal=False, softmax_scale=None):
         k = k.repeat_interleave(nheads // nheads_k, dim=2)
         v = v.repeat_interleave(nheads // nheads_k, dim=2)
     scores = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) * softmax_scale
+    sq, sk = q.shape[1], k.shape[1]
+    rows = torch.arange(sq, device=q.device).unsqueeze(1)
+    cols = torch.arange(sk, device=q.device).unsqueeze(0)
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.float()
+        slopes = (slopes.view(1, nheads, 1, 1) if slopes.dim() == 1
+                  else slopes.view(q.shape[0], nheads, 1, 1))
+        bias = (cols.float().expand(sq, sk) if causal
+                else -(rows + (sk - sq) - cols).abs().float())
+        scores = scores + slopes * bias
     if causal:
-        sq, sk = q.shape[1], k.shape[1]
-        rows = torch.arange(sq, device=q.device).unsqueeze(1)
-        cols = torch.arange(sk, device=q.device).unsqueeze(0)
         scores = scores.masked_fill(cols > rows + (sk - sq), float("-inf"))
     probs = torch.softmax(scores, dim=-1).nan_to_num(0.0).to(dtype)
-    return torch.einsum("bhqk,bkhd->bqhd", probs, v)
+    out = torch.einsum("bhqk,bkhd->bqhd", probs, v)
+    return (out, torch.logsumexp(scores, dim=-1)) if return_lse else out
 
 
 def sm90_built():

@@ -5,9 +5,10 @@ seqlen_q != seqlen_k, GQA, fp16/bf16, padded and varlen, every kernel path."""
 import pytest
 import torch
 
-from attn_helpers import HEADS, assert_rule, check_both_paths, instance_for, make_qkv
+from attn_helpers import (HEADS, assert_lse_rule, assert_rule, attention_fp32_scores,
+                          check_both_paths, instance_for, kernel_paths, make_qkv)
 from flashattn_cu import _C, flash_attn_func, flash_attn_varlen_func
-from flashattn_cu.testing import attention_ref
+from flashattn_cu.testing import attention_ref, kernel_path
 
 
 def skip_unless_built(head_dim):
@@ -66,6 +67,42 @@ def test_alibi_long_rows(causal, seqlens, dtype, d):
     dout = torch.randn_like(q)
     check_both_paths(q, k, v, dout, "alibi", deterministic=not per_batch, causal=causal,
                      alibi_slopes=slopes)
+    check_forward_fp64(q.detach(), k.detach(), v.detach(), "alibi long rows", causal, slopes)
+
+
+def check_forward_fp64(q, k, v, what, causal, slopes):
+    """Output and LSE on every kernel path against the float64 reference, the rule's baseline
+    the kernels' own precision points (attention_fp32_scores: float32 scores plus bias, 16-bit
+    probabilities): the causal form's bias slope * j grows with the key, past what the 16-bit
+    scores of the usual pt baseline hold (its error would make any answer pass)."""
+    ref, ref_lse = attention_ref(q.double(), k.double(), v.double(), causal=causal,
+                                 alibi_slopes=slopes.double())
+    base, base_lse = attention_fp32_scores(q, k, v, causal=causal, alibi_slopes=slopes,
+                                           return_lse=True)
+    for path in kernel_paths():
+        with kernel_path(path):
+            out, lse, _ = flash_attn_func(q, k, v, causal=causal, alibi_slopes=slopes,
+                                          return_attn_probs=True)
+        assert_rule(out, ref, base, 2, 1e-5, f"{what}: out ({path})")
+        assert_lse_rule(lse, ref_lse, base_lse, f"{what}: lse ({path})")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal, seqlens", [(False, (1000, 1000)), (False, (1234, 2317)),
+                                             (True, (2317, 2317))],
+                         ids=["noncausal-1000", "noncausal-1234x2317", "causal-2317"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_alibi_steep_slopes(causal, seqlens, dtype):
+    """Slopes from 2^-8 to 1000 (d = 64, scale 1/8: 2^-5 .. 8000 in score units), forward on
+    every kernel path against float64: biases far past the scores' range (the causal form's
+    up to 2.3e6), rows the bias alone makes one-hot, the diagonal at a block boundary (1000)
+    and inside one (1083)."""
+    skip_unless_built(64)
+    sq, sk = seqlens
+    slopes = torch.tensor([2.0 ** -8, 0.03, 0.5, 3.0, 20.0, 90.0, 150.0, 1000.0],
+                          device="cuda")
+    q, k, v = make_qkv(1, sq, sk, 8, 2, 64, dtype)
+    check_forward_fp64(q, k, v, "alibi steep", causal, slopes)
 
 
 @pytest.mark.gpu

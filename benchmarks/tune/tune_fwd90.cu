@@ -321,7 +321,21 @@ int main(int argc, char** argv) {
     sweep<64, FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false>, kSoftcap | kStaticMask>("d64 cap st 192x128", b, true, s8);
     return 0;
   }
-#ifndef TUNE_FWD90_MODS2_ONLY  // -DTUNE_FWD90_MODS2_ONLY: the "mods2" and "profile2" modes alone
+  if (std::string(only) == "profile3") {
+    // One checked launch of each, for ncu (scripts/ncu_fwd90.sh profile3): plain against the
+    // static-mask ALiBi instance on the library's d = 64 tile (192 x 128, sum tree), 8k,
+    // non-causal and causal: ALiBi runs 0.83-0.87 of plain there, and taking its per-score FFMA
+    // off (the bias of the blocks off the diagonal as a k16 step of the S GEMM, branch
+    // alibigemm) gained nothing (benchmarks/NOTES.md 12.27).
+    const std::vector<int> s8 = {8192};
+    g_library_schedule = true;
+    g_reps = 0;
+    using L64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false, false, true>;
+    sweep<64, L64>("d64 plain 192x128", b, true, s8);
+    sweep<64, L64, kAlibi | kStaticMask>("d64 alibi st 192x128", b, true, s8);
+    return 0;
+  }
+#ifndef TUNE_FWD90_MODS2_ONLY  // -DTUNE_FWD90_MODS2_ONLY: the "mods2", "profile2" and "profile3" modes alone
   if (std::string(only) == "phases") {
     // The library's tiles (fwd_launch.h: ping-pong, fused exponent; tiles.h fwd_tile_sm90 and
     // fwd_tile_sm90_short) with the phase clocks, on the shapes each serves.
