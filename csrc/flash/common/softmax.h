@@ -42,10 +42,7 @@ __device__ __forceinline__ float exp2_fma(float x) {
 // instead; kFusedExponent forms the exponent as one FFMA s * scale_log2 - m * scale_log2, for
 // scores bounded by 1 in magnitude (softcap without ALiBi: the rounding of m * scale_log2,
 // |m * scale_log2| <= softcap log2(e), moves every exponent by at most 2^-18 of that, while the
-// rescale factor stays the exact difference form); and for ALiBi alone on the sm90 forward,
-// whose bias makes |m| large: the rounding of m * scale_log2 is then at most 0.5 ulp of
-// |m * scale_log2|, and each score near the row max already carries its own fp32 rounding of
-// ~0.5 ulp of |s| (times scale_log2), the same size.
+// rescale factor stays the exact difference form).
 // kWarpFused: the fused exponent wherever a warp's rows all have |m * scale_log2| < 2^10 (a vote
 // per tile; else the difference form): the largest score's p is then 2^r with |r| <= 2^-14 (the
 // rounding of m * scale_log2), the same factor for a whole block of a row, so O / l moves by at

@@ -227,14 +227,8 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kHeadDim = Traits::kHeadDim, kDTiles = Traits::kDTiles;
   // Softcap alone bounds the scores by 1: the exponent may be one FFMA (common/softmax.h).
-  // ALiBi alone: the bias makes |m| large (the causal form's slope * key grows with the key), but
-  // then each score's own fp32 rounding is as large as the FFMA's rounding of m * scale_log2, so
-  // its exponent is one FFMA too (common/softmax.h ExpPolicy; ncu at 70b555e had the warp vote
-  // on the difference form for ~70% of the causal d = 64 steps, ~18% of the non-causal ones).
   constexpr bool kSoftcapAlone = kVariant == kSoftcapVariant || kVariant == kStaticSoftcapVariant;
-  constexpr bool kAlibiAlone = kVariant == kAlibiVariant || kVariant == kStaticAlibiVariant;
-  using Exp = ExpPolicy<Traits::kPolyEighths, kSoftcapAlone || kAlibiAlone, Traits::kWarpFusedExp,
-                        Traits::kSumTree>;
+  using Exp = ExpPolicy<Traits::kPolyEighths, kSoftcapAlone, Traits::kWarpFusedExp, Traits::kSumTree>;
   const FwdParams& p = kp.p;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int head = w.tile.head, batch = w.tile.batch, m_start = w.m_start;
