@@ -4,7 +4,8 @@ import contextlib
 
 import torch
 
-__all__ = ["attention_ref", "dropout_mask_from_s_dmask", "poison_outputs", "max_abs_diff"]
+__all__ = ["alibi_bias", "attention_ref", "dropout_mask_from_s_dmask", "poison_outputs",
+           "max_abs_diff"]
 
 
 def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window_size=(-1, -1),
@@ -61,14 +62,8 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window
     if left >= 0:
         visible &= cols >= diagonal - left
     if alibi_slopes is not None:
-        slopes = alibi_slopes.to(scores.dtype)
-        slopes = slopes.view(1, nheads, 1, 1) if slopes.dim() == 1 else slopes.view(batch, nheads,
-                                                                                   1, 1)
-        if causal and left < 0:
-            bias = cols.to(scores.dtype).expand(seqlen_q, seqlen_k)
-        else:
-            bias = -(diagonal - cols).abs().to(scores.dtype)
-        scores = scores + slopes * bias
+        scores = scores + alibi_bias(alibi_slopes, batch, seqlen_q, seqlen_k,
+                                     causal and left < 0, scores.dtype)
     scores = scores.masked_fill(~visible, float("-inf"))
     empty_row = ~visible.any(dim=1)  # (seqlen_q,), True where the query sees no key
 
@@ -82,6 +77,24 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window
         probs = probs.masked_fill(~dropout_mask, 0.0) / (1.0 - dropout_p)
     out = torch.einsum("bhqk,bkhd->bqhd", probs, v)
     return out, lse
+
+
+def alibi_bias(alibi_slopes, batch, seqlen_q, seqlen_k, linear, dtype):
+    """flash_attn's ALiBi bias, (batch or 1, nheads, seqlen_q, seqlen_k) in dtype, for slopes of
+    shape (nheads,) or (batch, nheads): + slope * j where linear (causal without a left window),
+    else - slope * |d - j|, d = i + seqlen_k - seqlen_q the diagonal key of query i."""
+    device = alibi_slopes.device
+    nheads = alibi_slopes.shape[-1]
+    slopes = alibi_slopes.to(dtype)
+    slopes = (slopes.view(1, nheads, 1, 1) if slopes.dim() == 1
+              else slopes.view(batch, nheads, 1, 1))
+    rows = torch.arange(seqlen_q, device=device).unsqueeze(1)
+    cols = torch.arange(seqlen_k, device=device).unsqueeze(0)
+    if linear:
+        bias = cols.to(dtype).expand(seqlen_q, seqlen_k)
+    else:
+        bias = -(rows + (seqlen_k - seqlen_q) - cols).abs().to(dtype)
+    return slopes * bias
 
 
 def dropout_mask_from_s_dmask(s_dmask, seqlen_q, seqlen_k):
