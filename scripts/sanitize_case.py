@@ -46,9 +46,11 @@ def reference(q, k, v, causal, window=(-1, -1), softcap=0.0, alibi_slopes=None):
     s_q, s_k = q.shape[1], k.shape[1]
     diagonal = torch.arange(s_q)[:, None] + (s_k - s_q)
     j = torch.arange(s_k)[None, :]
-    if alibi_slopes is not None:
-        slopes = alibi_slopes.float().cpu()[None, :, None, None]
-        scores = scores - slopes * (diagonal - j).abs().float()
+    if alibi_slopes is not None:  # the -slope * |d - j| form, causal too (same softmax)
+        from flashattn_cu.testing import alibi_bias  # imported by main() first (sys.path)
+
+        scores = scores + alibi_bias(alibi_slopes.float().cpu(), q.shape[0], s_q, s_k, False,
+                                     torch.float32)
     if right >= 0:
         scores = scores.masked_fill(j > diagonal + right, float("-inf"))
     if left >= 0:
