@@ -43,23 +43,31 @@ __device__ __forceinline__ float exp2_fma(float x) {
 // scores bounded by 1 in magnitude (softcap without ALiBi: the rounding of m * scale_log2,
 // |m * scale_log2| <= softcap log2(e), moves every exponent by at most 2^-18 of that, while the
 // rescale factor stays the exact difference form).
-// kWarpFused: the fused exponent wherever a warp's rows all have |m * scale_log2| < 2^10 (a vote
-// per tile; else the difference form): the largest score's p is then 2^r with |r| <= 2^-14 (the
-// rounding of m * scale_log2), the same factor for a whole block of a row, so O / l moves by at
-// most ~1e-4 relative between blocks, below fp16's rounding of O; the rescale stays exact.
-// Saves the FADD per score of the difference form.
+// kWarpFusedLog2 = b > 0: the fused exponent wherever a warp's rows all have |m * scale_log2|
+// < 2^b (a vote per tile; else the difference form): the largest score's p is then 2^r with
+// |r| <= 2^(b - 25) (half an fp32 ulp of m * scale_log2), the same factor for a whole block of a
+// row. The plain kernels take b = 10 (|r| <= 2^-15). The ALiBi kernels, whose bias puts m far
+// from 0 (the causal form's slope * key: |m * scale_log2| ~ 21,000 at 16k keys and slope 0.9),
+// take the largest b for which P's 16-bit rounding still gives the largest score exactly 1:
+// fp16 2^13 (|r| ln 2 <= 2^-12.5 < 2^-12, half of fp16's spacing below 1), bf16 2^15 (|r| ln 2
+// <= 2^-10.5 < 2^-9). The sum l then differs from the 16-bit P's by at most that factor:
+// <= 2^-12.5 / 2^-10.5 relative in O, a third of an fp16 / bf16 ulp (benchmarks/NOTES.md 12.27
+// item 6: b = inf flipped fp16 outputs' last bit). The rescale stays exact. Saves the FADD per
+// score of the difference form.
 // kSumTree: the tile's row sums as pairwise trees over the finished exponentials instead of one
 // serial FADD chain per row fed by each MUFU in turn (the same terms, summed in another order:
 // fp32 rounding differences only); a tuning knob for kernels whose exponentials sit on the
 // critical path (sm90/fwd_kernel.h, FwdTraits kSumTree).
-template <int kPolyEighths_ = 0, bool kFusedExponent_ = false, bool kWarpFused_ = false,
+template <int kPolyEighths_ = 0, bool kFusedExponent_ = false, int kWarpFusedLog2_ = 0,
           bool kSumTree_ = false>
 struct ExpPolicy {
   static constexpr int kPolyEighths = kPolyEighths_;
   static constexpr bool kFusedExponent = kFusedExponent_;
-  static constexpr bool kWarpFused = kWarpFused_ && !kFusedExponent_;
+  static constexpr int kWarpFusedLog2 = kFusedExponent_ ? 0 : kWarpFusedLog2_;
+  static constexpr bool kWarpFused = kWarpFusedLog2 > 0;
   static constexpr bool kSumTree = kSumTree_;
   static_assert(kPolyEighths >= 0 && kPolyEighths <= 8, "eighths of the score tiles");
+  static_assert(kWarpFusedLog2 >= 0 && kWarpFusedLog2 <= 15, "the vote's bound, log2");
 };
 using DefaultExp = ExpPolicy<>;
 
@@ -203,17 +211,18 @@ struct OnlineSoftmax {
                                                const float (&rescale)[kMTiles][2],
                                                float scale_log2) {
     if constexpr (Exp::kWarpFused) {
+      constexpr float kBound = static_cast<float>(1 << Exp::kWarpFusedLog2);
       bool small = true;
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) small = small && fabsf(ref[mt][hr] * scale_log2) < 1024.f;
+        for (int hr = 0; hr < 2; ++hr) small = small && fabsf(ref[mt][hr] * scale_log2) < kBound;
       if (__all_sync(0xffffffffu, small)) {
-        exponentiate<ExpPolicy<Exp::kPolyEighths, true, false, Exp::kSumTree>>(s, ref, rescale,
-                                                                              scale_log2);
+        exponentiate<ExpPolicy<Exp::kPolyEighths, true, 0, Exp::kSumTree>>(s, ref, rescale,
+                                                                           scale_log2);
       } else {
-        exponentiate<ExpPolicy<Exp::kPolyEighths, false, false, Exp::kSumTree>>(s, ref, rescale,
-                                                                               scale_log2);
+        exponentiate<ExpPolicy<Exp::kPolyEighths, false, 0, Exp::kSumTree>>(s, ref, rescale,
+                                                                            scale_log2);
       }
     } else {
 #pragma unroll

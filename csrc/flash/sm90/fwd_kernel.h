@@ -228,7 +228,11 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   constexpr int kHeadDim = Traits::kHeadDim, kDTiles = Traits::kDTiles;
   // Softcap alone bounds the scores by 1: the exponent may be one FFMA (common/softmax.h).
   constexpr bool kSoftcapAlone = kVariant == kSoftcapVariant || kVariant == kStaticSoftcapVariant;
-  using Exp = ExpPolicy<Traits::kPolyEighths, kSoftcapAlone, Traits::kWarpFusedExp, Traits::kSumTree>;
+  // The vote's bound (common/softmax.h kWarpFusedLog2): 2^10, or for ALiBi's large row maxima
+  // the largest that keeps the row max's 16-bit P exactly 1.
+  constexpr int kFusedLog2 =
+      !Traits::kWarpFusedExp ? 0 : !variant_may_alibi(kVariant) ? 10 : kBf16 ? 15 : 13;
+  using Exp = ExpPolicy<Traits::kPolyEighths, kSoftcapAlone, kFusedLog2, Traits::kSumTree>;
   const FwdParams& p = kp.p;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int head = w.tile.head, batch = w.tile.batch, m_start = w.m_start;
