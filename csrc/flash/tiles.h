@@ -404,8 +404,4 @@ __host__ __device__ constexpr bool fwd_max_tree_sm90(int head_dim, bool static_l
   return head_dim == 256 && static_long_rows;
 }
 
-// The static ALiBi variant's folded bias (FwdTraits kFoldAlibi; benchmarks/NOTES.md 12.29):
-// d <= 128 (d = 256's tile spilled 4 bytes with it, ptxas, session 34's first version).
-__host__ __device__ constexpr bool fwd_fold_alibi_sm90(int head_dim) { return head_dim <= 128; }
-
 }  // namespace flashattn_cu

@@ -192,53 +192,6 @@ struct OnlineSoftmax {
     }
   }
 
-  // Step 1 on a tile whose scores are relative to a per-lane, per-row offset (the score is s +
-  // offset; problem/score_mod.h Alibi::apply_folded): m stays the row max of the whole scores,
-  // and the reference each lane's exponents are taken against is m - offset in the tile's
-  // relative units, so the vote of kWarpFused sees small references and takes the fused
-  // exponent. The lane whose tile max is the row max takes that tile max itself as reference,
-  // so the row's largest score still gives exactly 2^0 = 1 (the per-element form's exactness);
-  // the others m - offset, rounded at m's magnitude as the per-element form rounds s + bias.
-  // The rescale is of the rows' maxima, as in new_max. offset 0 everywhere is new_max.
-  template <bool kTree = false, int kNTiles>
-  __device__ __forceinline__ void new_max_offset(const float (&s)[kMTiles][kNTiles][4],
-                                                 const float (&offset)[kMTiles][2],
-                                                 float scale_log2, float (&ref)[kMTiles][2],
-                                                 float (&rescale)[kMTiles][2]) {
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        float lane_max;
-        if constexpr (kTree) {
-          float v[kNTiles];
-#pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt) v[nt] = fmaxf(s[mt][nt][hr * 2], s[mt][nt][hr * 2 + 1]);
-#pragma unroll
-          for (int stride = 1; stride < kNTiles; stride *= 2) {
-#pragma unroll
-            for (int i = 0; i + stride < kNTiles; i += 2 * stride) v[i] = fmaxf(v[i], v[i + stride]);
-          }
-          lane_max = v[0];
-        } else {
-          lane_max = fmaxf(s[mt][0][hr * 2], s[mt][0][hr * 2 + 1]);
-#pragma unroll
-          for (int nt = 1; nt < kNTiles; ++nt) {
-            lane_max = fmaxf(lane_max, fmaxf(s[mt][nt][hr * 2], s[mt][nt][hr * 2 + 1]));
-          }
-        }
-        const float whole = lane_max + offset[mt][hr];  // -inf stays -inf
-        const float m_new = fmaxf(m[mt][hr], quad_max(whole));
-        const float row_ref = m_new == -INFINITY ? 0.f : m_new;
-        ref[mt][hr] = m_new == -INFINITY ? 0.f
-                      : whole == m_new   ? lane_max
-                                         : m_new - offset[mt][hr];
-        rescale[mt][hr] = ptx::ex2_approx((m[mt][hr] - row_ref) * scale_log2);
-        m[mt][hr] = m_new;
-      }
-    }
-  }
-
   // Step 2: o *= rescale, row by row.
   template <int kDTiles>
   __device__ __forceinline__ static void rescale_output(float (&o)[kMTiles][kDTiles][4],

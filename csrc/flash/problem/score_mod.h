@@ -135,54 +135,6 @@ struct Alibi {
     }
   }
 
-  // The bias of a row tile with its constant part per lane and row left out, for the kernels
-  // that fold that part into the row max instead (common/softmax.h new_max_offset). On a key
-  // block that lies wholly on one side of every row's diagonal (linear: every block), the bias
-  // of row r, key k = col0 + 2t + j (j = 8 nt + e) is sg * slope * j + offset(r, lane): sg = 1,
-  // offset = slope * (col0 + 2t) (linear); keys at or before the diagonal (dist = r + shift - k
-  // >= 0 for every row and key) sg = 1, offset = slope * (col0 + 2t - r - shift); after it
-  // (dist <= 0) sg = -1, offset = -slope * (col0 + 2t - r - shift). So a score costs one FFMA
-  // with j an immediate, against apply's FADD for the shared base + off of most scores and its
-  // FFMA. s then holds the scores relative to offset, in the tile's own small units, and the
-  // fused exponent of the relative score stays exact (benchmarks/NOTES.md 12.28 item 1). A block
-  // the diagonal crosses takes apply (the whole bias) and offset 0. Returns whether it folded.
-  // The block's side is the same for the warp's rows (row0 .. row0 + 16 kMTiles - 1): a
-  // warp-uniform branch.
-  template <int kMTiles, int kNTiles>
-  __device__ __forceinline__ void apply_folded(float (&s)[kMTiles][kNTiles][4], int row0,
-                                               int col0, int lane,
-                                               float (&offset)[kMTiles][2]) const {
-    const int g = lane / 4, t = lane % 4;
-    float sg_slope = slope;
-    if (!linear) {
-      if (col0 + kNTiles * 8 - 1 <= row0 + shift) {
-        sg_slope = slope;  // every key at or before every row's diagonal
-      } else if (col0 >= row0 + kMTiles * 16 - 1 + shift) {
-        sg_slope = -slope;  // every key at or after every row's diagonal
-      } else {
-        apply(s, row0, col0, lane);
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) offset[mt][0] = offset[mt][1] = 0.f;
-        return;
-      }
-    }
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (nt * 8 + e % 2 != 0)  // key offset 0: s itself
-            s[mt][nt][e] = fmaf(sg_slope, static_cast<float>(nt * 8 + e % 2), s[mt][nt][e]);
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int row_part = linear ? 0 : row0 + mt * 16 + hr * 8 + g + shift;
-        offset[mt][hr] = sg_slope * static_cast<float>(col0 + 2 * t - row_part);
-      }
-  }
-
   // Transposed tiles: s[nt][hr * 2 + e] is key (key0 + g + 8 hr), query (query0 + 8 nt + 2t + e).
   // Branch-free, two FFMA per score (transposed_terms): with the two forms as branches, as on row
   // tiles, the backward kernels held both forms' values and spilled more (sm_90a bwd d = 128:

@@ -355,16 +355,6 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         });
         apply_softcap(acc_s, pre);
         mask();
-      } else if constexpr (Traits::kFoldAlibi && kVariant == kStaticAlibiVariant) {
-        // The bias's constant part per lane and row into the row max (Traits::kFoldAlibi).
-        float offset[1][2];
-        alibi_of<kVariant>(kp, batch, head)
-            .apply_folded(acc_s, m_start + warp_row0, n * kBlockN, lane, offset);
-        if (n >= w.blocks.unmasked_end || n < w.blocks.unmasked_begin) {
-          mask_of<kDynamic>(seq_info<kSeqlens>(p, batch), p)
-              .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
-        }
-        softmax.template new_max_offset<Traits::kMaxTree>(acc_s, offset, scale_log2, ref, rescale);
       } else {
         score_tile(n);
         softmax.template new_max<Traits::kMaxTree>(acc_s, scale_log2, ref, rescale);

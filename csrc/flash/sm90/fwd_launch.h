@@ -131,8 +131,7 @@ Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream
                            false, tile.o_store, fwd_cap_after_max_sm90(kHeadDim),
                            fwd_early_rescale_sm90(kHeadDim, kLongRows),
                            fwd_max_tree_sm90(kHeadDim, kLongRows),
-                           fwd_sum_tree_sm90(kHeadDim, variant_softcap(kVariant)),
-                           kVariant == kStaticAlibiVariant && fwd_fold_alibi_sm90(kHeadDim)>;
+                           fwd_sum_tree_sm90(kHeadDim, variant_softcap(kVariant))>;
   return launch_fwd_config<Element, Traits, kVariant>(p, sms, l2_bytes, causal_persistent(p),
                                                       stream);
 }

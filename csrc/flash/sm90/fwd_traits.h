@@ -32,15 +32,9 @@ struct FwdTmaParams {
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true,
           int kPolyEighths_ = 0, int kHalves_ = 0, bool kWarpFusedExp_ = false,
           bool kStamps_ = false, int kTmaStoreO_ = 0, bool kCapAfterMax_ = true,
-          bool kEarlyRescale_ = false, bool kMaxTree_ = false, bool kSumTree_ = false,
-          bool kFoldAlibi_ = false>
+          bool kEarlyRescale_ = false, bool kMaxTree_ = false, bool kSumTree_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
-  // The static ALiBi variant's bias with its per-lane and per-row constant folded into the row
-  // max on key blocks wholly on one side of the diagonal (problem/score_mod.h
-  // Alibi::apply_folded, common/softmax.h new_max_offset): one FFMA a score and the fused
-  // exponent; tiles.h fwd_fold_alibi_sm90 says where.
-  static constexpr bool kFoldAlibi = kFoldAlibi_;
   // A step's row sums as pairwise trees over the finished exponentials (common/softmax.h
   // ExpPolicy kSumTree) instead of a serial FADD chain per row fed by each MUFU.EX2 in turn
   // (the library's SASS at d = 128: MUFU, FADD, MUFU, FADD, each FADD waiting on its MUFU and on
