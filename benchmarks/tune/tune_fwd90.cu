@@ -39,6 +39,34 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
   CHECK(cudaDeviceGetAttribute(&g_l2, cudaDevAttrL2CacheSize, 0));
   using fa::sm90::FwdTraits;
+  if (std::string(only) == "alibichain") {
+    // The static-mask ALiBi instance at d = 64 (library: 192 x 128, sum tree; 0.84-0.88 of plain
+    // in the features bench at 0ffe10c) against the same kernel with a shorter softmax chain
+    // per step: the row max as a tree (kMaxTree), the O rescale under the next S GEMM
+    // (kEarlyRescale), both; and against 128 x 128 with ping-pong and 192 x 128 with 3 stages.
+    // Why: folding the bias's constant part into the row max (9f7fc52, benchmarks/NOTES.md
+    // 12.29) took half an FADD a score off the issue stream and measured 1-4% slower, as if
+    // the step were bound by its dependent chain (S -> bias -> max -> exponentials -> P), not
+    // by its instruction count. 4k / 16k, non-causal and causal, interleaved, twice.
+    // -DTUNE_FWD90_ALIBI_ONLY builds this mode alone.
+    const std::vector<int> sl = {4096, 16384};
+    g_library_schedule = true;
+    using A64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false, false, true>;
+    using Tree = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false, true, true>;
+    using Early = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, true, false, true>;
+    using Both = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, true, true, true>;
+    using Pp = FwdTraits<64, 128, 128, 2, true, 0, 0, true, false, 0, false, false, false, true>;
+    using S3 = FwdTraits<64, 192, 128, 3, true, 0, 0, true, false, 0, false, false, false, true>;
+    for (int rep = 0; rep < 2; ++rep) {
+      ab_sweep<64, A64, Tree, kAlibi | kStaticMask>("d64 alibi st: max tree", b, true, sl);
+      ab_sweep<64, A64, Early, kAlibi | kStaticMask>("d64 alibi st: early rescale", b, true, sl);
+      ab_sweep<64, A64, Both, kAlibi | kStaticMask>("d64 alibi st: both", b, true, sl);
+      ab_sweep<64, A64, Pp, kAlibi | kStaticMask>("d64 alibi st: 128x128 pingpong", b, true, sl);
+      ab_sweep<64, A64, S3, kAlibi | kStaticMask>("d64 alibi st: 3 stages", b, true, sl);
+    }
+    return 0;
+  }
+#ifndef TUNE_FWD90_ALIBI_ONLY
   if (std::string(only) == "window") {
     // Window (1024, 0), causal, on the dynamic variant's instance (the library's until this
     // mode) against the padded window instance (problem/mask.h kPaddedWindowVariant: the same
@@ -591,5 +619,6 @@ int main(int argc, char** argv) {
 #endif  // TUNE_FWD90_MODS2_ONLY
 #endif  // TUNE_FWD90_CAP3_ONLY
 #endif  // TUNE_FWD90_MAXTREE_ONLY
+#endif  // TUNE_FWD90_ALIBI_ONLY
   return 0;
 }
