@@ -66,6 +66,25 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (std::string(only) == "alibichain128") {
+    // As `alibichain`, on the static-mask ALiBi instance at d = 128 (library: 128 x 176, sum
+    // tree; 0.90-0.96 of plain at 0ffe10c): the max tree, and the max tree with the early
+    // rescale (the d = 64 instance's since alibichain), interleaved, twice. Also d = 64's
+    // library tile (now both) against the max tree alone once more.
+    const std::vector<int> sl = {4096, 16384};
+    g_library_schedule = true;
+    using A128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true>;
+    using Tree128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, true, true>;
+    using Both128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, true, true, true>;
+    using Both64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, true, true, true>;
+    using Tree64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false, true, true>;
+    for (int rep = 0; rep < 2; ++rep) {
+      ab_sweep<128, A128, Tree128, kAlibi | kStaticMask>("d128 alibi st: max tree", b, true, sl);
+      ab_sweep<128, A128, Both128, kAlibi | kStaticMask>("d128 alibi st: both", b, true, sl);
+      ab_sweep<64, Both64, Tree64, kAlibi | kStaticMask>("d64 alibi st: both -> max tree", b, true, sl);
+    }
+    return 0;
+  }
 #ifndef TUNE_FWD90_ALIBI_ONLY
   if (std::string(only) == "window") {
     // Window (1024, 0), causal, on the dynamic variant's instance (the library's until this

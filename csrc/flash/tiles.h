@@ -380,8 +380,14 @@ __host__ __device__ constexpr bool fwd_cap_after_max_sm90(int head_dim) { return
 // 2k-16k non-causal and 0.982-0.993 causal (1k 0.996 / 1.003); d = 256 128 x 64 (short rows)
 // 1.026-1.034; d = 128 128 x 176 0.999-1.006; d = 128 128 x 128 (short rows, window) 1.016-1.031;
 // softcap d = 128 1.011-1.019; d = 64 0.997-1.014, its window 1.015-1.018.
-__host__ __device__ constexpr bool fwd_early_rescale_sm90(int head_dim, bool static_long_rows) {
-  return head_dim == 256 && static_long_rows;
+// The static ALiBi instance at d = 64 takes it with the max tree below (tune_fwd90
+// `alibichain`, results/tune_fwd90_v26_alibichain_h200.txt; time with both / without, 4k /
+// 16k non-causal then causal, two passes: 0.979 0.975 0.976 0.967 / 0.979 0.973 0.977 0.968;
+// the early rescale alone 1.002-1.008, the max tree alone 0.970-0.988): its bias's FFMAs
+// lengthen the chain S -> max -> exponentials that a step waits on (benchmarks/NOTES.md 12.29).
+__host__ __device__ constexpr bool fwd_early_rescale_sm90(int head_dim, bool static_long_rows,
+                                                          bool static_alibi = false) {
+  return (head_dim == 256 && static_long_rows) || (head_dim == 64 && static_alibi);
 }
 
 // The sm90a forward's softmax reductions as trees (common/softmax.h; FwdTraits kSumTree, kMaxTree)
@@ -396,12 +402,14 @@ __host__ __device__ constexpr bool fwd_early_rescale_sm90(int head_dim, bool sta
 // 0.981, window (1024, 0) d = 128 0.973 at 8k and 16k; softcap d = 64 1.027-1.031 (60 bytes of
 // spills against 16): everywhere but softcap at d = 64 (d = 96 / 192 by analogy, not measured).
 // The max tree: d = 256 (static long-row tile) 0.988-0.991; d = 128 0.996-1.005, d = 64
-// 1.007-1.010: at d = 256's static long-row tile only.
+// 1.007-1.010: at d = 256's static long-row tile, and on the static ALiBi instance at d = 64
+// (with the early rescale: fwd_early_rescale_sm90 above).
 __host__ __device__ constexpr bool fwd_sum_tree_sm90(int head_dim, bool softcap) {
   return !(softcap && head_dim == 64);
 }
-__host__ __device__ constexpr bool fwd_max_tree_sm90(int head_dim, bool static_long_rows) {
-  return head_dim == 256 && static_long_rows;
+__host__ __device__ constexpr bool fwd_max_tree_sm90(int head_dim, bool static_long_rows,
+                                                     bool static_alibi = false) {
+  return (head_dim == 256 && static_long_rows) || (head_dim == 64 && static_alibi);
 }
 
 }  // namespace flashattn_cu
