@@ -85,6 +85,27 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (std::string(only) == "capchain") {
+    // As `alibichain`, on the static-mask softcap instances: d = 64 (library: 192 x 128, 2 of 8
+    // exponentials on the FMA pipe, no sum tree; the max after the tanh) with the max tree, the
+    // early rescale, both; d = 128 (128 x 176, the max over the raw scores beside the tanh
+    // stream, sum tree) with the early rescale. Interleaved, twice.
+    const std::vector<int> sl = {4096, 16384};
+    g_library_schedule = true;
+    using C64 = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, false, false, false, false>;
+    using C64Tree = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, false, false, true, false>;
+    using C64Early = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, false, true, false, false>;
+    using C64Both = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, false, true, true, false>;
+    using C128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true>;
+    using C128Early = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, true, false, true>;
+    for (int rep = 0; rep < 2; ++rep) {
+      ab_sweep<64, C64, C64Tree, kSoftcap | kStaticMask>("d64 cap st: max tree", b, true, sl);
+      ab_sweep<64, C64, C64Early, kSoftcap | kStaticMask>("d64 cap st: early rescale", b, true, sl);
+      ab_sweep<64, C64, C64Both, kSoftcap | kStaticMask>("d64 cap st: both", b, true, sl);
+      ab_sweep<128, C128, C128Early, kSoftcap | kStaticMask>("d128 cap st: early rescale", b, true, sl);
+    }
+    return 0;
+  }
 #ifndef TUNE_FWD90_ALIBI_ONLY
   if (std::string(only) == "window") {
     // Window (1024, 0), causal, on the dynamic variant's instance (the library's until this

@@ -385,6 +385,8 @@ __host__ __device__ constexpr bool fwd_cap_after_max_sm90(int head_dim) { return
 // 16k non-causal then causal, two passes: 0.979 0.975 0.976 0.967 / 0.979 0.973 0.977 0.968;
 // the early rescale alone 1.002-1.008, the max tree alone 0.970-0.988): its bias's FFMAs
 // lengthen the chain S -> max -> exponentials that a step waits on (benchmarks/NOTES.md 12.29).
+// Not at d = 128 (static ALiBi 128 x 176, tune_fwd90 `alibichain128`,
+// results/tune_fwd90_v27_alibichain128_h200.txt: the max tree 0.995-1.005, both 1.005-1.013).
 __host__ __device__ constexpr bool fwd_early_rescale_sm90(int head_dim, bool static_long_rows,
                                                           bool static_alibi = false) {
   return (head_dim == 256 && static_long_rows) || (head_dim == 64 && static_alibi);
