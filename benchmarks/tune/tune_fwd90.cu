@@ -85,6 +85,23 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (std::string(only) == "alibiwidth") {
+    // The d = 64 static ALiBi instance (192 x 128 with the max tree and the early rescale, the
+    // library's since 9508dce) against 96-key blocks with the same extras (a shorter chain a
+    // step against more steps; 160 keys spill 208 bytes and serialize the wgmmas, C7512) and
+    // against 1 of 8 exponentials on the FMA pipe (a shorter MUFU phase in the chain).
+    // Interleaved, twice.
+    const std::vector<int> sl = {4096, 16384};
+    g_library_schedule = true;
+    using A64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, true, true, true>;
+    using N96 = FwdTraits<64, 192, 96, 2, true, 0, 0, true, false, 0, false, true, true, true>;
+    using Poly1 = FwdTraits<64, 192, 128, 2, true, 1, 0, true, false, 0, false, true, true, true>;
+    for (int rep = 0; rep < 2; ++rep) {
+      ab_sweep<64, A64, N96, kAlibi | kStaticMask>("d64 alibi st: 192x96", b, true, sl);
+      ab_sweep<64, A64, Poly1, kAlibi | kStaticMask>("d64 alibi st: poly 1/8", b, true, sl);
+    }
+    return 0;
+  }
   if (std::string(only) == "capchain") {
     // As `alibichain`, on the static-mask softcap instances: d = 64 (library: 192 x 128, 2 of 8
     // exponentials on the FMA pipe, no sum tree; the max after the tanh) with the max tree, the
