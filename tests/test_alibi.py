@@ -107,6 +107,24 @@ def test_alibi_steep_slopes(causal, seqlens, dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_alibi_one_hot_rows_across_the_fused_bound(dtype, d):
+    """Causal ALiBi steep enough that each row's last key dominates (adjacent keys 8-30 logits
+    apart: one-hot rows) over 1041 keys, so that |row max * log2(e)| runs from 0 to ~45,000
+    down the rows: across the Hopper forward's bound for the fused exponent (common/softmax.h
+    kWarpFusedLog2: 2^13 for fp16, 2^15 for bf16; slope 8 crosses 2^13 near row 710, 16 near
+    row 355, 22 crosses 2^15 near row 1032, 30 near row 757). The row max's 16-bit P must stay
+    exactly 1 on both sides: a bound past 2^13 flipped fp16 outputs' last bit in such rows
+    (benchmarks/NOTES.md 12.27 item 6). d 64 takes the static ALiBi instance, d 128 (short rows
+    there) the dynamic one."""
+    skip_unless_built(d)
+    slopes = torch.tensor([8.0, 16.0, 22.0, 30.0], device="cuda")
+    q, k, v = make_qkv(1, 1041, 1041, 4, 4, d, dtype)
+    check_forward_fp64(q, k, v, "alibi one-hot rows", True, slopes)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_alibi_varlen(deterministic):
     skip_unless_built(64)
