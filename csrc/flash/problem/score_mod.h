@@ -229,11 +229,44 @@ __device__ __forceinline__ bool alibi_on(const KP& kp) {
   }
 }
 
-// The score modifiers of kernel variant kVariant (problem/mask.h) on a freshly computed score
-// tile, in flash_attn's order: softcap, then ALiBi's bias (the mask follows in the kernel).
-// Built here at the point of use, not held across the main loop. Row tiles: rows row0 ..
-// (queries), keys col0 ..; transposed tiles (the backward main kernels): keys key0 .., queries
-// query0 ...
+// The score modifiers of one (batch, head) for a kernel of variant kVariant (problem/mask.h),
+// on row tiles (rows row0 .. (queries), keys col0 ..), in flash_attn's order: softcap, then
+// ALiBi's bias (the mask follows in the kernel). Built once where a kernel starts a tile
+// (score_mods_of) and held across its key blocks: ALiBi's slope is a global load and a division
+// (a MUFU.RCP), which built at the point of use sat on every step's path from S to P (the sm90
+// forward's SASS: LDG, MUFU.RCP, FMUL right after the S GEMM's wait). Three registers.
+template <int kVariant>
+struct ScoreMods {
+  Alibi alibi;
+  bool alibi_on;
+
+  template <typename KP, int kMTiles, int kNTiles>
+  __device__ __forceinline__ void apply(float (&s)[kMTiles][kNTiles][4], const KP& kp, int row0,
+                                        int col0, int lane) const {
+    if constexpr (variant_may_softcap(kVariant)) {
+      if (softcap_on<kVariant>(kp)) apply_softcap(s, kp.score.softcap_pre);
+    }
+    if constexpr (variant_may_alibi(kVariant)) {
+      if (alibi_on) alibi.apply(s, row0, col0, lane);
+    }
+  }
+};
+
+template <int kVariant, typename KP>
+__device__ __forceinline__ ScoreMods<kVariant> score_mods_of(const KP& kp, int batch, int head) {
+  ScoreMods<kVariant> m{};
+  m.alibi_on = false;
+  if constexpr (variant_may_alibi(kVariant)) {
+    m.alibi_on = alibi_on<kVariant>(kp);
+    if (m.alibi_on) m.alibi = alibi_of<kVariant>(kp, batch, head);
+  }
+  return m;
+}
+
+// The same built at the point of use, for the kernels whose loops have no registers to hold
+// it (the sm80 forward at d 64: ScoreMods held across its loop spilled 4-12 bytes more; the
+// dQ and decode kernels not measured). Transposed tiles (the backward main kernels):
+// apply_score_mods_transposed below.
 template <int kVariant, typename KP, int kMTiles, int kNTiles>
 __device__ __forceinline__ void apply_score_mods(float (&s)[kMTiles][kNTiles][4], const KP& kp,
                                                  int batch, int head, int row0, int col0,

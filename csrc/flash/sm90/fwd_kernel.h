@@ -325,9 +325,11 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
                                                  : static_cast<int>(BlockHalf::kWhole);
       return static_cast<BlockHalf>(__shfl_sync(0xffffffffu, h, 0));
     };
-    // Score modifiers, then the element mask on the boundary blocks only (problem/mask.h).
+    // Score modifiers (built once for the tile: problem/score_mod.h ScoreMods), then the
+    // element mask on the boundary blocks only (problem/mask.h).
+    const ScoreMods<kVariant> mods = score_mods_of<kVariant>(kp, batch, head);
     auto score_tile = [&](int n) {
-      apply_score_mods<kVariant>(acc_s, kp, batch, head, m_start + warp_row0, n * kBlockN, lane);
+      mods.apply(acc_s, kp, m_start + warp_row0, n * kBlockN, lane);
       if (n >= w.blocks.unmasked_end || n < w.blocks.unmasked_begin) {
         mask_of<kDynamic>(seq_info<kSeqlens>(p, batch), p)
             .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
