@@ -85,6 +85,30 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
+  if (std::string(only) == "alibihoist") {
+    // ALiBi's slope (a global load and a MUFU.RCP) built at every key block, right after the S
+    // GEMM's wait (A, before ece7f2f) or once a tile (B, FwdTraits kModsPerTile, the library's
+    // since ece7f2f: benchmarks/NOTES.md 12.29 item 7), on the library's ALiBi tiles: static
+    // d = 64 / 128 / 256 and the dynamic variant at d = 64 (varlen / window calls). 4k / 16k,
+    // non-causal and causal, interleaved, twice.
+    const std::vector<int> sl = {4096, 16384};
+    g_library_schedule = true;
+    using A64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, true, true, true, false>;
+    using B64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, true, true, true, true>;
+    using A128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true, false>;
+    using B128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true, true>;
+    using A256 = FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false, true, true, true, false>;
+    using B256 = FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false, true, true, true, true>;
+    using A64d = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false, false, true, false>;
+    using B64d = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false, false, true, true>;
+    for (int rep = 0; rep < 2; ++rep) {
+      ab_sweep<64, A64, B64, kAlibi | kStaticMask>("d64 alibi st: per tile", b, true, sl);
+      ab_sweep<128, A128, B128, kAlibi | kStaticMask>("d128 alibi st: per tile", b, true, sl);
+      ab_sweep<256, A256, B256, kAlibi | kStaticMask>("d256 alibi st: per tile", b, true, sl);
+      ab_sweep<64, A64d, B64d, kAlibi>("d64 alibi dyn: per tile", b, true, sl);
+    }
+    return 0;
+  }
   if (std::string(only) == "alibiwidth") {
     // The d = 64 static ALiBi instance (192 x 128 with the max tree and the early rescale, the
     // library's since 9508dce) against 96-key blocks with the same extras (a shorter chain a

@@ -327,9 +327,15 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     };
     // Score modifiers (built once for the tile: problem/score_mod.h ScoreMods), then the
     // element mask on the boundary blocks only (problem/mask.h).
-    const ScoreMods<kVariant> mods = score_mods_of<kVariant>(kp, batch, head);
+    const ScoreMods<kVariant> mods =
+        Traits::kModsPerTile ? score_mods_of<kVariant>(kp, batch, head) : ScoreMods<kVariant>{};
     auto score_tile = [&](int n) {
-      mods.apply(acc_s, kp, m_start + warp_row0, n * kBlockN, lane);
+      if constexpr (Traits::kModsPerTile) {
+        mods.apply(acc_s, kp, m_start + warp_row0, n * kBlockN, lane);
+      } else {
+        apply_score_mods<kVariant>(acc_s, kp, batch, head, m_start + warp_row0, n * kBlockN,
+                                   lane);
+      }
       if (n >= w.blocks.unmasked_end || n < w.blocks.unmasked_begin) {
         mask_of<kDynamic>(seq_info<kSeqlens>(p, batch), p)
             .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);

@@ -32,9 +32,14 @@ struct FwdTmaParams {
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true,
           int kPolyEighths_ = 0, int kHalves_ = 0, bool kWarpFusedExp_ = false,
           bool kStamps_ = false, int kTmaStoreO_ = 0, bool kCapAfterMax_ = true,
-          bool kEarlyRescale_ = false, bool kMaxTree_ = false, bool kSumTree_ = false>
+          bool kEarlyRescale_ = false, bool kMaxTree_ = false, bool kSumTree_ = false,
+          bool kModsPerTile_ = true>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // The score modifiers built once a tile (problem/score_mod.h ScoreMods: ALiBi's slope load and
+  // division out of the step loop), the library's; false builds them at every key block, as
+  // before ece7f2f: a harness knob for the A/B (tune_fwd90 `alibihoist`).
+  static constexpr bool kModsPerTile = kModsPerTile_;
   // A step's row sums as pairwise trees over the finished exponentials (common/softmax.h
   // ExpPolicy kSumTree) instead of a serial FADD chain per row fed by each MUFU.EX2 in turn
   // (the library's SASS at d = 128: MUFU, FADD, MUFU, FADD, each FADD waiting on its MUFU and on
