@@ -329,6 +329,19 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     // element mask on the boundary blocks only (problem/mask.h).
     const ScoreMods<kVariant> mods =
         Traits::kModsPerTile ? score_mods_of<kVariant>(kp, batch, head) : ScoreMods<kVariant>{};
+    // The element mask of a boundary block. In the variants with sequence arrays, from the
+    // tile's sequence info (w.seq, in registers) up to d = 128: from seq_info at each such block,
+    // the arrays' loads (5 LDG a step in the dynamic variants' SASS, 10 with softcap's two
+    // masks) sat after the S GEMM's wait. At d = 256 w.seq held across the steps spills (ptxas:
+    // dynamic 0 -> 40 bytes), so the arrays are read again there; the padded variants' seq_info
+    // is the call's constants (no loads).
+    auto block_mask = [&] {
+      if constexpr (kSeqlens && Traits::kHeadDim <= 128) {
+        return mask_of<kDynamic>(w.seq, p);
+      } else {
+        return mask_of<kDynamic>(seq_info<kSeqlens>(p, batch), p);
+      }
+    };
     auto score_tile = [&](int n) {
       if constexpr (Traits::kModsPerTile) {
         mods.apply(acc_s, kp, m_start + warp_row0, n * kBlockN, lane);
@@ -337,8 +350,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
                                    lane);
       }
       if (n >= w.blocks.unmasked_end || n < w.blocks.unmasked_begin) {
-        mask_of<kDynamic>(seq_info<kSeqlens>(p, batch), p)
-            .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
+        block_mask().apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
       }
     };
     // S_n -> P_n: the score modifiers and the mask, the new row max, the exponentials. Softcap
@@ -351,10 +363,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         // The mask before the max (-inf out of it) and again after the tanh (tanh(-inf) = -1).
         const bool boundary = n >= w.blocks.unmasked_end || n < w.blocks.unmasked_begin;
         auto mask = [&] {
-          if (boundary) {
-            mask_of<kDynamic>(seq_info<kSeqlens>(p, batch), p)
-                .apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
-          }
+          if (boundary) block_mask().apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
         };
         const float pre = kp.score.softcap_pre;
         mask();
