@@ -60,6 +60,9 @@ struct BwdWork {
   int n_start, keys_valid;
   int m_begin, m_end, um_begin, um_end;
   int total;  // steps: heads_per_split * (m_end - m_begin)
+  // The entry's lengths (the variants with sequence arrays: block_mask reads them here instead
+  // of loading the arrays again at each boundary step).
+  int seqlen_q, seqlen_k;
 };
 
 template <int kBlockM, int kBlockN, int kVariant, bool kDynamic = variant_dynamic(kVariant),
@@ -76,6 +79,8 @@ __device__ __forceinline__ BwdWork<kDynamic, kSeqlens> bwd_work(const BwdKernelP
   w.hsplit = tile.split;
   w.head_k = tile.head_k;
   w.head_first = w.head_k * (p.num_heads / p.num_heads_k) + w.hsplit * kp.heads_per_split;
+  w.seqlen_q = seq.seqlen_q;
+  w.seqlen_k = seq.seqlen_k;
   w.n_start = tile.n_block * kBlockN;
   w.keys_valid = min(kBlockN, seq.seqlen_k - w.n_start);
   const int num_m = ceil_div(seq.seqlen_q, kBlockM);
@@ -96,7 +101,11 @@ __device__ __forceinline__ BwdWork<kDynamic, kSeqlens> bwd_work(const BwdKernelP
 // point of use it reads them from the kernel parameters.
 template <typename Work>
 __device__ __forceinline__ Mask block_mask(const BwdParams& p, const Work& w) {
-  return mask_of<Work::kDynamic>(seq_info<Work::kSeqlens>(p, w.batch), p);
+  if constexpr (Work::kSeqlens) {
+    return mask_of<Work::kDynamic>(SeqInfo{w.batch, w.seqlen_q, w.seqlen_k, -1, -1}, p);
+  } else {
+    return mask_of<Work::kDynamic>(seq_info<false>(p, w.batch), p);
+  }
 }
 
 // Issues the cp.async loads of K and V of the block (no commit).
