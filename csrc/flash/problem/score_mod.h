@@ -254,8 +254,7 @@ struct ScoreMods {
 
 template <int kVariant, typename KP>
 __device__ __forceinline__ ScoreMods<kVariant> score_mods_of(const KP& kp, int batch, int head) {
-  ScoreMods<kVariant> m{};
-  m.alibi_on = false;
+  ScoreMods<kVariant> m{};  // alibi_on false
   if constexpr (variant_may_alibi(kVariant)) {
     m.alibi_on = alibi_on<kVariant>(kp);
     if (m.alibi_on) m.alibi = alibi_of<kVariant>(kp, batch, head);
