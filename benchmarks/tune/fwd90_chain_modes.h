@@ -1,0 +1,116 @@
+// tune_fwd90's modes on the modifier instances' softmax chain (benchmarks/NOTES.md 12.29): each
+// an interleaved A/B (ab_sweep) of the library's tile against variants of it, on the library's
+// schedule, 4k / 16k keys, non-causal and causal, two passes. tune_fwd90.cu runs them through
+// run_chain_mode; -DTUNE_FWD90_ALIBI_ONLY builds these modes alone.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fwd90_harness.h"
+
+// Runs `mode` if it is one of this file's; false otherwise.
+inline bool run_chain_mode(const std::string& mode, const Buffers& b) {
+  using fa::sm90::FwdTraits;
+  const std::vector<int> sl = {4096, 16384};
+  // The modes' common frame: the library's schedule, the A/B pairs run twice.
+  auto twice = [](auto&& pairs) {
+    g_library_schedule = true;
+    for (int rep = 0; rep < 2; ++rep) pairs();
+  };
+  if (mode == "alibichain") {
+    // The static-mask ALiBi instance at d = 64 (library: 192 x 128, sum tree; 0.84-0.88 of plain
+    // in the features bench at 0ffe10c) against the same kernel with a shorter softmax chain
+    // per step: the row max as a tree (kMaxTree), the O rescale under the next S GEMM
+    // (kEarlyRescale), both; and against 128 x 128 with ping-pong and 192 x 128 with 3 stages.
+    // Why: folding the bias's constant part into the row max (9f7fc52) took half an FADD a
+    // score off the issue stream and measured 1-4% slower, as if the step were bound by its
+    // dependent chain (S -> bias -> max -> exponentials -> P), not by its instruction count.
+    using A64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false, false, true>;
+    using Tree = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false, true, true>;
+    using Early = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, true, false, true>;
+    using Both = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, true, true, true>;
+    using Pp = FwdTraits<64, 128, 128, 2, true, 0, 0, true, false, 0, false, false, false, true>;
+    using S3 = FwdTraits<64, 192, 128, 3, true, 0, 0, true, false, 0, false, false, false, true>;
+    twice([&] {
+      ab_sweep<64, A64, Tree, kAlibi | kStaticMask>("d64 alibi st: max tree", b, true, sl);
+      ab_sweep<64, A64, Early, kAlibi | kStaticMask>("d64 alibi st: early rescale", b, true, sl);
+      ab_sweep<64, A64, Both, kAlibi | kStaticMask>("d64 alibi st: both", b, true, sl);
+      ab_sweep<64, A64, Pp, kAlibi | kStaticMask>("d64 alibi st: 128x128 pingpong", b, true, sl);
+      ab_sweep<64, A64, S3, kAlibi | kStaticMask>("d64 alibi st: 3 stages", b, true, sl);
+    });
+    return true;
+  }
+  if (mode == "alibichain128") {
+    // As `alibichain`, on the static-mask ALiBi instance at d = 128 (library: 128 x 176, sum
+    // tree; 0.90-0.96 of plain at 0ffe10c): the max tree, and the max tree with the early
+    // rescale (the d = 64 instance's since alibichain). Also d = 64's library tile (now both)
+    // against the max tree alone once more.
+    using A128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true>;
+    using Tree128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, true, true>;
+    using Both128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, true, true, true>;
+    using Both64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, true, true, true>;
+    using Tree64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false, true, true>;
+    twice([&] {
+      ab_sweep<128, A128, Tree128, kAlibi | kStaticMask>("d128 alibi st: max tree", b, true, sl);
+      ab_sweep<128, A128, Both128, kAlibi | kStaticMask>("d128 alibi st: both", b, true, sl);
+      ab_sweep<64, Both64, Tree64, kAlibi | kStaticMask>("d64 alibi st: both -> max tree", b, true, sl);
+    });
+    return true;
+  }
+  if (mode == "alibihoist") {
+    // ALiBi's slope (a global load and a MUFU.RCP) built at every key block, right after the S
+    // GEMM's wait (A, before ece7f2f) or once a tile (B, FwdTraits kModsPerTile, the library's
+    // since ece7f2f: benchmarks/NOTES.md 12.29 item 7), on the library's ALiBi tiles: static
+    // d = 64 / 128 / 256 and the dynamic variant at d = 64 (varlen / window calls).
+    using A64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, true, true, true, false>;
+    using B64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, true, true, true, true>;
+    using A128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true, false>;
+    using B128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true, true>;
+    using A256 = FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false, true, true, true, false>;
+    using B256 = FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false, true, true, true, true>;
+    using A64d = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false, false, true, false>;
+    using B64d = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false, false, true, true>;
+    twice([&] {
+      ab_sweep<64, A64, B64, kAlibi | kStaticMask>("d64 alibi st: per tile", b, true, sl);
+      ab_sweep<128, A128, B128, kAlibi | kStaticMask>("d128 alibi st: per tile", b, true, sl);
+      ab_sweep<256, A256, B256, kAlibi | kStaticMask>("d256 alibi st: per tile", b, true, sl);
+      ab_sweep<64, A64d, B64d, kAlibi>("d64 alibi dyn: per tile", b, true, sl);
+    });
+    return true;
+  }
+  if (mode == "alibiwidth") {
+    // The d = 64 static ALiBi instance (192 x 128 with the max tree and the early rescale, the
+    // library's since 9508dce) against 96-key blocks with the same extras (a shorter chain a
+    // step against more steps; 160 keys spill 208 bytes and serialize the wgmmas, C7512) and
+    // against 1 of 8 exponentials on the FMA pipe (a shorter MUFU phase in the chain).
+    using A64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, true, true, true>;
+    using N96 = FwdTraits<64, 192, 96, 2, true, 0, 0, true, false, 0, false, true, true, true>;
+    using Poly1 = FwdTraits<64, 192, 128, 2, true, 1, 0, true, false, 0, false, true, true, true>;
+    twice([&] {
+      ab_sweep<64, A64, N96, kAlibi | kStaticMask>("d64 alibi st: 192x96", b, true, sl);
+      ab_sweep<64, A64, Poly1, kAlibi | kStaticMask>("d64 alibi st: poly 1/8", b, true, sl);
+    });
+    return true;
+  }
+  if (mode == "capchain") {
+    // As `alibichain`, on the static-mask softcap instances: d = 64 (library: 192 x 128, 2 of 8
+    // exponentials on the FMA pipe, no sum tree; the max after the tanh) with the max tree, the
+    // early rescale, both; d = 128 (128 x 176, the max over the raw scores beside the tanh
+    // stream, sum tree) with the early rescale.
+    using C64 = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, false, false, false, false>;
+    using C64Tree = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, false, false, true, false>;
+    using C64Early = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, false, true, false, false>;
+    using C64Both = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, false, true, true, false>;
+    using C128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true>;
+    using C128Early = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, true, false, true>;
+    twice([&] {
+      ab_sweep<64, C64, C64Tree, kSoftcap | kStaticMask>("d64 cap st: max tree", b, true, sl);
+      ab_sweep<64, C64, C64Early, kSoftcap | kStaticMask>("d64 cap st: early rescale", b, true, sl);
+      ab_sweep<64, C64, C64Both, kSoftcap | kStaticMask>("d64 cap st: both", b, true, sl);
+      ab_sweep<128, C128, C128Early, kSoftcap | kStaticMask>("d128 cap st: early rescale", b, true, sl);
+    });
+    return true;
+  }
+  return false;
+}
