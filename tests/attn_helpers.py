@@ -136,11 +136,11 @@ def attention_fp32_scores(q, k, v, causal=False, softmax_scale=None, alibi_slope
         v = v.repeat_interleave(nheads // nheads_k, dim=2)
     scores = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) * softmax_scale
     sq, sk = q.shape[1], k.shape[1]
-    rows = torch.arange(sq, device=q.device).unsqueeze(1)
-    cols = torch.arange(sk, device=q.device).unsqueeze(0)
     if alibi_slopes is not None:
         scores = scores + alibi_bias(alibi_slopes, q.shape[0], sq, sk, causal, torch.float32)
     if causal:
+        rows = torch.arange(sq, device=q.device).unsqueeze(1)
+        cols = torch.arange(sk, device=q.device).unsqueeze(0)
         scores = scores.masked_fill(cols > rows + (sk - sq), float("-inf"))
     probs = torch.softmax(scores, dim=-1).nan_to_num(0.0).to(dtype)
     out = torch.einsum("bhqk,bkhd->bqhd", probs, v)

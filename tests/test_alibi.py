@@ -87,7 +87,6 @@ def check_forward_fp64(q, k, v, what, causal, slopes):
         assert_lse_rule(lse, ref_lse, base_lse, f"{what}: lse ({path})", fp32_ulps=8)
 
 
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal, seqlens", [(False, (1000, 1000)), (False, (1234, 2317)),
                                              (True, (2317, 2317))],
