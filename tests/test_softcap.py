@@ -170,6 +170,34 @@ def test_softcap_differs_from_plain_and_matches_flash_attn_convention():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype, d", [(torch.float16, 64), (torch.bfloat16, 64),
+                                      (torch.bfloat16, 128), (torch.float16, 256)],
+                         ids=["fp16-d64", "bf16-d64", "bf16-d128", "fp16-d256"])
+def test_softcap_polynomial_and_sfu_blocks_mixed(causal, dtype, d):
+    """The Hopper forward takes softcap's tanh as a polynomial on the key blocks whose raw scores
+    a warp finds within |logit| <= softcap (problem/score_mod.h cap_poly_fits, a vote per warp and
+    block), MUFU.TANH elsewhere, so one row's running max and sum mix blocks of both. Here every
+    third block of 128 keys has logits of spread ~8 and every fourth group of 16 query rows of
+    spread ~6, so that past softcap 20 some warps' blocks take one form and some the other, in
+    every order along a row; the rest of the logits stay far inside the cap (the polynomial)."""
+    skip_unless_built(d)
+    sq, sk, softcap = 1100, 1500, 20.0
+    nheads, nheads_k = HEADS["gqa"]
+    q, k, v = make_qkv(1, sq, sk, nheads, nheads_k, d, dtype)
+    with torch.no_grad():
+        rows = torch.arange(sq, device=q.device)
+        keys = torch.arange(sk, device=q.device)
+        q.mul_(torch.where((rows // 16) % 4 == 3, 6.0, 1.0).to(dtype)[None, :, None, None])
+        k.mul_(torch.where((keys // 128) % 3 == 1, 8.0, 1.0).to(dtype)[None, :, None, None])
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    logits = torch.einsum("bqhd,bkhd->bhqk", q[:, :, :1].float(), k[:, :, :1].float()) * d ** -0.5
+    assert (logits.abs() > softcap).any() and (logits.abs() < softcap / 4).float().mean() > 0.5
+    dout = torch.randn_like(q)
+    check_both_paths(q, k, v, dout, "softcap poly / sfu mixed", causal=causal, softcap=softcap)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("softcap", [30.0, 50.0, 65.0, 66.0, 100.0])
 @pytest.mark.parametrize("pattern", ["all_low", "max_at_key0", "mixed"])
 def test_softcap_bounded_reference_extremes(softcap, pattern):

@@ -33,9 +33,15 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           int kPolyEighths_ = 0, int kHalves_ = 0, bool kWarpFusedExp_ = false,
           bool kStamps_ = false, int kTmaStoreO_ = 0, bool kCapAfterMax_ = true,
           bool kEarlyRescale_ = false, bool kMaxTree_ = false, bool kSumTree_ = false,
-          bool kModsPerTile_ = true>
+          bool kModsPerTile_ = true, bool kCapPoly_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // Softcap alone: a key block without an element mask whose raw scores a warp's lanes all find
+  // in the polynomial's range (problem/score_mod.h cap_poly_fits, a vote) takes the tanh as an
+  // odd polynomial on the FMA pipe, folded into the exponent's FFMA (cap_poly_slope), with the
+  // row max over the raw scores; other blocks take MUFU.TANH as before. One MUFU a score
+  // instead of two; a tuning knob (tune_fwd90 `cappoly`).
+  static constexpr bool kCapPoly = kCapPoly_;
   // The score modifiers built once a tile (problem/score_mod.h ScoreMods: ALiBi's slope load and
   // division out of the step loop), the library's; false builds them at every key block, as
   // before ece7f2f: a harness knob for the A/B (tune_fwd90 `alibihoist`).
