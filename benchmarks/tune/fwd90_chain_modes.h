@@ -60,9 +60,10 @@ inline bool run_chain_mode(const std::string& mode, const Buffers& b) {
   }
   if (mode == "alibihoist") {
     // ALiBi's slope (a global load and a MUFU.RCP) built at every key block, right after the S
-    // GEMM's wait (A, before ece7f2f) or once a tile (B, FwdTraits kModsPerTile, the library's
-    // since ece7f2f: benchmarks/NOTES.md 12.29 item 7), on the library's ALiBi tiles: static
-    // d = 64 / 128 / 256 and the dynamic variant at d = 64 (varlen / window calls).
+    // GEMM's wait (A, before ece7f2f) or once a tile (B, FwdTraits kModsPerTile: benchmarks/NOTES.md
+    // 12.29 item 7, 12.31), on the library's ALiBi tiles: static d = 64 / 128 / 256 and the
+    // dynamic variant at d = 64 (varlen / window calls). The library: tiles.h
+    // fwd_mods_per_tile_sm90 (A at d = 64 static since 12.31).
     using A64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, true, true, true, false>;
     using B64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, true, true, true, true>;
     using A128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true, false>;
@@ -109,36 +110,6 @@ inline bool run_chain_mode(const std::string& mode, const Buffers& b) {
       ab_sweep<64, C64, C64Early, kSoftcap | kStaticMask>("d64 cap st: early rescale", b, true, sl);
       ab_sweep<64, C64, C64Both, kSoftcap | kStaticMask>("d64 cap st: both", b, true, sl);
       ab_sweep<128, C128, C128Early, kSoftcap | kStaticMask>("d128 cap st: early rescale", b, true, sl);
-    });
-    return true;
-  }
-  if (mode == "cappoly") {
-    // The library's softcap instances (static d = 64 / 128 / 256, dynamic d = 64 / 128: the
-    // tiles and knobs fwd_launch.h gives them) against the same with the polynomial tanh
-    // (FwdTraits kCapPoly: one MUFU a score where a warp's scores lie in |s pre| <= 1, as all of
-    // the harness's do at softcap 30). Why: softcap's step is bound by the SFU (12.23.9, 12.29
-    // item 5), two MUFU a score.
-    using S64 = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, false, false, false, false>;
-    using S64p = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, false, false, false, false,
-                           true, true>;
-    using S128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true>;
-    using S128p = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true,
-                            true, true>;
-    using S256 = FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false, false, false, true>;
-    using S256p = FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false, false, false, true,
-                            true, true>;
-    using D64 = FwdTraits<64, 128, 128, 2, true, 2, 0, true, false, 0, false, false, false, false>;
-    using D64p = FwdTraits<64, 128, 128, 2, true, 2, 0, true, false, 0, false, false, false, false,
-                           true, true>;
-    using D128 = FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true, false, false, true>;
-    using D128p = FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true, false, false, true,
-                            true, true>;
-    twice([&] {
-      ab_sweep<64, S64, S64p, kSoftcap | kStaticMask>("d64 cap st: poly tanh", b, true, sl);
-      ab_sweep<128, S128, S128p, kSoftcap | kStaticMask>("d128 cap st: poly tanh", b, true, sl);
-      ab_sweep<256, S256, S256p, kSoftcap | kStaticMask>("d256 cap st: poly tanh", b, true, sl);
-      ab_sweep<64, D64, D64p, kSoftcap>("d64 cap dyn: poly tanh", b, true, sl);
-      ab_sweep<128, D128, D128p, kSoftcap>("d128 cap dyn: poly tanh", b, true, sl);
     });
     return true;
   }

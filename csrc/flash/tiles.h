@@ -372,12 +372,16 @@ __host__ __device__ constexpr int fwd_poly_eighths_sm90(int head_dim, bool softc
 // and 192 not measured; at d = 256 the static tile spills with it, ptxas: 36 bytes against 0).
 __host__ __device__ constexpr bool fwd_cap_after_max_sm90(int head_dim) { return head_dim == 128; }
 
-// The softcap variants' polynomial tanh (FwdTraits kCapPoly: one MUFU a score on the key blocks
-// whose scores allow it, problem/score_mod.h cap_poly_fits). Measured slower everywhere on the
-// H200 (tune_fwd90 `cappoly`, results/tune_fwd90_v30_cappoly_h200.txt, time on / off: static
-// d = 64 1.04-1.06, d = 128 1.17-1.18, d = 256 1.14-1.18, dynamic d = 64 0.98-1.01, d = 128
-// 1.00-1.02): off.
-__host__ __device__ constexpr bool fwd_cap_poly_sm90(int head_dim) { return head_dim < 0; }
+// Where the sm90a forward builds its score modifiers once a tile (FwdTraits kModsPerTile:
+// ALiBi's slope load and MUFU.RCP out of the step loop) rather than at every key block. Measured
+// on the H200 (tune_fwd90 `alibihoist`, benchmarks/results/tune_fwd90_v31_alibihoist_h200.txt;
+// interleaved, time once a tile / every block, 4k / 16k non-causal then causal, two passes):
+// static ALiBi d = 64 (192 x 128, max tree and early rescale) 1.026-1.037 (slower; why is not
+// established), d = 128 0.984-1.003, d = 256 0.972-0.983,
+// the dynamic variant at d = 64 0.979-0.987: everywhere but d = 64's static ALiBi instance.
+__host__ __device__ constexpr bool fwd_mods_per_tile_sm90(int head_dim, bool static_alibi) {
+  return !(head_dim == 64 && static_alibi);
+}
 
 // Where the sm90a forward rescales O by a step's new row max (FwdTraits kEarlyRescale): under
 // the next step's S GEMM (FlashAttention-3's order) for the static variant's long-row tile at

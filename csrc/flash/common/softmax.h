@@ -184,34 +184,12 @@ struct OnlineSoftmax {
         for (int nt = 1; nt < kNTiles; ++nt) {
           tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][hr * 2], s[mt][nt][hr * 2 + 1]));
         }
-        new_max_capped_row(mt, hr, tile_max, scale_log2, ref, rescale, cap);
+        const float m_new = fmaxf(m[mt][hr], cap(quad_max(tile_max)));
+        ref[mt][hr] = m_new == -INFINITY ? 0.f : m_new;
+        rescale[mt][hr] = ptx::ex2_approx((m[mt][hr] - ref[mt][hr]) * scale_log2);
+        m[mt][hr] = m_new;
       }
     }
-  }
-
-  // new_max_capped from the lane's own maxima of the tile's raw scores, per row (before the quad
-  // reduction), taken by the caller (the polynomial softcap, sm90/fwd_kernel.h: as trees,
-  // beside the minima that decide its range).
-  template <typename Cap>
-  __device__ __forceinline__ void new_max_capped(const float (&tile_max)[kMTiles][2],
-                                                 float scale_log2, float (&ref)[kMTiles][2],
-                                                 float (&rescale)[kMTiles][2], const Cap& cap) {
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr)
-        new_max_capped_row(mt, hr, tile_max[mt][hr], scale_log2, ref, rescale, cap);
-  }
-
-  template <typename Cap>
-  __device__ __forceinline__ void new_max_capped_row(int mt, int hr, float tile_max,
-                                                     float scale_log2, float (&ref)[kMTiles][2],
-                                                     float (&rescale)[kMTiles][2],
-                                                     const Cap& cap) {
-    const float m_new = fmaxf(m[mt][hr], cap(quad_max(tile_max)));
-    ref[mt][hr] = m_new == -INFINITY ? 0.f : m_new;
-    rescale[mt][hr] = ptx::ex2_approx((m[mt][hr] - ref[mt][hr]) * scale_log2);
-    m[mt][hr] = m_new;
   }
 
   // Step 2: o *= rescale, row by row.
@@ -232,18 +210,6 @@ struct OnlineSoftmax {
                                                const float (&ref)[kMTiles][2],
                                                const float (&rescale)[kMTiles][2],
                                                float scale_log2) {
-    exponentiate_sloped<Exp>(s, ref, rescale, scale_log2, [scale_log2](float) { return scale_log2; });
-  }
-
-  // exponentiate whose fused exponent (Exp::kFusedExponent) is fmaf(s, slope(s), -ref *
-  // scale_log2): slope(s) = scale_log2 above; s * slope(s) = cap(s) * scale_log2 for a score map
-  // cap applied here instead of on the tile beforehand (the polynomial softcap,
-  // problem/score_mod.h cap_poly_slope; ref then in cap's units, from new_max_capped).
-  template <typename Exp, int kNTiles, typename Slope>
-  __device__ __forceinline__ void exponentiate_sloped(float (&s)[kMTiles][kNTiles][4],
-                                                      const float (&ref)[kMTiles][2],
-                                                      const float (&rescale)[kMTiles][2],
-                                                      float scale_log2, const Slope& slope) {
     if constexpr (Exp::kWarpFused) {
       constexpr float kBound = static_cast<float>(1 << Exp::kWarpFusedLog2);
       bool small = true;
@@ -252,11 +218,11 @@ struct OnlineSoftmax {
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) small = small && fabsf(ref[mt][hr] * scale_log2) < kBound;
       if (__all_sync(0xffffffffu, small)) {
-        exponentiate_sloped<ExpPolicy<Exp::kPolyEighths, true, 0, Exp::kSumTree>>(
-            s, ref, rescale, scale_log2, slope);
+        exponentiate<ExpPolicy<Exp::kPolyEighths, true, 0, Exp::kSumTree>>(s, ref, rescale,
+                                                                           scale_log2);
       } else {
-        exponentiate_sloped<ExpPolicy<Exp::kPolyEighths, false, 0, Exp::kSumTree>>(
-            s, ref, rescale, scale_log2, slope);
+        exponentiate<ExpPolicy<Exp::kPolyEighths, false, 0, Exp::kSumTree>>(s, ref, rescale,
+                                                                            scale_log2);
       }
     } else {
 #pragma unroll
@@ -270,8 +236,7 @@ struct OnlineSoftmax {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const float x = Exp::kFusedExponent
-                                  ? fmaf(s[mt][nt][hr * 2 + e], slope(s[mt][nt][hr * 2 + e]),
-                                         ref_log2)
+                                  ? fmaf(s[mt][nt][hr * 2 + e], scale_log2, ref_log2)
                                   : (s[mt][nt][hr * 2 + e] - ref[mt][hr]) * scale_log2;
               const float p = nt % 8 >= 8 - Exp::kPolyEighths ? exp2_fma(x) : ptx::ex2_approx(x);
               s[mt][nt][hr * 2 + e] = p;

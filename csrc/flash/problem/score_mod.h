@@ -38,20 +38,7 @@ struct ScoreScale {
   // whether a softcap-only bf16 forward may take it, and its floor in score units.
   bool bounded_ref;
   float ref_floor;
-  // Softcap's tanh as an odd polynomial on the FMA pipe (cap_poly_slope below), for score tiles
-  // whose raw scores all lie in |s| <= cap_poly_bound: the coefficients of s * Q(s^2) =
-  // tanh(s * softcap_pre) * scale_log2, and that bound (kCapPolyRange / softcap_pre).
-  float cap_poly[4];
-  float cap_poly_bound;
 };
-
-// tanh(x) = x P(x^2) on |x| <= kCapPolyRange, P of degree 3: a least-max relative error fit,
-// 8.2e-5 = 2^-13.6 evaluated in fp32 (MUFU.TANH's bound is 2^-10.99), monotone on the range.
-// Replaces the SFU's tanh where a tile's scores allow it (sm90/fwd_kernel.h FwdTraits
-// kCapPoly): the SFU then takes one MUFU a score (the exponential) instead of two.
-constexpr float kCapPolyRange = 1.f;
-constexpr double kCapPolyCoeffs[4] = {0.9999185800552368, -0.3306542932987213,
-                                      0.11889755725860596, -0.026629677042365074};
 
 // Softcap bounds every score to [-1, 1] (score units), so a forward can take each row's
 // exponents against one reference fixed at its first key block, R = max(first block's max,
@@ -76,12 +63,6 @@ inline ScoreScale score_scale_of(const AttnParams& p) {
   r.bounded_ref = p.softcap > 0.f && p.dtype == DType::kBFloat16 &&
                   r.scale_log2 <= kMaxBoundedScaleLog2;
   r.ref_floor = 1.f - kBoundedRefHeadroom / r.scale_log2;
-  // tanh(s pre) scale_log2 = s Q(s^2), Q's k-th coefficient a_k pre^(2k+1) scale_log2 (double
-  // on the host, then one rounding to fp32 each).
-  const double pre = r.softcap_pre;
-  double f = pre * static_cast<double>(r.scale_log2);
-  for (int k = 0; k < 4; ++k, f *= pre * pre) r.cap_poly[k] = static_cast<float>(kCapPolyCoeffs[k] * f);
-  r.cap_poly_bound = pre > 0. ? static_cast<float>(kCapPolyRange / pre) : 0.f;
   return r;
 }
 
@@ -98,64 +79,6 @@ template <int kM, int kN>
 __device__ __forceinline__ void apply_softcap(float (&s)[kM][kN][4], float pre) {
 #pragma unroll
   for (int i = 0; i < kM; ++i) apply_softcap(s[i], pre);
-}
-
-// The polynomial softcap (ScoreScale::cap_poly): Q(s^2), such that the fused exponent
-// fmaf(s, Q(s^2), -ref * scale_log2) is (tanh(s pre) - ref) * scale_log2 within 2^-13.6 of the
-// capped score (|s| <= cap_poly_bound).
-__device__ __forceinline__ float cap_poly_slope(float s, const float (&b)[4]) {
-  const float u = s * s;
-  return fmaf(fmaf(fmaf(b[3], u, b[2]), u, b[1]), u, b[0]);
-}
-
-// The lane's largest and smallest raw score of each of its rows (hr) in a tile of one m-tile,
-// as four interleaved chains each (short dependent chains, as they sit between S landing and
-// the exponentials, without a full tree's live values: that spilled 80 bytes at d = 128).
-// The polynomial softcap takes the row max from the first and its range from both.
-template <int kN>
-__device__ __forceinline__ void row_extrema(const float (&s)[1][kN][4], float (&hi)[1][2],
-                                            float (&lo)[1][2]) {
-  constexpr int kChains = kN < 4 ? kN : 4;
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    float a[kChains], b[kChains];
-#pragma unroll
-    for (int j = 0; j < kN; ++j) {
-      const float x = s[0][j][hr * 2], y = s[0][j][hr * 2 + 1];
-      if (j < kChains) {
-        a[j] = fmaxf(x, y);
-        b[j] = fminf(x, y);
-      } else {
-        a[j % kChains] = fmaxf(a[j % kChains], fmaxf(x, y));
-        b[j % kChains] = fminf(b[j % kChains], fminf(x, y));
-      }
-    }
-#pragma unroll
-    for (int c = 1; c < kChains; ++c) {
-      a[0] = fmaxf(a[0], a[c]);
-      b[0] = fminf(b[0], b[c]);
-    }
-    hi[0][hr] = a[0];
-    lo[0][hr] = b[0];
-  }
-}
-
-// s <- s Q(s^2) = tanh(s pre) scale_log2 in place (|s| <= cap_poly_bound): the polynomial
-// softcap's capped scores in exponent units, ahead of the row max, so that only an FADD per
-// score is left between the row's reference and its exponential.
-template <int kN>
-__device__ __forceinline__ void apply_cap_poly(float (&s)[1][kN][4], const float (&b)[4]) {
-#pragma unroll
-  for (int j = 0; j < kN; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s[0][j][e] *= cap_poly_slope(s[0][j][e], b);
-}
-
-// Whether the lane's scores (their row extrema above) lie in the polynomial's range; fmaxf /
-// fminf pass over a NaN score, which either path carries into the output alike.
-__device__ __forceinline__ bool cap_poly_fits(const float (&hi)[1][2], const float (&lo)[1][2],
-                                              float bound) {
-  return fmaxf(fmaxf(hi[0][0], hi[0][1]), -fminf(lo[0][0], lo[0][1])) <= bound;
 }
 
 // ALiBi (flashattn_cu.h, AttnParams::alibi_slopes) in score units: slope / score_scale. Needs no

@@ -357,26 +357,6 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     // alone on a block without an element mask takes the row max over the raw scores
     // (Traits::kCapAfterMax), so that the max reduction does not wait for the tanh stream.
     auto scores_to_p = [&](int n, float (&ref)[1][2], float (&rescale)[1][2]) {
-      if constexpr (Traits::kCapPoly && kSoftcapAlone) {
-        // The polynomial softcap (FwdTraits kCapPoly) where the warp's scores allow it: the row
-        // max over the raw scores mapped once a row, then each score's tanh folded into its
-        // exponent; all exponentials on the SFU (its tanh stream is gone).
-        const bool boundary = n >= w.blocks.unmasked_end || n < w.blocks.unmasked_begin;
-        const ScoreScale& sc = kp.score;
-        float hi[1][2], lo[1][2];
-        row_extrema(acc_s, hi, lo);
-        if (__all_sync(0xffffffffu, !boundary && cap_poly_fits(hi, lo, sc.cap_poly_bound))) {
-          apply_cap_poly(acc_s, sc.cap_poly);  // exponent units (no block mask here)
-          softmax.new_max_capped(hi, scale_log2, ref, rescale, [&sc](float m) {
-            return m * cap_poly_slope(m, sc.cap_poly) * sc.inv_scale_log2;
-          });
-          if constexpr (Traits::kStamps) clock.step(kStepMax);
-          // The exponent y - ref * scale_log2 (an FADD: the slope 1 on exponent units).
-          softmax.template exponentiate_sloped<ExpPolicy<0, true, 0, Traits::kSumTree>>(
-              acc_s, ref, rescale, scale_log2, [](float) { return 1.f; });
-          return;
-        }
-      }
       constexpr bool kCapAfterMax = Traits::kCapAfterMax && variant_softcap(kVariant) &&
                                     !variant_may_alibi(kVariant);
       if constexpr (kCapAfterMax) {

@@ -132,8 +132,8 @@ Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream
                            false, tile.o_store, fwd_cap_after_max_sm90(kHeadDim),
                            fwd_early_rescale_sm90(kHeadDim, kLongRows, kStaticAlibi),
                            fwd_max_tree_sm90(kHeadDim, kLongRows, kStaticAlibi),
-                           fwd_sum_tree_sm90(kHeadDim, variant_softcap(kVariant)), true,
-                           fwd_cap_poly_sm90(kHeadDim)>;
+                           fwd_sum_tree_sm90(kHeadDim, variant_softcap(kVariant)),
+                           fwd_mods_per_tile_sm90(kHeadDim, kStaticAlibi)>;
   return launch_fwd_config<Element, Traits, kVariant>(p, sms, l2_bytes, causal_persistent(p),
                                                       stream);
 }

@@ -33,18 +33,12 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           int kPolyEighths_ = 0, int kHalves_ = 0, bool kWarpFusedExp_ = false,
           bool kStamps_ = false, int kTmaStoreO_ = 0, bool kCapAfterMax_ = true,
           bool kEarlyRescale_ = false, bool kMaxTree_ = false, bool kSumTree_ = false,
-          bool kModsPerTile_ = true, bool kCapPoly_ = false>
+          bool kModsPerTile_ = true>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
-  // Softcap alone: a key block without an element mask whose raw scores a warp's lanes all find
-  // in the polynomial's range (problem/score_mod.h cap_poly_fits, a vote) takes the tanh as an
-  // odd polynomial on the FMA pipe, folded into the exponent's FFMA (cap_poly_slope), with the
-  // row max over the raw scores; other blocks take MUFU.TANH as before. One MUFU a score
-  // instead of two; a tuning knob (tune_fwd90 `cappoly`).
-  static constexpr bool kCapPoly = kCapPoly_;
   // The score modifiers built once a tile (problem/score_mod.h ScoreMods: ALiBi's slope load and
-  // division out of the step loop), the library's; false builds them at every key block, as
-  // before ece7f2f: a harness knob for the A/B (tune_fwd90 `alibihoist`).
+  // division out of the step loop); false builds them at every key block (apply_score_mods).
+  // tiles.h fwd_mods_per_tile_sm90 says where (tune_fwd90 `alibihoist`).
   static constexpr bool kModsPerTile = kModsPerTile_;
   // A step's row sums as pairwise trees over the finished exponentials (common/softmax.h
   // ExpPolicy kSumTree) instead of a serial FADD chain per row fed by each MUFU.EX2 in turn
