@@ -113,5 +113,30 @@ inline bool run_chain_mode(const std::string& mode, const Buffers& b) {
     });
     return true;
   }
+  if (mode == "capphases") {
+    // Where a softcap step's time goes (benchmarks/NOTES.md 12.32 item 2): the phase clocks
+    // (fwd_clock.h, FwdTraits kStamps) on the library's static instances, plain attention and
+    // softcap 30 on the same tile and knobs as the library gives each (d = 64 192 x 128: softcap
+    // with 2 of 8 exponentials on the FMA pipe and no sum tree; d = 128 128 x 176: both alike),
+    // 4k and 16k, non-causal and causal.
+    const size_t stamp_slots = size_t{16384} * 3 * fa::sm90::kFwdClockSlots;
+    unsigned long long* stamps = nullptr;
+    CHECK(cudaMalloc(&stamps, stamp_slots * 8));
+    using Plain64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, true, 0, false, false, false, true>;
+    using Cap64 = FwdTraits<64, 192, 128, 2, true, 2, 0, true, true, 0, false, false, false, false>;
+    using Both128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, true, 0, true, false, false, true>;
+    for (int seqlen : sl) {
+      for (bool causal : {false, true}) {
+        phases<64, Plain64>("d64 plain", b, stamps, stamp_slots, seqlen, causal);
+        phases<64, Cap64, kSoftcap | kStaticMask>("d64 softcap", b, stamps, stamp_slots, seqlen,
+                                                  causal);
+        phases<128, Both128>("d128 plain", b, stamps, stamp_slots, seqlen, causal);
+        phases<128, Both128, kSoftcap | kStaticMask>("d128 softcap", b, stamps, stamp_slots,
+                                                     seqlen, causal);
+      }
+    }
+    CHECK(cudaFree(stamps));
+    return true;
+  }
   return false;
 }

@@ -233,13 +233,15 @@ void ab_sweep(const char* name, const Buffers& b, bool with_non_causal, std::vec
 // kStamps, launched as the library launches it (its causal schedule), once after three warm-up
 // calls; the consumers' phase cycles summed over all CTAs and divided by the tiles, and one
 // step's cycles (the steps phase over the key blocks past each tile's first). The stamped
-// kernel's TFLOP/s beside (the clock reads cost a little).
-template <int kHeadDim, typename Traits>
+// kernel's TFLOP/s beside (the clock reads cost a little). kMods: the call's modifiers and the
+// variant they select (variant_of), plain attention by default.
+template <int kHeadDim, typename Traits, int kMods = kNoMods>
 void phases(const char* name, const Buffers& b, unsigned long long* stamps, size_t stamp_slots,
             int seqlen, bool causal) {
   static_assert(Traits::kStamps, "a configuration with the phase clocks");
   namespace sm90 = fa::sm90;
-  const fa::FwdParams p = make_params(b, kHeadDim, seqlen, causal);
+  fa::FwdParams p;
+  if (!mods_params(b, kHeadDim, seqlen, causal, kMods, &p)) return;
   const bool persistent = sm90::causal_persistent(p);
   const int64_t tiles =
       fa::query_tile_count(fa::ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
@@ -250,8 +252,8 @@ void phases(const char* name, const Buffers& b, unsigned long long* stamps, size
     return;
   }
   auto launch = [&] {
-    return sm90::launch_fwd_config<__nv_bfloat16, Traits, fa::kStaticVariant>(p, g_sms, g_l2,
-                                                                               persistent, 0, stamps);
+    return sm90::launch_fwd_config<__nv_bfloat16, Traits, variant_of(kMods)>(p, g_sms, g_l2,
+                                                                              persistent, 0, stamps);
   };
   for (int i = 0; i < 4; ++i) {
     if (launch() != fa::Status::kSuccess) {
@@ -271,7 +273,7 @@ void phases(const char* name, const Buffers& b, unsigned long long* stamps, size
     walk += double(at[sm90::kFwdPhases + 2]);
   }
   const float ms = median_ms([&] { launch(); }, g_reps);
-  const double flops = 4.0 * p.batch * p.num_heads * double(seqlen) * seqlen * kHeadDim / (causal ? 2 : 1);
+  const double flops = call_flops(p, kMods);
   const double per = n_tiles > 0 ? 1.0 / n_tiles : 0.0;  // per consumer tile
   const double step = n_blocks > n_tiles ? sums[sm90::kPhaseSteps] / (n_blocks - n_tiles) : 0.0;
   double parts[sm90::kFwdStepParts] = {};  // a step's parts, per step past each tile's first
