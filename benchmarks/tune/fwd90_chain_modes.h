@@ -113,6 +113,31 @@ inline bool run_chain_mode(const std::string& mode, const Buffers& b) {
     });
     return true;
   }
+  if (mode == "capinterleave") {
+    // Softcap's tanh stream (benchmarks/NOTES.md 12.31 item 5: the step's extra time, issued as
+    // TANH x 88 then EX2 x 88 a lane) against each score's tanh issued in the exponentials' loop
+    // (FwdTraits kCapInterleave, on kCapAfterMax's blocks without an element mask): the library's
+    // static d = 128 (128 x 176) and dynamic d = 128 (128 x 128) softcap instances; at d = 64
+    // (192 x 128, the tanh before the max in the library) the raw-max form alone and with it.
+    using S128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true>;
+    using S128i = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true,
+                            true, true>;
+    using D128 = FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true, false, false, true>;
+    using D128i = FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true, false, false, true,
+                            true, true>;
+    using S64 = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, false, false, false, false>;
+    using S64m = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, true, false, false, false>;
+    using S64i = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, true, false, false, false,
+                           true, true>;
+    twice([&] {
+      ab_sweep<128, S128, S128i, kSoftcap | kStaticMask>("d128 cap st: interleave", b, true, sl);
+      ab_sweep<128, D128, D128i, kSoftcap>("d128 cap dyn: interleave", b, true, sl);
+      ab_sweep<64, S64, S64m, kSoftcap | kStaticMask>("d64 cap st: raw max", b, true, sl);
+      ab_sweep<64, S64, S64i, kSoftcap | kStaticMask>("d64 cap st: raw max + interleave", b, true,
+                                                       sl);
+    });
+    return true;
+  }
   if (mode == "capphases") {
     // Where a softcap step's time goes (benchmarks/NOTES.md 12.32 item 2): the phase clocks
     // (fwd_clock.h, FwdTraits kStamps) on the library's static instances, plain attention and

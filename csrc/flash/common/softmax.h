@@ -210,6 +210,18 @@ struct OnlineSoftmax {
                                                const float (&ref)[kMTiles][2],
                                                const float (&rescale)[kMTiles][2],
                                                float scale_log2) {
+    exponentiate_mapped<Exp>(s, ref, rescale, scale_log2, [](float x) { return x; });
+  }
+
+  // exponentiate of map(s) instead of s: a monotone score map (softcap's tanh, with ref from
+  // new_max_capped) applied element by element in the exponentials' own loop, so that each
+  // score's map and exponential issue together (sm90/fwd_kernel.h FwdTraits kCapInterleave)
+  // rather than as two passes over the tile.
+  template <typename Exp, int kNTiles, typename Map>
+  __device__ __forceinline__ void exponentiate_mapped(float (&s)[kMTiles][kNTiles][4],
+                                                      const float (&ref)[kMTiles][2],
+                                                      const float (&rescale)[kMTiles][2],
+                                                      float scale_log2, const Map& map) {
     if constexpr (Exp::kWarpFused) {
       constexpr float kBound = static_cast<float>(1 << Exp::kWarpFusedLog2);
       bool small = true;
@@ -218,11 +230,11 @@ struct OnlineSoftmax {
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) small = small && fabsf(ref[mt][hr] * scale_log2) < kBound;
       if (__all_sync(0xffffffffu, small)) {
-        exponentiate<ExpPolicy<Exp::kPolyEighths, true, 0, Exp::kSumTree>>(s, ref, rescale,
-                                                                           scale_log2);
+        exponentiate_mapped<ExpPolicy<Exp::kPolyEighths, true, 0, Exp::kSumTree>>(
+            s, ref, rescale, scale_log2, map);
       } else {
-        exponentiate<ExpPolicy<Exp::kPolyEighths, false, 0, Exp::kSumTree>>(s, ref, rescale,
-                                                                            scale_log2);
+        exponentiate_mapped<ExpPolicy<Exp::kPolyEighths, false, 0, Exp::kSumTree>>(
+            s, ref, rescale, scale_log2, map);
       }
     } else {
 #pragma unroll
@@ -235,9 +247,9 @@ struct OnlineSoftmax {
           for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const float x = Exp::kFusedExponent
-                                  ? fmaf(s[mt][nt][hr * 2 + e], scale_log2, ref_log2)
-                                  : (s[mt][nt][hr * 2 + e] - ref[mt][hr]) * scale_log2;
+              const float v = map(s[mt][nt][hr * 2 + e]);
+              const float x = Exp::kFusedExponent ? fmaf(v, scale_log2, ref_log2)
+                                                  : (v - ref[mt][hr]) * scale_log2;
               const float p = nt % 8 >= 8 - Exp::kPolyEighths ? exp2_fma(x) : ptx::ex2_approx(x);
               s[mt][nt][hr * 2 + e] = p;
               if constexpr (!Exp::kSumTree) row_sum += p;

@@ -370,6 +370,15 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         softmax.new_max_capped(acc_s, scale_log2, ref, rescale, [pre](float m) {
           return m == -INFINITY ? -INFINITY : ptx::tanh_approx(m * pre);
         });
+        if constexpr (Traits::kCapInterleave) {
+          if (!boundary) {  // no -inf to keep: each score's tanh beside its exponential
+            if constexpr (Traits::kStamps) clock.step(kStepMax);
+            softmax.template exponentiate_mapped<Exp>(
+                acc_s, ref, rescale, scale_log2,
+                [pre](float x) { return ptx::tanh_approx(x * pre); });
+            return;
+          }
+        }
         apply_softcap(acc_s, pre);
         mask();
       } else {

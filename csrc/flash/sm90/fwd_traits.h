@@ -33,9 +33,14 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           int kPolyEighths_ = 0, int kHalves_ = 0, bool kWarpFusedExp_ = false,
           bool kStamps_ = false, int kTmaStoreO_ = 0, bool kCapAfterMax_ = true,
           bool kEarlyRescale_ = false, bool kMaxTree_ = false, bool kSumTree_ = false,
-          bool kModsPerTile_ = true>
+          bool kModsPerTile_ = true, bool kCapInterleave_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // With kCapAfterMax, on key blocks without an element mask: each score's tanh issued in the
+  // exponentials' loop (common/softmax.h exponentiate_mapped) instead of as a pass over the tile
+  // before them (the library's SASS: MUFU.TANH x 88, then MUFU.EX2 x 88 a lane at d = 128). A
+  // tuning knob (tune_fwd90 `capinterleave`, benchmarks/NOTES.md 12.32 item 2).
+  static constexpr bool kCapInterleave = kCapInterleave_;
   // The score modifiers built once a tile (problem/score_mod.h ScoreMods: ALiBi's slope load and
   // division out of the step loop); false builds them at every key block (apply_score_mods).
   // tiles.h fwd_mods_per_tile_sm90 says where (tune_fwd90 `alibihoist`).
