@@ -377,8 +377,8 @@ __host__ __device__ constexpr bool fwd_cap_after_max_sm90(int head_dim) { return
 // on the H200 (tune_fwd90 `alibihoist`, benchmarks/results/tune_fwd90_v31_alibihoist_h200.txt;
 // interleaved, time once a tile / every block, 4k / 16k non-causal then causal, two passes):
 // static ALiBi d = 64 (192 x 128, max tree and early rescale) 1.026-1.037 (slower; why is not
-// established), d = 128 0.984-1.003, d = 256 0.972-0.983,
-// the dynamic variant at d = 64 0.979-0.987: everywhere but d = 64's static ALiBi instance.
+// established), d = 128 0.984-1.003, d = 256 0.972-0.983, the dynamic variant at d = 64
+// 0.979-0.987: everywhere but d = 64's static ALiBi instance.
 __host__ __device__ constexpr bool fwd_mods_per_tile_sm90(int head_dim, bool static_alibi) {
   return !(head_dim == 64 && static_alibi);
 }
