@@ -174,7 +174,7 @@ def test_softcap_differs_from_plain_and_matches_flash_attn_convention():
 @pytest.mark.parametrize("dtype, d", [(torch.float16, 64), (torch.bfloat16, 64),
                                       (torch.bfloat16, 128), (torch.float16, 256)],
                          ids=["fp16-d64", "bf16-d64", "bf16-d128", "fp16-d256"])
-def test_softcap_polynomial_and_sfu_blocks_mixed(causal, dtype, d):
+def test_softcap_mixed_magnitudes_across_blocks(causal, dtype, d):
     """Softcap 20 on logits of mixed spread within one call: every third block of 128 keys has
     logits of spread ~8, every fourth group of 16 query rows of spread ~6, the rest ~1, so that a
     row's key blocks (and a block's warps) alternate between scores far inside the cap and
@@ -194,7 +194,7 @@ def test_softcap_polynomial_and_sfu_blocks_mixed(causal, dtype, d):
     logits = torch.einsum("bqhd,bkhd->bhqk", q[:, :, :1].float(), k[:, :, :1].float()) * d ** -0.5
     assert (logits.abs() > softcap).any() and (logits.abs() < softcap / 4).float().mean() > 0.5
     dout = torch.randn_like(q)
-    check_both_paths(q, k, v, dout, "softcap poly / sfu mixed", causal=causal, softcap=softcap)
+    check_both_paths(q, k, v, dout, "softcap mixed magnitudes", causal=causal, softcap=softcap)
 
 
 @pytest.mark.gpu
