@@ -160,39 +160,6 @@ inline bool run_chain_mode(const std::string& mode, const Buffers& b) {
     });
     return true;
   }
-  if (mode == "sahead") {
-    // FwdTraits kSAhead (benchmarks/NOTES.md 12.33): S_{i+1} issued with P_{i-1} V_{i-1} before
-    // the softmax of S_i (two S accumulators, K loaded one block ahead of V), which takes S's
-    // latency off a consumer's step chain (12.31 item 5: S landed ~1,110 cycles of a d = 128
-    // softcap step's ~4,800). The second accumulator fits 240 registers on 128 x 96 (no spills)
-    // and 128 x 112 (spills: 8 bytes plain, 60 softcap), not on 128 x 128 (500+ bytes). Against
-    // the library's static tiles and against the same tile without it, plain and softcap 30
-    // (static mask); d = 64 on 128 x 128 against the library's 192 x 128 (192 x 80 spills 244
-    // bytes).
-    using L128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true>;
-    using C96 = FwdTraits<128, 128, 96, 2, true, 0, 0, true, false, 0, true, false, false, true>;
-    using A96 = FwdTraits<128, 128, 96, 2, true, 0, 0, true, false, 0, true, false, false, true,
-                          true, false, true>;
-    using A112 = FwdTraits<128, 128, 112, 2, true, 0, 0, true, false, 0, true, false, false, true,
-                           true, false, true>;
-    using L64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, false, false, true>;
-    using A64 = FwdTraits<64, 128, 128, 2, true, 0, 0, true, false, 0, false, false, false, true,
-                          true, false, true>;
-    using Lc64 = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, false, false, false, false>;
-    using Ac64 = FwdTraits<64, 128, 128, 2, true, 2, 0, true, false, 0, false, false, false, false,
-                           true, false, true>;
-    twice([&] {
-      ab_sweep<128, L128, A96>("d128 plain: sahead 96", b, true, sl);
-      ab_sweep<128, L128, A112>("d128 plain: sahead 112", b, true, sl);
-      ab_sweep<128, C96, A96>("d128 plain 96: sahead", b, true, sl);
-      ab_sweep<128, L128, A96, kSoftcap | kStaticMask>("d128 cap st: sahead 96", b, true, sl);
-      ab_sweep<128, L128, A112, kSoftcap | kStaticMask>("d128 cap st: sahead 112", b, true, sl);
-      ab_sweep<128, C96, A96, kSoftcap | kStaticMask>("d128 cap st 96: sahead", b, true, sl);
-      ab_sweep<64, L64, A64>("d64 plain: sahead 128x128", b, true, sl);
-      ab_sweep<64, Lc64, Ac64, kSoftcap | kStaticMask>("d64 cap st: sahead 128x128", b, true, sl);
-    });
-    return true;
-  }
   if (mode == "capphases") {
     // Where a softcap step's time goes (benchmarks/NOTES.md 12.32 item 2): the phase clocks
     // (fwd_clock.h, FwdTraits kStamps) on the library's static instances, plain attention and

@@ -204,45 +204,6 @@ FLASHATTN_CU_DEVICE void wgmma_rs_m64n96k16(float (&d)[12][4], const uint32_t (&
 }
 
 template <bool kBf16, int kTransA, int kTransB, int kTile0 = 0, int kTiles>
-FLASHATTN_CU_DEVICE void wgmma_ss_m64n112k16(float (&d)[kTiles][4], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  static_assert(kTile0 >= 0 && kTile0 + 14 <= kTiles, "accumulator tiles out of range");
-  if constexpr (kBf16) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n112k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55}, %56, %57, p, 1, 1, %59, %60;\n}\n"
-        : "+f"(d[kTile0 + 0][0]), "+f"(d[kTile0 + 0][1]), "+f"(d[kTile0 + 0][2]), "+f"(d[kTile0 + 0][3]), "+f"(d[kTile0 + 1][0]), "+f"(d[kTile0 + 1][1]), "+f"(d[kTile0 + 1][2]), "+f"(d[kTile0 + 1][3]), "+f"(d[kTile0 + 2][0]), "+f"(d[kTile0 + 2][1]), "+f"(d[kTile0 + 2][2]), "+f"(d[kTile0 + 2][3]), "+f"(d[kTile0 + 3][0]), "+f"(d[kTile0 + 3][1]), "+f"(d[kTile0 + 3][2]), "+f"(d[kTile0 + 3][3]), "+f"(d[kTile0 + 4][0]), "+f"(d[kTile0 + 4][1]), "+f"(d[kTile0 + 4][2]), "+f"(d[kTile0 + 4][3]), "+f"(d[kTile0 + 5][0]), "+f"(d[kTile0 + 5][1]), "+f"(d[kTile0 + 5][2]), "+f"(d[kTile0 + 5][3]), "+f"(d[kTile0 + 6][0]), "+f"(d[kTile0 + 6][1]), "+f"(d[kTile0 + 6][2]), "+f"(d[kTile0 + 6][3]), "+f"(d[kTile0 + 7][0]), "+f"(d[kTile0 + 7][1]), "+f"(d[kTile0 + 7][2]), "+f"(d[kTile0 + 7][3]), "+f"(d[kTile0 + 8][0]), "+f"(d[kTile0 + 8][1]), "+f"(d[kTile0 + 8][2]), "+f"(d[kTile0 + 8][3]), "+f"(d[kTile0 + 9][0]), "+f"(d[kTile0 + 9][1]), "+f"(d[kTile0 + 9][2]), "+f"(d[kTile0 + 9][3]), "+f"(d[kTile0 + 10][0]), "+f"(d[kTile0 + 10][1]), "+f"(d[kTile0 + 10][2]), "+f"(d[kTile0 + 10][3]), "+f"(d[kTile0 + 11][0]), "+f"(d[kTile0 + 11][1]), "+f"(d[kTile0 + 11][2]), "+f"(d[kTile0 + 11][3]), "+f"(d[kTile0 + 12][0]), "+f"(d[kTile0 + 12][1]), "+f"(d[kTile0 + 12][2]), "+f"(d[kTile0 + 12][3]), "+f"(d[kTile0 + 13][0]), "+f"(d[kTile0 + 13][1]), "+f"(d[kTile0 + 13][2]), "+f"(d[kTile0 + 13][3])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n112k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55}, %56, %57, p, 1, 1, %59, %60;\n}\n"
-        : "+f"(d[kTile0 + 0][0]), "+f"(d[kTile0 + 0][1]), "+f"(d[kTile0 + 0][2]), "+f"(d[kTile0 + 0][3]), "+f"(d[kTile0 + 1][0]), "+f"(d[kTile0 + 1][1]), "+f"(d[kTile0 + 1][2]), "+f"(d[kTile0 + 1][3]), "+f"(d[kTile0 + 2][0]), "+f"(d[kTile0 + 2][1]), "+f"(d[kTile0 + 2][2]), "+f"(d[kTile0 + 2][3]), "+f"(d[kTile0 + 3][0]), "+f"(d[kTile0 + 3][1]), "+f"(d[kTile0 + 3][2]), "+f"(d[kTile0 + 3][3]), "+f"(d[kTile0 + 4][0]), "+f"(d[kTile0 + 4][1]), "+f"(d[kTile0 + 4][2]), "+f"(d[kTile0 + 4][3]), "+f"(d[kTile0 + 5][0]), "+f"(d[kTile0 + 5][1]), "+f"(d[kTile0 + 5][2]), "+f"(d[kTile0 + 5][3]), "+f"(d[kTile0 + 6][0]), "+f"(d[kTile0 + 6][1]), "+f"(d[kTile0 + 6][2]), "+f"(d[kTile0 + 6][3]), "+f"(d[kTile0 + 7][0]), "+f"(d[kTile0 + 7][1]), "+f"(d[kTile0 + 7][2]), "+f"(d[kTile0 + 7][3]), "+f"(d[kTile0 + 8][0]), "+f"(d[kTile0 + 8][1]), "+f"(d[kTile0 + 8][2]), "+f"(d[kTile0 + 8][3]), "+f"(d[kTile0 + 9][0]), "+f"(d[kTile0 + 9][1]), "+f"(d[kTile0 + 9][2]), "+f"(d[kTile0 + 9][3]), "+f"(d[kTile0 + 10][0]), "+f"(d[kTile0 + 10][1]), "+f"(d[kTile0 + 10][2]), "+f"(d[kTile0 + 10][3]), "+f"(d[kTile0 + 11][0]), "+f"(d[kTile0 + 11][1]), "+f"(d[kTile0 + 11][2]), "+f"(d[kTile0 + 11][3]), "+f"(d[kTile0 + 12][0]), "+f"(d[kTile0 + 12][1]), "+f"(d[kTile0 + 12][2]), "+f"(d[kTile0 + 12][3]), "+f"(d[kTile0 + 13][0]), "+f"(d[kTile0 + 13][1]), "+f"(d[kTile0 + 13][2]), "+f"(d[kTile0 + 13][3])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-  }
-}
-
-template <bool kBf16, int kTransB>
-FLASHATTN_CU_DEVICE void wgmma_rs_m64n112k16(float (&d)[14][4], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
-  if constexpr (kBf16) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %61, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n112k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55}, {%56, %57, %58, %59}, %60, p, 1, 1, %62;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %61, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n112k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55}, {%56, %57, %58, %59}, %60, p, 1, 1, %62;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
-  }
-}
-
-template <bool kBf16, int kTransA, int kTransB, int kTile0 = 0, int kTiles>
 FLASHATTN_CU_DEVICE void wgmma_ss_m64n128k16(float (&d)[kTiles][4], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   static_assert(kTile0 >= 0 && kTile0 + 16 <= kTiles, "accumulator tiles out of range");
   if constexpr (kBf16) {
@@ -489,8 +450,6 @@ FLASHATTN_CU_DEVICE void wgmma_ss_n(float (&d)[kTiles][4], uint64_t desc_a, uint
     wgmma_ss_m64n80k16<kBf16, kTransA, kTransB, kTile0>(d, desc_a, desc_b, scale_d);
   } else if constexpr (kN == 96) {
     wgmma_ss_m64n96k16<kBf16, kTransA, kTransB, kTile0>(d, desc_a, desc_b, scale_d);
-  } else if constexpr (kN == 112) {
-    wgmma_ss_m64n112k16<kBf16, kTransA, kTransB, kTile0>(d, desc_a, desc_b, scale_d);
   } else if constexpr (kN == 128) {
     wgmma_ss_m64n128k16<kBf16, kTransA, kTransB, kTile0>(d, desc_a, desc_b, scale_d);
   } else if constexpr (kN == 160) {
@@ -520,8 +479,6 @@ FLASHATTN_CU_DEVICE void wgmma_rs_n(float (&d)[kN / 8][4], const uint32_t (&a)[4
     wgmma_rs_m64n80k16<kBf16, kTransB>(d, a, desc_b, scale_d);
   } else if constexpr (kN == 96) {
     wgmma_rs_m64n96k16<kBf16, kTransB>(d, a, desc_b, scale_d);
-  } else if constexpr (kN == 112) {
-    wgmma_rs_m64n112k16<kBf16, kTransB>(d, a, desc_b, scale_d);
   } else if constexpr (kN == 128) {
     wgmma_rs_m64n128k16<kBf16, kTransB>(d, a, desc_b, scale_d);
   } else if constexpr (kN == 160) {

@@ -177,12 +177,14 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
     // With O staged in Q's buffer (Traits::kOInQ) Q is free only after the last tile's stores:
     // the first K / V block goes first, so that it lands during the last tile's epilogue.
     if constexpr (!Traits::kOInQ) load_q();
-    auto load_k = [&](int i) {
+#pragma unroll 1
+    for (int i = 0; i < w.num_blocks; ++i) {
       const int n = w.blocks.end - 1 - i;
       const RingSlot<Traits> slot(ring + i);
+      const uint32_t parity = slot.parity ^ 1;  // a fresh barrier's previous phase is complete
       const uint32_t k_full = bars + 8 * (Traits::kBarKFull + slot.stage);
-      // A fresh barrier's previous phase is complete: parity ^ 1.
-      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKEmpty + slot.stage), slot.parity ^ 1);
+      const uint32_t v_full = bars + 8 * (Traits::kBarVFull + slot.stage);
+      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKEmpty + slot.stage), parity);
       ptx::mbarrier_arrive_expect_tx(k_full, Traits::kKVBytes);
 #pragma unroll
       for (int a = 0; a < Traits::kAtoms; ++a) {
@@ -190,12 +192,7 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
         ptx::tma_load<4>(s_base + Traits::kOffK + slot.stage * Traits::kKVBytes + a * kBlockN * 128,
                          &tp.k_map, k_full, c);
       }
-    };
-    auto load_v = [&](int i) {
-      const int n = w.blocks.end - 1 - i;
-      const RingSlot<Traits> slot(ring + i);
-      const uint32_t v_full = bars + 8 * (Traits::kBarVFull + slot.stage);
-      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVEmpty + slot.stage), slot.parity ^ 1);
+      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVEmpty + slot.stage), parity);
       ptx::mbarrier_arrive_expect_tx(v_full, Traits::kKVBytes);
 #pragma unroll
       for (int a = 0; a < Traits::kAtoms; ++a) {
@@ -203,23 +200,7 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
         ptx::tma_load<4>(s_base + Traits::kOffV + slot.stage * Traits::kKVBytes + a * kBlockN * 128,
                          &tp.v_map, v_full, c);
       }
-    };
-    if constexpr (Traits::kSAhead) {
-      // The consumers read K one block ahead of V (S_{i+1} beside P_{i-1} V_{i-1}): K_{i+1} is
-      // issued before V_i, so that it does not queue behind V_i's wait for its buffer.
-#pragma unroll 1
-      for (int i = 0; i <= w.num_blocks; ++i) {
-        if (i < w.num_blocks) load_k(i);
-        if (i > 0) load_v(i - 1);
-        if (Traits::kOInQ && i == 0) load_q();
-      }
-    } else {
-#pragma unroll 1
-      for (int i = 0; i < w.num_blocks; ++i) {
-        load_k(i);
-        load_v(i);
-        if (Traits::kOInQ && i == 0) load_q();
-      }
+      if (Traits::kOInQ && i == 0) load_q();
     }
     ring += w.num_blocks;
     q_parity ^= 1;
@@ -280,7 +261,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
 
     // S = Q K^T of this warpgroup's rows over keys key0 .. key0 + keys of the block, into S's
     // accumulator tiles of those keys.
-    auto s_keys = [&](auto& s, int stage, auto key0, auto keys) {
+    auto s_keys = [&](int stage, auto key0, auto keys) {
       constexpr int kKey0 = decltype(key0)::value, kKeys = decltype(keys)::value;
       // The tiles left out are -inf from here on, not stale: every path defines all of S (and
       // ptxas keeps no earlier values live for the paths that skip them: 200+ bytes of spills).
@@ -288,13 +269,13 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       for (int nt = 0; nt < Traits::kNTiles; ++nt) {
         if (nt < kKey0 / 8 || nt >= (kKey0 + kKeys) / 8) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[0][nt][e] = -INFINITY;
+          for (int e = 0; e < 4; ++e) acc_s[0][nt][e] = -INFINITY;
         }
       }
 #pragma unroll
       for (int ks = 0; ks < kHeadDim / 16; ++ks) {
         ptx::wgmma_ss<kKeys, kBf16, 0, 0, kKey0 / 8>(
-            s[0], ptx::sw128_desc_k_major<kBlockM>(sQ, consumer * 64, ks),
+            acc_s[0], ptx::sw128_desc_k_major<kBlockM>(sQ, consumer * 64, ks),
             ptx::sw128_desc_k_major<kBlockN>(k_tile(stage), kKey0, ks), ks > 0);
       }
     };
@@ -319,9 +300,9 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       }
       f(integral_constant<int, 0>{}, integral_constant<int, kBlockN>{});
     };
-    auto issue_s = [&](auto& s, int stage, BlockHalf half) {  // one commit group
+    auto issue_s = [&](int stage, BlockHalf half) {  // one commit group
       over_keys(std::bool_constant<Traits::kHalfBlocks && Traits::kHalfS>{}, half,
-                [&](auto key0, auto keys) { s_keys(s, stage, key0, keys); });
+                [&](auto key0, auto keys) { s_keys(stage, key0, keys); });
       ptx::wgmma_commit();
     };
     auto issue_pv = [&](int stage, BlockHalf half) {  // one commit group
@@ -361,67 +342,67 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         return mask_of<kDynamic>(seq_info<kSeqlens>(p, batch), p);
       }
     };
-    auto score_tile = [&](auto& s, int n) {
+    auto score_tile = [&](int n) {
       if constexpr (Traits::kModsPerTile) {
-        mods.apply(s, kp, m_start + warp_row0, n * kBlockN, lane);
+        mods.apply(acc_s, kp, m_start + warp_row0, n * kBlockN, lane);
       } else {
-        apply_score_mods<kVariant>(s, kp, batch, head, m_start + warp_row0, n * kBlockN,
+        apply_score_mods<kVariant>(acc_s, kp, batch, head, m_start + warp_row0, n * kBlockN,
                                    lane);
       }
       if (n >= w.blocks.unmasked_end || n < w.blocks.unmasked_begin) {
-        block_mask().apply(s, m_start + warp_row0, n * kBlockN, lane);
+        block_mask().apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
       }
     };
     // S_n -> P_n: the score modifiers and the mask, the new row max, the exponentials. Softcap
     // alone on a block without an element mask takes the row max over the raw scores
     // (Traits::kCapAfterMax), so that the max reduction does not wait for the tanh stream.
-    auto scores_to_p = [&](auto& s, int n, float (&ref)[1][2], float (&rescale)[1][2]) {
+    auto scores_to_p = [&](int n, float (&ref)[1][2], float (&rescale)[1][2]) {
       constexpr bool kCapAfterMax = Traits::kCapAfterMax && variant_softcap(kVariant) &&
                                     !variant_may_alibi(kVariant);
       if constexpr (kCapAfterMax) {
         // The mask before the max (-inf out of it) and again after the tanh (tanh(-inf) = -1).
         const bool boundary = n >= w.blocks.unmasked_end || n < w.blocks.unmasked_begin;
         auto mask = [&] {
-          if (boundary) block_mask().apply(s, m_start + warp_row0, n * kBlockN, lane);
+          if (boundary) block_mask().apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
         };
         const float pre = kp.score.softcap_pre;
         mask();
-        softmax.new_max_capped(s, scale_log2, ref, rescale, [pre](float m) {
+        softmax.new_max_capped(acc_s, scale_log2, ref, rescale, [pre](float m) {
           return m == -INFINITY ? -INFINITY : ptx::tanh_approx(m * pre);
         });
         if constexpr (Traits::kCapInterleave) {
           if (!boundary) {  // no -inf to keep: each score's tanh beside its exponential
             if constexpr (Traits::kStamps) clock.step(kStepMax);
             softmax.template exponentiate_mapped<Exp>(
-                s, ref, rescale, scale_log2,
+                acc_s, ref, rescale, scale_log2,
                 [pre](float x) { return ptx::tanh_approx(x * pre); });
             return;
           }
         }
-        apply_softcap(s, pre);
+        apply_softcap(acc_s, pre);
         mask();
       } else {
-        score_tile(s, n);
-        softmax.template new_max<Traits::kMaxTree>(s, scale_log2, ref, rescale);
+        score_tile(n);
+        softmax.template new_max<Traits::kMaxTree>(acc_s, scale_log2, ref, rescale);
       }
       // The phase clocks' split of a step's softmax (harness builds only; steps loop only).
       if constexpr (Traits::kStamps) clock.step(kStepMax);
-      softmax.template exponentiate<Exp>(s, ref, rescale, scale_log2);
+      softmax.template exponentiate<Exp>(acc_s, ref, rescale, scale_log2);
     };
     // Dropout (problem/dropout.h) after the row statistics, which are of the undropped P: the
     // dropped elements leave only the P V product; 1 / (1 - p) joins 1 / l in the epilogue.
-    auto drop_p = [&](auto& s, int n) {
+    auto drop_p = [&](int n) {
       if constexpr (variant_dropout(kVariant)) {
-        dropout_of(kp, batch, head).drop(s, m_start + warp_row0, n * kBlockN, lane);
+        dropout_of(kp, batch, head).drop(acc_s, m_start + warp_row0, n * kBlockN, lane);
       }
     };
-    auto pack_p = [&](const auto& s) {
+    auto pack_p = [&]() {
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        p16[kk][0] = Ops::pack(s[0][2 * kk][0], s[0][2 * kk][1]);
-        p16[kk][1] = Ops::pack(s[0][2 * kk][2], s[0][2 * kk][3]);
-        p16[kk][2] = Ops::pack(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
-        p16[kk][3] = Ops::pack(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+        p16[kk][0] = Ops::pack(acc_s[0][2 * kk][0], acc_s[0][2 * kk][1]);
+        p16[kk][1] = Ops::pack(acc_s[0][2 * kk][2], acc_s[0][2 * kk][3]);
+        p16[kk][2] = Ops::pack(acc_s[0][2 * kk + 1][0], acc_s[0][2 * kk + 1][1]);
+        p16[kk][3] = Ops::pack(acc_s[0][2 * kk + 1][2], acc_s[0][2 * kk + 1][3]);
       }
     };
 
@@ -429,149 +410,63 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     BlockHalf half;  // the keys of the step's S (the next step's P V)
     ptx::mbarrier_wait_parity(bars + 8 * Traits::kBarQFull, q_parity);
     clock.mark(kPhaseQWait);
-    // Step 0 with S_0 alone (O is still 0, nothing to rescale).
-    auto step0_alone = [&] {
+    {  // Step 0: S_0 alone (O is still 0, nothing to rescale).
       const RingSlot<Traits> slot(ring);
       ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);
       clock.mark(kPhaseFirstK);
       half = half_of(w.blocks.end - 1);
       turns.begin();
       ptx::wgmma_fence();
-      issue_s(acc_s, slot.stage, half);
+      issue_s(slot.stage, half);
       turns.end();
       ptx::wgmma_wait<0>();
       ptx::fence_operand(acc_s[0]);
       release(Traits::kBarKEmpty + slot.stage);
       // The tile's last S has landed (kOInQ: Q's buffer is released by the epilogue's stores).
       if (!Traits::kOInQ && w.num_blocks == 1) release(Traits::kBarQEmpty);
-      scores_to_p(acc_s, w.blocks.end - 1, ref, rescale);
-      drop_p(acc_s, w.blocks.end - 1);
-      pack_p(acc_s);
-    };
-    if constexpr (Traits::kSAhead) {
-      // FwdTraits kSAhead: S_{i+1} issued with P_{i-1} V_{i-1} before the softmax of S_i, into
-      // a second accumulator, so a step's softmax waits for no GEMM of its own.
-      static_assert(!Traits::kHalfBlocks && !Traits::kEarlyRescale,
-                    "kSAhead: whole blocks, O rescaled after its P V");
-      float acc_s2[1][Traits::kNTiles][4];
-      const int num = w.num_blocks;
-      // Warp-uniform for ptxas (a wgmma under a branch it thinks divergent is serialized).
-      const bool two = __shfl_sync(0xffffffffu, num > 1 ? 1 : 0, 0) != 0;
-      if (!two) {  // a tile of one key block
-        step0_alone();
-      } else {  // Step 0: S_0 and S_1 in one turn, the softmax of S_0 while S_1 runs.
-        const RingSlot<Traits> s0(ring), s1(ring + 1);
-        ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + s0.stage), s0.parity);
-        ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + s1.stage), s1.parity);
-        clock.mark(kPhaseFirstK);
-        half = BlockHalf::kWhole;
-        turns.begin();
-        ptx::wgmma_fence();
-        issue_s(acc_s, s0.stage, BlockHalf::kWhole);
-        issue_s(acc_s2, s1.stage, BlockHalf::kWhole);
-        turns.end();
-        ptx::wgmma_wait<1>();  // S_0
-        ptx::fence_operand(acc_s[0]);
-        release(Traits::kBarKEmpty + s0.stage);
-        scores_to_p(acc_s, w.blocks.end - 1, ref, rescale);
-        drop_p(acc_s, w.blocks.end - 1);
-        ptx::wgmma_wait<0>();  // S_1
-        ptx::fence_operand(acc_s2[0]);
-        release(Traits::kBarKEmpty + s1.stage);
-        if (!Traits::kOInQ && num == 2) release(Traits::kBarQEmpty);
-        pack_p(acc_s);
-      }
-      clock.mark(kPhaseFirstStep);
-      // Step i >= 1: S_i has landed in `cur`, P_{i-1} is packed; S_{i+1} (kNext) goes to `nxt`.
-      auto step = [&](int i, auto& cur, auto& nxt, auto next) {
-        constexpr bool kNext = decltype(next)::value;
-        const RingSlot<Traits> prev(ring + i - 1), after(ring + i + 1);
-        clock.step_start();
-        if constexpr (kNext) {
-          ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + after.stage), after.parity);
-        }
-        ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + prev.stage), prev.parity);
-        clock.step(kStepWaitKV);
-        turns.begin();
-        clock.step(kStepTurn);
-        ptx::wgmma_fence();
-        if constexpr (kNext) issue_s(nxt, after.stage, BlockHalf::kWhole);
-        issue_pv(prev.stage, BlockHalf::kWhole);
-        turns.end();
-        clock.step(kStepS);
-        scores_to_p(cur, w.blocks.end - 1 - i, ref, rescale);
-        drop_p(cur, w.blocks.end - 1 - i);
-        clock.step(kStepExp);
-        ptx::wgmma_wait<0>();  // S_{i+1} and P_{i-1} V_{i-1}
+      scores_to_p(w.blocks.end - 1, ref, rescale);
+      drop_p(w.blocks.end - 1);
+      pack_p();
+    }
+    clock.mark(kPhaseFirstStep);
+#pragma unroll 1
+    for (int i = 1; i < w.num_blocks; ++i) {
+      const RingSlot<Traits> slot(ring + i), prev(ring + i - 1);
+      clock.step_start();
+      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);
+      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + prev.stage), prev.parity);
+      const BlockHalf s_half = half_of(w.blocks.end - 1 - i);
+      clock.step(kStepWaitKV);
+      turns.begin();
+      clock.step(kStepTurn);
+      ptx::wgmma_fence();
+      issue_s(slot.stage, s_half);
+      if constexpr (Traits::kEarlyRescale) {
+        // O (P V of step i - 2 has landed) to the row max of step i - 1, whose P the P V below
+        // adds, while S_i runs on the tensor cores (step 0's factor is 0 on an O of 0).
         ptx::fence_operand(acc_o[0]);
-        if constexpr (kNext) {
-          ptx::fence_operand(nxt[0]);
-          release(Traits::kBarKEmpty + after.stage);
-          if (!Traits::kOInQ && i + 2 == num) release(Traits::kBarQEmpty);
-        }
-        clock.step(kStepWaitPV);
-        release(Traits::kBarVEmpty + prev.stage);
         OnlineSoftmax<1>::rescale_output(acc_o, rescale);
-        pack_p(cur);
-        clock.step(kStepPack);
-      };
-      using Next = std::true_type;
-      using Last = std::false_type;
-#pragma unroll 1
-      for (int i = 1; i < num; i += 2) {  // two steps a trip: the accumulators swap roles
-        if (i + 1 >= num) {
-          step(i, acc_s2, acc_s, Last{});
-          break;
-        }
-        step(i, acc_s2, acc_s, Next{});
-        if (i + 2 >= num) {
-          step(i + 1, acc_s, acc_s2, Last{});
-          break;
-        }
-        step(i + 1, acc_s, acc_s2, Next{});
-      }
-    } else {
-      step0_alone();
-      clock.mark(kPhaseFirstStep);
-#pragma unroll 1
-      for (int i = 1; i < w.num_blocks; ++i) {
-        const RingSlot<Traits> slot(ring + i), prev(ring + i - 1);
-        clock.step_start();
-        ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);
-        ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + prev.stage), prev.parity);
-        const BlockHalf s_half = half_of(w.blocks.end - 1 - i);
-        clock.step(kStepWaitKV);
-        turns.begin();
-        clock.step(kStepTurn);
-        ptx::wgmma_fence();
-        issue_s(acc_s, slot.stage, s_half);
-        if constexpr (Traits::kEarlyRescale) {
-          // O (P V of step i - 2 has landed) to the row max of step i - 1, whose P the P V below
-          // adds, while S_i runs on the tensor cores (step 0's factor is 0 on an O of 0).
-          ptx::fence_operand(acc_o[0]);
-          OnlineSoftmax<1>::rescale_output(acc_o, rescale);
-          ptx::fence_operand(acc_o[0]);
-          ptx::wgmma_fence();  // the FMULs' writes before the wgmma reads O
-        }
-        issue_pv(prev.stage, half);
-        turns.end();
-        half = s_half;
-        ptx::wgmma_wait<1>();  // S_i has landed; P_{i-1} V_{i-1} may still run
-        ptx::fence_operand(acc_s[0]);
-        clock.step(kStepS);
-        release(Traits::kBarKEmpty + slot.stage);
-        if (!Traits::kOInQ && i == w.num_blocks - 1) release(Traits::kBarQEmpty);
-        scores_to_p(acc_s, w.blocks.end - 1 - i, ref, rescale);
-        drop_p(acc_s, w.blocks.end - 1 - i);
-        clock.step(kStepExp);
-        ptx::wgmma_wait<0>();  // P_{i-1} V_{i-1} done: O and P's registers are free again
         ptx::fence_operand(acc_o[0]);
-        clock.step(kStepWaitPV);
-        release(Traits::kBarVEmpty + prev.stage);
-        if constexpr (!Traits::kEarlyRescale) OnlineSoftmax<1>::rescale_output(acc_o, rescale);
-        pack_p(acc_s);
-        clock.step(kStepPack);
+        ptx::wgmma_fence();  // the FMULs' writes before the wgmma reads O
       }
+      issue_pv(prev.stage, half);
+      turns.end();
+      half = s_half;
+      ptx::wgmma_wait<1>();  // S_i has landed; P_{i-1} V_{i-1} may still run
+      ptx::fence_operand(acc_s[0]);
+      clock.step(kStepS);
+      release(Traits::kBarKEmpty + slot.stage);
+      if (!Traits::kOInQ && i == w.num_blocks - 1) release(Traits::kBarQEmpty);
+      scores_to_p(w.blocks.end - 1 - i, ref, rescale);
+      drop_p(w.blocks.end - 1 - i);
+      clock.step(kStepExp);
+      ptx::wgmma_wait<0>();  // P_{i-1} V_{i-1} done: O and P's registers are free again
+      ptx::fence_operand(acc_o[0]);
+      clock.step(kStepWaitPV);
+      release(Traits::kBarVEmpty + prev.stage);
+      if constexpr (!Traits::kEarlyRescale) OnlineSoftmax<1>::rescale_output(acc_o, rescale);
+      pack_p();
+      clock.step(kStepPack);
     }
     clock.mark(kPhaseSteps);
     {  // The last block's P V.

@@ -33,15 +33,9 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           int kPolyEighths_ = 0, int kHalves_ = 0, bool kWarpFusedExp_ = false,
           bool kStamps_ = false, int kTmaStoreO_ = 0, bool kCapAfterMax_ = true,
           bool kEarlyRescale_ = false, bool kMaxTree_ = false, bool kSumTree_ = false,
-          bool kModsPerTile_ = true, bool kCapInterleave_ = false, bool kSAhead_ = false>
+          bool kModsPerTile_ = true, bool kCapInterleave_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
-  // Each step issues the next key block's S GEMM (into a second S accumulator) together with
-  // the previous block's P V, before this block's softmax, so that a consumer's softmax never
-  // waits for its own S to land (a three-deep pipeline: S_{i+1} and P_{i-1} V_{i-1} on the
-  // tensor cores under softmax_i). Costs kBlockN / 2 registers a thread. A tuning knob
-  // (tune_fwd90 `sahead`, benchmarks/NOTES.md 12.33).
-  static constexpr bool kSAhead = kSAhead_;
   // With kCapAfterMax, on key blocks without an element mask: each score's tanh issued in the
   // exponentials' loop (common/softmax.h exponentiate_mapped) instead of as a pass over the tile
   // before them (the library's SASS: MUFU.TANH x 88, then MUFU.EX2 x 88 a lane at d = 128). A
