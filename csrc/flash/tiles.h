@@ -369,20 +369,23 @@ __host__ __device__ constexpr int fwd_poly_eighths_sm90(int head_dim, bool softc
 // TFLOP/s off -> on, 4k / 16k non-causal, 4k / 16k causal): d = 128 static 128 x 176 492 -> 526,
 // 491 -> 534, 439 -> 462, 502 -> 536 (dynamic 128 x 128 +1-6%); d = 64 dynamic 128 x 128 304 ->
 // 281, 329 -> 293, 289 -> 255, 327 -> 291, static 192 x 128 -1-3%. With each score's tanh issued
-// in the exponentials' loop (kCapInterleave, fwd_cap_interleave_sm90 below) the raw max measured
+// in the exponentials' loop (kCapInterleave, fwd_cap_interleave_sm90) the raw max measured
 // otherwise (tune_fwd90 `capinterleave`, `capinterleave2`, benchmarks/results/
 // tune_fwd90_v33_capinterleave_h200.txt; time with both / the library's, 4k / 16k non-causal then
 // causal, two passes): d = 64 static (192 x 128) 0.951 0.942 0.952 0.955 / 0.952 0.943 0.957
 // 0.955 (the raw max alone 1.001-1.040), d = 256 dynamic (128 x 64) 0.920 0.908 0.944 0.922 /
 // 0.923 0.905 0.946 0.924; but d = 64 dynamic 1.099-1.112, d = 256 static (128 x 80, 32 bytes of
 // spills) 1.016-1.021, d = 128 static 1.063-1.125 and dynamic 1.039-1.046 (against the raw max
-// alone). `static_mask`: the static-mask softcap instance (problem/mask.h
-// kStaticSoftcapVariant); d = 96 and 192 not measured.
-__host__ __device__ constexpr bool fwd_cap_after_max_sm90(int head_dim, bool static_mask) {
-  return head_dim == 128 || (head_dim == 64 && static_mask) || (head_dim == 256 && !static_mask);
+// alone). `softcap`: a softcap variant's instance (the knobs do nothing in the others);
+// `static_mask`: the static-mask one (problem/mask.h kStaticSoftcapVariant); d = 96 and 192 not
+// measured.
+__host__ __device__ constexpr bool fwd_cap_interleave_sm90(int head_dim, bool softcap,
+                                                          bool static_mask) {
+  return softcap && ((head_dim == 64 && static_mask) || (head_dim == 256 && !static_mask));
 }
-__host__ __device__ constexpr bool fwd_cap_interleave_sm90(int head_dim, bool static_mask) {
-  return (head_dim == 64 && static_mask) || (head_dim == 256 && !static_mask);
+__host__ __device__ constexpr bool fwd_cap_after_max_sm90(int head_dim, bool softcap,
+                                                         bool static_mask) {
+  return head_dim == 128 || fwd_cap_interleave_sm90(head_dim, softcap, static_mask);
 }
 
 // Where the sm90a forward builds its score modifiers once a tile (FwdTraits kModsPerTile:

@@ -123,6 +123,7 @@ Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream
              : fwd_tile_sm90(kHeadDim, variant_dynamic(kVariant), kVariant == kAlibiVariant);
   constexpr bool kStaticAlibi = kVariant == kStaticAlibiVariant && !kShort;
   constexpr bool kStaticSoftcap = kVariant == kStaticSoftcapVariant;
+  constexpr bool kCapVariant = kVariant == kSoftcapVariant || kStaticSoftcap;
   constexpr bool kLongRows =  // the static long-row tiles
       (kVariant == kStaticVariant || kVariant == kStaticAlibiVariant) && !kShort;
   // The warp-uniform fused exponent on (common/softmax.h ExpPolicy kWarpFused): +3.5% geo over
@@ -130,12 +131,13 @@ Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream
   // blocks (NOTES 12.2).
   using Traits = FwdTraits<kHeadDim, tile.block_m, tile.block_n, tile.stages, true,
                            fwd_poly_eighths_sm90(kHeadDim, variant_softcap(kVariant)), 0, true,
-                           false, tile.o_store, fwd_cap_after_max_sm90(kHeadDim, kStaticSoftcap),
+                           false, tile.o_store,
+                           fwd_cap_after_max_sm90(kHeadDim, kCapVariant, kStaticSoftcap),
                            fwd_early_rescale_sm90(kHeadDim, kLongRows, kStaticAlibi),
                            fwd_max_tree_sm90(kHeadDim, kLongRows, kStaticAlibi),
                            fwd_sum_tree_sm90(kHeadDim, variant_softcap(kVariant)),
                            fwd_mods_per_tile_sm90(kHeadDim, kStaticAlibi),
-                           fwd_cap_interleave_sm90(kHeadDim, kStaticSoftcap)>;
+                           fwd_cap_interleave_sm90(kHeadDim, kCapVariant, kStaticSoftcap)>;
   return launch_fwd_config<Element, Traits, kVariant>(p, sms, l2_bytes, causal_persistent(p),
                                                       stream);
 }
