@@ -160,6 +160,35 @@ inline bool run_chain_mode(const std::string& mode, const Buffers& b) {
     });
     return true;
   }
+  if (mode == "bounded") {
+    // FwdTraits kBoundedRef (benchmarks/NOTES.md 12.33): softcap 30 in bf16 with each row's
+    // exponents against a reference fixed at its first key block (no row max, no quad
+    // reduction, no O rescale after it; each unmasked score's tanh beside its exponential) and
+    // 1 / l from mma.sync sums of the 16-bit P, against the library's softcap instances: static
+    // d = 64 (192 x 128), 128 (128 x 176), 256 (128 x 80), dynamic d = 128 (128 x 128).
+    // Session 17 measured the idea at ~+3% on an older kernel, with the used sums formed on the
+    // FMA pipe (1 FADD + unpack a score) instead of by the tensor cores.
+    using S64 = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, true, false, false, false,
+                          true, true>;
+    using S64b = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, true, false, false, false,
+                           true, true, true>;
+    using S128 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true>;
+    using S128b = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true,
+                            true, false, true>;
+    using S256 = FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false, false, false, true>;
+    using S256b = FwdTraits<256, 128, 80, 2, true, 0, 0, true, false, 2, false, false, false, true,
+                            true, false, true>;
+    using D128 = FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true, false, false, true>;
+    using D128b = FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true, false, false, true,
+                            true, false, true>;
+    twice([&] {
+      ab_sweep<128, S128, S128b, kSoftcap | kStaticMask>("d128 cap st: bounded", b, true, sl);
+      ab_sweep<128, D128, D128b, kSoftcap>("d128 cap dyn: bounded", b, true, sl);
+      ab_sweep<64, S64, S64b, kSoftcap | kStaticMask>("d64 cap st: bounded", b, true, sl);
+      ab_sweep<256, S256, S256b, kSoftcap | kStaticMask>("d256 cap st: bounded", b, true, sl);
+    });
+    return true;
+  }
   if (mode == "capphases") {
     // Where a softcap step's time goes (benchmarks/NOTES.md 12.32 item 2): the phase clocks
     // (fwd_clock.h, FwdTraits kStamps) on the library's static instances, plain attention and

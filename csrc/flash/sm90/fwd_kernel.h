@@ -253,6 +253,11 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     for (int e = 0; e < 4; ++e) acc_o[0][dt][e] = 0.f;
   OnlineSoftmax<1> softmax;
   softmax.init();
+  // FwdTraits kBoundedRef: the reference fixed at the first key block, the sums of the 16-bit P
+  // read by P V (used_acc[hr * 2]: row g + 8 hr's, reduced over the quad by the MMA).
+  constexpr bool kBounded = Traits::kBoundedRef && kSoftcapAlone && kBf16;
+  static_assert(!kBounded || !Traits::kEarlyRescale, "kBoundedRef: no rescale to move");
+  float used_acc[4] = {0.f, 0.f, 0.f, 0.f};
 
   if (w.num_blocks > 0) {
     const float scale_log2 = kp.score.scale_log2;
@@ -359,7 +364,27 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     auto scores_to_p = [&](int n, float (&ref)[1][2], float (&rescale)[1][2]) {
       constexpr bool kCapAfterMax = Traits::kCapAfterMax && variant_softcap(kVariant) &&
                                     !variant_may_alibi(kVariant);
-      if constexpr (kCapAfterMax) {
+      if constexpr (kBounded) {
+        // The reference fixed at the first block (its capped, masked scores' max, at least
+        // ScoreScale::ref_floor); no max and no rescale after it. Blocks without an element
+        // mask: each score's tanh beside its exponential.
+        const bool boundary = n >= w.blocks.unmasked_end || n < w.blocks.unmasked_begin;
+        const bool first = n == w.blocks.end - 1;
+        const float pre = kp.score.softcap_pre;
+        if (boundary || first) {
+          if (boundary) block_mask().apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
+          apply_softcap(acc_s, pre);
+          if (boundary) block_mask().apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
+          if (first) softmax.fix_reference(acc_s, kp.score.ref_floor);
+          softmax.template exponentiate_fixed<Exp>(acc_s, scale_log2);
+        } else {
+          const float ones[1][2] = {{1.f, 1.f}};
+          softmax.template exponentiate_mapped<Exp>(
+              acc_s, softmax.m, ones, scale_log2,
+              [pre](float x) { return ptx::tanh_approx(x * pre); });
+        }
+        return;
+      } else if constexpr (kCapAfterMax) {
         // The mask before the max (-inf out of it) and again after the tanh (tanh(-inf) = -1).
         const bool boundary = n >= w.blocks.unmasked_end || n < w.blocks.unmasked_begin;
         auto mask = [&] {
@@ -403,6 +428,11 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         p16[kk][1] = Ops::pack(acc_s[0][2 * kk][2], acc_s[0][2 * kk][3]);
         p16[kk][2] = Ops::pack(acc_s[0][2 * kk + 1][0], acc_s[0][2 * kk + 1][1]);
         p16[kk][3] = Ops::pack(acc_s[0][2 * kk + 1][2], acc_s[0][2 * kk + 1][3]);
+      }
+      if constexpr (kBounded) {
+        constexpr uint32_t kOnes = 0x3f803f80u;  // (1.0, 1.0) in bf16
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk) Ops::mma(used_acc, p16[kk], kOnes, kOnes);
       }
     };
 
@@ -464,7 +494,9 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       ptx::fence_operand(acc_o[0]);
       clock.step(kStepWaitPV);
       release(Traits::kBarVEmpty + prev.stage);
-      if constexpr (!Traits::kEarlyRescale) OnlineSoftmax<1>::rescale_output(acc_o, rescale);
+      if constexpr (!Traits::kEarlyRescale && !kBounded) {
+        OnlineSoftmax<1>::rescale_output(acc_o, rescale);
+      }
       pack_p();
       clock.step(kStepPack);
     }
@@ -494,7 +526,9 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   const int64_t row0 = w.seq.lse_row0(head, p.num_heads, p.seqlen_q, p.total_q) + m_start;
   float inv_l[1][2], row_lse[1][2];
   RowStats row_stats[1][2];
-  softmax.finalize(kp.score.score_scale, inv_l, row_lse, row_stats);
+  const float used_sums[1][2] = {{used_acc[0], used_acc[2]}};
+  softmax.finalize(kp.score.score_scale, inv_l, row_lse, row_stats,
+                   kBounded ? used_sums : nullptr);
   if constexpr (variant_dropout(kVariant)) {
     inv_l[0][0] *= kp.dropout.rp;
     inv_l[0][1] *= kp.dropout.rp;

@@ -33,9 +33,17 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           int kPolyEighths_ = 0, int kHalves_ = 0, bool kWarpFusedExp_ = false,
           bool kStamps_ = false, int kTmaStoreO_ = 0, bool kCapAfterMax_ = true,
           bool kEarlyRescale_ = false, bool kMaxTree_ = false, bool kSumTree_ = false,
-          bool kModsPerTile_ = true, bool kCapInterleave_ = false>
+          bool kModsPerTile_ = true, bool kCapInterleave_ = false,
+          bool kBoundedRef_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // Softcap alone in bf16 (problem/score_mod.h ScoreScale::bounded_ref, which the launch must
+  // hold): each row's exponents against a reference fixed at its first key block
+  // (common/softmax.h fix_reference), so no step after it takes a row max or rescales O; 1 / l
+  // from the sums of the 16-bit P the P V product read (one mma.sync per P fragment against a
+  // ones column, as the sm80 kernel). A tuning knob (tune_fwd90 `bounded`, benchmarks/NOTES.md
+  // 12.33); inert in the other variants.
+  static constexpr bool kBoundedRef = kBoundedRef_;
   // With kCapAfterMax, on key blocks without an element mask: each score's tanh issued in the
   // exponentials' loop (common/softmax.h exponentiate_mapped) instead of as a pass over the tile
   // before them (the library's SASS: MUFU.TANH x 88, then MUFU.EX2 x 88 a lane at d = 128). A
