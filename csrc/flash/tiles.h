@@ -388,6 +388,21 @@ __host__ __device__ constexpr bool fwd_cap_after_max_sm90(int head_dim, bool sof
   return head_dim == 128 || fwd_cap_interleave_sm90(head_dim, softcap, static_mask);
 }
 
+// Where the sm90a forward's bf16 softcap calls that problem/score_mod.h ScoreScale::bounded_ref
+// admits (softcap <= 65.8) take the bounded reference (FwdTraits kBoundedRef: no row max and no O
+// rescale after a row's first key block, 1 / l from mma.sync sums of the 16-bit P; an instance of
+// its own beside the running max's). Measured on the H200 (tune_fwd90 `bounded`,
+// benchmarks/results/tune_fwd90_v35_bounded_h200.txt; time bounded / the library's, softcap 30,
+// 4k / 16k non-causal then causal, two passes): d = 128 static (128 x 176) 0.960 0.953 0.975
+// 0.955 / 0.960 0.953 0.979 0.958, dynamic (128 x 128) 0.882 0.872 0.891 0.881 / 0.880 0.867
+// 0.898 0.884, d = 64 static (192 x 128, 48 bytes of spills) 0.906 0.890 0.923 0.895 / 0.909
+// 0.891 0.924 0.896; d = 256 static (128 x 80) 1.052-1.078 (slower). d = 64's dynamic instance,
+// d = 256's dynamic, d = 96 and 192 not measured (off).
+__host__ __device__ constexpr bool fwd_bounded_ref_sm90(int head_dim, bool softcap,
+                                                       bool static_mask) {
+  return softcap && (head_dim == 128 || (head_dim == 64 && static_mask));
+}
+
 // Where the sm90a forward builds its score modifiers once a tile (FwdTraits kModsPerTile:
 // ALiBi's slope load and MUFU.RCP out of the step loop) rather than at every key block. Measured
 // on the H200 (tune_fwd90 `alibihoist`, benchmarks/results/tune_fwd90_v31_alibihoist_h200.txt;

@@ -75,6 +75,10 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   FwdTmaParams tp;
   tp.kp = make_fwd_kernel_params(p);
   tp.stamps = stamps;
+  // The bounded reference's instances hold only for the calls ScoreScale::bounded_ref admits.
+  if (Traits::kBoundedRef && variant_softcap(kVariant) && !tp.kp.score.bounded_ref) {
+    return Status::kInvalidArgument;
+  }
   Status st = encode_rows_map(&tp.q_map, p.dtype, p.q, p.head_dim, e.q_rows, p.num_heads,
                               e.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride,
                               Traits::kBlockM);
@@ -129,17 +133,27 @@ Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream
   // The warp-uniform fused exponent on (common/softmax.h ExpPolicy kWarpFused): +3.5% geo over
   // the tune shapes on the H200 (benchmarks/results/tune_fwd90_v9_fastexp_h200.txt); no half
   // blocks (NOTES 12.2).
-  using Traits = FwdTraits<kHeadDim, tile.block_m, tile.block_n, tile.stages, true,
-                           fwd_poly_eighths_sm90(kHeadDim, variant_softcap(kVariant)), 0, true,
-                           false, tile.o_store,
-                           fwd_cap_after_max_sm90(kHeadDim, kCapVariant, kStaticSoftcap),
-                           fwd_early_rescale_sm90(kHeadDim, kLongRows, kStaticAlibi),
-                           fwd_max_tree_sm90(kHeadDim, kLongRows, kStaticAlibi),
-                           fwd_sum_tree_sm90(kHeadDim, variant_softcap(kVariant)),
-                           fwd_mods_per_tile_sm90(kHeadDim, kStaticAlibi),
-                           fwd_cap_interleave_sm90(kHeadDim, kCapVariant, kStaticSoftcap)>;
-  return launch_fwd_config<Element, Traits, kVariant>(p, sms, l2_bytes, causal_persistent(p),
-                                                      stream);
+  // kBounded: the bounded reference's instance (FwdTraits kBoundedRef), for bf16 softcap calls
+  // that ScoreScale::bounded_ref admits, where tiles.h fwd_bounded_ref_sm90 takes it.
+  auto launch = [&](auto bounded) {
+    using Traits = FwdTraits<kHeadDim, tile.block_m, tile.block_n, tile.stages, true,
+                             fwd_poly_eighths_sm90(kHeadDim, variant_softcap(kVariant)), 0, true,
+                             false, tile.o_store,
+                             fwd_cap_after_max_sm90(kHeadDim, kCapVariant, kStaticSoftcap),
+                             fwd_early_rescale_sm90(kHeadDim, kLongRows, kStaticAlibi),
+                             fwd_max_tree_sm90(kHeadDim, kLongRows, kStaticAlibi),
+                             fwd_sum_tree_sm90(kHeadDim, variant_softcap(kVariant)),
+                             fwd_mods_per_tile_sm90(kHeadDim, kStaticAlibi),
+                             fwd_cap_interleave_sm90(kHeadDim, kCapVariant, kStaticSoftcap),
+                             decltype(bounded)::value>;
+    return launch_fwd_config<Element, Traits, kVariant>(p, sms, l2_bytes, causal_persistent(p),
+                                                        stream);
+  };
+  if constexpr (std::is_same_v<Element, __nv_bfloat16> &&
+                fwd_bounded_ref_sm90(kHeadDim, kCapVariant, kStaticSoftcap)) {
+    if (score_scale_of(p).bounded_ref) return launch(std::true_type{});
+  }
+  return launch(std::false_type{});
 }
 
 template <typename Element, int kHeadDim>
