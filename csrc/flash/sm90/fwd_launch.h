@@ -119,41 +119,47 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
       stream, tp);
 }
 
-// The configuration tiles.h picks for kernel variant kVariant (kShort: fwd_tile_sm90_short's).
-template <typename Element, int kHeadDim, int kVariant, bool kShort = false>
-Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream) {
-  constexpr FwdTileSm90 tile =
+// The configuration tiles.h picks for kernel variant kVariant (kShort: fwd_tile_sm90_short's;
+// kBounded: the bounded reference's instance, FwdTraits kBoundedRef).
+template <int kHeadDim, int kVariant, bool kShort, bool kBounded>
+struct LibraryFwdTraits {
+  static constexpr FwdTileSm90 kTile =
       kShort ? fwd_tile_sm90_short(kHeadDim)
              : fwd_tile_sm90(kHeadDim, variant_dynamic(kVariant), kVariant == kAlibiVariant);
-  constexpr bool kStaticAlibi = kVariant == kStaticAlibiVariant && !kShort;
-  constexpr bool kStaticSoftcap = kVariant == kStaticSoftcapVariant;
-  constexpr bool kCapVariant = kVariant == kSoftcapVariant || kStaticSoftcap;
-  constexpr bool kLongRows =  // the static long-row tiles
+  static constexpr bool kStaticAlibi = kVariant == kStaticAlibiVariant && !kShort;
+  static constexpr bool kStaticSoftcap = kVariant == kStaticSoftcapVariant;
+  static constexpr bool kCapVariant = kVariant == kSoftcapVariant || kStaticSoftcap;
+  static constexpr bool kLongRows =  // the static long-row tiles
       (kVariant == kStaticVariant || kVariant == kStaticAlibiVariant) && !kShort;
   // The warp-uniform fused exponent on (common/softmax.h ExpPolicy kWarpFused): +3.5% geo over
   // the tune shapes on the H200 (benchmarks/results/tune_fwd90_v9_fastexp_h200.txt); no half
   // blocks (NOTES 12.2).
-  // kBounded: the bounded reference's instance (FwdTraits kBoundedRef), for bf16 softcap calls
-  // that ScoreScale::bounded_ref admits, where tiles.h fwd_bounded_ref_sm90 takes it.
-  auto launch = [&](auto bounded) {
-    using Traits = FwdTraits<kHeadDim, tile.block_m, tile.block_n, tile.stages, true,
-                             fwd_poly_eighths_sm90(kHeadDim, variant_softcap(kVariant)), 0, true,
-                             false, tile.o_store,
-                             fwd_cap_after_max_sm90(kHeadDim, kCapVariant, kStaticSoftcap),
-                             fwd_early_rescale_sm90(kHeadDim, kLongRows, kStaticAlibi),
-                             fwd_max_tree_sm90(kHeadDim, kLongRows, kStaticAlibi),
-                             fwd_sum_tree_sm90(kHeadDim, variant_softcap(kVariant)),
-                             fwd_mods_per_tile_sm90(kHeadDim, kStaticAlibi),
-                             fwd_cap_interleave_sm90(kHeadDim, kCapVariant, kStaticSoftcap),
-                             decltype(bounded)::value>;
-    return launch_fwd_config<Element, Traits, kVariant>(p, sms, l2_bytes, causal_persistent(p),
-                                                        stream);
-  };
+  using Type = FwdTraits<kHeadDim, kTile.block_m, kTile.block_n, kTile.stages, true,
+                         fwd_poly_eighths_sm90(kHeadDim, variant_softcap(kVariant)), 0, true,
+                         false, kTile.o_store,
+                         fwd_cap_after_max_sm90(kHeadDim, kCapVariant, kStaticSoftcap),
+                         fwd_early_rescale_sm90(kHeadDim, kLongRows, kStaticAlibi),
+                         fwd_max_tree_sm90(kHeadDim, kLongRows, kStaticAlibi),
+                         fwd_sum_tree_sm90(kHeadDim, variant_softcap(kVariant)),
+                         fwd_mods_per_tile_sm90(kHeadDim, kStaticAlibi),
+                         fwd_cap_interleave_sm90(kHeadDim, kCapVariant, kStaticSoftcap), kBounded>;
+};
+
+template <typename Element, int kHeadDim, int kVariant, bool kShort = false>
+Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream) {
+  using Lib = LibraryFwdTraits<kHeadDim, kVariant, kShort, false>;
+  // bf16 softcap calls that ScoreScale::bounded_ref admits take the bounded reference's
+  // instance where tiles.h fwd_bounded_ref_sm90 says so.
   if constexpr (std::is_same_v<Element, __nv_bfloat16> &&
-                fwd_bounded_ref_sm90(kHeadDim, kCapVariant, kStaticSoftcap)) {
-    if (score_scale_of(p).bounded_ref) return launch(std::true_type{});
+                fwd_bounded_ref_sm90(kHeadDim, Lib::kCapVariant, Lib::kStaticSoftcap)) {
+    if (score_scale_of(p).bounded_ref) {
+      using Bounded = typename LibraryFwdTraits<kHeadDim, kVariant, kShort, true>::Type;
+      return launch_fwd_config<Element, Bounded, kVariant>(p, sms, l2_bytes,
+                                                           causal_persistent(p), stream);
+    }
   }
-  return launch(std::false_type{});
+  return launch_fwd_config<Element, typename Lib::Type, kVariant>(p, sms, l2_bytes,
+                                                                  causal_persistent(p), stream);
 }
 
 template <typename Element, int kHeadDim>
