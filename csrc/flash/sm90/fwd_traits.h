@@ -41,13 +41,14 @@ struct FwdTraits {
   // hold): each row's exponents against a reference fixed at its first key block
   // (common/softmax.h fix_reference), so no step after it takes a row max or rescales O; 1 / l
   // from the sums of the 16-bit P the P V product read (one mma.sync per P fragment against a
-  // ones column, as the sm80 kernel). A tuning knob (tune_fwd90 `bounded`, benchmarks/NOTES.md
-  // 12.33); inert in the other variants.
+  // ones column, as the sm80 kernel); inert in the other variants. tiles.h
+  // fwd_bounded_ref_sm90 says where (tune_fwd90 `bounded`, benchmarks/NOTES.md 12.33).
   static constexpr bool kBoundedRef = kBoundedRef_;
   // With kCapAfterMax, on key blocks without an element mask: each score's tanh issued in the
   // exponentials' loop (common/softmax.h exponentiate_mapped) instead of as a pass over the tile
-  // before them (the library's SASS: MUFU.TANH x 88, then MUFU.EX2 x 88 a lane at d = 128). A
-  // tuning knob (tune_fwd90 `capinterleave`, benchmarks/NOTES.md 12.32 item 2).
+  // before them (the library's SASS: MUFU.TANH x 88, then MUFU.EX2 x 88 a lane at d = 128).
+  // tiles.h fwd_cap_interleave_sm90 says where (tune_fwd90 `capinterleave`, benchmarks/NOTES.md
+  // 12.33).
   static constexpr bool kCapInterleave = kCapInterleave_;
   // The score modifiers built once a tile (problem/score_mod.h ScoreMods: ALiBi's slope load and
   // division out of the step loop); false builds them at every key block (apply_score_mods).
