@@ -40,7 +40,39 @@ inline bool run_chain_mode(const std::string& mode, const Buffers& b) {
     });
     return true;
   }
-#ifndef TUNE_FWD90_BOUNDED2_ONLY  // -DTUNE_FWD90_BOUNDED2_ONLY: "bounded2" alone
+  if (mode == "bounded3") {
+    // benchmarks/NOTES.md 12.34 item 1, on the bounded reference's library instances: a share of
+    // the exponentials on the FMA pipe (kPolyEighths) at d = 128 and a larger one at d = 64, now
+    // that the bounded step issues fewer instructions; and 128 x 128 against 128 x 176 for causal
+    // calls by length (bounded2: 0.93 at 4k causal, 1.01-1.02 at 16k), for a rule like
+    // fwd_short_rows_sm90's. ptxas (sm_90a): d = 128 with 1 / 2 eighths spills 72 / 104 bytes
+    // (0 without), d = 64 with 1 / 3 84 / 48 (48 with the library's 2).
+    using S176 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true,
+                           true, false, true>;
+    using S176e1 = FwdTraits<128, 128, 176, 2, true, 1, 0, true, false, 0, true, false, false,
+                             true, true, false, true>;
+    using S176e2 = FwdTraits<128, 128, 176, 2, true, 2, 0, true, false, 0, true, false, false,
+                             true, true, false, true>;
+    using S128o1 = FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true, false, false,
+                             true, true, false, true>;
+    using S64 = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, true, false, false, false,
+                          true, true, true>;
+    using S64e3 = FwdTraits<64, 192, 128, 2, true, 3, 0, true, false, 0, true, false, false, false,
+                            true, true, true>;
+    using S64e1 = FwdTraits<64, 192, 128, 2, true, 1, 0, true, false, 0, true, false, false, false,
+                            true, true, true>;
+    const std::vector<int> causal_lengths = {1024, 2048, 4096, 8192};
+    twice([&] {
+      ab_sweep<128, S176, S176e1, kSoftcap | kStaticMask>("d128 bounded st: exp 1/8", b, true, sl);
+      ab_sweep<128, S176, S176e2, kSoftcap | kStaticMask>("d128 bounded st: exp 2/8", b, true, sl);
+      ab_sweep<128, S176, S128o1, kSoftcap | kStaticMask>("d128 bounded st: 128x128 causal", b,
+                                                          false, causal_lengths);
+      ab_sweep<64, S64, S64e3, kSoftcap | kStaticMask>("d64 bounded st: exp 3/8", b, true, sl);
+      ab_sweep<64, S64, S64e1, kSoftcap | kStaticMask>("d64 bounded st: exp 1/8", b, true, sl);
+    });
+    return true;
+  }
+#ifndef TUNE_FWD90_BOUNDED_ONLY  // -DTUNE_FWD90_BOUNDED_ONLY: "bounded2" and "bounded3" alone
   if (mode == "alibichain") {
     // The static-mask ALiBi instance at d = 64 (library: 192 x 128, sum tree; 0.84-0.88 of plain
     // in the features bench at 0ffe10c) against the same kernel with a shorter softmax chain
@@ -237,6 +269,6 @@ inline bool run_chain_mode(const std::string& mode, const Buffers& b) {
     CHECK(cudaFree(stamps));
     return true;
   }
-#endif  // TUNE_FWD90_BOUNDED2_ONLY
+#endif  // TUNE_FWD90_BOUNDED_ONLY
   return false;
 }

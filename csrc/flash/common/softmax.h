@@ -19,7 +19,8 @@
 
 namespace flashattn_cu {
 
-// 2^x for x <= 0 on the FMA pipe instead of the SFU (MUFU.EX2): 8 full-rate instructions for
+// 2^x for x < 128 (x <= 0 under a running max; the bounded reference's exponents reach 64) on
+// the FMA pipe instead of the SFU (MUFU.EX2): 8 full-rate instructions for
 // one quarter-rate MUFU slot. The softcap kernels spend two MUFU per score (tanh and exp2), which
 // makes the SFU their limit (benchmarks/NOTES.md section 10); they take a fraction of their
 // exponentials here. x = j + f, j = floor(x) from one round-down add of 1.5 * 2^23 (whose low
