@@ -20,9 +20,9 @@
 namespace flashattn_cu {
 
 // 2^x for x < 128 (x <= 0 under a running max; the bounded reference's exponents reach 64) on
-// the FMA pipe instead of the SFU (MUFU.EX2): 8 full-rate instructions for
-// one quarter-rate MUFU slot. The softcap kernels spend two MUFU per score (tanh and exp2), which
-// makes the SFU their limit (benchmarks/NOTES.md section 10); they take a fraction of their
+// the FMA pipe instead of the SFU (MUFU.EX2): 8 full-rate instructions for one quarter-rate MUFU
+// slot. The softcap kernels spend two MUFU per score (tanh and exp2), which makes the SFU their
+// limit (benchmarks/NOTES.md section 10); they take a fraction of their
 // exponentials here. x = j + f, j = floor(x) from one round-down add of 1.5 * 2^23 (whose low
 // mantissa bits are then j), 2^f by a degree-3 polynomial with p(0) = 1 (least-max relative
 // error on [0, 1): 8.6e-5 = 2^-13.5, below the 16-bit rounding of P and fp16's of the reference),
