@@ -61,8 +61,22 @@ inline bool run_chain_mode(const std::string& mode, const Buffers& b) {
                             true, true, true>;
     using S64e1 = FwdTraits<64, 192, 128, 2, true, 1, 0, true, false, 0, true, false, false, false,
                             true, true, true>;
+    // The used sums under the next S GEMM (FwdTraits kSumsUnderS) on the library's bounded
+    // instances.
+    using U176 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true,
+                           true, false, true, true>;
+    using D128 = FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true, false, false, true,
+                           true, false, true>;
+    using U128 = FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true, false, false, true,
+                           true, false, true, true>;
+    using U64 = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, true, false, false, false,
+                          true, true, true, true>;
     const std::vector<int> causal_lengths = {1024, 2048, 4096, 8192};
     twice([&] {
+      ab_sweep<128, S176, U176, kSoftcap | kStaticMask>("d128 bounded st: sums under S", b, true,
+                                                        sl);
+      ab_sweep<128, D128, U128, kSoftcap>("d128 bounded dyn: sums under S", b, true, sl);
+      ab_sweep<64, S64, U64, kSoftcap | kStaticMask>("d64 bounded st: sums under S", b, true, sl);
       ab_sweep<128, S176, S176e1, kSoftcap | kStaticMask>("d128 bounded st: exp 1/8", b, true, sl);
       ab_sweep<128, S176, S176e2, kSoftcap | kStaticMask>("d128 bounded st: exp 2/8", b, true, sl);
       ab_sweep<128, S176, S128o1, kSoftcap | kStaticMask>("d128 bounded st: 128x128 causal", b,

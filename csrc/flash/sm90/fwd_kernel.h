@@ -421,6 +421,14 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         dropout_of(kp, batch, head).drop(acc_s, m_start + warp_row0, n * kBlockN, lane);
       }
     };
+    // The bounded reference's sums of the 16-bit P in p16 (used_acc).
+    auto sum_used = [&] {
+      if constexpr (kBounded) {
+        constexpr uint32_t kOnes = 0x3f803f80u;  // (1.0, 1.0) in bf16
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk) Ops::mma(used_acc, p16[kk], kOnes, kOnes);
+      }
+    };
     auto pack_p = [&]() {
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
@@ -429,11 +437,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         p16[kk][2] = Ops::pack(acc_s[0][2 * kk + 1][0], acc_s[0][2 * kk + 1][1]);
         p16[kk][3] = Ops::pack(acc_s[0][2 * kk + 1][2], acc_s[0][2 * kk + 1][3]);
       }
-      if constexpr (kBounded) {
-        constexpr uint32_t kOnes = 0x3f803f80u;  // (1.0, 1.0) in bf16
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk) Ops::mma(used_acc, p16[kk], kOnes, kOnes);
-      }
+      if constexpr (kBounded && !Traits::kSumsUnderS) sum_used();
     };
 
     float ref[1][2], rescale[1][2];
@@ -481,6 +485,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       }
       issue_pv(prev.stage, half);
       turns.end();
+      if constexpr (kBounded && Traits::kSumsUnderS) sum_used();  // P_{i-1}'s
       half = s_half;
       ptx::wgmma_wait<1>();  // S_i has landed; P_{i-1} V_{i-1} may still run
       ptx::fence_operand(acc_s[0]);
@@ -509,6 +514,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       ptx::wgmma_fence();
       issue_pv(last.stage, half);
       turns.end();
+      if constexpr (kBounded && Traits::kSumsUnderS) sum_used();
       ahead();  // under the GEMM
       ptx::wgmma_wait<0>();
       ptx::fence_operand(acc_o[0]);

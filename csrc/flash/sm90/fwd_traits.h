@@ -34,7 +34,7 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           bool kStamps_ = false, int kTmaStoreO_ = 0, bool kCapAfterMax_ = true,
           bool kEarlyRescale_ = false, bool kMaxTree_ = false, bool kSumTree_ = false,
           bool kModsPerTile_ = true, bool kCapInterleave_ = false,
-          bool kBoundedRef_ = false>
+          bool kBoundedRef_ = false, bool kSumsUnderS_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // Softcap alone in bf16 (problem/score_mod.h ScoreScale::bounded_ref, which the launch must
@@ -44,6 +44,10 @@ struct FwdTraits {
   // ones column, as the sm80 kernel); inert in the other variants. tiles.h
   // fwd_bounded_ref_sm90 says where (tune_fwd90 `bounded`, benchmarks/NOTES.md 12.33).
   static constexpr bool kBoundedRef = kBoundedRef_;
+  // With kBoundedRef: the used sums' 11 dependent mma.sync of a step issued right after the next
+  // step's GEMMs (under the S GEMM's wait) instead of after the pack, where their chain sits
+  // between the pack and the next turn. A tuning knob (tune_fwd90 `bounded3`).
+  static constexpr bool kSumsUnderS = kSumsUnderS_;
   // With kCapAfterMax, on key blocks without an element mask: each score's tanh issued in the
   // exponentials' loop (common/softmax.h exponentiate_mapped) instead of as a pass over the tile
   // before them (the library's SASS: MUFU.TANH x 88, then MUFU.EX2 x 88 a lane at d = 128).
