@@ -58,154 +58,15 @@
 #include "../ptx/tma.h"
 #include "../ptx/wgmma.h"
 #include "fwd_clock.h"
+#include "fwd_producer.h"
 #include "fwd_traits.h"
+#include "fwd_work.h"
 #include "pingpong.h"
 
 namespace flashattn_cu::sm90 {
 
 // The keys of a key block one consumer warpgroup computes (FwdTraits::kHalfBlocks).
 enum class BlockHalf : int { kWhole, kLow, kHigh };
-
-// What one tile is to both roles: its entry, head, first query row and key blocks. The producer
-// and the consumers derive it the same way, so they walk the same tiles, key blocks and barrier
-// phases.
-struct FwdWork {
-  QueryTile tile;
-  SeqInfo seq;
-  int m_start;
-  KeyBlocks blocks;
-  int num_blocks;  // 0 also for a tile with no rows (skip)
-  bool skip;       // varlen: the query block lies past this entry's length
-};
-
-// Where an entry's rows start in the TMA maps (fwd_launch.h): (row, batch) coordinates of its
-// row 0, from its start in the packed rows (seq.start_q / start_k: varlen maps have one batch
-// entry whose rows are all of the entries'; < 0: padded, the entry is its own batch index).
-struct MapRows {
-  int row0, batch;
-};
-__device__ __forceinline__ MapRows map_rows(int start, int batch) {
-  return MapRows{start >= 0 ? start : 0, start >= 0 ? 0 : batch};
-}
-
-// The costly part of a tile's FwdWork (query_tile_at's integer divisions, the varlen entry's
-// cu_seqlens loads), which the consumers work out one tile ahead (consume_tile's `ahead`).
-struct FwdTileSeq {
-  QueryTile tile;
-  SeqInfo seq;
-};
-
-template <bool kSeqlens>
-__device__ __forceinline__ FwdTileSeq fwd_tile_seq(const FwdParams& p, int index, int num_m,
-                                                   int group_heads, int defer_m) {
-  FwdTileSeq ts;
-  ts.tile = query_tile_at(index, num_m, p.num_heads, group_heads, p.batch * p.num_heads, defer_m);
-  ts.seq = seq_info<kSeqlens>(p, ts.tile.batch);
-  return ts;
-}
-
-template <bool kDynamic, int kBlockM, int kBlockN>
-__device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, const FwdTileSeq& ts) {
-  FwdWork w;
-  w.tile = ts.tile;
-  w.seq = ts.seq;
-  w.m_start = w.tile.m_block * kBlockM;
-  w.skip = w.m_start >= w.seq.seqlen_q;
-  w.blocks = mask_of<kDynamic>(w.seq, p).template key_blocks<kBlockM, kBlockN>(w.m_start);
-  w.num_blocks = w.skip ? 0 : w.blocks.end - w.blocks.begin;
-  return w;
-}
-
-template <bool kDynamic, bool kSeqlens, int kBlockM, int kBlockN>
-__device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, int index, int num_m,
-                                            int group_heads, int defer_m) {
-  return fwd_work<kDynamic, kBlockM, kBlockN>(
-      p, fwd_tile_seq<kSeqlens>(p, index, num_m, group_heads, defer_m));
-}
-
-// The deferred light blocks a kernel walks (query_tile_at's defer_m): FwdTmaParams::defer_m in
-// the variants that take windows (the dynamic mask) up to d = 128, a compile-time 0 in the
-// others. At d = 256 the index arithmetic it adds under the last P V spills (ptxas, sm_90a:
-// dynamic variant 0 -> 20 bytes, softcap 12 -> 36), and d = 256 windows run one CTA per tile
-// unless non-causal.
-template <typename Traits, bool kDynamic>
-__device__ __forceinline__ int kernel_defer_m(const FwdTmaParams& tp) {
-  return kDynamic && Traits::kHeadDim <= 128 ? tp.defer_m : 0;
-}
-
-// Where step i of the CTA's key-block walk (counted over all its tiles) reads its K/V buffer,
-// and the phase parity it waits for.
-template <typename Traits>
-struct RingSlot {
-  int stage;
-  uint32_t parity;
-  __device__ __forceinline__ explicit RingSlot(int i)
-      : stage(i % Traits::kStages), parity((i / Traits::kStages) & 1) {}
-};
-
-// The producer: one thread issues, tile after tile, Q's load (once the consumers are done with
-// the last tile's Q), then K and V of each visited key block, last first, into the ring.
-template <typename Traits, bool kDynamic, bool kSeqlens>
-__device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s_base, int num_m,
-                                              int num_tiles) {
-  constexpr int kBlockN = Traits::kBlockN;
-  const FwdParams& p = tp.kp.p;
-  const uint32_t bars = s_base + Traits::kOffBarriers;
-  const int group = p.num_heads / p.num_heads_k;
-  int ring = 0;           // key-block steps so far
-  uint32_t q_parity = 0;  // tiles with key blocks so far, mod 2
-#pragma unroll 1
-  for (int k = 0, index = blockIdx.x; index < num_tiles;
-       index = cta_tile_index(++k, blockIdx.x, gridDim.x)) {
-    const FwdWork w = fwd_work<kDynamic, kSeqlens, Traits::kBlockM, kBlockN>(
-        p, index, num_m, tp.group_heads, kernel_defer_m<Traits, kDynamic>(tp));
-    if (w.num_blocks <= 0) continue;  // the consumers wait for nothing either
-    const MapRows qm = map_rows(w.seq.start_q, w.seq.batch);
-    const MapRows km = map_rows(w.seq.start_k, w.seq.batch);
-    const int head_k = w.tile.head / group;
-
-    auto load_q = [&] {
-      ptx::mbarrier_wait_parity(bars + 8 * Traits::kBarQEmpty, q_parity ^ 1);
-      ptx::mbarrier_arrive_expect_tx(bars + 8 * Traits::kBarQFull, Traits::kQBytes);
-#pragma unroll
-      for (int a = 0; a < Traits::kAtoms; ++a) {
-        const int32_t c[4] = {a * 64, qm.row0 + w.m_start, w.tile.head, qm.batch};
-        ptx::tma_load<4>(s_base + Traits::kOffQ + a * Traits::kBlockM * 128, &tp.q_map,
-                         bars + 8 * Traits::kBarQFull, c);
-      }
-    };
-    // With O staged in Q's buffer (Traits::kOInQ) Q is free only after the last tile's stores:
-    // the first K / V block goes first, so that it lands during the last tile's epilogue.
-    if constexpr (!Traits::kOInQ) load_q();
-#pragma unroll 1
-    for (int i = 0; i < w.num_blocks; ++i) {
-      const int n = w.blocks.end - 1 - i;
-      const RingSlot<Traits> slot(ring + i);
-      const uint32_t parity = slot.parity ^ 1;  // a fresh barrier's previous phase is complete
-      const uint32_t k_full = bars + 8 * (Traits::kBarKFull + slot.stage);
-      const uint32_t v_full = bars + 8 * (Traits::kBarVFull + slot.stage);
-      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKEmpty + slot.stage), parity);
-      ptx::mbarrier_arrive_expect_tx(k_full, Traits::kKVBytes);
-#pragma unroll
-      for (int a = 0; a < Traits::kAtoms; ++a) {
-        const int32_t c[4] = {a * 64, km.row0 + n * kBlockN, head_k, km.batch};
-        ptx::tma_load<4>(s_base + Traits::kOffK + slot.stage * Traits::kKVBytes + a * kBlockN * 128,
-                         &tp.k_map, k_full, c);
-      }
-      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVEmpty + slot.stage), parity);
-      ptx::mbarrier_arrive_expect_tx(v_full, Traits::kKVBytes);
-#pragma unroll
-      for (int a = 0; a < Traits::kAtoms; ++a) {
-        const int32_t c[4] = {a * 64, km.row0 + n * kBlockN, head_k, km.batch};
-        ptx::tma_load<4>(s_base + Traits::kOffV + slot.stage * Traits::kKVBytes + a * kBlockN * 128,
-                         &tp.v_map, v_full, c);
-      }
-      if (Traits::kOInQ && i == 0) load_q();
-    }
-    ring += w.num_blocks;
-    q_parity ^= 1;
-  }
-}
 
 // One consumer warpgroup's work on one tile: its 64 query rows against the tile's key blocks,
 // then the epilogue. `ring` / `q_parity`: the CTA's key-block steps and Q phases so far.
@@ -364,48 +225,46 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     auto scores_to_p = [&](int n, float (&ref)[1][2], float (&rescale)[1][2]) {
       constexpr bool kCapAfterMax = Traits::kCapAfterMax && variant_softcap(kVariant) &&
                                     !variant_may_alibi(kVariant);
-      if constexpr (kBounded) {
-        // The reference fixed at the first block (its capped, masked scores' max, at least
-        // ScoreScale::ref_floor); no max and no rescale after it. Blocks without an element
-        // mask: each score's tanh beside its exponential.
-        const bool boundary = n >= w.blocks.unmasked_end || n < w.blocks.unmasked_begin;
-        const bool first = n == w.blocks.end - 1;
-        const float pre = kp.score.softcap_pre;
-        if (boundary || first) {
-          if (boundary) block_mask().apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
-          apply_softcap(acc_s, pre);
-          if (boundary) block_mask().apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
-          if (first) softmax.fix_reference(acc_s, kp.score.ref_floor);
-          softmax.template exponentiate_fixed<Exp>(acc_s, scale_log2);
-        } else {
-          const float ones[1][2] = {{1.f, 1.f}};
-          softmax.template exponentiate_mapped<Exp>(
-              acc_s, softmax.m, ones, scale_log2,
-              [pre](float x) { return ptx::tanh_approx(x * pre); });
-        }
-        return;
-      } else if constexpr (kCapAfterMax) {
-        // The mask before the max (-inf out of it) and again after the tanh (tanh(-inf) = -1).
+      if constexpr (kBounded || kCapAfterMax) {
+        // Softcap alone: the element mask of a boundary block before the tanh (-inf out of any
+        // max) and again after it (tanh(-inf) = -1); `capped`, each score's tanh for the
+        // exponentials' loop on the other blocks.
         const bool boundary = n >= w.blocks.unmasked_end || n < w.blocks.unmasked_begin;
         auto mask = [&] {
           if (boundary) block_mask().apply(acc_s, m_start + warp_row0, n * kBlockN, lane);
         };
         const float pre = kp.score.softcap_pre;
-        mask();
-        softmax.new_max_capped(acc_s, scale_log2, ref, rescale, [pre](float m) {
-          return m == -INFINITY ? -INFINITY : ptx::tanh_approx(m * pre);
-        });
-        if constexpr (Traits::kCapInterleave) {
-          if (!boundary) {  // no -inf to keep: each score's tanh beside its exponential
-            if constexpr (Traits::kStamps) clock.step(kStepMax);
-            softmax.template exponentiate_mapped<Exp>(
-                acc_s, ref, rescale, scale_log2,
-                [pre](float x) { return ptx::tanh_approx(x * pre); });
-            return;
+        const auto capped = [pre](float x) { return ptx::tanh_approx(x * pre); };
+        if constexpr (kBounded) {
+          // The reference fixed at the first block (its capped, masked scores' max, at least
+          // ScoreScale::ref_floor); no max and no rescale after it.
+          const bool first = n == w.blocks.end - 1;
+          if (boundary || first) {
+            mask();
+            apply_softcap(acc_s, pre);
+            mask();
+            if (first) softmax.fix_reference(acc_s, kp.score.ref_floor);
+            softmax.template exponentiate_fixed<Exp>(acc_s, scale_log2);
+          } else {
+            const float ones[1][2] = {{1.f, 1.f}};
+            softmax.template exponentiate_mapped<Exp>(acc_s, softmax.m, ones, scale_log2, capped);
           }
+          return;
+        } else {
+          mask();
+          softmax.new_max_capped(acc_s, scale_log2, ref, rescale, [pre](float m) {
+            return m == -INFINITY ? -INFINITY : ptx::tanh_approx(m * pre);
+          });
+          if constexpr (Traits::kCapInterleave) {
+            if (!boundary) {  // no -inf to keep: each score's tanh beside its exponential
+              if constexpr (Traits::kStamps) clock.step(kStepMax);
+              softmax.template exponentiate_mapped<Exp>(acc_s, ref, rescale, scale_log2, capped);
+              return;
+            }
+          }
+          apply_softcap(acc_s, pre);
+          mask();
         }
-        apply_softcap(acc_s, pre);
-        mask();
       } else {
         score_tile(n);
         softmax.template new_max<Traits::kMaxTree>(acc_s, scale_log2, ref, rescale);

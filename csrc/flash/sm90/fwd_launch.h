@@ -113,7 +113,7 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   const FwdSchedule schedule = fwd_schedule(p, tiles, sms, l2_bytes, causal_persistent,
                                             defer_light ? fwd_defer_m(p, Traits::kBlockM) : 0);
   tp.group_heads = schedule.group_heads;
-  tp.defer_m = schedule.defer_m;  // the kernels that walk it: fwd_kernel.h kernel_defer_m
+  tp.defer_m = schedule.defer_m;  // the kernels that walk it: fwd_work.h kernel_defer_m
   return launch_kernel<fwd_kernel<Element, Traits, kVariant>>(
       dim3(static_cast<unsigned>(schedule.grid)), dim3(Traits::kNThreads), Traits::kSmemBytes,
       stream, tp);

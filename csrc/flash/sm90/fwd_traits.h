@@ -20,7 +20,7 @@ struct FwdTmaParams {
   FwdKernelParams kp;
   int group_heads;  // the tile order (problem/scheduler.h: query_tile_at); 0: query_tile's
   int defer_m = 0;  // query_tile_at's light leading query blocks, walked last (fwd_schedule;
-                    // fwd_kernel.h kernel_defer_m: which kernels read it)
+                    // fwd_work.h kernel_defer_m: which kernels read it)
   // Traits::kStamps kernels only (benchmarks/tune/tune_fwd90.cu `phases`): fwd_clock.h's sums.
   unsigned long long* stamps = nullptr;
   CUtensorMap o_map;  // Traits::kTmaStoreO only: boxes of 64 columns x 64 rows (one consumer's)

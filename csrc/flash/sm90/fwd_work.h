@@ -1,0 +1,94 @@
+// The sm90a forward's tiles as both roles see them (sm90/fwd_kernel.h): a tile's work (entry,
+// head, first query row, key blocks), where its rows start in the TMA maps, and the ring slot of
+// each key-block step. The producer (fwd_producer.h) and the consumers derive it the same way, so
+// they walk the same tiles, key blocks and barrier phases.
+#pragma once
+
+#include <cstdint>
+
+#include "../problem/mask.h"
+#include "../problem/params.h"
+#include "../problem/scheduler.h"
+#include "../problem/seqlen.h"
+#include "fwd_traits.h"
+
+namespace flashattn_cu::sm90 {
+
+// What one tile is to both roles: its entry, head, first query row and key blocks. The producer
+// and the consumers derive it the same way, so they walk the same tiles, key blocks and barrier
+// phases.
+struct FwdWork {
+  QueryTile tile;
+  SeqInfo seq;
+  int m_start;
+  KeyBlocks blocks;
+  int num_blocks;  // 0 also for a tile with no rows (skip)
+  bool skip;       // varlen: the query block lies past this entry's length
+};
+
+// Where an entry's rows start in the TMA maps (fwd_launch.h): (row, batch) coordinates of its
+// row 0, from its start in the packed rows (seq.start_q / start_k: varlen maps have one batch
+// entry whose rows are all of the entries'; < 0: padded, the entry is its own batch index).
+struct MapRows {
+  int row0, batch;
+};
+__device__ __forceinline__ MapRows map_rows(int start, int batch) {
+  return MapRows{start >= 0 ? start : 0, start >= 0 ? 0 : batch};
+}
+
+// The costly part of a tile's FwdWork (query_tile_at's integer divisions, the varlen entry's
+// cu_seqlens loads), which the consumers work out one tile ahead (consume_tile's `ahead`).
+struct FwdTileSeq {
+  QueryTile tile;
+  SeqInfo seq;
+};
+
+template <bool kSeqlens>
+__device__ __forceinline__ FwdTileSeq fwd_tile_seq(const FwdParams& p, int index, int num_m,
+                                                   int group_heads, int defer_m) {
+  FwdTileSeq ts;
+  ts.tile = query_tile_at(index, num_m, p.num_heads, group_heads, p.batch * p.num_heads, defer_m);
+  ts.seq = seq_info<kSeqlens>(p, ts.tile.batch);
+  return ts;
+}
+
+template <bool kDynamic, int kBlockM, int kBlockN>
+__device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, const FwdTileSeq& ts) {
+  FwdWork w;
+  w.tile = ts.tile;
+  w.seq = ts.seq;
+  w.m_start = w.tile.m_block * kBlockM;
+  w.skip = w.m_start >= w.seq.seqlen_q;
+  w.blocks = mask_of<kDynamic>(w.seq, p).template key_blocks<kBlockM, kBlockN>(w.m_start);
+  w.num_blocks = w.skip ? 0 : w.blocks.end - w.blocks.begin;
+  return w;
+}
+
+template <bool kDynamic, bool kSeqlens, int kBlockM, int kBlockN>
+__device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, int index, int num_m,
+                                            int group_heads, int defer_m) {
+  return fwd_work<kDynamic, kBlockM, kBlockN>(
+      p, fwd_tile_seq<kSeqlens>(p, index, num_m, group_heads, defer_m));
+}
+
+// The deferred light blocks a kernel walks (query_tile_at's defer_m): FwdTmaParams::defer_m in
+// the variants that take windows (the dynamic mask) up to d = 128, a compile-time 0 in the
+// others. At d = 256 the index arithmetic it adds under the last P V spills (ptxas, sm_90a:
+// dynamic variant 0 -> 20 bytes, softcap 12 -> 36), and d = 256 windows run one CTA per tile
+// unless non-causal.
+template <typename Traits, bool kDynamic>
+__device__ __forceinline__ int kernel_defer_m(const FwdTmaParams& tp) {
+  return kDynamic && Traits::kHeadDim <= 128 ? tp.defer_m : 0;
+}
+
+// Where step i of the CTA's key-block walk (counted over all its tiles) reads its K/V buffer,
+// and the phase parity it waits for.
+template <typename Traits>
+struct RingSlot {
+  int stage;
+  uint32_t parity;
+  __device__ __forceinline__ explicit RingSlot(int i)
+      : stage(i % Traits::kStages), parity((i / Traits::kStages) & 1) {}
+};
+
+}  // namespace flashattn_cu::sm90
