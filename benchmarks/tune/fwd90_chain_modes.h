@@ -18,25 +18,26 @@ inline bool run_chain_mode(const std::string& mode, const Buffers& b) {
     g_library_schedule = true;
     for (int rep = 0; rep < 2; ++rep) pairs();
   };
+  // The library's bounded-reference instances (sm90/fwd_launch.h LibraryFwdTraits): the A side
+  // of bounded2 and bounded3.
+  using Lib176 = fa::sm90::LibraryFwdTraits<128, fa::kStaticSoftcapVariant, false, true>::Type;
+  using LibDyn128 = fa::sm90::LibraryFwdTraits<128, fa::kSoftcapVariant, false, true>::Type;
+  using Lib64 = fa::sm90::LibraryFwdTraits<64, fa::kStaticSoftcapVariant, false, true>::Type;
   if (mode == "bounded2") {
     // The bounded reference's instances on other tiles (benchmarks/NOTES.md 12.33): in `bounded`
     // the dynamic d = 128 instance (128 x 128) with it ran as fast as the static one (128 x 176)
     // with it, 7% faster at 4k causal: the static-mask softcap instance on 128 x 128 (the
     // dynamic tile's own-box epilogue, and from the registers); d = 64's static on 128 x 128.
-    using S176 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true,
-                           true, false, true>;
     using S128o1 = FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true, false, false,
                              true, true, false, true>;
     using S128o0 = FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 0, true, false, false,
                              true, true, false, true>;
-    using S64 = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, true, false, false, false,
-                          true, true, true>;
     using S64n = FwdTraits<64, 128, 128, 2, true, 2, 0, true, false, 0, true, false, false, false,
                            true, true, true>;
     twice([&] {
-      ab_sweep<128, S176, S128o1, kSoftcap | kStaticMask>("d128 bounded st: 128x128 o1", b, true, sl);
-      ab_sweep<128, S176, S128o0, kSoftcap | kStaticMask>("d128 bounded st: 128x128 o0", b, true, sl);
-      ab_sweep<64, S64, S64n, kSoftcap | kStaticMask>("d64 bounded st: 128x128", b, true, sl);
+      ab_sweep<128, Lib176, S128o1, kSoftcap | kStaticMask>("d128 bounded st: 128x128 o1", b, true, sl);
+      ab_sweep<128, Lib176, S128o0, kSoftcap | kStaticMask>("d128 bounded st: 128x128 o0", b, true, sl);
+      ab_sweep<64, Lib64, S64n, kSoftcap | kStaticMask>("d64 bounded st: 128x128", b, true, sl);
     });
     return true;
   }
@@ -47,16 +48,12 @@ inline bool run_chain_mode(const std::string& mode, const Buffers& b) {
     // calls by length (bounded2: 0.93 at 4k causal, 1.01-1.02 at 16k), for a rule like
     // fwd_short_rows_sm90's. ptxas (sm_90a): d = 128 with 1 / 2 eighths spills 72 / 104 bytes
     // (0 without), d = 64 with 1 / 3 84 / 48 (48 with the library's 2).
-    using S176 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true,
-                           true, false, true>;
     using S176e1 = FwdTraits<128, 128, 176, 2, true, 1, 0, true, false, 0, true, false, false,
                              true, true, false, true>;
     using S176e2 = FwdTraits<128, 128, 176, 2, true, 2, 0, true, false, 0, true, false, false,
                              true, true, false, true>;
     using S128o1 = FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true, false, false,
                              true, true, false, true>;
-    using S64 = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, true, false, false, false,
-                          true, true, true>;
     using S64e3 = FwdTraits<64, 192, 128, 2, true, 3, 0, true, false, 0, true, false, false, false,
                             true, true, true>;
     using S64e1 = FwdTraits<64, 192, 128, 2, true, 1, 0, true, false, 0, true, false, false, false,
@@ -65,24 +62,22 @@ inline bool run_chain_mode(const std::string& mode, const Buffers& b) {
     // instances.
     using U176 = FwdTraits<128, 128, 176, 2, true, 0, 0, true, false, 0, true, false, false, true,
                            true, false, true, true>;
-    using D128 = FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true, false, false, true,
-                           true, false, true>;
     using U128 = FwdTraits<128, 128, 128, 2, true, 0, 0, true, false, 1, true, false, false, true,
                            true, false, true, true>;
     using U64 = FwdTraits<64, 192, 128, 2, true, 2, 0, true, false, 0, true, false, false, false,
                           true, true, true, true>;
     const std::vector<int> causal_lengths = {1024, 2048, 4096, 8192};
     twice([&] {
-      ab_sweep<128, S176, U176, kSoftcap | kStaticMask>("d128 bounded st: sums under S", b, true,
+      ab_sweep<128, Lib176, U176, kSoftcap | kStaticMask>("d128 bounded st: sums under S", b, true,
                                                         sl);
-      ab_sweep<128, D128, U128, kSoftcap>("d128 bounded dyn: sums under S", b, true, sl);
-      ab_sweep<64, S64, U64, kSoftcap | kStaticMask>("d64 bounded st: sums under S", b, true, sl);
-      ab_sweep<128, S176, S176e1, kSoftcap | kStaticMask>("d128 bounded st: exp 1/8", b, true, sl);
-      ab_sweep<128, S176, S176e2, kSoftcap | kStaticMask>("d128 bounded st: exp 2/8", b, true, sl);
-      ab_sweep<128, S176, S128o1, kSoftcap | kStaticMask>("d128 bounded st: 128x128 causal", b,
+      ab_sweep<128, LibDyn128, U128, kSoftcap>("d128 bounded dyn: sums under S", b, true, sl);
+      ab_sweep<64, Lib64, U64, kSoftcap | kStaticMask>("d64 bounded st: sums under S", b, true, sl);
+      ab_sweep<128, Lib176, S176e1, kSoftcap | kStaticMask>("d128 bounded st: exp 1/8", b, true, sl);
+      ab_sweep<128, Lib176, S176e2, kSoftcap | kStaticMask>("d128 bounded st: exp 2/8", b, true, sl);
+      ab_sweep<128, Lib176, S128o1, kSoftcap | kStaticMask>("d128 bounded st: 128x128 causal", b,
                                                           false, causal_lengths);
-      ab_sweep<64, S64, S64e3, kSoftcap | kStaticMask>("d64 bounded st: exp 3/8", b, true, sl);
-      ab_sweep<64, S64, S64e1, kSoftcap | kStaticMask>("d64 bounded st: exp 1/8", b, true, sl);
+      ab_sweep<64, Lib64, S64e3, kSoftcap | kStaticMask>("d64 bounded st: exp 3/8", b, true, sl);
+      ab_sweep<64, Lib64, S64e1, kSoftcap | kStaticMask>("d64 bounded st: exp 1/8", b, true, sl);
     });
     return true;
   }
