@@ -403,6 +403,19 @@ __host__ __device__ constexpr bool fwd_bounded_ref_sm90(int head_dim, bool softc
   return softcap && (head_dim == 128 || (head_dim == 64 && static_mask));
 }
 
+// Where a static-mask softcap call on the bounded reference takes fwd_tile_sm90_short's tile
+// (its own instance: the static softcap variant, bounded, 128 x 128) instead of the static
+// 128 x 176 (longer rows) or, for fwd_short_rows_sm90's calls, the dynamic variant's 128 x 128.
+// Measured on the H200 (tune_fwd90 `bounded2` / `bounded3`, benchmarks/results/
+// tune_fwd90_v36_bounded2_h200.txt and v37_bounded3; bf16, softcap 30, time 128 x 128 / 128 x
+// 176, two passes): causal 1k 0.833 0.825, 2k 0.886 0.887, 4k 0.929 0.928, 8k 0.988 0.989, 16k
+// 1.013 1.011; non-causal 4k 0.980 0.981, 16k 1.025 1.024. d = 64's bounded instance on 128 x
+// 128 was slower everywhere (1.07-1.26); d = 128 only.
+__host__ __device__ constexpr bool fwd_bounded_short_sm90(int head_dim, bool causal,
+                                                         int seqlen_k) {
+  return head_dim == 128 && (causal ? seqlen_k <= 8192 : seqlen_k <= 4096);
+}
+
 // Where the sm90a forward builds its score modifiers once a tile (FwdTraits kModsPerTile:
 // ALiBi's slope load and MUFU.RCP out of the step loop) rather than at every key block. Measured
 // on the H200 (tune_fwd90 `alibihoist`, benchmarks/results/tune_fwd90_v31_alibihoist_h200.txt;

@@ -177,6 +177,17 @@ Status run_fwd(const FwdParams& p, cudaStream_t stream) {
   constexpr bool kHasShort = fwd_tile_sm90_short(kHeadDim).supported;
   const bool short_rows =
       kHasShort && fwd_short_rows_sm90(kHeadDim, p.is_causal, p.seqlen_q, p.seqlen_k);
+  // bf16 softcap alone on the bounded reference, where tiles.h fwd_bounded_short_sm90 says so:
+  // the static softcap variant's bounded instance on the short tile, short rows or not.
+  if constexpr (std::is_same_v<Element, __nv_bfloat16> &&
+                fwd_bounded_short_sm90(kHeadDim, true, 0)) {
+    if (static_softcap_call(p) && score_scale_of(p).bounded_ref &&
+        fwd_bounded_short_sm90(kHeadDim, p.is_causal, p.seqlen_k)) {
+      using Short = typename LibraryFwdTraits<kHeadDim, kStaticSoftcapVariant, true, true>::Type;
+      return launch_fwd_config<Element, Short, kStaticSoftcapVariant>(p, sms, l2_bytes,
+                                                                      causal_persistent(p), stream);
+    }
+  }
   if (static_softcap_call(p) && !short_rows) {
     return launch_fwd<Element, kHeadDim, kStaticSoftcapVariant>(p, sms, l2_bytes, stream);
   }
