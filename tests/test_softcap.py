@@ -198,7 +198,7 @@ def test_softcap_mixed_magnitudes_across_blocks(causal, dtype, d):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("d,long_rows", [(64, False), (128, False), (128, True)])
+@pytest.mark.parametrize("d,long_rows", [(64, False), (64, True), (128, False), (128, True)])
 @pytest.mark.parametrize("softcap", [30.0, 50.0, 65.0, 66.0, 100.0])
 @pytest.mark.parametrize("pattern", ["all_low", "max_at_key0", "mixed"])
 def test_softcap_bounded_reference_extremes(d, long_rows, softcap, pattern):
@@ -210,13 +210,15 @@ def test_softcap_bounded_reference_extremes(d, long_rows, softcap, pattern):
     of both with causal masking. Both kernel paths, output, LSE and gradients by the rule. The
     Hopper path has bounded instances at d 128 (static mask on 128 x 128 up to 4k keys, 8k
     causal, and on 128 x 176 past them (long_rows); dynamic mask for varlen and windows) and d 64
-    (static mask, taken past 1024 query rows: tiles.h)."""
+    (static mask on 192 x 128 past 1024 query rows (long_rows); below, the dynamic variant's
+    128 x 128: tiles.h)."""
     skip_unless_built(d)
     # d 128: 700 keys take the static variant's short tile, 9000 the 128 x 176 (tiles.h
-    # fwd_bounded_short_sm90).
-    sq, sk, heads = (200, 700, 2) if d == 128 else (1100, 1600, 2)
-    if d == 128 and long_rows:
-        sq, sk = 150, 9000
+    # fwd_bounded_short_sm90); d 64: 200 query rows the dynamic variant's tile (short rows),
+    # 1100 the static 192 x 128.
+    sq, sk, heads = (200, 700, 2)
+    if long_rows:
+        sq, sk = (150, 9000) if d == 128 else (1100, 1600)
     gen = torch.Generator(device="cuda").manual_seed(int(softcap) * 7 + len(pattern))
     # logit = q . k / sqrt(d) = +-a^2 / sqrt(d) along the unit direction u, plus noise
     a = (2.0 * softcap * d ** 0.5) ** 0.5

@@ -81,7 +81,23 @@ inline bool run_chain_mode(const std::string& mode, const Buffers& b) {
     });
     return true;
   }
-#ifndef TUNE_FWD90_BOUNDED_ONLY  // -DTUNE_FWD90_BOUNDED_ONLY: "bounded2" and "bounded3" alone
+  if (mode == "bounded4") {
+    // benchmarks/NOTES.md 12.34 item 3: the bounded reference on the dynamic-mask softcap
+    // instances it is off in (tiles.h fwd_bounded_ref_sm90): d = 64 (128 x 128, 2 eighths of the
+    // exponentials on the FMA pipe) and d = 256 (128 x 64, the tanh interleaved); the dynamic
+    // variant serves varlen and windowed softcap calls (Gemma 2's sliding-window layers). A: the
+    // library's running max, B: the same instance bounded.
+    using Dyn64 = fa::sm90::LibraryFwdTraits<64, fa::kSoftcapVariant, false, false>::Type;
+    using Dyn64b = fa::sm90::LibraryFwdTraits<64, fa::kSoftcapVariant, false, true>::Type;
+    using Dyn256 = fa::sm90::LibraryFwdTraits<256, fa::kSoftcapVariant, false, false>::Type;
+    using Dyn256b = fa::sm90::LibraryFwdTraits<256, fa::kSoftcapVariant, false, true>::Type;
+    twice([&] {
+      ab_sweep<64, Dyn64, Dyn64b, kSoftcap>("d64 dyn: bounded", b, true, sl);
+      ab_sweep<256, Dyn256, Dyn256b, kSoftcap>("d256 dyn: bounded", b, true, sl);
+    });
+    return true;
+  }
+#ifndef TUNE_FWD90_BOUNDED_ONLY  // -DTUNE_FWD90_BOUNDED_ONLY: "bounded2" to "bounded4" alone
   if (mode == "alibichain") {
     // The static-mask ALiBi instance at d = 64 (library: 192 x 128, sum tree; 0.84-0.88 of plain
     // in the features bench at 0ffe10c) against the same kernel with a shorter softmax chain

@@ -396,11 +396,13 @@ __host__ __device__ constexpr bool fwd_cap_after_max_sm90(int head_dim, bool sof
 // 4k / 16k non-causal then causal, two passes): d = 128 static (128 x 176) 0.960 0.953 0.975
 // 0.955 / 0.960 0.953 0.979 0.958, dynamic (128 x 128) 0.882 0.872 0.891 0.881 / 0.880 0.867
 // 0.898 0.884, d = 64 static (192 x 128, 48 bytes of spills) 0.906 0.890 0.923 0.895 / 0.909
-// 0.891 0.924 0.896; d = 256 static (128 x 80) 1.052-1.078 (slower). d = 64's dynamic instance,
-// d = 256's dynamic, d = 96 and 192 not measured (off).
+// 0.891 0.924 0.896; d = 256 static (128 x 80) 1.052-1.078 (slower). The dynamic instances
+// (tune_fwd90 `bounded4`, results/tune_fwd90_v38_bounded4_h200.txt, same order): d = 64
+// (128 x 128) 0.887 0.876 0.912 0.895 / 0.887 0.876 0.914 0.892; d = 256 (128 x 64) 0.995 0.999
+// 0.998 1.025 / 0.997 1.000 1.000 1.025 (off). d = 96 and 192 not measured (off).
 __host__ __device__ constexpr bool fwd_bounded_ref_sm90(int head_dim, bool softcap,
-                                                       bool static_mask) {
-  return softcap && (head_dim == 128 || (head_dim == 64 && static_mask));
+                                                       [[maybe_unused]] bool static_mask) {
+  return softcap && (head_dim == 128 || head_dim == 64);
 }
 
 // Where a static-mask softcap call on the bounded reference takes fwd_tile_sm90_short's tile
