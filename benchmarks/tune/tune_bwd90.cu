@@ -9,27 +9,17 @@
 // the convert launched programmatically (B; bwd/pipeline.h), on windows (128, 0) and (1024, 0) at
 // 16k and causal at 1k, 2k and 16k (batch 16k / seqlen), timed interleaved; B's dk / dv bitwise
 // equal to A's, dq within the atomics' reordering. Mode `profile`: one programmatic backward of
-// window (1024, 0) and one of causal, at 16k, for ncu (scripts/ncu_bwd90.sh). Mode `dqstream`:
-// the library's programmatic pipeline with dQ converted after the main kernel (A) and block by
-// block under its last wave (B; bwd/dq_stream.h), on the `pdl` shapes and non-causal 1k / 4k;
-// then A against the main kernel counting its dQ blocks with the convert still after it (C: the
-// counting's own cost).
-// Mode `dqtimeline`: one streamed backward per shape with %globaltimer stamps (the library
-// headers built with FLASHATTN_CU_DQ_STREAM_STAMPS, defined below for every mode: two stores per
-// thread block): when the main kernel's blocks end, when the convert's blocks start, finish their
-// wait and end. These four modes take the head dims as a second argument ("64,128,256"; default
-// 128).
+// window (1024, 0) and one of causal, at 16k, for ncu (scripts/ncu_bwd90.sh). These two modes
+// take the head dims as a second argument ("64,128,256"; default 128).
 // Build and run (device):
 //   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 \
 //        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
 //        benchmarks/tune/tune_bwd90.cu csrc/flash/tma_host.cu -o /tmp/tune_bwd90 && /tmp/tune_bwd90 [mode [dims]]
 #include <cstdio>
-#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#define FLASHATTN_CU_DQ_STREAM_STAMPS 1
 #include "fwd90_harness.h"
 #include "library_status.h"
 #include "sm90/bwd_launch.h"
@@ -103,155 +93,48 @@ AbCompare ab_compare(const RunA& run_a, const RunB& run_b, const Buffers& b, Bwd
   return r;
 }
 
-// Modes pdl / profile / dqstream at head dim D (16 heads at d 128: 2048 / D heads).
+// Modes pdl / profile at head dim D (16 heads at d 128: 2048 / D heads).
 template <int D>
 void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
   namespace sm90 = fa::sm90;
   const bool profile = std::strcmp(mode, "profile") == 0;
-  const bool dqstream = std::strcmp(mode, "dqstream") == 0;
   struct Case {
     const char* name;
-    int seqlen, left;  // left -1: causal, -2: neither causal nor a window
+    int seqlen, left;  // left < 0: causal
   };
   const Case cases[] = {{"window (128, 0)", 16384, 128}, {"window (1024, 0)", 16384, 1024},
                         {"causal", 1024, -1},          {"causal", 2048, -1},
-                        {"causal", 16384, -1},         {"full", 1024, -2},
-                        {"full", 4096, -2}};
+                        {"causal", 16384, -1}};
   for (const Case& c : cases) {
     if (profile && !(c.seqlen == 16384 && c.left != 128)) continue;
-    if (!dqstream && c.left == -2) continue;
     fa::FwdParams fp;
     if (c.left >= 0) {
       mods_params(b, D, c.seqlen, true, kWindow1k, &fp);
       fp.window_left = c.left;
     } else {
-      fp = make_params(b, D, c.seqlen, c.left == -1);
+      fp = make_params(b, D, c.seqlen, true);
     }
     const fa::BwdParams p = bwd_params(fp, g);
-    // A / B: the library's backward with each kernel launched whole / programmatically; dqstream:
-    // programmatic, dQ converted after the main kernel / streamed.
-    auto run = [&](int b_side) {
-      const fa::Status st =
-          dqstream ? sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, true, b_side)
-                   : sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, b_side != 0, 0);
+    // A / B: the library's backward with each kernel launched whole / programmatically.
+    auto run = [&](bool b_side) {
+      const fa::Status st = sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, b_side);
       if (st != fa::Status::kSuccess) {
         std::printf("backward launch failed (%d)\n", static_cast<int>(st));
       }
     };
     if (run_sm80<D>(fp) != fa::Status::kSuccess) std::printf("forward launch failed\n");
     if (profile) {
-      run(1);
+      run(true);
       CHECK(cudaDeviceSynchronize());
       std::printf("profiled %s d=%d s=%d\n", c.name, D, c.seqlen);
       continue;
     }
-    const AbCompare r = ab_compare([&] { run(0); }, [&] { run(1); }, b, g, n);
-    std::printf("bwd %s d=%d s=%5d: %s %.4f ms, %s %.4f ms, time ratio %.4f; "
+    const AbCompare r = ab_compare([&] { run(false); }, [&] { run(true); }, b, g, n);
+    std::printf("bwd %s d=%d s=%5d: whole %.4f ms, programmatic %.4f ms, time ratio %.4f; "
                 "max|diff| dk %.1e dv %.1e dq %.1e%s\n",
-                c.name, D, c.seqlen, dqstream ? "convert after" : "whole", r.t.a_ms,
-                dqstream ? "streamed" : "programmatic", r.t.b_ms, r.t.b_over_a, r.ddk, r.ddv, r.ddq,
+                c.name, D, c.seqlen, r.t.a_ms, r.t.b_ms, r.t.b_over_a, r.ddk, r.ddv, r.ddq,
                 r.same() ? "" : "  DIFFERS");
-    if (dqstream) {
-      const AbCompare rc = ab_compare([&] { run(0); }, [&] { run(2); }, b, g, n);
-      std::printf("bwd %s d=%d s=%5d: convert after %.4f ms, counted, convert after %.4f ms, "
-                  "time ratio %.4f%s\n",
-                  c.name, D, c.seqlen, rc.t.a_ms, rc.t.b_ms, rc.t.b_over_a,
-                  rc.same() ? "" : "  DIFFERS");
-    }
     std::fflush(stdout);
-  }
-}
-
-// Mode dqtimeline at head dim D.
-template <int D>
-void dq_timeline(const Buffers& b, BwdBuffers& g) {
-  namespace sm90 = fa::sm90;
-  namespace bw = fa::backward;
-  struct Case {
-    const char* name;
-    int seqlen, left;
-  };
-  const Case cases[] = {{"causal", 1024, -1}, {"full", 1024, -2}, {"window (1024, 0)", 16384, 1024},
-                        {"causal", 16384, -1}};
-  std::vector<unsigned long long> ms(2 * bw::kStampBlocks), ss(3 * bw::kStampBlocks);
-  for (const Case& c : cases) {
-    fa::FwdParams fp;
-    if (c.left >= 0) {
-      mods_params(b, D, c.seqlen, true, kWindow1k, &fp);
-      fp.window_left = c.left;
-    } else {
-      fp = make_params(b, D, c.seqlen, c.left == -1);
-    }
-    const fa::BwdParams p = bwd_params(fp, g);
-    if (run_sm80<D>(fp) != fa::Status::kSuccess) std::printf("forward launch failed\n");
-    const int64_t main_blocks = fa::key_tile_count(fa::ceil_div(p.seqlen_k, 128), p.batch,
-                                                   p.num_heads_k, bw::bwd_kv_splits(p));
-    const int64_t conv_blocks = bw::dq_stream_blocks(p);
-    if (main_blocks > bw::kStampBlocks || conv_blocks > bw::kStampBlocks) continue;
-    for (int mode : {2, 1}) {
-      for (int i = 0; i < 3; ++i) sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, true, mode);
-      CHECK(cudaDeviceSynchronize());
-      void *mp = nullptr, *sp = nullptr;
-      CHECK(cudaGetSymbolAddress(&mp, bw::g_bwd_main_stamps));
-      CHECK(cudaGetSymbolAddress(&sp, bw::g_dq_stream_stamps));
-      CHECK(cudaMemset(mp, 0, ms.size() * 8));
-      CHECK(cudaMemset(sp, 0, ss.size() * 8));
-      cudaEvent_t e0, e1;
-      CHECK(cudaEventCreate(&e0));
-      CHECK(cudaEventCreate(&e1));
-      CHECK(cudaEventRecord(e0));
-      sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, true, mode);
-      CHECK(cudaEventRecord(e1));
-      CHECK(cudaDeviceSynchronize());
-      float call_ms = 0.f;
-      CHECK(cudaEventElapsedTime(&call_ms, e0, e1));
-      CHECK(cudaMemcpy(ms.data(), mp, ms.size() * 8, cudaMemcpyDeviceToHost));
-      CHECK(cudaMemcpy(ss.data(), sp, ss.size() * 8, cudaMemcpyDeviceToHost));
-      unsigned long long t0 = ~0ull, main_end = 0;
-      for (int64_t i = 0; i < main_blocks; ++i) {
-        if (ms[2 * i] != 0 && ms[2 * i] < t0) t0 = ms[2 * i];
-        if (ms[2 * i + 1] > main_end) main_end = ms[2 * i + 1];
-      }
-      // Main blocks' ends: when the last 10% / 50% of them ended (the tail's shape).
-      std::vector<unsigned long long> ends;
-      for (int64_t i = 0; i < main_blocks; ++i) if (ms[2 * i + 1] != 0) ends.push_back(ms[2 * i + 1]);
-      std::sort(ends.begin(), ends.end());
-      const auto at = [&](const std::vector<unsigned long long>& v, double q) {
-        return v.empty() ? 0.0 : (v[static_cast<size_t>(q * (v.size() - 1))] - t0) / 1e3;
-      };
-      std::printf("dq %s d=%d s=%5d mode %d: call %.1f us; main first start 0, ends p50 %.1f p90 "
-                  "%.1f last %.1f us",
-                  c.name, D, c.seqlen, mode, call_ms * 1e3, at(ends, 0.5), at(ends, 0.9),
-                  (main_end - t0) / 1e3);
-      if (mode == 1) {
-        std::vector<unsigned long long> st, en;
-        std::vector<double> wait, work;
-        int64_t done_before = 0;
-        for (int64_t i = 0; i < conv_blocks; ++i) {
-          if (ss[3 * i] == 0) continue;
-          st.push_back(ss[3 * i]);
-          en.push_back(ss[3 * i + 2]);
-          if (ss[3 * i + 2] < main_end) ++done_before;
-          wait.push_back((ss[3 * i + 1] - ss[3 * i]) / 1e3);
-          work.push_back((ss[3 * i + 2] - ss[3 * i + 1]) / 1e3);
-        }
-        std::sort(st.begin(), st.end());
-        std::sort(en.begin(), en.end());
-        std::sort(wait.begin(), wait.end());
-        std::sort(work.begin(), work.end());
-        std::printf("; convert %zu blocks: starts first %.1f p50 %.1f, ends p50 %.1f last %.1f us, "
-                    "%lld (%.0f%%) done before the main kernel's end; per block wait p50 %.2f "
-                    "p90 %.2f, work p50 %.2f p90 %.2f us",
-                    st.size(), at(st, 0.0), at(st, 0.5), at(en, 0.5), at(en, 1.0),
-                    static_cast<long long>(done_before), 100.0 * done_before / std::max<size_t>(1, st.size()),
-                    wait.empty() ? 0.0 : wait[wait.size() / 2],
-                    wait.empty() ? 0.0 : wait[wait.size() * 9 / 10],
-                    work.empty() ? 0.0 : work[work.size() / 2],
-                    work.empty() ? 0.0 : work[work.size() * 9 / 10]);
-      }
-      std::printf("\n");
-      std::fflush(stdout);
-    }
   }
 }
 
@@ -272,14 +155,7 @@ int main(int argc, char** argv) {
   fill_random<<<1024, 256>>>(g.dout, n, 4);
   CHECK(cudaDeviceSynchronize());
   namespace sm90 = fa::sm90;
-  if (std::strcmp(mode, "dqtimeline") == 0) {
-    const std::string dims = argc > 2 ? argv[2] : "128";
-    if (dims.find("64") != std::string::npos) dq_timeline<64>(b, g);
-    if (dims.find("128") != std::string::npos) dq_timeline<128>(b, g);
-    return 0;
-  }
-  if (std::strcmp(mode, "pdl") == 0 || std::strcmp(mode, "profile") == 0 ||
-      std::strcmp(mode, "dqstream") == 0) {
+  if (std::strcmp(mode, "pdl") == 0 || std::strcmp(mode, "profile") == 0) {
     // Head dims: argv[2] (e.g. "64,256"; default 128).
     const std::string dims = argc > 2 ? argv[2] : "128";
     if (dims.find("64") != std::string::npos) ab_cases<64>(mode, b, g, n);

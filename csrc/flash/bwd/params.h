@@ -8,9 +8,6 @@
 //                        (0, lse * log2(e)); (+inf, 0) on padding rows
 //   dpsum     [batch * num_heads][rows]           D = rowsum(dO * O); 0 on padding rows
 //   dq_accum  [batch * num_heads][rows][d]        fp32 dQ (unscaled), non-deterministic only
-//   dq_count  [total rows / kDqFragRows + 1]       int32: finished contributions to each block of
-//                                                 kDqFragRows rows of dq_accum (the sm90 main
-//                                                 kernel's streamed convert), non-deterministic only
 //   dk_part, dv_part [kv_splits][batch * num_heads_k][seqlen_k][d]   only when kv_splits > 1
 // rows = seqlen_q rounded up to kBwdRowPad and d = round_head_dim(head_dim), so the kernels read
 // whole query blocks of M/L/D (and add whole blocks into dq_accum) without bounds checks: a
@@ -30,9 +27,6 @@
 namespace flashattn_cu::backward {
 
 constexpr int kBwdRowPad = 128;  // every block_m of bwd_tile_sm80 divides it
-// Rows of one block of the sm90 main kernel's dQ accumulator layout (dq_frag_offset below) and
-// of one dq_count entry.
-constexpr int kDqFragRows = 64;
 
 // GQA/MQA: the query heads of one kv head are summed into dK/dV by a single thread block (in a
 // fixed order, in registers) unless that leaves too few blocks to fill the GPU; then the group
@@ -72,8 +66,7 @@ struct BwdWorkspaceLayout {
   int64_t rows = 0;      // padded layout: rows per (entry, head) slot (max_seqlen_q rounded up)
   int64_t ws_plane = 0;  // varlen: rows per head (0 in the padded layout)
   int kv_splits = 1;
-  size_t row_max = 0, row_log2sum = 0, dpsum = 0, dq_accum = 0, dq_count = 0, dk_part = 0,
-         dv_part = 0;  // bytes
+  size_t row_max = 0, row_log2sum = 0, dpsum = 0, dq_accum = 0, dk_part = 0, dv_part = 0;  // bytes
   size_t bytes = 0;
 };
 
@@ -100,8 +93,6 @@ inline BwdWorkspaceLayout bwd_workspace_layout(const BwdParams& p) {
   off = align(off + row_bytes);
   w.dq_accum = off;
   if (!p.deterministic) off = align(off + row_bytes * d);
-  w.dq_count = off;
-  if (!p.deterministic) off = align(off + (total_rows / kDqFragRows + 1) * sizeof(int));
   w.dk_part = w.dv_part = off;
   if (w.kv_splits > 1) {
     const size_t part = static_cast<size_t>(w.kv_splits) * p.batch * p.num_heads_k *
@@ -120,21 +111,13 @@ inline BwdWorkspaceLayout bwd_workspace_layout(const BwdParams& p) {
 // the 8 columns 8c .. 8c + 7 of a row contiguous (what the postprocess reads as one chunk).
 // Warp w = r / 16 + 4 (col / (d / 2)) holds rows 16 (w % 4) + g + 8 hr and columns
 // (w / 4) d / 2 + 8 nt + 2 t + e at lane 4 g + t.
+constexpr int kDqFragRows = 64;
 __host__ __device__ __forceinline__ int64_t dq_frag_offset(int r, int col, int d) {
   const int half = d / 2;  // columns per warpgroup
   const int w = r / 16 + 4 * (col / half), hr = (r % 16) / 8, g = r % 8;
   const int nt = (col % half) / 8, t = (col % 8) / 2, e = col % 2;
   return ((static_cast<int64_t>(hr) * (half / 8) + nt) * 8 + w) * 64 + (g * 4 + t) * 2 + e;
 }
-
-#if defined(FLASHATTN_CU_DQ_STREAM_STAMPS) && defined(__CUDACC__)
-// Harness-only (benchmarks/tune/tune_bwd90.cu mode `dqtimeline`, which defines the macro before
-// its includes): %globaltimer per thread block of the sm90 main kernel (start, end) and of the
-// streamed convert (start, its wait done, end), by block index. Never in the library's build.
-constexpr int kStampBlocks = 1 << 16;
-__device__ unsigned long long g_bwd_main_stamps[2 * kStampBlocks];
-__device__ unsigned long long g_dq_stream_stamps[3 * kStampBlocks];
-#endif
 
 // What every backward kernel receives (as a __grid_constant__ parameter).
 struct BwdKernelParams {
@@ -143,10 +126,6 @@ struct BwdKernelParams {
   float* row_log2sum;
   float* dpsum;
   float* dq_accum;  // null when deterministic
-  // Streamed convert (sm90/bwd_kernel.h, bwd/dq_stream.h): finished contributions per block of
-  // kDqFragRows rows of dq_accum, entry (ws row) / kDqFragRows; null: dQ converted after the
-  // main kernel (bwd_convert_kernel).
-  int* dq_count = nullptr;
   float* dk_part;   // null unless kv_splits > 1
   float* dv_part;
   int64_t rows;      // padded layout: rows per (entry, head) slot of M/L/D and dq_accum

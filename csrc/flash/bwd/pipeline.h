@@ -9,7 +9,6 @@
 #include "../problem/scheduler.h"
 #include "../tiles.h"
 #include "dq_kernel.h"
-#include "dq_stream.h"
 #include "params.h"
 #include "preprocess.h"
 
@@ -42,20 +41,11 @@ Status launch_bwd_dq_for(const BwdKernelParams& kp, cudaStream_t stream) {
 // is launched whole when there is no preprocess to start under (its early loads are safe only
 // behind a kernel that itself started after everything before it in the stream). `dq_frag`: the
 // main kernel accumulates dQ in bwd/params.h dq_frag_offset's layout (the postprocess reads it so).
-// kStreamBlockN > 0 with `stream_dq` 1: the main kernel (whose key blocks are kStreamBlockN keys)
-// counts its finished dQ blocks (BwdKernelParams::dq_count) and bwd/dq_stream.h converts each
-// block once complete, under the main kernel's last wave, instead of the postprocess after it;
-// for a programmatic, non-deterministic pipeline in the fragment layout without kv splits (whose
-// partials the postprocess sums after the main kernel). stream_dq 2 (for benchmarks/tune's A/B):
-// the main kernel counts, and the postprocess converts after it as with 0.
-template <typename Element, int kHeadDim, int kStreamBlockN = 0, typename MainFn>
+template <typename Element, int kHeadDim, typename MainFn>
 Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& main,
-                        bool pdl = false, bool dq_frag = false, int stream_dq = 0) {
+                        bool pdl = false, bool dq_frag = false) {
   const BwdWorkspaceLayout ws = bwd_workspace_layout(p);
-  BwdKernelParams kp = make_bwd_kernel_params(p, ws);
-  const bool streamed = kStreamBlockN > 0 && stream_dq != 0 && pdl && dq_frag && !p.deterministic &&
-                        ws.kv_splits == 1 && p.seqlen_q > 0;
-  if (streamed) kp.dq_count = reinterpret_cast<int*>(static_cast<char*>(p.workspace) + ws.dq_count);
+  const BwdKernelParams kp = make_bwd_kernel_params(p, ws);
 
   // 1. Preprocess.
   const int64_t prep_blocks = static_cast<int64_t>(p.batch) * p.num_heads * ws.rows /
@@ -72,16 +62,6 @@ Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& m
   if (st != Status::kSuccess) return st;
 
   // 3. Postprocess.
-  if constexpr (kStreamBlockN > 0) {
-    if (streamed && stream_dq == 1) {
-      const int64_t blocks = dq_stream_blocks(p);
-      return dynamic_seqlens(p)
-                 ? launch_tiles_ordered<bwd_dq_stream_kernel<Element, kHeadDim, kStreamBlockN, true>>(
-                       StreamOrder::kProgrammatic, blocks, kConvertThreads, 0, stream, kp)
-                 : launch_tiles_ordered<bwd_dq_stream_kernel<Element, kHeadDim, kStreamBlockN, false>>(
-                       StreamOrder::kProgrammatic, blocks, kConvertThreads, 0, stream, kp);
-    }
-  }
   const BwdConvertParams cp = make_bwd_convert_params(kp, dq_frag);
   if (cp.num_jobs == 0) return Status::kSuccess;
   const int64_t want = ceil_div<int64_t>(cp.max_chunks, kConvertThreads);

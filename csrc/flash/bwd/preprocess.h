@@ -2,8 +2,7 @@
 //  * preprocess: D = rowsum(dO * O) in fp32 and the (M, L) of P = exp2((S - M) * scale_log2 - L)
 //    into the padded workspace rows: the forward's RowStats when given (exact at any logit
 //    magnitude), else (0, lse * log2(e)); padding rows get D = 0, (M, L) = (+inf, 0), so they
-//    produce P = 0. Clears the fp32 dQ accumulator when dQ is accumulated with atomics (and the
-//    streamed convert's counters, bwd/dq_stream.h);
+//    produce P = 0. Clears the fp32 dQ accumulator when dQ is accumulated with atomics;
 //  * postprocess: sums fp32 partials (dQ accumulator, or the dK/dV head-split partials in split
 //    order) times a scale into the output dtype.
 #pragma once
@@ -93,13 +92,6 @@ __global__ void __launch_bounds__(kPrepThreads)
     kp.dpsum[ws_row] = real ? sum : 0.f;
     kp.row_max[ws_row] = row_max;
     kp.row_log2sum[ws_row] = row_log2sum;
-  }
-  // The streamed convert's counters (bwd/dq_stream.h): one per kDqFragRows-row block of the
-  // slot, zeroed by the thread of the block's first row. The main kernel, launched after this
-  // grid, adds to them only past its grid_dependency_wait, and the streamed convert reads them
-  // only once every main CTA has passed it (sm90/bwd_kernel.h launch_dependents).
-  if (kp.dq_count != nullptr && sub == 0 && in_slot && row % kDqFragRows == 0) {
-    kp.dq_count[ws_row / kDqFragRows] = 0;
   }
   if (kp.dq_accum != nullptr && in_slot) {
     float4* dq = reinterpret_cast<float4*>(kp.dq_accum + ws_row * kHeadDim);

@@ -1,6 +1,5 @@
 // Fire-and-forget reductions into global memory (red: an atomic without a return value, so the
-// issuing warp never waits for L2). Used to accumulate fp32 dQ across key blocks, and to count
-// the finished contributions to a dQ block (release / acquire at gpu scope).
+// issuing warp never waits for L2). Used to accumulate fp32 dQ across key blocks.
 #pragma once
 
 #include "arch.h"
@@ -23,39 +22,6 @@ FLASHATTN_CU_DEVICE void red_add_v2_f32(float* addr, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
 #else
   unsupported_arch();
-#endif
-}
-
-// *addr += v (int32), relaxed, gpu scope; after fence_acq_rel_gpu it publishes what the thread
-// wrote or observed before the fence to a thread whose ld_acquire_gpu_s32 reads the sum (the PTX
-// release pattern). A reduction without a return value: the warp never waits for L2.
-FLASHATTN_CU_DEVICE void red_relaxed_gpu_add_s32(int* addr, int v) {
-#if FLASHATTN_CU_SM80_OR_NEWER
-  asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;\n" ::"l"(addr), "r"(v) : "memory");
-#else
-  unsupported_arch();
-#endif
-}
-
-// fence.acq_rel.gpu (MEMBAR.GPU: the warp waits until its earlier memory operations are
-// performed at gpu scope; hundreds of cycles).
-FLASHATTN_CU_DEVICE void fence_acq_rel_gpu() {
-#if FLASHATTN_CU_SM80_OR_NEWER
-  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-#else
-  unsupported_arch();
-#endif
-}
-
-// *addr with acquire semantics at gpu scope (pairs with fence_acq_rel_gpu + red_relaxed_gpu_add_s32); read at L2.
-FLASHATTN_CU_DEVICE int ld_acquire_gpu_s32(const int* addr) {
-#if FLASHATTN_CU_SM80_OR_NEWER
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(addr) : "memory");
-  return v;
-#else
-  unsupported_arch();
-  return 0;
 #endif
 }
 

@@ -203,15 +203,4 @@ FLASHATTN_CU_DEVICE void bulk_wait_all() {
 #endif
 }
 
-// Orders this thread's view of global memory between the async proxy (bulk copies and
-// reductions whose completion bulk_wait_all observed) and the generic proxy (what a following
-// release publishes to other threads).
-FLASHATTN_CU_DEVICE void fence_proxy_async_global() {
-#if FLASHATTN_CU_SM90_OR_NEWER
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");
-#else
-  unsupported_arch();
-#endif
-}
-
 }  // namespace flashattn_cu::ptx

@@ -317,19 +317,11 @@ __device__ __forceinline__ void load_a_frag_sw128(const char* tile, int row0, in
 // fragments: acc[i][hr * 2 + e] = key row0 + g + 8 hr, column col0 + 8 i + 2t + e. With one
 // head split: staged in Element precision over sK / sV, then 16-byte row stores; otherwise fp32
 // partial sums [split][batch][head_k][key][d] for the postprocess to add in order.
-// before_stores(): run by every thread between the staging and its global stores (with one head
-// split; bwd_kernel.h: the streamed convert's counting, before warp 0 has global stores in
-// flight for its fence to wait for).
-struct NoHook {
-  __device__ __forceinline__ void operator()() const {}
-};
-template <typename Element, typename Traits, int kColTiles, typename Work,
-          typename BeforeStores = NoHook>
+template <typename Element, typename Traits, int kColTiles, typename Work>
 __device__ __forceinline__ void store_dkdv(const BwdKernelParams& kp, const Work& w,
                                            char* smem, const float (&acc_dk)[kColTiles][4],
                                            const float (&acc_dv)[kColTiles][4], int row0,
-                                           int col0, int tid,
-                                           const BeforeStores& before_stores = {}) {
+                                           int col0, int tid) {
   using Ops = ElementOps<Element>;
   constexpr int kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   const BwdParams& p = kp.p;
@@ -350,7 +342,6 @@ __device__ __forceinline__ void store_dkdv(const BwdKernelParams& kp, const Work
       }
     }
     __syncthreads();
-    before_stores();
     const SeqInfo seq = seq_info<Work::kSeqlens>(p, w.batch);
     Element* dk = static_cast<Element*>(p.dk) + seq.k_offset(p.dk_batch_stride, p.dk_row_stride) +
                   w.head_k * p.dk_head_stride + w.n_start * p.dk_row_stride;

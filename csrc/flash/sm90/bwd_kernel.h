@@ -45,7 +45,6 @@
 #include "../problem/dropout.h"
 #include "../problem/mask.h"
 #include "../problem/score_mod.h"
-#include "../ptx/atomic.h"
 #include "../ptx/math.h"
 #include "../ptx/sync.h"
 #include "../ptx/wgmma.h"
@@ -188,18 +187,13 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   const int wg = warp / 4;  // warpgroup: keys wg * 64 ..
   const int warp_key0 = warp * 16;  // this warp's 16 keys (rows of S^T, dK, dV)
   const auto w = bwd_work<kBlockM, kBlockN, kVariant>(kp);
-#ifdef FLASHATTN_CU_DQ_STREAM_STAMPS
-  if (threadIdx.x == 0 && blockIdx.x < backward::kStampBlocks) {
-    backward::g_bwd_main_stamps[2 * blockIdx.x] = ptx::global_timer();
-  }
-#endif
-  // Launched programmatically after the preprocess (bwd/pipeline.h). Every block waits for the
-  // preprocess before it exits, so that this grid never ends before it, and only then lets the
-  // postprocess (launched programmatically after this kernel) be scheduled: the streamed convert
-  // (bwd/dq_stream.h) reads the counters the preprocess zeroed without waiting for this grid.
+  // Launched programmatically after the preprocess (bwd/pipeline.h): the postprocess, launched so
+  // after this kernel, may be scheduled once every block here has started (it waits for this
+  // grid's end). Every block waits for the preprocess before it exits (below), so that this grid
+  // never ends before it.
+  ptx::launch_dependents();
   if (w.keys_valid <= 0) {  // varlen: a key block past this entry's length
     ptx::grid_dependency_wait();
-    ptx::launch_dependents();
     return;
   }
 
@@ -210,7 +204,6 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   const uint32_t sDS = s_base + Traits::kOffDS;
   // K / V by cp.async, the first step's Q / dO / rows into buffer 0; the preprocess waited for.
   begin_block<Traits, Element>(kp, w, q_map, do_map, s_base, tid);
-  ptx::launch_dependents();  // past the preprocess (above)
 
   float acc_dk[kColTiles][4], acc_dv[kColTiles][4];
 #pragma unroll
@@ -356,39 +349,10 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       for (int e = 0; e < 4; ++e) acc_dv[i][e] *= kp.dropout.rp;  // left out of dV's operand
   }
 
-  // The streamed convert (bwd/dq_stream.h): every dQ block this block added into, counted once
-  // all its reductions have completed, with one release fence, by warp 0 before its dK / dV
-  // stores (a fence waits for the warp's global stores in flight: after them it held each block
-  // ~2 us at its end). Per step instead (a completion wait and a fence a step, on the issuing
-  // warp's path) the backward measured 5-30% slower.
-  const auto count_dq = [&] {
-    if (compute_dq && kp.dq_count != nullptr && warp == 0) {
-      if (lane == 0) {
-        ptx::bulk_wait_all<0>();
-        ptx::fence_proxy_async_global();
-      }
-      __syncwarp();
-      ptx::fence_acq_rel_gpu();
-      const int span = w.m_end - w.m_begin;
-      const SeqInfo seq = seq_info<kSeqlens>(p, w.batch);
-      for (int s = lane; s < w.total; s += 32) {
-        const int head = w.head_first + s / span, m = w.m_begin + s % span;
-        const int64_t block_row = backward::ws_row0<kSeqlens>(kp, seq, head) + m * kBlockM;
-        ptx::red_relaxed_gpu_add_s32(kp.dq_count + block_row / backward::kDqFragRows, 1);
-      }
-    }
-  };
   // dK = softmax_scale * dS^T Q (the scale of S was left out of dS), dV as accumulated.
-  store_dkdv<Element, Traits, kColTiles>(kp, w, smem, acc_dk, acc_dv, warp_key0, 0, tid,
-                                         count_dq);
+  store_dkdv<Element, Traits, kColTiles>(kp, w, smem, acc_dk, acc_dv, warp_key0, 0, tid);
   // The block's reduction done (shared memory read, global memory written) before it exits.
   if (dq_issuer) ptx::bulk_wait_all<0>();
-#ifdef FLASHATTN_CU_DQ_STREAM_STAMPS
-  __syncthreads();
-  if (tid == 0 && blockIdx.x < backward::kStampBlocks) {
-    backward::g_bwd_main_stamps[2 * blockIdx.x + 1] = ptx::global_timer();
-  }
-#endif
 }
 
 template <typename Element, typename Traits, int kVariant>

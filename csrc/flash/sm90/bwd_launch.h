@@ -27,13 +27,9 @@ constexpr auto main_kernel() {
 // defer_light: a window's light trailing key blocks last (problem/mask.h deferred_key_blocks;
 // off: key_tile's order, for benchmarks/tune/tune_bwd90.cu's A/B). pdl: the main kernel and the
 // postprocess launched programmatically (bwd/pipeline.h; off: each kernel whole, for the A/B).
-// stream_dq 1: bwd_kernel.h's dQ converted block by block as it completes, under the main
-// kernel's last wave (bwd/dq_stream.h; 0: after the main kernel; 2: counted but converted after,
-// for benchmarks/tune/tune_bwd90.cu's A/B, bwd/pipeline.h); the split kernel's dQ is always
-// converted after it.
 template <typename Element, int kHeadDim>
 Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light,
-                       bool pdl = true, int stream_dq = 1) {
+                       bool pdl = true) {
   constexpr BwdTileSm90 tile = bwd_tile_sm90(kHeadDim);
   static_assert(tile.supported, "no sm90 backward tile for this head dim");
   using Traits = std::conditional_t<tile.split, BwdSplitTraits<kHeadDim, tile.block_m>,
@@ -81,8 +77,7 @@ Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light
     return backward::launch_bwd_dq_for<Element, kHeadDim, false>(kp, stream);
   };
   // dq_frag: bwd_kernel.h stages dQ in the fragment layout; the split kernel's red.adds do not.
-  return backward::run_bwd_pipeline<Element, kHeadDim, tile.split ? 0 : Traits::kBlockN>(
-      p, stream, main, pdl, !tile.split, stream_dq);
+  return backward::run_bwd_pipeline<Element, kHeadDim>(p, stream, main, pdl, !tile.split);
 }
 
 template <typename Element, int kHeadDim>
