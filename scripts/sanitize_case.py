@@ -181,6 +181,12 @@ def main(argv=None) -> int:
             forward_only(f"auto softcap d={d} causal={int(causal)} b=1 sq=1100 sk=2200 h=2/1",
                          bf16(1, 1100, 2, d, scale=3.0), bf16(1, 2200, 1, d, scale=3.0),
                          bf16(1, 2200, 1, d), causal, softcap=30.0)
+            if d == 128 and not causal:
+                # Past 4k keys: d = 128's long-row bounded softcap instance (128 x 176; up to 4k
+                # keys the 128 x 128 one above runs, tiles.h fwd_bounded_short_sm90).
+                forward_only(f"auto softcap d={d} causal=0 b=1 sq=1100 sk=4300 h=2/1",
+                             bf16(1, 1100, 2, d, scale=3.0), bf16(1, 4300, 1, d, scale=3.0),
+                             bf16(1, 4300, 1, d), causal, softcap=30.0)
             # ALiBi alone on a padded call without a window past the short-row rule: the sm90
             # forward's static-mask ALiBi instance (problem/mask.h kStaticAlibiVariant) on the
             # static tiles, key tail and causal diagonal. (Its backward, at every length of a
