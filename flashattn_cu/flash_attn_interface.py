@@ -31,10 +31,6 @@ _NAMES = ("q", "k", "v")
 # Validation
 
 
-def _not_implemented(feature, got, hint):
-    raise NotImplementedError(f"flashattn_cu 0.1 does not implement {feature} yet ({got}); {hint}")
-
-
 def _check_softcap(softcap):
     """softcap as a float: 0.0 (none) or a positive normal float32 (the kernels compute in
     float32)."""

@@ -7,14 +7,12 @@
                              device="cuda", dtype=torch.bfloat16)
     y = mha(x)                             # x (batch, seqlen, 1024)
 
-The modules look the attention functions up in flashattn_cu.flash_attn_interface at call time.
-Where a varlen function is needed (cu_seqlens given to FlashSelfAttention / FlashCrossAttention,
-as in flash_attn; a key_padding_mask with padding tokens given to MultiheadAttention), they call
-the interface's function of flash_attn's name if it has one, and raise NotImplementedError naming
-the feature while it does not; so they follow the interface as it grows, with no change here.
-The same holds for dropout (in training mode), window_size and alibi_slopes: the modules pass
-them on and the interface raises NotImplementedError for what it does not implement. Inputs are
-validated by the functions (dtype, device, shapes); the modules check only their own arguments.
+The modules call the attention functions of flashattn_cu.flash_attn_interface, looked up at call
+time: the packed functions for padded inputs, the varlen ones for cu_seqlens given to
+FlashSelfAttention / FlashCrossAttention (as in flash_attn) and for a key_padding_mask with
+padding tokens given to MultiheadAttention. Dropout (in training mode), window_size, alibi_slopes
+and deterministic are passed on as the functions take them. Inputs are validated by the functions
+(dtype, device, shapes); the modules check only their own arguments.
 """
 
 import torch
@@ -24,17 +22,6 @@ from flashattn_cu import flash_attn_interface as _fai
 from flashattn_cu.bert_padding import index_first_axis, pad_input, unpad_input
 
 __all__ = ["FlashSelfAttention", "FlashCrossAttention", "MultiheadAttention", "RotaryEmbedding"]
-
-
-def _varlen_function(name, feature, got, hint):
-    """flash_attn_interface.<name> if flashattn_cu has it by now, else NotImplementedError."""
-    fn = getattr(_fai, name, None)
-    if fn is None:
-        raise NotImplementedError(
-            f"flashattn_cu 0.1 does not implement {feature} yet ({got}): "
-            f"flashattn_cu.flash_attn_interface has no {name}; {hint}"
-        )
-    return fn
 
 
 def _check_cu_seqlens(owner, name, cu_seqlens, max_name, max_seqlen):
@@ -87,8 +74,7 @@ class FlashSelfAttention(_FlashAttentionModule):
             (`self.drop.p if self.training else 0.0`), in the kernels (flash_attn_func's
             dropout_p: torch's CUDA generator, so torch.cuda.manual_seed reproduces it).
         window_size, alibi_slopes, deterministic: passed to the function on every call
-            (alibi_slopes as float32; it is kept as a non-persistent buffer). Non-default
-            window_size and alibi_slopes raise the interface's NotImplementedError.
+            (alibi_slopes as float32; it is kept as a non-persistent buffer).
     """
 
     def forward(self, qkv, causal=None, cu_seqlens=None, max_seqlen=None):
@@ -99,21 +85,15 @@ class FlashSelfAttention(_FlashAttentionModule):
             cu_seqlens: (B + 1,) int32, the cumulative sequence lengths (varlen), or None.
             max_seqlen: int, the longest sequence; required with cu_seqlens, else ignored.
         Returns:
-            (B, S, H, D), or (total, H, D) with cu_seqlens.
-        Raises NotImplementedError naming "varlen (cu_seqlens)" while flashattn_cu has no
-        flash_attn_varlen_qkvpacked_func.
+            (B, S, H, D), or (total, H, D) with cu_seqlens (flash_attn_varlen_qkvpacked_func).
         """
         dropout_p, kwargs = self._call_args(causal)
         if cu_seqlens is None:
             return _fai.flash_attn_qkvpacked_func(qkv, dropout_p, **kwargs)
         _check_cu_seqlens("FlashSelfAttention", "cu_seqlens", cu_seqlens, "max_seqlen",
                           max_seqlen)
-        fn = _varlen_function(
-            "flash_attn_varlen_qkvpacked_func", "varlen (cu_seqlens)",
-            "FlashSelfAttention.forward got cu_seqlens",
-            "pass a padded (batch, seqlen, 3, nheads, headdim) qkv without cu_seqlens",
-        )
-        return fn(qkv, cu_seqlens, max_seqlen, dropout_p, **kwargs)
+        return _fai.flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p,
+                                                     **kwargs)
 
 
 class FlashCrossAttention(_FlashAttentionModule):
@@ -130,9 +110,7 @@ class FlashCrossAttention(_FlashAttentionModule):
                 longest one (varlen), or None.
             cu_seqlens_k, max_seqlen_k: the same for kv; required with cu_seqlens.
         Returns:
-            (B, Sq, H, D), or (total_q, H, D) with cu_seqlens.
-        Raises NotImplementedError naming "varlen (cu_seqlens)" while flashattn_cu has no
-        flash_attn_varlen_kvpacked_func.
+            (B, Sq, H, D), or (total_q, H, D) with cu_seqlens (flash_attn_varlen_kvpacked_func).
         """
         dropout_p, kwargs = self._call_args(causal)
         if cu_seqlens is None:
@@ -141,13 +119,8 @@ class FlashCrossAttention(_FlashAttentionModule):
                           max_seqlen)
         _check_cu_seqlens("FlashCrossAttention", "cu_seqlens_k", cu_seqlens_k, "max_seqlen_k",
                           max_seqlen_k)
-        fn = _varlen_function(
-            "flash_attn_varlen_kvpacked_func", "varlen (cu_seqlens)",
-            "FlashCrossAttention.forward got cu_seqlens",
-            "pass padded q (batch, seqlen_q, nheads, headdim) and kv (batch, seqlen_k, 2, "
-            "nheads_k, headdim) without cu_seqlens",
-        )
-        return fn(q, kv, cu_seqlens, cu_seqlens_k, max_seqlen, max_seqlen_k, dropout_p, **kwargs)
+        return _fai.flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens, cu_seqlens_k, max_seqlen,
+                                                    max_seqlen_k, dropout_p, **kwargs)
 
 
 class RotaryEmbedding(nn.Module):
@@ -319,19 +292,11 @@ class MultiheadAttention(nn.Module):
                 one host sync) takes the padded path, as None does.
         Returns:
             (B, S, embed_dim).
-        Raises NotImplementedError naming "key_padding_mask (needs varlen)" for a mask with a
-        False while flashattn_cu has no flash_attn_varlen_func.
         """
         if x.dim() != 3 or x.shape[-1] != self.embed_dim:
             raise ValueError(f"MultiheadAttention: x must be (batch, seqlen, embed_dim="
                              f"{self.embed_dim}), got shape {tuple(x.shape)}")
-        varlen = None
-        if self._check_mask(x, key_padding_mask):
-            varlen = _varlen_function(
-                "flash_attn_varlen_func", "key_padding_mask (needs varlen)",
-                "MultiheadAttention.forward got a key_padding_mask with padding tokens (False)",
-                "pass key_padding_mask=None (or all True) with sequences of equal length",
-            )
+        has_padding = self._check_mask(x, key_padding_mask)
         batch, seqlen = x.shape[:2]
         h, hk, d = self.num_heads, self.num_heads_kv, self.head_dim
         qkv = self.Wqkv(x)
@@ -341,15 +306,16 @@ class MultiheadAttention(nn.Module):
         if self.rotary_emb is not None:
             q, k = self.rotary_emb(q), self.rotary_emb(k)
         dropout_p = self.dropout if self.training else 0.0
-        if varlen is None:
+        if not has_padding:
             out = _fai.flash_attn_func(q, k, v, dropout_p, softmax_scale=self.softmax_scale,
                                        causal=self.causal)
         else:
             q, indices, cu_seqlens, max_seqlen, _ = unpad_input(q, key_padding_mask.bool())
             k, v = (index_first_axis(t.reshape((batch * seqlen,) + t.shape[2:]), indices)
                     for t in (k, v))
-            out = varlen(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p,
-                         softmax_scale=self.softmax_scale, causal=self.causal)
+            out = _fai.flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen,
+                                              max_seqlen, dropout_p,
+                                              softmax_scale=self.softmax_scale, causal=self.causal)
             out = pad_input(out, indices, batch, seqlen)
         return self.out_proj(out.reshape(batch, seqlen, h * d))
 

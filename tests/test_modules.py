@@ -3,8 +3,8 @@ helper.
 
 CPU (no GPU needed): signatures, constructor and argument checks, shapes on fake CUDA tensors
 (FakeTensorMode on a pretend sm_90 GPU with every head-dim instance built, as test_api.py), the
-arguments the modules hand to the interface, the NotImplementedError for varlen while the
-interface has no varlen functions, the module math in float64 with the attention functions
+arguments the modules hand to the interface, the varlen functions they call for cu_seqlens and a
+key_padding_mask with padding, the module math in float64 with the attention functions
 replaced by flashattn_cu.testing.attention_ref (padded and, through a stand-in varlen function,
 key_padding_mask), and the rotary embedding against a complex-number reference.
 GPU: the attention modules are bitwise the packed functions; MultiheadAttention against a plain
@@ -323,49 +323,35 @@ def test_window_and_alibi_reach_the_interface():
 
 
 # --------------------------------------------------------------------------------------------
-# Varlen: NotImplementedError while the interface lacks it, the varlen function once it has it
+# Varlen: cu_seqlens and a key_padding_mask with padding tokens reach the varlen functions
 
 
-def _assert_varlen_call(name, call):
-    """If flash_attn_interface has `name`, `call()` must call it (checked with a stand-in);
-    else it must raise NotImplementedError naming the feature and the missing function."""
-    if getattr(fai, name, None) is not None:
-        with _spy(name) as fn:
-            call()
-        fn.assert_called_once()
-    else:
-        with pytest.raises(NotImplementedError) as info:
-            call()
-        message = str(info.value)
-        assert f"flashattn_cu.flash_attn_interface has no {name}" in message
-        return message
-
-
-def test_cu_seqlens_needs_varlen():
+def test_cu_seqlens_calls_varlen():
     cu = torch.tensor([0, 3, 7], dtype=torch.int32)
     qkv = torch.zeros(7, 3, 2, 64, dtype=F16)
-    message = _assert_varlen_call("flash_attn_varlen_qkvpacked_func",
-                                  lambda: FlashSelfAttention()(qkv, cu_seqlens=cu, max_seqlen=4))
-    if message is not None:
-        assert "does not implement varlen (cu_seqlens) yet" in message
+    with _spy("flash_attn_varlen_qkvpacked_func") as fn:
+        out = FlashSelfAttention()(qkv, cu_seqlens=cu, max_seqlen=4)
+    fn.assert_called_once()
+    assert fn.call_args.args[1] is cu and fn.call_args.args[2] == 4
+    assert tuple(out.shape) == (7, 2, 64)
     q, kv = torch.zeros(7, 2, 64, dtype=F16), torch.zeros(7, 2, 2, 64, dtype=F16)
-    message = _assert_varlen_call(
-        "flash_attn_varlen_kvpacked_func",
-        lambda: FlashCrossAttention()(q, kv, cu_seqlens=cu, max_seqlen=4, cu_seqlens_k=cu,
-                                      max_seqlen_k=4))
-    if message is not None:
-        assert "does not implement varlen (cu_seqlens) yet" in message
+    with _spy("flash_attn_varlen_kvpacked_func") as fn:
+        FlashCrossAttention()(q, kv, cu_seqlens=cu, max_seqlen=4, cu_seqlens_k=cu,
+                              max_seqlen_k=4)
+    fn.assert_called_once()
+    assert fn.call_args.args[2] is cu and fn.call_args.args[3] is cu
 
 
-def test_key_padding_mask_needs_varlen():
+def test_key_padding_mask_calls_varlen():
     mha = MultiheadAttention(32, 2)
     x = torch.randn(2, 5, 32)
     mask = torch.tensor([[True] * 5, [True, True, True, False, False]])
-    with mock.patch.object(mha.Wqkv, "forward", wraps=mha.Wqkv.forward) as proj:
-        message = _assert_varlen_call("flash_attn_varlen_func", lambda: mha(x, mask))
-    if message is not None:
-        assert "does not implement key_padding_mask (needs varlen) yet" in message
-        proj.assert_not_called()  # raised before any work
+    with _spy("flash_attn_varlen_func") as fn, _spy("flash_attn_func") as padded:
+        out = mha(x, mask)
+    fn.assert_called_once()
+    padded.assert_not_called()
+    assert fn.call_args.args[3].tolist() == [0, 5, 8]  # cu_seqlens of the kept tokens
+    assert tuple(out.shape) == (2, 5, 32)
 
 
 # --------------------------------------------------------------------------------------------
