@@ -9,8 +9,12 @@
 // the convert launched programmatically (B; bwd/pipeline.h), on windows (128, 0) and (1024, 0) at
 // 16k and causal at 1k, 2k and 16k (batch 16k / seqlen), timed interleaved; B's dk / dv bitwise
 // equal to A's, dq within the atomics' reordering. Mode `profile`: one programmatic backward of
-// window (1024, 0) and one of causal, at 16k, for ncu (scripts/ncu_bwd90.sh). These two modes
-// take the head dims as a second argument ("64,128,256"; default 128).
+// window (1024, 0) and one of causal, at 16k, for ncu (scripts/ncu_bwd90.sh). Mode `ws`: the
+// library's backward (A) against the warp-specialized main kernel (B; sm90/bwd_ws_kernel.h,
+// compiled here through FLASHATTN_CU_BWD_WS), on the `pdl` shapes and non-causal 1k / 4k, dk /
+// dv bitwise equal (the same wgmma sequence), dq within the atomics' reordering. These three
+// modes take the head dims as a second argument ("64,128"; default 128; d 256 has no warp-
+// specialized kernel).
 // Build and run (device):
 //   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 \
 //        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
@@ -20,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#define FLASHATTN_CU_BWD_WS 1
 #include "fwd90_harness.h"
 #include "library_status.h"
 #include "sm90/bwd_launch.h"
@@ -93,31 +98,37 @@ AbCompare ab_compare(const RunA& run_a, const RunB& run_b, const Buffers& b, Bwd
   return r;
 }
 
-// Modes pdl / profile at head dim D (16 heads at d 128: 2048 / D heads).
+// Modes pdl / profile / ws at head dim D (16 heads at d 128: 2048 / D heads).
 template <int D>
 void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
   namespace sm90 = fa::sm90;
   const bool profile = std::strcmp(mode, "profile") == 0;
+  const bool ws = std::strcmp(mode, "ws") == 0;
   struct Case {
     const char* name;
-    int seqlen, left;  // left < 0: causal
+    int seqlen, left;  // left -1: causal, -2: neither causal nor a window
   };
   const Case cases[] = {{"window (128, 0)", 16384, 128}, {"window (1024, 0)", 16384, 1024},
                         {"causal", 1024, -1},          {"causal", 2048, -1},
-                        {"causal", 16384, -1}};
+                        {"causal", 16384, -1},         {"full", 1024, -2},
+                        {"full", 4096, -2}};
   for (const Case& c : cases) {
     if (profile && !(c.seqlen == 16384 && c.left != 128)) continue;
+    if (!ws && c.left == -2) continue;
     fa::FwdParams fp;
     if (c.left >= 0) {
       mods_params(b, D, c.seqlen, true, kWindow1k, &fp);
       fp.window_left = c.left;
     } else {
-      fp = make_params(b, D, c.seqlen, true);
+      fp = make_params(b, D, c.seqlen, c.left == -1);
     }
     const fa::BwdParams p = bwd_params(fp, g);
-    // A / B: the library's backward with each kernel launched whole / programmatically.
+    // A / B: the library's backward with each kernel launched whole / programmatically; ws: the
+    // library's (programmatic) / the warp-specialized main kernel's.
     auto run = [&](bool b_side) {
-      const fa::Status st = sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, b_side);
+      const fa::Status st =
+          ws ? sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, true, b_side)
+             : sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, b_side);
       if (st != fa::Status::kSuccess) {
         std::printf("backward launch failed (%d)\n", static_cast<int>(st));
       }
@@ -130,9 +141,10 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
       continue;
     }
     const AbCompare r = ab_compare([&] { run(false); }, [&] { run(true); }, b, g, n);
-    std::printf("bwd %s d=%d s=%5d: whole %.4f ms, programmatic %.4f ms, time ratio %.4f; "
+    std::printf("bwd %s d=%d s=%5d: %s %.4f ms, %s %.4f ms, time ratio %.4f; "
                 "max|diff| dk %.1e dv %.1e dq %.1e%s\n",
-                c.name, D, c.seqlen, r.t.a_ms, r.t.b_ms, r.t.b_over_a, r.ddk, r.ddv, r.ddq,
+                c.name, D, c.seqlen, ws ? "library" : "whole", r.t.a_ms,
+                ws ? "warp-specialized" : "programmatic", r.t.b_ms, r.t.b_over_a, r.ddk, r.ddv, r.ddq,
                 r.same() ? "" : "  DIFFERS");
     std::fflush(stdout);
   }
@@ -155,12 +167,15 @@ int main(int argc, char** argv) {
   fill_random<<<1024, 256>>>(g.dout, n, 4);
   CHECK(cudaDeviceSynchronize());
   namespace sm90 = fa::sm90;
-  if (std::strcmp(mode, "pdl") == 0 || std::strcmp(mode, "profile") == 0) {
+  if (std::strcmp(mode, "pdl") == 0 || std::strcmp(mode, "profile") == 0 ||
+      std::strcmp(mode, "ws") == 0) {
     // Head dims: argv[2] (e.g. "64,256"; default 128).
     const std::string dims = argc > 2 ? argv[2] : "128";
     if (dims.find("64") != std::string::npos) ab_cases<64>(mode, b, g, n);
     if (dims.find("128") != std::string::npos) ab_cases<128>(mode, b, g, n);
-    if (dims.find("256") != std::string::npos) ab_cases<256>(mode, b, g, n);
+    if (dims.find("256") != std::string::npos && std::strcmp(mode, "ws") != 0) {
+      ab_cases<256>(mode, b, g, n);
+    }
     return 0;
   }
   for (int seqlen : {4096, 8192, 16384}) {

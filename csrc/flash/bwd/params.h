@@ -119,6 +119,17 @@ __host__ __device__ __forceinline__ int64_t dq_frag_offset(int r, int col, int d
   return ((static_cast<int64_t>(hr) * (half / 8) + nt) * 8 + w) * 64 + (g * 4 + t) * 2 + e;
 }
 
+// The same blocks in the warp-specialized main kernel's order (sm90/bwd_ws_kernel.h): warp w's
+// pairs first by warp, so that each warpgroup's half of the columns (warps 4 c .. 4 c + 3) is one
+// contiguous half of the block, which one bulk reduction adds; within a warp the same (hr, nt)
+// runs of 64 floats, the 8 columns 8c .. 8c + 7 of a row again contiguous.
+__host__ __device__ __forceinline__ int64_t dq_frag_ws_offset(int r, int col, int d) {
+  const int half = d / 2;
+  const int w = r / 16 + 4 * (col / half), hr = (r % 16) / 8, g = r % 8;
+  const int nt = (col % half) / 8, t = (col % 8) / 2, e = col % 2;
+  return ((static_cast<int64_t>(w) * 2 + hr) * (half / 8) + nt) * 64 + (g * 4 + t) * 2 + e;
+}
+
 // What every backward kernel receives (as a __grid_constant__ parameter).
 struct BwdKernelParams {
   BwdParams p;
@@ -209,7 +220,8 @@ struct BwdConvertParams {
 
 // The postprocess work: dQ accumulator -> dq (non-deterministic), dK/dV partials -> dk, dv
 // (kv_splits > 1). num_jobs = 0: nothing to launch. dq_frag: dq_accum is in dq_frag_offset's
-// block layout (the sm90 main kernel's, bwd/pipeline.h) instead of plain rows.
+// block layout (the sm90 main kernel's, bwd/pipeline.h) instead of plain rows (or in
+// dq_frag_ws_offset's: bwd_convert_kernel's kFragWs).
 inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp, bool dq_frag) {
   const BwdParams& p = kp.p;
   const int64_t d = round_head_dim(p.head_dim);

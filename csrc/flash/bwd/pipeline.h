@@ -40,8 +40,9 @@ Status launch_bwd_dq_for(const BwdKernelParams& kp, cudaStream_t stream) {
 // to the dQ accumulator), and so is the postprocess (it waits first, then reads); the main kernel
 // is launched whole when there is no preprocess to start under (its early loads are safe only
 // behind a kernel that itself started after everything before it in the stream). `dq_frag`: the
-// main kernel accumulates dQ in bwd/params.h dq_frag_offset's layout (the postprocess reads it so).
-template <typename Element, int kHeadDim, typename MainFn>
+// main kernel accumulates dQ in bwd/params.h dq_frag_offset's layout (the postprocess reads it so;
+// with kFragWs, dq_frag_ws_offset's: sm90/bwd_ws_kernel.h).
+template <typename Element, int kHeadDim, bool kFragWs = false, typename MainFn>
 Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& main,
                         bool pdl = false, bool dq_frag = false) {
   const BwdWorkspaceLayout ws = bwd_workspace_layout(p);
@@ -66,7 +67,7 @@ Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& m
   if (cp.num_jobs == 0) return Status::kSuccess;
   const int64_t want = ceil_div<int64_t>(cp.max_chunks, kConvertThreads);
   const unsigned blocks = static_cast<unsigned>(want < 65536 ? want : 65536);
-  return launch_kernel_ordered<bwd_convert_kernel<Element>>(
+  return launch_kernel_ordered<bwd_convert_kernel<Element, kFragWs>>(
       pdl ? StreamOrder::kProgrammatic : StreamOrder::kWhole, dim3(blocks, cp.num_jobs),
       dim3(kConvertThreads), 0, stream, cp);
 }

@@ -121,8 +121,10 @@ __device__ __forceinline__ void load_row_stats_async(const BwdKernelParams& kp, 
 
 constexpr int kConvertThreads = 256;
 
-// Grid (x, number of jobs): each thread converts 16-byte chunks of output, grid-stride.
-template <typename Element>
+// Grid (x, number of jobs): each thread converts 16-byte chunks of output, grid-stride. kFragWs:
+// a job with frag_d reads dq_frag_ws_offset's order (sm90/bwd_ws_kernel.h) instead of
+// dq_frag_offset's.
+template <typename Element, bool kFragWs = false>
 __global__ void __launch_bounds__(kConvertThreads)
     bwd_convert_kernel(const __grid_constant__ BwdConvertParams cp) {
   using Ops = ElementOps<Element>;
@@ -153,7 +155,8 @@ __global__ void __launch_bounds__(kConvertThreads)
     const int64_t in_slot =
         job.frag_d > 0
             ? static_cast<int64_t>(row - row % kDqFragRows) * job.row_stride +
-                  dq_frag_offset(row % kDqFragRows, c * 8, job.frag_d)
+                  (kFragWs ? dq_frag_ws_offset(row % kDqFragRows, c * 8, job.frag_d)
+                           : dq_frag_offset(row % kDqFragRows, c * 8, job.frag_d))
             : row * job.row_stride + c * 8;
     const float* src = job.src + slot + in_slot;
     float acc[8];

@@ -21,6 +21,14 @@ enum class NamedBarrier : int {
   kPingPong0 = 5,      // consumer warpgroups taking turns on the tensor cores
   kPingPong1 = 6,
   kEpilogue = 7,
+  // sm90/bwd_ws_kernel.h: both consumer warpgroups (K / V landed, dS^T of both stored, the dK /
+  // dV epilogue), and each consumer warpgroup's dQ hand-over with the dQ warp.
+  kBwdConsumers = 8,
+  kBwdDsStored = 9,
+  kBwdDqFull0 = 10,
+  kBwdDqFull1 = 11,
+  kBwdDqEmpty0 = 12,
+  kBwdDqEmpty1 = 13,
 };
 
 // Waits until `threads` threads (a multiple of 32, the warps counted whole) have arrived at

@@ -317,18 +317,24 @@ __device__ __forceinline__ void load_a_frag_sw128(const char* tile, int row0, in
 // fragments: acc[i][hr * 2 + e] = key row0 + g + 8 hr, column col0 + 8 i + 2t + e. With one
 // head split: staged in Element precision over sK / sV, then 16-byte row stores; otherwise fp32
 // partial sums [split][batch][head_k][key][d] for the postprocess to add in order.
-template <typename Element, typename Traits, int kColTiles, typename Work>
+// kThreads threads (tid 0 .. kThreads - 1) take part, `sync` their barrier (the whole block's by
+// default; sm90/bwd_ws_kernel.h: its consumer warpgroups').
+struct SyncThreads {
+  __device__ __forceinline__ void operator()() const { __syncthreads(); }
+};
+template <typename Element, typename Traits, int kColTiles, typename Work,
+          int kThreads = Traits::kNThreads, typename Sync = SyncThreads>
 __device__ __forceinline__ void store_dkdv(const BwdKernelParams& kp, const Work& w,
                                            char* smem, const float (&acc_dk)[kColTiles][4],
                                            const float (&acc_dv)[kColTiles][4], int row0,
-                                           int col0, int tid) {
+                                           int col0, int tid, const Sync& sync = {}) {
   using Ops = ElementOps<Element>;
   constexpr int kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   const BwdParams& p = kp.p;
   const int g = (tid % 32) / 4, t = tid % 4;
   const float scale = p.softmax_scale;
   if (kp.kv_splits == 1) {
-    __syncthreads();  // every warpgroup is done reading K and V
+    sync();  // every warpgroup is done reading K and V
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int row = row0 + g + hr * 8;
@@ -341,17 +347,17 @@ __device__ __forceinline__ void store_dkdv(const BwdKernelParams& kp, const Work
             Ops::pack(acc_dv[i][hr * 2], acc_dv[i][hr * 2 + 1]);
       }
     }
-    __syncthreads();
+    sync();
     const SeqInfo seq = seq_info<Work::kSeqlens>(p, w.batch);
     Element* dk = static_cast<Element*>(p.dk) + seq.k_offset(p.dk_batch_stride, p.dk_row_stride) +
                   w.head_k * p.dk_head_stride + w.n_start * p.dk_row_stride;
     Element* dv = static_cast<Element*>(p.dv) + seq.k_offset(p.dv_batch_stride, p.dv_row_stride) +
                   w.head_k * p.dv_head_stride + w.n_start * p.dv_row_stride;
     constexpr int kTotal = kBlockN * Traits::kChunks;
-    static_assert(kTotal % Traits::kNThreads == 0, "whole passes");
+    static_assert(kTotal % kThreads == 0, "whole passes");
 #pragma unroll
-    for (int i = 0; i < kTotal / Traits::kNThreads; ++i) {
-      const int idx = tid + i * Traits::kNThreads;
+    for (int i = 0; i < kTotal / kThreads; ++i) {
+      const int idx = tid + i * kThreads;
       const int r = idx / Traits::kChunks, c = idx % Traits::kChunks;
       if (r < w.keys_valid && c * 8 < p.head_dim) {
         const uint32_t off = ptx::sw128_offset<kBlockN>(r, c);

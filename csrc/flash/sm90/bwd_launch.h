@@ -11,29 +11,30 @@
 #include "../tma_host.h"
 #include "bwd_kernel.h"
 #include "bwd_split_kernel.h"
+#include "bwd_ws_kernel.h"
 #include "launch.h"
 
 namespace flashattn_cu::sm90 {
 
-template <typename Element, typename Traits, bool kSplit, int kVariant>
+template <typename Element, typename Traits, bool kSplit, bool kWs, int kVariant>
 constexpr auto main_kernel() {
   if constexpr (kSplit) {
     return bwd_split_kernel<Element, Traits, kVariant>;
+  } else if constexpr (kWs) {
+    return bwd_ws_kernel<Element, Traits, kVariant>;
   } else {
     return bwd_kernel<Element, Traits, kVariant>;
   }
 }
 
-// defer_light: a window's light trailing key blocks last (problem/mask.h deferred_key_blocks;
-// off: key_tile's order, for benchmarks/tune/tune_bwd90.cu's A/B). pdl: the main kernel and the
-// postprocess launched programmatically (bwd/pipeline.h; off: each kernel whole, for the A/B).
-template <typename Element, int kHeadDim>
-Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light,
-                       bool pdl = true) {
+// The pipeline around main kernel Traits (kWs: bwd_ws_kernel.h's). defer_light: a window's light
+// trailing key blocks last (problem/mask.h deferred_key_blocks; off: key_tile's order, for
+// benchmarks/tune/tune_bwd90.cu's A/B). pdl: the main kernel and the postprocess launched
+// programmatically (bwd/pipeline.h; off: each kernel whole, for the A/B).
+template <typename Element, int kHeadDim, typename Traits, bool kWs>
+Status run_bwd_with(const BwdParams& p, cudaStream_t stream, bool defer_light, bool pdl) {
   constexpr BwdTileSm90 tile = bwd_tile_sm90(kHeadDim);
   static_assert(tile.supported, "no sm90 backward tile for this head dim");
-  using Traits = std::conditional_t<tile.split, BwdSplitTraits<kHeadDim, tile.block_m>,
-                                    BwdTraits<kHeadDim, tile.block_m>>;
   static_assert(Traits::kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
   const auto main = [&](const BwdKernelParams& base, StreamOrder order) {
     BwdKernelParams kp = base;
@@ -57,7 +58,7 @@ Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light
     }
     const auto launch = [&](auto variant) {
       return launch_tiles_ordered<
-          main_kernel<Element, Traits, tile.split, decltype(variant)::value>()>(
+          main_kernel<Element, Traits, tile.split, kWs, decltype(variant)::value>()>(
           order,
           key_tile_count(ceil_div(p.seqlen_k, Traits::kBlockN), p.batch, p.num_heads_k,
                          kp.kv_splits),
@@ -76,8 +77,39 @@ Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light
     if (!p.deterministic) return Status::kSuccess;
     return backward::launch_bwd_dq_for<Element, kHeadDim, false>(kp, stream);
   };
-  // dq_frag: bwd_kernel.h stages dQ in the fragment layout; the split kernel's red.adds do not.
-  return backward::run_bwd_pipeline<Element, kHeadDim>(p, stream, main, pdl, !tile.split);
+  // dq_frag: bwd_kernel.h stages dQ in the fragment layout (bwd_ws_kernel.h in its own order);
+  // the split kernel's red.adds do not.
+  return backward::run_bwd_pipeline<Element, kHeadDim, kWs>(p, stream, main, pdl, !tile.split);
+}
+
+// warp_specialized: bwd_ws_kernel.h instead of bwd_kernel.h (d 64 / 128). Compiled only where
+// FLASHATTN_CU_BWD_WS is defined (benchmarks/tune/tune_bwd90.cu, mode `ws`) until it has been
+// measured; elsewhere asking for it is an invalid argument.
+template <typename Element, int kHeadDim>
+Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light,
+                       bool pdl = true, bool warp_specialized = false) {
+  constexpr BwdTileSm90 tile = bwd_tile_sm90(kHeadDim);
+  static_assert(tile.supported, "no sm90 backward tile for this head dim");
+  if (warp_specialized) {
+#ifdef FLASHATTN_CU_BWD_WS
+    if constexpr (!tile.split) {
+      // dK run on into the next step where the consumers' 240 registers allow it (ptxas, sm_90a:
+      // d 64 no spills either way; d 128 72-136 bytes with it, 8-32 without but for the
+      // modifier and dropout variants). -DFLASHATTN_CU_BWD_WS_DKNEXT=0/1 forces one.
+#ifdef FLASHATTN_CU_BWD_WS_DKNEXT
+      constexpr bool kDkNext = FLASHATTN_CU_BWD_WS_DKNEXT;
+#else
+      constexpr bool kDkNext = kHeadDim <= 64;
+#endif
+      return run_bwd_with<Element, kHeadDim, BwdWsTraits<kHeadDim, tile.block_m, kDkNext>, true>(
+          p, stream, defer_light, pdl);
+    }
+#endif
+    return Status::kInvalidArgument;
+  }
+  using Traits = std::conditional_t<tile.split, BwdSplitTraits<kHeadDim, tile.block_m>,
+                                    BwdTraits<kHeadDim, tile.block_m>>;
+  return run_bwd_with<Element, kHeadDim, Traits, false>(p, stream, defer_light, pdl);
 }
 
 template <typename Element, int kHeadDim>

@@ -1,0 +1,358 @@
+// FlashAttention backward on Hopper, warp-specialized (sm_90a): the main kernel of bwd_kernel.h
+// with its loads and its dQ reductions moved off the consumers' path. Not in the library's
+// dispatch yet: sm90/bwd_launch.h runs it only when asked (run_bwd_ordered's `warp_specialized`,
+// benchmarks/tune/tune_bwd90.cu mode `ws`), until it has been measured against bwd_kernel.h.
+//
+// Same work split, arithmetic and accumulation order as bwd_kernel.h (one thread block per kBlockN
+// keys of one (batch, kv head); two consumer warpgroups of 64 keys each; S^T, dP^T, dV, dK, dQ by
+// wgmma in the same groups), so dK and dV come out bitwise the same. What differs is who waits:
+//  * warpgroup 0, the producer (setmaxnreg down to 24): warp 0 loads each step's Q / dO (TMA)
+//    and M / L / D rows (bulk copies) into a ring of kStages buffers, each with a full mbarrier
+//    (the copies' bytes) and an empty one (every consumer thread arrives once the step's last
+//    reader, its dK wgmma, has retired); warp 1 is the dQ warp: it adds each consumer
+//    warpgroup's staged dQ half into the fp32 accumulator by one bulk reduction, handed over
+//    through named barriers (kBwdDqFull0 + c: staged; kBwdDqEmpty0 + c: read, the chunk free);
+//  * warpgroups 1 and 2, the consumers (setmaxnreg up to 240): no thread of theirs issues a
+//    load or a reduction or waits for one; the only barrier they share each step is the one
+//    that publishes both halves of dS^T to the dQ GEMM (kBwdDsStored), and dS^T is
+//    double-buffered so that the next step's stores need no second one.
+// bwd_kernel.h instead has thread 0 issue both and every step end in a __syncthreads.
+// dQ is staged in bwd/params.h dq_frag_ws_offset's order (each warpgroup's half contiguous, one
+// bulk reduction each), which the postprocess reads back (BwdConvertJob::frag_ws).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "flashattn_cu/flashattn_cu.h"
+
+#include "../common/bwd_math.h"
+#include "../common/numeric.h"
+#include "../problem/dropout.h"
+#include "../problem/mask.h"
+#include "../problem/score_mod.h"
+#include "../ptx/mbarrier.h"
+#include "../ptx/sync.h"
+#include "../ptx/tma.h"
+#include "../ptx/wgmma.h"
+#include "bwd_common.h"
+#include "bwd_kernel.h"
+
+namespace flashattn_cu::sm90 {
+
+template <int kHeadDim_, int kBlockM_, bool kDkNext_ = true>
+struct BwdWsTraits {
+  static constexpr int kHeadDim = kHeadDim_;
+  // dK's wgmma runs on into the next step (bwd_kernel.h's order) instead of retiring within its
+  // own: its A operand (dS^T, 16 registers at d 128) then stays live through the next S^T / dP^T.
+  static constexpr bool kDkNext = kDkNext_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kStages = 2;  // Q / dO / M / L / D buffers
+  static constexpr int kBlockN = 128;
+  static constexpr int kWarpGroups = 2;  // consumers, each owns 64 keys
+  static constexpr int kConsumerThreads = kWarpGroups * 128;
+  static constexpr int kNThreads = kConsumerThreads + 128;  // + the producer warpgroup
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+  static constexpr int kChunks = kHeadDim / 8;
+  static constexpr int kQTiles = kBlockM / 8;
+  static constexpr int kColTiles = kHeadDim / 8;
+  static constexpr int kDqCols = kHeadDim / kWarpGroups;
+  static constexpr int kDqMTiles = kBlockM / 64;
+  static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kDsBytes = kBlockN * kBlockM * 2;
+  static constexpr int kOffK = 0;
+  static constexpr int kOffV = kOffK + kKVBytes;
+  static constexpr int kOffQ = kOffV + kKVBytes;
+  static constexpr int kOffDO = kOffQ + kStages * kQBytes;
+  static constexpr int kOffDS = kOffDO + kStages * kQBytes;  // two dS^T tiles
+  static constexpr int kOffMax = kOffDS + 2 * kDsBytes;
+  static constexpr int kOffLog2Sum = kOffMax + kStages * kBlockM * 4;
+  static constexpr int kOffD = kOffLog2Sum + kStages * kBlockM * 4;
+  static constexpr int kOffDQ = kOffD + kStages * kBlockM * 4;
+  static constexpr int kDqBytes = kBlockM * kHeadDim * 4;
+  static constexpr int kDqHalfBytes = kDqBytes / 2;  // one consumer warpgroup's columns
+  // Full mbarriers (tma_query_block completes kOffBar + 8 * stage), then the empty ones.
+  static constexpr int kOffBar = kOffDQ + kDqBytes;
+  static constexpr int kSmemBytes = kOffBar + 16 * kStages + 1024;  // + alignment slack
+  using Params = BwdTmaParams;
+
+  static_assert(kHeadDim % 64 == 0, "d is whole 64-column atoms");
+  static_assert(kBlockM == backward::kDqFragRows && kDqMTiles == 1,
+                "bwd/params.h dq_frag_ws_offset's blocks");
+  static_assert(backward::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
+  static_assert(kOffDQ % 1024 == 0 || kOffDQ % 16 == 0, "the bulk source 16-byte aligned");
+  static_assert(kKVBytes % 1024 == 0 && kQBytes % 1024 == 0 && kDsBytes % 1024 == 0,
+                "sw128 tiles 1024-byte aligned");
+  static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "register file");
+};
+
+// The dQ warp's side of the hand-over (warp 1 of the producer warpgroup): for every step, each
+// consumer warpgroup's staged half added into the step's accumulator block by one bulk reduction
+// (lane 0), then the chunk handed back once read. The consumers' first wait finds the chunks
+// free (the arrivals before the loop); the last step's chunks are not handed back (nothing
+// waits for them).
+template <typename Traits, typename Work>
+__device__ __forceinline__ void dq_warp(const BwdKernelParams& kp, const Work& w, uint32_t s_base,
+                                        int lane) {
+  constexpr int kThreads = 128 + 32;  // a consumer warpgroup and this warp
+  const BwdParams& p = kp.p;
+  ptx::grid_dependency_wait();  // the accumulator cleared by the preprocess
+  if (w.total > 0) {
+    ptx::named_barrier_arrive(ptx::NamedBarrier::kBwdDqEmpty0, kThreads);
+    ptx::named_barrier_arrive(ptx::NamedBarrier::kBwdDqEmpty1, kThreads);
+  }
+  const SeqInfo seq = seq_info<Work::kSeqlens>(p, w.batch);
+  BwdStep step{w.head_first, w.m_begin};
+#pragma unroll 1
+  for (int it = 0; it < w.total; ++it) {
+    const int64_t block_row =
+        backward::ws_row0<Work::kSeqlens>(kp, seq, step.head) + step.m * Traits::kBlockM;
+    float* block = kp.dq_accum + block_row * Traits::kHeadDim;
+#pragma unroll
+    for (int c = 0; c < Traits::kWarpGroups; ++c) {
+      ptx::named_barrier_sync(
+          static_cast<ptx::NamedBarrier>(static_cast<int>(ptx::NamedBarrier::kBwdDqFull0) + c),
+          kThreads);
+      if (lane == 0) {
+        ptx::bulk_reduce_add_f32(block + c * (Traits::kDqHalfBytes / 4),
+                                 s_base + Traits::kOffDQ + c * Traits::kDqHalfBytes,
+                                 Traits::kDqHalfBytes);
+        ptx::tma_store_commit();
+        ptx::tma_store_wait<0>();  // the chunk read
+      }
+      __syncwarp();
+      if (it + 1 < w.total) {
+        ptx::named_barrier_arrive(
+            static_cast<ptx::NamedBarrier>(static_cast<int>(ptx::NamedBarrier::kBwdDqEmpty0) + c),
+            kThreads);
+      }
+    }
+    step = next_step(w, step);
+  }
+  // The block's reductions done (global memory written) before it exits.
+  if (lane == 0) ptx::bulk_wait_all<0>();
+}
+
+template <typename Element, typename Traits, int kVariant>
+__device__ __forceinline__ void bwd_ws_block(const BwdKernelParams& kp, const void* q_map,
+                                             const void* do_map, char* smem_raw) {
+  constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  constexpr int kHeadDim = Traits::kHeadDim;
+  constexpr int kQTiles = Traits::kQTiles, kColTiles = Traits::kColTiles;
+  constexpr int kStages = Traits::kStages;
+  const BwdParams& p = kp.p;
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int wg = warp / 4;  // 0: producer; 1, 2: consumers
+  const auto w = bwd_work<kBlockM, kBlockN, kVariant>(kp);
+  // As bwd_kernel.h: the postprocess may be scheduled once every block has started; every
+  // block waits for the preprocess before it exits.
+  ptx::launch_dependents();
+  if (w.keys_valid <= 0) {  // varlen: a key block past this entry's length
+    ptx::grid_dependency_wait();
+    return;
+  }
+
+  uint32_t s_base;
+  char* smem = align_smem_1024(smem_raw, s_base);
+  const uint32_t full0 = s_base + Traits::kOffBar, empty0 = full0 + 8 * kStages;
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbarrier_init(full0 + 8 * s, 1);
+      ptx::mbarrier_init(empty0 + 8 * s, Traits::kConsumerThreads);
+    }
+    ptx::fence_mbarrier_init();
+  }
+  __syncthreads();  // the last barrier of all warpgroups: the roles split here
+  const bool compute_dq = !p.deterministic;
+
+  if (wg == 0) {
+    ptx::setmaxnreg_dec<Traits::kProducerRegs>();
+    if (warp == 0) {
+      if (lane == 0) {
+        // Step it's buffer (it % kStages) once the consumers released step it - kStages's.
+        BwdStep step{w.head_first, w.m_begin};
+#pragma unroll 1
+        for (int it = 0; it < w.total; ++it) {
+          const int stage = it % kStages;
+          if (it >= kStages) ptx::mbarrier_wait_parity(empty0 + 8 * stage, (it / kStages - 1) & 1);
+          tma_query_block<Traits>(kp, w, q_map, do_map, s_base, step.head, step.m, stage,
+                                  it == 0);
+          step = next_step(w, step);
+        }
+        if (w.total == 0) ptx::grid_dependency_wait();
+      }
+    } else if (warp == 1 && compute_dq) {
+      dq_warp<Traits>(kp, w, s_base, lane);
+    }
+    return;
+  }
+
+  ptx::setmaxnreg_inc<Traits::kConsumerRegs>();
+  const int ctid = tid - 128;            // 0 .. 255 over the consumers
+  const int cw = ctid / 32, c = cw / 4;  // consumer warp; warpgroup: keys c * 64 ..
+  const int warp_key0 = cw * 16;         // this warp's 16 keys (rows of S^T, dK, dV)
+  const auto sync_consumers = [] {
+    ptx::named_barrier_sync(ptx::NamedBarrier::kBwdConsumers, Traits::kConsumerThreads);
+  };
+  const uint32_t sK = s_base + Traits::kOffK, sV = s_base + Traits::kOffV;
+  const uint32_t sQ = s_base + Traits::kOffQ, sDO = s_base + Traits::kOffDO;
+
+  // K / V by cp.async over the consumers (bwd_common.h load_kv's copies).
+  if (w.total > 0) {
+    const SeqInfo seq = seq_info<variant_seqlens(kVariant)>(p, w.batch);
+    const Element* k = static_cast<const Element*>(p.k) +
+                       seq.k_offset(p.k_batch_stride, p.k_row_stride) +
+                       w.head_k * p.k_head_stride + w.n_start * p.k_row_stride;
+    const Element* v = static_cast<const Element*>(p.v) +
+                       seq.k_offset(p.v_batch_stride, p.v_row_stride) +
+                       w.head_k * p.v_head_stride + w.n_start * p.v_row_stride;
+    load_tile_sw128<kBlockN, Traits::kChunks, Traits::kConsumerThreads>(
+        sK, k, p.k_row_stride, w.keys_valid, p.head_dim, ctid);
+    load_tile_sw128<kBlockN, Traits::kChunks, Traits::kConsumerThreads>(
+        sV, v, p.v_row_stride, w.keys_valid, p.head_dim, ctid);
+    ptx::cp_async_commit();
+  }
+
+  float acc_dk[kColTiles][4], acc_dv[kColTiles][4];
+#pragma unroll
+  for (int i = 0; i < kColTiles; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_dk[i][e] = acc_dv[i][e] = 0.f;
+
+  BwdStep step{w.head_first, w.m_begin};
+  int stage = 0, phase = 0;  // this step's buffer and its use number's parity
+#pragma unroll 1
+  for (int it = 0; it < w.total; ++it) {
+    const int head = step.head, m = step.m;
+    if (it == 0) {
+      // K / V of both warpgroups landed and published (the dQ GEMM reads all of K).
+      ptx::cp_async_wait<0>();
+      ptx::fence_proxy_async_shared();
+      sync_consumers();
+    }
+    ptx::mbarrier_wait_parity(full0 + 8 * stage, phase);
+    const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
+    const char* s_max = smem + Traits::kOffMax + stage * kBlockM * 4;
+    const char* s_log2sum = smem + Traits::kOffLog2Sum + stage * kBlockM * 4;
+    const char* s_d = smem + Traits::kOffD + stage * kBlockM * 4;
+    const int buf = it & 1;  // this step's dS^T tile
+    char* s_ds = smem + Traits::kOffDS + buf * Traits::kDsBytes;
+    const uint32_t sDS = s_base + Traits::kOffDS + buf * Traits::kDsBytes;
+
+    float acc_s[kQTiles][4], acc_dp[kQTiles][4];
+    issue_s_dp<kBf16, Traits>(acc_s, acc_dp, sK, sV, sQs, sDOs, c);
+    ptx::wgmma_wait<1>();  // S^T, and the last step's dK
+    ptx::fence_operand(acc_s);
+    // The last step's buffer: its last reader (dK) retired in this thread's warpgroup.
+    if (it > 0) ptx::mbarrier_arrive(empty0 + 8 * (stage == 0 ? kStages - 1 : stage - 1));
+    uint32_t p16[kBlockM / 16][4], ds16[kBlockM / 16][4];
+    probs_and_grads<Element, Traits, kVariant>(kp, w, head, m, acc_s, acc_dp, s_max, s_log2sum,
+                                               s_d, s_ds, p16, ds16, warp_key0, lane);
+    const auto issue_dv = [&] {
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk) {
+        ptx::wgmma_rs<kHeadDim, kBf16, 1>(acc_dv, p16[kk],
+                                          ptx::sw128_desc_mn_major<kBlockM>(sDOs, kk, 0), 1);
+      }
+    };
+    const auto issue_dk = [&] {
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk) {
+        ptx::wgmma_rs<kHeadDim, kBf16, 1>(acc_dk, ds16[kk],
+                                          ptx::sw128_desc_mn_major<kBlockM>(sQs, kk, 0), 1);
+      }
+    };
+    if (compute_dq) {
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk) {
+        store_a_frag_sw128<kBlockN>(s_ds, warp_key0, kk * 16, ds16[kk], lane);
+      }
+      ptx::wgmma_fence();
+      issue_dv();
+      ptx::wgmma_commit();
+      ptx::fence_proxy_async_shared();
+      ptx::named_barrier_sync(ptx::NamedBarrier::kBwdDsStored, Traits::kConsumerThreads);
+      constexpr int kDqCols = Traits::kDqCols;
+      float acc_dq[Traits::kDqMTiles][kDqCols / 8][4];
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+#pragma unroll
+        for (int mt = 0; mt < Traits::kDqMTiles; ++mt) {
+          ptx::wgmma_ss<kDqCols, kBf16, 1, 1>(
+              acc_dq[mt], ptx::sw128_desc_mn_major<kBlockN>(sDS, kk, mt * 64),
+              ptx::sw128_desc_mn_major<kBlockN>(sK, kk, c * kDqCols), kk > 0);
+        }
+      }
+      ptx::wgmma_commit();
+      issue_dk();
+      ptx::wgmma_commit();
+      if constexpr (Traits::kDkNext) {
+        ptx::wgmma_wait<1>();  // dV and dQ done; dK runs on into the next step
+      } else {
+        ptx::wgmma_wait<0>();
+      }
+#pragma unroll
+      for (int mt = 0; mt < Traits::kDqMTiles; ++mt) ptx::fence_operand(acc_dq[mt]);
+      // This warpgroup's chunk free (the dQ warp read the last step's), then staged in
+      // dq_frag_ws_offset's order: pair (hr, nt) of warp cw, lane l at float
+      // ((cw * 2 + hr) * kDqCols / 8 + nt) * 64 + 2 l.
+      ptx::named_barrier_sync(
+          static_cast<ptx::NamedBarrier>(static_cast<int>(ptx::NamedBarrier::kBwdDqEmpty0) + c),
+          128 + 32);
+      char* s_dq = smem + Traits::kOffDQ + cw * (2 * (kDqCols / 8) * 256) + lane * 8;
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+        for (int nt = 0; nt < kDqCols / 8; ++nt) {
+          *reinterpret_cast<float2*>(s_dq + (hr * (kDqCols / 8) + nt) * 256) =
+              make_float2(acc_dq[0][nt][hr * 2], acc_dq[0][nt][hr * 2 + 1]);
+        }
+      ptx::fence_proxy_async_shared();  // for the dQ warp's bulk reduction
+      ptx::named_barrier_arrive(
+          static_cast<ptx::NamedBarrier>(static_cast<int>(ptx::NamedBarrier::kBwdDqFull0) + c),
+          128 + 32);
+    } else {
+      ptx::wgmma_fence();
+      issue_dv();
+      issue_dk();
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<0>();
+    }
+    step = next_step(w, step);
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+  ptx::wgmma_wait<0>();  // the last step's dK
+  ptx::fence_operand(acc_dk);
+  ptx::fence_operand(acc_dv);
+  if constexpr (variant_dropout(kVariant)) {
+#pragma unroll
+    for (int i = 0; i < kColTiles; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dv[i][e] *= kp.dropout.rp;  // left out of dV's operand
+  }
+  // dK = softmax_scale * dS^T Q, dV as accumulated; staged over K / V once both warpgroups are
+  // done with them (sync_consumers).
+  store_dkdv<Element, Traits, kColTiles, decltype(w), Traits::kConsumerThreads>(
+      kp, w, smem, acc_dk, acc_dv, warp_key0, 0, ctid, sync_consumers);
+}
+
+template <typename Element, typename Traits, int kVariant>
+__global__ void __launch_bounds__(Traits::kNThreads, 1)
+    bwd_ws_kernel(const __grid_constant__ typename Traits::Params params) {
+#if FLASHATTN_CU_SM90A
+  extern __shared__ __align__(1024) char smem[];
+  sm90::bwd_ws_block<Element, Traits, kVariant>(params.kp, &params.q_map, &params.do_map, smem);
+#else
+  ptx::unsupported_arch();
+#endif
+}
+
+}  // namespace flashattn_cu::sm90
