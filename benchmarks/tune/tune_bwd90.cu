@@ -144,8 +144,27 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
     std::printf("bwd %s d=%d s=%5d: %s %.4f ms, %s %.4f ms, time ratio %.4f; "
                 "max|diff| dk %.1e dv %.1e dq %.1e%s\n",
                 c.name, D, c.seqlen, ws ? "library" : "whole", r.t.a_ms,
-                ws ? "warp-specialized" : "programmatic", r.t.b_ms, r.t.b_over_a, r.ddk, r.ddv, r.ddq,
+                ws ? "warp-specialized" : "programmatic", r.t.b_ms, r.t.b_over_a, r.ddk, r.ddv,
+                r.ddq,
                 r.same() ? "" : "  DIFFERS");
+    if constexpr (D != 256) {  // d 256: the split kernel, no warp-specialized one
+      if (ws && !profile) {
+        // The warp-specialized kernel with dK retired within its step (C) against the library.
+        auto run_c = [&] {
+          using NoDkNext = sm90::BwdWsTraits<D, 64, false>;
+          const fa::Status st =
+              sm90::run_bwd_with<__nv_bfloat16, D, NoDkNext, true>(p, 0, true, true);
+          if (st != fa::Status::kSuccess) {
+            std::printf("backward launch failed (%d)\n", static_cast<int>(st));
+          }
+        };
+        const AbCompare rc = ab_compare([&] { run(false); }, run_c, b, g, n);
+        std::printf("bwd %s d=%d s=%5d: library %.4f ms, warp-specialized, dK within its step "
+                    "%.4f ms, time ratio %.4f; max|diff| dk %.1e dv %.1e dq %.1e%s\n",
+                    c.name, D, c.seqlen, rc.t.a_ms, rc.t.b_ms, rc.t.b_over_a, rc.ddk, rc.ddv,
+                    rc.ddq, rc.same() ? "" : "  DIFFERS");
+      }
+    }
     std::fflush(stdout);
   }
 }

@@ -93,13 +93,14 @@ Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light
   if (warp_specialized) {
 #ifdef FLASHATTN_CU_BWD_WS
     if constexpr (!tile.split) {
-      // dK run on into the next step where the consumers' 240 registers allow it (ptxas, sm_90a:
-      // d 64 no spills either way; d 128 72-136 bytes with it, 8-32 without but for the
-      // modifier and dropout variants). -DFLASHATTN_CU_BWD_WS_DKNEXT=0/1 forces one.
+      // dK run on into the next step, as bwd_kernel.h (ptxas, sm_90a, within the consumers'
+      // 240 registers: no spills at d 64; at d 128 none but 12-20 bytes in one modifier
+      // variant, 44-60 with dropout, whose wgmmas ptxas also serializes (C7515), as it does at
+      // d 64). -DFLASHATTN_CU_BWD_WS_DKNEXT=0 retires dK within its step instead.
 #ifdef FLASHATTN_CU_BWD_WS_DKNEXT
       constexpr bool kDkNext = FLASHATTN_CU_BWD_WS_DKNEXT;
 #else
-      constexpr bool kDkNext = kHeadDim <= 64;
+      constexpr bool kDkNext = true;
 #endif
       return run_bwd_with<Element, kHeadDim, BwdWsTraits<kHeadDim, tile.block_m, kDkNext>, true>(
           p, stream, defer_light, pdl);

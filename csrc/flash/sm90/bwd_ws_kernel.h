@@ -301,9 +301,13 @@ __device__ __forceinline__ void bwd_ws_block(const BwdKernelParams& kp, const vo
       // This warpgroup's chunk free (the dQ warp read the last step's), then staged in
       // dq_frag_ws_offset's order: pair (hr, nt) of warp cw, lane l at float
       // ((cw * 2 + hr) * kDqCols / 8 + nt) * 64 + 2 l.
-      ptx::named_barrier_sync(
-          static_cast<ptx::NamedBarrier>(static_cast<int>(ptx::NamedBarrier::kBwdDqEmpty0) + c),
-          128 + 32);
+      // (The barrier ids by a warp-uniform branch: held in registers across the step they
+      // spilled at d 128.)
+      if (c == 0) {
+        ptx::named_barrier_sync(ptx::NamedBarrier::kBwdDqEmpty0, 128 + 32);
+      } else {
+        ptx::named_barrier_sync(ptx::NamedBarrier::kBwdDqEmpty1, 128 + 32);
+      }
       char* s_dq = smem + Traits::kOffDQ + cw * (2 * (kDqCols / 8) * 256) + lane * 8;
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr)
@@ -313,9 +317,11 @@ __device__ __forceinline__ void bwd_ws_block(const BwdKernelParams& kp, const vo
               make_float2(acc_dq[0][nt][hr * 2], acc_dq[0][nt][hr * 2 + 1]);
         }
       ptx::fence_proxy_async_shared();  // for the dQ warp's bulk reduction
-      ptx::named_barrier_arrive(
-          static_cast<ptx::NamedBarrier>(static_cast<int>(ptx::NamedBarrier::kBwdDqFull0) + c),
-          128 + 32);
+      if (c == 0) {
+        ptx::named_barrier_arrive(ptx::NamedBarrier::kBwdDqFull0, 128 + 32);
+      } else {
+        ptx::named_barrier_arrive(ptx::NamedBarrier::kBwdDqFull1, 128 + 32);
+      }
     } else {
       ptx::wgmma_fence();
       issue_dv();
