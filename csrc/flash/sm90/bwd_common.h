@@ -108,8 +108,8 @@ __device__ __forceinline__ Mask block_mask(const BwdParams& p, const Work& w) {
   }
 }
 
-// Issues the cp.async loads of K and V of the block (no commit).
-template <typename Traits, typename Element, typename Work>
+// Issues the cp.async loads of K and V of the block over kThreads threads (no commit).
+template <typename Traits, typename Element, int kThreads = Traits::kNThreads, typename Work>
 __device__ __forceinline__ void load_kv(const BwdKernelParams& kp, const Work& w,
                                         uint32_t s_base, int tid) {
   const BwdParams& p = kp.p;
@@ -120,9 +120,9 @@ __device__ __forceinline__ void load_kv(const BwdKernelParams& kp, const Work& w
   const Element* v = static_cast<const Element*>(p.v) +
                      seq.k_offset(p.v_batch_stride, p.v_row_stride) +
                      w.head_k * p.v_head_stride + w.n_start * p.v_row_stride;
-  load_tile_sw128<Traits::kBlockN, Traits::kChunks, Traits::kNThreads>(
+  load_tile_sw128<Traits::kBlockN, Traits::kChunks, kThreads>(
       s_base + Traits::kOffK, k, p.k_row_stride, w.keys_valid, p.head_dim, tid);
-  load_tile_sw128<Traits::kBlockN, Traits::kChunks, Traits::kNThreads>(
+  load_tile_sw128<Traits::kBlockN, Traits::kChunks, kThreads>(
       s_base + Traits::kOffV, v, p.v_row_stride, w.keys_valid, p.head_dim, tid);
 }
 

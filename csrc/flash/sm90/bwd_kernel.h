@@ -117,6 +117,37 @@ __device__ __forceinline__ void issue_s_dp(float (&acc_s)[Traits::kQTiles][4],
   ptx::wgmma_commit();
 }
 
+// acc += A B over the step's kBlockM queries: dV += P^T dO (a16 = P^T, sB = dO) or dK += dS^T Q
+// (a16 = dS^T, sB = Q); A from registers, B the [query][d] tile MN-major (n = d). No commit.
+template <bool kBf16, typename Traits>
+__device__ __forceinline__ void issue_rs_gemm(float (&acc)[Traits::kColTiles][4],
+                                              const uint32_t (&a16)[Traits::kBlockM / 16][4],
+                                              uint32_t sB) {
+#pragma unroll
+  for (int kk = 0; kk < Traits::kBlockM / 16; ++kk) {
+    ptx::wgmma_rs<Traits::kHeadDim, kBf16, 1>(
+        acc, a16[kk], ptx::sw128_desc_mn_major<Traits::kBlockM>(sB, kk, 0), 1);
+  }
+}
+
+// dQ (kBlockM x d) = dS K: warpgroup wg's kDqCols columns. A = dS from dS^T [key][query]
+// (MN-major, m = query), B = K [key][d] (MN-major, n = d). No commit.
+template <bool kBf16, typename Traits>
+__device__ __forceinline__ void issue_dq(
+    float (&acc_dq)[Traits::kDqMTiles][Traits::kDqCols / 8][4], uint32_t sDS, uint32_t sK,
+    int wg) {
+  constexpr int kBlockN = Traits::kBlockN, kDqCols = Traits::kDqCols;
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+#pragma unroll
+    for (int mt = 0; mt < Traits::kDqMTiles; ++mt) {
+      ptx::wgmma_ss<kDqCols, kBf16, 1, 1>(
+          acc_dq[mt], ptx::sw128_desc_mn_major<kBlockN>(sDS, kk, mt * 64),
+          ptx::sw128_desc_mn_major<kBlockN>(sK, kk, wg * kDqCols), kk > 0);
+    }
+  }
+}
+
 // One step's pointwise part, S^T retired and dP^T the one group in flight: P^T from S^T (score
 // modifiers, mask, exponentials) and dS^T = P^T (dP^T - D), both packed as 16-bit A operands
 // (p16: dV's, with dropout P^T o M; ds16: dK's and, stored, dQ's). Retires dP^T. s_ds: the dS^T
@@ -250,21 +281,9 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
     probs_and_grads<Element, Traits, kVariant>(kp, w, head, m, acc_s, acc_dp, s_max, s_log2sum,
                                                s_d, smem + Traits::kOffDS, p16, ds16, warp_key0,
                                                lane);
-    // dV += P^T dO and dK += dS^T Q: B = dO / Q rows of k-step kk, MN-major (n = d).
-    const auto issue_dv = [&] {
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        ptx::wgmma_rs<kHeadDim, kBf16, 1>(acc_dv, p16[kk],
-                                          ptx::sw128_desc_mn_major<kBlockM>(sDOs, kk, 0), 1);
-      }
-    };
-    const auto issue_dk = [&] {
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        ptx::wgmma_rs<kHeadDim, kBf16, 1>(acc_dk, ds16[kk],
-                                          ptx::sw128_desc_mn_major<kBlockM>(sQs, kk, 0), 1);
-      }
-    };
+    // dV += P^T dO and dK += dS^T Q.
+    const auto issue_dv = [&] { issue_rs_gemm<kBf16, Traits>(acc_dv, p16, sDOs); };
+    const auto issue_dk = [&] { issue_rs_gemm<kBf16, Traits>(acc_dk, ds16, sQs); };
     if (compute_dq) {
       // dS^T to shared memory [key][query] (sw128, kBlockN rows).
 #pragma unroll
@@ -289,19 +308,10 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
     }
 
     if (compute_dq) {
-      // dQ (kBlockM x d) = dS K: this warpgroup's kDqCols columns. A = dS from dS^T [key][query]
-      // (MN-major, m = query), B = K [key][d] (MN-major, n = d).
+      // dQ (kBlockM x d) = dS K: this warpgroup's kDqCols columns.
       constexpr int kDqCols = Traits::kDqCols;
       float acc_dq[Traits::kDqMTiles][kDqCols / 8][4];
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-#pragma unroll
-        for (int mt = 0; mt < Traits::kDqMTiles; ++mt) {
-          ptx::wgmma_ss<kDqCols, kBf16, 1, 1>(
-              acc_dq[mt], ptx::sw128_desc_mn_major<kBlockN>(sDS, kk, mt * 64),
-              ptx::sw128_desc_mn_major<kBlockN>(sK, kk, wg * kDqCols), kk > 0);
-        }
-      }
+      issue_dq<kBf16, Traits>(acc_dq, sDS, sK, wg);
       ptx::wgmma_commit();
       issue_dk();
       ptx::wgmma_commit();

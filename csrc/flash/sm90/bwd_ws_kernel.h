@@ -140,7 +140,6 @@ __device__ __forceinline__ void bwd_ws_block(const BwdKernelParams& kp, const vo
                                              const void* do_map, char* smem_raw) {
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
-  constexpr int kHeadDim = Traits::kHeadDim;
   constexpr int kQTiles = Traits::kQTiles, kColTiles = Traits::kColTiles;
   constexpr int kStages = Traits::kStages;
   const BwdParams& p = kp.p;
@@ -202,19 +201,9 @@ __device__ __forceinline__ void bwd_ws_block(const BwdKernelParams& kp, const vo
   const uint32_t sK = s_base + Traits::kOffK, sV = s_base + Traits::kOffV;
   const uint32_t sQ = s_base + Traits::kOffQ, sDO = s_base + Traits::kOffDO;
 
-  // K / V by cp.async over the consumers (bwd_common.h load_kv's copies).
+  // K / V by cp.async over the consumers.
   if (w.total > 0) {
-    const SeqInfo seq = seq_info<variant_seqlens(kVariant)>(p, w.batch);
-    const Element* k = static_cast<const Element*>(p.k) +
-                       seq.k_offset(p.k_batch_stride, p.k_row_stride) +
-                       w.head_k * p.k_head_stride + w.n_start * p.k_row_stride;
-    const Element* v = static_cast<const Element*>(p.v) +
-                       seq.k_offset(p.v_batch_stride, p.v_row_stride) +
-                       w.head_k * p.v_head_stride + w.n_start * p.v_row_stride;
-    load_tile_sw128<kBlockN, Traits::kChunks, Traits::kConsumerThreads>(
-        sK, k, p.k_row_stride, w.keys_valid, p.head_dim, ctid);
-    load_tile_sw128<kBlockN, Traits::kChunks, Traits::kConsumerThreads>(
-        sV, v, p.v_row_stride, w.keys_valid, p.head_dim, ctid);
+    load_kv<Traits, Element, Traits::kConsumerThreads>(kp, w, s_base, ctid);
     ptx::cp_async_commit();
   }
 
@@ -253,20 +242,8 @@ __device__ __forceinline__ void bwd_ws_block(const BwdKernelParams& kp, const vo
     uint32_t p16[kBlockM / 16][4], ds16[kBlockM / 16][4];
     probs_and_grads<Element, Traits, kVariant>(kp, w, head, m, acc_s, acc_dp, s_max, s_log2sum,
                                                s_d, s_ds, p16, ds16, warp_key0, lane);
-    const auto issue_dv = [&] {
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        ptx::wgmma_rs<kHeadDim, kBf16, 1>(acc_dv, p16[kk],
-                                          ptx::sw128_desc_mn_major<kBlockM>(sDOs, kk, 0), 1);
-      }
-    };
-    const auto issue_dk = [&] {
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        ptx::wgmma_rs<kHeadDim, kBf16, 1>(acc_dk, ds16[kk],
-                                          ptx::sw128_desc_mn_major<kBlockM>(sQs, kk, 0), 1);
-      }
-    };
+    const auto issue_dv = [&] { issue_rs_gemm<kBf16, Traits>(acc_dv, p16, sDOs); };
+    const auto issue_dk = [&] { issue_rs_gemm<kBf16, Traits>(acc_dk, ds16, sQs); };
     if (compute_dq) {
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
@@ -279,15 +256,7 @@ __device__ __forceinline__ void bwd_ws_block(const BwdKernelParams& kp, const vo
       ptx::named_barrier_sync(ptx::NamedBarrier::kBwdDsStored, Traits::kConsumerThreads);
       constexpr int kDqCols = Traits::kDqCols;
       float acc_dq[Traits::kDqMTiles][kDqCols / 8][4];
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-#pragma unroll
-        for (int mt = 0; mt < Traits::kDqMTiles; ++mt) {
-          ptx::wgmma_ss<kDqCols, kBf16, 1, 1>(
-              acc_dq[mt], ptx::sw128_desc_mn_major<kBlockN>(sDS, kk, mt * 64),
-              ptx::sw128_desc_mn_major<kBlockN>(sK, kk, c * kDqCols), kk > 0);
-        }
-      }
+      issue_dq<kBf16, Traits>(acc_dq, sDS, sK, c);
       ptx::wgmma_commit();
       issue_dk();
       ptx::wgmma_commit();
