@@ -115,6 +115,14 @@ Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light
 
 template <typename Element, int kHeadDim>
 Status run_bwd(const BwdParams& p, cudaStream_t stream) {
+#if defined(FLASHATTN_CU_BWD_WS) && defined(FLASHATTN_CU_BWD_WS_DEFAULT)
+  // A build that runs every d 64 / 128 backward on bwd_ws_kernel.h, for its whole-suite test
+  // before it replaces bwd_kernel.h (e.g. NVCC_APPEND_FLAGS="-DFLASHATTN_CU_BWD_WS
+  // -DFLASHATTN_CU_BWD_WS_DEFAULT" for the extension's build).
+  if constexpr (!bwd_tile_sm90(kHeadDim).split) {
+    return run_bwd_ordered<Element, kHeadDim>(p, stream, true, true, true);
+  }
+#endif
   return run_bwd_ordered<Element, kHeadDim>(p, stream, true);
 }
 
