@@ -112,11 +112,21 @@ inline BwdWorkspaceLayout bwd_workspace_layout(const BwdParams& p) {
 // Warp w = r / 16 + 4 (col / (d / 2)) holds rows 16 (w % 4) + g + 8 hr and columns
 // (w / 4) d / 2 + 8 nt + 2 t + e at lane 4 g + t.
 constexpr int kDqFragRows = 64;
-__host__ __device__ __forceinline__ int64_t dq_frag_offset(int r, int col, int d) {
+// Element (r, col)'s place in the fragments: warp w, row half hr, 8-column tile nt of its
+// warpgroup's half (half / 8 of them), and within the 64 floats of (w, hr, nt) the float
+// lane_float = 2 (4 g + t) + e.
+struct DqFragPos {
+  int w, hr, nt, tiles, lane_float;
+};
+__host__ __device__ __forceinline__ DqFragPos dq_frag_pos(int r, int col, int d) {
   const int half = d / 2;  // columns per warpgroup
-  const int w = r / 16 + 4 * (col / half), hr = (r % 16) / 8, g = r % 8;
-  const int nt = (col % half) / 8, t = (col % 8) / 2, e = col % 2;
-  return ((static_cast<int64_t>(hr) * (half / 8) + nt) * 8 + w) * 64 + (g * 4 + t) * 2 + e;
+  const int g = r % 8, t = (col % 8) / 2, e = col % 2;
+  return {r / 16 + 4 * (col / half), (r % 16) / 8, (col % half) / 8, half / 8,
+          (g * 4 + t) * 2 + e};
+}
+__host__ __device__ __forceinline__ int64_t dq_frag_offset(int r, int col, int d) {
+  const DqFragPos f = dq_frag_pos(r, col, d);
+  return ((static_cast<int64_t>(f.hr) * f.tiles + f.nt) * 8 + f.w) * 64 + f.lane_float;
 }
 
 // The same blocks in the warp-specialized main kernel's order (sm90/bwd_ws_kernel.h): warp w's
@@ -124,10 +134,8 @@ __host__ __device__ __forceinline__ int64_t dq_frag_offset(int r, int col, int d
 // contiguous half of the block, which one bulk reduction adds; within a warp the same (hr, nt)
 // runs of 64 floats, the 8 columns 8c .. 8c + 7 of a row again contiguous.
 __host__ __device__ __forceinline__ int64_t dq_frag_ws_offset(int r, int col, int d) {
-  const int half = d / 2;
-  const int w = r / 16 + 4 * (col / half), hr = (r % 16) / 8, g = r % 8;
-  const int nt = (col % half) / 8, t = (col % 8) / 2, e = col % 2;
-  return ((static_cast<int64_t>(w) * 2 + hr) * (half / 8) + nt) * 64 + (g * 4 + t) * 2 + e;
+  const DqFragPos f = dq_frag_pos(r, col, d);
+  return ((static_cast<int64_t>(f.w) * 2 + f.hr) * f.tiles + f.nt) * 64 + f.lane_float;
 }
 
 // What every backward kernel receives (as a __grid_constant__ parameter).

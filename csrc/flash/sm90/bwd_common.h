@@ -313,6 +313,22 @@ __device__ __forceinline__ void load_a_frag_sw128(const char* tile, int row0, in
   }
 }
 
+// The walk's dK / dV accumulators once their last wgmma has retired: fenced for the reads that
+// follow, and dV scaled by 1 / (1 - p) in the dropout variants (left out of dV's operand).
+template <bool kDropout, int kColTiles>
+__device__ __forceinline__ void finish_dkdv(const BwdKernelParams& kp,
+                                            float (&acc_dk)[kColTiles][4],
+                                            float (&acc_dv)[kColTiles][4]) {
+  ptx::fence_operand(acc_dk);
+  ptx::fence_operand(acc_dv);
+  if constexpr (kDropout) {
+#pragma unroll
+    for (int i = 0; i < kColTiles; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_dv[i][e] *= kp.dropout.rp;
+  }
+}
+
 // dK = softmax_scale * (dS^T Q) and dV of the block, from accumulators laid out as wgmma C
 // fragments: acc[i][hr * 2 + e] = key row0 + g + 8 hr, column col0 + 8 i + 2t + e. With one
 // head split: staged in Element precision over sK / sV, then 16-byte row stores; otherwise fp32

@@ -350,14 +350,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
     reduce_staged_dq();
   }
   ptx::wgmma_wait<0>();  // the last step's dK
-  ptx::fence_operand(acc_dk);
-  ptx::fence_operand(acc_dv);
-  if constexpr (variant_dropout(kVariant)) {
-#pragma unroll
-    for (int i = 0; i < kColTiles; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_dv[i][e] *= kp.dropout.rp;  // left out of dV's operand
-  }
+  finish_dkdv<variant_dropout(kVariant)>(kp, acc_dk, acc_dv);
 
   // dK = softmax_scale * dS^T Q (the scale of S was left out of dS), dV as accumulated.
   store_dkdv<Element, Traits, kColTiles>(kp, w, smem, acc_dk, acc_dv, warp_key0, 0, tid);

@@ -251,14 +251,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
     ptx::wgmma_wait<0>();  // the step's groups still in flight: dK (without dQ, dV too)
     step = next;
   }
-  ptx::fence_operand(acc_dk);
-  ptx::fence_operand(acc_dv);
-  if constexpr (kDropout) {
-#pragma unroll
-    for (int i = 0; i < kColTiles; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_dv[i][e] *= kp.dropout.rp;  // left out of dV's operand
-  }
+  finish_dkdv<kDropout>(kp, acc_dk, acc_dv);
 
   store_dkdv<Element, Traits, kColTiles>(kp, w, smem, acc_dk, acc_dv, warp_key0, col0, tid);
 }

@@ -305,14 +305,7 @@ __device__ __forceinline__ void bwd_ws_block(const BwdKernelParams& kp, const vo
     }
   }
   ptx::wgmma_wait<0>();  // the last step's dK
-  ptx::fence_operand(acc_dk);
-  ptx::fence_operand(acc_dv);
-  if constexpr (variant_dropout(kVariant)) {
-#pragma unroll
-    for (int i = 0; i < kColTiles; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc_dv[i][e] *= kp.dropout.rp;  // left out of dV's operand
-  }
+  finish_dkdv<variant_dropout(kVariant)>(kp, acc_dk, acc_dv);
   // dK = softmax_scale * dS^T Q, dV as accumulated; staged over K / V once both warpgroups are
   // done with them (sync_consumers).
   store_dkdv<Element, Traits, kColTiles, decltype(w), Traits::kConsumerThreads>(
