@@ -241,7 +241,7 @@ def _spy(name):
         if name == "flash_attn_varlen_qkvpacked_func":
             return first[:, 0]
         return torch.zeros_like(first)
-    return mock.patch.object(fai, name, create=True, side_effect=fake)
+    return mock.patch.object(fai, name, side_effect=fake)
 
 
 def test_arguments_reach_the_functions():
@@ -464,7 +464,7 @@ def test_mha_key_padding_mask_float64(h, hk, rotary, causal):
     mask[1, :4] = False             # left padding
     mask[2, [1, 4, 5, 8]] = False   # holes
     mask[3, :] = False              # nothing kept
-    with mock.patch.object(fai, "flash_attn_varlen_func", create=True,
+    with mock.patch.object(fai, "flash_attn_varlen_func",
                            side_effect=_ref_varlen_func) as varlen:
         out = mha(x, mask)
         assert torch.equal(mha(x, mask.to(torch.int64)), out)  # 0/1 integers work as False/True
@@ -580,19 +580,6 @@ def test_flash_cross_attention_is_kvpacked_func():
     assert all(torch.equal(g, r) for g, r in zip(grads, ref_grads))
 
 
-def _varlen_by_sequence(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                        dropout_p=0.0, softmax_scale=None, causal=False, **kwargs):
-    """flash_attn_varlen_func's contract through flash_attn_func, one sequence at a time: the
-    stand-in for the GPU mask test while flashattn_cu has no varlen function."""
-    bounds_q, bounds_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
-    outs = []
-    for b in range(len(bounds_q) - 1):
-        sq, sk = slice(bounds_q[b], bounds_q[b + 1]), slice(bounds_k[b], bounds_k[b + 1])
-        outs.append(fai.flash_attn_func(q[None, sq], k[None, sk], v[None, sk], dropout_p,
-                                        softmax_scale, causal)[0])
-    return torch.cat(outs)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("heads, rotary, causal, masked", [
@@ -613,8 +600,7 @@ def test_mha_against_sdpa_reference(dtype, heads, rotary, causal, masked):
     2 is the margin flash_attn's rule gives such kernels. The 1e-4 only matters if pt happened
     to be exact.
 
-    `masked`: a key_padding_mask with padding, through flash_attn_varlen_func if flashattn_cu
-    has it, else through a stand-in that runs flash_attn_func per sequence.
+    `masked`: a key_padding_mask with padding, through flash_attn_varlen_func.
     """
     _skip_unless_built(64)
     h, hk = heads
@@ -628,12 +614,7 @@ def test_mha_against_sdpa_reference(dtype, heads, rotary, causal, masked):
         mask[0, 100:] = False
         mask[1, :17] = False
         mask[2, ::3] = False
-    if mask is not None and getattr(fai, "flash_attn_varlen_func", None) is None:
-        with mock.patch.object(fai, "flash_attn_varlen_func", create=True,
-                               side_effect=_varlen_by_sequence):
-            out = mha(x, mask)
-    else:
-        out = mha(x, mask)
+    out = mha(x, mask)
     assert out.shape == x.shape and out.dtype == dtype
     with torch.no_grad():
         ref = ReferenceMHA(mha, torch.float32)(x, mask)
