@@ -148,7 +148,7 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
                 r.ddq,
                 r.same() ? "" : "  DIFFERS");
     if constexpr (D != 256) {  // d 256: the split kernel, no warp-specialized one
-      if (ws && !profile) {
+      if (ws) {
         // The warp-specialized kernel with dK retired within its step (C) against the library.
         auto run_c = [&] {
           using NoDkNext = sm90::BwdWsTraits<D, 64, false>;
