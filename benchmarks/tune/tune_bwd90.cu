@@ -14,7 +14,10 @@
 // compiled here through FLASHATTN_CU_BWD_WS), on the `pdl` shapes and non-causal 1k / 4k, dk /
 // dv bitwise equal (the same wgmma sequence), dq within the atomics' reordering. These three
 // modes take the head dims as a second argument ("64,128"; default 128; d 256 has no warp-
-// specialized kernel).
+// specialized kernel). Modes `bm128` and `kvregs` (d 64 only, the `ws` shapes): the library's
+// backward against its main kernel on 128-row query blocks (B; BwdTraits<64, 128>, dK retired
+// within its step), and the main kernel with K / V read from shared memory by S^T / dP^T (A)
+// against the library's, which holds them as register A fragments (B).
 // Build and run (device):
 //   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 \
 //        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
@@ -104,6 +107,9 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
   namespace sm90 = fa::sm90;
   const bool profile = std::strcmp(mode, "profile") == 0;
   const bool ws = std::strcmp(mode, "ws") == 0;
+  const bool bm128 = std::strcmp(mode, "bm128") == 0;
+  const bool kvregs = std::strcmp(mode, "kvregs") == 0;
+  const bool d64_b = bm128 || kvregs;  // B: a BwdTraits variant of the library's kernel at d 64
   struct Case {
     const char* name;
     int seqlen, left;  // left -1: causal, -2: neither causal nor a window
@@ -114,7 +120,7 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
                         {"full", 4096, -2}};
   for (const Case& c : cases) {
     if (profile && !(c.seqlen == 16384 && c.left != 128)) continue;
-    if (!ws && c.left == -2) continue;
+    if (!ws && !d64_b && c.left == -2) continue;
     fa::FwdParams fp;
     if (c.left >= 0) {
       mods_params(b, D, c.seqlen, true, kWindow1k, &fp);
@@ -125,10 +131,23 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
     const fa::BwdParams p = bwd_params(fp, g);
     // A / B: the library's backward with each kernel launched whole / programmatically; ws: the
     // library's (programmatic) / the warp-specialized main kernel's.
+    // bm128: the library's (A) / its main kernel on query blocks of 128 rows (B).
     auto run = [&](bool b_side) {
-      const fa::Status st =
-          ws ? sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, true, b_side)
-             : sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, b_side);
+      fa::Status st = fa::Status::kSuccess;
+      if constexpr (D == 64) {
+        if (bm128 && b_side) {
+          st = sm90::run_bwd_with<__nv_bfloat16, D, sm90::BwdTraits<D, 128>, false>(p, 0, true,
+                                                                                  true);
+        }
+        if (kvregs && !b_side) {  // A: S^T / dP^T with K / V read from shared memory
+          using KvShared = sm90::BwdTraits<D, 64, true, false>;
+          st = sm90::run_bwd_with<__nv_bfloat16, D, KvShared, false>(p, 0, true, true);
+        }
+      }
+      if (bm128 ? !b_side : kvregs ? b_side : true) {
+        st = ws ? sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, true, b_side)
+                : sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, d64_b || b_side);
+      }
       if (st != fa::Status::kSuccess) {
         std::printf("backward launch failed (%d)\n", static_cast<int>(st));
       }
@@ -143,23 +162,29 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
     const AbCompare r = ab_compare([&] { run(false); }, [&] { run(true); }, b, g, n);
     std::printf("bwd %s d=%d s=%5d: %s %.4f ms, %s %.4f ms, time ratio %.4f; "
                 "max|diff| dk %.1e dv %.1e dq %.1e%s\n",
-                c.name, D, c.seqlen, ws ? "library" : "whole", r.t.a_ms,
-                ws ? "warp-specialized" : "programmatic", r.t.b_ms, r.t.b_over_a, r.ddk, r.ddv,
+                c.name, D, c.seqlen,
+                kvregs ? "K / V from shared memory" : ws || bm128 ? "library" : "whole", r.t.a_ms,
+                bm128    ? "128-row query blocks"
+                : kvregs ? "library (K / V in registers)"
+                : ws     ? "warp-specialized"
+                         : "programmatic",
+                r.t.b_ms, r.t.b_over_a, r.ddk, r.ddv,
                 r.ddq,
                 r.same() ? "" : "  DIFFERS");
     if constexpr (D != 256) {  // d 256: the split kernel, no warp-specialized one
       if (ws) {
-        // The warp-specialized kernel with dK retired within its step (C) against the library.
+        // The warp-specialized kernel with two Q buffers (C: the producer's loads of step it + 1
+        // wait for step it's S^T, as in d668326's ring) against the library.
         auto run_c = [&] {
-          using NoDkNext = sm90::BwdWsTraits<D, 64, false>;
+          using TwoQ = sm90::BwdWsTraits<D, 64, true, 2, 2>;
           const fa::Status st =
-              sm90::run_bwd_with<__nv_bfloat16, D, NoDkNext, true>(p, 0, true, true);
+              sm90::run_bwd_with<__nv_bfloat16, D, TwoQ, true>(p, 0, true, true);
           if (st != fa::Status::kSuccess) {
             std::printf("backward launch failed (%d)\n", static_cast<int>(st));
           }
         };
         const AbCompare rc = ab_compare([&] { run(false); }, run_c, b, g, n);
-        std::printf("bwd %s d=%d s=%5d: library %.4f ms, warp-specialized, dK within its step "
+        std::printf("bwd %s d=%d s=%5d: library %.4f ms, warp-specialized, two Q buffers "
                     "%.4f ms, time ratio %.4f; max|diff| dk %.1e dv %.1e dq %.1e%s\n",
                     c.name, D, c.seqlen, rc.t.a_ms, rc.t.b_ms, rc.t.b_over_a, rc.ddk, rc.ddv,
                     rc.ddq, rc.same() ? "" : "  DIFFERS");
@@ -186,6 +211,11 @@ int main(int argc, char** argv) {
   fill_random<<<1024, 256>>>(g.dout, n, 4);
   CHECK(cudaDeviceSynchronize());
   namespace sm90 = fa::sm90;
+  if (std::strcmp(mode, "bm128") == 0 || std::strcmp(mode, "kvregs") == 0) {
+    // d 64 only (at d 128 neither the 128-row step nor K / V's fragments fit the registers)
+    ab_cases<64>(mode, b, g, n);
+    return 0;
+  }
   if (std::strcmp(mode, "pdl") == 0 || std::strcmp(mode, "profile") == 0 ||
       std::strcmp(mode, "ws") == 0) {
     // Head dims: argv[2] (e.g. "64,256"; default 128).

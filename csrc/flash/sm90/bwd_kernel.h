@@ -9,6 +9,7 @@
 // Two consumer warpgroups, each owning 64 of the 128 keys; per query block each computes
 //   S^T  = K Q^T            wgmma SS, m64 (keys) x n kBlockM (queries) x k d
 //   dP^T = V dO^T           wgmma SS, issued right behind S^T, overlapping the exponentials
+//   (d 64: both RS, K and V held as A fragments from the first step on: Traits::kKvRegs)
 //   P^T  = exp2((S^T - M) scale_log2 - L)       (registers; the accumulator layout of S^T is the
 //   dS^T = P^T (dP^T - D)                         A-operand layout, so P^T never leaves them)
 //   dV  += P^T dO,  dK += dS^T Q                  wgmma RS; dS^T also to shared memory
@@ -52,10 +53,20 @@
 
 namespace flashattn_cu::sm90 {
 
-template <int kHeadDim_, int kBlockM_>
+template <int kHeadDim_, int kBlockM_, bool kDkNext_ = (kBlockM_ == 64),
+          bool kKvRegs_ = (kHeadDim_ == 64 && kBlockM_ == 64)>
 struct BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
+  // dK's wgmma runs on into the next step (its A operand, dS^T, live through the next S^T /
+  // dP^T) or retires within its own (128-row steps: S^T and dP^T alone take 128 registers).
+  static constexpr bool kDkNext = kDkNext_;
+  // S^T and dP^T as register-A wgmmas: each warp's 16 rows of K and V loaded into A fragments
+  // once a block (d / 4 registers each), so that the steps read only Q / dO from shared memory
+  // for them (shared memory is the backward's busiest unit, NOTES 12.25 item 3). d 64: 223
+  // registers (193 without), backward 1.5-4% faster on the H200 (NOTES 12.39); d 128 has no
+  // room for the 64 registers (244 without).
+  static constexpr bool kKvRegs = kKvRegs_;
   // Q / dO / M / L / D buffers, each loaded by one thread (TMA for Q / dO, bulk copies for the
   // rows) completing its mbarrier; three, as dK runs on into the next step (header).
   static constexpr int kStages = 3;
@@ -91,7 +102,9 @@ struct BwdTraits {
   static_assert(kBlockM % 64 == 0, "dQ is whole m64 slabs");
   static_assert(backward::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
   static_assert(kOffDQ % 16 == 0, "the bulk source 16-byte aligned");
-  static_assert(kBlockM == backward::kDqFragRows && kWarpGroups == 2 && kNThreads == 256,
+  // Each m64 slab of dQ is one block of bwd/params.h dq_frag_offset's layout; a block of kBlockM
+  // rows is kDqMTiles such blocks, contiguous in the accumulator.
+  static_assert(kBlockM % backward::kDqFragRows == 0 && kWarpGroups == 2 && kNThreads == 256,
                 "bwd/params.h dq_frag_offset's layout");
 };
 
@@ -115,6 +128,46 @@ __device__ __forceinline__ void issue_s_dp(float (&acc_s)[Traits::kQTiles][4],
                                         ptx::sw128_desc_k_major<kBlockM>(sDOs, 0, ks), ks > 0);
   }
   ptx::wgmma_commit();
+}
+
+// S^T and dP^T as issue_s_dp, with K and V from this warp's A fragments (kv_frags).
+template <bool kBf16, typename Traits>
+__device__ __forceinline__ void issue_s_dp_rs(float (&acc_s)[Traits::kQTiles][4],
+                                              float (&acc_dp)[Traits::kQTiles][4],
+                                              const uint32_t (&k_frag)[Traits::kHeadDim / 16][4],
+                                              const uint32_t (&v_frag)[Traits::kHeadDim / 16][4],
+                                              uint32_t sQs, uint32_t sDOs) {
+  constexpr int kBlockM = Traits::kBlockM;
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < Traits::kHeadDim / 16; ++ks) {
+    ptx::wgmma_rs<kBlockM, kBf16, 0>(acc_s, k_frag[ks],
+                                     ptx::sw128_desc_k_major<kBlockM>(sQs, 0, ks), ks > 0);
+  }
+  ptx::wgmma_commit();
+#pragma unroll
+  for (int ks = 0; ks < Traits::kHeadDim / 16; ++ks) {
+    ptx::wgmma_rs<kBlockM, kBf16, 0>(acc_dp, v_frag[ks],
+                                     ptx::sw128_desc_k_major<kBlockM>(sDOs, 0, ks), ks > 0);
+  }
+  ptx::wgmma_commit();
+}
+
+// This warp's 16 rows (from row0) of a [row][d] sw128 tile of kRows rows as A fragments, one
+// quadruple per 16 columns (store_a_frag_sw128's slots).
+template <int kRows, int kCols>
+__device__ __forceinline__ void load_a_frags_sw128(const char* tile, int row0,
+                                                   uint32_t (&a)[kCols / 16][4], int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int ks = 0; ks < kCols / 16; ++ks)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int row = row0 + g + (j % 2) * 8;
+      const int col = ks * 16 + (j / 2) * 8 + 2 * t;
+      a[ks][j] = *reinterpret_cast<const uint32_t*>(
+          tile + ptx::sw128_offset<kRows>(row, col / 8) + (col % 8) * 2);
+    }
 }
 
 // acc += A B over the step's kBlockM queries: dV += P^T dO (a16 = P^T, sB = dO) or dK += dS^T Q
@@ -256,6 +309,11 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   };
 
   int stage = 0, phase = 0;  // this step's buffer and its use number's parity
+  // Traits::kKvRegs: this warp's rows of K and V as A fragments (loaded on the first step); not
+  // in the dropout variant, whose keep bits take those registers (ptxas: 12 bytes of spills).
+  constexpr bool kKvRegs = Traits::kKvRegs && !variant_dropout(kVariant);
+  [[maybe_unused]] uint32_t k_frag[kKvRegs ? kHeadDim / 16 : 1][4];
+  [[maybe_unused]] uint32_t v_frag[kKvRegs ? kHeadDim / 16 : 1][4];
 #pragma unroll 1
   for (int it = 0; it < w.total; ++it) {
     const int head = step.head, m = step.m;
@@ -274,7 +332,15 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
     const char* s_d = smem + Traits::kOffD + stage * kBlockM * 4;
 
     float acc_s[kQTiles][4], acc_dp[kQTiles][4];
-    issue_s_dp<kBf16, Traits>(acc_s, acc_dp, sK, sV, sQs, sDOs, wg);
+    if constexpr (kKvRegs) {
+      if (it == 0) {  // K / V landed and published (begin_step)
+        load_a_frags_sw128<kBlockN, kHeadDim>(smem + Traits::kOffK, warp_key0, k_frag, lane);
+        load_a_frags_sw128<kBlockN, kHeadDim>(smem + Traits::kOffV, warp_key0, v_frag, lane);
+      }
+      issue_s_dp_rs<kBf16, Traits>(acc_s, acc_dp, k_frag, v_frag, sQs, sDOs);
+    } else {
+      issue_s_dp<kBf16, Traits>(acc_s, acc_dp, sK, sV, sQs, sDOs, wg);
+    }
     ptx::wgmma_wait<1>();
     ptx::fence_operand(acc_s);
     uint32_t p16[kBlockM / 16][4], ds16[kBlockM / 16][4];
@@ -315,23 +381,30 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       ptx::wgmma_commit();
       issue_dk();
       ptx::wgmma_commit();
-      ptx::wgmma_wait<1>();  // dV and dQ done; dK runs under the staging below (and on)
+      if constexpr (Traits::kDkNext) {
+        ptx::wgmma_wait<1>();  // dV and dQ done; dK runs under the staging below (and on)
+      } else {
+        ptx::wgmma_wait<0>();
+      }
 #pragma unroll
       for (int mt = 0; mt < Traits::kDqMTiles; ++mt) ptx::fence_operand(acc_dq[mt]);
       // Row (query) mt * 64 + (warp % 4) * 16 + g + 8 hr, column wg * kDqCols + 8 nt + 2t + e.
       const int64_t block_row =
           backward::ws_row0<kSeqlens>(kp, seq_info<kSeqlens>(p, w.batch), head) + m * kBlockM;
       // Staged in fragment order (the reduction goes out at the next step's start, or after the
-      // walk): pair (hr, nt) of warp w, lane l at bwd/params.h dq_frag_offset's float
-      // ((hr * kDqCols / 8 + nt) * 8 + w) * 64 + 2 l.
+      // walk): in slab mt's block (64 x d floats), pair (hr, nt) of warp w, lane l at
+      // bwd/params.h dq_frag_offset's float ((hr * kDqCols / 8 + nt) * 8 + w) * 64 + 2 l.
       char* s_dq = smem + Traits::kOffDQ + warp * 256 + lane * 8;
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr)
+      for (int mt = 0; mt < Traits::kDqMTiles; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < kDqCols / 8; ++nt) {
-          *reinterpret_cast<float2*>(s_dq + (hr * (kDqCols / 8) + nt) * 2048) =
-              make_float2(acc_dq[0][nt][hr * 2], acc_dq[0][nt][hr * 2 + 1]);
-        }
+        for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+          for (int nt = 0; nt < kDqCols / 8; ++nt) {
+            *reinterpret_cast<float2*>(s_dq + mt * (64 * kHeadDim * 4) +
+                                       (hr * (kDqCols / 8) + nt) * 2048) =
+                make_float2(acc_dq[mt][nt][hr * 2], acc_dq[mt][nt][hr * 2 + 1]);
+          }
       // Published to the async proxy (the bulk reduction reads it after the next barrier).
       ptx::fence_proxy_async_shared();
       dq_block = kp.dq_accum + block_row * kHeadDim;

@@ -1,15 +1,17 @@
 // FlashAttention backward on Hopper, warp-specialized (sm_90a): the main kernel of bwd_kernel.h
 // with its loads and its dQ reductions moved off the consumers' path. Not in the library's
-// dispatch yet: sm90/bwd_launch.h runs it only when asked (run_bwd_ordered's `warp_specialized`,
-// benchmarks/tune/tune_bwd90.cu mode `ws`), until it has been measured against bwd_kernel.h.
+// dispatch: sm90/bwd_launch.h runs it only when asked (run_bwd_ordered's `warp_specialized`,
+// benchmarks/tune/tune_bwd90.cu mode `ws`). Measured on the H200 (NOTES 12.39): 4-11% slower
+// than bwd_kernel.h at d 64 and 128, with two or three Q buffers alike; kept for the harness.
 //
 // Same work split, arithmetic and accumulation order as bwd_kernel.h (one thread block per kBlockN
 // keys of one (batch, kv head); two consumer warpgroups of 64 keys each; S^T, dP^T, dV, dK, dQ by
 // wgmma in the same groups), so dK and dV come out bitwise the same. What differs is who waits:
-//  * warpgroup 0, the producer (setmaxnreg down to 24): warp 0 loads each step's Q / dO (TMA)
-//    and M / L / D rows (bulk copies) into a ring of kStages buffers, each with a full mbarrier
-//    (the copies' bytes) and an empty one (every consumer thread arrives once the step's last
-//    reader, its dK wgmma, has retired); warp 1 is the dQ warp: it adds each consumer
+//  * warpgroup 0, the producer (setmaxnreg down to 24): warp 0 loads each step's Q (TMA)
+//    into a ring of kQStages buffers and dO with the M / L / D rows (bulk copies) into one of
+//    kDoStages, each buffer with a full mbarrier (the copies' bytes) and an empty one (each
+//    consumer warp arrives once the buffer's last reader has retired: dK for Q, dV for dO and
+//    the rows); warp 1 is the dQ warp: it adds each consumer
 //    warpgroup's staged dQ half into the fp32 accumulator by one bulk reduction, handed over
 //    through named barriers (kBwdDqFull0 + c: staged; kBwdDqEmpty0 + c: read, the chunk free);
 //  * warpgroups 1 and 2, the consumers (setmaxnreg up to 240): no thread of theirs issues a
@@ -40,17 +42,24 @@
 
 namespace flashattn_cu::sm90 {
 
-template <int kHeadDim_, int kBlockM_, bool kDkNext_ = true>
+template <int kHeadDim_, int kBlockM_, bool kDkNext_ = true, int kQStages_ = 3,
+          int kDoStages_ = 2>
 struct BwdWsTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // dK's wgmma runs on into the next step (bwd_kernel.h's order) instead of retiring within its
   // own: its A operand (dS^T, 16 registers at d 128) then stays live through the next S^T / dP^T.
   static constexpr bool kDkNext = kDkNext_;
   static constexpr int kBlockM = kBlockM_;
-  static constexpr int kStages = 2;  // Q / dO / M / L / D buffers
+  // Two rings: Q (its last reader dK, retired during the next step's S^T wait) and dO with the
+  // M / L / D rows (their last reader dV, retired within the step). Three Q buffers and two dO
+  // ones let the producer load step it + 1 once step it - 1 is done with them, as
+  // bwd_kernel.h's three shared buffers do (with two Q buffers it waits for step it's S^T).
+  static constexpr int kQStages = kQStages_;
+  static constexpr int kDoStages = kDoStages_;
   static constexpr int kBlockN = 128;
   static constexpr int kWarpGroups = 2;  // consumers, each owns 64 keys
   static constexpr int kConsumerThreads = kWarpGroups * 128;
+  static constexpr int kConsumerWarps = kConsumerThreads / 32;
   static constexpr int kNThreads = kConsumerThreads + 128;  // + the producer warpgroup
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
@@ -65,27 +74,81 @@ struct BwdWsTraits {
   static constexpr int kOffK = 0;
   static constexpr int kOffV = kOffK + kKVBytes;
   static constexpr int kOffQ = kOffV + kKVBytes;
-  static constexpr int kOffDO = kOffQ + kStages * kQBytes;
-  static constexpr int kOffDS = kOffDO + kStages * kQBytes;  // two dS^T tiles
-  static constexpr int kOffMax = kOffDS + 2 * kDsBytes;
-  static constexpr int kOffLog2Sum = kOffMax + kStages * kBlockM * 4;
-  static constexpr int kOffD = kOffLog2Sum + kStages * kBlockM * 4;
-  static constexpr int kOffDQ = kOffD + kStages * kBlockM * 4;
+  static constexpr int kOffDO = kOffQ + kQStages * kQBytes;
+  static constexpr int kOffDS = kOffDO + kDoStages * kQBytes;  // two dS^T tiles
+  static constexpr int kOffMax = kOffDS + 2 * kDsBytes;         // rows: in the dO ring
+  static constexpr int kOffLog2Sum = kOffMax + kDoStages * kBlockM * 4;
+  static constexpr int kOffD = kOffLog2Sum + kDoStages * kBlockM * 4;
+  static constexpr int kOffDQ = kOffD + kDoStages * kBlockM * 4;
   static constexpr int kDqBytes = kBlockM * kHeadDim * 4;
   static constexpr int kDqHalfBytes = kDqBytes / 2;  // one consumer warpgroup's columns
-  // Full mbarriers (tma_query_block completes kOffBar + 8 * stage), then the empty ones.
+  // mbarriers (8 bytes each): Q full, Q empty, dO full, dO empty.
   static constexpr int kOffBar = kOffDQ + kDqBytes;
-  static constexpr int kSmemBytes = kOffBar + 16 * kStages + 1024;  // + alignment slack
+  static constexpr int kOffQFull = kOffBar;
+  static constexpr int kOffQEmpty = kOffQFull + 8 * kQStages;
+  static constexpr int kOffDoFull = kOffQEmpty + 8 * kQStages;
+  static constexpr int kOffDoEmpty = kOffDoFull + 8 * kDoStages;
+  static constexpr int kSmemBytes = kOffDoEmpty + 8 * kDoStages + 1024;  // + alignment slack
   using Params = BwdTmaParams;
 
   static_assert(kHeadDim % 64 == 0, "d is whole 64-column atoms");
+  static_assert(kQStages >= 2 && kDoStages >= 2, "dK runs on: at least two Q buffers");
   static_assert(kBlockM == backward::kDqFragRows && kDqMTiles == 1,
                 "bwd/params.h dq_frag_ws_offset's blocks");
   static_assert(backward::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
-  static_assert(kOffDQ % 1024 == 0 || kOffDQ % 16 == 0, "the bulk source 16-byte aligned");
+  static_assert(kOffDQ % 16 == 0, "the bulk source 16-byte aligned");
   static_assert(kKVBytes % 1024 == 0 && kQBytes % 1024 == 0 && kDsBytes % 1024 == 0,
                 "sw128 tiles 1024-byte aligned");
+  static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
   static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "register file");
+};
+
+// The producer's loads of step (head, m): Q into Q buffer `qs` (its full mbarrier), dO and the
+// M / L / D rows into dO buffer `ds` (its own). The rows wait for the preprocess that writes
+// them on the first step (bwd/pipeline.h's programmatic launch). As tma_query_block
+// (bwd_common.h) otherwise: rows past a padded entry's end are zero, a varlen entry's last block
+// reads the next entry's rows, which the mask's P = 0 drops.
+template <typename Traits, typename Work>
+__device__ __forceinline__ void ws_load_step(const BwdKernelParams& kp, const Work& w,
+                                             const void* q_map, const void* do_map,
+                                             uint32_t s_base, int head, int m, int qs, int ds,
+                                             bool first) {
+  constexpr int kBlockM = Traits::kBlockM;
+  const SeqInfo seq = seq_info<Work::kSeqlens>(kp.p, w.batch);
+  const int map_row = (seq.start_q >= 0 ? seq.start_q : 0) + m * kBlockM;
+  const int map_batch = seq.start_q >= 0 ? 0 : seq.batch;
+  const uint32_t q_bar = s_base + Traits::kOffQFull + 8 * qs;
+  const uint32_t do_bar = s_base + Traits::kOffDoFull + 8 * ds;
+  ptx::mbarrier_arrive_expect_tx(q_bar, Traits::kQBytes);
+  ptx::mbarrier_arrive_expect_tx(do_bar, Traits::kQBytes + 3 * kBlockM * 4);
+#pragma unroll
+  for (int a = 0; a < Traits::kHeadDim / 64; ++a) {
+    const int32_t c[4] = {a * 64, map_row, head, map_batch};
+    ptx::tma_load<4>(s_base + Traits::kOffQ + qs * Traits::kQBytes + a * kBlockM * 128, q_map,
+                     q_bar, c);
+    ptx::tma_load<4>(s_base + Traits::kOffDO + ds * Traits::kQBytes + a * kBlockM * 128, do_map,
+                     do_bar, c);
+  }
+  if (first) ptx::grid_dependency_wait();
+  const int64_t ws_row = backward::ws_row0<Work::kSeqlens>(kp, seq, head) + m * kBlockM;
+  ptx::bulk_load(s_base + Traits::kOffMax + ds * kBlockM * 4, kp.row_max + ws_row, kBlockM * 4,
+                 do_bar);
+  ptx::bulk_load(s_base + Traits::kOffLog2Sum + ds * kBlockM * 4, kp.row_log2sum + ws_row,
+                 kBlockM * 4, do_bar);
+  ptx::bulk_load(s_base + Traits::kOffD + ds * kBlockM * 4, kp.dpsum + ws_row, kBlockM * 4,
+                 do_bar);
+}
+
+// A ring position: the buffer of use number `it` and that use's parity.
+template <int kStages>
+struct BwdRing {
+  int stage = 0, phase = 0;
+  __device__ __forceinline__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
 };
 
 // The dQ warp's side of the hand-over (warp 1 of the producer warpgroup): for every step, each
@@ -141,7 +204,6 @@ __device__ __forceinline__ void bwd_ws_block(const BwdKernelParams& kp, const vo
   constexpr bool kBf16 = std::is_same_v<Element, __nv_bfloat16>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kQTiles = Traits::kQTiles, kColTiles = Traits::kColTiles;
-  constexpr int kStages = Traits::kStages;
   const BwdParams& p = kp.p;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -157,12 +219,19 @@ __device__ __forceinline__ void bwd_ws_block(const BwdKernelParams& kp, const vo
 
   uint32_t s_base;
   char* smem = align_smem_1024(smem_raw, s_base);
-  const uint32_t full0 = s_base + Traits::kOffBar, empty0 = full0 + 8 * kStages;
+  const uint32_t q_full = s_base + Traits::kOffQFull, q_empty = s_base + Traits::kOffQEmpty;
+  const uint32_t do_full = s_base + Traits::kOffDoFull, do_empty = s_base + Traits::kOffDoEmpty;
   if (tid == 0) {
+    // Empty: one arrival per consumer warp (lane 0, after the warp's wait for the readers).
 #pragma unroll
-    for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(full0 + 8 * s, 1);
-      ptx::mbarrier_init(empty0 + 8 * s, Traits::kConsumerThreads);
+    for (int s = 0; s < Traits::kQStages; ++s) {
+      ptx::mbarrier_init(q_full + 8 * s, 1);
+      ptx::mbarrier_init(q_empty + 8 * s, Traits::kConsumerWarps);
+    }
+#pragma unroll
+    for (int s = 0; s < Traits::kDoStages; ++s) {
+      ptx::mbarrier_init(do_full + 8 * s, 1);
+      ptx::mbarrier_init(do_empty + 8 * s, Traits::kConsumerWarps);
     }
     ptx::fence_mbarrier_init();
   }
@@ -173,15 +242,24 @@ __device__ __forceinline__ void bwd_ws_block(const BwdKernelParams& kp, const vo
     ptx::setmaxnreg_dec<Traits::kProducerRegs>();
     if (warp == 0) {
       if (lane == 0) {
-        // Step it's buffer (it % kStages) once the consumers released step it - kStages's.
+        // Step it's buffers once the consumers released those of step it - k (each ring's
+        // empty mbarrier: the parity of that earlier use).
         BwdStep step{w.head_first, w.m_begin};
+        BwdRing<Traits::kQStages> qs;
+        BwdRing<Traits::kDoStages> ds;
 #pragma unroll 1
         for (int it = 0; it < w.total; ++it) {
-          const int stage = it % kStages;
-          if (it >= kStages) ptx::mbarrier_wait_parity(empty0 + 8 * stage, (it / kStages - 1) & 1);
-          tma_query_block<Traits>(kp, w, q_map, do_map, s_base, step.head, step.m, stage,
-                                  it == 0);
+          if (it >= Traits::kDoStages) {
+            ptx::mbarrier_wait_parity(do_empty + 8 * ds.stage, ds.phase ^ 1);
+          }
+          if (it >= Traits::kQStages) {
+            ptx::mbarrier_wait_parity(q_empty + 8 * qs.stage, qs.phase ^ 1);
+          }
+          ws_load_step<Traits>(kp, w, q_map, do_map, s_base, step.head, step.m, qs.stage,
+                               ds.stage, it == 0);
           step = next_step(w, step);
+          qs.advance();
+          ds.advance();
         }
         if (w.total == 0) ptx::grid_dependency_wait();
       }
@@ -214,7 +292,15 @@ __device__ __forceinline__ void bwd_ws_block(const BwdKernelParams& kp, const vo
     for (int e = 0; e < 4; ++e) acc_dk[i][e] = acc_dv[i][e] = 0.f;
 
   BwdStep step{w.head_first, w.m_begin};
-  int stage = 0, phase = 0;  // this step's buffer and its use number's parity
+  BwdRing<Traits::kQStages> qs;   // this step's Q buffer and its use number's parity
+  BwdRing<Traits::kDoStages> ds;  // this step's dO / rows buffer
+  int q_last = Traits::kQStages - 1;  // the last step's Q buffer
+  // One arrival per consumer warp on a ring's empty mbarrier, once every lane of the warp has
+  // waited for the buffer's last reader.
+  const auto release = [lane](uint32_t bar) {
+    __syncwarp();
+    if (lane == 0) ptx::mbarrier_arrive(bar);
+  };
 #pragma unroll 1
   for (int it = 0; it < w.total; ++it) {
     const int head = step.head, m = step.m;
@@ -224,11 +310,13 @@ __device__ __forceinline__ void bwd_ws_block(const BwdKernelParams& kp, const vo
       ptx::fence_proxy_async_shared();
       sync_consumers();
     }
-    ptx::mbarrier_wait_parity(full0 + 8 * stage, phase);
-    const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
-    const char* s_max = smem + Traits::kOffMax + stage * kBlockM * 4;
-    const char* s_log2sum = smem + Traits::kOffLog2Sum + stage * kBlockM * 4;
-    const char* s_d = smem + Traits::kOffD + stage * kBlockM * 4;
+    ptx::mbarrier_wait_parity(q_full + 8 * qs.stage, qs.phase);
+    ptx::mbarrier_wait_parity(do_full + 8 * ds.stage, ds.phase);
+    const uint32_t sQs = sQ + qs.stage * Traits::kQBytes;
+    const uint32_t sDOs = sDO + ds.stage * Traits::kQBytes;
+    const char* s_max = smem + Traits::kOffMax + ds.stage * kBlockM * 4;
+    const char* s_log2sum = smem + Traits::kOffLog2Sum + ds.stage * kBlockM * 4;
+    const char* s_d = smem + Traits::kOffD + ds.stage * kBlockM * 4;
     const int buf = it & 1;  // this step's dS^T tile
     char* s_ds = smem + Traits::kOffDS + buf * Traits::kDsBytes;
     const uint32_t sDS = s_base + Traits::kOffDS + buf * Traits::kDsBytes;
@@ -237,8 +325,8 @@ __device__ __forceinline__ void bwd_ws_block(const BwdKernelParams& kp, const vo
     issue_s_dp<kBf16, Traits>(acc_s, acc_dp, sK, sV, sQs, sDOs, c);
     ptx::wgmma_wait<1>();  // S^T, and the last step's dK
     ptx::fence_operand(acc_s);
-    // The last step's buffer: its last reader (dK) retired in this thread's warpgroup.
-    if (it > 0) ptx::mbarrier_arrive(empty0 + 8 * (stage == 0 ? kStages - 1 : stage - 1));
+    // The last step's Q buffer: its last reader (dK) retired in this warp's warpgroup.
+    if (it > 0) release(q_empty + 8 * q_last);
     uint32_t p16[kBlockM / 16][4], ds16[kBlockM / 16][4];
     probs_and_grads<Element, Traits, kVariant>(kp, w, head, m, acc_s, acc_dp, s_max, s_log2sum,
                                                s_d, s_ds, p16, ds16, warp_key0, lane);
@@ -267,6 +355,7 @@ __device__ __forceinline__ void bwd_ws_block(const BwdKernelParams& kp, const vo
       }
 #pragma unroll
       for (int mt = 0; mt < Traits::kDqMTiles; ++mt) ptx::fence_operand(acc_dq[mt]);
+      release(do_empty + 8 * ds.stage);  // dO's and the rows' last reader (dV) retired
       // This warpgroup's chunk free (the dQ warp read the last step's), then staged in
       // dq_frag_ws_offset's order: pair (hr, nt) of warp cw, lane l at float
       // ((cw * 2 + hr) * kDqCols / 8 + nt) * 64 + 2 l.
@@ -297,12 +386,12 @@ __device__ __forceinline__ void bwd_ws_block(const BwdKernelParams& kp, const vo
       issue_dk();
       ptx::wgmma_commit();
       ptx::wgmma_wait<0>();
+      release(do_empty + 8 * ds.stage);
     }
     step = next_step(w, step);
-    if (++stage == kStages) {
-      stage = 0;
-      phase ^= 1;
-    }
+    q_last = qs.stage;
+    qs.advance();
+    ds.advance();
   }
   ptx::wgmma_wait<0>();  // the last step's dK
   finish_dkdv<variant_dropout(kVariant)>(kp, acc_dk, acc_dv);
