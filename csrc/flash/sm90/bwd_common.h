@@ -156,40 +156,60 @@ struct BwdTmaParams {
   backward::BwdKernelParams kp;
 };
 
-// Thread 0: (query head `head`, query block m)'s Q and dO (TMA, the q / dout maps) and its
-// M / L / D rows (bulk copies) into buffer `stage`, completing that buffer's mbarrier. With
+// The loads of (query head `head`, query block m): Q (TMA, the q map) into Q buffer q_stage
+// completing q_bar, dO (TMA, the dout map) and its M / L / D rows (bulk copies) into buffer
+// do_stage completing do_bar, after an arrival with the expected bytes on each (kOneBarrier:
+// q_bar is do_bar, one arrival for all). With
 // `after_preprocess` the rows are loaded only once the preprocess that writes them is done
 // (bwd/pipeline.h's programmatic launch). Rows past a padded entry's end are zero (the maps end
 // there); a varlen entry's last block reads the next entry's rows, which the mask's P = 0 drops
 // (as the forward's K / V).
-template <typename Traits, typename Work>
-__device__ __forceinline__ void tma_query_block(const BwdKernelParams& kp, const Work& w,
+template <typename Traits, bool kOneBarrier, typename Work>
+__device__ __forceinline__ void tma_query_loads(const BwdKernelParams& kp, const Work& w,
                                                 const void* q_map, const void* do_map,
-                                                uint32_t s_base, int head, int m, int stage,
+                                                uint32_t s_base, int head, int m, int q_stage,
+                                                uint32_t q_bar, int do_stage, uint32_t do_bar,
                                                 bool after_preprocess) {
   constexpr int kBlockM = Traits::kBlockM;
   const SeqInfo seq = seq_info<Work::kSeqlens>(kp.p, w.batch);
   // Map coordinates: (row in the entry, batch) padded; (row in the packed rows, 0) varlen.
   const int map_row = (seq.start_q >= 0 ? seq.start_q : 0) + m * kBlockM;
   const int map_batch = seq.start_q >= 0 ? 0 : seq.batch;
-  const uint32_t bar = s_base + Traits::kOffBar + 8 * stage;
-  ptx::mbarrier_arrive_expect_tx(bar, 2 * Traits::kQBytes + 3 * kBlockM * 4);
+  constexpr uint32_t kRowBytes = 3 * kBlockM * 4;
+  if constexpr (kOneBarrier) {
+    ptx::mbarrier_arrive_expect_tx(q_bar, 2 * Traits::kQBytes + kRowBytes);
+  } else {
+    ptx::mbarrier_arrive_expect_tx(q_bar, Traits::kQBytes);
+    ptx::mbarrier_arrive_expect_tx(do_bar, Traits::kQBytes + kRowBytes);
+  }
 #pragma unroll
   for (int a = 0; a < Traits::kHeadDim / 64; ++a) {
     const int32_t c[4] = {a * 64, map_row, head, map_batch};
-    ptx::tma_load<4>(s_base + Traits::kOffQ + stage * Traits::kQBytes + a * kBlockM * 128, q_map,
-                     bar, c);
-    ptx::tma_load<4>(s_base + Traits::kOffDO + stage * Traits::kQBytes + a * kBlockM * 128,
-                     do_map, bar, c);
+    ptx::tma_load<4>(s_base + Traits::kOffQ + q_stage * Traits::kQBytes + a * kBlockM * 128,
+                     q_map, q_bar, c);
+    ptx::tma_load<4>(s_base + Traits::kOffDO + do_stage * Traits::kQBytes + a * kBlockM * 128,
+                     do_map, do_bar, c);
   }
   if (after_preprocess) ptx::grid_dependency_wait();
   const int64_t ws_row = backward::ws_row0<Work::kSeqlens>(kp, seq, head) + m * kBlockM;
-  ptx::bulk_load(s_base + Traits::kOffMax + stage * kBlockM * 4, kp.row_max + ws_row, kBlockM * 4,
-                 bar);
-  ptx::bulk_load(s_base + Traits::kOffLog2Sum + stage * kBlockM * 4, kp.row_log2sum + ws_row,
-                 kBlockM * 4, bar);
-  ptx::bulk_load(s_base + Traits::kOffD + stage * kBlockM * 4, kp.dpsum + ws_row, kBlockM * 4,
-                 bar);
+  ptx::bulk_load(s_base + Traits::kOffMax + do_stage * kBlockM * 4, kp.row_max + ws_row,
+                 kBlockM * 4, do_bar);
+  ptx::bulk_load(s_base + Traits::kOffLog2Sum + do_stage * kBlockM * 4, kp.row_log2sum + ws_row,
+                 kBlockM * 4, do_bar);
+  ptx::bulk_load(s_base + Traits::kOffD + do_stage * kBlockM * 4, kp.dpsum + ws_row, kBlockM * 4,
+                 do_bar);
+}
+
+// Thread 0: tma_query_loads with Q, dO and the rows all into buffer `stage`, completing that
+// buffer's mbarrier.
+template <typename Traits, typename Work>
+__device__ __forceinline__ void tma_query_block(const BwdKernelParams& kp, const Work& w,
+                                                const void* q_map, const void* do_map,
+                                                uint32_t s_base, int head, int m, int stage,
+                                                bool after_preprocess) {
+  const uint32_t bar = s_base + Traits::kOffBar + 8 * stage;
+  tma_query_loads<Traits, true>(kp, w, q_map, do_map, s_base, head, m, stage, bar, stage, bar,
+                                after_preprocess);
 }
 
 // A main kernel's start (both sm90 kernels): the Traits::kStages buffers' mbarriers (at kOffBar),

@@ -104,39 +104,16 @@ struct BwdWsTraits {
 };
 
 // The producer's loads of step (head, m): Q into Q buffer `qs` (its full mbarrier), dO and the
-// M / L / D rows into dO buffer `ds` (its own). The rows wait for the preprocess that writes
-// them on the first step (bwd/pipeline.h's programmatic launch). As tma_query_block
-// (bwd_common.h) otherwise: rows past a padded entry's end are zero, a varlen entry's last block
-// reads the next entry's rows, which the mask's P = 0 drops.
+// M / L / D rows into dO buffer `ds` (its own); the rows wait for the preprocess on the first
+// step (bwd_common.h tma_query_loads).
 template <typename Traits, typename Work>
 __device__ __forceinline__ void ws_load_step(const BwdKernelParams& kp, const Work& w,
                                              const void* q_map, const void* do_map,
                                              uint32_t s_base, int head, int m, int qs, int ds,
                                              bool first) {
-  constexpr int kBlockM = Traits::kBlockM;
-  const SeqInfo seq = seq_info<Work::kSeqlens>(kp.p, w.batch);
-  const int map_row = (seq.start_q >= 0 ? seq.start_q : 0) + m * kBlockM;
-  const int map_batch = seq.start_q >= 0 ? 0 : seq.batch;
-  const uint32_t q_bar = s_base + Traits::kOffQFull + 8 * qs;
-  const uint32_t do_bar = s_base + Traits::kOffDoFull + 8 * ds;
-  ptx::mbarrier_arrive_expect_tx(q_bar, Traits::kQBytes);
-  ptx::mbarrier_arrive_expect_tx(do_bar, Traits::kQBytes + 3 * kBlockM * 4);
-#pragma unroll
-  for (int a = 0; a < Traits::kHeadDim / 64; ++a) {
-    const int32_t c[4] = {a * 64, map_row, head, map_batch};
-    ptx::tma_load<4>(s_base + Traits::kOffQ + qs * Traits::kQBytes + a * kBlockM * 128, q_map,
-                     q_bar, c);
-    ptx::tma_load<4>(s_base + Traits::kOffDO + ds * Traits::kQBytes + a * kBlockM * 128, do_map,
-                     do_bar, c);
-  }
-  if (first) ptx::grid_dependency_wait();
-  const int64_t ws_row = backward::ws_row0<Work::kSeqlens>(kp, seq, head) + m * kBlockM;
-  ptx::bulk_load(s_base + Traits::kOffMax + ds * kBlockM * 4, kp.row_max + ws_row, kBlockM * 4,
-                 do_bar);
-  ptx::bulk_load(s_base + Traits::kOffLog2Sum + ds * kBlockM * 4, kp.row_log2sum + ws_row,
-                 kBlockM * 4, do_bar);
-  ptx::bulk_load(s_base + Traits::kOffD + ds * kBlockM * 4, kp.dpsum + ws_row, kBlockM * 4,
-                 do_bar);
+  tma_query_loads<Traits, false>(kp, w, q_map, do_map, s_base, head, m, qs,
+                                 s_base + Traits::kOffQFull + 8 * qs, ds,
+                                 s_base + Traits::kOffDoFull + 8 * ds, first);
 }
 
 // A ring position: the buffer of use number `it` and that use's parity.
