@@ -130,7 +130,7 @@ __device__ __forceinline__ void issue_s_dp(float (&acc_s)[Traits::kQTiles][4],
   ptx::wgmma_commit();
 }
 
-// S^T and dP^T as issue_s_dp, with K and V from this warp's A fragments (kv_frags).
+// S^T and dP^T as issue_s_dp, with K and V from this warp's A fragments (load_a_frags_sw128).
 template <bool kBf16, typename Traits>
 __device__ __forceinline__ void issue_s_dp_rs(float (&acc_s)[Traits::kQTiles][4],
                                               float (&acc_dp)[Traits::kQTiles][4],
