@@ -17,11 +17,13 @@
 // specialized kernel). Modes `bm128` and `kvregs` (d 64 only, the `ws` shapes): the library's
 // backward against its main kernel on 128-row query blocks (B; BwdTraits<64, 128>, dK retired
 // within its step), and the main kernel with K / V read from shared memory by S^T / dP^T (A)
-// against the library's, which holds them as register A fragments (B).
+// against the library's, which holds them as register A fragments (B); kvregs also times
+// softcap 30 and ALiBi (their static-mask instances) causal at 16k and non-causal at 4k.
 // Build and run (device):
 //   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 \
 //        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
 //        benchmarks/tune/tune_bwd90.cu csrc/flash/tma_host.cu -o /tmp/tune_bwd90 && /tmp/tune_bwd90 [mode [dims]]
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -113,16 +115,23 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
   struct Case {
     const char* name;
     int seqlen, left;  // left -1: causal, -2: neither causal nor a window
+    int mods = kNoMods;  // fwd90_harness.h Mods: softcap 30 or ALiBi (mode kvregs only)
   };
   const Case cases[] = {{"window (128, 0)", 16384, 128}, {"window (1024, 0)", 16384, 1024},
                         {"causal", 1024, -1},          {"causal", 2048, -1},
                         {"causal", 16384, -1},         {"full", 1024, -2},
-                        {"full", 4096, -2}};
+                        {"full", 4096, -2},            {"softcap causal", 16384, -1, kSoftcap},
+                        {"softcap full", 4096, -2, kSoftcap},
+                        {"alibi causal", 16384, -1, kAlibi},
+                        {"alibi full", 4096, -2, kAlibi}};
   for (const Case& c : cases) {
     if (profile && !(c.seqlen == 16384 && c.left != 128)) continue;
     if (!ws && !d64_b && c.left == -2) continue;
+    if (!kvregs && c.mods != kNoMods) continue;
     fa::FwdParams fp;
-    if (c.left >= 0) {
+    if (c.mods != kNoMods) {
+      mods_params(b, D, c.seqlen, c.left == -1, c.mods, &fp);
+    } else if (c.left >= 0) {
       mods_params(b, D, c.seqlen, true, kWindow1k, &fp);
       fp.window_left = c.left;
     } else {
@@ -204,6 +213,12 @@ int main(int argc, char** argv) {
     CHECK(cudaMalloc(x, n * 2));
   }
   CHECK(cudaMalloc(&b.lse, 16384ull * 64 * 4));
+  {  // ALiBi slopes 2^(-8 (h + 1) / heads) (mode kvregs)
+    std::vector<float> slopes(64);
+    for (int h = 0; h < 64; ++h) slopes[h] = std::exp2(-8.f * (h + 1) / 64.f);
+    CHECK(cudaMalloc(&b.slopes, 64 * 4));
+    CHECK(cudaMemcpy(b.slopes, slopes.data(), 64 * 4, cudaMemcpyHostToDevice));
+  }
   CHECK(cudaMalloc(&b.diff, 4));
   fill_random<<<1024, 256>>>(b.q, n, 1);
   fill_random<<<1024, 256>>>(b.k, n, 2);
