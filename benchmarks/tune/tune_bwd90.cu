@@ -18,7 +18,9 @@
 // backward against its main kernel on 128-row query blocks (B; BwdTraits<64, 128>, dK retired
 // within its step), and the main kernel with K / V read from shared memory by S^T / dP^T (A)
 // against the library's, which holds them as register A fragments (B); kvregs also times
-// softcap 30 and ALiBi (their static-mask instances) causal at 16k and non-causal at 4k.
+// softcap 30 and ALiBi (their static-mask instances) causal at 16k and non-causal at 4k. Mode
+// `dqone` (d 64, kvregs' shapes): the library against its main kernel with each step's dQ GEMM
+// by one warpgroup (B; BwdTraits kDqOneWg).
 // Build and run (device):
 //   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 \
 //        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
@@ -111,7 +113,8 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
   const bool ws = std::strcmp(mode, "ws") == 0;
   const bool bm128 = std::strcmp(mode, "bm128") == 0;
   const bool kvregs = std::strcmp(mode, "kvregs") == 0;
-  const bool d64_b = bm128 || kvregs;  // B: a BwdTraits variant of the library's kernel at d 64
+  const bool dqone = std::strcmp(mode, "dqone") == 0;
+  const bool d64_b = bm128 || kvregs || dqone;  // B: a BwdTraits variant of the library's kernel at d 64
   struct Case {
     const char* name;
     int seqlen, left;  // left -1: causal, -2: neither causal nor a window
@@ -127,7 +130,7 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
   for (const Case& c : cases) {
     if (profile && !(c.seqlen == 16384 && c.left != 128)) continue;
     if (!ws && !d64_b && c.left == -2) continue;
-    if (!kvregs && c.mods != kNoMods) continue;
+    if (!kvregs && !dqone && c.mods != kNoMods) continue;
     fa::FwdParams fp;
     if (c.mods != kNoMods) {
       mods_params(b, D, c.seqlen, c.left == -1, c.mods, &fp);
@@ -148,12 +151,16 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
           st = sm90::run_bwd_with<__nv_bfloat16, D, sm90::BwdTraits<D, 128>, false>(p, 0, true,
                                                                                   true);
         }
+        if (dqone && b_side) {  // B: dQ by one warpgroup a step
+          using DqOne = sm90::BwdTraits<D, 64, true, true, true>;
+          st = sm90::run_bwd_with<__nv_bfloat16, D, DqOne, false>(p, 0, true, true);
+        }
         if (kvregs && !b_side) {  // A: S^T / dP^T with K / V read from shared memory
           using KvShared = sm90::BwdTraits<D, 64, true, false>;
           st = sm90::run_bwd_with<__nv_bfloat16, D, KvShared, false>(p, 0, true, true);
         }
       }
-      if (bm128 ? !b_side : kvregs ? b_side : true) {
+      if (bm128 || dqone ? !b_side : kvregs ? b_side : true) {
         st = ws ? sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, true, b_side)
                 : sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, d64_b || b_side);
       }
@@ -174,6 +181,7 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
                 c.name, D, c.seqlen,
                 kvregs ? "K / V from shared memory" : ws || bm128 ? "library" : "whole", r.t.a_ms,
                 bm128    ? "128-row query blocks"
+                : dqone  ? "dQ by one warpgroup"
                 : kvregs ? "library (K / V in registers)"
                 : ws     ? "warp-specialized"
                          : "programmatic",
@@ -226,7 +234,8 @@ int main(int argc, char** argv) {
   fill_random<<<1024, 256>>>(g.dout, n, 4);
   CHECK(cudaDeviceSynchronize());
   namespace sm90 = fa::sm90;
-  if (std::strcmp(mode, "bm128") == 0 || std::strcmp(mode, "kvregs") == 0) {
+  if (std::strcmp(mode, "bm128") == 0 || std::strcmp(mode, "kvregs") == 0 ||
+      std::strcmp(mode, "dqone") == 0) {
     // d 64 only (at d 128 neither the 128-row step nor K / V's fragments fit the registers)
     ab_cases<64>(mode, b, g, n);
     return 0;

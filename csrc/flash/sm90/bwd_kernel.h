@@ -54,7 +54,7 @@
 namespace flashattn_cu::sm90 {
 
 template <int kHeadDim_, int kBlockM_, bool kDkNext_ = (kBlockM_ == 64),
-          bool kKvRegs_ = (kHeadDim_ == 64 && kBlockM_ == 64)>
+          bool kKvRegs_ = (kHeadDim_ == 64 && kBlockM_ == 64), bool kDqOneWg_ = false>
 struct BwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
@@ -67,6 +67,11 @@ struct BwdTraits {
   // registers (193 without), backward 1.5-4% faster on the H200 (NOTES 12.39); d 128 has no
   // room for the 64 registers (244 without).
   static constexpr bool kKvRegs = kKvRegs_;
+  // dQ by one warpgroup a step (warpgroup it % 2, all d columns) instead of half the columns by
+  // each: the dQ GEMM reads dS^T once instead of twice (at d 64 with kKvRegs, 32 KB of ~112 KB
+  // of a step's operand reads instead of 48), for 8 d / 64 more registers. A tuning knob
+  // (benchmarks/tune/tune_bwd90.cu mode `dqone`).
+  static constexpr bool kDqOneWg = kDqOneWg_;
   // Q / dO / M / L / D buffers, each loaded by one thread (TMA for Q / dO, bulk copies for the
   // rows) completing its mbarrier; three, as dK runs on into the next step (header).
   static constexpr int kStages = 3;
@@ -106,6 +111,7 @@ struct BwdTraits {
   // rows is kDqMTiles such blocks, contiguous in the accumulator.
   static_assert(kBlockM % backward::kDqFragRows == 0 && kWarpGroups == 2 && kNThreads == 256,
                 "bwd/params.h dq_frag_offset's layout");
+  static_assert(!kDqOneWg || (kBlockM == 64 && kHeadDim <= 64), "one m64 slab, one atom of d");
 };
 
 // S^T = K Q^T and dP^T = V dO^T of warpgroup wg's 64 keys (A: its rows of K / V; B: Q / dO,
@@ -373,7 +379,43 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       ptx::wgmma_commit();
     }
 
-    if (compute_dq) {
+    if (compute_dq && Traits::kDqOneWg) {
+      // dQ (64 x d) = dS K by warpgroup it % 2 alone (its warps' 16 rows, all d columns); the
+      // choice broadcast from lane 0 so that ptxas sees a warp-uniform branch around wgmmas.
+      const bool mine = __shfl_sync(0xffffffffu, static_cast<int>((it & 1) == wg), 0) != 0;
+      float acc_dq[kHeadDim / 8][4];
+      if (mine) {
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk) {
+          ptx::wgmma_ss<kHeadDim, kBf16, 1, 1>(
+              acc_dq, ptx::sw128_desc_mn_major<kBlockN>(sDS, kk, 0),
+              ptx::sw128_desc_mn_major<kBlockN>(sK, kk, 0), kk > 0);
+        }
+        ptx::wgmma_commit();
+      }
+      issue_dk();
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<1>();  // dV (and dQ) done; dK runs on
+      if (mine) {
+        ptx::fence_operand(acc_dq);
+        // Staged in dq_frag_offset's order: column tile nt8 (8 nt8 + 2t + e) is warp
+        // (warp % 4) + 4 (nt8 / tiles)'s tile nt8 % tiles of a half.
+        constexpr int kTiles = Traits::kDqCols / 8;
+        char* s_dq = smem + Traits::kOffDQ + (warp % 4) * 256 + lane * 8;
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+          for (int nt8 = 0; nt8 < kHeadDim / 8; ++nt8) {
+            *reinterpret_cast<float2*>(s_dq + (nt8 / kTiles) * 4 * 256 +
+                                       (hr * kTiles + nt8 % kTiles) * 2048) =
+                make_float2(acc_dq[nt8][hr * 2], acc_dq[nt8][hr * 2 + 1]);
+          }
+        ptx::fence_proxy_async_shared();
+      }
+      const int64_t block_row =
+          backward::ws_row0<kSeqlens>(kp, seq_info<kSeqlens>(p, w.batch), head) + m * kBlockM;
+      dq_block = kp.dq_accum + block_row * kHeadDim;
+    } else if (compute_dq) {
       // dQ (kBlockM x d) = dS K: this warpgroup's kDqCols columns.
       constexpr int kDqCols = Traits::kDqCols;
       float acc_dq[Traits::kDqMTiles][kDqCols / 8][4];
