@@ -53,11 +53,41 @@
 
 namespace flashattn_cu::sm90 {
 
-template <int kHeadDim_, int kBlockM_, bool kDkNext_ = (kBlockM_ == 64),
-          bool kKvRegs_ = (kHeadDim_ == 64 && kBlockM_ == 64), bool kDqOneWg_ = false>
-struct BwdTraits {
+// The block shape bwd_kernel.h and bwd_ws_kernel.h share: kBlockN keys of one kv head, two
+// warpgroups of 64 keys each, kBlockM queries a step; K, V, then the Q buffers in shared memory
+// (each kernel's own layout from kOffQ on).
+template <int kHeadDim_, int kBlockM_>
+struct BwdBlockShape {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = 128;
+  static constexpr int kWarpGroups = 2;  // each owns 64 keys
+  static constexpr int kChunks = kHeadDim / 8;   // 16-byte chunks per row of K, V, Q, dO
+  static constexpr int kQTiles = kBlockM / 8;    // 8-query tiles of S^T per warp
+  static constexpr int kColTiles = kHeadDim / 8; // 8-column tiles of dK, dV per warp
+  static constexpr int kDqCols = kHeadDim / kWarpGroups;  // dQ columns per warpgroup
+  static constexpr int kDqMTiles = kBlockM / 64;           // m64 slabs of dQ
+  static constexpr int kDqBytes = kBlockM * kHeadDim * 4;  // the staged dQ block (fp32)
+  // Shared memory (bytes, every tile 1024-byte aligned).
+  static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kOffK = 0;
+  static constexpr int kOffV = kOffK + kKVBytes;
+  static constexpr int kOffQ = kOffV + kKVBytes;
+  using Params = BwdTmaParams;  // bwd_common.h: the kernel parameters and the q / dout maps
+
+  static_assert(kHeadDim % 64 == 0, "d is whole 64-column atoms");
+  static_assert(kBlockM % 64 == 0, "dQ is whole m64 slabs");
+  static_assert(backward::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
+  static_assert(kKVBytes % 1024 == 0 && kQBytes % 1024 == 0, "sw128 tiles 1024-byte aligned");
+};
+
+template <int kHeadDim_, int kBlockM_, bool kDkNext_ = (kBlockM_ == 64),
+          bool kKvRegs_ = (kHeadDim_ == 64 && kBlockM_ == 64), bool kDqOneWg_ = false>
+struct BwdTraits : BwdBlockShape<kHeadDim_, kBlockM_> {
+  using Shape = BwdBlockShape<kHeadDim_, kBlockM_>;
+  using Shape::kBlockM, Shape::kBlockN, Shape::kDqBytes, Shape::kHeadDim, Shape::kOffQ,
+      Shape::kQBytes, Shape::kWarpGroups;
   // dK's wgmma runs on into the next step (its A operand, dS^T, live through the next S^T /
   // dP^T) or retires within its own (128-row steps: S^T and dP^T alone take 128 registers).
   static constexpr bool kDkNext = kDkNext_;
@@ -75,20 +105,7 @@ struct BwdTraits {
   // Q / dO / M / L / D buffers, each loaded by one thread (TMA for Q / dO, bulk copies for the
   // rows) completing its mbarrier; three, as dK runs on into the next step (header).
   static constexpr int kStages = 3;
-  static constexpr int kBlockN = 128;
-  static constexpr int kWarpGroups = 2;  // each owns 64 keys
   static constexpr int kNThreads = kWarpGroups * 128;
-  static constexpr int kChunks = kHeadDim / 8;   // 16-byte chunks per row of K, V, Q, dO
-  static constexpr int kQTiles = kBlockM / 8;    // 8-query tiles of S^T per warp
-  static constexpr int kColTiles = kHeadDim / 8; // 8-column tiles of dK, dV per warp
-  static constexpr int kDqCols = kHeadDim / kWarpGroups;  // dQ columns per warpgroup
-  static constexpr int kDqMTiles = kBlockM / 64;           // m64 slabs of dQ
-  // Shared memory (bytes, every tile 1024-byte aligned).
-  static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
-  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
-  static constexpr int kOffK = 0;
-  static constexpr int kOffV = kOffK + kKVBytes;
-  static constexpr int kOffQ = kOffV + kKVBytes;
   static constexpr int kOffDO = kOffQ + kStages * kQBytes;
   static constexpr int kOffDS = kOffDO + kStages * kQBytes;
   static constexpr int kOffMax = kOffDS + kBlockN * kBlockM * 2;
@@ -97,15 +114,10 @@ struct BwdTraits {
   // dQ staging: the block's kBlockM x kHeadDim fp32 in fragment order (each warp's 8-byte pairs
   // of one (m slab, row half, column tile) 256 contiguous bytes: conflict-free).
   static constexpr int kOffDQ = kOffD + kStages * kBlockM * 4;
-  static constexpr int kDqBytes = kBlockM * kHeadDim * 4;
   // The buffers' mbarriers.
   static constexpr int kOffBar = kOffDQ + kDqBytes;
   static constexpr int kSmemBytes = kOffBar + 8 * kStages + 1024;  // + alignment slack
-  using Params = BwdTmaParams;  // bwd_common.h: the kernel parameters and the q / dout maps
 
-  static_assert(kHeadDim % 64 == 0, "d is whole 64-column atoms");
-  static_assert(kBlockM % 64 == 0, "dQ is whole m64 slabs");
-  static_assert(backward::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
   static_assert(kOffDQ % 16 == 0, "the bulk source 16-byte aligned");
   // Each m64 slab of dQ is one block of bwd/params.h dq_frag_offset's layout; a block of kBlockM
   // rows is kDqMTiles such blocks, contiguous in the accumulator.
@@ -189,20 +201,20 @@ __device__ __forceinline__ void issue_rs_gemm(float (&acc)[Traits::kColTiles][4]
   }
 }
 
-// dQ (kBlockM x d) = dS K: warpgroup wg's kDqCols columns. A = dS from dS^T [key][query]
-// (MN-major, m = query), B = K [key][d] (MN-major, n = d). No commit.
-template <bool kBf16, typename Traits>
-__device__ __forceinline__ void issue_dq(
-    float (&acc_dq)[Traits::kDqMTiles][Traits::kDqCols / 8][4], uint32_t sDS, uint32_t sK,
-    int wg) {
-  constexpr int kBlockN = Traits::kBlockN, kDqCols = Traits::kDqCols;
+// dQ (kBlockM x d) = dS K over kCols columns from col0 (warpgroup wg's kDqCols: col0 =
+// wg * kDqCols). A = dS from dS^T [key][query] (MN-major, m = query), B = K [key][d] (MN-major,
+// n = d). No commit.
+template <bool kBf16, typename Traits, int kCols = Traits::kDqCols>
+__device__ __forceinline__ void issue_dq(float (&acc_dq)[Traits::kDqMTiles][kCols / 8][4],
+                                         uint32_t sDS, uint32_t sK, int col0) {
+  constexpr int kBlockN = Traits::kBlockN;
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 16; ++kk) {
 #pragma unroll
     for (int mt = 0; mt < Traits::kDqMTiles; ++mt) {
-      ptx::wgmma_ss<kDqCols, kBf16, 1, 1>(
+      ptx::wgmma_ss<kCols, kBf16, 1, 1>(
           acc_dq[mt], ptx::sw128_desc_mn_major<kBlockN>(sDS, kk, mt * 64),
-          ptx::sw128_desc_mn_major<kBlockN>(sK, kk, wg * kDqCols), kk > 0);
+          ptx::sw128_desc_mn_major<kBlockN>(sK, kk, col0), kk > 0);
     }
   }
 }
@@ -306,6 +318,11 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   // The block the staged dQ goes to (the last step's), the thread that issues it, and the issue
   // (every thread has stored and fenced the block, and passed a barrier since).
   float* dq_block = nullptr;
+  const auto dq_block_of = [&](int head, int m) {  // query block m's rows of the accumulator
+    const int64_t block_row =
+        backward::ws_row0<kSeqlens>(kp, seq_info<kSeqlens>(p, w.batch), head) + m * kBlockM;
+    return kp.dq_accum + block_row * kHeadDim;
+  };
   const bool dq_issuer = compute_dq && tid == 0;
   const auto reduce_staged_dq = [&] {
     if (dq_issuer) {
@@ -379,25 +396,22 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       ptx::wgmma_commit();
     }
 
-    if (compute_dq && Traits::kDqOneWg) {
+    if (!compute_dq) {
+      ptx::wgmma_wait<0>();
+    } else if constexpr (Traits::kDqOneWg) {
       // dQ (64 x d) = dS K by warpgroup it % 2 alone (its warps' 16 rows, all d columns); the
       // choice broadcast from lane 0 so that ptxas sees a warp-uniform branch around wgmmas.
       const bool mine = __shfl_sync(0xffffffffu, static_cast<int>((it & 1) == wg), 0) != 0;
-      float acc_dq[kHeadDim / 8][4];
+      float acc_dq[1][kHeadDim / 8][4];
       if (mine) {
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk) {
-          ptx::wgmma_ss<kHeadDim, kBf16, 1, 1>(
-              acc_dq, ptx::sw128_desc_mn_major<kBlockN>(sDS, kk, 0),
-              ptx::sw128_desc_mn_major<kBlockN>(sK, kk, 0), kk > 0);
-        }
+        issue_dq<kBf16, Traits, kHeadDim>(acc_dq, sDS, sK, 0);
         ptx::wgmma_commit();
       }
       issue_dk();
       ptx::wgmma_commit();
       ptx::wgmma_wait<1>();  // dV (and dQ) done; dK runs on
       if (mine) {
-        ptx::fence_operand(acc_dq);
+        ptx::fence_operand(acc_dq[0]);
         // Staged in dq_frag_offset's order: column tile nt8 (8 nt8 + 2t + e) is warp
         // (warp % 4) + 4 (nt8 / tiles)'s tile nt8 % tiles of a half.
         constexpr int kTiles = Traits::kDqCols / 8;
@@ -408,18 +422,16 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
           for (int nt8 = 0; nt8 < kHeadDim / 8; ++nt8) {
             *reinterpret_cast<float2*>(s_dq + (nt8 / kTiles) * 4 * 256 +
                                        (hr * kTiles + nt8 % kTiles) * 2048) =
-                make_float2(acc_dq[nt8][hr * 2], acc_dq[nt8][hr * 2 + 1]);
+                make_float2(acc_dq[0][nt8][hr * 2], acc_dq[0][nt8][hr * 2 + 1]);
           }
         ptx::fence_proxy_async_shared();
       }
-      const int64_t block_row =
-          backward::ws_row0<kSeqlens>(kp, seq_info<kSeqlens>(p, w.batch), head) + m * kBlockM;
-      dq_block = kp.dq_accum + block_row * kHeadDim;
-    } else if (compute_dq) {
+      dq_block = dq_block_of(head, m);
+    } else {
       // dQ (kBlockM x d) = dS K: this warpgroup's kDqCols columns.
       constexpr int kDqCols = Traits::kDqCols;
       float acc_dq[Traits::kDqMTiles][kDqCols / 8][4];
-      issue_dq<kBf16, Traits>(acc_dq, sDS, sK, wg);
+      issue_dq<kBf16, Traits>(acc_dq, sDS, sK, wg * kDqCols);
       ptx::wgmma_commit();
       issue_dk();
       ptx::wgmma_commit();
@@ -431,8 +443,6 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
 #pragma unroll
       for (int mt = 0; mt < Traits::kDqMTiles; ++mt) ptx::fence_operand(acc_dq[mt]);
       // Row (query) mt * 64 + (warp % 4) * 16 + g + 8 hr, column wg * kDqCols + 8 nt + 2t + e.
-      const int64_t block_row =
-          backward::ws_row0<kSeqlens>(kp, seq_info<kSeqlens>(p, w.batch), head) + m * kBlockM;
       // Staged in fragment order (the reduction goes out at the next step's start, or after the
       // walk): in slab mt's block (64 x d floats), pair (hr, nt) of warp w, lane l at
       // bwd/params.h dq_frag_offset's float ((hr * kDqCols / 8 + nt) * 8 + w) * 64 + 2 l.
@@ -449,9 +459,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
           }
       // Published to the async proxy (the bulk reduction reads it after the next barrier).
       ptx::fence_proxy_async_shared();
-      dq_block = kp.dq_accum + block_row * kHeadDim;
-    } else {
-      ptx::wgmma_wait<0>();
+      dq_block = dq_block_of(head, m);
     }
     step = next;
     if (++stage == Traits::kStages) {

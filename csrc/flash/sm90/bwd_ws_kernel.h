@@ -44,43 +44,31 @@ namespace flashattn_cu::sm90 {
 
 template <int kHeadDim_, int kBlockM_, bool kDkNext_ = true, int kQStages_ = 3,
           int kDoStages_ = 2>
-struct BwdWsTraits {
-  static constexpr int kHeadDim = kHeadDim_;
+struct BwdWsTraits : BwdBlockShape<kHeadDim_, kBlockM_> {
+  using Shape = BwdBlockShape<kHeadDim_, kBlockM_>;
+  using Shape::kBlockM, Shape::kBlockN, Shape::kDqBytes, Shape::kDqMTiles, Shape::kOffQ,
+      Shape::kQBytes, Shape::kWarpGroups;
   // dK's wgmma runs on into the next step (bwd_kernel.h's order) instead of retiring within its
   // own: its A operand (dS^T, 16 registers at d 128) then stays live through the next S^T / dP^T.
   static constexpr bool kDkNext = kDkNext_;
-  static constexpr int kBlockM = kBlockM_;
   // Two rings: Q (its last reader dK, retired during the next step's S^T wait) and dO with the
   // M / L / D rows (their last reader dV, retired within the step). Three Q buffers and two dO
   // ones let the producer load step it + 1 once step it - 1 is done with them, as
   // bwd_kernel.h's three shared buffers do (with two Q buffers it waits for step it's S^T).
   static constexpr int kQStages = kQStages_;
   static constexpr int kDoStages = kDoStages_;
-  static constexpr int kBlockN = 128;
-  static constexpr int kWarpGroups = 2;  // consumers, each owns 64 keys
   static constexpr int kConsumerThreads = kWarpGroups * 128;
   static constexpr int kConsumerWarps = kConsumerThreads / 32;
   static constexpr int kNThreads = kConsumerThreads + 128;  // + the producer warpgroup
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
-  static constexpr int kChunks = kHeadDim / 8;
-  static constexpr int kQTiles = kBlockM / 8;
-  static constexpr int kColTiles = kHeadDim / 8;
-  static constexpr int kDqCols = kHeadDim / kWarpGroups;
-  static constexpr int kDqMTiles = kBlockM / 64;
-  static constexpr int kKVBytes = kBlockN * kHeadDim * 2;
-  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
   static constexpr int kDsBytes = kBlockN * kBlockM * 2;
-  static constexpr int kOffK = 0;
-  static constexpr int kOffV = kOffK + kKVBytes;
-  static constexpr int kOffQ = kOffV + kKVBytes;
   static constexpr int kOffDO = kOffQ + kQStages * kQBytes;
   static constexpr int kOffDS = kOffDO + kDoStages * kQBytes;  // two dS^T tiles
   static constexpr int kOffMax = kOffDS + 2 * kDsBytes;         // rows: in the dO ring
   static constexpr int kOffLog2Sum = kOffMax + kDoStages * kBlockM * 4;
   static constexpr int kOffD = kOffLog2Sum + kDoStages * kBlockM * 4;
   static constexpr int kOffDQ = kOffD + kDoStages * kBlockM * 4;
-  static constexpr int kDqBytes = kBlockM * kHeadDim * 4;
   static constexpr int kDqHalfBytes = kDqBytes / 2;  // one consumer warpgroup's columns
   // mbarriers (8 bytes each): Q full, Q empty, dO full, dO empty.
   static constexpr int kOffBar = kOffDQ + kDqBytes;
@@ -89,16 +77,12 @@ struct BwdWsTraits {
   static constexpr int kOffDoFull = kOffQEmpty + 8 * kQStages;
   static constexpr int kOffDoEmpty = kOffDoFull + 8 * kDoStages;
   static constexpr int kSmemBytes = kOffDoEmpty + 8 * kDoStages + 1024;  // + alignment slack
-  using Params = BwdTmaParams;
 
-  static_assert(kHeadDim % 64 == 0, "d is whole 64-column atoms");
   static_assert(kQStages >= 2 && kDoStages >= 2, "dK runs on: at least two Q buffers");
   static_assert(kBlockM == backward::kDqFragRows && kDqMTiles == 1,
                 "bwd/params.h dq_frag_ws_offset's blocks");
-  static_assert(backward::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
   static_assert(kOffDQ % 16 == 0, "the bulk source 16-byte aligned");
-  static_assert(kKVBytes % 1024 == 0 && kQBytes % 1024 == 0 && kDsBytes % 1024 == 0,
-                "sw128 tiles 1024-byte aligned");
+  static_assert(kDsBytes % 1024 == 0, "sw128 tiles 1024-byte aligned");
   static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
   static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "register file");
 };
@@ -321,7 +305,7 @@ __device__ __forceinline__ void bwd_ws_block(const BwdKernelParams& kp, const vo
       ptx::named_barrier_sync(ptx::NamedBarrier::kBwdDsStored, Traits::kConsumerThreads);
       constexpr int kDqCols = Traits::kDqCols;
       float acc_dq[Traits::kDqMTiles][kDqCols / 8][4];
-      issue_dq<kBf16, Traits>(acc_dq, sDS, sK, c);
+      issue_dq<kBf16, Traits>(acc_dq, sDS, sK, c * kDqCols);
       ptx::wgmma_commit();
       issue_dk();
       ptx::wgmma_commit();
