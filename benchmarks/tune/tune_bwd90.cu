@@ -105,7 +105,7 @@ AbCompare ab_compare(const RunA& run_a, const RunB& run_b, const Buffers& b, Bwd
   return r;
 }
 
-// Modes pdl / profile / ws at head dim D (16 heads at d 128: 2048 / D heads).
+// Modes pdl / profile / ws / bm128 / kvregs / dqone at head dim D (2048 / D heads).
 template <int D>
 void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
   namespace sm90 = fa::sm90;
@@ -114,11 +114,11 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
   const bool bm128 = std::strcmp(mode, "bm128") == 0;
   const bool kvregs = std::strcmp(mode, "kvregs") == 0;
   const bool dqone = std::strcmp(mode, "dqone") == 0;
-  const bool d64_b = bm128 || kvregs || dqone;  // B: a BwdTraits variant of the library's kernel at d 64
+  const bool d64_b = bm128 || kvregs || dqone;  // a BwdTraits variant of the library's, at d 64
   struct Case {
     const char* name;
     int seqlen, left;  // left -1: causal, -2: neither causal nor a window
-    int mods = kNoMods;  // fwd90_harness.h Mods: softcap 30 or ALiBi (mode kvregs only)
+    int mods = kNoMods;  // fwd90_harness.h Mods: softcap 30 or ALiBi (modes kvregs, dqone)
   };
   const Case cases[] = {{"window (128, 0)", 16384, 128}, {"window (1024, 0)", 16384, 1024},
                         {"causal", 1024, -1},          {"causal", 2048, -1},
@@ -142,27 +142,26 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
     }
     const fa::BwdParams p = bwd_params(fp, g);
     // A / B: the library's backward with each kernel launched whole / programmatically; ws: the
-    // library's (programmatic) / the warp-specialized main kernel's.
-    // bm128: the library's (A) / its main kernel on query blocks of 128 rows (B).
+    // library's (programmatic) / the warp-specialized main kernel's; bm128 / dqone: the
+    // library's / a BwdTraits variant of its main kernel; kvregs: the variant (K / V from shared
+    // memory) / the library's.
     auto run = [&](bool b_side) {
       fa::Status st = fa::Status::kSuccess;
-      if constexpr (D == 64) {
-        if (bm128 && b_side) {
-          st = sm90::run_bwd_with<__nv_bfloat16, D, sm90::BwdTraits<D, 128>, false>(p, 0, true,
-                                                                                  true);
-        }
-        if (dqone && b_side) {  // B: dQ by one warpgroup a step
-          using DqOne = sm90::BwdTraits<D, 64, true, true, true>;
-          st = sm90::run_bwd_with<__nv_bfloat16, D, DqOne, false>(p, 0, true, true);
-        }
-        if (kvregs && !b_side) {  // A: S^T / dP^T with K / V read from shared memory
-          using KvShared = sm90::BwdTraits<D, 64, true, false>;
-          st = sm90::run_bwd_with<__nv_bfloat16, D, KvShared, false>(p, 0, true, true);
-        }
-      }
-      if (bm128 || dqone ? !b_side : kvregs ? b_side : true) {
+      const bool variant = d64_b && (kvregs ? !b_side : b_side);
+      if (!variant) {
         st = ws ? sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, true, b_side)
                 : sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, d64_b || b_side);
+      } else if constexpr (D == 64) {
+        if (bm128) {
+          st = sm90::run_bwd_with<__nv_bfloat16, D, sm90::BwdTraits<D, 128>, false>(p, 0, true,
+                                                                                  true);
+        } else if (dqone) {  // dQ by one warpgroup a step
+          st = sm90::run_bwd_with<__nv_bfloat16, D, sm90::BwdTraits<D, 64, true, true, true>,
+                                  false>(p, 0, true, true);
+        } else {  // kvregs: S^T / dP^T with K / V read from shared memory
+          st = sm90::run_bwd_with<__nv_bfloat16, D, sm90::BwdTraits<D, 64, true, false>, false>(
+              p, 0, true, true);
+        }
       }
       if (st != fa::Status::kSuccess) {
         std::printf("backward launch failed (%d)\n", static_cast<int>(st));
@@ -179,7 +178,8 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
     std::printf("bwd %s d=%d s=%5d: %s %.4f ms, %s %.4f ms, time ratio %.4f; "
                 "max|diff| dk %.1e dv %.1e dq %.1e%s\n",
                 c.name, D, c.seqlen,
-                kvregs ? "K / V from shared memory" : ws || bm128 ? "library" : "whole", r.t.a_ms,
+                kvregs ? "K / V from shared memory" : ws || bm128 || dqone ? "library" : "whole",
+                r.t.a_ms,
                 bm128    ? "128-row query blocks"
                 : dqone  ? "dQ by one warpgroup"
                 : kvregs ? "library (K / V in registers)"
