@@ -20,7 +20,7 @@
 // against the library's, which holds them as register A fragments (B); kvregs also times
 // softcap 30 and ALiBi (their static-mask instances) causal at 16k and non-causal at 4k. Mode
 // `dqone` (d 64, kvregs' shapes): the library against its main kernel with each step's dQ GEMM
-// by one warpgroup (B; BwdTraits kDqOneWg).
+// by one warpgroup (B; BwdTraits kDqOneWg). Modes `dqprobe` and `stagger`: variant_cases below.
 // Build and run (device):
 //   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 \
 //        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
@@ -76,6 +76,13 @@ float max_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n, float* 
   CHECK(cudaMemcpy(&d, scratch, 4, cudaMemcpyDeviceToHost));
   return d;
 }
+
+// A timing probe of a main kernel's traits (modes dqprobe): bwd_kernel.h / bwd_split_kernel.h
+// kProbeDq.
+template <typename Lib, int kProbe>
+struct DqProbe : Lib {
+  static constexpr int kProbeDq = kProbe;
+};
 
 }  // namespace
 
@@ -211,6 +218,74 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
   }
 }
 
+// Modes dqprobe (head dims 64 / 128 / 256) and stagger (d 256): the library's backward (A)
+// against its main kernel with another traits type, B and C: dqprobe without dQ's reductions into
+// the accumulator (B) and without dQ at all (C), to time what dQ costs (dq then wrong; dk / dv
+// bitwise equal); stagger: the split kernel's warpgroup 1 issuing dP^T once warpgroup 0's S^T has
+// retired (B) or been issued (C), everything bitwise equal but dq (the red.adds' order).
+template <int D>
+void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
+  namespace sm90 = fa::sm90;
+  constexpr bool kSplit = fa::bwd_tile_sm90(D).split;
+  constexpr int kBlockM = fa::bwd_tile_sm90(D).block_m;
+  using Lib = std::conditional_t<kSplit, sm90::BwdSplitTraits<D, kBlockM>,
+                                 sm90::BwdTraits<D, kBlockM>>;
+  const bool stagger = std::strcmp(mode, "stagger") == 0;
+  struct Case {
+    const char* name;
+    int seqlen, left;  // left -1: causal, -2: neither
+  };
+  const Case cases[] = {{"window (1024, 0)", 16384, 1024}, {"causal", 1024, -1},
+                        {"causal", 16384, -1}, {"full", 4096, -2}};
+  for (const Case& c : cases) {
+    fa::FwdParams fp;
+    if (c.left >= 0) {
+      mods_params(b, D, c.seqlen, true, kWindow1k, &fp);
+      fp.window_left = c.left;
+    } else {
+      fp = make_params(b, D, c.seqlen, c.left == -1);
+    }
+    const fa::BwdParams p = bwd_params(fp, g);
+    const auto check = [](fa::Status st) {
+      if (st != fa::Status::kSuccess) {
+        std::printf("backward launch failed (%d)\n", static_cast<int>(st));
+      }
+    };
+    const auto run_a = [&] { check(sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true)); };
+    const auto run_b = [&] {
+      if constexpr (kSplit) {
+        if (stagger) {
+          check(sm90::run_bwd_with<__nv_bfloat16, D, sm90::BwdSplitTraits<D, kBlockM, 1>,
+                                   false>(p, 0, true, true));
+          return;
+        }
+      }
+      check(sm90::run_bwd_with<__nv_bfloat16, D, DqProbe<Lib, 1>, false>(p, 0, true, true));
+    };
+    const auto run_c = [&] {
+      if constexpr (kSplit) {
+        if (stagger) {
+          check(sm90::run_bwd_with<__nv_bfloat16, D, sm90::BwdSplitTraits<D, kBlockM, 2>,
+                                   false>(p, 0, true, true));
+          return;
+        }
+      }
+      check(sm90::run_bwd_with<__nv_bfloat16, D, DqProbe<Lib, 2>, false>(p, 0, true, true));
+    };
+    if (run_sm80<D>(fp) != fa::Status::kSuccess) std::printf("forward launch failed\n");
+    const AbCompare rb = ab_compare(run_a, run_b, b, g, n);
+    const AbCompare rc = ab_compare(run_a, run_c, b, g, n);
+    std::printf("bwd %s d=%d s=%5d: library %.4f ms; %s %.4f ms (ratio %.4f, max|diff| dk %.1e "
+                "dv %.1e dq %.1e); %s %.4f ms (ratio %.4f, max|diff| dk %.1e dv %.1e dq %.1e)\n",
+                c.name, D, c.seqlen, rb.t.a_ms,
+                stagger ? "dP^T after S^T retired" : "no dQ reductions", rb.t.b_ms,
+                rb.t.b_over_a, rb.ddk, rb.ddv, rb.ddq,
+                stagger ? "dP^T after S^T issued" : "no dQ", rc.t.b_ms, rc.t.b_over_a, rc.ddk,
+                rc.ddv, rc.ddq);
+    std::fflush(stdout);
+  }
+}
+
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "defer";
   const size_t n = 16384ull * 2048;
@@ -238,6 +313,17 @@ int main(int argc, char** argv) {
       std::strcmp(mode, "dqone") == 0) {
     // d 64 only (at d 128 neither the 128-row step nor K / V's fragments fit the registers)
     ab_cases<64>(mode, b, g, n);
+    return 0;
+  }
+  if (std::strcmp(mode, "stagger") == 0) {
+    variant_cases<256>(mode, b, g, n);
+    return 0;
+  }
+  if (std::strcmp(mode, "dqprobe") == 0) {
+    const std::string dims = argc > 2 ? argv[2] : "64,128,256";
+    if (dims.find("64") != std::string::npos) variant_cases<64>(mode, b, g, n);
+    if (dims.find("128") != std::string::npos) variant_cases<128>(mode, b, g, n);
+    if (dims.find("256") != std::string::npos) variant_cases<256>(mode, b, g, n);
     return 0;
   }
   if (std::strcmp(mode, "pdl") == 0 || std::strcmp(mode, "profile") == 0 ||

@@ -29,6 +29,9 @@ enum class NamedBarrier : int {
   kBwdDqFull1 = 11,
   kBwdDqEmpty0 = 12,
   kBwdDqEmpty1 = 13,
+  // sm90/bwd_split_kernel.h (kStagger): warpgroup 0's S^T issued or retired, so warpgroup 1 may
+  // issue dP^T.
+  kBwdSplitSDone = 14,
 };
 
 // Waits until `threads` threads (a multiple of 32, the warps counted whole) have arrived at

@@ -75,6 +75,9 @@ struct BwdBlockShape {
   static constexpr int kOffV = kOffK + kKVBytes;
   static constexpr int kOffQ = kOffV + kKVBytes;
   using Params = BwdTmaParams;  // bwd_common.h: the kernel parameters and the q / dout maps
+  // Timing probes (benchmarks/tune/tune_bwd90.cu mode `dqprobe`, a derived traits type hides
+  // this): 1 leaves out dQ's bulk reductions, 2 dQ altogether (dq then wrong); 0 in the library.
+  static constexpr int kProbeDq = 0;
 
   static_assert(kHeadDim % 64 == 0, "d is whole 64-column atoms");
   static_assert(kBlockM % 64 == 0, "dQ is whole m64 slabs");
@@ -313,7 +316,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_dk[i][e] = acc_dv[i][e] = 0.f;
 
-  const bool compute_dq = !p.deterministic;
+  const bool compute_dq = !p.deterministic && Traits::kProbeDq != 2;
   BwdStep step{w.head_first, w.m_begin};
   // The block the staged dQ goes to (the last step's), the thread that issues it, and the issue
   // (every thread has stored and fenced the block, and passed a barrier since).
@@ -323,7 +326,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
         backward::ws_row0<kSeqlens>(kp, seq_info<kSeqlens>(p, w.batch), head) + m * kBlockM;
     return kp.dq_accum + block_row * kHeadDim;
   };
-  const bool dq_issuer = compute_dq && tid == 0;
+  const bool dq_issuer = compute_dq && Traits::kProbeDq == 0 && tid == 0;
   const auto reduce_staged_dq = [&] {
     if (dq_issuer) {
       ptx::bulk_reduce_add_f32(dq_block, s_base + Traits::kOffDQ, Traits::kDqBytes);

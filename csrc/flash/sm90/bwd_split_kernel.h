@@ -36,9 +36,17 @@
 
 namespace flashattn_cu::sm90 {
 
-template <int kHeadDim_, int kBlockM_>
+template <int kHeadDim_, int kBlockM_, int kStagger_ = 0>
 struct BwdSplitTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // When warpgroup 1 issues dP^T: 0 with warpgroup 0's S^T (both GEMMs share the tensor cores
+  // and retire together, then warpgroup 0's exponentials run with the tensor cores idle); 1 once
+  // S^T has retired (a named barrier), so that the exponentials run under dP^T; 2 once S^T has
+  // been issued. A tuning knob (benchmarks/tune/tune_bwd90.cu mode `stagger`).
+  static constexpr int kStagger = kStagger_;
+  // Timing probes (benchmarks/tune/tune_bwd90.cu mode `dqprobe`, a derived traits type hides
+  // this): 1 leaves out dQ's red.adds, 2 dQ's GEMM as well (dq then wrong); 0 in the library.
+  static constexpr int kProbeDq = 0;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = 64;
   static constexpr int kNThreads = 256;
@@ -105,7 +113,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc_dk[i][e] = acc_dv[i][e] = 0.f;
 
-  const bool compute_dq = !p.deterministic;
+  const bool compute_dq = !p.deterministic && Traits::kProbeDq != 2;
   const float scale_log2 = kp.score.scale_log2;
   BwdStep step{w.head_first, w.m_begin};
 
@@ -131,6 +139,9 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
     float acc[kQTiles][4];
     {
       const uint32_t a_tile = wg == 0 ? sK : sV, b_tile = wg == 0 ? sQs : sDOs;
+      if constexpr (Traits::kStagger != 0) {
+        if (wg == 1) ptx::named_barrier_sync(ptx::NamedBarrier::kBwdSplitSDone, 256);
+      }
       ptx::wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kHeadDim / 16; ++ks) {
@@ -139,6 +150,9 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
                                             ks > 0);
       }
       ptx::wgmma_commit();
+      if constexpr (Traits::kStagger == 2) {
+        if (wg == 0) ptx::named_barrier_arrive(ptx::NamedBarrier::kBwdSplitSDone, 256);
+      }
       if constexpr (kDropout) {
         dropout_of(kp, w.batch, head)
             .template keep_bits_transposed<kQTiles>(keep, w.n_start + warp_key0, m * kBlockM,
@@ -146,6 +160,9 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
       }
       ptx::wgmma_wait<0>();
       ptx::fence_operand(acc);
+      if constexpr (Traits::kStagger == 1) {
+        if (wg == 0) ptx::named_barrier_arrive(ptx::NamedBarrier::kBwdSplitSDone, 256);
+      }
     }
 
     // The softcap variants' dS factor, 1 - t^2, from warpgroup 0's capped scores to warpgroup 1
@@ -239,7 +256,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
                         (warp % 4) * 16 + lane / 4) * kHeadDim +
                        col0 + 2 * t;
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr)
+      for (int hr = 0; hr < 2 && Traits::kProbeDq == 0; ++hr)
 #pragma unroll
         for (int nt = 0; nt < kColTiles; ++nt) {
           ptx::red_add_v2_f32(dq_rows + hr * 8 * kHeadDim + nt * 8, acc_dq[nt][hr * 2],
