@@ -400,8 +400,8 @@ main() {
     if want tune_bwd; then  # torch-free A/B of the sm90 backward's tile order for windows
         run_step tune_bwd:build "$LOGS/tune_bwd_build.log" nvcc -std=c++17 -O3 --use_fast_math \
             --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 -gencode arch=compute_90a,code=sm_90a \
-            -Icsrc/include -Icsrc/flash benchmarks/tune/tune_bwd90.cu csrc/flash/tma_host.cu \
-            -o "$WORK/tune_bwd90" &&
+            -Icsrc/include -Icsrc/flash ${TUNE_BWD_NVCC_FLAGS:-} benchmarks/tune/tune_bwd90.cu \
+            csrc/flash/tma_host.cu -o "$WORK/tune_bwd90" &&
             {
                 # TUNE_BWD_ARGS: one run, or several separated by ';' ("pdl 128; profile 64")
                 IFS=';' read -r -a bwd_runs <<< "${TUNE_BWD_ARGS:-}"

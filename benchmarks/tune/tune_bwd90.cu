@@ -222,7 +222,9 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
 // against its main kernel with another traits type, B and C: dqprobe without dQ's reductions into
 // the accumulator (B) and without dQ at all (C), to time what dQ costs (dq then wrong; dk / dv
 // bitwise equal); stagger: the split kernel's warpgroup 1 issuing dP^T once warpgroup 0's S^T has
-// retired (B) or been issued (C), everything bitwise equal but dq (the red.adds' order).
+// retired (B) or been issued (C), everything bitwise equal but dq (the red.adds' order); bulkdq
+// (d 256): the split kernel's dQ by bulk reductions (B; BwdSplitTraits kBulkDq), and with
+// stagger 1 (C).
 template <int D>
 void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
   namespace sm90 = fa::sm90;
@@ -231,6 +233,7 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
   using Lib = std::conditional_t<kSplit, sm90::BwdSplitTraits<D, kBlockM>,
                                  sm90::BwdTraits<D, kBlockM>>;
   const bool stagger = std::strcmp(mode, "stagger") == 0;
+  const bool bulkdq = std::strcmp(mode, "bulkdq") == 0;
   struct Case {
     const char* name;
     int seqlen, left;  // left -1: causal, -2: neither
@@ -252,23 +255,21 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
       }
     };
     const auto run_a = [&] { check(sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true)); };
+    // B and C: split-kernel traits of modes stagger / bulkdq, or the probes.
+    const auto run_split = [&](auto traits) {
+      check(sm90::run_bwd_with<__nv_bfloat16, D, decltype(traits), false>(p, 0, true, true));
+    };
     const auto run_b = [&] {
       if constexpr (kSplit) {
-        if (stagger) {
-          check(sm90::run_bwd_with<__nv_bfloat16, D, sm90::BwdSplitTraits<D, kBlockM, 1>,
-                                   false>(p, 0, true, true));
-          return;
-        }
+        if (stagger) return run_split(sm90::BwdSplitTraits<D, kBlockM, 1>{});
+        if (bulkdq) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true>{});
       }
       check(sm90::run_bwd_with<__nv_bfloat16, D, DqProbe<Lib, 1>, false>(p, 0, true, true));
     };
     const auto run_c = [&] {
       if constexpr (kSplit) {
-        if (stagger) {
-          check(sm90::run_bwd_with<__nv_bfloat16, D, sm90::BwdSplitTraits<D, kBlockM, 2>,
-                                   false>(p, 0, true, true));
-          return;
-        }
+        if (stagger) return run_split(sm90::BwdSplitTraits<D, kBlockM, 2>{});
+        if (bulkdq) return run_split(sm90::BwdSplitTraits<D, kBlockM, 1, true>{});
       }
       check(sm90::run_bwd_with<__nv_bfloat16, D, DqProbe<Lib, 2>, false>(p, 0, true, true));
     };
@@ -278,9 +279,14 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
     std::printf("bwd %s d=%d s=%5d: library %.4f ms; %s %.4f ms (ratio %.4f, max|diff| dk %.1e "
                 "dv %.1e dq %.1e); %s %.4f ms (ratio %.4f, max|diff| dk %.1e dv %.1e dq %.1e)\n",
                 c.name, D, c.seqlen, rb.t.a_ms,
-                stagger ? "dP^T after S^T retired" : "no dQ reductions", rb.t.b_ms,
-                rb.t.b_over_a, rb.ddk, rb.ddv, rb.ddq,
-                stagger ? "dP^T after S^T issued" : "no dQ", rc.t.b_ms, rc.t.b_over_a, rc.ddk,
+                stagger  ? "dP^T after S^T retired"
+                : bulkdq ? "dQ by bulk reductions"
+                         : "no dQ reductions",
+                rb.t.b_ms, rb.t.b_over_a, rb.ddk, rb.ddv, rb.ddq,
+                stagger  ? "dP^T after S^T issued"
+                : bulkdq ? "bulk, dP^T after S^T retired"
+                         : "no dQ",
+                rc.t.b_ms, rc.t.b_over_a, rc.ddk,
                 rc.ddv, rc.ddq);
     std::fflush(stdout);
   }
@@ -315,10 +321,16 @@ int main(int argc, char** argv) {
     ab_cases<64>(mode, b, g, n);
     return 0;
   }
-  if (std::strcmp(mode, "stagger") == 0) {
+  if (std::strcmp(mode, "stagger") == 0 || std::strcmp(mode, "bulkdq") == 0) {
     variant_cases<256>(mode, b, g, n);
     return 0;
   }
+#ifdef TUNE_BWD90_D256_ONLY
+  // A build of modes stagger / bulkdq alone (a third of the kernels: device_run.sh
+  // TUNE_BWD_NVCC_FLAGS=-DTUNE_BWD90_D256_ONLY).
+  std::printf("mode %s: not in this build (TUNE_BWD90_D256_ONLY)\n", mode);
+  return 1;
+#else
   if (std::strcmp(mode, "dqprobe") == 0) {
     const std::string dims = argc > 2 ? argv[2] : "64,128,256";
     if (dims.find("64") != std::string::npos) variant_cases<64>(mode, b, g, n);
@@ -377,4 +389,5 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   return 0;
+#endif
 }

@@ -77,9 +77,14 @@ Status run_bwd_with(const BwdParams& p, cudaStream_t stream, bool defer_light, b
     if (!p.deterministic) return Status::kSuccess;
     return backward::launch_bwd_dq_for<Element, kHeadDim, false>(kp, stream);
   };
-  // dq_frag: bwd_kernel.h stages dQ in the fragment layout (bwd_ws_kernel.h in its own order);
-  // the split kernel's red.adds do not.
-  return backward::run_bwd_pipeline<Element, kHeadDim, kWs>(p, stream, main, pdl, !tile.split);
+  // dq_frag: bwd_kernel.h stages dQ in the fragment layout (bwd_ws_kernel.h and the split
+  // kernel's bulk reductions in the warp-major order); the split kernel's red.adds add plain rows.
+  if constexpr (tile.split) {
+    return backward::run_bwd_pipeline<Element, kHeadDim, Traits::kBulkDq>(p, stream, main, pdl,
+                                                                         Traits::kBulkDq);
+  } else {
+    return backward::run_bwd_pipeline<Element, kHeadDim, kWs>(p, stream, main, pdl, true);
+  }
 }
 
 // warp_specialized: bwd_ws_kernel.h instead of bwd_kernel.h (d 64 / 128). Compiled only where

@@ -16,6 +16,7 @@
 //   | wg0: mask, exp2, store P^T; fence.proxy.async | bar | wg0: dV (in flight)
 //   | wg1: read P^T, dS^T, store dS^T; fence.proxy.async | bar | wg1: dV; both: dQ, dK; wait dQ
 //   | red.global.add dQ (dK in flight); wait all
+// (kBulkDq: wait all | stage dQ over this step's Q / dO; the reductions at the next step's start.)
 #pragma once
 
 #include <cstdint>
@@ -36,9 +37,18 @@
 
 namespace flashattn_cu::sm90 {
 
-template <int kHeadDim_, int kBlockM_, int kStagger_ = 0>
+template <int kHeadDim_, int kBlockM_, int kStagger_ = 0, bool kBulkDq_ = false>
 struct BwdSplitTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // dQ into the accumulator by bulk reductions (cp.reduce.async.bulk) of the block staged in
+  // shared memory, instead of every thread's red.global.add of its fragments (which stall on the
+  // load / store unit's queue: NOTES 12.41). The 64 x d fp32 block (64 KB) is staged over the
+  // step's own Q and dO buffers, free once the step's GEMMs are done: each warpgroup writes only
+  // the halves of them that it alone reads (its dK / dV columns), so no barrier precedes the
+  // staging; the block is in bwd/params.h dq_frag_ws_offset's order (each warp's pairs one 8 KB
+  // run), four 16 KB reductions issued by thread 0 at the next step's start, whose loads into
+  // that buffer wait for them to have read it.
+  static constexpr bool kBulkDq = kBulkDq_;
   // When warpgroup 1 issues dP^T: 0 with warpgroup 0's S^T (both GEMMs share the tensor cores
   // and retire together, then warpgroup 0's exponentials run with the tensor cores idle); 1 once
   // S^T has retired (a named barrier), so that the exponentials run under dP^T; 2 once S^T has
@@ -116,6 +126,21 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
   const bool compute_dq = !p.deterministic && Traits::kProbeDq != 2;
   const float scale_log2 = kp.score.scale_log2;
   BwdStep step{w.head_first, w.m_begin};
+  // kBulkDq: the staged block's place in the accumulator, and its reductions (thread 0) from the
+  // Q / dO buffers of stage `st`: warps 0-1, 2-3, 4-5, 6-7's runs (Traits::kBulkDq).
+  constexpr bool kBulk = Traits::kBulkDq;
+  float* dq_block = nullptr;
+  const auto reduce_staged_dq = [&](int st) {
+    constexpr int kQuarter = Traits::kQBytes / 2;  // two warps' 8 KB runs
+    const uint32_t q = sQ + st * Traits::kQBytes, d = sDO + st * Traits::kQBytes;
+    if constexpr (Traits::kProbeDq == 0) {
+      ptx::bulk_reduce_add_f32(dq_block, q, kQuarter);
+      ptx::bulk_reduce_add_f32(dq_block + kQuarter / 4, d, kQuarter);
+      ptx::bulk_reduce_add_f32(dq_block + 2 * (kQuarter / 4), q + kQuarter, kQuarter);
+      ptx::bulk_reduce_add_f32(dq_block + 3 * (kQuarter / 4), d + kQuarter, kQuarter);
+    }
+    ptx::tma_store_commit();
+  };
 
 #pragma unroll 1
   for (int it = 0; it < w.total; ++it) {
@@ -123,7 +148,18 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
     const int head = step.head, m = step.m;
     const BwdStep next = next_step(w, step);
     // The next step's loads take the other buffer; this step's buffer landed.
-    begin_step<Traits>(kp, w, q_map, do_map, s_base, it, next, stage ^ 1, tid);
+    if constexpr (kBulk) {
+      // As begin_step, but the next step's loads go out after S^T's issue below, once the last
+      // step's reductions (issued here, from that buffer) have read it.
+      if (it == 0) {
+        ptx::cp_async_wait<0>();
+        ptx::fence_proxy_async_shared();
+      }
+      __syncthreads();  // (it > 0) the last step's dQ staged and fenced by every thread
+      if (tid == 0 && it > 0 && compute_dq) reduce_staged_dq(stage ^ 1);
+    } else {
+      begin_step<Traits>(kp, w, q_map, do_map, s_base, it, next, stage ^ 1, tid);
+    }
     ptx::mbarrier_wait_parity(s_base + Traits::kOffBar + 8 * stage, (it >> 1) & 1);
     const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
     const char* s_max = smem + Traits::kOffMax + stage * kBlockM * 4;
@@ -150,6 +186,13 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
                                             ks > 0);
       }
       ptx::wgmma_commit();
+      if constexpr (kBulk) {
+        if (tid == 0 && it + 1 < w.total) {
+          if (it > 0 && compute_dq) ptx::tma_store_wait<0>();  // the reductions read the buffer
+          tma_query_block<Traits>(kp, w, q_map, do_map, s_base, next.head, next.m, stage ^ 1,
+                                  false);
+        }
+      }
       if constexpr (Traits::kStagger == 2) {
         if (wg == 0) ptx::named_barrier_arrive(ptx::NamedBarrier::kBwdSplitSDone, 256);
       }
@@ -248,6 +291,30 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
       }
       ptx::wgmma_commit();
       issue_dk();
+      if constexpr (kBulk) {
+        ptx::wgmma_wait<0>();  // dV, dQ, dK: this warpgroup's reads of Q / dO done
+        ptx::fence_operand(acc_dq);
+        // Warp w's pairs (row (w % 4) * 16 + g + 8 hr, column col0 + 8 nt + 2t + e) as one 8 KB
+        // run in dq_frag_ws_offset's order, placed in the Q buffer (w % 4 < 2) or the dO buffer
+        // at (w / 4) * 16 KB + (w % 2) * 8 KB: warpgroup 0 in the halves (columns 0..127) that
+        // only its dK / dV read, warpgroup 1 in the other halves.
+        char* s_dq = smem + ((warp % 4) < 2 ? Traits::kOffQ : Traits::kOffDO) +
+                     stage * Traits::kQBytes + wg * (Traits::kQBytes / 2) +
+                     (warp % 2) * (Traits::kQBytes / 4) + lane * 8;
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+#pragma unroll
+          for (int nt = 0; nt < kColTiles; ++nt) {
+            *reinterpret_cast<float2*>(s_dq + (hr * kColTiles + nt) * 256) =
+                make_float2(acc_dq[nt][hr * 2], acc_dq[nt][hr * 2 + 1]);
+          }
+        ptx::fence_proxy_async_shared();  // for the reductions (after the next barrier)
+        dq_block = kp.dq_accum +
+                   (backward::ws_row0<kSeqlens>(kp, seq_info<kSeqlens>(p, w.batch), head) +
+                    m * kBlockM) * kHeadDim;
+        step = next;
+        continue;
+      }
       ptx::wgmma_wait<1>();  // dV and dQ done; dK runs under the red.adds
       ptx::fence_operand(acc_dq);
       // Row (query) (warp % 4) * 16 + g + 8 hr, column col0 + 8 nt + 2t + e.
@@ -268,9 +335,18 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
     ptx::wgmma_wait<0>();  // the step's groups still in flight: dK (without dQ, dV too)
     step = next;
   }
+  if constexpr (kBulk) {
+    // The last step's staged block (w.total > 0 steps ran: a block that walks none has none).
+    if (compute_dq && w.total > 0) {
+      __syncthreads();  // every thread's pairs stored and fenced
+      if (tid == 0) reduce_staged_dq((w.total - 1) & 1);
+    }
+  }
   finish_dkdv<kDropout>(kp, acc_dk, acc_dv);
 
   store_dkdv<Element, Traits, kColTiles>(kp, w, smem, acc_dk, acc_dv, warp_key0, col0, tid);
+  // The reductions done (shared memory read, global memory written) before the block exits.
+  if (kBulk && tid == 0) ptx::bulk_wait_all<0>();
 }
 
 template <typename Element, typename Traits, int kVariant>
