@@ -222,9 +222,9 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
 // against its main kernel with another traits type, B and C: dqprobe without dQ's reductions into
 // the accumulator (B) and without dQ at all (C), to time what dQ costs (dq then wrong; dk / dv
 // bitwise equal); stagger: the split kernel's warpgroup 1 issuing dP^T once warpgroup 0's S^T has
-// retired (B) or been issued (C), everything bitwise equal but dq (the red.adds' order); bulkdq
-// (d 256): the split kernel's dQ by bulk reductions (B; BwdSplitTraits kBulkDq), and with
-// stagger 1 (C).
+// retired (B) or been issued (C), everything bitwise equal but dq (the reductions' order);
+// bulkdq (d 256): the split kernel's dQ by red.adds (B; BwdSplitTraits kBulkDq off, the library
+// before NOTES 12.41), and the library with stagger 1 (C).
 template <int D>
 void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
   namespace sm90 = fa::sm90;
@@ -262,7 +262,7 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
     const auto run_b = [&] {
       if constexpr (kSplit) {
         if (stagger) return run_split(sm90::BwdSplitTraits<D, kBlockM, 1>{});
-        if (bulkdq) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true>{});
+        if (bulkdq) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, false>{});
       }
       check(sm90::run_bwd_with<__nv_bfloat16, D, DqProbe<Lib, 1>, false>(p, 0, true, true));
     };
@@ -280,7 +280,7 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
                 "dv %.1e dq %.1e); %s %.4f ms (ratio %.4f, max|diff| dk %.1e dv %.1e dq %.1e)\n",
                 c.name, D, c.seqlen, rb.t.a_ms,
                 stagger  ? "dP^T after S^T retired"
-                : bulkdq ? "dQ by bulk reductions"
+                : bulkdq ? "dQ by red.adds"
                          : "no dQ reductions",
                 rb.t.b_ms, rb.t.b_over_a, rb.ddk, rb.ddv, rb.ddq,
                 stagger  ? "dP^T after S^T issued"

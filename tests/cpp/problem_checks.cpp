@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "flashattn_cu/flashattn_cu.h"
@@ -297,47 +298,54 @@ void check_kvcache_math() {
   expect(merge_ok, "merged_lse: any split of the keys gives their LSE; all empty gives +inf");
 }
 
-// The sm90 backward's dQ accumulator layout (bwd/params.h dq_frag_offset), the contract between
-// the main kernel's staging (sm90/bwd_kernel.h: warp w, lane l stores its pair (hr, nt)
-// at float ((hr * d / 16 + nt) * 8 + w) * 64 + 2 l of the block, one bulk reduction adds the
-// block) and the postprocess (reads columns 8c .. 8c + 7 of a row as one 32-byte chunk): a
-// permutation of the block, 8-column chunks contiguous, and the kernel's pairs where the layout
-// puts their elements, each warp's 32 pairs of one (hr, nt) 256 contiguous bytes.
+// The sm90 backward's dQ accumulator layouts (bwd/params.h), the contract between the main
+// kernels' staging (one bulk reduction or a few add the staged block) and the postprocess (reads
+// columns 8c .. 8c + 7 of a row as one 32-byte chunk): dq_frag_offset (sm90/bwd_kernel.h: warp
+// w, lane l stores its pair (hr, nt) at float ((hr * d / 16 + nt) * 8 + w) * 64 + 2 l of the
+// block) and dq_frag_ws_offset (sm90/bwd_ws_kernel.h and the split kernel at d 256: at
+// ((w * 2 + hr) * d / 16 + nt) * 64 + 2 l, each warp's pairs one run): a permutation of the
+// block, 8-column chunks contiguous, and the kernels' pairs where the layout puts their elements.
 void check_dq_frag_layout() {
   namespace bw = flashattn_cu::backward;
-  bool perm = true, chunks = true, kernel = true;
-  for (int d : {64, 128}) {
-    const int rows = bw::kDqFragRows, half = d / 2;
-    std::vector<int> seen(static_cast<size_t>(rows) * d, 0);
-    for (int r = 0; r < rows; ++r) {
-      for (int col = 0; col < d; ++col) {
-        const int64_t o = bw::dq_frag_offset(r, col, d);
-        if (o < 0 || o >= static_cast<int64_t>(rows) * d) {
-          perm = false;
-          continue;
+  for (const bool ws : {false, true}) {
+    const auto offset = [ws](int r, int col, int d) {
+      return ws ? bw::dq_frag_ws_offset(r, col, d) : bw::dq_frag_offset(r, col, d);
+    };
+    bool perm = true, chunks = true, kernel = true;
+    for (int d : {64, 128, 256}) {
+      const int rows = bw::kDqFragRows, half = d / 2;
+      std::vector<int> seen(static_cast<size_t>(rows) * d, 0);
+      for (int r = 0; r < rows; ++r) {
+        for (int col = 0; col < d; ++col) {
+          const int64_t o = offset(r, col, d);
+          if (o < 0 || o >= static_cast<int64_t>(rows) * d) {
+            perm = false;
+            continue;
+          }
+          ++seen[static_cast<size_t>(o)];
+          chunks = chunks && o == offset(r, col - col % 8, d) + col % 8;
         }
-        ++seen[static_cast<size_t>(o)];
-        chunks = chunks && o == bw::dq_frag_offset(r, col - col % 8, d) + col % 8;
       }
-    }
-    perm = perm && std::all_of(seen.begin(), seen.end(), [](int x) { return x == 1; });
-    for (int w = 0; w < 8; ++w) {
-      for (int l = 0; l < 32; ++l) {
-        for (int hr = 0; hr < 2; ++hr) {
-          for (int nt = 0; nt < half / 8; ++nt) {
-            const int row = (w % 4) * 16 + l / 4 + 8 * hr;
-            const int col = (w / 4) * half + 8 * nt + 2 * (l % 4);
-            const int64_t at = ((hr * (half / 8) + nt) * 8 + w) * 64 + 2 * l;
-            kernel = kernel && bw::dq_frag_offset(row, col, d) == at &&
-                     bw::dq_frag_offset(row, col + 1, d) == at + 1;
+      perm = perm && std::all_of(seen.begin(), seen.end(), [](int x) { return x == 1; });
+      for (int w = 0; w < 8; ++w) {
+        for (int l = 0; l < 32; ++l) {
+          for (int hr = 0; hr < 2; ++hr) {
+            for (int nt = 0; nt < half / 8; ++nt) {
+              const int row = (w % 4) * 16 + l / 4 + 8 * hr;
+              const int col = (w / 4) * half + 8 * nt + 2 * (l % 4);
+              const int64_t at = ws ? ((w * 2 + hr) * (half / 8) + nt) * 64 + 2 * l
+                                    : ((hr * (half / 8) + nt) * 8 + w) * 64 + 2 * l;
+              kernel = kernel && offset(row, col, d) == at && offset(row, col + 1, d) == at + 1;
+            }
           }
         }
       }
     }
+    const std::string name = ws ? "dq_frag_ws_offset" : "dq_frag_offset";
+    expect(perm, (name + ": a permutation of each 64-row block (d 64, 128, 256)").c_str());
+    expect(chunks, (name + ": columns 8c .. 8c + 7 of a row contiguous").c_str());
+    expect(kernel, (name + ": the sm90 kernels' staged pairs where the layout puts them").c_str());
   }
-  expect(perm, "dq_frag_offset: a permutation of each 64-row block (d 64, 128)");
-  expect(chunks, "dq_frag_offset: columns 8c .. 8c + 7 of a row contiguous");
-  expect(kernel, "dq_frag_offset: the sm90 kernel's staged pairs where the layout puts them");
 }
 
 }  // namespace

@@ -6,17 +6,19 @@
 //   warpgroup 1: dP^T = V dO^T (the same shape, at the same time) -> dS^T = P^T (dP^T - D),
 //                P^T read back from smem -> dS^T to smem
 //   both, columns 128 wg ..:  dV += P^T dO,  dK += dS^T Q,  dQ = dS K   (wgmma SS, n = 128)
-// so every GEMM is done once and each thread holds dK, dV (64 + 64) and dQ (64) fp32 registers.
+// so every GEMM is done once and each thread holds dK, dV (64 + 64) and dQ (64) fp32 registers;
+// dQ goes to the accumulator by bulk reductions of its block, staged in shared memory.
 // P^T and dS^T live in sw128 [key][query] tiles: K-major A operands for dV/dK, MN-major A for
 // dQ. Semantics, workspace and padding conventions are those of bwd_kernel.h.
 //
 // One step (query block), barriers over the whole block:
-//   bar | issue next loads (one thread: TMA and bulk copies) | wait Q/dO/M/L/D (mbarrier)
-//   | wg0: S^T, wg1: dP^T; wait
+//   bar | thread 0: the last step's dQ reductions | wait Q/dO/M/L/D (mbarrier)
+//   | wg0: S^T, wg1: dP^T | thread 0: wait for the reductions' reads, issue the next step's loads
+//   (TMA, bulk copies) into the other buffer | wait
 //   | wg0: mask, exp2, store P^T; fence.proxy.async | bar | wg0: dV (in flight)
 //   | wg1: read P^T, dS^T, store dS^T; fence.proxy.async | bar | wg1: dV; both: dQ, dK; wait dQ
-//   | red.global.add dQ (dK in flight); wait all
-// (kBulkDq: wait all | stage dQ over this step's Q / dO; the reductions at the next step's start.)
+//   | wait all | stage dQ over this step's Q / dO buffers (kBulkDq; without it: red.global.add
+//   of dQ's fragments with dK in flight, the next loads issued at the step's start)
 #pragma once
 
 #include <cstdint>
@@ -37,25 +39,27 @@
 
 namespace flashattn_cu::sm90 {
 
-template <int kHeadDim_, int kBlockM_, int kStagger_ = 0, bool kBulkDq_ = false>
+template <int kHeadDim_, int kBlockM_, int kStagger_ = 0, bool kBulkDq_ = true>
 struct BwdSplitTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // dQ into the accumulator by bulk reductions (cp.reduce.async.bulk) of the block staged in
-  // shared memory, instead of every thread's red.global.add of its fragments (which stall on the
-  // load / store unit's queue: NOTES 12.41). The 64 x d fp32 block (64 KB) is staged over the
-  // step's own Q and dO buffers, free once the step's GEMMs are done: each warpgroup writes only
-  // the halves of them that it alone reads (its dK / dV columns), so no barrier precedes the
-  // staging; the block is in bwd/params.h dq_frag_ws_offset's order (each warp's pairs one 8 KB
-  // run), four 16 KB reductions issued by thread 0 at the next step's start, whose loads into
-  // that buffer wait for them to have read it.
+  // shared memory, instead of every thread's red.global.add of its fragments, which stall on the
+  // load / store unit's queue (the bulk reductions: 0.911-0.916x the backward's time on the H200,
+  // NOTES 12.41; off: the red.adds, for tune_bwd90's A/B). The 64 x d fp32 block (64 KB) is
+  // staged over the step's own Q and dO buffers, free once the step's GEMMs are done: each
+  // warpgroup writes only the halves of them that it alone reads (its dK / dV columns), so no
+  // barrier precedes the staging; the block is in bwd/params.h dq_frag_ws_offset's order (each
+  // warp's pairs one 8 KB run), four 16 KB reductions issued by thread 0 at the next step's
+  // start, whose loads into that buffer wait for them to have read it.
   static constexpr bool kBulkDq = kBulkDq_;
   // When warpgroup 1 issues dP^T: 0 with warpgroup 0's S^T (both GEMMs share the tensor cores
   // and retire together, then warpgroup 0's exponentials run with the tensor cores idle); 1 once
   // S^T has retired (a named barrier), so that the exponentials run under dP^T; 2 once S^T has
-  // been issued. A tuning knob (benchmarks/tune/tune_bwd90.cu mode `stagger`).
+  // been issued. A tuning knob (benchmarks/tune/tune_bwd90.cu mode `stagger`): 1 and 2 took
+  // 1.02-1.05x the time with the red.adds, 1 1.02-1.03x with the bulk reductions (NOTES 12.41).
   static constexpr int kStagger = kStagger_;
   // Timing probes (benchmarks/tune/tune_bwd90.cu mode `dqprobe`, a derived traits type hides
-  // this): 1 leaves out dQ's red.adds, 2 dQ's GEMM as well (dq then wrong); 0 in the library.
+  // this): 1 leaves out dQ's reductions, 2 dQ's GEMM as well (dq then wrong); 0 in the library.
   static constexpr int kProbeDq = 0;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = 64;
