@@ -224,7 +224,8 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
 // bitwise equal); stagger: the split kernel's warpgroup 1 issuing dP^T once warpgroup 0's S^T has
 // retired (B) or been issued (C), everything bitwise equal but dq (the reductions' order);
 // bulkdq (d 256): the split kernel's dQ by red.adds (B; BwdSplitTraits kBulkDq off, the library
-// before NOTES 12.41), and the library with stagger 1 (C).
+// before NOTES 12.41), and the library with stagger 1 (C); issuer (d 256): the red.adds (B) and
+// the library with the reductions and loads issued by warpgroup 1 (C; BwdSplitTraits kIssuerWg).
 template <int D>
 void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
   namespace sm90 = fa::sm90;
@@ -234,6 +235,7 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
                                  sm90::BwdTraits<D, kBlockM>>;
   const bool stagger = std::strcmp(mode, "stagger") == 0;
   const bool bulkdq = std::strcmp(mode, "bulkdq") == 0;
+  const bool issuer = std::strcmp(mode, "issuer") == 0;
   struct Case {
     const char* name;
     int seqlen, left;  // left -1: causal, -2: neither
@@ -262,7 +264,7 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
     const auto run_b = [&] {
       if constexpr (kSplit) {
         if (stagger) return run_split(sm90::BwdSplitTraits<D, kBlockM, 1>{});
-        if (bulkdq) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, false>{});
+        if (bulkdq || issuer) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, false>{});
       }
       check(sm90::run_bwd_with<__nv_bfloat16, D, DqProbe<Lib, 1>, false>(p, 0, true, true));
     };
@@ -270,6 +272,7 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
       if constexpr (kSplit) {
         if (stagger) return run_split(sm90::BwdSplitTraits<D, kBlockM, 2>{});
         if (bulkdq) return run_split(sm90::BwdSplitTraits<D, kBlockM, 1, true>{});
+        if (issuer) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true, 1>{});
       }
       check(sm90::run_bwd_with<__nv_bfloat16, D, DqProbe<Lib, 2>, false>(p, 0, true, true));
     };
@@ -280,11 +283,12 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
                 "dv %.1e dq %.1e); %s %.4f ms (ratio %.4f, max|diff| dk %.1e dv %.1e dq %.1e)\n",
                 c.name, D, c.seqlen, rb.t.a_ms,
                 stagger  ? "dP^T after S^T retired"
-                : bulkdq ? "dQ by red.adds"
+                : bulkdq || issuer ? "dQ by red.adds"
                          : "no dQ reductions",
                 rb.t.b_ms, rb.t.b_over_a, rb.ddk, rb.ddv, rb.ddq,
                 stagger  ? "dP^T after S^T issued"
                 : bulkdq ? "bulk, dP^T after S^T retired"
+                : issuer ? "bulk, issued by warpgroup 1"
                          : "no dQ",
                 rc.t.b_ms, rc.t.b_over_a, rc.ddk,
                 rc.ddv, rc.ddq);
@@ -321,7 +325,8 @@ int main(int argc, char** argv) {
     ab_cases<64>(mode, b, g, n);
     return 0;
   }
-  if (std::strcmp(mode, "stagger") == 0 || std::strcmp(mode, "bulkdq") == 0) {
+  if (std::strcmp(mode, "stagger") == 0 || std::strcmp(mode, "bulkdq") == 0 ||
+      std::strcmp(mode, "issuer") == 0) {
     variant_cases<256>(mode, b, g, n);
     return 0;
   }

@@ -39,7 +39,8 @@
 
 namespace flashattn_cu::sm90 {
 
-template <int kHeadDim_, int kBlockM_, int kStagger_ = 0, bool kBulkDq_ = true>
+template <int kHeadDim_, int kBlockM_, int kStagger_ = 0, bool kBulkDq_ = true,
+          int kIssuerWg_ = 0>
 struct BwdSplitTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // dQ into the accumulator by bulk reductions (cp.reduce.async.bulk) of the block staged in
@@ -52,6 +53,10 @@ struct BwdSplitTraits {
   // warp's pairs one 8 KB run), four 16 KB reductions issued by thread 0 at the next step's
   // start, whose loads into that buffer wait for them to have read it.
   static constexpr bool kBulkDq = kBulkDq_;
+  // kBulkDq: the warpgroup whose first thread issues the reductions and, once they have read the
+  // buffer, the next step's loads: 0 after its S^T's issue, 1 after its dP^T's (warpgroup 1
+  // then waits for warpgroup 0's exponentials anyway). A tuning knob (tune_bwd90 `issuer`).
+  static constexpr int kIssuerWg = kIssuerWg_;
   // When warpgroup 1 issues dP^T: 0 with warpgroup 0's S^T (both GEMMs share the tensor cores
   // and retire together, then warpgroup 0's exponentials run with the tensor cores idle); 1 once
   // S^T has retired (a named barrier), so that the exponentials run under dP^T; 2 once S^T has
@@ -130,9 +135,10 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
   const bool compute_dq = !p.deterministic && Traits::kProbeDq != 2;
   const float scale_log2 = kp.score.scale_log2;
   BwdStep step{w.head_first, w.m_begin};
-  // kBulkDq: the staged block's place in the accumulator, and its reductions (thread 0) from the
-  // Q / dO buffers of stage `st`: warps 0-1, 2-3, 4-5, 6-7's runs (Traits::kBulkDq).
+  // kBulkDq: the staged block's place in the accumulator, and its reductions (the issuer thread)
+  // from the Q / dO buffers of stage `st`: warps 0-1, 2-3, 4-5, 6-7's runs (Traits::kBulkDq).
   constexpr bool kBulk = Traits::kBulkDq;
+  const bool issuer = tid == Traits::kIssuerWg * 128;
   float* dq_block = nullptr;
   const auto reduce_staged_dq = [&](int st) {
     constexpr int kQuarter = Traits::kQBytes / 2;  // two warps' 8 KB runs
@@ -160,7 +166,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
         ptx::fence_proxy_async_shared();
       }
       __syncthreads();  // (it > 0) the last step's dQ staged and fenced by every thread
-      if (tid == 0 && it > 0 && compute_dq) reduce_staged_dq(stage ^ 1);
+      if (issuer && it > 0 && compute_dq) reduce_staged_dq(stage ^ 1);
     } else {
       begin_step<Traits>(kp, w, q_map, do_map, s_base, it, next, stage ^ 1, tid);
     }
@@ -191,7 +197,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
       }
       ptx::wgmma_commit();
       if constexpr (kBulk) {
-        if (tid == 0 && it + 1 < w.total) {
+        if (issuer && it + 1 < w.total) {
           if (it > 0 && compute_dq) ptx::tma_store_wait<0>();  // the reductions read the buffer
           tma_query_block<Traits>(kp, w, q_map, do_map, s_base, next.head, next.m, stage ^ 1,
                                   false);
@@ -343,14 +349,14 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
     // The last step's staged block (w.total > 0 steps ran: a block that walks none has none).
     if (compute_dq && w.total > 0) {
       __syncthreads();  // every thread's pairs stored and fenced
-      if (tid == 0) reduce_staged_dq((w.total - 1) & 1);
+      if (issuer) reduce_staged_dq((w.total - 1) & 1);
     }
   }
   finish_dkdv<kDropout>(kp, acc_dk, acc_dv);
 
   store_dkdv<Element, Traits, kColTiles>(kp, w, smem, acc_dk, acc_dv, warp_key0, col0, tid);
   // The reductions done (shared memory read, global memory written) before the block exits.
-  if (kBulk && tid == 0) ptx::bulk_wait_all<0>();
+  if (kBulk && issuer) ptx::bulk_wait_all<0>();
 }
 
 template <typename Element, typename Traits, int kVariant>
