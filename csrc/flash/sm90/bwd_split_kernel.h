@@ -40,7 +40,7 @@
 namespace flashattn_cu::sm90 {
 
 template <int kHeadDim_, int kBlockM_, int kStagger_ = 0, bool kBulkDq_ = true,
-          int kIssuerWg_ = 0>
+          int kIssuerWg_ = 1>
 struct BwdSplitTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // dQ into the accumulator by bulk reductions (cp.reduce.async.bulk) of the block staged in
@@ -55,7 +55,8 @@ struct BwdSplitTraits {
   static constexpr bool kBulkDq = kBulkDq_;
   // kBulkDq: the warpgroup whose first thread issues the reductions and, once they have read the
   // buffer, the next step's loads: 0 after its S^T's issue, 1 after its dP^T's (warpgroup 1
-  // then waits for warpgroup 0's exponentials anyway). A tuning knob (tune_bwd90 `issuer`).
+  // then waits for warpgroup 0's exponentials anyway): 1 took 0.944-0.963x the time of 0 on the
+  // H200 (tune_bwd90 `issuer`, NOTES 12.41).
   static constexpr int kIssuerWg = kIssuerWg_;
   // When warpgroup 1 issues dP^T: 0 with warpgroup 0's S^T (both GEMMs share the tensor cores
   // and retire together, then warpgroup 0's exponentials run with the tensor cores idle); 1 once
