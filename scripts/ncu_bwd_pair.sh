@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# ncu of one backward of flashattn_cu and one of FlashAttention-4 on the same shape
+# (scripts/ncu_bwd_pair.py; bf16, the benchmark's shapes), their details side by side in $OUT:
+# ncu_bwd_pair_<backend>_details.txt (SOL, scheduler, warp states, pipes, memory tables of every
+# kernel of the backward: preprocess, main kernel, postprocess). Device only, the second call of
+# the FA4 protocol (../shared/tools/fa4_anchor.sh: the first call copied .fa4b/part_ab to
+# /tmp/fa4parts and built the extension; this one carries .fa4a):
+#   NCU_DIM=64 NCU_SEQLEN=16384 NCU_CAUSAL=1 OUT=/tmp/o bash scripts/ncu_bwd_pair.sh
+set -u -o pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+OUT=${OUT:-./ncu_out}
+WORK=${WORK:-/tmp/ncu_bwd_pair}
+mkdir -p "$OUT" "$WORK"
+if [ -f .fa4a/part_aa ] && [ -f /tmp/fa4parts/part_ab ] && [ ! -d /tmp/fa4/flash_attn ]; then
+    cp .fa4a/part_aa /tmp/fa4parts/ && mkdir -p /tmp/fa4 &&
+        cat /tmp/fa4parts/part_* | xz -d | tar -x -C /tmp/fa4
+fi
+shape=(--dim "${NCU_DIM:-64}" --seqlen "${NCU_SEQLEN:-16384}" --causal "${NCU_CAUSAL:-1}")
+for backend in flashattn_cu fa4; do
+    extra=()
+    [ "$backend" = fa4 ] && extra=(env PYTHONPATH=/tmp/fa4/nvidia_cutlass_dsl/dsl_packages:/tmp/fa4)
+    "${extra[@]}" ncu --profile-from-start off --set full -f -o "$WORK/$backend" \
+        python3 scripts/ncu_bwd_pair.py --backend "$backend" "${shape[@]}" || {
+        echo "ncu_bwd_pair: $backend failed"
+        continue
+    }
+    ncu -i "$WORK/$backend.ncu-rep" --print-details all > "$OUT/ncu_bwd_pair_${backend}_details.txt" 2>&1
+done
+ls -la "$OUT"
