@@ -225,7 +225,10 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
 // retired (B) or been issued (C), everything bitwise equal but dq (the reductions' order);
 // bulkdq (d 256): the split kernel's dQ by red.adds (B; BwdSplitTraits kBulkDq off, the library
 // before NOTES 12.41), and the library with stagger 1 (C); issuer (d 256): the red.adds (B) and
-// the library with the reductions and loads issued by warpgroup 1 (C; BwdSplitTraits kIssuerWg).
+// the library with the reductions and loads issued by warpgroup 1 (C; BwdSplitTraits kIssuerWg;
+// the library's since b46f65f, so A and C are the same kernel now); rotate (d 256): the library
+// with each block's walk over the query blocks rotated by its key block (B; kRotate) and the
+// red.adds with it (C, against mode issuer's B).
 template <int D>
 void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
   namespace sm90 = fa::sm90;
@@ -236,12 +239,13 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
   const bool stagger = std::strcmp(mode, "stagger") == 0;
   const bool bulkdq = std::strcmp(mode, "bulkdq") == 0;
   const bool issuer = std::strcmp(mode, "issuer") == 0;
+  const bool rotate = std::strcmp(mode, "rotate") == 0;
   struct Case {
     const char* name;
     int seqlen, left;  // left -1: causal, -2: neither
   };
   const Case cases[] = {{"window (1024, 0)", 16384, 1024}, {"causal", 1024, -1},
-                        {"causal", 16384, -1}, {"full", 4096, -2}};
+                        {"causal", 16384, -1}, {"full", 4096, -2}, {"full", 16384, -2}};
   for (const Case& c : cases) {
     fa::FwdParams fp;
     if (c.left >= 0) {
@@ -265,6 +269,7 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
       if constexpr (kSplit) {
         if (stagger) return run_split(sm90::BwdSplitTraits<D, kBlockM, 1>{});
         if (bulkdq || issuer) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, false>{});
+        if (rotate) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true, 1, true>{});
       }
       check(sm90::run_bwd_with<__nv_bfloat16, D, DqProbe<Lib, 1>, false>(p, 0, true, true));
     };
@@ -273,6 +278,7 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
         if (stagger) return run_split(sm90::BwdSplitTraits<D, kBlockM, 2>{});
         if (bulkdq) return run_split(sm90::BwdSplitTraits<D, kBlockM, 1, true>{});
         if (issuer) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true, 1>{});
+        if (rotate) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, false, 1, true>{});
       }
       check(sm90::run_bwd_with<__nv_bfloat16, D, DqProbe<Lib, 2>, false>(p, 0, true, true));
     };
@@ -284,11 +290,13 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
                 c.name, D, c.seqlen, rb.t.a_ms,
                 stagger  ? "dP^T after S^T retired"
                 : bulkdq || issuer ? "dQ by red.adds"
+                : rotate           ? "walks rotated"
                          : "no dQ reductions",
                 rb.t.b_ms, rb.t.b_over_a, rb.ddk, rb.ddv, rb.ddq,
                 stagger  ? "dP^T after S^T issued"
                 : bulkdq ? "bulk, dP^T after S^T retired"
                 : issuer ? "bulk, issued by warpgroup 1"
+                : rotate ? "red.adds, walks rotated"
                          : "no dQ",
                 rc.t.b_ms, rc.t.b_over_a, rc.ddk,
                 rc.ddv, rc.ddq);
@@ -326,7 +334,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (std::strcmp(mode, "stagger") == 0 || std::strcmp(mode, "bulkdq") == 0 ||
-      std::strcmp(mode, "issuer") == 0) {
+      std::strcmp(mode, "issuer") == 0 || std::strcmp(mode, "rotate") == 0) {
     variant_cases<256>(mode, b, g, n);
     return 0;
   }

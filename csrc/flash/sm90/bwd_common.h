@@ -213,13 +213,14 @@ __device__ __forceinline__ void tma_query_block(const BwdKernelParams& kp, const
 }
 
 // A main kernel's start (both sm90 kernels): the Traits::kStages buffers' mbarriers (at kOffBar),
-// K / V of the block by cp.async (every thread; committed), the first step's Q / dO / rows by
-// thread 0 into buffer 0; then every block waits for the preprocess (bwd/pipeline.h's
-// programmatic launch), also one that walks no step, so that this grid never ends before it.
+// K / V of the block by cp.async (every thread; committed), the first step's Q / dO / rows (query
+// block m_first of the first head) by thread 0 into buffer 0; then every block waits for the
+// preprocess (bwd/pipeline.h's programmatic launch), also one that walks no step, so that this
+// grid never ends before it.
 template <typename Traits, typename Element, typename Work>
 __device__ __forceinline__ void begin_block(const BwdKernelParams& kp, const Work& w,
                                             const void* q_map, const void* do_map,
-                                            uint32_t s_base, int tid) {
+                                            uint32_t s_base, int tid, int m_first) {
   if (tid == 0) {
 #pragma unroll
     for (int b = 0; b < Traits::kStages; ++b) {
@@ -231,7 +232,7 @@ __device__ __forceinline__ void begin_block(const BwdKernelParams& kp, const Wor
     load_kv<Traits, Element>(kp, w, s_base, tid);
     ptx::cp_async_commit();
     if (tid == 0) {
-      tma_query_block<Traits>(kp, w, q_map, do_map, s_base, w.head_first, w.m_begin, 0, true);
+      tma_query_block<Traits>(kp, w, q_map, do_map, s_base, w.head_first, m_first, 0, true);
     }
   }
   ptx::grid_dependency_wait();

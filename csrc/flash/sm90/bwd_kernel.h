@@ -308,7 +308,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   const uint32_t sQ = s_base + Traits::kOffQ, sDO = s_base + Traits::kOffDO;
   const uint32_t sDS = s_base + Traits::kOffDS;
   // K / V by cp.async, the first step's Q / dO / rows into buffer 0; the preprocess waited for.
-  begin_block<Traits, Element>(kp, w, q_map, do_map, s_base, tid);
+  begin_block<Traits, Element>(kp, w, q_map, do_map, s_base, tid, w.m_begin);
 
   float acc_dk[kColTiles][4], acc_dv[kColTiles][4];
 #pragma unroll

@@ -40,7 +40,7 @@
 namespace flashattn_cu::sm90 {
 
 template <int kHeadDim_, int kBlockM_, int kStagger_ = 0, bool kBulkDq_ = true,
-          int kIssuerWg_ = 1>
+          int kIssuerWg_ = 1, bool kRotate_ = false>
 struct BwdSplitTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // dQ into the accumulator by bulk reductions (cp.reduce.async.bulk) of the block staged in
@@ -58,6 +58,11 @@ struct BwdSplitTraits {
   // then waits for warpgroup 0's exponentials anyway): 1 took 0.944-0.963x the time of 0 on the
   // H200 (tune_bwd90 `issuer`, NOTES 12.41).
   static constexpr int kIssuerWg = kIssuerWg_;
+  // Each block's walk over a head's query blocks starts at query block m_begin + (its key block
+  // index mod the range) and wraps, instead of at m_begin: the blocks of a wave then add into
+  // different dQ blocks at the same time where every one of them walks the same range
+  // (non-causal). A tuning knob (tune_bwd90 `rotate`).
+  static constexpr bool kRotate = kRotate_;
   // When warpgroup 1 issues dP^T: 0 with warpgroup 0's S^T (both GEMMs share the tensor cores
   // and retire together, then warpgroup 0's exponentials run with the tensor cores idle); 1 once
   // S^T has retired (a named barrier), so that the exponentials run under dP^T; 2 once S^T has
@@ -125,7 +130,22 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
   const uint32_t sQ = s_base + Traits::kOffQ, sDO = s_base + Traits::kOffDO;
   const uint32_t sP = s_base + Traits::kOffP, sDS = s_base + Traits::kOffDS;
   // K / V by cp.async, the first step's Q / dO / rows into buffer 0; the preprocess waited for.
-  begin_block<Traits, Element>(kp, w, q_map, do_map, s_base, tid);
+  // The first query block of each head's walk (Traits::kRotate), and the step after s.
+  const int m_first = [&] {
+    const int range = w.m_end - w.m_begin;
+    if (!Traits::kRotate || range <= 0) return w.m_begin;
+    return w.m_begin + (w.n_start / kBlockN) % range;
+  }();
+  const auto advance = [&](BwdStep s) {
+    if constexpr (!Traits::kRotate) {
+      return next_step(w, s);
+    } else {
+      if (++s.m == w.m_end) s.m = w.m_begin;
+      if (s.m == m_first) ++s.head;
+      return s;
+    }
+  };
+  begin_block<Traits, Element>(kp, w, q_map, do_map, s_base, tid, m_first);
 
   float acc_dk[kColTiles][4], acc_dv[kColTiles][4];
 #pragma unroll
@@ -135,7 +155,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
 
   const bool compute_dq = !p.deterministic && Traits::kProbeDq != 2;
   const float scale_log2 = kp.score.scale_log2;
-  BwdStep step{w.head_first, w.m_begin};
+  BwdStep step{w.head_first, m_first};
   // kBulkDq: the staged block's place in the accumulator, and its reductions (the issuer thread)
   // from the Q / dO buffers of stage `st`: warps 0-1, 2-3, 4-5, 6-7's runs (Traits::kBulkDq).
   constexpr bool kBulk = Traits::kBulkDq;
@@ -157,7 +177,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
   for (int it = 0; it < w.total; ++it) {
     const int stage = it & 1;
     const int head = step.head, m = step.m;
-    const BwdStep next = next_step(w, step);
+    const BwdStep next = advance(step);
     // The next step's loads take the other buffer; this step's buffer landed.
     if constexpr (kBulk) {
       // As begin_step, but the next step's loads go out after S^T's issue below, once the last
