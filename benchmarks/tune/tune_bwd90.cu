@@ -228,7 +228,9 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
 // the library with the reductions and loads issued by warpgroup 1 (C; BwdSplitTraits kIssuerWg;
 // the library's since b46f65f, so A and C are the same kernel now); rotate (d 256): the library
 // with each block's walk over the query blocks rotated by its key block (B; kRotate) and the
-// red.adds with it (C, against mode issuer's B).
+// red.adds with it (C, against mode issuer's B); pair (d 256): clusters of two CTAs adding each
+// other's dQ halves before reducing one half each (B; BwdSplitTraits kPairDq), and with the
+// walks rotated (C).
 template <int D>
 void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
   namespace sm90 = fa::sm90;
@@ -240,6 +242,7 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
   const bool bulkdq = std::strcmp(mode, "bulkdq") == 0;
   const bool issuer = std::strcmp(mode, "issuer") == 0;
   const bool rotate = std::strcmp(mode, "rotate") == 0;
+  const bool pair = std::strcmp(mode, "pair") == 0;
   struct Case {
     const char* name;
     int seqlen, left;  // left -1: causal, -2: neither
@@ -270,6 +273,7 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
         if (stagger) return run_split(sm90::BwdSplitTraits<D, kBlockM, 1>{});
         if (bulkdq || issuer) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, false>{});
         if (rotate) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true, 1, true>{});
+        if (pair) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true, 1, false, true>{});
       }
       check(sm90::run_bwd_with<__nv_bfloat16, D, DqProbe<Lib, 1>, false>(p, 0, true, true));
     };
@@ -279,6 +283,7 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
         if (bulkdq) return run_split(sm90::BwdSplitTraits<D, kBlockM, 1, true>{});
         if (issuer) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true, 1>{});
         if (rotate) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, false, 1, true>{});
+        if (pair) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true, 1, true, true>{});
       }
       check(sm90::run_bwd_with<__nv_bfloat16, D, DqProbe<Lib, 2>, false>(p, 0, true, true));
     };
@@ -291,12 +296,14 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
                 stagger  ? "dP^T after S^T retired"
                 : bulkdq || issuer ? "dQ by red.adds"
                 : rotate           ? "walks rotated"
+                : pair             ? "pairs sharing dQ"
                          : "no dQ reductions",
                 rb.t.b_ms, rb.t.b_over_a, rb.ddk, rb.ddv, rb.ddq,
                 stagger  ? "dP^T after S^T issued"
                 : bulkdq ? "bulk, dP^T after S^T retired"
                 : issuer ? "bulk, issued by warpgroup 1"
                 : rotate ? "red.adds, walks rotated"
+                : pair   ? "pairs, walks rotated"
                          : "no dQ",
                 rc.t.b_ms, rc.t.b_over_a, rc.ddk,
                 rc.ddv, rc.ddq);
@@ -334,7 +341,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (std::strcmp(mode, "stagger") == 0 || std::strcmp(mode, "bulkdq") == 0 ||
-      std::strcmp(mode, "issuer") == 0 || std::strcmp(mode, "rotate") == 0) {
+      std::strcmp(mode, "issuer") == 0 || std::strcmp(mode, "rotate") == 0 ||
+      std::strcmp(mode, "pair") == 0) {
     variant_cases<256>(mode, b, g, n);
     return 0;
   }

@@ -29,12 +29,13 @@ Status cuda_status(cudaError_t err);
 // global memory; the previous kernel may let it in early with ptx::launch_dependents).
 enum class StreamOrder { kWhole, kProgrammatic };
 
-// Launches Kernel<<<grid, block, smem_bytes, stream>>>(args...), first raising the kernel's
-// dynamic shared-memory limit on the current device when it needs more than the default 48 KB
-// and has not been raised that far there yet.
+// Launches Kernel<<<grid, block, smem_bytes, stream>>>(args...) in clusters of `cluster` CTAs
+// along x (1: no cluster attribute), first raising the kernel's dynamic shared-memory limit on
+// the current device when it needs more than the default 48 KB and has not been raised that far
+// there yet.
 template <auto Kernel, typename... Args>
-Status launch_kernel_ordered(StreamOrder order, dim3 grid, dim3 block, int smem_bytes,
-                             cudaStream_t stream, const Args&... args) {
+Status launch_kernel_clustered(StreamOrder order, int cluster, dim3 grid, dim3 block,
+                               int smem_bytes, cudaStream_t stream, const Args&... args) {
   if (smem_bytes > 48 * 1024) {
     constexpr int kMaxDevices = 64;
     static std::atomic<int> raised_to[kMaxDevices];  // per device, zero-initialised
@@ -52,14 +53,27 @@ Status launch_kernel_ordered(StreamOrder order, dim3 grid, dim3 block, int smem_
   config.blockDim = block;
   config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
   config.stream = stream;
-  cudaLaunchAttribute attribute = {};
+  cudaLaunchAttribute attributes[2] = {};
+  config.attrs = attributes;
   if (order == StreamOrder::kProgrammatic) {
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    cudaLaunchAttribute& a = attributes[config.numAttrs++];
+    a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    a.val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 1) {
+    cudaLaunchAttribute& a = attributes[config.numAttrs++];
+    a.id = cudaLaunchAttributeClusterDimension;
+    a.val.clusterDim.x = static_cast<unsigned>(cluster);
+    a.val.clusterDim.y = 1;
+    a.val.clusterDim.z = 1;
   }
   return cuda_status(cudaLaunchKernelEx(&config, Kernel, args...));
+}
+
+template <auto Kernel, typename... Args>
+Status launch_kernel_ordered(StreamOrder order, dim3 grid, dim3 block, int smem_bytes,
+                             cudaStream_t stream, const Args&... args) {
+  return launch_kernel_clustered<Kernel>(order, 1, grid, block, smem_bytes, stream, args...);
 }
 
 template <auto Kernel, typename... Args>
@@ -87,13 +101,20 @@ Status with_variant(int variant, const Fn& fn) {
 // launch_kernel over a flat 1-D grid of `blocks` tiles (problem/scheduler.h counts them; one grid
 // dimension, so batch x heads is never capped at 65535): nothing to launch for 0, kInvalidArgument
 // past the 2^31 - 1 blocks a grid dimension holds.
+// `cluster` > 1: clusters of that many consecutive tiles (blocks a multiple of it).
+template <auto Kernel, typename... Args>
+Status launch_tiles_clustered(StreamOrder order, int cluster, int64_t blocks, int threads,
+                              int smem_bytes, cudaStream_t stream, const Args&... args) {
+  if (blocks == 0) return Status::kSuccess;
+  if (blocks > INT_MAX) return Status::kInvalidArgument;
+  return launch_kernel_clustered<Kernel>(order, cluster, dim3(static_cast<unsigned>(blocks)),
+                                         dim3(threads), smem_bytes, stream, args...);
+}
+
 template <auto Kernel, typename... Args>
 Status launch_tiles_ordered(StreamOrder order, int64_t blocks, int threads, int smem_bytes,
                             cudaStream_t stream, const Args&... args) {
-  if (blocks == 0) return Status::kSuccess;
-  if (blocks > INT_MAX) return Status::kInvalidArgument;
-  return launch_kernel_ordered<Kernel>(order, dim3(static_cast<unsigned>(blocks)), dim3(threads),
-                                       smem_bytes, stream, args...);
+  return launch_tiles_clustered<Kernel>(order, 1, blocks, threads, smem_bytes, stream, args...);
 }
 
 template <auto Kernel, typename... Args>

@@ -65,14 +65,17 @@ struct BwdWork {
   int seqlen_q, seqlen_k;
 };
 
+// kCtasPerTile: consecutive blocks that share one tile (a cluster's CTAs; sm90/bwd_split_kernel.h
+// kPairDq), each then taking its part of the tile's keys.
 template <int kBlockM, int kBlockN, int kVariant, bool kDynamic = variant_dynamic(kVariant),
-          bool kSeqlens = variant_seqlens(kVariant)>
+          bool kSeqlens = variant_seqlens(kVariant), int kCtasPerTile = 1>
 __device__ __forceinline__ BwdWork<kDynamic, kSeqlens> bwd_work(const BwdKernelParams& kp) {
   const BwdParams& p = kp.p;
   BwdWork<kDynamic, kSeqlens> w;
   // The static instance has no window, so no light blocks to defer.
   const KeyTile tile =
-      key_tile_at(static_cast<int>(blockIdx.x), ceil_div(p.seqlen_k, kBlockN), kp.kv_splits,
+      key_tile_at(static_cast<int>(blockIdx.x) / kCtasPerTile, ceil_div(p.seqlen_k, kBlockN),
+                  kp.kv_splits,
                   p.num_heads_k, p.batch * p.num_heads_k * kp.kv_splits, kDynamic ? kp.defer_n : 0);
   const SeqInfo seq = seq_info<kSeqlens>(p, tile.batch);
   w.batch = tile.batch;

@@ -32,6 +32,7 @@
 #include "../problem/mask.h"
 #include "../problem/score_mod.h"
 #include "../ptx/atomic.h"
+#include "../ptx/cluster.h"
 #include "../ptx/math.h"
 #include "../ptx/sync.h"
 #include "../ptx/wgmma.h"
@@ -40,7 +41,7 @@
 namespace flashattn_cu::sm90 {
 
 template <int kHeadDim_, int kBlockM_, int kStagger_ = 0, bool kBulkDq_ = true,
-          int kIssuerWg_ = 1, bool kRotate_ = false>
+          int kIssuerWg_ = 1, bool kRotate_ = false, bool kPairDq_ = false>
 struct BwdSplitTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // dQ into the accumulator by bulk reductions (cp.reduce.async.bulk) of the block staged in
@@ -63,6 +64,14 @@ struct BwdSplitTraits {
   // different dQ blocks at the same time where every one of them walks the same range
   // (non-causal). A tuning knob (tune_bwd90 `rotate`).
   static constexpr bool kRotate = kRotate_;
+  // With kBulkDq: clusters of two CTAs take the two 64-key halves of one 128-key tile (the pair
+  // walks the union of the halves' query blocks; a step outside a half's own range is all
+  // masked), and at each step's end each adds the other's staged dQ for its column half
+  // (distributed shared memory, 32 KB) into its own and reduces only that half: half the L2
+  // adds, which bound this kernel (NOTES 12.41, 12.42). Two cluster barriers a step: both staged,
+  // then both read (waited for by the issuer before the loads that overwrite the staging, by
+  // the others before the next step's first). A tuning knob (tune_bwd90 `pair`).
+  static constexpr bool kPairDq = kPairDq_;
   // When warpgroup 1 issues dP^T: 0 with warpgroup 0's S^T (both GEMMs share the tensor cores
   // and retire together, then warpgroup 0's exponentials run with the tensor cores idle); 1 once
   // S^T has retired (a named barrier), so that the exponentials run under dP^T; 2 once S^T has
@@ -74,6 +83,8 @@ struct BwdSplitTraits {
   static constexpr int kProbeDq = 0;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = 64;
+  static constexpr int kKeyTile = kPairDq ? 2 * kBlockN : kBlockN;  // keys a tile (scheduler)
+  static constexpr int kCluster = kPairDq ? 2 : 1;                  // CTAs a tile
   static constexpr int kNThreads = 256;
   static constexpr int kChunks = kHeadDim / 8;
   static constexpr int kQTiles = kBlockM / 8;
@@ -97,6 +108,7 @@ struct BwdSplitTraits {
 
   static_assert(kHalfCols % 64 == 0, "each warpgroup owns whole 64-column atoms");
   static_assert(kBlockM == 64, "dQ is one m64 slab");
+  static_assert(!kPairDq || kBulkDq, "the pair exchanges staged blocks");
   static_assert(backward::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
 };
 
@@ -117,11 +129,20 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
   const int t = lane % 4;
   const int warp_key0 = (warp % 4) * 16;  // both warpgroups cover keys 0..63
   const int col0 = wg * kHalf;            // this warpgroup's dK/dV/dQ columns
-  const auto w = bwd_work<kBlockM, kBlockN, kVariant>(kp);
+  auto w = bwd_work<kBlockM, Traits::kKeyTile, kVariant, kDynamic, kSeqlens, Traits::kCluster>(kp);
   ptx::launch_dependents();  // as sm90/bwd_kernel.h
-  if (w.keys_valid <= 0) {   // varlen: a key block past this entry's length
+  if (w.keys_valid <= 0) {   // varlen: a key block past this entry's length (kPairDq: both CTAs)
     ptx::grid_dependency_wait();
     return;
+  }
+  // The tile's index among the head's key tiles (kRotate), then kPairDq: this CTA's 64 keys
+  // (rank 1's may be none: K / V then load as zeros and every step is masked).
+  const int key_tile = w.n_start / Traits::kKeyTile;
+  [[maybe_unused]] uint32_t rank = 0;
+  if constexpr (Traits::kPairDq) {
+    rank = ptx::cluster_ctarank();
+    w.n_start += static_cast<int>(rank) * kBlockN;
+    w.keys_valid = min(kBlockN, w.keys_valid - static_cast<int>(rank) * kBlockN);
   }
 
   uint32_t s_base;
@@ -134,7 +155,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
   const int m_first = [&] {
     const int range = w.m_end - w.m_begin;
     if (!Traits::kRotate || range <= 0) return w.m_begin;
-    return w.m_begin + (w.n_start / kBlockN) % range;
+    return w.m_begin + key_tile % range;
   }();
   const auto advance = [&](BwdStep s) {
     if constexpr (!Traits::kRotate) {
@@ -161,10 +182,20 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
   constexpr bool kBulk = Traits::kBulkDq;
   const bool issuer = tid == Traits::kIssuerWg * 128;
   float* dq_block = nullptr;
+  // kPairDq: this thread has arrived at the barrier phase after its reads of the partner's
+  // staging and not yet waited for it.
+  [[maybe_unused]] bool pair_reads_pending = false;
   const auto reduce_staged_dq = [&](int st) {
     constexpr int kQuarter = Traits::kQBytes / 2;  // two warps' 8 KB runs
     const uint32_t q = sQ + st * Traits::kQBytes, d = sDO + st * Traits::kQBytes;
-    if constexpr (Traits::kProbeDq == 0) {
+    if constexpr (Traits::kPairDq) {  // this CTA's half: quarters 2 rank (Q), 2 rank + 1 (dO)
+      if constexpr (Traits::kProbeDq == 0) {
+        ptx::bulk_reduce_add_f32(dq_block + 2 * rank * (kQuarter / 4), q + rank * kQuarter,
+                                 kQuarter);
+        ptx::bulk_reduce_add_f32(dq_block + (2 * rank + 1) * (kQuarter / 4),
+                                 d + rank * kQuarter, kQuarter);
+      }
+    } else if constexpr (Traits::kProbeDq == 0) {
       ptx::bulk_reduce_add_f32(dq_block, q, kQuarter);
       ptx::bulk_reduce_add_f32(dq_block + kQuarter / 4, d, kQuarter);
       ptx::bulk_reduce_add_f32(dq_block + 2 * (kQuarter / 4), q + kQuarter, kQuarter);
@@ -218,6 +249,13 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
       }
       ptx::wgmma_commit();
       if constexpr (kBulk) {
+        if constexpr (Traits::kPairDq) {
+          // The partner has read the staging that these loads overwrite (the last step's).
+          if (warp == Traits::kIssuerWg * 4 && pair_reads_pending) {
+            ptx::cluster_wait_acquire();
+            pair_reads_pending = false;
+          }
+        }
         if (issuer && it + 1 < w.total) {
           if (it > 0 && compute_dq) ptx::tma_store_wait<0>();  // the reductions read the buffer
           tma_query_block<Traits>(kp, w, q_map, do_map, s_base, next.head, next.m, stage ^ 1,
@@ -339,6 +377,28 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
             *reinterpret_cast<float2*>(s_dq + (hr * kColTiles + nt) * 256) =
                 make_float2(acc_dq[nt][hr * 2], acc_dq[nt][hr * 2 + 1]);
           }
+        if constexpr (Traits::kPairDq) {
+          if (pair_reads_pending) {  // the last step's phase, where the issuer did not wait
+            ptx::cluster_wait_acquire();
+            pair_reads_pending = false;
+          }
+          ptx::cluster_arrive_release();
+          ptx::cluster_wait_acquire();  // both CTAs' blocks staged
+          // This thread's 128 bytes of column half `rank` (quarter 2 rank in the Q buffer for
+          // threads 0-127, 2 rank + 1 in the dO buffer for the others): the partner's added in.
+          const int off = (tid < 128 ? Traits::kOffQ : Traits::kOffDO) + stage * Traits::kQBytes +
+                          static_cast<int>(rank) * (Traits::kQBytes / 2) + (tid % 128) * 128;
+          const uint32_t theirs = ptx::map_shared_cluster(s_base + off, rank ^ 1);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const float4 o = ptx::ld_shared_cluster_v4(theirs + 16 * j);
+            float4* mine = reinterpret_cast<float4*>(smem + off + 16 * j);
+            const float4 m4 = *mine;
+            *mine = make_float4(m4.x + o.x, m4.y + o.y, m4.z + o.z, m4.w + o.w);
+          }
+          ptx::cluster_arrive_release();  // this thread's reads of the partner's staging done
+          pair_reads_pending = true;
+        }
         ptx::fence_proxy_async_shared();  // for the reductions (after the next barrier)
         dq_block = kp.dq_accum +
                    (backward::ws_row0<kSeqlens>(kp, seq_info<kSeqlens>(p, w.batch), head) +
@@ -372,6 +432,10 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
       __syncthreads();  // every thread's pairs stored and fenced
       if (issuer) reduce_staged_dq((w.total - 1) & 1);
     }
+  }
+  if constexpr (Traits::kPairDq) {
+    // The partner has read this CTA's last staging before the CTA may exit.
+    if (pair_reads_pending) ptx::cluster_wait_acquire();
   }
   finish_dkdv<kDropout>(kp, acc_dk, acc_dv);
 
