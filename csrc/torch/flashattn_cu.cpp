@@ -180,4 +180,32 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #endif
       },
       "Test-only: copies src to dst through TMA loads and stores (sm90/selftest.cu)");
+  m.def(
+      "_cluster_exchange_selftest",
+      [](const at::Tensor& src, at::Tensor& dst, at::Tensor& ranks) {
+#if FLASHATTN_CU_HAS_SM90A
+        TORCH_CHECK_VALUE(src.is_cuda() && dst.device() == src.device() &&
+                              ranks.device() == src.device() && src.dim() == 2 &&
+                              src.size(1) == 512 && src.size(0) % 2 == 0 &&
+                              src.sizes() == dst.sizes() && src.is_contiguous() &&
+                              dst.is_contiguous() && src.scalar_type() == at::kFloat &&
+                              dst.scalar_type() == at::kFloat && ranks.is_contiguous() &&
+                              ranks.scalar_type() == at::kInt && ranks.dim() == 1 &&
+                              ranks.size(0) == src.size(0),
+                          "_cluster_exchange_selftest: contiguous CUDA float32 src / dst of "
+                          "shape (even blocks, 512) and int32 ranks (blocks,)");
+        const c10::cuda::CUDAGuard guard(src.device());
+        check_status(flashattn_cu::sm90::cluster_exchange_selftest(
+                         src.data_ptr<float>(), dst.data_ptr<float>(), ranks.data_ptr<int>(),
+                         src.size(0), c10::cuda::getCurrentCUDAStream()),
+                     "_cluster_exchange_selftest");
+#else
+        (void)src;
+        (void)dst;
+        (void)ranks;
+        TORCH_CHECK(false, "_cluster_exchange_selftest: this build has no sm_90a code");
+#endif
+      },
+      "Test-only: each block of src to its cluster partner's block of dst through distributed "
+      "shared memory (sm90/selftest.cu)");
 }

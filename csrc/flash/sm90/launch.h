@@ -93,4 +93,10 @@ inline bool bwd_tma_ok(const BwdParams& p) {
 Status tma_copy_selftest(const void* src, void* dst, int64_t rows, int64_t cols,
                          int64_t row_stride, DType dtype, cudaStream_t stream);
 
+// Test hook (sm90/selftest.cu): clusters of two CTAs over `blocks` (even) blocks of 512 floats;
+// block b of dst gets block b ^ 1 of src through distributed shared memory, ranks[b] the CTA's
+// rank in its cluster.
+Status cluster_exchange_selftest(const float* src, float* dst, int* ranks, int64_t blocks,
+                                 cudaStream_t stream);
+
 }  // namespace flashattn_cu::sm90

@@ -4,10 +4,15 @@
 // global by a TMA store, both through 128-byte-swizzled 64 x 64 boxes (the layout the wgmma
 // kernels read), with partial boxes at the edges (zero-filled loads, clipped stores). A wrong
 // coordinate order, swizzle, byte count or barrier protocol shows up as a wrong copy or a hang.
+// And of the cluster wrappers (ptx/cluster.h), through _C._cluster_exchange_selftest: clusters of
+// two CTAs, each staging its block of floats in shared memory, then reading its partner's through
+// distributed shared memory between cluster barriers: a wrong rank, mapping or barrier shows up
+// as a block that is not the partner's.
 #include <cstdint>
 
 #include "../launch.h"
 #include "../ptx/arch.h"
+#include "../ptx/cluster.h"
 #include "../ptx/ldmatrix.h"
 #include "../ptx/mbarrier.h"
 #include "../ptx/sync.h"
@@ -51,7 +56,36 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+constexpr int kExchangeFloats = 4 * kThreads;  // a block: four floats a thread
+
+__global__ void __launch_bounds__(kThreads)
+    cluster_exchange_kernel(const float* src, float* dst, int* ranks) {
+  __shared__ alignas(16) float staged[kExchangeFloats];
+  const int t = static_cast<int>(threadIdx.x);
+  const int64_t block = blockIdx.x;
+  reinterpret_cast<float4*>(staged)[t] =
+      reinterpret_cast<const float4*>(src + block * kExchangeFloats)[t];
+  const uint32_t rank = ptx::cluster_ctarank();
+  if (t == 0) ranks[block] = static_cast<int>(rank);
+  ptx::cluster_arrive_release();
+  ptx::cluster_wait_acquire();  // both CTAs staged
+  const uint32_t theirs = ptx::map_shared_cluster(ptx::smem_u32(staged) + 16 * t, rank ^ 1);
+  reinterpret_cast<float4*>(dst + block * kExchangeFloats)[t] = ptx::ld_shared_cluster_v4(theirs);
+  ptx::cluster_arrive_release();
+  ptx::cluster_wait_acquire();  // the partner has read this CTA's staging before it exits
+}
+
 }  // namespace
+
+Status cluster_exchange_selftest(const float* src, float* dst, int* ranks, int64_t blocks,
+                                 cudaStream_t stream) {
+  if (blocks <= 0) return Status::kSuccess;
+  if (blocks % 2 != 0 || blocks > 65536) return Status::kInvalidArgument;
+  return launch_kernel_clustered<cluster_exchange_kernel>(StreamOrder::kWhole, 2,
+                                                          dim3(static_cast<unsigned>(blocks)),
+                                                          dim3(kThreads), 0, stream, src, dst,
+                                                          ranks);
+}
 
 Status tma_copy_selftest(const void* src, void* dst, int64_t rows, int64_t cols,
                          int64_t row_stride, DType dtype, cudaStream_t stream) {
