@@ -243,9 +243,10 @@ __device__ __forceinline__ void begin_block(const BwdKernelParams& kp, const Wor
 
 // Start of step `it` (both sm90 kernels): K / V (cp.async, the first step only) landed and
 // published to the async proxy; every warpgroup done with the last step, so that step `next`'s
-// loads (thread 0) may take buffer `next_stage`. The caller then waits for its own buffer's
+// loads (thread 0) may take buffer `next_stage` (kIssueNext; without it the caller issues them
+// later, as the split kernel's kBulkDq does). The caller then waits for its own buffer's
 // mbarrier.
-template <typename Traits, typename Work>
+template <typename Traits, bool kIssueNext = true, typename Work>
 __device__ __forceinline__ void begin_step(const BwdKernelParams& kp, const Work& w,
                                            const void* q_map, const void* do_map,
                                            uint32_t s_base, int it, BwdStep next, int next_stage,
@@ -255,9 +256,18 @@ __device__ __forceinline__ void begin_step(const BwdKernelParams& kp, const Work
     ptx::fence_proxy_async_shared();
   }
   __syncthreads();
-  if (tid == 0 && it + 1 < w.total) {
+  if (kIssueNext && tid == 0 && it + 1 < w.total) {
     tma_query_block<Traits>(kp, w, q_map, do_map, s_base, next.head, next.m, next_stage, false);
   }
+}
+
+// Query block m of query head `head` in the dQ accumulator (kBlockM rows of kHeadDim floats, one
+// block of the fragment layouts), for the entry whose sequence info is `seq`.
+template <int kBlockM, int kHeadDim, bool kSeqlens>
+__device__ __forceinline__ float* dq_accum_block(const BwdKernelParams& kp, const SeqInfo& seq,
+                                                 int head, int m) {
+  const int64_t block_row = backward::ws_row0<kSeqlens>(kp, seq, head) + m * kBlockM;
+  return kp.dq_accum + block_row * kHeadDim;
 }
 
 // Stores an A-fragment quadruple of a 16-row x 16-column slab of a [row][col] sw128 tile of

@@ -322,9 +322,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   // (every thread has stored and fenced the block, and passed a barrier since).
   float* dq_block = nullptr;
   const auto dq_block_of = [&](int head, int m) {  // query block m's rows of the accumulator
-    const int64_t block_row =
-        backward::ws_row0<kSeqlens>(kp, seq_info<kSeqlens>(p, w.batch), head) + m * kBlockM;
-    return kp.dq_accum + block_row * kHeadDim;
+    return dq_accum_block<kBlockM, kHeadDim, kSeqlens>(kp, seq_info<kSeqlens>(p, w.batch), head,
+                                                       m);
   };
   const bool dq_issuer = compute_dq && Traits::kProbeDq == 0 && tid == 0;
   const auto reduce_staged_dq = [&] {

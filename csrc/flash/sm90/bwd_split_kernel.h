@@ -12,9 +12,9 @@
 // dQ. Semantics, workspace and padding conventions are those of bwd_kernel.h.
 //
 // One step (query block), barriers over the whole block:
-//   bar | thread 0: the last step's dQ reductions | wait Q/dO/M/L/D (mbarrier)
-//   | wg0: S^T, wg1: dP^T | thread 0: wait for the reductions' reads, issue the next step's loads
-//   (TMA, bulk copies) into the other buffer | wait
+//   bar | thread 128: the last step's dQ reductions | wait Q/dO/M/L/D (mbarrier)
+//   | wg0: S^T, wg1: dP^T | thread 128: wait for the reductions' reads, issue the next step's
+//   loads (TMA, bulk copies) into the other buffer | wait
 //   | wg0: mask, exp2, store P^T; fence.proxy.async | bar | wg0: dV (in flight)
 //   | wg1: read P^T, dS^T, store dS^T; fence.proxy.async | bar | wg1: dV; both: dQ, dK; wait dQ
 //   | wait all | stage dQ over this step's Q / dO buffers (kBulkDq; without it: red.global.add
@@ -51,8 +51,8 @@ struct BwdSplitTraits {
   // staged over the step's own Q and dO buffers, free once the step's GEMMs are done: each
   // warpgroup writes only the halves of them that it alone reads (its dK / dV columns), so no
   // barrier precedes the staging; the block is in bwd/params.h dq_frag_ws_offset's order (each
-  // warp's pairs one 8 KB run), four 16 KB reductions issued by thread 0 at the next step's
-  // start, whose loads into that buffer wait for them to have read it.
+  // warp's pairs one 8 KB run), four 16 KB reductions issued by one thread (kIssuerWg's) at the
+  // next step's start, whose loads into that buffer wait for them to have read it.
   static constexpr bool kBulkDq = kBulkDq_;
   // kBulkDq: the warpgroup whose first thread issues the reductions and, once they have read the
   // buffer, the next step's loads: 0 after its S^T's issue, 1 after its dP^T's (warpgroup 1
@@ -210,18 +210,11 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
     const int head = step.head, m = step.m;
     const BwdStep next = advance(step);
     // The next step's loads take the other buffer; this step's buffer landed.
-    if constexpr (kBulk) {
-      // As begin_step, but the next step's loads go out after S^T's issue below, once the last
-      // step's reductions (issued here, from that buffer) have read it.
-      if (it == 0) {
-        ptx::cp_async_wait<0>();
-        ptx::fence_proxy_async_shared();
-      }
-      __syncthreads();  // (it > 0) the last step's dQ staged and fenced by every thread
-      if (issuer && it > 0 && compute_dq) reduce_staged_dq(stage ^ 1);
-    } else {
-      begin_step<Traits>(kp, w, q_map, do_map, s_base, it, next, stage ^ 1, tid);
-    }
+    // kBulkDq: the next step's loads go out after the GEMMs' issue below, once the last step's
+    // reductions (issued here, from that buffer, after the barrier: every thread's dQ staged and
+    // fenced) have read it.
+    begin_step<Traits, !kBulk>(kp, w, q_map, do_map, s_base, it, next, stage ^ 1, tid);
+    if (kBulk && issuer && it > 0 && compute_dq) reduce_staged_dq(stage ^ 1);
     ptx::mbarrier_wait_parity(s_base + Traits::kOffBar + 8 * stage, (it >> 1) & 1);
     const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
     const char* s_max = smem + Traits::kOffMax + stage * kBlockM * 4;
@@ -400,19 +393,17 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
           pair_reads_pending = true;
         }
         ptx::fence_proxy_async_shared();  // for the reductions (after the next barrier)
-        dq_block = kp.dq_accum +
-                   (backward::ws_row0<kSeqlens>(kp, seq_info<kSeqlens>(p, w.batch), head) +
-                    m * kBlockM) * kHeadDim;
+        dq_block = dq_accum_block<kBlockM, kHeadDim, kSeqlens>(kp, seq_info<kSeqlens>(p, w.batch),
+                                                               head, m);
         step = next;
         continue;
       }
       ptx::wgmma_wait<1>();  // dV and dQ done; dK runs under the red.adds
       ptx::fence_operand(acc_dq);
       // Row (query) (warp % 4) * 16 + g + 8 hr, column col0 + 8 nt + 2t + e.
-      float* dq_rows = kp.dq_accum +
-                       (backward::ws_row0<kSeqlens>(kp, seq_info<kSeqlens>(p, w.batch), head) + m * kBlockM +
-                        (warp % 4) * 16 + lane / 4) * kHeadDim +
-                       col0 + 2 * t;
+      float* dq_rows = dq_accum_block<kBlockM, kHeadDim, kSeqlens>(
+                           kp, seq_info<kSeqlens>(p, w.batch), head, m) +
+                       ((warp % 4) * 16 + lane / 4) * kHeadDim + col0 + 2 * t;
 #pragma unroll
       for (int hr = 0; hr < 2 && Traits::kProbeDq == 0; ++hr)
 #pragma unroll

@@ -131,9 +131,8 @@ __device__ __forceinline__ void dq_warp(const BwdKernelParams& kp, const Work& w
   BwdStep step{w.head_first, w.m_begin};
 #pragma unroll 1
   for (int it = 0; it < w.total; ++it) {
-    const int64_t block_row =
-        backward::ws_row0<Work::kSeqlens>(kp, seq, step.head) + step.m * Traits::kBlockM;
-    float* block = kp.dq_accum + block_row * Traits::kHeadDim;
+    float* block = dq_accum_block<Traits::kBlockM, Traits::kHeadDim, Work::kSeqlens>(
+        kp, seq, step.head, step.m);
 #pragma unroll
     for (int c = 0; c < Traits::kWarpGroups; ++c) {
       ptx::named_barrier_sync(
