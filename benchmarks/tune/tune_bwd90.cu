@@ -347,8 +347,8 @@ int main(int argc, char** argv) {
     return 0;
   }
 #ifdef TUNE_BWD90_D256_ONLY
-  // A build of modes stagger / bulkdq alone (a third of the kernels: device_run.sh
-  // TUNE_BWD_NVCC_FLAGS=-DTUNE_BWD90_D256_ONLY).
+  // A build of the d 256 modes alone (stagger, bulkdq, issuer, rotate, pair; a third of the
+  // kernels: device_run.sh TUNE_BWD_NVCC_FLAGS=-DTUNE_BWD90_D256_ONLY).
   std::printf("mode %s: not in this build (TUNE_BWD90_D256_ONLY)\n", mode);
   return 1;
 #else
