@@ -109,8 +109,9 @@ __device__ __forceinline__ void probs_from_scores(float (&s)[kQTiles][4], const 
 // dP^T -> dS^T = P^T (dP^T - D) in place for the C tiles 2kk, 2kk + 1, with P^T taken from its
 // 16-bit A fragment p of k-step kk (tile 2kk + half, row hr is p[half * 2 + hr]). s_d points at
 // D of the warp's first query. grad(p, nt, hr, e): the score modifier's factor on dS
-// (problem/score_mod.h: UnitGrad, SoftcapGradT).
-template <typename Element, int kQTiles, typename Grad = UnitGrad>
+// (problem/score_mod.h: UnitGrad, SoftcapGradT). kBitUnpack: P^T unpacked by
+// ElementOps::unpack_bits (the same values; the sm90 kernels' form).
+template <typename Element, bool kBitUnpack = false, int kQTiles, typename Grad = UnitGrad>
 __device__ __forceinline__ void ds_from_packed_probs(float (&dp)[kQTiles][4], int kk,
                                                      const uint32_t (&p)[4], const char* s_d,
                                                      int t, const Grad& grad = Grad{}) {
@@ -121,7 +122,8 @@ __device__ __forceinline__ void ds_from_packed_probs(float (&dp)[kQTiles][4], in
     const float2 dsum = *reinterpret_cast<const float2*>(s_d + (nt * 8 + 2 * t) * 4);
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const float2 pr = Ops::unpack(p[half * 2 + hr]);
+      const float2 pr =
+          kBitUnpack ? Ops::unpack_bits(p[half * 2 + hr]) : Ops::unpack(p[half * 2 + hr]);
       dp[nt][hr * 2] = pr.x * (dp[nt][hr * 2] - dsum.x) * grad(pr.x, nt, hr, 0);
       dp[nt][hr * 2 + 1] = pr.y * (dp[nt][hr * 2 + 1] - dsum.y) * grad(pr.y, nt, hr, 1);
     }

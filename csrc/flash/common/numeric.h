@@ -25,6 +25,7 @@ struct ElementOps<__half> {
   static __device__ __forceinline__ float2 unpack(uint32_t r) {
     return __half22float2(*reinterpret_cast<__half2*>(&r));
   }
+  static __device__ __forceinline__ float2 unpack_bits(uint32_t r) { return unpack(r); }
   static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                              uint32_t b1) {
     ptx::mma_m16n8k16_f16_f32(d, a, b0, b1);
@@ -39,6 +40,13 @@ struct ElementOps<__nv_bfloat16> {
   }
   static __device__ __forceinline__ float2 unpack(uint32_t r) {
     return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&r));
+  }
+  // The same values as unpack (bf16 -> fp32 is exact: the 16 bits become the float's top half),
+  // written as the shift and the mask it is: in the sm90 backward ptxas moved unpack's halves
+  // through two PRMTs a word first. (The sm80 backward keeps unpack: there the other form moved
+  // its register allocation, with more spills in some variants and fewer in others.)
+  static __device__ __forceinline__ float2 unpack_bits(uint32_t r) {
+    return make_float2(__uint_as_float(r << 16), __uint_as_float(r & 0xFFFF0000u));
   }
   static __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                              uint32_t b1) {

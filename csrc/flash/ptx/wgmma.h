@@ -42,21 +42,48 @@ FLASHATTN_CU_DEVICE uint64_t smem_desc(uint32_t addr, uint32_t lbo_bytes, uint32
          (static_cast<uint64_t>(sbo_bytes >> 4) << 32) | (1ull << 62);
 }
 
+// The descriptor of a 16-byte aligned address `offset` bytes past the one `desc` describes: the
+// start address field (bits 0-13, address bits 4-17) advanced by offset >> 4. Shared-memory
+// addresses stay below 2^18 (228 KB on sm_90), so the field never carries into the next one, and
+// the sum is the descriptor smem_desc gives for the address. With `desc` made once from a tile's
+// base, every k-step's descriptor is one integer add of a constant (which ptxas folds into the
+// uniform datapath) instead of a mask and shift of the address each time.
+FLASHATTN_CU_DEVICE uint64_t desc_advance(uint64_t desc, uint32_t offset) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (offset >> 4);  // no carry out of the field
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
 // K-major view of a sw128 tile (cols = K): the 64 (M or N) x 16 (K) slab starting at row `row0`,
 // k-step `ks` (columns 16 ks ..). Core-matrix groups of 8 rows are 1024 bytes apart; inside an atom
 // the k-step moves the start by 32 bytes (the swizzle is applied to the final address).
 template <int kRows>
 FLASHATTN_CU_DEVICE uint64_t sw128_desc_k_major(uint32_t tile, int row0, int ks) {
-  return smem_desc(tile + (ks / 4) * (kRows * 128) + row0 * 128 + (ks % 4) * 32, 16, 1024);
+  return desc_advance(smem_desc(tile, 16, 1024),
+                      (ks / 4) * (kRows * 128) + row0 * 128 + (ks % 4) * 32);
 }
 
 // MN-major view of a sw128 tile (rows = K, cols = M or N): k-step `kk` (rows 16 kk ..), columns
 // from `col0` on. The next 64 columns are one atom (kRows * 128 bytes) further (leading offset),
 // the next 8 rows 1024 bytes (stride offset).
+// Byte offset of column col0 (a multiple of 8) in row 0 of such a tile.
+template <int kRows>
+__host__ __device__ __forceinline__ constexpr uint32_t sw128_mn_col_offset(int col0) {
+  return static_cast<uint32_t>((col0 / 64) * (kRows * 128) + (col0 % 64) * 2);
+}
 template <int kRows>
 FLASHATTN_CU_DEVICE uint64_t sw128_desc_mn_major(uint32_t tile, int kk, int col0) {
-  return smem_desc(tile + kk * 16 * 128 + (col0 / 64) * (kRows * 128) + (col0 % 64) * 2,
-                   kRows * 128, 1024);
+  return desc_advance(smem_desc(tile, kRows * 128, 1024),
+                      kk * 16 * 128 + sw128_mn_col_offset<kRows>(col0));
+}
+
+// A shared-memory address the compiler cannot hoist out of the loop it is read in (a volatile
+// move): descriptors made from it are then formed where they are used, one add of a constant each
+// (desc_advance), instead of being hoisted as loop invariants into registers that the kernels
+// (255 registers at d 128) do not have.
+FLASHATTN_CU_DEVICE uint32_t pin_smem_addr(uint32_t addr) {
+  uint32_t r;
+  asm volatile("mov.b32 %0, %1;\n" : "=r"(r) : "r"(addr));
+  return r;
 }
 
 FLASHATTN_CU_DEVICE void wgmma_fence() {

@@ -272,17 +272,18 @@ __device__ __forceinline__ float* dq_accum_block(const BwdKernelParams& kp, cons
 
 // Stores an A-fragment quadruple of a 16-row x 16-column slab of a [row][col] sw128 tile of
 // kRows rows (16-bit pairs): a0 = (row g, cols 2t..), a1 = row g + 8, a2 = cols + 8, a3 = both.
+// One stmatrix (ptx/ldmatrix.h): lane l addresses row l % 8 of matrix j = l / 8, i.e. row
+// row0 + l % 8 + (j % 2) * 8, columns col0 + (j / 2) * 8 .. (col0 a multiple of 8). The same
+// bytes land where the four 32-bit stores of each lane's own pairs put them (load_a_frag_sw128
+// and the softcap's Sw128GradSlots read that image); which lane writes which pair changes, inside
+// the warp's own 16 rows, after every lane of the warp has reached the (collective) store.
 template <int kRows>
 __device__ __forceinline__ void store_a_frag_sw128(char* tile, int row0, int col0,
                                                    const uint32_t (&a)[4], int lane) {
-  const int g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int row = row0 + g + (j % 2) * 8;
-    const int col = col0 + (j / 2) * 8 + 2 * t;
-    *reinterpret_cast<uint32_t*>(tile + ptx::sw128_offset<kRows>(row, col / 8) + (col % 8) * 2) =
-        a[j];
-  }
+  const int j = lane / 8;
+  const int row = row0 + lane % 8 + (j % 2) * 8;
+  const int col = col0 + (j / 2) * 8;
+  ptx::stmatrix_x4(ptx::smem_u32(tile + ptx::sw128_offset<kRows>(row, col / 8)), a);
 }
 
 // The softcap's factor on dS (1 - t^2, t the capped score) kept, as the sm80 register path does

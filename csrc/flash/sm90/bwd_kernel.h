@@ -136,6 +136,10 @@ __device__ __forceinline__ void issue_s_dp(float (&acc_s)[Traits::kQTiles][4],
                                            float (&acc_dp)[Traits::kQTiles][4], uint32_t sK,
                                            uint32_t sV, uint32_t sQs, uint32_t sDOs, int wg) {
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  sK = ptx::pin_smem_addr(sK);
+  sV = ptx::pin_smem_addr(sV);
+  sQs = ptx::pin_smem_addr(sQs);
+  sDOs = ptx::pin_smem_addr(sDOs);
   ptx::wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < Traits::kHeadDim / 16; ++ks) {
@@ -197,6 +201,7 @@ template <bool kBf16, typename Traits>
 __device__ __forceinline__ void issue_rs_gemm(float (&acc)[Traits::kColTiles][4],
                                               const uint32_t (&a16)[Traits::kBlockM / 16][4],
                                               uint32_t sB) {
+  sB = ptx::pin_smem_addr(sB);
 #pragma unroll
   for (int kk = 0; kk < Traits::kBlockM / 16; ++kk) {
     ptx::wgmma_rs<Traits::kHeadDim, kBf16, 1>(
@@ -211,13 +216,15 @@ template <bool kBf16, typename Traits, int kCols = Traits::kDqCols>
 __device__ __forceinline__ void issue_dq(float (&acc_dq)[Traits::kDqMTiles][kCols / 8][4],
                                          uint32_t sDS, uint32_t sK, int col0) {
   constexpr int kBlockN = Traits::kBlockN;
+  sDS = ptx::pin_smem_addr(sDS);
+  const uint32_t sKc = ptx::pin_smem_addr(sK + ptx::sw128_mn_col_offset<kBlockN>(col0));
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 16; ++kk) {
 #pragma unroll
     for (int mt = 0; mt < Traits::kDqMTiles; ++mt) {
       ptx::wgmma_ss<kCols, kBf16, 1, 1>(
           acc_dq[mt], ptx::sw128_desc_mn_major<kBlockN>(sDS, kk, mt * 64),
-          ptx::sw128_desc_mn_major<kBlockN>(sK, kk, col0), kk > 0);
+          ptx::sw128_desc_mn_major<kBlockN>(sKc, kk, 0), kk > 0);
     }
   }
 }
@@ -267,7 +274,7 @@ __device__ __forceinline__ void probs_and_grads(
                                             w.n_start + warp_key0 + lane / 4, m * kBlockM, t);
 #pragma unroll
   for (int kk = 0; kk < kBlockM / 16; ++kk) {
-    ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t, grad);
+    ds_from_packed_probs<Element, true>(acc_dp, kk, p16[kk], s_d, t, grad);
   }
 #pragma unroll
   for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_dp, kk, ds16[kk]);
@@ -289,7 +296,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   const BwdParams& p = kp.p;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int wg = warp / 4;  // warpgroup: keys wg * 64 ..
+  const int wg = __shfl_sync(0xffffffffu, warp / 4, 0);  // warpgroup: keys wg * 64 .. (uniform)
   const int warp_key0 = warp * 16;  // this warp's 16 keys (rows of S^T, dK, dV)
   const auto w = bwd_work<kBlockM, kBlockN, kVariant>(kp);
   // Launched programmatically after the preprocess (bwd/pipeline.h): the postprocess, launched so

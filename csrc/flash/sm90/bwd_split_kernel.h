@@ -125,7 +125,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
   const BwdParams& p = kp.p;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int wg = warp / 4;
+  const int wg = __shfl_sync(0xffffffffu, warp / 4, 0);  // uniform: descriptors stay in UR
   const int t = lane % 4;
   const int warp_key0 = (warp % 4) * 16;  // both warpgroups cover keys 0..63
   const int col0 = wg * kHalf;            // this warpgroup's dK/dV/dQ columns
@@ -229,7 +229,8 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
     // Warpgroup 0: S^T = K Q^T; warpgroup 1: dP^T = V dO^T (A: 64 keys, B: queries, k = d).
     float acc[kQTiles][4];
     {
-      const uint32_t a_tile = wg == 0 ? sK : sV, b_tile = wg == 0 ? sQs : sDOs;
+      const uint32_t a_tile = ptx::pin_smem_addr(wg == 0 ? sK : sV);
+      const uint32_t b_tile = ptx::pin_smem_addr(wg == 0 ? sQs : sDOs);
       if constexpr (Traits::kStagger != 0) {
         if (wg == 1) ptx::named_barrier_sync(ptx::NamedBarrier::kBwdSplitSDone, 256);
       }
@@ -300,11 +301,13 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
 
     // dV += P^T dO (A = P^T [key][query], K-major; B = dO, MN-major, this warpgroup's columns).
     auto issue_dv = [&]() {
+      const uint32_t a_tile = ptx::pin_smem_addr(sP);
+      const uint32_t b_cols = ptx::pin_smem_addr(sDOs + ptx::sw128_mn_col_offset<kBlockM>(col0));
       ptx::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        ptx::wgmma_ss<kHalf, kBf16, 0, 1>(acc_dv, ptx::sw128_desc_k_major<kBlockN>(sP, 0, kk),
-                                          ptx::sw128_desc_mn_major<kBlockM>(sDOs, kk, col0), 1);
+        ptx::wgmma_ss<kHalf, kBf16, 0, 1>(acc_dv, ptx::sw128_desc_k_major<kBlockN>(a_tile, 0, kk),
+                                          ptx::sw128_desc_mn_major<kBlockM>(b_cols, kk, 0), 1);
       }
       ptx::wgmma_commit();
     };
@@ -321,7 +324,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
         uint32_t pa[4];
         load_a_frag_sw128<kBlockN>(smem + kOffProbs, warp_key0, kk * 16, pa, lane);
-        ds_from_packed_probs<Element>(acc, kk, pa, s_d, t, grad);
+        ds_from_packed_probs<Element, true>(acc, kk, pa, s_d, t, grad);
         uint32_t a[4];
         pack_a_frag<Element>(acc, kk, a);
         store_a_frag_sw128<kBlockN>(smem + Traits::kOffDS, warp_key0, kk * 16, a, lane);
@@ -333,10 +336,12 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
 
     // dK += dS^T Q (A = dS^T, K-major; B = Q, MN-major).
     const auto issue_dk = [&] {
+      const uint32_t a_tile = ptx::pin_smem_addr(sDS);
+      const uint32_t b_cols = ptx::pin_smem_addr(sQs + ptx::sw128_mn_col_offset<kBlockM>(col0));
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        ptx::wgmma_ss<kHalf, kBf16, 0, 1>(acc_dk, ptx::sw128_desc_k_major<kBlockN>(sDS, 0, kk),
-                                          ptx::sw128_desc_mn_major<kBlockM>(sQs, kk, col0), 1);
+        ptx::wgmma_ss<kHalf, kBf16, 0, 1>(acc_dk, ptx::sw128_desc_k_major<kBlockN>(a_tile, 0, kk),
+                                          ptx::sw128_desc_mn_major<kBlockM>(b_cols, kk, 0), 1);
       }
       ptx::wgmma_commit();
     };
@@ -345,10 +350,12 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
       // dQ (kBlockM x this warpgroup's columns) = dS K: A = dS from dS^T (MN-major, m = query),
       // B = K [key][d] (MN-major, n = d).
       float acc_dq[kColTiles][4];
+      const uint32_t a_tile = ptx::pin_smem_addr(sDS);
+      const uint32_t b_cols = ptx::pin_smem_addr(sK + ptx::sw128_mn_col_offset<kBlockN>(col0));
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        ptx::wgmma_ss<kHalf, kBf16, 1, 1>(acc_dq, ptx::sw128_desc_mn_major<kBlockN>(sDS, kk, 0),
-                                          ptx::sw128_desc_mn_major<kBlockN>(sK, kk, col0),
+        ptx::wgmma_ss<kHalf, kBf16, 1, 1>(acc_dq, ptx::sw128_desc_mn_major<kBlockN>(a_tile, kk, 0),
+                                          ptx::sw128_desc_mn_major<kBlockN>(b_cols, kk, 0),
                                           kk > 0);
       }
       ptx::wgmma_commit();
