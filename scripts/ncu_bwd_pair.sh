@@ -19,9 +19,13 @@ shape=(--dim "${NCU_DIM:-64}" --seqlen "${NCU_SEQLEN:-16384}" --causal "${NCU_CA
 for backend in flashattn_cu fa4; do
     extra=()
     [ "$backend" = fa4 ] && extra=(env PYTHONPATH=/tmp/fa4/nvidia_cutlass_dsl/dsl_packages:/tmp/fa4)
+    # ncu's own output kept: at 13ce393 the d 64 run of flashattn_cu left no report and the
+    # call's tail did not say why.
     "${extra[@]}" ncu --profile-from-start off --set full -f -o "$WORK/$backend" \
-        python3 scripts/ncu_bwd_pair.py --backend "$backend" "${shape[@]}" || {
-        echo "ncu_bwd_pair: $backend failed"
+        python3 scripts/ncu_bwd_pair.py --backend "$backend" "${shape[@]}" \
+        > "$OUT/ncu_bwd_pair_${backend}.log" 2>&1 || {
+        echo "ncu_bwd_pair: $backend failed (exit $?); the end of its log:"
+        tail -n 20 "$OUT/ncu_bwd_pair_${backend}.log"
         continue
     }
     ncu -i "$WORK/$backend.ncu-rep" --print-details all > "$OUT/ncu_bwd_pair_${backend}_details.txt" 2>&1

@@ -20,7 +20,8 @@
 // against the library's, which holds them as register A fragments (B); kvregs also times
 // softcap 30 and ALiBi (their static-mask instances) causal at 16k and non-causal at 4k. Mode
 // `dqone` (d 64, kvregs' shapes): the library against its main kernel with each step's dQ GEMM
-// by one warpgroup (B; BwdTraits kDqOneWg). Modes `dqprobe` and `stagger`: variant_cases below.
+// by one warpgroup (B; BwdTraits kDqOneWg). Modes `dqprobe`, `stagger` and `earlydv` (dV issued
+// before the wait for dP^T; -DTUNE_BWD90_EARLYDV_ONLY builds it alone): variant_cases below.
 // Build and run (device):
 //   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 \
 //        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
@@ -230,7 +231,8 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
 // with each block's walk over the query blocks rotated by its key block (B; kRotate) and the
 // red.adds with it (C, against mode issuer's B); pair (d 256): clusters of two CTAs adding each
 // other's dQ halves before reducing one half each (B; BwdSplitTraits kPairDq), and with the
-// walks rotated (C).
+// walks rotated (C); earlydv (d 64 / 128): the library's main kernel with dV issued before the
+// wait for dP^T (B; BwdTraits kEarlyDv), and the library again (C: an A / A pair, the noise).
 template <int D>
 void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
   namespace sm90 = fa::sm90;
@@ -243,6 +245,7 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
   const bool issuer = std::strcmp(mode, "issuer") == 0;
   const bool rotate = std::strcmp(mode, "rotate") == 0;
   const bool pair = std::strcmp(mode, "pair") == 0;
+  const bool earlydv = std::strcmp(mode, "earlydv") == 0;
   struct Case {
     const char* name;
     int seqlen, left;  // left -1: causal, -2: neither
@@ -274,6 +277,11 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
         if (bulkdq || issuer) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, false>{});
         if (rotate) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true, 1, true>{});
         if (pair) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true, 1, false, true>{});
+      } else {
+        if (earlydv) {
+          using Early = sm90::BwdTraits<D, kBlockM, Lib::kDkNext, Lib::kKvRegs, Lib::kDqOneWg, true>;
+          return check(sm90::run_bwd_with<__nv_bfloat16, D, Early, false>(p, 0, true, true));
+        }
       }
       check(sm90::run_bwd_with<__nv_bfloat16, D, DqProbe<Lib, 1>, false>(p, 0, true, true));
     };
@@ -284,6 +292,8 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
         if (issuer) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true, 1>{});
         if (rotate) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, false, 1, true>{});
         if (pair) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true, 1, true, true>{});
+      } else {
+        if (earlydv) return check(sm90::run_bwd_with<__nv_bfloat16, D, Lib, false>(p, 0, true, true));
       }
       check(sm90::run_bwd_with<__nv_bfloat16, D, DqProbe<Lib, 2>, false>(p, 0, true, true));
     };
@@ -297,6 +307,7 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
                 : bulkdq || issuer ? "dQ by red.adds"
                 : rotate           ? "walks rotated"
                 : pair             ? "pairs sharing dQ"
+                : earlydv          ? "dV before dP^T's wait"
                          : "no dQ reductions",
                 rb.t.b_ms, rb.t.b_over_a, rb.ddk, rb.ddv, rb.ddq,
                 stagger  ? "dP^T after S^T issued"
@@ -304,11 +315,20 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
                 : issuer ? "bulk, issued by warpgroup 1"
                 : rotate ? "red.adds, walks rotated"
                 : pair   ? "pairs, walks rotated"
+                : earlydv ? "library again"
                          : "no dQ",
                 rc.t.b_ms, rc.t.b_over_a, rc.ddk,
                 rc.ddv, rc.ddq);
     std::fflush(stdout);
   }
+}
+
+// Mode earlydv at head dims argv[2] (default "64,128").
+int earlydv_cases(int argc, char** argv, const Buffers& b, BwdBuffers& g, size_t n) {
+  const std::string dims = argc > 2 ? argv[2] : "64,128";
+  if (dims.find("64") != std::string::npos) variant_cases<64>("earlydv", b, g, n);
+  if (dims.find("128") != std::string::npos) variant_cases<128>("earlydv", b, g, n);
+  return 0;
 }
 
 int main(int argc, char** argv) {
@@ -334,6 +354,13 @@ int main(int argc, char** argv) {
   fill_random<<<1024, 256>>>(g.dout, n, 4);
   CHECK(cudaDeviceSynchronize());
   namespace sm90 = fa::sm90;
+#ifdef TUNE_BWD90_EARLYDV_ONLY
+  // A build of mode earlydv alone (the d 64 / 128 main kernels: device_run.sh
+  // TUNE_BWD_NVCC_FLAGS=-DTUNE_BWD90_EARLYDV_ONLY).
+  if (std::strcmp(mode, "earlydv") == 0) return earlydv_cases(argc, argv, b, g, n);
+  std::printf("mode %s: not in this build (TUNE_BWD90_EARLYDV_ONLY)\n", mode);
+  return 1;
+#else
   if (std::strcmp(mode, "bm128") == 0 || std::strcmp(mode, "kvregs") == 0 ||
       std::strcmp(mode, "dqone") == 0) {
     // d 64 only (at d 128 neither the 128-row step nor K / V's fragments fit the registers)
@@ -352,6 +379,7 @@ int main(int argc, char** argv) {
   std::printf("mode %s: not in this build (TUNE_BWD90_D256_ONLY)\n", mode);
   return 1;
 #else
+  if (std::strcmp(mode, "earlydv") == 0) return earlydv_cases(argc, argv, b, g, n);
   if (std::strcmp(mode, "dqprobe") == 0) {
     const std::string dims = argc > 2 ? argv[2] : "64,128,256";
     if (dims.find("64") != std::string::npos) variant_cases<64>(mode, b, g, n);
@@ -411,4 +439,5 @@ int main(int argc, char** argv) {
   }
   return 0;
 #endif
+#endif  // TUNE_BWD90_EARLYDV_ONLY
 }

@@ -86,7 +86,8 @@ struct BwdBlockShape {
 };
 
 template <int kHeadDim_, int kBlockM_, bool kDkNext_ = (kBlockM_ == 64),
-          bool kKvRegs_ = (kHeadDim_ == 64 && kBlockM_ == 64), bool kDqOneWg_ = false>
+          bool kKvRegs_ = (kHeadDim_ == 64 && kBlockM_ == 64), bool kDqOneWg_ = false,
+          bool kEarlyDv_ = false>
 struct BwdTraits : BwdBlockShape<kHeadDim_, kBlockM_> {
   using Shape = BwdBlockShape<kHeadDim_, kBlockM_>;
   using Shape::kBlockM, Shape::kBlockN, Shape::kDqBytes, Shape::kHeadDim, Shape::kOffQ,
@@ -105,6 +106,11 @@ struct BwdTraits : BwdBlockShape<kHeadDim_, kBlockM_> {
   // of a step's operand reads instead of 48), for 8 d / 64 more registers. A tuning knob
   // (benchmarks/tune/tune_bwd90.cu mode `dqone`).
   static constexpr bool kDqOneWg = kDqOneWg_;
+  // dV += P^T dO issued as soon as P^T is packed, before the wait for dP^T, so that it runs on
+  // the tensor cores while dS^T is formed (and stored), instead of after dS^T's store (the
+  // variants without dropout: dropout's dV operand, P^T o M, comes after dS^T). A tuning knob
+  // (benchmarks/tune/tune_bwd90.cu mode `earlydv`).
+  static constexpr bool kEarlyDv = kEarlyDv_;
   // Q / dO / M / L / D buffers, each loaded by one thread (TMA for Q / dO, bulk copies for the
   // rows) completing its mbarrier; three, as dK runs on into the next step (header).
   static constexpr int kStages = 3;
@@ -235,12 +241,19 @@ __device__ __forceinline__ void issue_dq(float (&acc_dq)[Traits::kDqMTiles][kCol
 // tile, where the softcap variants keep 1 - t^2 in the lane's own slots until dS^T is formed
 // (bwd_common.h StoredSoftcapGradSw128; the dropout variant, softcap decided at run time,
 // recovers t from P instead).
-template <typename Element, typename Traits, int kVariant, typename Work>
+// `early` (if not NoEarlyGemm): issues and commits one more wgmma group once P^T is packed
+// (BwdTraits kEarlyDv: dV's), before the wait for dP^T, which then leaves that group in flight.
+struct NoEarlyGemm {};
+template <typename Element, typename Traits, int kVariant, typename Work,
+          typename Early = NoEarlyGemm>
 __device__ __forceinline__ void probs_and_grads(
     const BwdKernelParams& kp, const Work& w, int head, int m,
     float (&acc_s)[Traits::kQTiles][4], float (&acc_dp)[Traits::kQTiles][4], const char* s_max,
     const char* s_log2sum, const char* s_d, char* s_ds, uint32_t (&p16)[Traits::kBlockM / 16][4],
-    uint32_t (&ds16)[Traits::kBlockM / 16][4], int warp_key0, int lane) {
+    uint32_t (&ds16)[Traits::kBlockM / 16][4], int warp_key0, int lane,
+    const Early& early = Early{}) {
+  constexpr bool kEarly = !std::is_same_v<Early, NoEarlyGemm>;
+  static_assert(!kEarly || !variant_dropout(kVariant), "dropout's dV operand follows dS^T");
   constexpr bool kDynamic = variant_dynamic(kVariant);
   constexpr int kBlockM = Traits::kBlockM, kQTiles = Traits::kQTiles;
   const BwdParams& p = kp.p;
@@ -264,7 +277,12 @@ __device__ __forceinline__ void probs_and_grads(
   }
 #pragma unroll
   for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_s, kk, p16[kk]);
-  ptx::wgmma_wait<0>();  // dP^T done
+  if constexpr (kEarly) {
+    early();
+    ptx::wgmma_wait<1>();  // dP^T done, the early group in flight
+  } else {
+    ptx::wgmma_wait<0>();  // dP^T done
+  }
   ptx::fence_operand(acc_dp);
   if constexpr (variant_dropout(kVariant)) apply_keep_bits(acc_dp, keep, kp.dropout.rp);
 
@@ -344,6 +362,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   // Traits::kKvRegs: this warp's rows of K and V as A fragments (loaded on the first step); not
   // in the dropout variant, whose keep bits take those registers (ptxas: 12 bytes of spills).
   constexpr bool kKvRegs = Traits::kKvRegs && !variant_dropout(kVariant);
+  constexpr bool kEarlyDv = Traits::kEarlyDv && !variant_dropout(kVariant);  // (dropout: after dS^T)
   [[maybe_unused]] uint32_t k_frag[kKvRegs ? kHeadDim / 16 : 1][4];
   [[maybe_unused]] uint32_t v_frag[kKvRegs ? kHeadDim / 16 : 1][4];
 #pragma unroll 1
@@ -376,22 +395,34 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
     ptx::wgmma_wait<1>();
     ptx::fence_operand(acc_s);
     uint32_t p16[kBlockM / 16][4], ds16[kBlockM / 16][4];
-    probs_and_grads<Element, Traits, kVariant>(kp, w, head, m, acc_s, acc_dp, s_max, s_log2sum,
-                                               s_d, smem + Traits::kOffDS, p16, ds16, warp_key0,
-                                               lane);
     // dV += P^T dO and dK += dS^T Q.
     const auto issue_dv = [&] { issue_rs_gemm<kBf16, Traits>(acc_dv, p16, sDOs); };
     const auto issue_dk = [&] { issue_rs_gemm<kBf16, Traits>(acc_dk, ds16, sQs); };
+    if constexpr (kEarlyDv) {
+      probs_and_grads<Element, Traits, kVariant>(
+          kp, w, head, m, acc_s, acc_dp, s_max, s_log2sum, s_d, smem + Traits::kOffDS, p16, ds16,
+          warp_key0, lane, [&] {
+            ptx::wgmma_fence();
+            issue_dv();
+            ptx::wgmma_commit();
+          });
+    } else {
+      probs_and_grads<Element, Traits, kVariant>(kp, w, head, m, acc_s, acc_dp, s_max,
+                                                 s_log2sum, s_d, smem + Traits::kOffDS, p16,
+                                                 ds16, warp_key0, lane);
+    }
     if (compute_dq) {
       // dS^T to shared memory [key][query] (sw128, kBlockN rows).
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
         store_a_frag_sw128<kBlockN>(smem + Traits::kOffDS, warp_key0, kk * 16, ds16[kk], lane);
       }
-      // dV under the fence's and the barrier's wait (it reads no dS^T).
-      ptx::wgmma_fence();
-      issue_dv();
-      ptx::wgmma_commit();
+      // dV under the fence's and the barrier's wait (it reads no dS^T), unless already issued.
+      if constexpr (!kEarlyDv) {
+        ptx::wgmma_fence();
+        issue_dv();
+        ptx::wgmma_commit();
+      }
       // Published before dQ is issued.
       ptx::fence_proxy_async_shared();
       // The last step's staged block read by its reduction before this step's dQ stores over it
@@ -400,7 +431,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       __syncthreads();  // dS^T of both warpgroups stored
     } else {
       ptx::wgmma_fence();
-      issue_dv();
+      if constexpr (!kEarlyDv) issue_dv();
       issue_dk();
       ptx::wgmma_commit();
     }
