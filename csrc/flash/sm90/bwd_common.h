@@ -276,10 +276,14 @@ __device__ __forceinline__ float* dq_accum_block(const BwdKernelParams& kp, cons
 // row0 + l % 8 + (j % 2) * 8, columns col0 + (j / 2) * 8 .. (col0 a multiple of 8). The same
 // bytes land where the four 32-bit stores of each lane's own pairs put them (load_a_frag_sw128
 // and the softcap's Sw128GradSlots read that image); which lane writes which pair changes, inside
-// the warp's own 16 rows, after every lane of the warp has reached the (collective) store.
-template <int kRows>
+// the warp's own 16 rows. kAfterLaneReads: the slab's bytes were read in this step by the lanes
+// that owned them in that layout (the softcap's kept 1 - t^2, the dropout variant's undropped
+// P^T under the split kernel's dS^T): a __syncwarp orders those reads before the other lanes'
+// writes (stmatrix's .sync waits for the warp but is not documented to order its memory).
+template <int kRows, bool kAfterLaneReads = false>
 __device__ __forceinline__ void store_a_frag_sw128(char* tile, int row0, int col0,
                                                    const uint32_t (&a)[4], int lane) {
+  if constexpr (kAfterLaneReads) __syncwarp();
   const int j = lane / 8;
   const int row = row0 + lane % 8 + (j % 2) * 8;
   const int col = col0 + (j / 2) * 8;

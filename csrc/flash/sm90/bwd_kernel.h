@@ -415,7 +415,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
       // dS^T to shared memory [key][query] (sw128, kBlockN rows).
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        store_a_frag_sw128<kBlockN>(smem + Traits::kOffDS, warp_key0, kk * 16, ds16[kk], lane);
+        store_a_frag_sw128<kBlockN, variant_softcap(kVariant)>(smem + Traits::kOffDS, warp_key0,
+                                                              kk * 16, ds16[kk], lane);
       }
       // dV under the fence's and the barrier's wait (it reads no dS^T), unless already issued.
       if constexpr (!kEarlyDv) {

@@ -327,7 +327,8 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
         ds_from_packed_probs<Element, true>(acc, kk, pa, s_d, t, grad);
         uint32_t a[4];
         pack_a_frag<Element>(acc, kk, a);
-        store_a_frag_sw128<kBlockN>(smem + Traits::kOffDS, warp_key0, kk * 16, a, lane);
+        store_a_frag_sw128<kBlockN, variant_softcap(kVariant) || kDropout>(
+            smem + Traits::kOffDS, warp_key0, kk * 16, a, lane);
       }
       ptx::fence_proxy_async_shared();
     }

@@ -295,7 +295,8 @@ __device__ __forceinline__ void bwd_ws_block(const BwdKernelParams& kp, const vo
     if (compute_dq) {
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        store_a_frag_sw128<kBlockN>(s_ds, warp_key0, kk * 16, ds16[kk], lane);
+        store_a_frag_sw128<kBlockN, variant_softcap(kVariant)>(s_ds, warp_key0, kk * 16, ds16[kk],
+                                                              lane);
       }
       ptx::wgmma_fence();
       issue_dv();
