@@ -227,12 +227,11 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
 // bulkdq (d 256): the split kernel's dQ by red.adds (B; BwdSplitTraits kBulkDq off, the library
 // before NOTES 12.41), and the library with stagger 1 (C); issuer (d 256): the red.adds (B) and
 // the library with the reductions and loads issued by warpgroup 1 (C; BwdSplitTraits kIssuerWg;
-// the library's since b46f65f, so A and C are the same kernel now); rotate (d 256): the library
-// with each block's walk over the query blocks rotated by its key block (B; kRotate) and the
-// red.adds with it (C, against mode issuer's B); pair (d 256): clusters of two CTAs adding each
-// other's dQ halves before reducing one half each (B; BwdSplitTraits kPairDq), and with the
-// walks rotated (C); earlydv (d 64 / 128): the library's main kernel with dV issued before the
-// wait for dP^T (B; BwdTraits kEarlyDv), and the library again (C: an A / A pair, the noise).
+// the library's since b46f65f, so A and C are the same kernel now); earlydv (d 64 / 128): the
+// library's main kernel with dV issued before the wait for dP^T (B; BwdTraits kEarlyDv), and the
+// library again (C: an A / A pair, the noise). (Modes rotate and pair, the split kernel's rotated
+// walk and two-CTA dQ exchange, were dropped unrun after benchmarks/tune/reduce_rate.cu measured
+// the exchange slower than the adds it saves, NOTES 12.43; in the history before this note.)
 template <int D>
 void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
   namespace sm90 = fa::sm90;
@@ -243,8 +242,6 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
   const bool stagger = std::strcmp(mode, "stagger") == 0;
   const bool bulkdq = std::strcmp(mode, "bulkdq") == 0;
   const bool issuer = std::strcmp(mode, "issuer") == 0;
-  const bool rotate = std::strcmp(mode, "rotate") == 0;
-  const bool pair = std::strcmp(mode, "pair") == 0;
   const bool earlydv = std::strcmp(mode, "earlydv") == 0;
   struct Case {
     const char* name;
@@ -275,8 +272,6 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
       if constexpr (kSplit) {
         if (stagger) return run_split(sm90::BwdSplitTraits<D, kBlockM, 1>{});
         if (bulkdq || issuer) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, false>{});
-        if (rotate) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true, 1, true>{});
-        if (pair) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true, 1, false, true>{});
       } else {
         if (earlydv) {
           using Early = sm90::BwdTraits<D, kBlockM, Lib::kDkNext, Lib::kKvRegs, Lib::kDqOneWg, true>;
@@ -290,8 +285,6 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
         if (stagger) return run_split(sm90::BwdSplitTraits<D, kBlockM, 2>{});
         if (bulkdq) return run_split(sm90::BwdSplitTraits<D, kBlockM, 1, true>{});
         if (issuer) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true, 1>{});
-        if (rotate) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, false, 1, true>{});
-        if (pair) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true, 1, true, true>{});
       } else {
         if (earlydv) return check(sm90::run_bwd_with<__nv_bfloat16, D, Lib, false>(p, 0, true, true));
       }
@@ -305,16 +298,12 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
                 c.name, D, c.seqlen, rb.t.a_ms,
                 stagger  ? "dP^T after S^T retired"
                 : bulkdq || issuer ? "dQ by red.adds"
-                : rotate           ? "walks rotated"
-                : pair             ? "pairs sharing dQ"
                 : earlydv          ? "dV before dP^T's wait"
                          : "no dQ reductions",
                 rb.t.b_ms, rb.t.b_over_a, rb.ddk, rb.ddv, rb.ddq,
                 stagger  ? "dP^T after S^T issued"
                 : bulkdq ? "bulk, dP^T after S^T retired"
                 : issuer ? "bulk, issued by warpgroup 1"
-                : rotate ? "red.adds, walks rotated"
-                : pair   ? "pairs, walks rotated"
                 : earlydv ? "library again"
                          : "no dQ",
                 rc.t.b_ms, rc.t.b_over_a, rc.ddk,
@@ -368,14 +357,13 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (std::strcmp(mode, "stagger") == 0 || std::strcmp(mode, "bulkdq") == 0 ||
-      std::strcmp(mode, "issuer") == 0 || std::strcmp(mode, "rotate") == 0 ||
-      std::strcmp(mode, "pair") == 0) {
+      std::strcmp(mode, "issuer") == 0) {
     variant_cases<256>(mode, b, g, n);
     return 0;
   }
 #ifdef TUNE_BWD90_D256_ONLY
-  // A build of the d 256 modes alone (stagger, bulkdq, issuer, rotate, pair; a third of the
-  // kernels: device_run.sh TUNE_BWD_NVCC_FLAGS=-DTUNE_BWD90_D256_ONLY).
+  // A build of the d 256 modes alone (stagger, bulkdq, issuer; a third of the kernels:
+  // device_run.sh TUNE_BWD_NVCC_FLAGS=-DTUNE_BWD90_D256_ONLY).
   std::printf("mode %s: not in this build (TUNE_BWD90_D256_ONLY)\n", mode);
   return 1;
 #else

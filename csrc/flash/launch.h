@@ -101,20 +101,13 @@ Status with_variant(int variant, const Fn& fn) {
 // launch_kernel over a flat 1-D grid of `blocks` tiles (problem/scheduler.h counts them; one grid
 // dimension, so batch x heads is never capped at 65535): nothing to launch for 0, kInvalidArgument
 // past the 2^31 - 1 blocks a grid dimension holds.
-// `cluster` > 1: clusters of that many consecutive tiles (blocks a multiple of it).
-template <auto Kernel, typename... Args>
-Status launch_tiles_clustered(StreamOrder order, int cluster, int64_t blocks, int threads,
-                              int smem_bytes, cudaStream_t stream, const Args&... args) {
-  if (blocks == 0) return Status::kSuccess;
-  if (blocks > INT_MAX) return Status::kInvalidArgument;
-  return launch_kernel_clustered<Kernel>(order, cluster, dim3(static_cast<unsigned>(blocks)),
-                                         dim3(threads), smem_bytes, stream, args...);
-}
-
 template <auto Kernel, typename... Args>
 Status launch_tiles_ordered(StreamOrder order, int64_t blocks, int threads, int smem_bytes,
                             cudaStream_t stream, const Args&... args) {
-  return launch_tiles_clustered<Kernel>(order, 1, blocks, threads, smem_bytes, stream, args...);
+  if (blocks == 0) return Status::kSuccess;
+  if (blocks > INT_MAX) return Status::kInvalidArgument;
+  return launch_kernel_ordered<Kernel>(order, dim3(static_cast<unsigned>(blocks)), dim3(threads),
+                                       smem_bytes, stream, args...);
 }
 
 template <auto Kernel, typename... Args>

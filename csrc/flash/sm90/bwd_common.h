@@ -65,17 +65,14 @@ struct BwdWork {
   int seqlen_q, seqlen_k;
 };
 
-// kCtasPerTile: consecutive blocks that share one tile (a cluster's CTAs; sm90/bwd_split_kernel.h
-// kPairDq), each then taking its part of the tile's keys.
 template <int kBlockM, int kBlockN, int kVariant, bool kDynamic = variant_dynamic(kVariant),
-          bool kSeqlens = variant_seqlens(kVariant), int kCtasPerTile = 1>
+          bool kSeqlens = variant_seqlens(kVariant)>
 __device__ __forceinline__ BwdWork<kDynamic, kSeqlens> bwd_work(const BwdKernelParams& kp) {
   const BwdParams& p = kp.p;
   BwdWork<kDynamic, kSeqlens> w;
   // The static instance has no window, so no light blocks to defer.
   const KeyTile tile =
-      key_tile_at(static_cast<int>(blockIdx.x) / kCtasPerTile, ceil_div(p.seqlen_k, kBlockN),
-                  kp.kv_splits,
+      key_tile_at(static_cast<int>(blockIdx.x), ceil_div(p.seqlen_k, kBlockN), kp.kv_splits,
                   p.num_heads_k, p.batch * p.num_heads_k * kp.kv_splits, kDynamic ? kp.defer_n : 0);
   const SeqInfo seq = seq_info<kSeqlens>(p, tile.batch);
   w.batch = tile.batch;
@@ -216,14 +213,13 @@ __device__ __forceinline__ void tma_query_block(const BwdKernelParams& kp, const
 }
 
 // A main kernel's start (both sm90 kernels): the Traits::kStages buffers' mbarriers (at kOffBar),
-// K / V of the block by cp.async (every thread; committed), the first step's Q / dO / rows (query
-// block m_first of the first head) by thread 0 into buffer 0; then every block waits for the
-// preprocess (bwd/pipeline.h's programmatic launch), also one that walks no step, so that this
-// grid never ends before it.
+// K / V of the block by cp.async (every thread; committed), the first step's Q / dO / rows by
+// thread 0 into buffer 0; then every block waits for the preprocess (bwd/pipeline.h's
+// programmatic launch), also one that walks no step, so that this grid never ends before it.
 template <typename Traits, typename Element, typename Work>
 __device__ __forceinline__ void begin_block(const BwdKernelParams& kp, const Work& w,
                                             const void* q_map, const void* do_map,
-                                            uint32_t s_base, int tid, int m_first) {
+                                            uint32_t s_base, int tid) {
   if (tid == 0) {
 #pragma unroll
     for (int b = 0; b < Traits::kStages; ++b) {
@@ -235,7 +231,7 @@ __device__ __forceinline__ void begin_block(const BwdKernelParams& kp, const Wor
     load_kv<Traits, Element>(kp, w, s_base, tid);
     ptx::cp_async_commit();
     if (tid == 0) {
-      tma_query_block<Traits>(kp, w, q_map, do_map, s_base, w.head_first, m_first, 0, true);
+      tma_query_block<Traits>(kp, w, q_map, do_map, s_base, w.head_first, w.m_begin, 0, true);
     }
   }
   ptx::grid_dependency_wait();

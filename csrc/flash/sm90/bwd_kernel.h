@@ -333,7 +333,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   const uint32_t sQ = s_base + Traits::kOffQ, sDO = s_base + Traits::kOffDO;
   const uint32_t sDS = s_base + Traits::kOffDS;
   // K / V by cp.async, the first step's Q / dO / rows into buffer 0; the preprocess waited for.
-  begin_block<Traits, Element>(kp, w, q_map, do_map, s_base, tid, w.m_begin);
+  begin_block<Traits, Element>(kp, w, q_map, do_map, s_base, tid);
 
   float acc_dk[kColTiles][4], acc_dv[kColTiles][4];
 #pragma unroll
@@ -398,19 +398,20 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
     // dV += P^T dO and dK += dS^T Q.
     const auto issue_dv = [&] { issue_rs_gemm<kBf16, Traits>(acc_dv, p16, sDOs); };
     const auto issue_dk = [&] { issue_rs_gemm<kBf16, Traits>(acc_dk, ds16, sQs); };
-    if constexpr (kEarlyDv) {
-      probs_and_grads<Element, Traits, kVariant>(
-          kp, w, head, m, acc_s, acc_dp, s_max, s_log2sum, s_d, smem + Traits::kOffDS, p16, ds16,
-          warp_key0, lane, [&] {
-            ptx::wgmma_fence();
-            issue_dv();
-            ptx::wgmma_commit();
-          });
-    } else {
-      probs_and_grads<Element, Traits, kVariant>(kp, w, head, m, acc_s, acc_dp, s_max,
-                                                 s_log2sum, s_d, smem + Traits::kOffDS, p16,
-                                                 ds16, warp_key0, lane);
-    }
+    const auto early_dv = [&] {  // probs_and_grads' `early` hook: dV's group, or none
+      if constexpr (kEarlyDv) {
+        return [&] {
+          ptx::wgmma_fence();
+          issue_dv();
+          ptx::wgmma_commit();
+        };
+      } else {
+        return NoEarlyGemm{};
+      }
+    }();
+    probs_and_grads<Element, Traits, kVariant>(kp, w, head, m, acc_s, acc_dp, s_max, s_log2sum,
+                                               s_d, smem + Traits::kOffDS, p16, ds16, warp_key0,
+                                               lane, early_dv);
     if (compute_dq) {
       // dS^T to shared memory [key][query] (sw128, kBlockN rows).
 #pragma unroll

@@ -27,17 +27,6 @@ constexpr auto main_kernel() {
   }
 }
 
-// Keys a tile of the scheduler: the split kernel's Traits::kKeyTile (two CTAs' with kPairDq),
-// the block's keys otherwise.
-template <typename Traits, bool kSplit>
-constexpr int split_key_tile() {
-  if constexpr (kSplit) {
-    return Traits::kKeyTile;
-  } else {
-    return Traits::kBlockN;
-  }
-}
-
 // The pipeline around main kernel Traits (kWs: bwd_ws_kernel.h's). defer_light: a window's light
 // trailing key blocks last (problem/mask.h deferred_key_blocks; off: key_tile's order, for
 // benchmarks/tune/tune_bwd90.cu's A/B). pdl: the main kernel and the postprocess launched
@@ -47,13 +36,9 @@ Status run_bwd_with(const BwdParams& p, cudaStream_t stream, bool defer_light, b
   constexpr BwdTileSm90 tile = bwd_tile_sm90(kHeadDim);
   static_assert(tile.supported, "no sm90 backward tile for this head dim");
   static_assert(Traits::kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
-  // Keys a tile of the scheduler and CTAs a tile (the split kernel's kPairDq: a cluster of two
-  // CTAs on 128 keys).
-  constexpr int kKeyTile = split_key_tile<Traits, tile.split>();
-  constexpr int kCluster = kKeyTile / Traits::kBlockN;
   const auto main = [&](const BwdKernelParams& base, StreamOrder order) {
     BwdKernelParams kp = base;
-    kp.defer_n = defer_light ? deferred_key_blocks(p, kKeyTile) : 0;
+    kp.defer_n = defer_light ? deferred_key_blocks(p, Traits::kBlockN) : 0;
     typename Traits::Params params;  // BwdTmaParams
     // The q and dout maps (boxes of 64 columns x kBlockM rows; varlen: one entry of every row).
     const TmaExtents e = tma_extents(p);
@@ -72,11 +57,11 @@ Status run_bwd_with(const BwdParams& p, cudaStream_t stream, bool defer_light, b
       if (st != Status::kSuccess) return st;
     }
     const auto launch = [&](auto variant) {
-      return launch_tiles_clustered<
+      return launch_tiles_ordered<
           main_kernel<Element, Traits, tile.split, kWs, decltype(variant)::value>()>(
-          order, kCluster,
-          kCluster * key_tile_count(ceil_div(p.seqlen_k, kKeyTile), p.batch, p.num_heads_k,
-                                    kp.kv_splits),
+          order,
+          key_tile_count(ceil_div(p.seqlen_k, Traits::kBlockN), p.batch, p.num_heads_k,
+                         kp.kv_splits),
           Traits::kNThreads, Traits::kSmemBytes, stream, params);
     };
     // ALiBi alone or softcap alone on a padded call without a window: the static mask's

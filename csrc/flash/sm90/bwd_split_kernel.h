@@ -32,7 +32,6 @@
 #include "../problem/mask.h"
 #include "../problem/score_mod.h"
 #include "../ptx/atomic.h"
-#include "../ptx/cluster.h"
 #include "../ptx/math.h"
 #include "../ptx/sync.h"
 #include "../ptx/wgmma.h"
@@ -41,7 +40,7 @@
 namespace flashattn_cu::sm90 {
 
 template <int kHeadDim_, int kBlockM_, int kStagger_ = 0, bool kBulkDq_ = true,
-          int kIssuerWg_ = 1, bool kRotate_ = false, bool kPairDq_ = false>
+          int kIssuerWg_ = 1>
 struct BwdSplitTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // dQ into the accumulator by bulk reductions (cp.reduce.async.bulk) of the block staged in
@@ -59,19 +58,6 @@ struct BwdSplitTraits {
   // then waits for warpgroup 0's exponentials anyway): 1 took 0.944-0.963x the time of 0 on the
   // H200 (tune_bwd90 `issuer`, NOTES 12.41).
   static constexpr int kIssuerWg = kIssuerWg_;
-  // Each block's walk over a head's query blocks starts at query block m_begin + (its key block
-  // index mod the range) and wraps, instead of at m_begin: the blocks of a wave then add into
-  // different dQ blocks at the same time where every one of them walks the same range
-  // (non-causal). A tuning knob (tune_bwd90 `rotate`).
-  static constexpr bool kRotate = kRotate_;
-  // With kBulkDq: clusters of two CTAs take the two 64-key halves of one 128-key tile (the pair
-  // walks the union of the halves' query blocks; a step outside a half's own range is all
-  // masked), and at each step's end each adds the other's staged dQ for its column half
-  // (distributed shared memory, 32 KB) into its own and reduces only that half: half the L2
-  // adds, which bound this kernel (NOTES 12.41, 12.42). Two cluster barriers a step: both staged,
-  // then both read (waited for by the issuer before the loads that overwrite the staging, by
-  // the others before the next step's first). A tuning knob (tune_bwd90 `pair`).
-  static constexpr bool kPairDq = kPairDq_;
   // When warpgroup 1 issues dP^T: 0 with warpgroup 0's S^T (both GEMMs share the tensor cores
   // and retire together, then warpgroup 0's exponentials run with the tensor cores idle); 1 once
   // S^T has retired (a named barrier), so that the exponentials run under dP^T; 2 once S^T has
@@ -83,8 +69,6 @@ struct BwdSplitTraits {
   static constexpr int kProbeDq = 0;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = 64;
-  static constexpr int kKeyTile = kPairDq ? 2 * kBlockN : kBlockN;  // keys a tile (scheduler)
-  static constexpr int kCluster = kPairDq ? 2 : 1;                  // CTAs a tile
   static constexpr int kNThreads = 256;
   static constexpr int kChunks = kHeadDim / 8;
   static constexpr int kQTiles = kBlockM / 8;
@@ -108,7 +92,6 @@ struct BwdSplitTraits {
 
   static_assert(kHalfCols % 64 == 0, "each warpgroup owns whole 64-column atoms");
   static_assert(kBlockM == 64, "dQ is one m64 slab");
-  static_assert(!kPairDq || kBulkDq, "the pair exchanges staged blocks");
   static_assert(backward::kBwdRowPad % kBlockM == 0, "workspace rows are whole query blocks");
 };
 
@@ -129,20 +112,11 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
   const int t = lane % 4;
   const int warp_key0 = (warp % 4) * 16;  // both warpgroups cover keys 0..63
   const int col0 = wg * kHalf;            // this warpgroup's dK/dV/dQ columns
-  auto w = bwd_work<kBlockM, Traits::kKeyTile, kVariant, kDynamic, kSeqlens, Traits::kCluster>(kp);
+  const auto w = bwd_work<kBlockM, kBlockN, kVariant>(kp);
   ptx::launch_dependents();  // as sm90/bwd_kernel.h
-  if (w.keys_valid <= 0) {   // varlen: a key block past this entry's length (kPairDq: both CTAs)
+  if (w.keys_valid <= 0) {   // varlen: a key block past this entry's length
     ptx::grid_dependency_wait();
     return;
-  }
-  // The tile's index among the head's key tiles (kRotate), then kPairDq: this CTA's 64 keys
-  // (rank 1's may be none: K / V then load as zeros and every step is masked).
-  const int key_tile = w.n_start / Traits::kKeyTile;
-  [[maybe_unused]] uint32_t rank = 0;
-  if constexpr (Traits::kPairDq) {
-    rank = ptx::cluster_ctarank();
-    w.n_start += static_cast<int>(rank) * kBlockN;
-    w.keys_valid = min(kBlockN, w.keys_valid - static_cast<int>(rank) * kBlockN);
   }
 
   uint32_t s_base;
@@ -151,22 +125,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
   const uint32_t sQ = s_base + Traits::kOffQ, sDO = s_base + Traits::kOffDO;
   const uint32_t sP = s_base + Traits::kOffP, sDS = s_base + Traits::kOffDS;
   // K / V by cp.async, the first step's Q / dO / rows into buffer 0; the preprocess waited for.
-  // The first query block of each head's walk (Traits::kRotate), and the step after s.
-  const int m_first = [&] {
-    const int range = w.m_end - w.m_begin;
-    if (!Traits::kRotate || range <= 0) return w.m_begin;
-    return w.m_begin + key_tile % range;
-  }();
-  const auto advance = [&](BwdStep s) {
-    if constexpr (!Traits::kRotate) {
-      return next_step(w, s);
-    } else {
-      if (++s.m == w.m_end) s.m = w.m_begin;
-      if (s.m == m_first) ++s.head;
-      return s;
-    }
-  };
-  begin_block<Traits, Element>(kp, w, q_map, do_map, s_base, tid, m_first);
+  begin_block<Traits, Element>(kp, w, q_map, do_map, s_base, tid);
 
   float acc_dk[kColTiles][4], acc_dv[kColTiles][4];
 #pragma unroll
@@ -176,26 +135,16 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
 
   const bool compute_dq = !p.deterministic && Traits::kProbeDq != 2;
   const float scale_log2 = kp.score.scale_log2;
-  BwdStep step{w.head_first, m_first};
+  BwdStep step{w.head_first, w.m_begin};
   // kBulkDq: the staged block's place in the accumulator, and its reductions (the issuer thread)
   // from the Q / dO buffers of stage `st`: warps 0-1, 2-3, 4-5, 6-7's runs (Traits::kBulkDq).
   constexpr bool kBulk = Traits::kBulkDq;
   const bool issuer = tid == Traits::kIssuerWg * 128;
   float* dq_block = nullptr;
-  // kPairDq: this thread has arrived at the barrier phase after its reads of the partner's
-  // staging and not yet waited for it.
-  [[maybe_unused]] bool pair_reads_pending = false;
   const auto reduce_staged_dq = [&](int st) {
     constexpr int kQuarter = Traits::kQBytes / 2;  // two warps' 8 KB runs
     const uint32_t q = sQ + st * Traits::kQBytes, d = sDO + st * Traits::kQBytes;
-    if constexpr (Traits::kPairDq) {  // this CTA's half: quarters 2 rank (Q), 2 rank + 1 (dO)
-      if constexpr (Traits::kProbeDq == 0) {
-        ptx::bulk_reduce_add_f32(dq_block + 2 * rank * (kQuarter / 4), q + rank * kQuarter,
-                                 kQuarter);
-        ptx::bulk_reduce_add_f32(dq_block + (2 * rank + 1) * (kQuarter / 4),
-                                 d + rank * kQuarter, kQuarter);
-      }
-    } else if constexpr (Traits::kProbeDq == 0) {
+    if constexpr (Traits::kProbeDq == 0) {
       ptx::bulk_reduce_add_f32(dq_block, q, kQuarter);
       ptx::bulk_reduce_add_f32(dq_block + kQuarter / 4, d, kQuarter);
       ptx::bulk_reduce_add_f32(dq_block + 2 * (kQuarter / 4), q + kQuarter, kQuarter);
@@ -208,7 +157,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
   for (int it = 0; it < w.total; ++it) {
     const int stage = it & 1;
     const int head = step.head, m = step.m;
-    const BwdStep next = advance(step);
+    const BwdStep next = next_step(w, step);
     // The next step's loads take the other buffer; this step's buffer landed.
     // kBulkDq: the next step's loads go out after the GEMMs' issue below, once the last step's
     // reductions (issued here, from that buffer, after the barrier: every thread's dQ staged and
@@ -243,13 +192,6 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
       }
       ptx::wgmma_commit();
       if constexpr (kBulk) {
-        if constexpr (Traits::kPairDq) {
-          // The partner has read the staging that these loads overwrite (the last step's).
-          if (warp == Traits::kIssuerWg * 4 && pair_reads_pending) {
-            ptx::cluster_wait_acquire();
-            pair_reads_pending = false;
-          }
-        }
         if (issuer && it + 1 < w.total) {
           if (it > 0 && compute_dq) ptx::tma_store_wait<0>();  // the reductions read the buffer
           tma_query_block<Traits>(kp, w, q_map, do_map, s_base, next.head, next.m, stage ^ 1,
@@ -378,28 +320,6 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
             *reinterpret_cast<float2*>(s_dq + (hr * kColTiles + nt) * 256) =
                 make_float2(acc_dq[nt][hr * 2], acc_dq[nt][hr * 2 + 1]);
           }
-        if constexpr (Traits::kPairDq) {
-          if (pair_reads_pending) {  // the last step's phase, where the issuer did not wait
-            ptx::cluster_wait_acquire();
-            pair_reads_pending = false;
-          }
-          ptx::cluster_arrive_release();
-          ptx::cluster_wait_acquire();  // both CTAs' blocks staged
-          // This thread's 128 bytes of column half `rank` (quarter 2 rank in the Q buffer for
-          // threads 0-127, 2 rank + 1 in the dO buffer for the others): the partner's added in.
-          const int off = (tid < 128 ? Traits::kOffQ : Traits::kOffDO) + stage * Traits::kQBytes +
-                          static_cast<int>(rank) * (Traits::kQBytes / 2) + (tid % 128) * 128;
-          const uint32_t theirs = ptx::map_shared_cluster(s_base + off, rank ^ 1);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const float4 o = ptx::ld_shared_cluster_v4(theirs + 16 * j);
-            float4* mine = reinterpret_cast<float4*>(smem + off + 16 * j);
-            const float4 m4 = *mine;
-            *mine = make_float4(m4.x + o.x, m4.y + o.y, m4.z + o.z, m4.w + o.w);
-          }
-          ptx::cluster_arrive_release();  // this thread's reads of the partner's staging done
-          pair_reads_pending = true;
-        }
         ptx::fence_proxy_async_shared();  // for the reductions (after the next barrier)
         dq_block = dq_accum_block<kBlockM, kHeadDim, kSeqlens>(kp, seq_info<kSeqlens>(p, w.batch),
                                                                head, m);
@@ -431,10 +351,6 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
       __syncthreads();  // every thread's pairs stored and fenced
       if (issuer) reduce_staged_dq((w.total - 1) & 1);
     }
-  }
-  if constexpr (Traits::kPairDq) {
-    // The partner has read this CTA's last staging before the CTA may exit.
-    if (pair_reads_pending) ptx::cluster_wait_acquire();
   }
   finish_dkdv<kDropout>(kp, acc_dk, acc_dv);
 
