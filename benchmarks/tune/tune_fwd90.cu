@@ -12,8 +12,11 @@
 #include <string>
 #include <vector>
 
+#ifndef TUNE_FWD90_SERIAL_ONLY  // -DTUNE_FWD90_SERIAL_ONLY: the "serial3" mode alone
 #include "fwd90_chain_modes.h"
+#endif
 #include "fwd90_harness.h"
+#include "fwd90_serial_modes.h"
 #include "library_status.h"
 
 int main(int argc, char** argv) {
@@ -40,6 +43,9 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
   CHECK(cudaDeviceGetAttribute(&g_l2, cudaDevAttrL2CacheSize, 0));
   using fa::sm90::FwdTraits;
+  // Three consumers with a consumer's GEMMs one after the other (fwd90_serial_modes.h).
+  if (run_serial_mode(only, b)) return 0;
+#ifndef TUNE_FWD90_SERIAL_ONLY
   // The modifier instances' softmax chain (fwd90_chain_modes.h); -DTUNE_FWD90_ALIBI_ONLY
   // builds those modes alone.
   if (run_chain_mode(only, b)) return 0;
@@ -597,5 +603,6 @@ int main(int argc, char** argv) {
 #endif  // TUNE_FWD90_CAP3_ONLY
 #endif  // TUNE_FWD90_MAXTREE_ONLY
 #endif  // TUNE_FWD90_ALIBI_ONLY
+#endif  // TUNE_FWD90_SERIAL_ONLY
   return 0;
 }

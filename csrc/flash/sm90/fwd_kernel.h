@@ -322,8 +322,43 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       pack_p();
     }
     clock.mark(kPhaseFirstStep);
+    static_assert(!Traits::kSerialPV || (!Traits::kEarlyRescale && !Traits::kSumsUnderS),
+                  "kSerialPV: no next S GEMM to hide the rescale or the used sums under");
 #pragma unroll 1
-    for (int i = 1; i < w.num_blocks; ++i) {
+    for (int i = 1; Traits::kSerialPV && i < w.num_blocks; ++i) {
+      // P_{i-1} V_{i-1}, retired (P's registers free), then S_i, retired, then softmax_i.
+      const RingSlot<Traits> slot(ring + i), prev(ring + i - 1);
+      clock.step_start();
+      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + prev.stage), prev.parity);
+      turns.begin();
+      ptx::wgmma_fence();
+      issue_pv(prev.stage, half);
+      turns.end();
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(acc_o[0]);
+      release(Traits::kBarVEmpty + prev.stage);
+      clock.step(kStepWaitPV);
+      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);
+      half = half_of(w.blocks.end - 1 - i);
+      clock.step(kStepWaitKV);
+      turns.begin();
+      ptx::wgmma_fence();
+      issue_s(slot.stage, half);
+      turns.end();
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(acc_s[0]);
+      clock.step(kStepS);
+      release(Traits::kBarKEmpty + slot.stage);
+      if (!Traits::kOInQ && i == w.num_blocks - 1) release(Traits::kBarQEmpty);
+      scores_to_p(w.blocks.end - 1 - i, ref, rescale);
+      drop_p(w.blocks.end - 1 - i);
+      clock.step(kStepExp);
+      if constexpr (!kBounded) OnlineSoftmax<1>::rescale_output(acc_o, rescale);
+      pack_p();
+      clock.step(kStepPack);
+    }
+#pragma unroll 1
+    for (int i = 1; !Traits::kSerialPV && i < w.num_blocks; ++i) {
       const RingSlot<Traits> slot(ring + i), prev(ring + i - 1);
       clock.step_start();
       ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);

@@ -34,9 +34,16 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           bool kStamps_ = false, int kTmaStoreO_ = 0, bool kCapAfterMax_ = true,
           bool kEarlyRescale_ = false, bool kMaxTree_ = false, bool kSumTree_ = false,
           bool kModsPerTile_ = true, bool kCapInterleave_ = false,
-          bool kBoundedRef_ = false, bool kSumsUnderS_ = false>
+          bool kBoundedRef_ = false, bool kSumsUnderS_ = false, bool kSerialPV_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // A consumer's step with its two GEMMs one after the other: O += P_{i-1} V_{i-1} issued and
+  // retired, then S_i issued and retired, then softmax_i (false: S_i and P_{i-1} V_{i-1} issued
+  // together, softmax_i under the P V). Without the overlap a consumer never holds S and P at
+  // once (O + S registers instead of O + S + P), which lets three consumers (192-row tiles,
+  // 160 registers) run at d = 128, each one's softmax hidden under the other two's GEMMs
+  // instead of under one's. A tuning knob (tune_fwd90 `serial3`).
+  static constexpr bool kSerialPV = kSerialPV_;
   // Softcap alone in bf16 (problem/score_mod.h ScoreScale::bounded_ref, which the launch must
   // hold): each row's exponents against a reference fixed at its first key block
   // (common/softmax.h fix_reference), so no step after it takes a row max or rescales O; 1 / l
