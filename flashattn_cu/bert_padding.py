@@ -12,7 +12,8 @@ tensor. Pure PyTorch (any device); gradients flow through every function.
 
 import torch
 
-__all__ = ["index_first_axis", "index_put_first_axis", "unpad_input", "pad_input"]
+__all__ = ["index_first_axis", "index_first_axis_residual", "index_put_first_axis",
+           "unpad_input", "unpad_input_for_concatenated_sequences", "pad_input"]
 
 
 class _IndexFirstAxis(torch.autograd.Function):
@@ -49,6 +50,23 @@ class _IndexPutFirstAxis(torch.autograd.Function):
         return grad_output.index_select(0, indices), None, None
 
 
+class _IndexFirstAxisResidual(torch.autograd.Function):
+    """(input[indices], input detached): the gradient of both outputs reaches input (the
+    residual's as it is, the selection's added at its rows)."""
+
+    @staticmethod
+    def forward(ctx, input, indices):
+        ctx.save_for_backward(indices)
+        return input.index_select(0, indices), input.detach()
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_residual):
+        (indices,) = ctx.saved_tensors
+        # Unused outputs arrive as zeros (materialized grads); out of place, so no incoming
+        # gradient buffer is modified.
+        return grad_residual.index_add(0, indices, grad_output), None
+
+
 def _check_indices(indices, what):
     if not isinstance(indices, torch.Tensor) or indices.dim() != 1 or \
             indices.dtype not in (torch.int64, torch.int32):
@@ -65,6 +83,16 @@ def index_first_axis(input, indices):
     if input.dim() < 1:
         raise ValueError("index_first_axis: input must have at least one dimension")
     return _IndexFirstAxis.apply(input, indices)
+
+
+def index_first_axis_residual(input, indices):
+    """flash_attn's index_first_axis_residual: (input[indices], input.detach()), for a caller
+    that keeps the whole input as a residual beside the selected rows; the gradients of both
+    outputs flow back into input. input: at least 2-d (as flash_attn's)."""
+    indices = _check_indices(indices, "index_first_axis_residual")
+    if input.dim() < 2:
+        raise ValueError("index_first_axis_residual: input must have at least two dimensions")
+    return _IndexFirstAxisResidual.apply(input, indices)
 
 
 def index_put_first_axis(values, indices, first_axis):
@@ -105,6 +133,48 @@ def unpad_input(hidden_states, attention_mask, unused_mask=None):
     torch.cumsum(seqlens, dim=0, dtype=torch.int32, out=cu_seqlens[1:])
     flat = hidden_states.reshape((-1,) + tuple(hidden_states.shape[2:]))
     return index_first_axis(flat, indices), indices, cu_seqlens, max_seqlen_in_batch, seqused
+
+
+def unpad_input_for_concatenated_sequences(hidden_states, attention_mask_in_length):
+    """Unpads a batch whose rows hold several short samples one after the other, as flash_attn's
+    function of this name: attention_mask_in_length (batch, seqlen), integer, lists in row b the
+    lengths of row b's samples (nonzero entries, in order; zeros are ignored), e.g. [2, 3, 0, 0,
+    0, 0] for samples of 2 and 3 tokens at the start of a 6-token row. The first sum(row b)
+    tokens of row b are kept, and every sample becomes its own sequence of the varlen layout.
+
+    Returns (hidden_states (total, ...), indices (total,) int64 into the flattened batch * seqlen,
+    cu_seqlens (samples + 1,) int32 over all samples in row-major order, max_seqlen_in_batch
+    (int)): four values, as flash_attn's.
+    """
+    what = "unpad_input_for_concatenated_sequences"
+    lengths = attention_mask_in_length
+    if not isinstance(lengths, torch.Tensor) or lengths.dim() != 2 or \
+            tuple(lengths.shape) != tuple(hidden_states.shape[:2]):
+        got = tuple(lengths.shape) if isinstance(lengths, torch.Tensor) else type(lengths).__name__
+        raise ValueError(f"{what}: attention_mask_in_length must be (batch, seqlen) = "
+                         f"{tuple(hidden_states.shape[:2])}, got {got}")
+    if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
+        raise ValueError(f"{what}: attention_mask_in_length must hold integer sample lengths, "
+                         f"got {lengths.dtype}")
+    seqlen = lengths.shape[1]
+    lengths = lengths.long()
+    per_row = lengths.sum(dim=-1)
+    # The one host read (flash_attn's version reads the max too): bad lengths would put one
+    # row's samples into the next row's tokens.
+    bad = (lengths < 0).any() | (per_row > seqlen).any()
+    if bool(bad):
+        raise ValueError(f"{what}: attention_mask_in_length must hold non-negative sample "
+                         f"lengths summing to at most seqlen={seqlen} in each row, got "
+                         f"{lengths.tolist() if lengths.numel() <= 64 else 'larger tensor'}")
+    flat = lengths.flatten()
+    seqlens = flat[flat != 0].to(torch.int32)
+    keep = torch.arange(seqlen, device=lengths.device) < per_row.unsqueeze(1)
+    indices = torch.nonzero(keep.flatten(), as_tuple=False).flatten()
+    max_seqlen_in_batch = int(seqlens.max().item()) if seqlens.numel() > 0 else 0
+    cu_seqlens = torch.zeros(seqlens.shape[0] + 1, dtype=torch.int32, device=lengths.device)
+    torch.cumsum(seqlens, dim=0, dtype=torch.int32, out=cu_seqlens[1:])
+    rows = hidden_states.reshape((-1,) + tuple(hidden_states.shape[2:]))
+    return index_first_axis(rows, indices), indices, cu_seqlens, max_seqlen_in_batch
 
 
 def pad_input(hidden_states, indices, batch, seqlen):

@@ -20,7 +20,10 @@ import torch.nn.functional as F
 from flashattn_cu import _C  # also loads the library that defines torch.ops.flashattn_cu
 from flashattn_cu._ops import FlashAttnFunc, FlashAttnVarlenFunc
 
-__all__ = ["flash_attn_func", "FlashAttnFunc", "flash_attn_with_kvcache"]
+__all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
+           "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
+           "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache", "FlashAttnFunc",
+           "FlashAttnVarlenFunc"]
 
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 _MAX_HEAD_DIM = 256
@@ -95,6 +98,25 @@ def _window_and_causal(causal, dropout_p, window_size, softcap, alibi_slopes):
     return causal, left, 0 if causal else right
 
 
+def _flash_attn_window(causal, left, right, seqlen_k):
+    """flash_attn's normalization of a call's window against its key bound seqlen_k (the padded
+    call's seqlen_k, the varlen call's max_seqlen_k, the KV cache's capacity: csrc/flash_attn/
+    flash_api.cpp, mha_fwd and its siblings, then set_params_fprop): a side >= seqlen_k is
+    unbounded (-1); causal, or (-1, 0), is causal with right = 0; a bounded left side with an
+    unbounded right takes right = seqlen_k (not unbounded: with more queries than keys the first
+    rows stop there). The mask of every side it changes is the same but for those rows; what it
+    also settles as flash_attn does is whether the call is causal (ALiBi's bias form, so the
+    lse) or local (a KV cache's rotary position per query row). Returns (causal, left, right)."""
+    left = -1 if left >= seqlen_k else left
+    right = -1 if right >= seqlen_k else right
+    causal = causal or (left < 0 and right == 0)
+    if causal:
+        right = 0
+    elif left >= 0 and right < 0:
+        right = seqlen_k
+    return causal, left, right
+
+
 def _softmax_scale(softmax_scale, head_dim):
     """softmax_scale as a float: headdim ** -0.5 for None, else checked (_check_scale)."""
     if softmax_scale is None:
@@ -157,8 +179,10 @@ _HEAD_DIM_INSTANCES = tuple(_C.head_dim_instances())
 
 def _head_dim_instance(head_dim):
     """The compiled head-dim instance that runs `head_dim` (after padding to a multiple of 8):
-    the smallest instance >= head_dim, as round_head_dim() in csrc/flash/head_dims.h."""
-    return next(d for d in _HEAD_DIM_INSTANCES if d >= head_dim)
+    the smallest instance >= head_dim, as round_head_dim() in csrc/flash/head_dims.h; None past
+    the largest (never a StopIteration, which a generator or map() around the call would turn
+    into a silent end)."""
+    return next((d for d in _HEAD_DIM_INSTANCES if d >= head_dim), None)
 
 
 @functools.lru_cache(maxsize=None)
@@ -234,12 +258,13 @@ def _check_tensors(q, k, v):
             f"flash_attn_func: head dim {head_dim} is not supported; supported: 1 to "
             f"{_MAX_HEAD_DIM} (multiples of 8 run natively, others are zero-padded)"
         )
-    for name, t in zip(_NAMES, tensors):
-        if head_dim > 1 and t.stride(-1) != 1:
-            raise ValueError(
-                f"flash_attn_func: {name} must be contiguous in its last dimension (stride 1), got "
-                f"strides {tuple(t.stride())}; call {name}.contiguous() first"
-            )
+
+
+def _maybe_contiguous(*tensors):
+    """flash_attn's maybe_contiguous: a tensor whose last dimension is not contiguous is copied
+    (the kernels read rows of headdim elements); others pass as they are. Differentiable, so the
+    gradient reaches the caller's layout."""
+    return tuple(t.contiguous() if t.shape[-1] > 1 and t.stride(-1) != 1 else t for t in tensors)
 
 
 def _check_devices(q, k, v):
@@ -269,6 +294,11 @@ def _check_devices(q, k, v):
             )
         head_dim = q.shape[-1]
         instance, built = _head_dim_instance(head_dim), _built_head_dims()
+        if instance is None:
+            raise ValueError(
+                f"flash_attn_func: head dim {head_dim} is not supported; supported: 1 to "
+                f"{_HEAD_DIM_INSTANCES[-1]}"
+            )
         if instance not in built:
             raise RuntimeError(
                 f"flash_attn_func: unsupported head dim {head_dim}: it runs on the head-dim "
@@ -356,6 +386,9 @@ def flash_attn_func(
                                                            alibi_slopes)
     _check_tensors(q, k, v)
     _check_devices(q, k, v)
+    causal, window_left, window_right = _flash_attn_window(causal, window_left, window_right,
+                                                           k.shape[1])
+    q, k, v = _maybe_contiguous(q, k, v)
     head_dim = q.shape[-1]
     softmax_scale = _softmax_scale(softmax_scale, head_dim)
 
@@ -527,6 +560,9 @@ def flash_attn_varlen_func(
     q4, k4, v4 = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
     _check_tensors(q4, k4, v4)
     _check_devices(q4, k4, v4)
+    causal, window_left, window_right = _flash_attn_window(causal, window_left, window_right,
+                                                           max_seqlen_k)
+    q, k, v = _maybe_contiguous(q, k, v)
     head_dim = q.shape[-1]
     softmax_scale = _softmax_scale(softmax_scale, head_dim)
     pad = -head_dim % 8

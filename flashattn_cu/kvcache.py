@@ -172,7 +172,6 @@ def _with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
     _check_tensor(k_cache, "k_cache", 4, cache_text)
     _check_tensor(v_cache, "v_cache", 4, cache_text)
     _check_dtypes((("q", q), ("k_cache", k_cache), ("v_cache", v_cache)), q)
-    _check_devices(q, k_cache, v_cache)
     batch, seqlen_q, nheads, head_dim = q.shape
     if tuple(v_cache.shape) != tuple(k_cache.shape):
         raise ValueError(f"{_FN}: v_cache has shape {tuple(v_cache.shape)} but k_cache has "
@@ -180,9 +179,11 @@ def _with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
     nheads_k = k_cache.shape[2]
     if k_cache.shape[3] != head_dim:
         raise ValueError(f"{_FN}: k_cache has head dim {k_cache.shape[3]} but q has {head_dim}")
-    if head_dim % 8 != 0 or head_dim > 256:
+    if head_dim % 8 != 0 or not 0 < head_dim <= 256:
         raise ValueError(f"{_FN}: head dim {head_dim} is not supported; supported: multiples of "
                          "8 up to 256 (the cache is read in place, so it cannot be padded)")
+    # After the head dim's own check: _check_devices looks up the build's instance for it.
+    _check_devices(q, k_cache, v_cache)
     if nheads_k < 1 or nheads % nheads_k != 0:
         raise ValueError(f"{_FN}: q has {nheads} heads and k_cache {nheads_k}; nheads must be a "
                          "positive multiple of nheads_k")
@@ -248,6 +249,9 @@ def _with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
 
     causal, window_left, window_right = _window_and_causal(causal, 0.0, window_size, softcap,
                                                            alibi_slopes)
+    # Against the cache's capacity, as flash_attn's mha_fwd_kvcache (its seqlen_k).
+    causal, window_left, window_right = _fai._flash_attn_window(causal, window_left,
+                                                                window_right, capacity)
     softmax_scale = _softmax_scale(softmax_scale, head_dim)
     softcap = _check_softcap(softcap)
     alibi_slopes = _check_alibi(alibi_slopes, batch, nheads, device)
@@ -279,6 +283,11 @@ def _with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
             raise ValueError(f"{_FN}: rotary_cos has {rotary_cos.shape[0]} positions; it needs "
                              f"at least the cache's {capacity}")
 
+    # flash_attn copies a q, k or v whose last dimension is not contiguous (the caches are
+    # written in place and must be so already: the binding says so).
+    q = _fai._maybe_contiguous(q)[0]
+    if k is not None:
+        k, v = _fai._maybe_contiguous(k, v)
     if k is not None and fused and seqlen_new > 0 and seqlen_q > 0:
         # The kernel appends (rotated) k and v and rotates q itself (problem/kv_append.h).
         out, softmax_lse = torch.ops.flashattn_cu.fwd_kvcache(
@@ -374,7 +383,6 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     _check_tensor(k, "k", 4, paged_text, fn)
     _check_tensor(v, "v", 4, paged_text, fn)
     _check_dtypes((("q", q), ("k", k), ("v", v)), q, fn)
-    _check_devices(q, k, v, fn, ("q", "k", "v"))
     total_q, nheads, head_dim = q.shape
     if tuple(v.shape) != tuple(k.shape):
         raise ValueError(f"{fn}: v has shape {tuple(v.shape)} but k has {tuple(k.shape)} "
@@ -382,10 +390,11 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     num_blocks, page_size, nheads_k = k.shape[:3]
     if k.shape[3] != head_dim:
         raise ValueError(f"{fn}: k has head dim {k.shape[3]} but q has {head_dim}")
-    if head_dim % 8 != 0 or head_dim > 256:
+    if head_dim % 8 != 0 or not 0 < head_dim <= 256:
         raise ValueError(f"{fn}: head dim {head_dim} is not supported with block_table; "
                          "supported: multiples of 8 up to 256 (the paged cache is read in "
                          "place, so it cannot be padded)")
+    _check_devices(q, k, v, fn, ("q", "k", "v"))  # after the head dim's check, as above
     if nheads_k < 1 or nheads % nheads_k != 0:
         raise ValueError(f"{fn}: q has {nheads} heads and k {nheads_k}; nheads must be a "
                          "positive multiple of nheads_k")
@@ -412,9 +421,12 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
 
     causal, window_left, window_right = _window_and_causal(causal, 0.0, window_size, softcap,
                                                            alibi_slopes)
+    causal, window_left, window_right = _fai._flash_attn_window(causal, window_left,
+                                                                window_right, max_seqlen_k)
     softmax_scale = _softmax_scale(softmax_scale, head_dim)
     softcap = _check_softcap(softcap)
     alibi_slopes = _check_alibi(alibi_slopes, batch, nheads, device)
+    q = _fai._maybe_contiguous(q)[0]  # as flash_attn; the paged k / v are read in place
     out, lse = _PagedVarlenFunc.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table,
                                       max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                                       window_left, window_right, alibi_slopes, softcap)

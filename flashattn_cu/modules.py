@@ -98,7 +98,14 @@ class FlashSelfAttention(_FlashAttentionModule):
 
 class FlashCrossAttention(_FlashAttentionModule):
     """softmax(q k^T * softmax_scale) v with k and v packed, as flash_attn.modules.mha defines
-    it; nheads % nheads_k == 0 (GQA/MQA). The constructor arguments are FlashSelfAttention's."""
+    it; nheads % nheads_k == 0 (GQA/MQA). The constructor arguments are FlashSelfAttention's, in
+    flash_attn's order for this class: alibi_slopes before window_size (FlashSelfAttention takes
+    window_size first), so positional calls written for flash_attn mean the same here."""
+
+    def __init__(self, causal=False, softmax_scale=None, attention_dropout=0.0,
+                 alibi_slopes=None, window_size=(-1, -1), deterministic=False):
+        super().__init__(causal, softmax_scale, attention_dropout, window_size=window_size,
+                         alibi_slopes=alibi_slopes, deterministic=deterministic)
 
     def forward(self, q, kv, causal=None, cu_seqlens=None, max_seqlen=None, cu_seqlens_k=None,
                 max_seqlen_k=None):

@@ -9,7 +9,8 @@ __all__ = ["alibi_bias", "attention_ref", "dropout_mask_from_s_dmask", "poison_o
 
 
 def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window_size=(-1, -1),
-                  alibi_slopes=None, softcap=0.0, dropout_p=0.0, dropout_mask=None):
+                  alibi_slopes=None, softcap=0.0, dropout_p=0.0, dropout_mask=None,
+                  window_seqlen_k=None):
     """Attention computed with plain PyTorch ops, in the flash_attn layout.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim) with
@@ -18,6 +19,11 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window
     window_size: (left, right), flash_attn's sliding window: with d = i + seqlen_k - seqlen_q,
     query i sees keys d - left <= j <= d + right; a negative side is unbounded; causal sets
     right = 0.
+    window_seqlen_k: the key bound the public functions normalize the window against as
+    flash_attn does (the padded call's seqlen_k, a varlen call's max_seqlen_k, a KV cache's
+    capacity; flash_attn_interface._flash_attn_window): a side >= it is unbounded, (-1, 0) is
+    causal, a bounded left with an unbounded right takes right = window_seqlen_k. None: the window
+    as given (the kernels' raw semantics).
     alibi_slopes: fp32 (nheads,) or (batch, nheads), flash_attn's ALiBi: with d the diagonal key,
     the scaled score of key j gets + slope * j when causal without a left window, else
     - slope * |d - j|.
@@ -51,6 +57,12 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window
     if softcap > 0:
         scores = torch.tanh(scores / softcap) * softcap
     left, right = window_size
+    if window_seqlen_k is not None:  # flash_attn's rules, written out here independently
+        left = -1 if left >= window_seqlen_k else left
+        right = -1 if right >= window_seqlen_k else right
+        causal = causal or (left < 0 and right == 0)
+        if left >= 0 and right < 0 and not causal:
+            right = window_seqlen_k
     if causal:
         right = 0
     rows = torch.arange(seqlen_q, device=q.device).unsqueeze(1)

@@ -84,8 +84,9 @@ def check_both_paths(q, k, v, dout, what, deterministic=False, **kw):
     from flashattn_cu import flash_attn_func
     from flashattn_cu.testing import attention_ref, kernel_path
 
-    ref, ref_lse = attention_ref(q, k, v, **kw)
-    pt, pt_lse = attention_ref(q, k, v, upcast=False, **kw)
+    # The window as flash_attn_func normalizes it (flash_attn's rules against seqlen_k).
+    ref, ref_lse = attention_ref(q, k, v, window_seqlen_k=k.shape[1], **kw)
+    pt, pt_lse = attention_ref(q, k, v, upcast=False, window_seqlen_k=k.shape[1], **kw)
     refs = torch.autograd.grad(ref, (q, k, v), dout.float())
     pts = torch.autograd.grad(pt, (q, k, v), dout)
     for path in ("auto", "sm80"):

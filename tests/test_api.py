@@ -36,6 +36,17 @@ def test_version_and_exports():
     assert "flash_attn_func" in flashattn_cu.__all__
 
 
+def test_star_import_of_the_interface_module():
+    """`from flash_attn.flash_attn_interface import *` brings every public function (flash_attn
+    defines no __all__ there); the same line against flashattn_cu must too."""
+    names = {}
+    exec("from flashattn_cu.flash_attn_interface import *", names)
+    for fn in ("flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func",
+               "flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
+               "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache"):
+        assert names[fn] is getattr(flashattn_cu, fn), fn
+
+
 def test_signature_matches_flash_attn_2():
     # flash_attn 2.x (flash_attn/flash_attn_interface.py), parameter for parameter.
     expected = [
@@ -69,6 +80,9 @@ def test_head_dim_instances():
     for d in range(1, fai._MAX_HEAD_DIM + 1):
         smallest = min(i for i in instances if i >= d)
         assert _C._round_head_dim(d) == fai._head_dim_instance(d) == smallest, d
+    # Past the largest instance: None, not a StopIteration (which a generator or map() around
+    # the caller would turn into a silent end).
+    assert fai._head_dim_instance(max(instances) + 8) is None
 
 
 def test_kernel_path_switch():
@@ -218,13 +232,32 @@ def test_head_dim_too_large(d):
     _raises(ValueError, rf"head dim {d} is not supported; supported: 1 to 256", q, k, v)
 
 
-def test_non_contiguous_last_dim_is_an_error():
-    q, k, v = cpu_qkv()
-    q_t = q.transpose(-1, -2).contiguous().transpose(-1, -2)  # same values, last-dim stride != 1
-    _raises(ValueError, r"q must be contiguous in its last dimension \(stride 1\), got strides",
-            q_t, k, v)
-    _raises(ValueError, r"k must be contiguous in its last dimension",
-            q, torch.randn(2, 7, 2, 128, dtype=F16)[..., ::2], v)
+def test_non_contiguous_last_dim_is_copied():
+    """flash_attn copies a q, k or v whose last dimension is not contiguous (maybe_contiguous);
+    so does flash_attn_func: the op gets the same values with stride 1 (the op itself still
+    refuses such tensors, test_op_errors.py)."""
+    calls, spy = _capture_apply()
+    with _pretend_gpu((8, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
+        q, k, v = _fake_cuda_qkv()
+        q_t = q.transpose(-1, -2).contiguous().transpose(-1, -2)  # last-dim stride 5
+        k_s = torch.empty(2, 7, 2, 128, dtype=F16, device="cuda:0")[..., ::2]  # stride 2
+        assert q_t.stride(-1) != 1 and k_s.stride(-1) != 1
+        out = flash_attn_func(q_t, k_s, v)
+    q_arg, k_arg, v_arg = calls[0][:3]
+    assert q_arg.stride(-1) == 1 and k_arg.stride(-1) == 1 and v_arg is v
+    assert q_arg.shape == q.shape and k_arg.shape == k.shape and out.shape == q.shape
+
+
+def test_non_contiguous_last_dim_values_and_gradient():
+    """The copy is maybe_contiguous's .contiguous(): same values, and a differentiable copy."""
+    x = torch.randn(2, 3, 4, 8, dtype=torch.float64).transpose(-1, -2).contiguous() \
+        .transpose(-1, -2).requires_grad_()
+    (y,) = fai._maybe_contiguous(x)
+    assert y.stride(-1) == 1 and torch.equal(y, x)
+    y.sum().backward()
+    assert torch.equal(x.grad, torch.ones_like(x))
+    z = torch.randn(2, 3, 4, 8)
+    assert fai._maybe_contiguous(z)[0] is z
 
 
 @pytest.mark.parametrize("scale", [0.0, -0.125, float("inf"), float("nan")])
@@ -357,18 +390,36 @@ def test_default_scale_uses_original_head_dim(d, scale):
 
 @pytest.mark.parametrize("window, causal, passed", [
     ((-1, 0), True, (-1, 0)), ([-1, -1], False, (-1, -1)), ((-7, -2), False, (-1, -1)),
-    ((128, 0), False, (128, 0)), ((-1, 16), False, (-1, 16)), ((3, 5), False, (3, 5)),
-    ((2**40, 7), False, (2**31 - 1, 7)),
+    ((3, 5), False, (3, 5)), ((0, 0), False, (0, 0)), ((6, 0), False, (6, 0)),
+    # seqlen_k is 7 here: flash_attn's normalization (flash_attn_interface._flash_attn_window).
+    ((128, 0), True, (-1, 0)), ((7, 0), True, (-1, 0)), ((-1, 16), False, (-1, -1)),
+    ((2**40, 7), False, (-1, -1)), ((3, -1), False, (3, 7)), ((3, 2**40), False, (3, 7)),
 ])
 def test_window_sizes_reach_the_kernel(window, causal, passed):
-    """flash_attn's window_size: negative sides are unbounded, (-1, 0) is causal; the rest reach
-    the op as (window_left, window_right)."""
+    """flash_attn's window_size: negative sides are unbounded, (-1, 0) is causal; a side >=
+    seqlen_k is unbounded, and a bounded left with an unbounded right takes right = seqlen_k
+    (flash_attn's flash_api.cpp); the rest reach the op as (window_left, window_right)."""
     calls, spy = _capture_apply()
     with _pretend_gpu((8, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
         q, k, v = _fake_cuda_qkv()
         flash_attn_func(q, k, v, window_size=window, deterministic=True)
     assert calls[0][4] is causal and calls[0][5] is True
     assert tuple(calls[0][6:8]) == passed
+
+
+@pytest.mark.parametrize("causal, window, seqlen_k, expected", [
+    (False, (-1, -1), 100, (False, -1, -1)), (True, (-1, -1), 100, (True, -1, 0)),
+    (True, (50, 7), 100, (True, 50, 0)), (False, (50, 7), 100, (False, 50, 7)),
+    (False, (99, 99), 100, (False, 99, 99)), (False, (100, 99), 100, (False, -1, 99)),
+    (False, (100, 0), 100, (True, -1, 0)), (True, (100, 30), 100, (True, -1, 0)),
+    (False, (100, 100), 100, (False, -1, -1)), (False, (-1, 100), 100, (False, -1, -1)),
+    (False, (20, -1), 100, (False, 20, 100)), (False, (20, 500), 100, (False, 20, 100)),
+    (False, (0, -1), 0, (False, -1, -1)), (True, (5, 5), 0, (True, -1, 0)),
+])
+def test_flash_attn_window_normalization(causal, window, seqlen_k, expected):
+    """flash_api.cpp's rules: sides >= seqlen_k unbounded, then causal (or (-1, 0)) with right
+    0, then a bounded left with an unbounded right at right = seqlen_k."""
+    assert fai._flash_attn_window(causal, *window, seqlen_k) == expected
 
 
 def test_inference_route_passes_the_same_arguments():
@@ -384,11 +435,11 @@ def test_inference_route_passes_the_same_arguments():
     with _pretend_gpu((9, 0)), mock.patch.object(fai, "_fwd_splitkv", spy):
         q, k, v = _fake_cuda_qkv(d=59, grad=False)
         slopes = torch.ones(4, device="cuda:0")
-        out, lse, probs = flash_attn_func(q, k, v, causal=True, window_size=(9, 4), softcap=5.0,
+        out, lse, probs = flash_attn_func(q, k, v, causal=True, window_size=(5, 4), softcap=5.0,
                                           alibi_slopes=slopes, return_attn_probs=True)
     (q_arg, k_arg, _, scale, causal, left, right, alibi, softcap), = calls
     assert q_arg.shape[-1] == k_arg.shape[-1] == 64  # padded to a multiple of 8
-    assert scale == pytest.approx(59 ** -0.5) and causal is True and (left, right) == (9, 0)
+    assert scale == pytest.approx(59 ** -0.5) and causal is True and (left, right) == (5, 0)
     assert alibi is not None and softcap == 5.0
     assert out.shape == q.shape and lse.shape == (2, 4, 5) and probs is None
 
@@ -397,8 +448,8 @@ def test_causal_sets_the_window_right_side_to_zero():
     calls, spy = _capture_apply()
     with _pretend_gpu((8, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
         q, k, v = _fake_cuda_qkv()
-        flash_attn_func(q, k, v, window_size=(9, 4), causal=True)
-    assert calls[0][4] is True and tuple(calls[0][6:8]) == (9, 0)
+        flash_attn_func(q, k, v, window_size=(5, 4), causal=True)  # seqlen_k 7
+    assert calls[0][4] is True and tuple(calls[0][6:8]) == (5, 0)
 
 
 @pytest.mark.parametrize("window", [(1.5, 0), ("a", 1), (True, 0)])

@@ -112,9 +112,10 @@ def _error_case(change):
         kn = torch.empty(2, 1, 2, 64, dtype=torch.float16, device="cuda")
         args += [kn, kn]
     if "head_dim" in change:
-        args = [torch.empty(2, 1, 8, 60, dtype=torch.float16, device="cuda"),
-                torch.empty(2, 256, 2, 60, dtype=torch.float16, device="cuda"),
-                torch.empty(2, 256, 2, 60, dtype=torch.float16, device="cuda")]
+        d = change["head_dim"]
+        args = [torch.empty(2, 1, 8, d, dtype=torch.float16, device="cuda"),
+                torch.empty(2, 256, 2, d, dtype=torch.float16, device="cuda"),
+                torch.empty(2, 256, 2, d, dtype=torch.float16, device="cuda")]
     if "leftpad_shape" in change:
         kwargs["cache_leftpad"] = torch.empty(3, dtype=torch.int32, device="cuda")
     return args, kwargs
@@ -136,6 +137,10 @@ def _error_case(change):
     (dict(rotary=(256, 20)), ValueError, r"rotary_dim = 2 \* rotary_cos.shape\[1\] = 40 must be"),
     (dict(rotary=(100, 16)), ValueError, r"rotary_cos has 100 positions; it needs at least"),
     (dict(head_dim=60), ValueError, r"head dim 60 is not supported"),
+    # Past the largest instance: a ValueError naming it, never a StopIteration from the
+    # instance lookup (a generator or map() around the call would end silently on that).
+    (dict(head_dim=264), ValueError, r"head dim 264 is not supported"),
+    (dict(head_dim=512), ValueError, r"head dim 512 is not supported"),
     (dict(leftpad_shape=True), ValueError, r"cache_leftpad must have shape \(2,\)"),
 ])
 def test_argument_errors(change, error, message):

@@ -61,7 +61,8 @@ def test_signatures():
     init = [("causal", False), ("softmax_scale", None), ("attention_dropout", 0.0),
             ("window_size", (-1, -1)), ("alibi_slopes", None), ("deterministic", False)]
     assert _params(FlashSelfAttention.__init__)[1:] == init
-    assert _params(FlashCrossAttention.__init__)[1:] == init
+    # FlashCrossAttention takes alibi_slopes before window_size there.
+    assert _params(FlashCrossAttention.__init__)[1:] == [init[i] for i in (0, 1, 2, 4, 3, 5)]
     assert _params(FlashSelfAttention.forward) == [
         ("self", EMPTY), ("qkv", EMPTY), ("causal", None), ("cu_seqlens", None),
         ("max_seqlen", None)]
@@ -271,6 +272,24 @@ def test_arguments_reach_the_functions():
     assert args[0] is q and args[1] is kv and args[2] == 0.0
     assert kw == dict(softmax_scale=0.2, causal=True, window_size=(-1, -1), alibi_slopes=None,
                       deterministic=False)
+
+
+def test_positional_constructor_arguments_as_flash_attn():
+    """Positional constructor calls written for flash_attn mean the same here: FlashSelfAttention
+    (causal, softmax_scale, attention_dropout, window_size, alibi_slopes, deterministic),
+    FlashCrossAttention (..., alibi_slopes, window_size, deterministic)."""
+    slopes = torch.tensor([0.5, 0.25])
+    self_attn = FlashSelfAttention(True, 0.3, 0.1, (64, 0), slopes, True)
+    cross = FlashCrossAttention(True, 0.3, 0.1, slopes, (64, 0), True)
+    for m in (self_attn, cross):
+        assert m.causal is True and m.softmax_scale == 0.3 and m.drop.p == 0.1
+        assert m.window_size == (64, 0) and m.deterministic is True
+        assert torch.equal(m.alibi_slopes, slopes)
+    q, kv = torch.zeros(2, 5, 2, 16, dtype=F16), torch.zeros(2, 7, 2, 2, 16, dtype=F16)
+    with _spy("flash_attn_kvpacked_func") as fn:
+        cross.eval()(q, kv)
+    (_, kw), = fn.call_args_list
+    assert kw["window_size"] == (64, 0) and torch.equal(kw["alibi_slopes"], slopes)
 
 
 def test_varlen_arguments_reach_the_functions():

@@ -11,7 +11,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import attn_helpers
 from flashattn_cu import _C, flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func
 from flashattn_cu import flash_attn_interface as fai
-from flashattn_cu.bert_padding import index_first_axis, pad_input, unpad_input
+from flashattn_cu.bert_padding import (index_first_axis, index_first_axis_residual, pad_input,
+                                       unpad_input, unpad_input_for_concatenated_sequences)
 
 # --------------------------------------------------------------------------------------------
 # bert_padding (CPU)
@@ -79,6 +80,49 @@ def test_padding_helpers_reject_bad_arguments():
         index_first_axis(x.reshape(10, 3), torch.zeros(2, 2, dtype=torch.int64))
     with pytest.raises(ValueError, match="values has 3 rows but indices has 2"):
         pad_input(torch.zeros(3, 4), torch.tensor([0, 1]), 2, 2)
+
+
+def test_unpad_input_for_concatenated_sequences_against_a_loop():
+    """Each row's samples (the nonzero lengths, in order) become sequences of their own; the
+    first sum(row) tokens of each row are kept (flash_attn's docstring example, plus a row with
+    a zero between samples, which flash_attn also skips, and an empty row)."""
+    gen = torch.Generator().manual_seed(3)
+    lengths = torch.tensor([[2, 3, 0, 0, 0, 0], [3, 2, 0, 0, 0, 0], [6, 0, 0, 0, 0, 0],
+                            [1, 0, 4, 0, 0, 0], [0, 0, 0, 0, 0, 0]], dtype=torch.int32)
+    x = torch.randn(5, 6, 2, 3, dtype=torch.float64, generator=gen, requires_grad=True)
+    x_unpad, indices, cu_seqlens, max_seqlen = unpad_input_for_concatenated_sequences(x, lengths)
+    samples = [n for row in lengths.tolist() for n in row if n]
+    assert samples == [2, 3, 3, 2, 6, 1, 4]
+    assert cu_seqlens.dtype == torch.int32
+    assert cu_seqlens.tolist() == [sum(samples[:i]) for i in range(len(samples) + 1)]
+    assert isinstance(max_seqlen, int) and max_seqlen == 6
+    expected = torch.cat([x[b, :int(lengths[b].sum())] for b in range(5)])
+    assert indices.dtype == torch.int64 and torch.equal(x_unpad, expected)
+    torch.autograd.gradcheck(
+        lambda t: unpad_input_for_concatenated_sequences(t, lengths)[0], (x,))
+    with pytest.raises(ValueError, match=r"summing to at most seqlen=6"):
+        unpad_input_for_concatenated_sequences(x, torch.tensor([[4, 3, 0, 0, 0, 0]] * 5))
+    with pytest.raises(ValueError, match="non-negative sample lengths"):
+        unpad_input_for_concatenated_sequences(x, torch.tensor([[2, -1, 0, 0, 0, 0]] * 5))
+    with pytest.raises(ValueError, match="integer sample lengths"):
+        unpad_input_for_concatenated_sequences(x, lengths.float())
+    with pytest.raises(ValueError, match=r"must be \(batch, seqlen\) = \(5, 6\)"):
+        unpad_input_for_concatenated_sequences(x, lengths[:4])
+
+
+def test_index_first_axis_residual():
+    """(input[indices], input): both outputs' gradients reach input."""
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(7, 3, dtype=torch.float64, generator=gen, requires_grad=True)
+    indices = torch.tensor([1, 4, 6])
+    picked, residual = index_first_axis_residual(x, indices)
+    assert torch.equal(picked, x[indices]) and torch.equal(residual, x)
+    torch.autograd.gradcheck(
+        lambda t: tuple(index_first_axis_residual(t, indices)), (x,))
+    (picked * 2).sum().backward()  # the residual unused: its gradient counts as zero
+    assert x.grad[indices].eq(2).all() and x.grad[[0, 2, 3, 5]].eq(0).all()
+    with pytest.raises(ValueError, match="at least two dimensions"):
+        index_first_axis_residual(torch.zeros(5), indices)
 
 
 # --------------------------------------------------------------------------------------------

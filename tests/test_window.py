@@ -39,8 +39,11 @@ def test_window_against_reference(window, causal, seqlens, heads, dtype, d):
     dout = torch.randn_like(q)
     out, lse, _ = flash_attn_func(q, k, v, causal=causal, window_size=window,
                                   return_attn_probs=True)
-    ref, ref_lse = attention_ref(q, k, v, causal=causal, window_size=window)
-    pt, pt_lse = attention_ref(q, k, v, causal=causal, window_size=window, upcast=False)
+    # The window as flash_attn_func normalizes it against seqlen_k (flash_attn's rules: sides
+    # >= sk unbounded, ...): (-1, 33) and (7, 9) at sq 799 / sk 3 are full attention.
+    ref, ref_lse = attention_ref(q, k, v, causal=causal, window_size=window, window_seqlen_k=sk)
+    pt, pt_lse = attention_ref(q, k, v, causal=causal, window_size=window, upcast=False,
+                               window_seqlen_k=sk)
     assert_rule(out, ref, pt, 2, 1e-5, "out")
     assert_lse_rule(lse, ref_lse, pt_lse)
     grads = torch.autograd.grad(out, (q, k, v), dout)
