@@ -301,33 +301,39 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
 
     float ref[1][2], rescale[1][2];
     BlockHalf half;  // the keys of the step's S (the next step's P V)
-    ptx::mbarrier_wait_parity(bars + 8 * Traits::kBarQFull, q_parity);
-    clock.mark(kPhaseQWait);
-    {  // Step 0: S_0 alone (O is still 0, nothing to rescale).
-      const RingSlot<Traits> slot(ring);
+    // Step i's S GEMM with nothing else in flight, from its K wait to its softmax: step 0, and
+    // every step of the serial order (Traits::kSerialPV). after_wait / after_s: the phase
+    // clock's marks after the K wait and once S has landed.
+    auto s_alone = [&](int i, auto&& after_wait, auto&& after_s) {
+      const RingSlot<Traits> slot(ring + i);
       ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);
-      clock.mark(kPhaseFirstK);
-      half = half_of(w.blocks.end - 1);
+      after_wait();
+      half = half_of(w.blocks.end - 1 - i);
       turns.begin();
       ptx::wgmma_fence();
       issue_s(slot.stage, half);
       turns.end();
       ptx::wgmma_wait<0>();
       ptx::fence_operand(acc_s[0]);
+      after_s();
       release(Traits::kBarKEmpty + slot.stage);
       // The tile's last S has landed (kOInQ: Q's buffer is released by the epilogue's stores).
-      if (!Traits::kOInQ && w.num_blocks == 1) release(Traits::kBarQEmpty);
-      scores_to_p(w.blocks.end - 1, ref, rescale);
-      drop_p(w.blocks.end - 1);
-      pack_p();
-    }
+      if (!Traits::kOInQ && i == w.num_blocks - 1) release(Traits::kBarQEmpty);
+      scores_to_p(w.blocks.end - 1 - i, ref, rescale);
+      drop_p(w.blocks.end - 1 - i);
+    };
+    ptx::mbarrier_wait_parity(bars + 8 * Traits::kBarQFull, q_parity);
+    clock.mark(kPhaseQWait);
+    // Step 0: S_0 alone (O is still 0, nothing to rescale).
+    s_alone(0, [&] { clock.mark(kPhaseFirstK); }, [] {});
+    pack_p();
     clock.mark(kPhaseFirstStep);
     static_assert(!Traits::kSerialPV || (!Traits::kEarlyRescale && !Traits::kSumsUnderS),
                   "kSerialPV: no next S GEMM to hide the rescale or the used sums under");
 #pragma unroll 1
     for (int i = 1; Traits::kSerialPV && i < w.num_blocks; ++i) {
       // P_{i-1} V_{i-1}, retired (P's registers free), then S_i, retired, then softmax_i.
-      const RingSlot<Traits> slot(ring + i), prev(ring + i - 1);
+      const RingSlot<Traits> prev(ring + i - 1);
       clock.step_start();
       ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + prev.stage), prev.parity);
       turns.begin();
@@ -338,20 +344,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       ptx::fence_operand(acc_o[0]);
       release(Traits::kBarVEmpty + prev.stage);
       clock.step(kStepWaitPV);
-      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);
-      half = half_of(w.blocks.end - 1 - i);
-      clock.step(kStepWaitKV);
-      turns.begin();
-      ptx::wgmma_fence();
-      issue_s(slot.stage, half);
-      turns.end();
-      ptx::wgmma_wait<0>();
-      ptx::fence_operand(acc_s[0]);
-      clock.step(kStepS);
-      release(Traits::kBarKEmpty + slot.stage);
-      if (!Traits::kOInQ && i == w.num_blocks - 1) release(Traits::kBarQEmpty);
-      scores_to_p(w.blocks.end - 1 - i, ref, rescale);
-      drop_p(w.blocks.end - 1 - i);
+      s_alone(i, [&] { clock.step(kStepWaitKV); }, [&] { clock.step(kStepS); });
       clock.step(kStepExp);
       if constexpr (!kBounded) OnlineSoftmax<1>::rescale_output(acc_o, rescale);
       pack_p();
