@@ -218,7 +218,22 @@ struct FwdTileSm90 {
   // static variant's kernels; the other variants' tiles of the same shape (d = 128 128 x 128,
   // d = 256 128 x 64) take the same epilogue by analogy, not measured on their own yet.
   int o_store = 0;
+  // FwdTraits kSerialPV: each consumer's P V retired before its next S GEMM (three consumers'
+  // registers at d = 128; fwd_serial_sm90 below).
+  bool serial = false;
 };
+
+// Three consumers on a serial step (FwdTraits kSerialPV; benchmarks/NOTES.md 12.45): the
+// 192 x 128 tile for d = 128's static instance (plain attention, long rows), each consumer's
+// softmax under the other two's GEMMs. Not measured yet (tune_fwd90 `serial3` A/Bs it against
+// the library's tile), so off unless the build defines FLASHATTN_CU_FWD_SERIAL3=1, which
+// builds the whole library with it for the suite and the bench in one device call.
+#ifndef FLASHATTN_CU_FWD_SERIAL3
+#define FLASHATTN_CU_FWD_SERIAL3 0
+#endif
+__host__ __device__ constexpr bool fwd_serial_sm90(int head_dim, bool static_plain_long_rows) {
+  return FLASHATTN_CU_FWD_SERIAL3 != 0 && head_dim == 128 && static_plain_long_rows;
+}
 
 // `alibi`: the ALiBi variant (without softcap), whose bias is now a few FMA-pipe instructions per
 // score from per-lane float terms (problem/score_mod.h): it keeps the static tiles at d = 64 and

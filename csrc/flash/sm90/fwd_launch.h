@@ -124,8 +124,10 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
 template <int kHeadDim, int kVariant, bool kShort, bool kBounded>
 struct LibraryFwdTraits {
   static constexpr FwdTileSm90 kTile =
-      kShort ? fwd_tile_sm90_short(kHeadDim)
-             : fwd_tile_sm90(kHeadDim, variant_dynamic(kVariant), kVariant == kAlibiVariant);
+      fwd_serial_sm90(kHeadDim, kVariant == kStaticVariant && !kShort)
+          ? FwdTileSm90{true, 192, 128, 2, 0, true}
+      : kShort ? fwd_tile_sm90_short(kHeadDim)
+               : fwd_tile_sm90(kHeadDim, variant_dynamic(kVariant), kVariant == kAlibiVariant);
   static constexpr bool kStaticAlibi = kVariant == kStaticAlibiVariant && !kShort;
   static constexpr bool kStaticSoftcap = kVariant == kStaticSoftcapVariant;
   static constexpr bool kCapVariant = kVariant == kSoftcapVariant || kStaticSoftcap;
@@ -142,7 +144,8 @@ struct LibraryFwdTraits {
                          fwd_max_tree_sm90(kHeadDim, kLongRows, kStaticAlibi),
                          fwd_sum_tree_sm90(kHeadDim, variant_softcap(kVariant)),
                          fwd_mods_per_tile_sm90(kHeadDim, kStaticAlibi),
-                         fwd_cap_interleave_sm90(kHeadDim, kCapVariant, kStaticSoftcap), kBounded>;
+                         fwd_cap_interleave_sm90(kHeadDim, kCapVariant, kStaticSoftcap), kBounded,
+                         false, kTile.serial>;
 };
 
 template <typename Element, int kHeadDim, int kVariant, bool kShort = false>
