@@ -34,6 +34,7 @@ inline int g_reps = 20;  // timed repetitions (0: one checked launch, for profil
 inline bool g_library_schedule = false;  // the library's causal choice (causal_persistent(p)) instead
 inline bool g_causal_persistent = true;  // fwd_schedule's causal choice (run_fwd: causal_persistent), swept in main
 inline bool g_defer_light = true;  // launch_fwd_config's defer_light (fwd_defer_m's tile order)
+inline int g_causal_order = 0;     // launch_fwd_config's causal_order (fwd_schedule)
 
 // The static-variant instance of one sm90 configuration (no other variant is compiled here),
 // launched as the library launches it, with the causal schedule of this sweep pass.
@@ -41,7 +42,7 @@ template <typename Traits, int kVariant = fa::kStaticVariant>
 fa::Status run_sm90(const fa::FwdParams& p) {
   return fa::sm90::launch_fwd_config<__nv_bfloat16, Traits, kVariant>(
       p, g_sms, g_l2, g_library_schedule ? fa::sm90::causal_persistent(p) : g_causal_persistent, 0,
-      nullptr, g_defer_light);
+      nullptr, g_defer_light, g_causal_order);
 }
 
 // The reference: the sm80 kernel of the sweep's head dim, launched as the library launches it

@@ -1,6 +1,8 @@
-// tune_fwd90's `serial3` mode: three consumers at d = 128 on a step without the overlap of a
-// consumer's two GEMMs (FwdTraits kSerialPV), against the library's static tiles. tune_fwd90.cu
-// runs it through run_serial_mode; -DTUNE_FWD90_SERIAL_ONLY builds this mode alone.
+// tune_fwd90's modes of session 44 (benchmarks/NOTES.md 12.45): `serial3`, three consumers at
+// d = 128 on a step without the overlap of a consumer's two GEMMs (FwdTraits kSerialPV), against
+// the library's static tiles; `lpt`, the causal tile orders of a grid of one CTA per tile
+// (fwd_schedule's causal_order). tune_fwd90.cu runs them through run_serial_mode /
+// run_order_mode; -DTUNE_FWD90_SERIAL_ONLY builds these two modes alone.
 //
 // Why (benchmarks/NOTES.md 12.45): the phase clocks (12.14 item 7) have the d = 128 128 x 176
 // step at 3,618 cycles for 2,816 of tensor work, set by each consumer's own path (S landed
@@ -59,5 +61,72 @@ inline bool run_serial_mode(const std::string& mode, const Buffers& b) {
   phases<128, FwdTraits<128, 192, 128, 2, true, 0, 0, true, true, 0, true, false, false, true,
                         true, false, false, false, true>>("d128 192x128 serial", b, stamps,
                                                           stamp_slots, 8192, false);
+  return true;
+}
+
+// `lpt`: causal calls on a grid of one CTA per tile, the hardware handing the tiles out in index
+// order as SMs free up. The library's order there (fwd_schedule causal_order 0) runs each head's
+// query blocks longest first, head after head, so the last heads' longest tiles start near the
+// end: a greedy list-scheduling model of that hand-out (block-steps per tile plus 2.25 fixed,
+// benchmarks/NOTES.md 12.45) puts the busiest SM 5.3% over the mean at d 128 8k (128 x 176),
+// 4.8% at d 64 8k, 11-14% at d 256 1k-8k (every d 256 causal call runs one CTA per tile), and
+// 0.4-1.8% for longest first over all tiles. That order reads each head's K / V from several
+// tiles far apart in time, where the library's keeps one head's tiles together in L2: the
+// measurement decides. Per shape: A the library's schedule (persistent where it is: d <= 128
+// up to 4k keys), B one CTA per tile longest first over all tiles, C the same in groups of heads
+// whose K / V fit half the L2 (the persistent grid's grouping), interleaved (ab_ms), outputs
+// checked against the sm80 kernel.
+template <int kHeadDim, typename Traits>
+void order_ab(const char* name, const Buffers& b, const std::vector<int>& seqlens) {
+  for (int seqlen : seqlens) {
+    fa::FwdParams p;
+    mods_params(b, kHeadDim, seqlen, true, kNoMods, &p);
+    reference_output<kHeadDim>(b, p);
+    p.o = b.o;
+    const int64_t kv_bytes = static_cast<int64_t>(p.seqlen_k) * p.head_dim * 4;
+    const int total = p.batch * p.num_heads;
+    const int l2_group = static_cast<int>(std::max<int64_t>(
+        1, std::min<int64_t>(total, g_l2 / 2 / kv_bytes * (p.num_heads / p.num_heads_k))));
+    auto launch = [&](int order) {  // order 0: the library's schedule
+      g_library_schedule = order == 0;
+      g_causal_persistent = false;
+      g_causal_order = order;
+      return run_sm90<Traits>(p);
+    };
+    for (int order : {-1, l2_group}) {
+      fa::Status st;
+      const float diff = checked_diff(b, [&] { return launch(order); }, &st);
+      const AbTimes t = ab_ms([&] { launch(0); }, [&] { launch(order); }, 30, 4);
+      const double flops = call_flops(p, kNoMods);
+      std::printf("%-20s d=%3d s=%5d causal, B = %s: A %6.1f  B %6.1f TFLOP/s  B/A time %.3f  "
+                  "max|diff| %.1e%s\n",
+                  name, kHeadDim, seqlen, order < 0 ? "longest first over all" : "groups of heads",
+                  flops / t.a_ms * 1e-9, flops / t.b_ms * 1e-9, t.b_over_a, diff,
+                  st == fa::Status::kSuccess && diff < 2e-2f ? "" : "  WRONG");
+      if (order > 0) std::printf("%-20s   (groups of %d heads of %d)\n", "", order, total);
+      std::fflush(stdout);
+    }
+  }
+  g_library_schedule = true;
+  g_causal_order = 0;
+}
+
+inline bool run_order_mode(const std::string& mode, const Buffers& b) {
+  if (mode != "lpt") return false;
+  using fa::sm90::LibraryFwdTraits;
+  using Long256 = LibraryFwdTraits<256, fa::kStaticVariant, false, false>::Type;
+  using Short256 = LibraryFwdTraits<256, fa::kStaticVariant, true, false>::Type;
+  using Long128 = LibraryFwdTraits<128, fa::kStaticVariant, false, false>::Type;
+  using Short128 = LibraryFwdTraits<128, fa::kStaticVariant, true, false>::Type;
+  using Long64 = LibraryFwdTraits<64, fa::kStaticVariant, false, false>::Type;
+  using Short64 = LibraryFwdTraits<64, fa::kStaticVariant, true, false>::Type;
+  for (int rep = 0; rep < 2; ++rep) {
+    order_ab<256, Short256>("d256 128x64 (short)", b, {1024, 2048});
+    order_ab<256, Long256>("d256 128x80", b, {4096, 8192, 16384});
+    order_ab<128, Short128>("d128 128x128 (short)", b, {1024, 2048});
+    order_ab<128, Long128>("d128 128x176", b, {4096, 8192, 16384});
+    order_ab<64, Short64>("d64 128x128 (short)", b, {1024});
+    order_ab<64, Long64>("d64 192x128", b, {2048, 4096, 8192, 16384});
+  }
   return true;
 }

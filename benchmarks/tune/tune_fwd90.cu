@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#ifndef TUNE_FWD90_SERIAL_ONLY  // -DTUNE_FWD90_SERIAL_ONLY: the "serial3" mode alone
+#ifndef TUNE_FWD90_SERIAL_ONLY  // -DTUNE_FWD90_SERIAL_ONLY: the "serial3" and "lpt" modes alone
 #include "fwd90_chain_modes.h"
 #endif
 #include "fwd90_harness.h"
@@ -43,8 +43,9 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
   CHECK(cudaDeviceGetAttribute(&g_l2, cudaDevAttrL2CacheSize, 0));
   using fa::sm90::FwdTraits;
-  // Three consumers with a consumer's GEMMs one after the other (fwd90_serial_modes.h).
-  if (run_serial_mode(only, b)) return 0;
+  // Three consumers with a consumer's GEMMs one after the other, and the causal tile orders
+  // (fwd90_serial_modes.h).
+  if (run_serial_mode(only, b) || run_order_mode(only, b)) return 0;
 #ifndef TUNE_FWD90_SERIAL_ONLY
   // The modifier instances' softmax chain (fwd90_chain_modes.h); -DTUNE_FWD90_ALIBI_ONLY
   // builds those modes alone.

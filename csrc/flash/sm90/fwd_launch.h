@@ -43,13 +43,25 @@ inline bool causal_persistent(const FwdParams& p) {
   return p.head_dim <= 128 && keys <= 4096;
 }
 
+// causal_order: the tile order of a causal call's grid of one CTA per tile (the hardware hands
+// the tiles out in index order as SMs free up): 0 query_tile's (each head's query blocks longest
+// first, head after head, so a late head's longest tiles start near the end), < 0 longest first
+// over all tiles (every head's block m before any head's m - 1), > 0 groups of that many heads,
+// longest first within each. A tuning knob (tune_fwd90 `lpt`, benchmarks/NOTES.md 12.45); the
+// library passes 0.
 inline FwdSchedule fwd_schedule(const FwdParams& p, int64_t tiles, int sms, int64_t l2_bytes,
-                                bool causal_persistent, int defer_m = 0) {
+                                bool causal_persistent, int defer_m = 0, int causal_order = 0) {
   // defer_m on the persistent grid only. Window (1024, 0), 4k-16k, time with / without it
   // (tune_fwd90 `defer`, benchmarks/NOTES.md 12.14): persistent d = 128 0.94-0.98, d = 64
   // 0.98-0.996; one CTA per tile (the hardware's hand-out, d = 256) 0.987-1.015.
   if (dynamic_seqlens(p) || (p.is_causal && !causal_persistent) || tiles <= sms) {
-    return FwdSchedule{tiles, 0, 0};
+    const int64_t total = static_cast<int64_t>(p.batch) * p.num_heads;
+    const bool ordered = p.is_causal && !causal_persistent && !dynamic_seqlens(p) &&
+                         causal_order != 0 && total <= INT_MAX;
+    const int group = !ordered ? 0
+                      : causal_order < 0 || causal_order > total ? static_cast<int>(total)
+                                                                  : causal_order;
+    return FwdSchedule{tiles, group, 0};
   }
   if (!p.is_causal) return FwdSchedule{sms, 0, defer_m};
   // K and V of one query head's (batch, kv head): 4 bytes per key and column, shared by the
@@ -69,7 +81,7 @@ inline FwdSchedule fwd_schedule(const FwdParams& p, int64_t tiles, int sms, int6
 template <typename Element, typename Traits, int kVariant>
 Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_persistent,
                          cudaStream_t stream, unsigned long long* stamps = nullptr,
-                         bool defer_light = true) {
+                         bool defer_light = true, int causal_order = 0) {
   if (Traits::kStamps != (stamps != nullptr)) return Status::kInvalidArgument;
   const TmaExtents e = tma_extents(p);
   FwdTmaParams tp;
@@ -111,7 +123,8 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   if (tiles == 0) return Status::kSuccess;
   if (tiles > INT_MAX - sms) return Status::kInvalidArgument;  // cta_tile_index stays in int
   const FwdSchedule schedule = fwd_schedule(p, tiles, sms, l2_bytes, causal_persistent,
-                                            defer_light ? fwd_defer_m(p, Traits::kBlockM) : 0);
+                                            defer_light ? fwd_defer_m(p, Traits::kBlockM) : 0,
+                                            causal_order);
   tp.group_heads = schedule.group_heads;
   tp.defer_m = schedule.defer_m;  // the kernels that walk it: fwd_work.h kernel_defer_m
   return launch_kernel<fwd_kernel<Element, Traits, kVariant>>(
