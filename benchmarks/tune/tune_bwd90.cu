@@ -22,6 +22,9 @@
 // `dqone` (d 64, kvregs' shapes): the library against its main kernel with each step's dQ GEMM
 // by one warpgroup (B; BwdTraits kDqOneWg). Modes `dqprobe`, `stagger` and `earlydv` (dV issued
 // before the wait for dP^T; -DTUNE_BWD90_EARLYDV_ONLY builds it alone): variant_cases below.
+// Mode `lpt` (head dims as the second argument, default 64,128,256; 64,128 in the
+// -DTUNE_BWD90_EARLYDV_ONLY build): causal key tiles head after head against longest first over
+// all tiles (lpt_cases below).
 // Build and run (device):
 //   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 \
 //        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
@@ -312,6 +315,44 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
   }
 }
 
+// Mode lpt: causal backwards (bf16, 1k-16k, the benchmark's shapes) with the key tiles head after
+// head (the library's, A) against longest first over all tiles (B: run_bwd_with causal_lpt,
+// every key block deferred), interleaved; dk / dv bitwise equal expected (each tile's own), dq
+// within the reductions' order. A list-scheduling model of the hardware's hand-out (NOTES 12.45)
+// puts A 3-7% over the mean load at 1k-8k and B within 1%; B reads each head's Q / dO from
+// tiles further apart in time (L2).
+template <int D>
+void lpt_cases(const Buffers& b, BwdBuffers& g, size_t n) {
+  namespace sm90 = fa::sm90;
+  for (int seqlen : {1024, 2048, 4096, 8192, 16384}) {
+    const fa::FwdParams fp = make_params(b, D, seqlen, true);
+    const fa::BwdParams p = bwd_params(fp, g);
+    const auto run = [&](bool lpt) {
+      const fa::Status st = sm90::run_bwd_ordered<__nv_bfloat16, D>(p, 0, true, true, false, lpt);
+      if (st != fa::Status::kSuccess) {
+        std::printf("backward launch failed (%d)\n", static_cast<int>(st));
+      }
+    };
+    if (run_sm80<D>(fp) != fa::Status::kSuccess) std::printf("forward launch failed\n");
+    const AbCompare r = ab_compare([&] { run(false); }, [&] { run(true); }, b, g, n);
+    std::printf("bwd causal d=%d s=%5d: head after head %.4f ms, longest first over all %.4f ms, "
+                "time ratio %.4f; max|diff| dk %.1e dv %.1e dq %.1e\n",
+                D, seqlen, r.t.a_ms, r.t.b_ms, r.t.b_over_a, r.ddk, r.ddv, r.ddq);
+    std::fflush(stdout);
+  }
+}
+
+int lpt_modes(int argc, char** argv, const Buffers& b, BwdBuffers& g, size_t n,
+              const char* default_dims) {
+  const std::string dims = argc > 2 ? argv[2] : default_dims;
+  if (dims.find("64") != std::string::npos) lpt_cases<64>(b, g, n);
+  if (dims.find("128") != std::string::npos) lpt_cases<128>(b, g, n);
+#ifndef TUNE_BWD90_EARLYDV_ONLY
+  if (dims.find("256") != std::string::npos) lpt_cases<256>(b, g, n);
+#endif
+  return 0;
+}
+
 // Mode earlydv at head dims argv[2] (default "64,128").
 int earlydv_cases(int argc, char** argv, const Buffers& b, BwdBuffers& g, size_t n) {
   const std::string dims = argc > 2 ? argv[2] : "64,128";
@@ -347,6 +388,7 @@ int main(int argc, char** argv) {
   // A build of mode earlydv alone (the d 64 / 128 main kernels: device_run.sh
   // TUNE_BWD_NVCC_FLAGS=-DTUNE_BWD90_EARLYDV_ONLY).
   if (std::strcmp(mode, "earlydv") == 0) return earlydv_cases(argc, argv, b, g, n);
+  if (std::strcmp(mode, "lpt") == 0) return lpt_modes(argc, argv, b, g, n, "64,128");
   std::printf("mode %s: not in this build (TUNE_BWD90_EARLYDV_ONLY)\n", mode);
   return 1;
 #else
@@ -368,6 +410,7 @@ int main(int argc, char** argv) {
   return 1;
 #else
   if (std::strcmp(mode, "earlydv") == 0) return earlydv_cases(argc, argv, b, g, n);
+  if (std::strcmp(mode, "lpt") == 0) return lpt_modes(argc, argv, b, g, n, "64,128,256");
   if (std::strcmp(mode, "dqprobe") == 0) {
     const std::string dims = argc > 2 ? argv[2] : "64,128,256";
     if (dims.find("64") != std::string::npos) variant_cases<64>(mode, b, g, n);

@@ -223,6 +223,19 @@ struct FwdTileSm90 {
   bool serial = false;
 };
 
+// The sm90a backward's causal key tiles longest first over all tiles (sm90/bwd_launch.h
+// run_bwd_with causal_lpt) instead of head after head: a list-scheduling model of the
+// hardware's hand-out of one CTA per key tile (benchmarks/NOTES.md 12.45) puts the library's
+// order 3-7% over the mean load at d 64-256 and 1k-8k keys, the other 0.2-0.8%; it reads each
+// head's Q / dO from tiles further apart in time. Not measured yet (tune_bwd90 `lpt`): off unless
+// the build defines FLASHATTN_CU_BWD_CAUSAL_LPT=1.
+#ifndef FLASHATTN_CU_BWD_CAUSAL_LPT
+#define FLASHATTN_CU_BWD_CAUSAL_LPT 0
+#endif
+__host__ __device__ constexpr bool bwd_causal_lpt_sm90([[maybe_unused]] int head_dim) {
+  return FLASHATTN_CU_BWD_CAUSAL_LPT != 0;
+}
+
 // Three consumers on a serial step (FwdTraits kSerialPV; benchmarks/NOTES.md 12.45): the
 // 192 x 128 tile for d = 128's static instance (plain attention, long rows), each consumer's
 // softmax under the other two's GEMMs. Not measured yet (tune_fwd90 `serial3` A/Bs it against

@@ -70,10 +70,11 @@ template <int kBlockM, int kBlockN, int kVariant, bool kDynamic = variant_dynami
 __device__ __forceinline__ BwdWork<kDynamic, kSeqlens> bwd_work(const BwdKernelParams& kp) {
   const BwdParams& p = kp.p;
   BwdWork<kDynamic, kSeqlens> w;
-  // The static instance has no window, so no light blocks to defer.
+  // kp.defer_n: a window's light trailing key blocks last, or every key block deferred (the
+  // order longest first over all tiles of a causal call: run_bwd_with's causal_lpt).
   const KeyTile tile =
       key_tile_at(static_cast<int>(blockIdx.x), ceil_div(p.seqlen_k, kBlockN), kp.kv_splits,
-                  p.num_heads_k, p.batch * p.num_heads_k * kp.kv_splits, kDynamic ? kp.defer_n : 0);
+                  p.num_heads_k, p.batch * p.num_heads_k * kp.kv_splits, kp.defer_n);
   const SeqInfo seq = seq_info<kSeqlens>(p, tile.batch);
   w.batch = tile.batch;
   w.hsplit = tile.split;

@@ -30,15 +30,22 @@ constexpr auto main_kernel() {
 // The pipeline around main kernel Traits (kWs: bwd_ws_kernel.h's). defer_light: a window's light
 // trailing key blocks last (problem/mask.h deferred_key_blocks; off: key_tile's order, for
 // benchmarks/tune/tune_bwd90.cu's A/B). pdl: the main kernel and the postprocess launched
-// programmatically (bwd/pipeline.h; off: each kernel whole, for the A/B).
+// programmatically (bwd/pipeline.h; off: each kernel whole, for the A/B). causal_lpt: a causal
+// call without a window on padded rows walks its key tiles longest first over all of them
+// (every key block deferred: key_tile_at's block-major order, key block 0, the longest, of
+// every head first) instead of head after head (tiles.h bwd_causal_lpt_sm90; tune_bwd90 `lpt`).
 template <typename Element, int kHeadDim, typename Traits, bool kWs>
-Status run_bwd_with(const BwdParams& p, cudaStream_t stream, bool defer_light, bool pdl) {
+Status run_bwd_with(const BwdParams& p, cudaStream_t stream, bool defer_light, bool pdl,
+                    bool causal_lpt = false) {
   constexpr BwdTileSm90 tile = bwd_tile_sm90(kHeadDim);
   static_assert(tile.supported, "no sm90 backward tile for this head dim");
   static_assert(Traits::kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
   const auto main = [&](const BwdKernelParams& base, StreamOrder order) {
     BwdKernelParams kp = base;
-    kp.defer_n = defer_light ? deferred_key_blocks(p, Traits::kBlockN) : 0;
+    const bool lpt = causal_lpt && p.is_causal && p.window_left < 0 && !dynamic_seqlens(p);
+    kp.defer_n = lpt           ? ceil_div(p.seqlen_k, Traits::kBlockN)
+                 : defer_light ? deferred_key_blocks(p, Traits::kBlockN)
+                               : 0;
     typename Traits::Params params;  // BwdTmaParams
     // The q and dout maps (boxes of 64 columns x kBlockM rows; varlen: one entry of every row).
     const TmaExtents e = tma_extents(p);
@@ -92,7 +99,8 @@ Status run_bwd_with(const BwdParams& p, cudaStream_t stream, bool defer_light, b
 // measured; elsewhere asking for it is an invalid argument.
 template <typename Element, int kHeadDim>
 Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light,
-                       bool pdl = true, bool warp_specialized = false) {
+                       bool pdl = true, bool warp_specialized = false,
+                       bool causal_lpt = bwd_causal_lpt_sm90(kHeadDim)) {
   constexpr BwdTileSm90 tile = bwd_tile_sm90(kHeadDim);
   static_assert(tile.supported, "no sm90 backward tile for this head dim");
   if (warp_specialized) {
@@ -108,14 +116,14 @@ Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light
       constexpr bool kDkNext = true;
 #endif
       return run_bwd_with<Element, kHeadDim, BwdWsTraits<kHeadDim, tile.block_m, kDkNext>, true>(
-          p, stream, defer_light, pdl);
+          p, stream, defer_light, pdl, causal_lpt);
     }
 #endif
     return Status::kInvalidArgument;
   }
   using Traits = std::conditional_t<tile.split, BwdSplitTraits<kHeadDim, tile.block_m>,
                                     BwdTraits<kHeadDim, tile.block_m>>;
-  return run_bwd_with<Element, kHeadDim, Traits, false>(p, stream, defer_light, pdl);
+  return run_bwd_with<Element, kHeadDim, Traits, false>(p, stream, defer_light, pdl, causal_lpt);
 }
 
 template <typename Element, int kHeadDim>
