@@ -34,32 +34,32 @@ _NAMES = ("q", "k", "v")
 # Validation
 
 
-def _check_softcap(softcap):
+def _check_softcap(softcap, fn="flash_attn_func"):
     """softcap as a float: 0.0 (none) or a positive normal float32 (the kernels compute in
     float32)."""
     if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
-        raise TypeError(f"flash_attn_func: softcap must be a Python number, got "
+        raise TypeError(f"{fn}: softcap must be a Python number, got "
                         f"{type(softcap).__name__}")
     softcap = float(softcap)
     if softcap == 0.0:
         return 0.0
     if not (math.isfinite(softcap) and softcap > 0):
-        raise ValueError(f"flash_attn_func: softcap must be 0.0 (none) or a positive finite "
+        raise ValueError(f"{fn}: softcap must be 0.0 (none) or a positive finite "
                          f"number, got {softcap}")
     if not _FLOAT32_MIN_NORMAL <= _as_float32(softcap) < 2.3e38:
-        raise ValueError(f"flash_attn_func: softcap={softcap} is not a normal positive float32 "
+        raise ValueError(f"{fn}: softcap={softcap} is not a normal positive float32 "
                          "below 2.3e38 (the kernels compute in float32)")
     return softcap
 
 
-def _check_dropout(dropout_p):
+def _check_dropout(dropout_p, fn="flash_attn_func"):
     """dropout_p as a float in [0, 1) (the kernels keep each probability with 1 - dropout_p)."""
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
-        raise TypeError(f"flash_attn_func: dropout_p must be a Python number, got "
+        raise TypeError(f"{fn}: dropout_p must be a Python number, got "
                         f"{type(dropout_p).__name__}")
     dropout_p = float(dropout_p)
     if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"flash_attn_func: dropout_p must be a probability in [0, 1), got "
+        raise ValueError(f"{fn}: dropout_p must be a probability in [0, 1), got "
                          f"{dropout_p}")
     return dropout_p
 
@@ -70,19 +70,19 @@ def _attn_probs(s_dmask, dropout_p):
     return s_dmask if dropout_p > 0.0 else None
 
 
-def _check_features(dropout_p, window_size, softcap, alibi_slopes):
+def _check_features(dropout_p, window_size, softcap, alibi_slopes, fn="flash_attn_func"):
     """Returns the window as (left, right), -1 for an unbounded side (flash_attn: any negative
     size is unbounded)."""
-    _check_dropout(dropout_p)
+    _check_dropout(dropout_p, fn)
     try:
         left, right = window_size
     except (TypeError, ValueError):
         raise ValueError(
-            f"flash_attn_func: window_size must be a pair (left, right), got {window_size!r}"
+            f"{fn}: window_size must be a pair (left, right), got {window_size!r}"
         ) from None
     for side in (left, right):
         if isinstance(side, bool) or not isinstance(side, numbers.Integral):
-            raise ValueError(f"flash_attn_func: window_size must be a pair of ints, got "
+            raise ValueError(f"{fn}: window_size must be a pair of ints, got "
                              f"{window_size!r}")
     # As in flash_attn, a negative size means unbounded on that side; sizes past the matrix are
     # unbounded too (the kernels clamp per sequence).
@@ -90,10 +90,11 @@ def _check_features(dropout_p, window_size, softcap, alibi_slopes):
     return (-1 if left < 0 else min(int(left), limit), -1 if right < 0 else min(int(right), limit))
 
 
-def _window_and_causal(causal, dropout_p, window_size, softcap, alibi_slopes):
+def _window_and_causal(causal, dropout_p, window_size, softcap, alibi_slopes,
+                       fn="flash_attn_func"):
     """The checked features' window (_check_features) with causal folded in, as the kernels take
     it: (causal, left, right). A window (-1, 0) is causal; causal means right = 0."""
-    left, right = _check_features(dropout_p, window_size, softcap, alibi_slopes)
+    left, right = _check_features(dropout_p, window_size, softcap, alibi_slopes, fn)
     causal = bool(causal) or (left < 0 and right == 0)
     return causal, left, 0 if causal else right
 
@@ -117,48 +118,48 @@ def _flash_attn_window(causal, left, right, seqlen_k):
     return causal, left, right
 
 
-def _softmax_scale(softmax_scale, head_dim):
+def _softmax_scale(softmax_scale, head_dim, fn="flash_attn_func"):
     """softmax_scale as a float: headdim ** -0.5 for None, else checked (_check_scale)."""
     if softmax_scale is None:
         return head_dim ** (-0.5)
-    _check_scale(softmax_scale)
+    _check_scale(softmax_scale, fn)
     return float(softmax_scale)
 
 
-def _check_alibi(alibi_slopes, batch, nheads, device):
+def _check_alibi(alibi_slopes, batch, nheads, device, fn="flash_attn_func"):
     """alibi_slopes as flash_attn takes them: fp32 (nheads,) or (batch, nheads) on q's GPU."""
     if alibi_slopes is None:
         return None
     if not isinstance(alibi_slopes, torch.Tensor):
-        raise TypeError(f"flash_attn_func: alibi_slopes must be a torch.Tensor, got "
+        raise TypeError(f"{fn}: alibi_slopes must be a torch.Tensor, got "
                         f"{type(alibi_slopes).__name__}")
     if alibi_slopes.dtype != torch.float32:
-        raise TypeError(f"flash_attn_func: alibi_slopes must be float32, got {alibi_slopes.dtype}")
+        raise TypeError(f"{fn}: alibi_slopes must be float32, got {alibi_slopes.dtype}")
     if tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads)):
-        raise ValueError(f"flash_attn_func: alibi_slopes must have shape (nheads,) = ({nheads},) "
+        raise ValueError(f"{fn}: alibi_slopes must have shape (nheads,) = ({nheads},) "
                          f"or (batch, nheads) = ({batch}, {nheads}), got "
                          f"{tuple(alibi_slopes.shape)}")
     if alibi_slopes.device != device:
-        raise ValueError(f"flash_attn_func: alibi_slopes is on {alibi_slopes.device} but q is on "
+        raise ValueError(f"{fn}: alibi_slopes is on {alibi_slopes.device} but q is on "
                          f"{device}")
     return alibi_slopes
 
 
-def _check_scale(softmax_scale):
+def _check_scale(softmax_scale, fn="flash_attn_func"):
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
         raise TypeError(
-            "flash_attn_func: softmax_scale must be None or a Python number, got "
+            f"{fn}: softmax_scale must be None or a Python number, got "
             f"{type(softmax_scale).__name__}"
         )
     if not (math.isfinite(softmax_scale) and softmax_scale > 0):
         raise ValueError(
-            f"flash_attn_func: softmax_scale must be a positive finite number, got {softmax_scale}"
+            f"{fn}: softmax_scale must be a positive finite number, got {softmax_scale}"
             " (None means headdim ** -0.5)"
         )
     # The kernels take it as a float32 and flush subnormals: 1e-50 would become 0 there, 1e39 inf.
     if not _FLOAT32_MIN_NORMAL <= _as_float32(softmax_scale) < math.inf:
         raise ValueError(
-            f"flash_attn_func: softmax_scale={softmax_scale} is not a normal positive float32 "
+            f"{fn}: softmax_scale={softmax_scale} is not a normal positive float32 "
             "(the kernels compute in float32; supported: about 1.2e-38 to 3.4e38)"
         )
 
@@ -202,60 +203,60 @@ def _device_capability(device):
     return cap
 
 
-def _check_tensors(q, k, v):
+def _check_tensors(q, k, v, fn="flash_attn_func"):
     tensors = (q, k, v)
     for name, t in zip(_NAMES, tensors):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"flash_attn_func: {name} must be a torch.Tensor, got {type(t).__name__}")
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
     for name, t in zip(_NAMES, tensors):
         if t.dtype not in _SUPPORTED_DTYPES:
             raise TypeError(
-                f"flash_attn_func: {name} has dtype {t.dtype}; supported: torch.float16, "
+                f"{fn}: {name} has dtype {t.dtype}; supported: torch.float16, "
                 f"torch.bfloat16 (convert with {name}.half() or {name}.bfloat16())"
             )
     for name, t in zip(_NAMES[1:], tensors[1:]):
         if t.dtype != q.dtype:
             raise TypeError(
-                f"flash_attn_func: {name} has dtype {t.dtype} but q has {q.dtype}; q, k, v must "
+                f"{fn}: {name} has dtype {t.dtype} but q has {q.dtype}; q, k, v must "
                 "have the same dtype"
             )
     for name, t in zip(_NAMES, tensors):
         if t.dim() != 4:
             raise ValueError(
-                f"flash_attn_func: {name} must have rank 4 (batch, seqlen, nheads, headdim), got "
+                f"{fn}: {name} must have rank 4 (batch, seqlen, nheads, headdim), got "
                 f"shape {tuple(t.shape)}"
             )
     batch, _, nheads, head_dim = q.shape
     for name, t in zip(_NAMES[1:], tensors[1:]):
         if t.shape[0] != batch:
             raise ValueError(
-                f"flash_attn_func: {name} has batch size {t.shape[0]} but q has {batch}; shapes: "
+                f"{fn}: {name} has batch size {t.shape[0]} but q has {batch}; shapes: "
                 f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
             )
         if t.shape[3] != head_dim:
             raise ValueError(
-                f"flash_attn_func: {name} has head dim {t.shape[3]} but q has {head_dim}; q, k, v "
+                f"{fn}: {name} has head dim {t.shape[3]} but q has {head_dim}; q, k, v "
                 "must share the head dim"
             )
     if v.shape[1] != k.shape[1]:
         raise ValueError(
-            f"flash_attn_func: v has seqlen {v.shape[1]} but k has {k.shape[1]}; k and v must "
+            f"{fn}: v has seqlen {v.shape[1]} but k has {k.shape[1]}; k and v must "
             "have the same seqlen"
         )
     if v.shape[2] != k.shape[2]:
         raise ValueError(
-            f"flash_attn_func: v has {v.shape[2]} heads but k has {k.shape[2]}; k and v must have "
+            f"{fn}: v has {v.shape[2]} heads but k has {k.shape[2]}; k and v must have "
             "the same number of heads"
         )
     nheads_k = k.shape[2]
     if nheads < 1 or nheads_k < 1 or nheads % nheads_k != 0:
         raise ValueError(
-            f"flash_attn_func: q has {nheads} heads and k/v have {nheads_k}; nheads must be a "
+            f"{fn}: q has {nheads} heads and k/v have {nheads_k}; nheads must be a "
             "positive multiple of nheads_k (MHA, GQA or MQA)"
         )
     if head_dim < 1 or head_dim > _MAX_HEAD_DIM:
         raise ValueError(
-            f"flash_attn_func: head dim {head_dim} is not supported; supported: 1 to "
+            f"{fn}: head dim {head_dim} is not supported; supported: 1 to "
             f"{_MAX_HEAD_DIM} (multiples of 8 run natively, others are zero-padded)"
         )
 
@@ -267,20 +268,20 @@ def _maybe_contiguous(*tensors):
     return tuple(t.contiguous() if t.shape[-1] > 1 and t.stride(-1) != 1 else t for t in tensors)
 
 
-def _check_devices(q, k, v):
+def _check_devices(q, k, v, fn="flash_attn_func"):
     """Where the call runs: CUDA tensors on one sm_80+ GPU, and this build's instance of the head
     dim."""
     tensors = (q, k, v)
     for name, t in zip(_NAMES, tensors):
         if t.device.type != "cuda":
             raise ValueError(
-                f"flash_attn_func: {name} is on device '{t.device}'; flashattn_cu runs on CUDA "
+                f"{fn}: {name} is on device '{t.device}'; flashattn_cu runs on CUDA "
                 f"GPUs only (move it with {name}.cuda())"
             )
     for name, t in zip(_NAMES[1:], tensors[1:]):
         if t.device != q.device:
             raise ValueError(
-                f"flash_attn_func: {name} is on {t.device} but q is on {q.device}; q, k, v must "
+                f"{fn}: {name} is on {t.device} but q is on {q.device}; q, k, v must "
                 "be on the same GPU"
             )
     # The C++ op checks the device and the head dim too (the latter without naming what the
@@ -289,19 +290,19 @@ def _check_devices(q, k, v):
         major, minor = _device_capability(q.device)
         if major < 8:
             raise RuntimeError(
-                f"flash_attn_func: {q.device} ({torch.cuda.get_device_name(q.device)}) is "
+                f"{fn}: {q.device} ({torch.cuda.get_device_name(q.device)}) is "
                 f"sm_{major}{minor}; flashattn_cu needs sm_80 or newer (Ampere, Ada, Hopper)"
             )
         head_dim = q.shape[-1]
         instance, built = _head_dim_instance(head_dim), _built_head_dims()
         if instance is None:
             raise ValueError(
-                f"flash_attn_func: head dim {head_dim} is not supported; supported: 1 to "
+                f"{fn}: head dim {head_dim} is not supported; supported: 1 to "
                 f"{_HEAD_DIM_INSTANCES[-1]}"
             )
         if instance not in built:
             raise RuntimeError(
-                f"flash_attn_func: unsupported head dim {head_dim}: it runs on the head-dim "
+                f"{fn}: unsupported head dim {head_dim}: it runs on the head-dim "
                 f"instance {instance}, which this build does not have (built: "
                 f"{', '.join(str(d) for d in built)}); rebuild flashattn_cu with {instance} in "
                 "FLASHATTN_CU_HEAD_DIMS, or with FLASHATTN_CU_HEAD_DIMS unset for every instance"
@@ -554,17 +555,17 @@ def flash_attn_varlen_func(
                              dropout_p, softmax_scale, causal, window_size, softcap,
                              alibi_slopes, return_attn_probs, block_table)
     causal, window_left, window_right = _window_and_causal(causal, dropout_p, window_size, softcap,
-                                                           alibi_slopes)
+                                                           alibi_slopes, fn)
     max_seqlen_q, max_seqlen_k = _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                                max_seqlen_k, fn)
     q4, k4, v4 = q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0)
-    _check_tensors(q4, k4, v4)
-    _check_devices(q4, k4, v4)
+    _check_tensors(q4, k4, v4, fn)
+    _check_devices(q4, k4, v4, fn)
     causal, window_left, window_right = _flash_attn_window(causal, window_left, window_right,
                                                            max_seqlen_k)
     q, k, v = _maybe_contiguous(q, k, v)
     head_dim = q.shape[-1]
-    softmax_scale = _softmax_scale(softmax_scale, head_dim)
+    softmax_scale = _softmax_scale(softmax_scale, head_dim, fn)
     pad = -head_dim % 8
     if pad:
         q, k, v = (F.pad(t, (0, pad)) for t in (q, k, v))
@@ -572,8 +573,8 @@ def flash_attn_varlen_func(
     out, softmax_lse, s_dmask = FlashAttnVarlenFunc.apply(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
         bool(deterministic), window_left, window_right,
-        _check_alibi(alibi_slopes, cu_seqlens_q.numel() - 1, q.shape[1], q.device),
-        _check_softcap(softcap), dropout_p, bool(return_attn_probs) and dropout_p > 0,
+        _check_alibi(alibi_slopes, cu_seqlens_q.numel() - 1, q.shape[1], q.device, fn),
+        _check_softcap(softcap, fn), dropout_p, bool(return_attn_probs) and dropout_p > 0,
     )
     if pad:
         out = out[..., :head_dim]

@@ -77,7 +77,7 @@ def _check_devices(q, k_cache, v_cache, fn=_FN, names=("q", "k_cache", "v_cache"
                              "CUDA GPUs only")
         if t.device != q.device:
             raise ValueError(f"{fn}: {name} is on {t.device} but q is on {q.device}")
-    _fai._check_devices(q, k_cache, v_cache)
+    _fai._check_devices(q, k_cache, v_cache, fn)
 
 
 def _rotate(x, cos, sin, interleaved):
@@ -248,13 +248,13 @@ def _with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
         cache_seqlens = _check_int_tensor(cache_seqlens, "cache_seqlens", (batch,), device)
 
     causal, window_left, window_right = _window_and_causal(causal, 0.0, window_size, softcap,
-                                                           alibi_slopes)
+                                                           alibi_slopes, _FN)
     # Against the cache's capacity, as flash_attn's mha_fwd_kvcache (its seqlen_k).
     causal, window_left, window_right = _fai._flash_attn_window(causal, window_left,
                                                                 window_right, capacity)
-    softmax_scale = _softmax_scale(softmax_scale, head_dim)
-    softcap = _check_softcap(softcap)
-    alibi_slopes = _check_alibi(alibi_slopes, batch, nheads, device)
+    softmax_scale = _softmax_scale(softmax_scale, head_dim, _FN)
+    softcap = _check_softcap(softcap, _FN)
+    alibi_slopes = _check_alibi(alibi_slopes, batch, nheads, device, _FN)
     if isinstance(num_splits, bool) or not isinstance(num_splits, numbers.Integral) or \
             not 0 <= num_splits <= _MAX_SPLITS:
         raise ValueError(f"{_FN}: num_splits must be an int in [0, {_MAX_SPLITS}] (0: "
@@ -372,7 +372,7 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
                   block_table):
     """flash_attn_varlen_func with block_table (its arguments; see its docstring)."""
     fn = _VARLEN_FN
-    dropout_p = _fai._check_dropout(dropout_p)
+    dropout_p = _fai._check_dropout(dropout_p, fn)
     if dropout_p > 0.0:
         raise NotImplementedError(
             f"{fn}: dropout_p > 0 with block_table (paged KV) is not implemented (got "
@@ -420,12 +420,12 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
         raise ValueError(f"{fn}: block_table is on {block_table.device} but q is on {device}")
 
     causal, window_left, window_right = _window_and_causal(causal, 0.0, window_size, softcap,
-                                                           alibi_slopes)
+                                                           alibi_slopes, fn)
     causal, window_left, window_right = _fai._flash_attn_window(causal, window_left,
                                                                 window_right, max_seqlen_k)
-    softmax_scale = _softmax_scale(softmax_scale, head_dim)
-    softcap = _check_softcap(softcap)
-    alibi_slopes = _check_alibi(alibi_slopes, batch, nheads, device)
+    softmax_scale = _softmax_scale(softmax_scale, head_dim, fn)
+    softcap = _check_softcap(softcap, fn)
+    alibi_slopes = _check_alibi(alibi_slopes, batch, nheads, device, fn)
     q = _fai._maybe_contiguous(q)[0]  # as flash_attn; the paged k / v are read in place
     out, lse = _PagedVarlenFunc.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table,
                                       max_seqlen_q, max_seqlen_k, softmax_scale, causal,

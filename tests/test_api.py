@@ -36,6 +36,18 @@ def test_version_and_exports():
     assert "flash_attn_func" in flashattn_cu.__all__
 
 
+def test_varlen_messages_name_the_varlen_function():
+    """The checks flash_attn_varlen_func shares with flash_attn_func name the function called."""
+    q = torch.zeros(8, 2, 64, dtype=F16)
+    cu = torch.tensor([0, 8], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^flash_attn_varlen_func: dropout_p must be a "):
+        flashattn_cu.flash_attn_varlen_func(q, q, q, cu, cu, 8, 8, dropout_p=1.5)
+    with pytest.raises(ValueError, match=r"^flash_attn_varlen_func: window_size must be a pair"):
+        flashattn_cu.flash_attn_varlen_func(q, q, q, cu, cu, 8, 8, window_size=3)
+    with pytest.raises(ValueError, match=r"^flash_attn_func: window_size must be a pair"):
+        flash_attn_func(*cpu_qkv(), window_size=3)
+
+
 def test_star_import_of_the_interface_module():
     """`from flash_attn.flash_attn_interface import *` brings every public function (flash_attn
     defines no __all__ there); the same line against flashattn_cu must too."""

@@ -150,6 +150,16 @@ def test_argument_errors(change, error, message):
             flash_attn_with_kvcache(*args, **kwargs)
 
 
+def test_shared_checks_name_flash_attn_with_kvcache():
+    """The checks flash_attn_with_kvcache shares with flash_attn_func name the function called."""
+    with _Env():
+        q, kc, vc, _ = make_args()
+        with pytest.raises(ValueError, match=r"^flash_attn_with_kvcache: softcap must be 0.0"):
+            flash_attn_with_kvcache(q, kc, vc, cache_seqlens=3, softcap=-1.0)
+        with pytest.raises(ValueError, match=r"^flash_attn_with_kvcache: window_size must be"):
+            flash_attn_with_kvcache(q, kc, vc, cache_seqlens=3, window_size=(1, 2, 3))
+
+
 def test_rotary_without_new_keys_is_an_error():
     with _Env():
         q, kc, vc, _ = make_args()
