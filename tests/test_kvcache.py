@@ -537,3 +537,22 @@ def test_fused_append_without_query_rows_or_new_rows():
     assert torch.equal(k_cache[0, 10:14], k_new[0]) and torch.equal(k_cache[1, 200:204], k_new[1])
     assert torch.equal(k_cache[0, :10], k_copy[0, :10]) and torch.equal(k_cache[0, 14:],
                                                                         k_copy[0, 14:])
+
+
+@pytest.mark.gpu
+def test_expanded_block_table_is_copied():
+    """A block table whose rows share storage (one row expanded over the batch, stride 0: entries
+    that share a prompt's pages) is read as its contiguous copy (flash_attn takes it too): the
+    same output, bit for bit, as with the table made contiguous by the caller."""
+    skip_unless_built(64)
+    torch.manual_seed(5)
+    q = torch.randn(3, 1, 8, 64, device="cuda", dtype=torch.float16)
+    kc = torch.randn(12, 16, 2, 64, device="cuda", dtype=torch.float16)
+    vc = torch.randn_like(kc)
+    row = torch.randperm(12, device="cuda")[:4].to(torch.int32)
+    table = row.expand(3, 4)
+    assert table.stride() == (0, 1)
+    seqlens = torch.tensor([20, 64, 33], dtype=torch.int32, device="cuda")
+    out = flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=table)
+    ref = flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=table.contiguous())
+    assert torch.equal(out, ref)

@@ -65,6 +65,13 @@ CASES = [
      "out must have the shape of q"),
     ("bwd_dout_on_cpu", "bwd(dout.cpu(), q, k, v, out, lse, 0.125, False, False)", "ValueError",
      "dout must be on"),
+    # No query head: rejected by name (the kvcache op used to return before its append).
+    ("zero_query_heads", "fwd(q[:, :, :0], k, v, 0.125, False)", "ValueError",
+     "positive multiple"),
+    ("kvcache_zero_query_heads",
+     "torch.ops.flashattn_cu.fwd_kvcache(q[:, :1, :0], k, v, torch.zeros(2, dtype=torch.int32, "
+     "device='cuda'), None, None, None, 0.125, False, -1, -1, None, 0.0, 0, "
+     "k[:, :1].contiguous(), v[:, :1].contiguous())", "ValueError", "positive multiple"),
 ]
 
 CHILD = textwrap.dedent("""
@@ -182,3 +189,28 @@ def test_launch_does_not_take_an_unrelated_error():
     # cudaErrorInvalidDevice (101) is still there for its owner to read.
     if "control 101" in res.stdout:
         assert "after_cpp 101" in res.stdout, res.stdout + res.stderr
+
+
+def test_misaligned_row_statistics_are_copied():
+    """softmax_lse / softmax_stats given as contiguous views at an offset the kernels cannot read
+    (4 bytes past a 16-byte boundary) are copied by the backward op, not refused with a generic
+    error: the same gradients, bit for bit (deterministic), as with the aligned tensors."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 64, 4, 64, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(2, 80, 2, 64, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    out, lse, stats = torch.ops.flashattn_cu.fwd(q, k, v, 0.125, False)[:3]
+    dout = torch.randn_like(out)
+
+    def offset_copy(t):
+        buf = torch.empty(t.numel() + 1, device=t.device, dtype=t.dtype)
+        view = buf[1:].view(t.shape)
+        view.copy_(t)
+        assert view.is_contiguous() and view.data_ptr() % 16 != 0
+        return view
+
+    bwd = torch.ops.flashattn_cu.bwd
+    ref = bwd(dout, q, k, v, out, lse, 0.125, False, True, stats)
+    got = bwd(dout, q, k, v, out, offset_copy(lse), 0.125, False, True, offset_copy(stats))
+    for name, a, b in zip(("dq", "dk", "dv"), got, ref):
+        assert torch.equal(a, b), name

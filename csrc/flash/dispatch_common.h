@@ -120,9 +120,12 @@ Status check_common(const Params& p) {
       return Status::kInvalidArgument;
     }
   }
-  // Varlen: cu_seqlens_q and cu_seqlens_k together, int32-aligned; total_q >= 0.
+  // Varlen: cu_seqlens_q and cu_seqlens_k together, int32-aligned; total_q / total_k in
+  // [0, kMaxSeqlen] (the kernels index rows in int32, workspace slots rounded up past them).
   const bool varlen = p.cu_seqlens_q != nullptr;
-  if (varlen != (p.cu_seqlens_k != nullptr) || (varlen && p.total_q < 0) ||
+  if (varlen != (p.cu_seqlens_k != nullptr) ||
+      (varlen && (p.total_q < 0 || p.total_q > kMaxSeqlen || p.total_k < 0 ||
+                  p.total_k > kMaxSeqlen)) ||
       reinterpret_cast<uintptr_t>(p.cu_seqlens_q) % 4 != 0 ||
       reinterpret_cast<uintptr_t>(p.cu_seqlens_k) % 4 != 0 ||
       reinterpret_cast<uintptr_t>(p.seqused_k) % 4 != 0) {

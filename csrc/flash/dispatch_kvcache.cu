@@ -206,6 +206,11 @@ Status check_kvcache(const KvcacheParams& p) {
     }
   } else if (p.cache_batch_idx != nullptr && p.batch_cache < 1 && p.seqlen_k > 0) {
     return Status::kInvalidArgument;
+  } else if (p.cache_batch_idx == nullptr && p.cu_seqlens_k == nullptr && p.seqlen_k > 0 &&
+             p.batch_cache < p.batch) {
+    // A contiguous cache read (and appended to) at entry b for query batch b: fewer entries
+    // than the batch would read and write past the cache (the torch binding says so first).
+    return Status::kInvalidArgument;
   }
   if (!pointer_ok(p.lse, has_q_rows(p))) return Status::kInvalidArgument;
   return check_kvcache_append(p);

@@ -82,8 +82,8 @@ BwdTensors bwd_tensors(const at::Tensor& dout_in, const at::Tensor& q_in, const 
   t.k = to_kernel_layout(k_in);
   t.v = to_kernel_layout(v_in);
   t.out = to_kernel_layout(out_in);
-  t.lse = lse_in.contiguous();
-  t.stats = stats_in.has_value() ? stats_in->contiguous() : at::Tensor();
+  t.lse = contiguous_aligned(lse_in);
+  t.stats = stats_in.has_value() ? contiguous_aligned(*stats_in) : at::Tensor();
   t.dout = to_kernel_layout(dout_in.scalar_type() == t.q.scalar_type()
                                 ? dout_in
                                 : dout_in.to(t.q.scalar_type()));

@@ -210,6 +210,10 @@ struct VarlenArgs {
   int64_t batch, max_q, max_k, total_q;
 };
 
+// t contiguous and 16-byte aligned, as the kernels read the row statistics (softmax_lse,
+// softmax_stats): a contiguous view at another offset is copied rather than refused.
+at::Tensor contiguous_aligned(const at::Tensor& t);
+
 VarlenArgs check_varlen(const at::Tensor& q, const at::Tensor& cu_q, const at::Tensor& cu_k,
                         const std::optional<at::Tensor>& seqused_k, int64_t max_q, int64_t max_k);
 

@@ -136,9 +136,9 @@ Sizes check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   TORCH_CHECK_VALUE(s.head_dim % 8 == 0 && s.head_dim > 0 && s.head_dim <= 256,
                     msg("head dim must be a positive multiple of 8 and <= 256, got ", s.head_dim,
                         " (flash_attn_func pads other sizes)"));
-  TORCH_CHECK_VALUE(s.num_heads_k > 0 && s.num_heads % s.num_heads_k == 0,
-                    msg("nheads of q (", s.num_heads, ") must be a multiple of nheads of k/v (",
-                        s.num_heads_k, ")"));
+  TORCH_CHECK_VALUE(s.num_heads_k > 0 && s.num_heads > 0 && s.num_heads % s.num_heads_k == 0,
+                    msg("nheads of q (", s.num_heads, ") must be a positive multiple of nheads of "
+                        "k/v (", s.num_heads_k, ")"));
   const int64_t kIntMax = std::numeric_limits<int>::max();
   TORCH_CHECK_VALUE(s.seqlen_q <= flashattn_cu::kMaxSeqlen && s.seqlen_k <= flashattn_cu::kMaxSeqlen,
                     msg("seqlen_q (", s.seqlen_q, ") and seqlen_k (", s.seqlen_k,
@@ -267,6 +267,14 @@ at::Tensor check_seq_array(const at::Tensor& t, const char* name, const at::Tens
                         n < 0 ? std::string() : " of " + std::to_string(n) + " elements",
                         ", got shape ", t.sizes()));
   return t.contiguous();
+}
+
+at::Tensor contiguous_aligned(const at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  if (c.numel() > 0 && reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 != 0) {
+    c = c.clone(at::MemoryFormat::Contiguous);  // a fresh allocation: 16-byte aligned
+  }
+  return c;
 }
 
 VarlenArgs check_varlen(const at::Tensor& q, const at::Tensor& cu_q, const at::Tensor& cu_k,

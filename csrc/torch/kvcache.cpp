@@ -50,7 +50,11 @@ at::Tensor check_block_table(const at::Tensor& t, const at::Tensor& q, int64_t b
   TORCH_CHECK_VALUE(k_cache.size(0) >= 1 && k_cache.size(1) >= 1,
                     msg("a paged k_cache needs at least one page of at least one row, got ",
                         k_cache.sizes()));
-  return t.stride(1) == 1 || t.size(1) == 1 ? t : t.contiguous();
+  // Read in place when its rows are contiguous and do not overlap; copied otherwise (e.g. one
+  // row expanded over the batch, stride 0: entries that share a prompt's pages).
+  const bool rows_ok = (t.stride(1) == 1 || t.size(1) == 1) &&
+                       (t.size(0) == 1 || t.stride(0) >= t.size(1));
+  return rows_ok ? t : t.contiguous();
 }
 
 // The cache pair of fwd_kvcache / fwd_kvcache_varlen (checked by check_cache) against q's heads
@@ -65,9 +69,9 @@ void check_cache_pair(const at::Tensor& k_cache, const at::Tensor& v_cache, int6
                     msg("k_cache has head dim ", k_cache.size(3), " but q has ", head_dim));
   TORCH_CHECK_VALUE(head_dim % 8 == 0 && head_dim > 0 && head_dim <= 256,
                     msg("head dim must be a positive multiple of 8 and <= 256, got ", head_dim));
-  TORCH_CHECK_VALUE(num_heads_k > 0 && num_heads % num_heads_k == 0,
-                    msg("nheads of q (", num_heads, ") must be a multiple of nheads of k_cache (",
-                        num_heads_k, ")"));
+  TORCH_CHECK_VALUE(num_heads_k > 0 && num_heads > 0 && num_heads % num_heads_k == 0,
+                    msg("nheads of q (", num_heads, ") must be a positive multiple of nheads of "
+                        "k_cache (", num_heads_k, ")"));
   TORCH_CHECK_VALUE(num_splits >= 0 && num_splits <= 128,
                     msg("num_splits must be 0 (heuristic) or 1 .. 128, got ", num_splits));
 }
@@ -200,8 +204,8 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(
   TORCH_CHECK_VALUE(cache_seqlens_in.has_value() ||
                         (!cache_leftpad_in.has_value() && !k_new_in.has_value() &&
                          !v_new_in.has_value()),
-                    "cache_seqlens is required with cache_leftpad or with k / v to append (None "
-                    "means every entry holds the whole cache)");
+                    msg("cache_seqlens is required with cache_leftpad or with k / v to append "
+                        "(None means every entry holds the whole cache)"));
   const at::Tensor cache_seqlens =
       cache_seqlens_in.has_value()
           ? check_seq_array(*cache_seqlens_in, "cache_seqlens", q_in, batch)

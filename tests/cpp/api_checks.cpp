@@ -173,6 +173,17 @@ int main() {
   expect_status<FwdParams>("fwd: null o", [](FwdParams& p) { p.o = nullptr; }, S::kInvalidArgument);
   expect_status<FwdParams>("fwd: null k", [](FwdParams& p) { p.k = nullptr; }, S::kInvalidArgument);
   expect_status<FwdParams>("fwd: batch 0 is a no-op", [](FwdParams& p) { p.batch = 0; }, S::kSuccess);
+  // Varlen rows past kMaxSeqlen: the kernels' int32 row indices (and the backward's workspace
+  // slots, rounded up past an entry's start) would wrap.
+  expect_status<FwdParams>("fwd: varlen total_q > kMaxSeqlen", [](FwdParams& p) {
+    p.cu_seqlens_q = p.cu_seqlens_k = static_cast<const int*>(fake(9));
+    p.total_q = flashattn_cu::kMaxSeqlen + 1;
+  }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: varlen total_k > kMaxSeqlen", [](FwdParams& p) {
+    p.cu_seqlens_q = p.cu_seqlens_k = static_cast<const int*>(fake(9));
+    p.total_q = 4;
+    p.total_k = flashattn_cu::kMaxSeqlen + 1;
+  }, S::kInvalidArgument);
   expect_status<FwdParams>("fwd: seqlen_q 0 is a no-op", [](FwdParams& p) { p.seqlen_q = 0; }, S::kSuccess);
   // The one pointer rule of fwd() and bwd(): null is allowed exactly for a tensor without elements.
   expect_status<FwdParams>("fwd: seqlen_q 0 with null q, o, lse",
@@ -363,6 +374,12 @@ int main() {
                           p.cache_batch_idx = static_cast<const int*>(fake(8));
                         },
                         S::kInvalidArgument);
+  // Entry b of a contiguous cache for query batch b: fewer entries than the batch would be read
+  // (and appended to) past the cache.
+  expect_kvcache_status("fwd_kvcache: batch_cache below batch without cache_batch_idx",
+                        [](KvcacheParams& p) { p.batch_cache = 1; }, S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: batch_cache unset without cache_batch_idx",
+                        [](KvcacheParams& p) { p.batch_cache = 0; }, S::kInvalidArgument);
   expect_kvcache_status("fwd_kvcache: cache_batch_idx without batch_cache",
                         [](KvcacheParams& p) {
                           p.cache_batch_idx = static_cast<const int*>(fake(8));

@@ -175,8 +175,9 @@ struct FwdParams : AttnParams {
 // cache_seqlens[b] + i, and of query row i at cache_seqlens[b] + i when is_causal or a window
 // is set, else at cache_seqlens[b] (positions clamped into [0, seqlen_k - 1]); the cache
 // receives the rotated keys. q itself is not modified.
-// GQA decode: with seqlen_q == 1, num_heads > num_heads_k, no window and no ALiBi, the query
-// heads of one kv head run as the rows of one tile (each K/V tile read serves the whole group).
+// GQA packing: with num_heads > num_heads_k and no ALiBi (any seqlen_q, windows included), the
+// query heads of one kv head run as the rows of one tile (each K/V tile read serves the whole
+// group).
 struct KvcacheParams : FwdParams {
   const int* cache_seqlens = nullptr;    // (batch) int32 in device memory; null: seqlen_k each
   const int* cache_batch_idx = nullptr;  // optional (batch) int32, contiguous cache only
@@ -247,12 +248,17 @@ cudaError_t last_cuda_error();
 Status fwd(const FwdParams& params, cudaStream_t stream);
 
 // The split count fwd_kvcache() runs with on the current device (resolves num_splits = 0), and
-// the bytes of scratch memory it needs for it (0 for one split, except with cache_leftpad).
+// the bytes of scratch memory it needs for it: ask for every call, since one split needs some
+// too (key counts with cache_leftpad or k_new to append; a rotated copy of q with rotary on the
+// sm90a decode kernel).
 int fwd_kvcache_num_splits(const KvcacheParams& params);
 size_t fwd_kvcache_workspace_bytes(const KvcacheParams& params);
 
 // flash_attn_with_kvcache's attention: writes o and lse. Asynchronous on `stream`; never
-// synchronizes; runs on the sm80 (mma.sync) kernels on every GPU for now.
+// synchronizes. On sm_90, calls of at most 16 query rows per kv head (decode: the query heads
+// of a kv head packed, times seqlen_q) without cu_seqlens_q, at head dims 64 and 128, on a
+// contiguous cache or pages of a multiple of 16 rows (not with cache_leftpad), run the sm90a
+// decode kernel (a TMA ring); the others the sm80 (mma.sync) kernels, as on every other GPU.
 Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream);
 
 // Bytes of scratch memory bwd() needs for these sizes.
