@@ -80,6 +80,17 @@ def _check_devices(q, k_cache, v_cache, fn=_FN, names=("q", "k_cache", "v_cache"
     _fai._check_devices(q, k_cache, v_cache, fn)
 
 
+def _score_args(causal, window_size, softcap, alibi_slopes, softmax_scale, head_dim, seqlen_k,
+                batch, nheads, device, fn):
+    """A call's checked score arguments: (causal, window_left, window_right) with the window
+    normalized against seqlen_k as flash_attn does (flash_attn_interface._flash_attn_window),
+    the softmax scale, softcap and ALiBi slopes."""
+    causal, left, right = _window_and_causal(causal, 0.0, window_size, softcap, alibi_slopes, fn)
+    causal, left, right = _fai._flash_attn_window(causal, left, right, seqlen_k)
+    return (causal, left, right, _softmax_scale(softmax_scale, head_dim, fn),
+            _check_softcap(softcap, fn), _check_alibi(alibi_slopes, batch, nheads, device, fn))
+
+
 def _rotate(x, cos, sin, interleaved):
     """flash_attn's rotary embedding on the first 2 * cos.shape[-1] channels of x (batch, seqlen,
     heads, d), cos / sin (batch, seqlen, rotary_dim / 2) gathered at each row's position; in
@@ -247,14 +258,10 @@ def _with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
     else:
         cache_seqlens = _check_int_tensor(cache_seqlens, "cache_seqlens", (batch,), device)
 
-    causal, window_left, window_right = _window_and_causal(causal, 0.0, window_size, softcap,
-                                                           alibi_slopes, _FN)
-    # Against the cache's capacity, as flash_attn's mha_fwd_kvcache (its seqlen_k).
-    causal, window_left, window_right = _fai._flash_attn_window(causal, window_left,
-                                                                window_right, capacity)
-    softmax_scale = _softmax_scale(softmax_scale, head_dim, _FN)
-    softcap = _check_softcap(softcap, _FN)
-    alibi_slopes = _check_alibi(alibi_slopes, batch, nheads, device, _FN)
+    # The window against the cache's capacity, as flash_attn's mha_fwd_kvcache (its seqlen_k).
+    causal, window_left, window_right, softmax_scale, softcap, alibi_slopes = _score_args(
+        causal, window_size, softcap, alibi_slopes, softmax_scale, head_dim, capacity, batch,
+        nheads, device, _FN)
     if isinstance(num_splits, bool) or not isinstance(num_splits, numbers.Integral) or \
             not 0 <= num_splits <= _MAX_SPLITS:
         raise ValueError(f"{_FN}: num_splits must be an int in [0, {_MAX_SPLITS}] (0: "
@@ -419,13 +426,9 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     if block_table.device != device:
         raise ValueError(f"{fn}: block_table is on {block_table.device} but q is on {device}")
 
-    causal, window_left, window_right = _window_and_causal(causal, 0.0, window_size, softcap,
-                                                           alibi_slopes, fn)
-    causal, window_left, window_right = _fai._flash_attn_window(causal, window_left,
-                                                                window_right, max_seqlen_k)
-    softmax_scale = _softmax_scale(softmax_scale, head_dim, fn)
-    softcap = _check_softcap(softcap, fn)
-    alibi_slopes = _check_alibi(alibi_slopes, batch, nheads, device, fn)
+    causal, window_left, window_right, softmax_scale, softcap, alibi_slopes = _score_args(
+        causal, window_size, softcap, alibi_slopes, softmax_scale, head_dim, max_seqlen_k, batch,
+        nheads, device, fn)
     q = _fai._maybe_contiguous(q)[0]  # as flash_attn; the paged k / v are read in place
     out, lse = _PagedVarlenFunc.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, block_table,
                                       max_seqlen_q, max_seqlen_k, softmax_scale, causal,
