@@ -104,6 +104,17 @@ def index_put_first_axis(values, indices, first_axis):
     return _IndexPutFirstAxis.apply(values, indices, int(first_axis))
 
 
+def _unpadded(hidden_states, keep, seqlens):
+    """The rows of hidden_states (batch, seqlen, ...) where keep (batch, seqlen) is set, in
+    row-major order, their indices (int64) into the flattened batch * seqlen, and the int32
+    cu_seqlens of the sequences `seqlens` cuts them into."""
+    indices = torch.nonzero(keep.flatten(), as_tuple=False).flatten()
+    cu_seqlens = torch.zeros(seqlens.shape[0] + 1, dtype=torch.int32, device=seqlens.device)
+    torch.cumsum(seqlens, dim=0, dtype=torch.int32, out=cu_seqlens[1:])
+    rows = hidden_states.reshape((-1,) + tuple(hidden_states.shape[2:]))
+    return index_first_axis(rows, indices), indices, cu_seqlens
+
+
 def unpad_input(hidden_states, attention_mask, unused_mask=None):
     """Drops the padding tokens of a padded batch.
 
@@ -127,12 +138,8 @@ def unpad_input(hidden_states, attention_mask, unused_mask=None):
         keep = keep | unused_mask.bool()
     seqlens = keep.sum(dim=-1, dtype=torch.int32)
     seqused = attention_mask.bool().sum(dim=-1, dtype=torch.int32)
-    indices = torch.nonzero(keep.flatten(), as_tuple=False).flatten()
     max_seqlen_in_batch = int(seqlens.max().item()) if seqlens.numel() > 0 else 0
-    cu_seqlens = torch.zeros(seqlens.shape[0] + 1, dtype=torch.int32, device=seqlens.device)
-    torch.cumsum(seqlens, dim=0, dtype=torch.int32, out=cu_seqlens[1:])
-    flat = hidden_states.reshape((-1,) + tuple(hidden_states.shape[2:]))
-    return index_first_axis(flat, indices), indices, cu_seqlens, max_seqlen_in_batch, seqused
+    return (*_unpadded(hidden_states, keep, seqlens), max_seqlen_in_batch, seqused)
 
 
 def unpad_input_for_concatenated_sequences(hidden_states, attention_mask_in_length):
@@ -159,22 +166,20 @@ def unpad_input_for_concatenated_sequences(hidden_states, attention_mask_in_leng
     seqlen = lengths.shape[1]
     lengths = lengths.long()
     per_row = lengths.sum(dim=-1)
-    # The one host read (flash_attn's version reads the max too): bad lengths would put one
-    # row's samples into the next row's tokens.
+    flat = lengths.flatten()
+    # One host read (flash_attn's version reads the max as well), the check and the max
+    # together: bad lengths would put one row's samples into the next row's tokens; with none
+    # negative, the largest entry is the longest sample.
     bad = (lengths < 0).any() | (per_row > seqlen).any()
-    if bool(bad):
+    largest = flat.max() if flat.numel() > 0 else flat.new_zeros(())
+    bad, max_seqlen_in_batch = torch.stack([bad.long(), largest]).tolist()
+    if bad:
         raise ValueError(f"{what}: attention_mask_in_length must hold non-negative sample "
                          f"lengths summing to at most seqlen={seqlen} in each row, got "
                          f"{lengths.tolist() if lengths.numel() <= 64 else 'larger tensor'}")
-    flat = lengths.flatten()
     seqlens = flat[flat != 0].to(torch.int32)
     keep = torch.arange(seqlen, device=lengths.device) < per_row.unsqueeze(1)
-    indices = torch.nonzero(keep.flatten(), as_tuple=False).flatten()
-    max_seqlen_in_batch = int(seqlens.max().item()) if seqlens.numel() > 0 else 0
-    cu_seqlens = torch.zeros(seqlens.shape[0] + 1, dtype=torch.int32, device=lengths.device)
-    torch.cumsum(seqlens, dim=0, dtype=torch.int32, out=cu_seqlens[1:])
-    rows = hidden_states.reshape((-1,) + tuple(hidden_states.shape[2:]))
-    return index_first_axis(rows, indices), indices, cu_seqlens, max_seqlen_in_batch
+    return (*_unpadded(hidden_states, keep, seqlens), max_seqlen_in_batch)
 
 
 def pad_input(hidden_states, indices, batch, seqlen):
