@@ -322,6 +322,21 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       scores_to_p(w.blocks.end - 1 - i, ref, rescale);
       drop_p(w.blocks.end - 1 - i);
     };
+    // Step i's P V (block i of the walk, P from `half`) with nothing else of this consumer in
+    // flight: every step of the serial order, and the tile's last. during: what runs under the
+    // GEMM before its wait.
+    auto pv_alone = [&](int i, auto&& during) {
+      const RingSlot<Traits> slot(ring + i);
+      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + slot.stage), slot.parity);
+      turns.begin();
+      ptx::wgmma_fence();
+      issue_pv(slot.stage, half);
+      turns.end();
+      during();
+      ptx::wgmma_wait<0>();
+      ptx::fence_operand(acc_o[0]);
+      release(Traits::kBarVEmpty + slot.stage);
+    };
     ptx::mbarrier_wait_parity(bars + 8 * Traits::kBarQFull, q_parity);
     clock.mark(kPhaseQWait);
     // Step 0: S_0 alone (O is still 0, nothing to rescale).
@@ -330,83 +345,70 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     clock.mark(kPhaseFirstStep);
     static_assert(!Traits::kSerialPV || (!Traits::kEarlyRescale && !Traits::kSumsUnderS),
                   "kSerialPV: no next S GEMM to hide the rescale or the used sums under");
+    if constexpr (Traits::kSerialPV) {
 #pragma unroll 1
-    for (int i = 1; Traits::kSerialPV && i < w.num_blocks; ++i) {
-      // P_{i-1} V_{i-1}, retired (P's registers free), then S_i, retired, then softmax_i.
-      const RingSlot<Traits> prev(ring + i - 1);
-      clock.step_start();
-      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + prev.stage), prev.parity);
-      turns.begin();
-      ptx::wgmma_fence();
-      issue_pv(prev.stage, half);
-      turns.end();
-      ptx::wgmma_wait<0>();
-      ptx::fence_operand(acc_o[0]);
-      release(Traits::kBarVEmpty + prev.stage);
-      clock.step(kStepWaitPV);
-      s_alone(i, [&] { clock.step(kStepWaitKV); }, [&] { clock.step(kStepS); });
-      clock.step(kStepExp);
-      if constexpr (!kBounded) OnlineSoftmax<1>::rescale_output(acc_o, rescale);
-      pack_p();
-      clock.step(kStepPack);
-    }
+      for (int i = 1; i < w.num_blocks; ++i) {
+        // P_{i-1} V_{i-1}, retired (P's registers free), then S_i, retired, then softmax_i.
+        clock.step_start();
+        pv_alone(i - 1, [] {});
+        clock.step(kStepWaitPV);
+        s_alone(i, [&] { clock.step(kStepWaitKV); }, [&] { clock.step(kStepS); });
+        clock.step(kStepExp);
+        if constexpr (!kBounded) OnlineSoftmax<1>::rescale_output(acc_o, rescale);
+        pack_p();
+        clock.step(kStepPack);
+      }
+    } else {
 #pragma unroll 1
-    for (int i = 1; !Traits::kSerialPV && i < w.num_blocks; ++i) {
-      const RingSlot<Traits> slot(ring + i), prev(ring + i - 1);
-      clock.step_start();
-      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);
-      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + prev.stage), prev.parity);
-      const BlockHalf s_half = half_of(w.blocks.end - 1 - i);
-      clock.step(kStepWaitKV);
-      turns.begin();
-      clock.step(kStepTurn);
-      ptx::wgmma_fence();
-      issue_s(slot.stage, s_half);
-      if constexpr (Traits::kEarlyRescale) {
-        // O (P V of step i - 2 has landed) to the row max of step i - 1, whose P the P V below
-        // adds, while S_i runs on the tensor cores (step 0's factor is 0 on an O of 0).
+      for (int i = 1; i < w.num_blocks; ++i) {
+        const RingSlot<Traits> slot(ring + i), prev(ring + i - 1);
+        clock.step_start();
+        ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);
+        ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + prev.stage), prev.parity);
+        const BlockHalf s_half = half_of(w.blocks.end - 1 - i);
+        clock.step(kStepWaitKV);
+        turns.begin();
+        clock.step(kStepTurn);
+        ptx::wgmma_fence();
+        issue_s(slot.stage, s_half);
+        if constexpr (Traits::kEarlyRescale) {
+          // O (P V of step i - 2 has landed) to the row max of step i - 1, whose P the P V below
+          // adds, while S_i runs on the tensor cores (step 0's factor is 0 on an O of 0).
+          ptx::fence_operand(acc_o[0]);
+          OnlineSoftmax<1>::rescale_output(acc_o, rescale);
+          ptx::fence_operand(acc_o[0]);
+          ptx::wgmma_fence();  // the FMULs' writes before the wgmma reads O
+        }
+        issue_pv(prev.stage, half);
+        turns.end();
+        if constexpr (kBounded && Traits::kSumsUnderS) sum_used();  // P_{i-1}'s
+        half = s_half;
+        ptx::wgmma_wait<1>();  // S_i has landed; P_{i-1} V_{i-1} may still run
+        ptx::fence_operand(acc_s[0]);
+        clock.step(kStepS);
+        release(Traits::kBarKEmpty + slot.stage);
+        if (!Traits::kOInQ && i == w.num_blocks - 1) release(Traits::kBarQEmpty);
+        scores_to_p(w.blocks.end - 1 - i, ref, rescale);
+        drop_p(w.blocks.end - 1 - i);
+        clock.step(kStepExp);
+        ptx::wgmma_wait<0>();  // P_{i-1} V_{i-1} done: O and P's registers are free again
         ptx::fence_operand(acc_o[0]);
-        OnlineSoftmax<1>::rescale_output(acc_o, rescale);
-        ptx::fence_operand(acc_o[0]);
-        ptx::wgmma_fence();  // the FMULs' writes before the wgmma reads O
+        clock.step(kStepWaitPV);
+        release(Traits::kBarVEmpty + prev.stage);
+        if constexpr (!Traits::kEarlyRescale && !kBounded) {
+          OnlineSoftmax<1>::rescale_output(acc_o, rescale);
+        }
+        pack_p();
+        clock.step(kStepPack);
       }
-      issue_pv(prev.stage, half);
-      turns.end();
-      if constexpr (kBounded && Traits::kSumsUnderS) sum_used();  // P_{i-1}'s
-      half = s_half;
-      ptx::wgmma_wait<1>();  // S_i has landed; P_{i-1} V_{i-1} may still run
-      ptx::fence_operand(acc_s[0]);
-      clock.step(kStepS);
-      release(Traits::kBarKEmpty + slot.stage);
-      if (!Traits::kOInQ && i == w.num_blocks - 1) release(Traits::kBarQEmpty);
-      scores_to_p(w.blocks.end - 1 - i, ref, rescale);
-      drop_p(w.blocks.end - 1 - i);
-      clock.step(kStepExp);
-      ptx::wgmma_wait<0>();  // P_{i-1} V_{i-1} done: O and P's registers are free again
-      ptx::fence_operand(acc_o[0]);
-      clock.step(kStepWaitPV);
-      release(Traits::kBarVEmpty + prev.stage);
-      if constexpr (!Traits::kEarlyRescale && !kBounded) {
-        OnlineSoftmax<1>::rescale_output(acc_o, rescale);
-      }
-      pack_p();
-      clock.step(kStepPack);
     }
     clock.mark(kPhaseSteps);
-    {  // The last block's P V.
-      const RingSlot<Traits> last(ring + w.num_blocks - 1);
-      if constexpr (Traits::kEarlyRescale) OnlineSoftmax<1>::rescale_output(acc_o, rescale);
-      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + last.stage), last.parity);
-      turns.begin();
-      ptx::wgmma_fence();
-      issue_pv(last.stage, half);
-      turns.end();
+    // The last block's P V.
+    if constexpr (Traits::kEarlyRescale) OnlineSoftmax<1>::rescale_output(acc_o, rescale);
+    pv_alone(w.num_blocks - 1, [&] {
       if constexpr (kBounded && Traits::kSumsUnderS) sum_used();
       ahead();  // under the GEMM
-      ptx::wgmma_wait<0>();
-      ptx::fence_operand(acc_o[0]);
-      release(Traits::kBarVEmpty + last.stage);
-    }
+    });
     clock.mark(kPhaseLastPV);
   } else {
     ahead();
