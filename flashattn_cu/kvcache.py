@@ -147,8 +147,8 @@ def flash_attn_with_kvcache(
             multiple of 16 and <= headdim, seqlen_ro >= the cache's capacity; needs k and v.
         cache_seqlens: int or (batch,) int32: keys already in each entry's cache (before the
             append). None: the whole cache. The caller keeps cache_seqlens + seqlen_new within
-            the cache (a device value: rotary positions past it are clamped to its last row;
-            nothing is written outside it).
+            the cache (a device value: new rows past it are not written, nothing is written
+            outside it, and the attention sees the cache's keys).
         cache_batch_idx: optional (batch,) int32: entry b uses cache entry cache_batch_idx[b]
             (contiguous caches; indices are device values, clamped into range by the kernel).
         cache_leftpad: optional (batch,) int32: entry b's keys start at cache row
@@ -325,16 +325,28 @@ def _append_unfused(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seq
     batch, seqlen_new = k.shape[:2]
     seqlen_q = q.shape[1]
     device = q.device
-    # Positions of the new rows: cache_seqlens[b] + i (absolute cache rows, leftpad
-    # included), clamped into the cache (see cache_seqlens above).
+    last = max(capacity - 1, 0)
+    start = cache_seqlens.long().unsqueeze(1)
+    # New row i lands on cache row cache_seqlens[b] + i (absolute, leftpad included). Rows past
+    # the cache (a caller's bug, see cache_seqlens above) are not written, as in the kernels:
+    # here each is sent to the nearest cache row (0 or the last) carrying exactly what that
+    # row receives anyway (the new row that lands there, or its current contents), so the
+    # duplicate writes of index_put_ agree and the result is deterministic.
     steps = torch.arange(seqlen_new, device=device, dtype=torch.int64)
-    pos = (cache_seqlens.long().unsqueeze(1) + steps).clamp_(0, max(capacity - 1, 0))
+    pos = (start + steps).clamp_(0, last)
+    src = pos - start  # the new row that lands on pos, if any
+    lands = (src >= 0) & (src < seqlen_new)
+    src = src.clamp_(0, max(seqlen_new - 1, 0))
+    gather = src[:, :, None, None].expand(-1, -1, k.shape[2], k.shape[3])
+    k, v = k.gather(1, gather), v.gather(1, gather)
     if rotary_cos is not None:
         k = _rotate(k, rotary_cos[pos], rotary_sin[pos], rotary_interleaved)
+        # q row i at cache_seqlens + i (causal or a window) or + 0, clamped to the tables' rows:
+        # flash_attn reads the tables past the cache when seqlen_q > seqlen_new.
         q_steps = torch.arange(seqlen_q, device=device, dtype=torch.int64)
         if not q_per_row:
             q_steps = torch.zeros_like(q_steps)
-        q_pos = (cache_seqlens.long().unsqueeze(1) + q_steps).clamp_(0, capacity - 1)
+        q_pos = (start + q_steps).clamp_(0, rotary_cos.shape[0] - 1)
         q = _rotate(q, rotary_cos[q_pos], rotary_sin[q_pos], rotary_interleaved)
     if block_table is not None:
         page_size = k_cache.shape[1]
@@ -345,8 +357,9 @@ def _append_unfused(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seq
         entries = (cache_batch_idx.long().clamp(0, k_cache.shape[0] - 1)  # as the kernel
                    if cache_batch_idx is not None else torch.arange(batch, device=device))
         index = (entries.unsqueeze(1).expand(batch, seqlen_new), pos)
-    k_cache.index_put_(index, k)
-    v_cache.index_put_(index, v)
+    keep = lands[:, :, None, None]
+    k_cache.index_put_(index, torch.where(keep, k, k_cache[index]))
+    v_cache.index_put_(index, torch.where(keep, v, v_cache[index]))
     return q, cache_seqlens + seqlen_new
 
 

@@ -374,3 +374,93 @@ def test_compile_fullgraph_traces_dropout():
         loss = torch.compile(step, fullgraph=True, backend="aot_eager")(q, k, v)
         loss.backward()
     assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
+
+
+def _compiled_graphs(fn, *args):
+    """The forward and backward graphs AOTAutograd makes of fn (torch.compile, fullgraph, with
+    Inductor's partitioner, whose common-subexpression pass and recomputation choices are what
+    matter here), run on the given (meta) tensors with loss.backward(). A graph that saves the
+    generator's state cannot run on meta tensors (torch's RNG-state ops have no meta backend):
+    then the forward graph alone is returned, with None for the backward."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    graphs = {}
+
+    def keep(name):
+        def compiler(gm, example_inputs):
+            graphs[name] = gm
+            return gm.forward
+        return compiler
+
+    torch._dynamo.reset()
+    backend = aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw"),
+                           partition_fn=min_cut_rematerialization_partition)
+    with mock.patch.object(fai, "_check_devices", lambda q, k, v, fn="": None):
+        try:
+            torch.compile(fn, fullgraph=True, backend=backend)(*args).backward()
+        except Exception:
+            if "fw" not in graphs or not _rng_state_saved(graphs["fw"]):
+                raise
+    return graphs["fw"], graphs.get("bw")
+
+
+def _rng_state_saved(gm):
+    """Whether gm runs a flashattn_cu forward under AOTAutograd's run_and_save_rng_state."""
+    ops = (torch.ops.flashattn_cu.fwd.default, torch.ops.flashattn_cu.fwd_varlen.default)
+    return any(n.op == "call_function" and "run_and_save_rng_state" in str(n.target) and
+               any(a in ops for a in n.args) for n in gm.graph.nodes)
+
+
+def _calls(gm, op):
+    """The nodes of gm that call op (directly or through an RNG-state wrapper of AOTAutograd)."""
+    return [n for n in gm.graph.nodes if n.op == "call_function" and
+            (n.target is op or any(a is op for a in n.args))]
+
+
+def test_ops_are_tagged_as_seeded_random():
+    """The forwards draw from torch's generator, so they carry torch.Tag.nondeterministic_seeded
+    (as SDPA's flash op): torch.compile must not merge or freely recompute them."""
+    for op in (torch.ops.flashattn_cu.fwd.default, torch.ops.flashattn_cu.fwd_varlen.default):
+        assert torch.Tag.nondeterministic_seeded in op.tags, op
+    assert torch.Tag.nondeterministic_seeded not in torch.ops.flashattn_cu.bwd.default.tags
+
+
+@pytest.mark.parametrize("dropout_p", [0.0, 0.1])
+def test_compile_keeps_two_identical_dropout_calls(dropout_p):
+    """Two identical calls in one compiled step (R-Drop, consistency losses) stay two calls, each
+    drawing its own mask; common-subexpression elimination merged them before the tag."""
+    q, k, v = (torch.randn(2, 9, 4, 64, device="meta", dtype=F16, requires_grad=True)
+               for _ in range(3))
+
+    def step(q, k, v):
+        return (flash_attn_func(q, k, v, dropout_p=dropout_p).float().sum() +
+                flash_attn_func(q, k, v, dropout_p=dropout_p).float().sum())
+
+    fw, _ = _compiled_graphs(step, q, k, v)
+    assert len(_calls(fw, torch.ops.flashattn_cu.fwd.default)) == 2
+
+
+def test_compile_checkpoint_replays_the_dropout_forward_with_its_rng_state():
+    """Under torch.compile with activation checkpointing, a dropout forward that the backward
+    recomputes must regenerate the forward's mask: the partitioner either saves its outputs or
+    runs it with the generator state it first ran with (run_and_save_rng_state in the forward
+    graph, run_with_rng_state in the backward). Before the op carried the seeded tag the
+    backward graph recomputed it plainly, drawing a fresh offset: gradients of another mask."""
+    from torch.utils.checkpoint import checkpoint
+
+    q, k, v = (torch.randn(2, 9, 4, 64, device="meta", dtype=F16, requires_grad=True)
+               for _ in range(3))
+
+    def step(q, k, v):
+        def block(q, k, v):
+            return flash_attn_func(q * 2, k, v, dropout_p=0.1).float().sin()
+        return checkpoint(block, q, k, v, use_reentrant=False).sum()
+
+    fw, bw = _compiled_graphs(step, q, k, v)
+    if bw is not None:
+        plain = [n for n in _calls(bw, torch.ops.flashattn_cu.fwd.default)
+                 if n.target is torch.ops.flashattn_cu.fwd.default]
+        assert not plain, "the dropout forward recomputed without its RNG state"
+    else:
+        assert _rng_state_saved(fw)

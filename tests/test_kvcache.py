@@ -412,6 +412,10 @@ FUSED_CASES = {
     "decode_new3_paged256": (1, 3, (8, 2), 256, {}),  # sm90 decode after the append
     "decode_new2_paged16": (1, 2, (8, 2), 16, {}),  # its 16-key tiles after the append
     "spec2_paged64_groups8_causal": (2, 2, (16, 2), 64, {"causal": True}),  # 16 packed rows
+    # More queries than new keys at the cache's end: q's rotary positions pass the capacity and
+    # read the tables' rows there (flash_attn's positions; the tables are longer than the cache).
+    "q6_new2_rotary_past_capacity": (6, 2, (8, 2), None, {"causal": True, "long_tables": True}),
+    "q6_new2_paged16_rotary_past": (6, 2, (8, 2), 16, {"causal": True, "long_tables": True}),
 }
 ROTARY_MODES = {
     # name: (interleaved, rotary_dim as a fraction of head_dim) or None
@@ -464,7 +468,8 @@ def test_fused_append_matches_unfused(case, rotary, num_splits):
         rows = pages_per_entry(capacity, page_size) * page_size
     if ROTARY_MODES[rotary] is not None:
         interleaved, fraction = ROTARY_MODES[rotary]
-        cos, sin = rotary_tables(rows, d // fraction, dtype)
+        cos, sin = rotary_tables(rows + (16 if extras.get("long_tables") else 0),
+                                 d // fraction, dtype)
     alibi = (torch.rand(nheads, device=device) * 0.3) if extras.get("alibi") else None
     if page_size is not None:
         k_cache, v_cache, table = to_paged_pair(k_logical, v_logical, page_size, 7)

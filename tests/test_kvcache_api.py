@@ -196,6 +196,79 @@ def test_op_fake_shapes():
     assert out.shape == q.shape and lse.shape == (3, 8, 4)
 
 
+def _unfused_case(paged, seqlens, seqlen_new=4, seqlen_q=3, capacity=32, table_rows=48):
+    """_append_unfused (the torch-op append, on the CPU here) on a small cache: returns the
+    caches before and after, the new rows, the rotated q and the tables."""
+    torch.manual_seed(0)
+    batch, heads_k, d = len(seqlens), 2, 32
+    k = torch.randn(batch, seqlen_new, heads_k, d)
+    v = torch.randn_like(k)
+    q = torch.randn(batch, seqlen_q, 4, d)
+    angle = torch.rand(table_rows, d // 2) * 6.28
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    if paged:
+        page = 8
+        k_cache = torch.randn(batch * capacity // page, page, heads_k, d)
+        table = torch.randperm(k_cache.shape[0]).to(torch.int32).view(batch, -1)
+    else:
+        k_cache, table = torch.randn(batch, capacity, heads_k, d), None
+    v_cache = torch.randn_like(k_cache)
+    before = (k_cache.clone(), v_cache.clone())
+    cache_seqlens = torch.tensor(seqlens, dtype=torch.int32)
+    q_rot, counts = kvc._append_unfused(q, k_cache, v_cache, k, v, cos, sin, cache_seqlens, None,
+                                        table, True, False, capacity)
+    return before, (k_cache, v_cache), (k, v), q, q_rot, cos, sin, table, counts
+
+
+def _logical(cache, table):
+    if table is None:
+        return cache
+    return cache[table.long()].flatten(1, 2)  # (batch, pages x page, heads, d)
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_unfused_append_drops_rows_past_the_cache(paged):
+    """New rows that cache_seqlens puts past the cache (a caller's bug) are not written, as the
+    kernels drop them (kv_append.h write_appended_rows); the rows that fit are written rotated
+    at their positions, every other cache row is unchanged, and the duplicate index_put_ writes
+    agree, so two runs give the same bits."""
+    capacity, new = 32, 4
+    seqlens = [30, 32, 35, 5]  # 2 rows fit, none fit, none (past), all fit
+    before, after, (k, v), _, _, cos, sin, table, counts = _unfused_case(paged, seqlens)
+    assert counts.tolist() == [s + new for s in seqlens]
+    k_before, k_after = _logical(before[0], table), _logical(after[0], table)
+    v_before, v_after = _logical(before[1], table), _logical(after[1], table)
+    for b, start in enumerate(seqlens):
+        for row in range(capacity):
+            i = row - start
+            if 0 <= i < new:
+                pos = torch.tensor([[row]])
+                want = kvc._rotate(k[b:b + 1, i:i + 1], cos[pos], sin[pos], False)[0, 0]
+                assert torch.equal(k_after[b, row], want), (b, row)
+                assert torch.equal(v_after[b, row], v[b, i]), (b, row)
+            else:
+                assert torch.equal(k_after[b, row], k_before[b, row]), (b, row)
+                assert torch.equal(v_after[b, row], v_before[b, row]), (b, row)
+    again = _unfused_case(paged, seqlens)[1]
+    assert torch.equal(again[0], after[0]) and torch.equal(again[1], after[1])
+
+
+def test_unfused_query_rotary_positions_pass_the_capacity():
+    """q row i (causal: per row) is rotated at cache_seqlens + i even past the cache's capacity
+    when seqlen_q > seqlen_new, reading the tables' rows there as flash_attn does (the kernels'
+    rotary_of clamps to the tables' rows, not to the cache's)."""
+    capacity, table_rows = 32, 48
+    _, _, _, q, q_rot, cos, sin, _, _ = _unfused_case(False, [30], seqlen_new=1, seqlen_q=6,
+                                                      capacity=capacity, table_rows=table_rows)
+    pos = torch.arange(30, 36).unsqueeze(0)  # 32 .. 35 past the cache
+    assert torch.equal(q_rot, kvc._rotate(q, cos[pos], sin[pos], False))
+    # Past the tables too (a caller's bug): clamped to their last row.
+    _, _, _, q, q_rot, cos, sin, _, _ = _unfused_case(False, [30], seqlen_new=1, seqlen_q=6,
+                                                      capacity=capacity, table_rows=33)
+    pos = torch.arange(30, 36).clamp(max=32).unsqueeze(0)
+    assert torch.equal(q_rot, kvc._rotate(q, cos[pos], sin[pos], False))
+
+
 def test_compile_fullgraph_traces_a_decode_step():
     """torch.compile(fullgraph=True) traces validation, rotary, the in-place paged append and the
     op with no graph break (meta tensors, device checks patched out)."""

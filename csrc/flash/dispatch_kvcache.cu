@@ -344,6 +344,7 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
   kp.kv.rotary_cos = p.k_new != nullptr ? p.rotary_cos : nullptr;
   kp.kv.rotary_sin = p.k_new != nullptr ? p.rotary_sin : nullptr;
   kp.kv.rotary_dim = p.rotary_dim;
+  kp.kv.rotary_seqlen = p.rotary_seqlen;
   kp.kv.rotary_interleaved = p.rotary_interleaved;
   kp.kv.rotary_q_per_row =
       params.is_causal || params.window_left >= 0 || params.window_right >= 0;

@@ -70,11 +70,18 @@ std::vector<int64_t> head_dim_instances() {
 using namespace flashattn_cu::binding;
 
 TORCH_LIBRARY(flashattn_cu, m) {
+  // The forwards draw dropout's (seed, offset) from torch's CUDA generator: tagged as seeded
+  // random ops, as SDPA's flash op, so that torch.compile neither merges two identical calls
+  // (two masks) nor recomputes one under activation checkpointing with a fresh offset (its
+  // partitioner replays such an op with the generator state it ran with); with a dropout_p
+  // known to be 0 the partitioner treats them as deterministic again (its is_rng_op).
+  const std::vector<at::Tag> seeded{at::Tag::nondeterministic_seeded};
   m.def(
       "fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, int window_left=-1, "
       "int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0, float dropout_p=0.0, "
       "bool return_softmax=False, Generator? gen=None) -> "
-      "(Tensor, Tensor, Tensor, Tensor, Tensor)");
+      "(Tensor, Tensor, Tensor, Tensor, Tensor)",
+      seeded);
   m.def(
       "bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
       "float softmax_scale, bool causal, bool deterministic, Tensor? softmax_stats=None, "
@@ -85,7 +92,8 @@ TORCH_LIBRARY(flashattn_cu, m) {
       "Tensor? seqused_k, int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
       "int window_left=-1, int window_right=-1, Tensor? alibi_slopes=None, float softcap=0.0, "
       "float dropout_p=0.0, bool return_softmax=False, Generator? gen=None) -> "
-      "(Tensor, Tensor, Tensor, Tensor, Tensor)");
+      "(Tensor, Tensor, Tensor, Tensor, Tensor)",
+      seeded);
   m.def(
       "bwd_varlen(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor softmax_lse, "
       "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, "

@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kAppendThreads)
   const int head_k = head / (p.num_heads / p.num_heads_k);
   const int cache_row0 = kv.cache_leftpad != nullptr ? max(kv.cache_leftpad[batch], 0) : 0;
   const int new_key0 = kv.cache_seqlens[batch] - cache_row0;
-  const RotaryTable rot = rotary_of(p, kv);
+  const RotaryTable rot = rotary_of(kv);
 
   if (head % (p.num_heads / p.num_heads_k) == 0) {
     Element* k_cache = const_cast<Element*>(static_cast<const Element*>(p.k)) +

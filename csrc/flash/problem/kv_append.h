@@ -50,7 +50,7 @@ struct RotaryTable {
   const void* sin;
   int dim;
   bool interleaved;
-  int max_pos;  // positions are clamped into [0, max_pos] (the cache's last row)
+  int max_pos;  // positions are clamped into [0, max_pos] (the tables' last row)
 
   __device__ __forceinline__ int clamp(int pos) const {
     return pos < 0 ? 0 : pos > max_pos ? max_pos : pos;
@@ -142,11 +142,13 @@ __device__ __forceinline__ AppendedRows<Element> appended_rows_of(const FwdParam
   return a;
 }
 
-// The call's rotary table (cos null without one); positions clamp to the cache's last row.
-__device__ __forceinline__ RotaryTable rotary_of(const FwdParams& p,
-                                                 const KvcacheKernelFields& kv) {
+// The call's rotary table (cos null without one); positions clamp to the tables' last row, as
+// far as flash_attn reads them: an appended key's position is its cache row (< the capacity <=
+// rotary_seqlen), a query's cache_seqlens + its index, which may pass the capacity when seqlen_q
+// exceeds seqlen_new (flash_attn then reads the tables' rows past the capacity, so these do too).
+__device__ __forceinline__ RotaryTable rotary_of(const KvcacheKernelFields& kv) {
   return RotaryTable{kv.rotary_cos, kv.rotary_sin, kv.rotary_dim, kv.rotary_interleaved,
-                     p.seqlen_k - 1};
+                     kv.rotary_seqlen - 1};
 }
 
 // Writes this block's share of the appended rows to the cache: k rotated at its position,

@@ -45,6 +45,7 @@ struct KvcacheKernelFields {
   const void* rotary_cos;  // null: no rotary
   const void* rotary_sin;
   int rotary_dim;
+  int rotary_seqlen;  // the tables' rows: positions clamp into [0, rotary_seqlen - 1]
   bool rotary_interleaved;
   bool rotary_q_per_row;  // q row i at cache_seqlens + i (causal or a window), else + 0
 };

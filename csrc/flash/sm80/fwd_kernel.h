@@ -236,7 +236,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
             appended_rows_of<Element>(p, kp.kv, tile.batch, head, new_key0, cache_row0),
             append_share(kp.kv.seqlen_new, tile.m_block, ceil_div(p.seqlen_q, kBlockM), split,
                          kp.kv.num_splits),
-            p.seqlen_k, p.head_dim, rotary_of(p, kp.kv), cache_row, tid);
+            p.seqlen_k, p.head_dim, rotary_of(kp.kv), cache_row, tid);
       }
     }
   }
@@ -315,7 +315,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
         };
         load_appended_tile<Traits, kBlockN>(
             smem, appended_rows_of<Element>(p, kp.kv, tile.batch, head, new_key0, cache_row0),
-            is_v, n * kBlockN, seq.seqlen_k, p.head_dim, rotary_of(p, kp.kv), cache_src, tid);
+            is_v, n * kBlockN, seq.seqlen_k, p.head_dim, rotary_of(kp.kv), cache_src, tid);
         return;
       }
       if (kp.kv.block_table != nullptr) {
@@ -347,7 +347,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
     if constexpr (kKvcache) {
       if (kp.kv.rotary_cos != nullptr) {  // rotary: q at cache_seqlens (+ its query), kv_append.h
         load_rotated_rows<Traits, kBlockM>(sQ, q, pack, m_start, p.q_row_stride, p.q_head_stride,
-                                           rows_q, p.head_dim, rotary_of(p, kp.kv),
+                                           rows_q, p.head_dim, rotary_of(kp.kv),
                                            new_key0 + cache_row0, kp.kv.rotary_q_per_row, tid);
       } else {
         load_packed_rows_async<Traits, kBlockM>(sQ, q, pack, m_start, p.q_row_stride,

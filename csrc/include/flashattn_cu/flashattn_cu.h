@@ -173,7 +173,8 @@ struct FwdParams : AttnParams {
 // Rotary (rotary_cos / rotary_sin, needs k_new): flash_attn's rotary embedding on the first
 // rotary_dim channels, in fp32 and rounded to the dtype, of new key row i at position
 // cache_seqlens[b] + i, and of query row i at cache_seqlens[b] + i when is_causal or a window
-// is set, else at cache_seqlens[b] (positions clamped into [0, seqlen_k - 1]); the cache
+// is set, else at cache_seqlens[b] (positions clamped into [0, rotary_seqlen - 1]: a query's
+// may pass seqlen_k when seqlen_q > seqlen_new, as in flash_attn); the cache
 // receives the rotated keys. q itself is not modified.
 // GQA packing: with num_heads > num_heads_k and no ALiBi (any seqlen_q, windows included), the
 // query heads of one kv head run as the rows of one tile (each K/V tile read serves the whole
