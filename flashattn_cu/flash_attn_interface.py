@@ -156,11 +156,13 @@ def _check_scale(softmax_scale, fn="flash_attn_func"):
             f"{fn}: softmax_scale must be a positive finite number, got {softmax_scale}"
             " (None means headdim ** -0.5)"
         )
-    # The kernels take it as a float32 and flush subnormals: 1e-50 would become 0 there, 1e39 inf.
-    if not _FLOAT32_MIN_NORMAL <= _as_float32(softmax_scale) < math.inf:
+    # The kernels take it as a float32 and flush subnormals: 1e-50 would become 0 there, 1e39 inf;
+    # they scale by softmax_scale * log2(e), which passes float32's range above ~2.36e38.
+    if not _FLOAT32_MIN_NORMAL <= _as_float32(softmax_scale) < 2.3e38:
         raise ValueError(
-            f"{fn}: softmax_scale={softmax_scale} is not a normal positive float32 "
-            "(the kernels compute in float32; supported: about 1.2e-38 to 3.4e38)"
+            f"{fn}: softmax_scale={softmax_scale} is not a normal positive float32 below 2.3e38 "
+            "(the kernels compute in float32 with softmax_scale * log2(e); supported: about "
+            "1.2e-38 to 2.3e38)"
         )
 
 

@@ -36,6 +36,7 @@ CASES = [
     ("scale_underflows_float32", "fwd(q, k, v, 1e-50, False)", "ValueError", "softmax_scale"),
     ("scale_subnormal_float32", "fwd(q, k, v, 1e-40, False)", "ValueError", "softmax_scale"),
     ("scale_overflows_float32", "fwd(q, k, v, 1e39, False)", "ValueError", "softmax_scale"),
+    ("scale_log2_overflows", "fwd(q, k, v, 2.4e38, False)", "ValueError", "softmax_scale"),
     ("bwd_scale_underflows", "bwd(dout, q, k, v, out, lse, 1e-50, False, False, stats)",
      "ValueError", "softmax_scale"),
     ("head_dim_60", "fwd(q[..., :60].contiguous(), k[..., :60].contiguous(), "

@@ -184,6 +184,75 @@ def test_seqused_k_in_the_op():
     assert torch.equal(out, ref)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+def test_data_outside_an_entry_never_reaches_it(bad, causal, d):
+    """Each sequence's output and gradients depend on its own rows only. The tensors hold rows
+    past the last sequence (a buffer padded to a fixed size) and sequence 1 carries non-finite
+    V and dout, the rest finite: sequences 0 and 2 must match the reference. The kernels' tiles
+    read past a sequence's last key or query into the next rows (the sm90 kernels' TMA maps end
+    at the tensors' rows); P = 0 there, but 0 x NaN is NaN in the tensor cores, so those rows
+    must be zeroed on chip (sm90 forward: V; backward: Q and dO) or never loaded (sm80)."""
+    skip_unless_built(d)
+    lq, lk, spare = [37, 200, 129], [50, 257, 130], 77
+    nheads, nheads_k = 4, 2
+    dtype = torch.bfloat16
+    q = torch.randn(sum(lq) + spare, nheads, d, device="cuda", dtype=dtype)
+    k = torch.randn(sum(lk) + spare, nheads_k, d, device="cuda", dtype=dtype)
+    v = torch.randn_like(k)
+    dout = torch.randn_like(q)
+    for t, total in ((q, sum(lq)), (k, sum(lk)), (v, sum(lk)), (dout, sum(lq))):
+        t[total:] = bad  # the buffer's rows past the last sequence
+    v[lk[0]:lk[0] + 8] = bad  # sequence 1's first keys' values: sequence 0's tail block
+    dout[lq[0]:lq[0] + lq[1]] = bad  # sequence 1's gradient, under sequence 0's query block
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    out, lse, _ = flash_attn_varlen_func(q, k, v, cu(lq), cu(lk), max(lq), max(lk),
+                                         causal=causal, return_attn_probs=True)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
+    starts_q, starts_k = [0, lq[0], lq[0] + lq[1]], [0, lk[0], lk[0] + lk[1]]
+    for b in (0, 2):
+        sq, sk, nq, nk = starts_q[b], starts_k[b], lq[b], lk[b]
+        what = f"sequence {b} ({nq} x {nk}), {bad} outside it"
+        qb, kb, vb = (t.detach()[s:s + n].unsqueeze(0).requires_grad_()
+                      for t, s, n in ((q, sq, nq), (k, sk, nk), (v, sk, nk)))
+        ref, ref_lse = attention_ref(qb, kb, vb, causal=causal)
+        pt, pt_lse = attention_ref(qb, kb, vb, causal=causal, upcast=False)
+        assert_rule(out[sq:sq + nq].unsqueeze(0), ref, pt, 2, 1e-5, f"out, {what}")
+        assert_lse_rule(lse[:, sq:sq + nq].unsqueeze(0), ref_lse, pt_lse, f"lse, {what}")
+        g = dout[sq:sq + nq].unsqueeze(0)
+        refs = torch.autograd.grad(ref, (qb, kb, vb), g.float())
+        qp, kp, vp = (t.detach().requires_grad_() for t in (qb, kb, vb))
+        pt, _ = attention_ref(qp, kp, vp, causal=causal, upcast=False)
+        pts = torch.autograd.grad(pt, (qp, kp, vp), g)
+        for name, ours, r, p in zip(("dq", "dk", "dv"),
+                                    (dq[sq:sq + nq], dk[sk:sk + nk], dv[sk:sk + nk]), refs, pts):
+            assert_rule(ours.unsqueeze(0), r, p, 3, 1e-4, f"{name}, {what}")
+
+
+@pytest.mark.gpu
+def test_seqused_k_unused_keys_never_reach_the_output():
+    """fwd_varlen's seqused_k with NaN in each entry's unused keys (a cache's rows past its
+    length): the output is the reference over the used keys only."""
+    skip_unless_built(64)
+    lq, lk, used = [20, 31], [200, 150], [13, 129]
+    q, k, v = varlen_inputs(lq, lk, 4, 4, 64, torch.bfloat16)
+    k, v = k.detach().clone(), v.detach().clone()
+    for start, n, u in ((0, 200, 13), (200, 150, 129)):
+        k[start + u:start + n] = float("nan")
+        v[start + u:start + n] = float("nan")
+    seqused = torch.tensor(used, dtype=torch.int32, device="cuda")
+    out, *_ = torch.ops.flashattn_cu.fwd_varlen(q, k, v, cu(lq), cu(lk), seqused, max(lq),
+                                                  max(lk), 0.125, False)
+    assert not out.isnan().any()
+    short = [(k[0:13], v[0:13]), (k[200:329], v[200:329])]
+    ref = flash_attn_varlen_func(q, torch.cat([s[0] for s in short]),
+                                 torch.cat([s[1] for s in short]), cu(lq), cu(used), max(lq),
+                                 max(used), softmax_scale=0.125)
+    torch.testing.assert_close(out, ref, atol=2e-2, rtol=0)
+
+
 # --------------------------------------------------------------------------------------------
 # CPU: arguments and shapes
 

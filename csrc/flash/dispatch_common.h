@@ -99,7 +99,11 @@ Status check_common(const Params& p) {
   if (p.head_dim <= 0 || p.head_dim > 256 || p.head_dim % 8 != 0) {
     return Status::kUnsupportedHeadDim;
   }
-  if (!(p.softmax_scale > 0.f) || !std::isnormal(p.softmax_scale)) return Status::kInvalidArgument;
+  // softmax_scale: positive and normal, with softmax_scale * log2(e) finite (the kernels' unit).
+  if (!(p.softmax_scale > 0.f) || !std::isnormal(p.softmax_scale) ||
+      !std::isfinite(p.softmax_scale * kLog2e)) {
+    return Status::kInvalidArgument;
+  }
   if (p.window_left < -1 || p.window_right < -1) return Status::kInvalidArgument;
   // Softcap: 0 (none) or positive and normal, with finite softmax_scale / softcap and
   // softcap * log2(e) (problem/score_mod.h).

@@ -151,12 +151,14 @@ Sizes check_qkv(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
 }
 
 void check_scale(double softmax_scale) {
-  const float as_float = softmax_scale > 0 && softmax_scale < 3.5e38
+  // The kernels scale by softmax_scale * log2(e) in float32: finite below ~2.36e38.
+  const float as_float = softmax_scale > 0 && softmax_scale < 2.3e38
                              ? static_cast<float>(softmax_scale)
                              : std::numeric_limits<float>::infinity();
   TORCH_CHECK_VALUE(std::isnormal(as_float) && as_float > 0.f,
                     msg("softmax_scale must be a positive number that is a normal float32 "
-                        "(about 1.2e-38 to 3.4e38; the kernels compute in float32), got ",
+                        "below 2.3e38 (about 1.2e-38 to 2.3e38; the kernels compute in float32 "
+                        "with softmax_scale * log2(e)), got ",
                         softmax_scale));
 }
 

@@ -163,6 +163,7 @@ int main() {
   expect_status<FwdParams>("fwd: softmax_scale NaN", [](FwdParams& p) { p.softmax_scale = NAN; }, S::kInvalidArgument);
   expect_status<FwdParams>("fwd: softmax_scale inf", [](FwdParams& p) { p.softmax_scale = INFINITY; }, S::kInvalidArgument);
   expect_status<FwdParams>("fwd: softmax_scale subnormal", [](FwdParams& p) { p.softmax_scale = 1e-40f; }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: softmax_scale * log2(e) inf", [](FwdParams& p) { p.softmax_scale = 2.4e38f; }, S::kInvalidArgument);
   expect_status<FwdParams>("fwd: seqlen_k > kMaxSeqlen", [](FwdParams& p) { p.seqlen_k = flashattn_cu::kMaxSeqlen + 1; }, S::kInvalidArgument);
   expect_status<FwdParams>("fwd: seqlen_q > kMaxSeqlen", [](FwdParams& p) { p.seqlen_q = flashattn_cu::kMaxSeqlen + 1; }, S::kInvalidArgument);
   expect_status<FwdParams>("fwd: misaligned softmax_stats", [](FwdParams& p) { p.softmax_stats = p.lse + 2; }, S::kInvalidArgument);

@@ -32,6 +32,9 @@ enum class NamedBarrier : int {
   // sm90/bwd_split_kernel.h (kStagger): warpgroup 0's S^T issued or retired, so warpgroup 1 may
   // issue dP^T.
   kBwdSplitSDone = 14,
+  // sm90/fwd_kernel.h: every consumer warpgroup, once a tile's first V buffer is fit to read
+  // (the rows past a varlen entry's keys zeroed).
+  kFwdConsumers = 15,
 };
 
 // Waits until `threads` threads (a multiple of 32, the warps counted whole) have arrived at

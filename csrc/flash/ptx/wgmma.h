@@ -34,6 +34,19 @@ __host__ __device__ __forceinline__ constexpr uint32_t sw128_offset(int row, int
                                (((chunk % 8) ^ (row % 8)) * 16));
 }
 
+// Zeroes rows row0 .. kRows - 1 (kChunks 16-byte chunks each) of a sw128 tile of kRows rows,
+// thread `share` of `threads` taking every threads-th chunk. Ordinary stores: a wgmma or TMA
+// store that reads them next needs fence_proxy_async_shared() first.
+template <int kRows, int kChunks>
+FLASHATTN_CU_DEVICE void zero_rows_sw128(uint32_t tile, int row0, int share, int threads) {
+  const int chunks = (kRows - row0) * kChunks;
+#pragma unroll 1
+  for (int idx = share; idx < chunks; idx += threads) {
+    const uint32_t at = tile + sw128_offset<kRows>(row0 + idx / kChunks, idx % kChunks);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(at), "r"(0) : "memory");
+  }
+}
+
 // Matrix descriptor (PTX "matrix descriptor format"): start address, leading- and stride-dimension
 // byte offsets (all >> 4), swizzle mode 1 = 128-byte.
 FLASHATTN_CU_DEVICE uint64_t smem_desc(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {

@@ -164,7 +164,7 @@ struct BwdTmaParams {
 // `after_preprocess` the rows are loaded only once the preprocess that writes them is done
 // (bwd/pipeline.h's programmatic launch). Rows past a padded entry's end are zero (the maps end
 // there); a varlen entry's last block reads the next entry's rows, which the mask's P = 0 drops
-// (as the forward's K / V).
+// and clear_query_tail zeroes (as the forward's V rows past an entry's keys).
 template <typename Traits, bool kOneBarrier, typename Work>
 __device__ __forceinline__ void tma_query_loads(const BwdKernelParams& kp, const Work& w,
                                                 const void* q_map, const void* do_map,
@@ -199,6 +199,28 @@ __device__ __forceinline__ void tma_query_loads(const BwdKernelParams& kp, const
                  kBlockM * 4, do_bar);
   ptx::bulk_load(s_base + Traits::kOffD + do_stage * kBlockM * 4, kp.dpsum + ws_row, kBlockM * 4,
                  do_bar);
+}
+
+// A varlen entry's last query block (rows_valid of its kBlockM rows are the entry's): the rows
+// past them were loaded by TMA from the next entry's rows of q and dout, or the tensors' unused
+// ones past the last entry (the maps end at total_q; the padded layout's end at seqlen_q and
+// zero-fill). P and dS are 0 there (the preprocess's M = +inf, D = 0), but 0 times a NaN or an
+// infinity is NaN in the tensor cores (dV += P^T dO, dK += dS^T Q, and dP^T = V dO^T feeds
+// dS = P (dP - D)), so a key of this entry would get NaN gradients from data outside it. Every
+// thread of the CTA zeroes a share of those rows of this step's Q and dO buffers and publishes
+// them to the async proxy, then the CTA meets at a barrier, before the step's GEMMs read them.
+// Call from every thread, after the buffer's mbarrier wait; a uniform no-op on other steps.
+template <typename Traits, bool kSeqlens>
+__device__ __forceinline__ void clear_query_tail(const BwdParams& p, int rows_valid,
+                                                 uint32_t sQs, uint32_t sDOs, int tid) {
+  if constexpr (kSeqlens) {
+    constexpr int kRows = Traits::kBlockM, kChunks = Traits::kHeadDim / 8;
+    if (rows_valid >= kRows || p.cu_seqlens_q == nullptr) return;
+    ptx::zero_rows_sw128<kRows, kChunks>(sQs, rows_valid, tid, Traits::kNThreads);
+    ptx::zero_rows_sw128<kRows, kChunks>(sDOs, rows_valid, tid, Traits::kNThreads);
+    ptx::fence_proxy_async_shared();
+    __syncthreads();
+  }
 }
 
 // Thread 0: tma_query_loads with Q, dO and the rows all into buffer `stage`, completing that

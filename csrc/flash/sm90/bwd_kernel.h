@@ -378,6 +378,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
     if (it > 0) reduce_staged_dq();
     ptx::mbarrier_wait_parity(s_base + Traits::kOffBar + 8 * stage, phase);
     const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
+    clear_query_tail<Traits, kSeqlens>(p, w.seqlen_q - m * kBlockM, sQs, sDOs, tid);
     const char* s_max = smem + Traits::kOffMax + stage * kBlockM * 4;
     const char* s_log2sum = smem + Traits::kOffLog2Sum + stage * kBlockM * 4;
     const char* s_d = smem + Traits::kOffD + stage * kBlockM * 4;

@@ -105,6 +105,9 @@ Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light
   static_assert(tile.supported, "no sm90 backward tile for this head dim");
   if (warp_specialized) {
 #ifdef FLASHATTN_CU_BWD_WS
+    // Not for varlen calls: its consumers do not zero the rows past an entry in its last query
+    // block (bwd_common.h clear_query_tail, which needs the whole CTA at a barrier).
+    if (p.cu_seqlens_q != nullptr) return Status::kInvalidArgument;
     if constexpr (!tile.split) {
       // dK run on into the next step, as bwd_kernel.h (ptxas, sm_90a, within the consumers'
       // 240 registers: no spills at d 64; at d 128 none but 12-20 bytes in one modifier
@@ -133,7 +136,7 @@ Status run_bwd(const BwdParams& p, cudaStream_t stream) {
   // before it replaces bwd_kernel.h (e.g. NVCC_APPEND_FLAGS="-DFLASHATTN_CU_BWD_WS
   // -DFLASHATTN_CU_BWD_WS_DEFAULT" for the extension's build).
   if constexpr (!bwd_tile_sm90(kHeadDim).split) {
-    return run_bwd_ordered<Element, kHeadDim>(p, stream, true, true, true);
+    if (p.cu_seqlens_q == nullptr) return run_bwd_ordered<Element, kHeadDim>(p, stream, true, true, true);
   }
 #endif
   return run_bwd_ordered<Element, kHeadDim>(p, stream, true);

@@ -166,6 +166,7 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
     if (kBulk && issuer && it > 0 && compute_dq) reduce_staged_dq(stage ^ 1);
     ptx::mbarrier_wait_parity(s_base + Traits::kOffBar + 8 * stage, (it >> 1) & 1);
     const uint32_t sQs = sQ + stage * Traits::kQBytes, sDOs = sDO + stage * Traits::kQBytes;
+    clear_query_tail<Traits, kSeqlens>(p, w.seqlen_q - m * kBlockM, sQs, sDOs, tid);
     const char* s_max = smem + Traits::kOffMax + stage * kBlockM * 4;
     const char* s_log2sum = smem + Traits::kOffLog2Sum + stage * kBlockM * 4;
     const char* s_d = smem + Traits::kOffD + stage * kBlockM * 4;

@@ -33,7 +33,8 @@
 //    tile's index arithmetic runs under the last P V.
 // Loads address the tensors through TMA maps (d, rows, heads, batch) (fwd_launch.h): rows past
 // the tensor are zero-filled; rows past a varlen entry belong to the next entry and are masked
-// like the padded tail (keys) or never stored (queries).
+// like the padded tail (keys: their V rows zeroed in shared memory, consume_tile) or never
+// stored (queries).
 #pragma once
 
 #include <cstdint>
@@ -339,6 +340,26 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     };
     ptx::mbarrier_wait_parity(bars + 8 * Traits::kBarQFull, q_parity);
     clock.mark(kPhaseQWait);
+    // The walk's first block is the tile's last key block. With sequence arrays its rows past
+    // the entry's keys lie inside the tensor maps (which end at total_k, or at seqlen_k past a
+    // seqused_k), so TMA loaded the next entry's rows or a cache's unused ones there, where the
+    // padded layout's maps zero-fill. Their scores are masked, but P = 0 times a NaN or an
+    // infinity in V is NaN in the tensor cores, and a row of this entry would be NaN for data
+    // outside it: the rows are zeroed before any consumer's P V reads the buffer. The consumers
+    // share the buffer, so each zeroes a share and all meet at one barrier, before the tile's
+    // first turn (no turn is pending between tiles: pingpong.h). Not in the padded variants.
+    if constexpr (kSeqlens) {
+      const int valid = w.seq.seqlen_k - (w.blocks.end - 1) * kBlockN;
+      if (valid < kBlockN && (p.cu_seqlens_k != nullptr || p.seqused_k != nullptr)) {
+        const RingSlot<Traits> slot(ring);
+        ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + slot.stage), slot.parity);
+        ptx::zero_rows_sw128<kBlockN, Traits::kAtoms * 8>(v_tile(slot.stage), valid,
+                                                          consumer * 128 + threadIdx.x % 128,
+                                                          128 * Traits::kConsumers);
+        ptx::fence_proxy_async_shared();
+        ptx::named_barrier_sync(ptx::NamedBarrier::kFwdConsumers, 128 * Traits::kConsumers);
+      }
+    }
     // Step 0: S_0 alone (O is still 0, nothing to rescale).
     s_alone(0, [&] { clock.mark(kPhaseFirstK); }, [] {});
     pack_p();

@@ -121,10 +121,12 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   const int64_t tiles =
       query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
   if (tiles == 0) return Status::kSuccess;
-  if (tiles > INT_MAX - sms) return Status::kInvalidArgument;  // cta_tile_index stays in int
   const FwdSchedule schedule = fwd_schedule(p, tiles, sms, l2_bytes, causal_persistent,
                                             defer_light ? fwd_defer_m(p, Traits::kBlockM) : 0,
                                             causal_order);
+  // Every CTA's next tile index (cta_tile_index, in int) stays below tiles + 2 x grid: with a
+  // grid of one CTA per tile that is 3 x tiles, so past ~7 x 10^8 tiles the call is refused.
+  if (tiles + 2 * schedule.grid > INT_MAX) return Status::kInvalidArgument;
   tp.group_heads = schedule.group_heads;
   tp.defer_m = schedule.defer_m;  // the kernels that walk it: fwd_work.h kernel_defer_m
   return launch_kernel<fwd_kernel<Element, Traits, kVariant>>(
