@@ -78,7 +78,7 @@ def paged_cache(keys, page_size, extra_pages=5, table_width=None):
 
 def paged_reference_check(q_lens, k_lens, nheads, nheads_k, d, dtype, page_size, *,
                           causal=False, window=(-1, -1), softcap=0.0, alibi=False,
-                          num_splits=None, what=""):
+                          num_splits=None, spare_q=0, what=""):
     device = "cuda"
     qs = [torch.randn(n, nheads, d, device=device, dtype=dtype) for n in q_lens]
     ks = [torch.randn(n, nheads_k, d, device=device, dtype=dtype) for n in k_lens]
@@ -89,7 +89,9 @@ def paged_reference_check(q_lens, k_lens, nheads, nheads_k, d, dtype, page_size,
     for b, v in enumerate(vs):
         rows = torch.arange(v.shape[0], device=device)
         v_cache[table[b].long()[rows // page_size], rows % page_size] = v
-    q = torch.cat(qs)
+    # spare_q: q rows past the last sequence (NaN), as a buffer padded to a fixed size.
+    q = torch.cat(qs + [torch.full((spare_q, nheads, d), float("nan"), device=device,
+                                   dtype=dtype)])
     slopes = torch.rand(len(q_lens), nheads, device=device) * 0.3 if alibi else None
     cq, ck = cu(q_lens), cu(k_lens)
     if num_splits is None:
@@ -104,6 +106,8 @@ def paged_reference_check(q_lens, k_lens, nheads, nheads_k, d, dtype, page_size,
             q, k_cache, v_cache, cq, ck, table, max(q_lens), max(k_lens), d ** -0.5, causal,
             wl, 0 if causal else wr, slopes, softcap, num_splits)
     assert out.shape == q.shape and lse.shape == (nheads, q.shape[0])
+    total = sum(q_lens)  # rows past the sequences: as a row that sees no key
+    assert (out[total:] == 0).all() and (lse[:, total:] == float("inf")).all()
     outs, refs, pts, lses, lse_refs, lse_pts = [], [], [], [], [], []
     at = 0
     for b, n in enumerate(q_lens):
@@ -162,6 +166,17 @@ def test_paged_prefill_split_kv(num_splits, heads):
     q_lens, k_lens = lengths_pair(long_k=3000)
     paged_reference_check(q_lens, k_lens, *heads, d, torch.bfloat16, 16, causal=True,
                           num_splits=num_splits, what=f"{num_splits} splits")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [(4, 4), (8, 2)], ids=["mha", "gqa"])
+def test_paged_prefill_rows_past_the_sequences(heads):
+    """q rows past the last sequence (NaN): every sequence as the reference, those rows' out 0
+    and lse +inf (dispatch_kvcache.cu clears them on the unpacked call)."""
+    skip_unless_built(64)
+    q_lens, k_lens = lengths_pair(long_k=300)
+    paged_reference_check(q_lens, k_lens, *heads, 64, torch.bfloat16, 16, causal=True,
+                          spare_q=9, what="spare q rows")
 
 
 @pytest.mark.gpu

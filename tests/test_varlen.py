@@ -194,7 +194,8 @@ def test_data_outside_an_entry_never_reaches_it(bad, causal, d):
     V and dout, the rest finite: sequences 0 and 2 must match the reference. The kernels' tiles
     read past a sequence's last key or query into the next rows (the sm90 kernels' TMA maps end
     at the tensors' rows); P = 0 there, but 0 x NaN is NaN in the tensor cores, so those rows
-    must be zeroed on chip (sm90 forward: V; backward: Q and dO) or never loaded (sm80)."""
+    must be zeroed on chip (sm90 forward: V; backward: Q and dO) or never loaded (sm80). The
+    rows past the last sequence are outputs of no sequence: 0 (lse +inf), gradients 0."""
     skip_unless_built(d)
     lq, lk, spare = [37, 200, 129], [50, 257, 130], 77
     nheads, nheads_k = 4, 2
@@ -211,6 +212,12 @@ def test_data_outside_an_entry_never_reaches_it(bad, causal, d):
     out, lse, _ = flash_attn_varlen_func(q, k, v, cu(lq), cu(lk), max(lq), max(lk),
                                          causal=causal, return_attn_probs=True)
     dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
+    # The rows past the last sequence belong to none: written as rows that see no key (out 0,
+    # lse +inf) and zero gradients, whatever the poisoned outputs held (flash_attn leaves them).
+    tq, tk = sum(lq), sum(lk)
+    assert (out[tq:] == 0).all() and (lse[:, tq:] == float("inf")).all(), "rows past the entries"
+    assert (dq[tq:] == 0).all() and (dk[tk:] == 0).all() and (dv[tk:] == 0).all(), \
+        "gradient rows past the entries"
     starts_q, starts_k = [0, lq[0], lq[0] + lq[1]], [0, lk[0], lk[0] + lk[1]]
     for b in (0, 2):
         sq, sk, nq, nk = starts_q[b], starts_k[b], lq[b], lk[b]

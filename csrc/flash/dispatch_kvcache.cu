@@ -295,6 +295,11 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
   DeviceInfo dev;
   st = query_device(&dev);
   if (st != Status::kSuccess) return st;
+  // Paged prefill's q rows outside every entry (problem/seqlen.h), on the unpacked call.
+  if (params.cu_seqlens_q != nullptr && params.total_q > 0) {
+    st = forward::launch_clear_outside_rows(params, stream);
+    if (st != Status::kSuccess) return st;
+  }
   const KvcacheParams p = pack_gqa(params);
   const int decode_ctas = decode_ctas_of(p, dev);
   const bool decode90 = decode_ctas > 0;

@@ -257,6 +257,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
   set_bwd_tensors(p, t, /*varlen=*/true);  // batch strides 0: a batch of one
   set_sizes(p, s, softmax_scale, causal, t.q.scalar_type());
   set_varlen(p, a);
+  // k's rows: the backward's preprocess zeroes dk / dv rows past the last entry (seqlen.h).
+  p.total_k = t.k.size(0) <= std::numeric_limits<int>::max() ? static_cast<int>(t.k.size(0)) : 0;
   set_window(p, window_left, window_right);
   set_softcap(p, softcap);
   const at::Tensor slopes = set_alibi(p, alibi, q_in, a.batch, s.num_heads);

@@ -36,6 +36,11 @@ __global__ void __launch_bounds__(kPrepThreads)
   // scheduled once every block here has started: it waits for this grid's end before it reads
   // what this kernel writes. (No effect on a main kernel launched whole, or before sm_90.)
   ptx::launch_dependents();
+  // A varlen call's dq / dk / dv rows outside every entry (problem/seqlen.h), by the first CTA
+  // (the main kernels and the postprocess write only the entries' rows).
+  if constexpr (kDynamic) {
+    if (blockIdx.x == 0 && p.cu_seqlens_q != nullptr) clear_bwd_outside_rows(p);
+  }
   const int64_t blocks_per_bh = kp.rows / kPrepRowsPerBlock;
   const int64_t bh = blockIdx.x / blocks_per_bh;
   const int row = static_cast<int>(blockIdx.x % blocks_per_bh) * kPrepRowsPerBlock +

@@ -1,9 +1,11 @@
-// The split-KV combine, the kvcache key counts and the standalone append + rotary (ahead of the
-// sm90 decode kernel): compiled once (both dtypes), not per head dim.
+// The split-KV combine, the kvcache key counts, the standalone append + rotary (ahead of the
+// sm90 decode kernel) and the paged prefill's rows outside its entries: compiled once (both
+// dtypes), not per head dim.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "../launch.h"
+#include "../problem/seqlen.h"
 #include "append.h"
 #include "combine.h"
 #include "combine_launch.h"
@@ -44,6 +46,15 @@ Status launch_kvcache_append(const FwdKvcacheKernelParams& kp, void* q_out,
                    order, blocks, kAppendThreads, 0, stream, kp, rq)
              : launch_tiles_ordered<kvcache_append_kernel<__half>>(order, blocks, kAppendThreads,
                                                                    0, stream, kp, rq);
+}
+
+__global__ void __launch_bounds__(256) clear_outside_rows_kernel(const __grid_constant__ FwdParams p) {
+  clear_fwd_outside_rows(p);
+}
+
+Status launch_clear_outside_rows(const FwdParams& p, cudaStream_t stream) {
+  return launch_tiles_ordered<clear_outside_rows_kernel>(StreamOrder::kWhole, 1, 256, 0, stream,
+                                                         p);
 }
 
 }  // namespace flashattn_cu::forward

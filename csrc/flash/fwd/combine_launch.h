@@ -29,4 +29,9 @@ Status launch_kvcache_append(const FwdKvcacheKernelParams& kp, void* q_out,
                              int64_t q_batch_stride, int64_t q_row_stride, int64_t q_head_stride,
                              cudaStream_t stream, bool programmatic = false);
 
+// A varlen forward's rows outside every entry (problem/seqlen.h clear_fwd_outside_rows) by one
+// CTA, for the kvcache kernels' varlen mode (paged prefill), whose packed parameters do not
+// describe the unpacked o the first CTA of the other forward kernels clears: p unpacked.
+Status launch_clear_outside_rows(const FwdParams& p, cudaStream_t stream);
+
 }  // namespace flashattn_cu::forward

@@ -10,7 +10,11 @@
 // packed_seq_info, the same with the GQA-packed query rows (problem/kv_cache.h: GqaPack).
 #pragma once
 
+#include <math.h>
+
 #include <cstdint>
+
+#include "flashattn_cu/flashattn_cu.h"
 
 namespace flashattn_cu {
 
@@ -90,5 +94,86 @@ __host__ __device__ __forceinline__ SeqInfo packed_seq_info(const Params& p, int
   }
   return s;
 }
+
+#ifdef __CUDACC__  // device code (the host C++ of tests/cpp includes this header too)
+// The rows of a varlen tensor (total rows) that no entry owns: before cu_seqlens[0] (0 by
+// contract) and from cu_seqlens[batch] on, e.g. a buffer padded past its last sequence (as
+// serving and CUDA-graph code pads the token count). No tile of the call covers them, so the
+// kernels' outputs there would keep whatever memory held (flash_attn leaves them so): garbage,
+// or NaN, flowing on from an output, and into weight gradients from dq / dk / dv. The first
+// CTA of each kernel that writes such an output clears them instead (clear_outside_rows):
+// outputs 0 and lse +inf, as for a row that sees no key.
+struct OutsideRows {
+  int lo, hi, total;  // rows [0, lo) and [hi, total)
+  __device__ __forceinline__ int count() const { return lo + (total - hi); }
+  __device__ __forceinline__ int row(int i) const { return i < lo ? i : hi + (i - lo); }
+};
+
+__device__ __forceinline__ OutsideRows outside_rows(const int* cu, int batch, int total) {
+  int lo = cu[0], hi = cu[batch];
+  lo = lo < 0 ? 0 : lo > total ? total : lo;
+  hi = hi < lo ? lo : hi > total ? total : hi;
+  return OutsideRows{lo, hi, total};
+}
+
+// Zeroes the outside rows of a (total, heads, head_dim) 16-bit tensor (head_dim a multiple of 8,
+// 16-byte aligned rows), thread `share` of `threads` taking every threads-th 16-byte chunk.
+__device__ __forceinline__ void zero_outside_rows(void* base, int64_t row_stride,
+                                                  int64_t head_stride, int heads, int head_dim,
+                                                  const OutsideRows& rows, int share,
+                                                  int threads) {
+  const int chunks = head_dim / 8;
+  const int64_t n = static_cast<int64_t>(rows.count()) * heads * chunks;
+  for (int64_t i = share; i < n; i += threads) {
+    const int64_t rh = i / chunks;
+    const int64_t at = rows.row(static_cast<int>(rh / heads)) * row_stride +
+                       (rh % heads) * head_stride + (i % chunks) * 8;
+    *reinterpret_cast<uint4*>(static_cast<uint16_t*>(base) + at) = make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// A forward's outside rows (FwdParams with cu_seqlens_q and total_q): o 0, lse +inf and the
+// row statistics (+inf, 0) (flashattn_cu.h: a row that sees no key). Out of line, called at a
+// kernel's start where nothing is live yet; every thread of the calling CTA takes a share.
+__device__ __noinline__ inline void clear_fwd_outside_rows(const FwdParams& p) {
+  const OutsideRows rows = outside_rows(p.cu_seqlens_q, p.batch, p.total_q);
+  const int n = rows.count();
+  if (n == 0) return;
+  const int threads = static_cast<int>(blockDim.x), share = static_cast<int>(threadIdx.x);
+  zero_outside_rows(p.o, p.o_row_stride, p.o_head_stride, p.num_heads, p.head_dim, rows, share,
+                    threads);
+  for (int64_t i = share; i < static_cast<int64_t>(n) * p.num_heads; i += threads) {
+    const int64_t at = (i / n) * p.total_q + rows.row(static_cast<int>(i % n));
+    p.lse[at] = INFINITY;
+    if (p.softmax_stats != nullptr) {
+      reinterpret_cast<float2*>(p.softmax_stats)[at] = make_float2(INFINITY, 0.f);
+    }
+  }
+}
+
+// The forward kernels' call: the first CTA of a varlen call.
+__device__ __forceinline__ void clear_outside_rows(const FwdParams& p) {
+  if (p.cu_seqlens_q == nullptr || p.total_q <= 0) return;
+  if (blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0) return;
+  clear_fwd_outside_rows(p);
+}
+
+// A backward's outside rows (BwdParams with cu_seqlens_q / _k): dq 0 past the entries' queries
+// (total_q rows), dk and dv 0 past their keys (total_k rows, where known). Out of line, as above.
+__device__ __noinline__ inline void clear_bwd_outside_rows(const BwdParams& p) {
+  const int threads = static_cast<int>(blockDim.x), share = static_cast<int>(threadIdx.x);
+  if (p.total_q > 0) {
+    zero_outside_rows(p.dq, p.dq_row_stride, p.dq_head_stride, p.num_heads, p.head_dim,
+                      outside_rows(p.cu_seqlens_q, p.batch, p.total_q), share, threads);
+  }
+  if (p.total_k > 0) {
+    const OutsideRows rows = outside_rows(p.cu_seqlens_k, p.batch, p.total_k);
+    zero_outside_rows(p.dk, p.dk_row_stride, p.dk_head_stride, p.num_heads_k, p.head_dim, rows,
+                      share, threads);
+    zero_outside_rows(p.dv, p.dv_row_stride, p.dv_head_stride, p.num_heads_k, p.head_dim, rows,
+                      share, threads);
+  }
+}
+#endif  // __CUDACC__
 
 }  // namespace flashattn_cu

@@ -155,6 +155,9 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
 
   const FwdParams& p = kp.p;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  // A varlen call's rows outside every entry (problem/seqlen.h), by the first CTA; the kvcache
+  // variant's parameters are packed (dispatch_kvcache.cu clears them on the unpacked call).
+  if constexpr (kDynamic && !kKvcache) clear_outside_rows(p);
   if constexpr (variant_dropout(kVariant)) {
     // The resolved random state for the backward (FwdParams::rng_state), once per call.
     if (p.rng_state != nullptr && blockIdx.x == 0 && tid == 0) {

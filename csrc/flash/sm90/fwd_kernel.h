@@ -547,6 +547,8 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
       p.rng_state[1] = st.offset;
     }
   }
+  // A varlen call's rows outside every entry (problem/seqlen.h), by the first CTA.
+  if constexpr (kSeqlens) clear_outside_rows(p);
   const uint32_t s_base = (ptx::smem_u32(smem_raw) + 1023u) & ~1023u;  // sw128 atoms
   const uint32_t bars = s_base + Traits::kOffBarriers;
   if (tid == 0) {

@@ -94,9 +94,13 @@ struct AttnParams {
   // softmax_stats (num_heads, total_q, 2), both contiguous.
   const int* cu_seqlens_q = nullptr;
   const int* cu_seqlens_k = nullptr;
-  int total_q = 0;  // rows of q and o with cu_seqlens_q
+  // Rows of q and o with cu_seqlens_q. Rows outside every entry (past cu_seqlens_q[batch], e.g.
+  // a buffer padded to a fixed token count) are written as a row that sees no key: o 0, lse
+  // +inf (fwd(), fwd_kvcache()), and dq 0 (bwd()); no entry's result depends on them.
+  int total_q = 0;
   // Rows of k and v with cu_seqlens_k. Optional: 0 (unknown) runs the forward on the sm80
-  // kernels, whose loads need no bound on the tensor (the sm90 forward's TMA maps do).
+  // kernels, whose loads need no bound on the tensor (the sm90 forward's TMA maps do); bwd()
+  // writes dk / dv 0 on the rows past cu_seqlens_k[batch] when it is given.
   int total_k = 0;
   // Optional, fwd() only (batch int32 in device memory): entry b attends to its first
   // seqused_k[b] keys (at most its length), padded or varlen.
