@@ -12,6 +12,7 @@ break.
 import functools
 import math
 import numbers
+import os
 import struct
 
 import torch
@@ -478,7 +479,36 @@ def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
         if t.dim() != 3:
             raise ValueError(f"{fn}: {name} must have rank 3 (total_tokens, nheads, headdim), got "
                              f"shape {tuple(t.shape)}")
-    return _check_cu_seqlens(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, fn)
+    bounds = _check_cu_seqlens(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, fn)
+    _check_seqlens_values(cu_seqlens_q, cu_seqlens_k, *bounds, q.shape[0], k.shape[0], fn)
+    return bounds
+
+
+def _check_seqlens_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q,
+                          total_k, fn):
+    """With FLASHATTN_CU_CHECK_SEQLENS=1 (read at each call), the values of cu_seqlens: every
+    entry's length in [0, max_seqlen], its rows inside the tensor (total_k None: not a bound,
+    paged keys). A ValueError naming the entry, where the kernels, which check the same on the
+    GPU without a synchronization, can only stop with a device error (problem/seqlen.h). This
+    check reads the arrays to the host, a synchronization: off by default, and skipped while
+    torch.compile traces or a CUDA graph is captured."""
+    if os.environ.get("FLASHATTN_CU_CHECK_SEQLENS", "0") in ("", "0"):
+        return
+    if torch.compiler.is_compiling() or (cu_seqlens_q.is_cuda and
+                                         torch.cuda.is_current_stream_capturing()):
+        return
+    for which, cu, bound, total in (("q", cu_seqlens_q, max_seqlen_q, total_q),
+                                    ("k", cu_seqlens_k, max_seqlen_k, total_k)):
+        c = cu.tolist()
+        for b, (start, end) in enumerate(zip(c, c[1:])):
+            if start < 0 or end - start < 0 or end - start > bound or \
+                    (total is not None and end > total):
+                raise ValueError(
+                    f"{fn}: cu_seqlens_{which}[{b}] = {start} and cu_seqlens_{which}[{b + 1}] = "
+                    f"{end} give sequence {b} {end - start} rows, but max_seqlen_{which} is "
+                    f"{bound}" + ("" if total is None else f" and {which} has {total} rows") +
+                    f": every length must be in [0, max_seqlen_{which}] and every sequence's rows "
+                    f"inside the tensor")
 
 
 def _check_cu_seqlens(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, fn):
@@ -532,8 +562,12 @@ def flash_attn_varlen_func(
         cu_seqlens_q, cu_seqlens_k: (batch + 1,) int32 on q's GPU, cumulative lengths starting
             at 0: sequence b is rows cu_seqlens[b] .. cu_seqlens[b + 1] - 1. Lengths of 0 are
             allowed.
-        max_seqlen_q, max_seqlen_k: ints, at least every sequence's length (they size the grid;
-            rows past them are not computed, as in flash_attn).
+        max_seqlen_q, max_seqlen_k: ints, at least every sequence's length (they size the grid).
+            A call whose cu_seqlens contradict them (a longer sequence, a decreasing pair, rows
+            past the tensors) stops with a CUDA error (a device-side trap, reported at the next
+            synchronization) instead of computing a wrong answer (flash_attn leaves such rows
+            unwritten); FLASHATTN_CU_CHECK_SEQLENS=1 checks them on the host first (a
+            synchronization) and raises a ValueError naming the sequence.
         causal: per sequence, aligned to the bottom-right corner of its own attention matrix.
         The other arguments as flash_attn_func (dropout included).
         block_table: optional (batch, max_num_blocks_per_seq) int32 (paged prefill, flash_attn's

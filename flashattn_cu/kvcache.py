@@ -423,6 +423,8 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
                          f"shape {tuple(k.shape)}")
     max_seqlen_q, max_seqlen_k = _fai._check_cu_seqlens(q, cu_seqlens_q, cu_seqlens_k,
                                                         max_seqlen_q, max_seqlen_k, fn)
+    _fai._check_seqlens_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q,
+                               None, fn)  # paged keys: no row bound
     batch = cu_seqlens_q.numel() - 1
     device = q.device
     need = max(1, -(-max_seqlen_k // page_size))

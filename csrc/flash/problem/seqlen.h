@@ -5,7 +5,8 @@
 //    seqlen_k keys;
 //  * varlen (cu_seqlens, flash_attn's packed (total, heads, d) tensors): entry b starts at row
 //    cu_seqlens[b] and has cu_seqlens[b + 1] - cu_seqlens[b] rows, clamped to the max_seqlen
-//    bound the grid and the workspaces were sized with (params.seqlen_q / seqlen_k);
+//    bound the grid and the workspaces were sized with (params.seqlen_q / seqlen_k), which
+//    check_seqlens below makes sure never cuts an entry;
 // and seqused_k (either layout) shortens an entry's keys. The kvcache kernels ask
 // packed_seq_info, the same with the GQA-packed query rows (problem/kv_cache.h: GqaPack).
 #pragma once
@@ -173,6 +174,52 @@ __device__ __noinline__ inline void clear_bwd_outside_rows(const BwdParams& p) {
     zero_outside_rows(p.dv, p.dv_row_stride, p.dv_head_stride, p.num_heads_k, p.head_dim, rows,
                       share, threads);
   }
+}
+
+// A varlen call's entries against its bounds: every cu_seqlens_q entry's rows (its queries
+// times `group`, the kvcache kernels' GQA packing) within params.seqlen_q, every cu_seqlens_k
+// entry's keys within params.seqlen_k, none negative, none past total_q / total_k (where
+// known). An entry that is not would be computed clamped to the bound (seq_info): a longer
+// entry's causal diagonal and key range shifted onto other keys, its last rows never written,
+// or rows outside the tensors: a plausible wrong answer (flash_attn's kernels leave such rows
+// unwritten too). The arrays live on the GPU, so no host check sees them without a
+// synchronization; instead the first CTA of each kernel that reads them checks every entry at
+// its start (its threads a strided share each) and stops the launch with a trap, which the
+// CUDA runtime reports at the next synchronization, as PyTorch's device-side asserts on bad
+// indices. At the start, not inside seq_info: a trap on seq_info's paths (the steps' masks,
+// the next tile's arithmetic) made ptxas spill 300-1,600 bytes in the sm90 forward's varlen
+// variants. Other CTAs start at once and may compute the bad entries before the trap lands;
+// the launch fails all the same. A kernel with no sequence arrays returns at once.
+// The check's loop, out of line: called at a kernel's start, where nothing is live yet, so the
+// kernels' register allocation does not carry it (inlined, it moved the sm80 forward's varlen
+// variants from 8-52 to 32-116 bytes of spills).
+__device__ __noinline__ inline void check_seqlens_entries(const int* cu_q, const int* cu_k,
+                                                         int batch, int64_t bound_q, int bound_k,
+                                                         int total_q, int total_k, int group) {
+  const int threads = static_cast<int>(blockDim.x * blockDim.y * blockDim.z);
+  const int tid =
+      static_cast<int>(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  for (int b = tid; b < batch; b += threads) {
+    bool bad = false;
+    if (cu_q != nullptr) {
+      const int start = cu_q[b], end = cu_q[b + 1];
+      bad |= start < 0 || end < start || static_cast<int64_t>(end - start) * group > bound_q ||
+             (total_q > 0 && end > total_q);
+    }
+    if (cu_k != nullptr) {
+      const int start = cu_k[b], end = cu_k[b + 1];
+      bad |= start < 0 || end < start || end - start > bound_k || (total_k > 0 && end > total_k);
+    }
+    if (bad) __trap();
+  }
+}
+
+template <typename Params>
+__device__ __forceinline__ void check_seqlens(const Params& p, int group = 1) {
+  if (p.cu_seqlens_q == nullptr && p.cu_seqlens_k == nullptr) return;
+  if (blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0) return;
+  check_seqlens_entries(p.cu_seqlens_q, p.cu_seqlens_k, p.batch, p.seqlen_q, p.seqlen_k,
+                        p.total_q, p.total_k, group);
 }
 #endif  // __CUDACC__
 

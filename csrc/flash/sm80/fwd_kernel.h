@@ -602,6 +602,7 @@ template <typename Element, typename Traits, int kVariant, bool kBoundedRef = fa
 __global__ void __launch_bounds__(Traits::kNThreads)
     fwd_kernel(const __grid_constant__ FwdKernelParams params) {
   extern __shared__ __align__(128) char smem[];
+  if constexpr (variant_dynamic(kVariant)) check_seqlens(params.p);  // problem/seqlen.h
   fwd_block<Element, Traits, kVariant, kBoundedRef>(params, smem);
 }
 
@@ -610,6 +611,7 @@ template <typename Element, typename Traits>
 __global__ void __launch_bounds__(Traits::kNThreads)
     fwd_kvcache_kernel(const __grid_constant__ FwdKvcacheKernelParams params) {
   extern __shared__ __align__(128) char smem[];
+  check_seqlens(params.p, params.kv.pack_group);  // paged prefill's cu_seqlens (packed queries)
   fwd_block<Element, Traits, kKvcacheVariant>(params, smem);
 }
 

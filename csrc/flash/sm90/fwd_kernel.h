@@ -617,6 +617,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     fwd_kernel(const __grid_constant__ FwdTmaParams params) {
 #if FLASHATTN_CU_SM90A
   extern __shared__ __align__(1024) char smem[];
+  if constexpr (variant_seqlens(kVariant)) check_seqlens(params.kp.p);  // problem/seqlen.h
   sm90::fwd_block<Element, Traits, kVariant>(params, smem);
 #else
   ptx::unsupported_arch();

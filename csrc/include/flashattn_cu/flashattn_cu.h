@@ -89,8 +89,10 @@ struct AttnParams {
   // nondecreasing: entry b owns rows cu[b] .. cu[b + 1] - 1 of q and o (total_q rows) and of k
   // and v, whose tensors are then (total, heads, head_dim) (the batch strides are not used).
   // seqlen_q / seqlen_k then mean max_seqlen_q / max_seqlen_k: bounds on every entry's length
-  // that size the grid and the workspace; rows of an entry past its bound are not computed (as
-  // in flash_attn). Entries of length 0 are allowed. lse is (num_heads, total_q) and
+  // that size the grid and the workspace. An entry longer than its bound, of negative length or
+  // past total_q / total_k (where given) stops the launch with a device trap (the error
+  // surfaces at the next synchronization) instead of being computed clamped to the bound.
+  // Entries of length 0 are allowed. lse is (num_heads, total_q) and
   // softmax_stats (num_heads, total_q, 2), both contiguous.
   const int* cu_seqlens_q = nullptr;
   const int* cu_seqlens_k = nullptr;
