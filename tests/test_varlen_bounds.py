@@ -60,6 +60,9 @@ PRELUDE = textwrap.dedent("""
 BAD = [
     ("fwd_max_q_understated_causal",
      "flash_attn_varlen_func(q, k, v, cu, cu, 160, 163, causal=True)", "cu_seqlens_q"),
+    # max_seqlen_q 0: no forward kernel runs (nothing to compute); the binding launches the
+    # check alone (flashattn_cu::check_varlen_seqlens) rather than return zeros for real rows.
+    ("fwd_max_q_zero", "flash_attn_varlen_func(q, k, v, cu, cu, 0, 163)", "cu_seqlens_q"),
     ("fwd_max_k_understated",
      "flash_attn_varlen_func(q, k, v, cu, cu, 163, 120)", "cu_seqlens_k"),
     ("fwd_max_q_understated_sm80",

@@ -103,6 +103,24 @@ const char* status_string(Status status) {
 
 cudaError_t last_cuda_error() { return g_last_error; }
 
+namespace {
+__global__ void __launch_bounds__(256) check_seqlens_kernel(const int* cu_q, const int* cu_k,
+                                                            int batch, int seqlen_q,
+                                                            int seqlen_k, int total_q,
+                                                            int total_k) {
+  check_seqlens_entries(cu_q, cu_k, batch, seqlen_q, seqlen_k, total_q, total_k, 1);
+}
+}  // namespace
+
+Status check_varlen_seqlens(const AttnParams& p, cudaStream_t stream) {
+  if (p.batch <= 0 || (p.cu_seqlens_q == nullptr && p.cu_seqlens_k == nullptr)) {
+    return Status::kSuccess;
+  }
+  return launch_kernel<check_seqlens_kernel>(dim3(1), dim3(256), 0, stream, p.cu_seqlens_q,
+                                             p.cu_seqlens_k, p.batch, p.seqlen_q, p.seqlen_k,
+                                             p.total_q, p.total_k);
+}
+
 Status fwd(const FwdParams& p, cudaStream_t stream) {
   g_last_error = cudaSuccess;
   Status st = check_common(p);
@@ -110,7 +128,8 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
   if (!pointer_ok(p.lse, has_q_rows(p)) || !pointer_ok(p.softmax_stats, false)) {
     return Status::kInvalidArgument;
   }
-  if (!has_q_rows(p)) return Status::kSuccess;  // no row to write (a keyless row is written: 0, +inf)
+  // No row to write (a keyless row is written: 0, +inf); cu_seqlens still checked.
+  if (!has_q_rows(p)) return check_varlen_seqlens(p, stream);
   DeviceInfo dev;
   st = query_device(&dev);
   if (st != Status::kSuccess) return st;
@@ -134,7 +153,12 @@ Status bwd(const BwdParams& p, cudaStream_t stream) {
   if (st != Status::kSuccess) return st;
   // Nothing to compute or write: no rows at all. (seqlen_q == 0 alone still zeroes dk/dv,
   // seqlen_k == 0 alone still zeroes dq.)
-  if (p.batch == 0 || (p.seqlen_q == 0 && p.seqlen_k == 0)) return Status::kSuccess;
+  if (p.batch == 0 || (p.seqlen_q == 0 && p.seqlen_k == 0)) return check_varlen_seqlens(p, stream);
+  // No query rows: the preprocess, which checks cu_seqlens for the pipeline, has no block.
+  if (p.seqlen_q == 0) {
+    st = check_varlen_seqlens(p, stream);
+    if (st != Status::kSuccess) return st;
+  }
   DeviceInfo dev;
   st = query_device(&dev);
   if (st != Status::kSuccess) return st;

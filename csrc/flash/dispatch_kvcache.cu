@@ -291,7 +291,7 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
   g_last_error = cudaSuccess;
   Status st = check_kvcache(params);
   if (st != Status::kSuccess) return st;
-  if (!has_q_rows(params)) return Status::kSuccess;
+  if (!has_q_rows(params)) return check_varlen_seqlens(params, stream);  // nothing to compute
   DeviceInfo dev;
   st = query_device(&dev);
   if (st != Status::kSuccess) return st;

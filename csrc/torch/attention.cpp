@@ -205,6 +205,7 @@ FwdResult fwd_varlen_cuda(
     stats.select(-1, 0).fill_(std::numeric_limits<float>::infinity());
     stats.select(-1, 1).zero_();
     if (d.s_dmask.numel() > 0) d.s_dmask.zero_();
+    check_varlen_bounds(a, k_in.size(0), "fwd_varlen");
     return {out, lse, stats, d.rng_state, d.s_dmask};
   }
 
@@ -250,6 +251,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> bwd_varlen_cuda(
     t.dq.zero_();
     t.dk.zero_();
     t.dv.zero_();
+    check_varlen_bounds(a, t.k.size(0), "bwd_varlen");
     return {t.dq, t.dk, t.dv};
   }
 

@@ -217,6 +217,11 @@ at::Tensor contiguous_aligned(const at::Tensor& t);
 VarlenArgs check_varlen(const at::Tensor& q, const at::Tensor& cu_q, const at::Tensor& cu_k,
                         const std::optional<at::Tensor>& seqused_k, int64_t max_q, int64_t max_k);
 
+// For a varlen call that launches no kernel (max_seqlen_q 0, ...): its cu_seqlens checked against
+// the bounds on the GPU all the same (flashattn_cu::check_varlen_seqlens; a contradiction traps),
+// so that rows cu_seqlens gives are never silently left at zero. total_k 0: not a bound.
+void check_varlen_bounds(const VarlenArgs& a, int64_t total_k, const char* which);
+
 template <typename P>
 void set_varlen(P& p, const VarlenArgs& a) {
   p.batch = static_cast<int>(a.batch);

@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include <ATen/cuda/CUDAGeneratorImpl.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include "binding.h"
 
@@ -277,6 +278,19 @@ at::Tensor contiguous_aligned(const at::Tensor& t) {
     c = c.clone(at::MemoryFormat::Contiguous);  // a fresh allocation: 16-byte aligned
   }
   return c;
+}
+
+void check_varlen_bounds(const VarlenArgs& a, int64_t total_k, const char* which) {
+  if (a.batch <= 0) return;
+  flashattn_cu::AttnParams p;
+  p.batch = static_cast<int>(a.batch);
+  p.seqlen_q = static_cast<int>(a.max_q);
+  p.seqlen_k = static_cast<int>(a.max_k);
+  p.total_q = static_cast<int>(a.total_q);
+  p.total_k = total_k <= std::numeric_limits<int>::max() ? static_cast<int>(total_k) : 0;
+  p.cu_seqlens_q = a.cu_q.data_ptr<int>();
+  p.cu_seqlens_k = a.cu_k.data_ptr<int>();
+  check_status(flashattn_cu::check_varlen_seqlens(p, c10::cuda::getCurrentCUDAStream()), which);
 }
 
 VarlenArgs check_varlen(const at::Tensor& q, const at::Tensor& cu_q, const at::Tensor& cu_k,

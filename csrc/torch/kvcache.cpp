@@ -338,6 +338,7 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_varlen_cuda(
     // As fwd_varlen: nothing to launch; rows past every bound are 0 with LSE +inf.
     out.zero_();
     lse.fill_(std::numeric_limits<float>::infinity());
+    check_varlen_bounds(a, 0, "fwd_kvcache_varlen");  // paged keys: no row bound
     return {out, lse};
   }
   const at::Tensor out4 = out.unsqueeze(0);

@@ -274,6 +274,14 @@ size_t bwd_workspace_bytes(const BwdParams& params);
 // Backward: writes dq, dk, dv. Asynchronous on `stream`; never synchronizes.
 Status bwd(const BwdParams& params, cudaStream_t stream);
 
+// A varlen call's cu_seqlens against its bounds (seqlen_q / seqlen_k as max_seqlen_q / _k;
+// total_q / total_k where nonzero), checked on the GPU without a synchronization: a
+// contradiction traps, and the CUDA error surfaces at the next synchronization. The kernels of
+// fwd(), bwd() and fwd_kvcache() check the same as they start; this is for a call that
+// launches none (max_seqlen_q 0: nothing to compute, yet cu_seqlens may give rows). Nothing to
+// do without cu_seqlens or with batch 0. Asynchronous on `stream`.
+Status check_varlen_seqlens(const AttnParams& params, cudaStream_t stream);
+
 // Which kernel family the entry points may pick. kAuto: the fastest one built for the device
 // (the sm_90a wgmma backward on compute capability 9.0 for the head dims it covers, else the
 // mma.sync sm80 kernels); kSm80: always the sm80 kernels, for tests and comparisons.
