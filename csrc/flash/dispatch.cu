@@ -116,6 +116,8 @@ Status check_varlen_seqlens(const AttnParams& p, cudaStream_t stream) {
   if (p.batch <= 0 || (p.cu_seqlens_q == nullptr && p.cu_seqlens_k == nullptr)) {
     return Status::kSuccess;
   }
+  // No query row at all (total_q 0): no output row that could be wrong, and nothing is read.
+  if (p.cu_seqlens_q != nullptr && p.total_q <= 0) return Status::kSuccess;
   return launch_kernel<check_seqlens_kernel>(dim3(1), dim3(256), 0, stream, p.cu_seqlens_q,
                                              p.cu_seqlens_k, p.batch, p.seqlen_q, p.seqlen_k,
                                              p.total_q, p.total_k);

@@ -279,7 +279,8 @@ Status bwd(const BwdParams& params, cudaStream_t stream);
 // contradiction traps, and the CUDA error surfaces at the next synchronization. The kernels of
 // fwd(), bwd() and fwd_kvcache() check the same as they start; this is for a call that
 // launches none (max_seqlen_q 0: nothing to compute, yet cu_seqlens may give rows). Nothing to
-// do without cu_seqlens or with batch 0. Asynchronous on `stream`.
+// do without cu_seqlens, with batch 0 or with total_q 0 (no row to be wrong about; the arrays
+// are not read). Asynchronous on `stream`.
 Status check_varlen_seqlens(const AttnParams& params, cudaStream_t stream);
 
 // Which kernel family the entry points may pick. kAuto: the fastest one built for the device
