@@ -192,7 +192,9 @@ __device__ __noinline__ inline void clear_bwd_outside_rows(const BwdParams& p) {
 // the launch fails all the same. A kernel with no sequence arrays returns at once.
 // The check's loop, out of line: called at a kernel's start, where nothing is live yet, so the
 // kernels' register allocation does not carry it (inlined, it moved the sm80 forward's varlen
-// variants from 8-52 to 32-116 bytes of spills).
+// variants from 8-52 to 32-116 bytes of spills). No printf before the trap: even here, out of
+// line, a printf of the bad entry moved those variants to 20-72 bytes (the sm90 kernels kept
+// theirs); FLASHATTN_CU_CHECK_SEQLENS=1 gives the message from the host instead.
 __device__ __noinline__ inline void check_seqlens_entries(const int* cu_q, const int* cu_k,
                                                          int batch, int64_t bound_q, int bound_k,
                                                          int total_q, int total_k, int group) {
