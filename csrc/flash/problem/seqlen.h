@@ -190,7 +190,6 @@ __device__ __noinline__ inline void clear_bwd_outside_rows(const BwdParams& p) {
 // the next tile's arithmetic) made ptxas spill 300-1,600 bytes in the sm90 forward's varlen
 // variants. Other CTAs start at once and may compute the bad entries before the trap lands;
 // the launch fails all the same. A kernel with no sequence arrays returns at once.
-#ifdef __CUDACC__  // device code (the host C++ of tests/cpp includes this header too)
 // The check's loop, out of line: called at a kernel's start, where nothing is live yet, so the
 // kernels' register allocation does not carry it (inlined, it moved the sm80 forward's varlen
 // variants from 8-52 to 32-116 bytes of spills). No printf before the trap: even here, out of
