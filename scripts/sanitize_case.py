@@ -7,8 +7,9 @@
 Forward and backward of every kernel instance in the build (each head dim, dtype, and on an
 sm_90 GPU both kernel paths), causal and not, deterministic and not, on odd lengths that leave
 partial tiles on both axes, with GQA/MQA head splits and with seqlen_q > seqlen_k (causal rows
-that see no key); then varlen batches with lengths 0 and 1 and sliding windows (the dynamic
-kernel instances and the per-entry workspace slots). The shapes are small so that the whole script finishes in well under a minute under the
+that see no key); then varlen batches with lengths 0 and 1, spare rows past the last sequence
+and sliding windows (the dynamic kernel instances, the per-entry workspace slots, the on-chip
+zeroing of rows past an entry and the clearing of rows outside every entry). The shapes are small so that the whole script finishes in well under a minute under the
 sanitizer, which makes every kernel launch much slower. The reference runs on the CPU in fp32, so
 the sanitizer instruments no cuBLAS kernels; the comparison here only catches gross errors (the
 test suite owns accuracy). Every call is followed by a synchronize so an error is attributed to
@@ -221,8 +222,11 @@ def main(argv=None) -> int:
                                             (True, True, (17, -1))):
                     tag = (f"{path} varlen d={d} causal={int(causal)} det={int(det)} "
                            f"window={window}")
-                    q = torch.randn(sum(lens_q), 4, d, device="cuda", dtype=torch.bfloat16)
-                    k = torch.randn(sum(lens_k), 2, d, device="cuda", dtype=torch.bfloat16)
+                    # Spare rows past the last sequence (a padded buffer): cleared as rows
+                    # that see no key by the first CTA (problem/seqlen.h), and read into the
+                    # last sequences' tail tiles, where the sm90 kernels zero them on chip.
+                    q = torch.randn(sum(lens_q) + 5, 4, d, device="cuda", dtype=torch.bfloat16)
+                    k = torch.randn(sum(lens_k) + 7, 2, d, device="cuda", dtype=torch.bfloat16)
                     v = torch.randn_like(k)
                     for t in (q, k, v):
                         t.requires_grad_(not args.no_bwd)
