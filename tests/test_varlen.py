@@ -57,6 +57,33 @@ def varlen_inputs(lq, lk, nheads, nheads_k, d, dtype):
     return q, k, v
 
 
+def check_sequence(tensors, grads, dout, sq, sk, nq, nk, what, causal):
+    """Sequence (rows sq .. sq + nq of q, sk .. sk + nk of k / v) of a varlen call against the
+    fp32 reference of that sequence alone by the rule: out and lse (tensors: q, k, v, out, lse),
+    and the gradients (grads: dq, dk, dv) for dout; zero gradients where it has no query or no
+    key."""
+    q, k, v, out, lse = tensors
+    dq, dk, dv = grads
+    qb, kb, vb = (t.detach()[s:s + n].unsqueeze(0).requires_grad_()
+                  for t, s, n in ((q, sq, nq), (k, sk, nk), (v, sk, nk)))
+    ref, ref_lse = attention_ref(qb, kb, vb, causal=causal)
+    pt, pt_lse = attention_ref(qb, kb, vb, causal=causal, upcast=False)
+    assert_rule(out[sq:sq + nq].unsqueeze(0), ref, pt, 2, 1e-5, f"out, {what}")
+    assert_lse_rule(lse[:, sq:sq + nq].unsqueeze(0), ref_lse, pt_lse, f"lse, {what}")
+    if nq > 0 and nk > 0:
+        g = dout[sq:sq + nq].unsqueeze(0)
+        refs = torch.autograd.grad(ref, (qb, kb, vb), g.float())
+        qp, kp, vp = (t.detach().requires_grad_() for t in (qb, kb, vb))
+        pt, _ = attention_ref(qp, kp, vp, causal=causal, upcast=False)
+        pts = torch.autograd.grad(pt, (qp, kp, vp), g)
+        for name, ours, r, p in zip(("dq", "dk", "dv"),
+                                    (dq[sq:sq + nq], dk[sk:sk + nk], dv[sk:sk + nk]), refs, pts):
+            assert_rule(ours.unsqueeze(0), r, p, 3, 1e-4, f"{name}, {what}")
+    else:  # nothing to attend to, or nobody attending: zero gradients, no NaN
+        assert (dq[sq:sq + nq] == 0).all() and (dk[sk:sk + nk] == 0).all()
+        assert (dv[sk:sk + nk] == 0).all()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("lengths", list(LENGTH_LISTS), ids=list(LENGTH_LISTS))
 @pytest.mark.parametrize("causal", [False, True])
@@ -75,26 +102,8 @@ def test_varlen_against_each_sequence(lengths, causal, heads, dtype, d):
     dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
     sq, sk = 0, 0
     for b, (nq, nk) in enumerate(zip(lq, lk)):
-        what = f"sequence {b} ({nq} x {nk})"
-        qb, kb, vb = (t.detach()[s:s + n].unsqueeze(0).requires_grad_()
-                      for t, s, n in ((q, sq, nq), (k, sk, nk), (v, sk, nk)))
-        ref, ref_lse = attention_ref(qb, kb, vb, causal=causal)
-        pt, pt_lse = attention_ref(qb, kb, vb, causal=causal, upcast=False)
-        assert_rule(out[sq:sq + nq].unsqueeze(0), ref, pt, 2, 1e-5, f"out, {what}")
-        assert_lse_rule(lse[:, sq:sq + nq].unsqueeze(0), ref_lse, pt_lse, f"lse, {what}")
-        if nq > 0 and nk > 0:
-            g = dout[sq:sq + nq].unsqueeze(0)
-            refs = torch.autograd.grad(ref, (qb, kb, vb), g.float())
-            qp, kp, vp = (t.detach().requires_grad_() for t in (qb, kb, vb))
-            pt, _ = attention_ref(qp, kp, vp, causal=causal, upcast=False)
-            pts = torch.autograd.grad(pt, (qp, kp, vp), g)
-            for name, ours, r, p in zip(("dq", "dk", "dv"),
-                                        (dq[sq:sq + nq], dk[sk:sk + nk], dv[sk:sk + nk]),
-                                        refs, pts):
-                assert_rule(ours.unsqueeze(0), r, p, 3, 1e-4, f"{name}, {what}")
-        else:  # nothing to attend to, or nobody attending: zero gradients, no NaN
-            assert (dq[sq:sq + nq] == 0).all() and (dk[sk:sk + nk] == 0).all()
-            assert (dv[sk:sk + nk] == 0).all()
+        check_sequence((q, k, v, out, lse), (dq, dk, dv), dout, sq, sk, nq, nk,
+                       f"sequence {b} ({nq} x {nk})", causal)
         sq, sk = sq + nq, sk + nk
 
 
@@ -220,22 +229,8 @@ def test_data_outside_an_entry_never_reaches_it(bad, causal, d):
         "gradient rows past the entries"
     starts_q, starts_k = [0, lq[0], lq[0] + lq[1]], [0, lk[0], lk[0] + lk[1]]
     for b in (0, 2):
-        sq, sk, nq, nk = starts_q[b], starts_k[b], lq[b], lk[b]
-        what = f"sequence {b} ({nq} x {nk}), {bad} outside it"
-        qb, kb, vb = (t.detach()[s:s + n].unsqueeze(0).requires_grad_()
-                      for t, s, n in ((q, sq, nq), (k, sk, nk), (v, sk, nk)))
-        ref, ref_lse = attention_ref(qb, kb, vb, causal=causal)
-        pt, pt_lse = attention_ref(qb, kb, vb, causal=causal, upcast=False)
-        assert_rule(out[sq:sq + nq].unsqueeze(0), ref, pt, 2, 1e-5, f"out, {what}")
-        assert_lse_rule(lse[:, sq:sq + nq].unsqueeze(0), ref_lse, pt_lse, f"lse, {what}")
-        g = dout[sq:sq + nq].unsqueeze(0)
-        refs = torch.autograd.grad(ref, (qb, kb, vb), g.float())
-        qp, kp, vp = (t.detach().requires_grad_() for t in (qb, kb, vb))
-        pt, _ = attention_ref(qp, kp, vp, causal=causal, upcast=False)
-        pts = torch.autograd.grad(pt, (qp, kp, vp), g)
-        for name, ours, r, p in zip(("dq", "dk", "dv"),
-                                    (dq[sq:sq + nq], dk[sk:sk + nk], dv[sk:sk + nk]), refs, pts):
-            assert_rule(ours.unsqueeze(0), r, p, 3, 1e-4, f"{name}, {what}")
+        check_sequence((q, k, v, out, lse), (dq, dk, dv), dout, starts_q[b], starts_k[b], lq[b],
+                       lk[b], f"sequence {b} ({lq[b]} x {lk[b]}), {bad} outside it", causal)
 
 
 @pytest.mark.gpu
