@@ -415,7 +415,9 @@ FUSED_CASES = {
     # More queries than new keys at the cache's end: q's rotary positions pass the capacity and
     # read the tables' rows there (flash_attn's positions; the tables are longer than the cache).
     "q6_new2_rotary_past_capacity": (6, 2, (8, 2), None, {"causal": True, "long_tables": True}),
-    "q6_new2_paged16_rotary_past": (6, 2, (8, 2), 16, {"causal": True, "long_tables": True}),
+    # Paged: the kernels' capacity is the whole pages (608 rows of 16); the 8 new rows fill the
+    # last page's rows past the logical 600, the 12 queries' positions run to 611.
+    "q12_new8_paged16_rotary_past": (12, 8, (8, 2), 16, {"causal": True, "long_tables": True}),
 }
 ROTARY_MODES = {
     # name: (interleaved, rotary_dim as a fraction of head_dim) or None
@@ -466,6 +468,8 @@ def test_fused_append_matches_unfused(case, rotary, num_splits):
     rows = capacity
     if page_size is not None:
         rows = pages_per_entry(capacity, page_size) * page_size
+    if extras.get("long_tables"):
+        cache_seqlens[0] = rows - seqlen_new  # the append ends at the kernels' capacity
     if ROTARY_MODES[rotary] is not None:
         interleaved, fraction = ROTARY_MODES[rotary]
         cos, sin = rotary_tables(rows + (16 if extras.get("long_tables") else 0),

@@ -10,6 +10,7 @@
 #include "dispatch_common.h"
 #include "launch.h"
 #include "bwd/params.h"
+#include "fwd/combine_launch.h"
 #include "sm80/launch.h"
 #include "sm90/launch.h"
 #include "tiles.h"
@@ -130,8 +131,12 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
   if (!pointer_ok(p.lse, has_q_rows(p)) || !pointer_ok(p.softmax_stats, false)) {
     return Status::kInvalidArgument;
   }
-  // No row to write (a keyless row is written: 0, +inf); cu_seqlens still checked.
-  if (!has_q_rows(p)) return check_varlen_seqlens(p, stream);
+  // No tile to compute (a keyless row is written: 0, +inf); cu_seqlens still checked, and a
+  // varlen call's rows outside every entry cleared by their own kernel (problem/seqlen.h).
+  if (!has_q_rows(p)) {
+    st = check_varlen_seqlens(p, stream);
+    return st != Status::kSuccess ? st : forward::clear_outside_rows_of(p, stream);
+  }
   DeviceInfo dev;
   st = query_device(&dev);
   if (st != Status::kSuccess) return st;
@@ -155,10 +160,16 @@ Status bwd(const BwdParams& p, cudaStream_t stream) {
   if (st != Status::kSuccess) return st;
   // Nothing to compute or write: no rows at all. (seqlen_q == 0 alone still zeroes dk/dv,
   // seqlen_k == 0 alone still zeroes dq.)
-  if (p.batch == 0 || (p.seqlen_q == 0 && p.seqlen_k == 0)) return check_varlen_seqlens(p, stream);
+  // The varlen rows outside every entry are cleared by the preprocess (problem/seqlen.h), or
+  // by their own kernel when it has no block (no query row).
+  if (p.batch == 0 || (p.seqlen_q == 0 && p.seqlen_k == 0)) {
+    st = check_varlen_seqlens(p, stream);
+    return st != Status::kSuccess ? st : forward::clear_outside_rows_of(p, stream);
+  }
   // No query rows: the preprocess, which checks cu_seqlens for the pipeline, has no block.
   if (p.seqlen_q == 0) {
     st = check_varlen_seqlens(p, stream);
+    if (st == Status::kSuccess) st = forward::clear_outside_rows_of(p, stream);
     if (st != Status::kSuccess) return st;
   }
   DeviceInfo dev;

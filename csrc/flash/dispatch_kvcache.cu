@@ -291,15 +291,13 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
   g_last_error = cudaSuccess;
   Status st = check_kvcache(params);
   if (st != Status::kSuccess) return st;
-  if (!has_q_rows(params)) return check_varlen_seqlens(params, stream);  // nothing to compute
+  if (!has_q_rows(params)) {  // nothing to compute; cu_seqlens still checked, outside rows cleared
+    st = check_varlen_seqlens(params, stream);
+    return st != Status::kSuccess ? st : forward::clear_outside_rows_of(params, stream);
+  }
   DeviceInfo dev;
   st = query_device(&dev);
   if (st != Status::kSuccess) return st;
-  // Paged prefill's q rows outside every entry (problem/seqlen.h), on the unpacked call.
-  if (params.cu_seqlens_q != nullptr && params.total_q > 0) {
-    st = forward::launch_clear_outside_rows(params, stream);
-    if (st != Status::kSuccess) return st;
-  }
   const KvcacheParams p = pack_gqa(params);
   const int decode_ctas = decode_ctas_of(p, dev);
   const bool decode90 = decode_ctas > 0;
@@ -378,13 +376,18 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
     kp.kv.rotary_sin = nullptr;
   }
   st = dispatch_instance(p.dtype, p.head_dim, KvcacheRunner{kp, small_smem, decode_ctas, stream});
-  if (st != Status::kSuccess || splits == 1) return st;
-  // The partials' rows are the call's lse rows (batch, heads, seqlen_q), unpacked.
-  FwdKvcacheKernelParams combine = kp;
-  combine.p.seqlen_q = params.seqlen_q;
-  combine.p.num_heads = params.num_heads;
-  // After the sm90 decode kernel, programmatically: it lets the combine in once its walk is done.
-  return forward::launch_split_combine(combine, stream, decode90);
+  if (st == Status::kSuccess && splits > 1) {
+    // The partials' rows are the call's lse rows (batch, heads, seqlen_q), unpacked.
+    FwdKvcacheKernelParams combine = kp;
+    combine.p.seqlen_q = params.seqlen_q;
+    combine.p.num_heads = params.num_heads;
+    // After the sm90 decode kernel, programmatically: it lets the combine in once its walk is
+    // done.
+    st = forward::launch_split_combine(combine, stream, decode90);
+  }
+  // Paged prefill's q rows outside every entry (problem/seqlen.h), on the unpacked call, last:
+  // the combine writes every token's row, those too, from partials nothing wrote.
+  return st != Status::kSuccess ? st : forward::clear_outside_rows_of(params, stream);
 }
 
 }  // namespace flashattn_cu

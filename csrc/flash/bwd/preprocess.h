@@ -41,9 +41,7 @@ __global__ void __launch_bounds__(kPrepThreads)
   if constexpr (kDynamic) check_seqlens(p);
   // A varlen call's dq / dk / dv rows outside every entry (problem/seqlen.h), by the first CTA
   // (the main kernels and the postprocess write only the entries' rows).
-  if constexpr (kDynamic) {
-    if (blockIdx.x == 0 && p.cu_seqlens_q != nullptr) clear_bwd_outside_rows(p);
-  }
+  if constexpr (kDynamic) clear_outside_rows(p);
   const int64_t blocks_per_bh = kp.rows / kPrepRowsPerBlock;
   const int64_t bh = blockIdx.x / blocks_per_bh;
   const int row = static_cast<int>(blockIdx.x % blocks_per_bh) * kPrepRowsPerBlock +

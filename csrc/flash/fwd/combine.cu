@@ -48,13 +48,23 @@ Status launch_kvcache_append(const FwdKvcacheKernelParams& kp, void* q_out,
                                                                    0, stream, kp, rq);
 }
 
-__global__ void __launch_bounds__(256) clear_outside_rows_kernel(const __grid_constant__ FwdParams p) {
-  clear_fwd_outside_rows(p);
+template <typename Params>
+__global__ void __launch_bounds__(256) clear_outside_rows_kernel(const __grid_constant__ Params p) {
+  clear_outside_rows(p);
 }
 
-Status launch_clear_outside_rows(const FwdParams& p, cudaStream_t stream) {
-  return launch_tiles_ordered<clear_outside_rows_kernel>(StreamOrder::kWhole, 1, 256, 0, stream,
-                                                         p);
+Status clear_outside_rows_of(const FwdParams& p, cudaStream_t stream) {
+  if (p.cu_seqlens_q == nullptr || p.total_q <= 0 || p.batch < 0) return Status::kSuccess;
+  return launch_tiles_ordered<clear_outside_rows_kernel<FwdParams>>(
+      StreamOrder::kWhole, kClearOutsideCtas, 256, 0, stream, p);
+}
+
+Status clear_outside_rows_of(const BwdParams& p, cudaStream_t stream) {
+  if (p.cu_seqlens_q == nullptr || p.batch < 0 || (p.total_q <= 0 && p.total_k <= 0)) {
+    return Status::kSuccess;
+  }
+  return launch_tiles_ordered<clear_outside_rows_kernel<BwdParams>>(
+      StreamOrder::kWhole, kClearOutsideCtas, 256, 0, stream, p);
 }
 
 }  // namespace flashattn_cu::forward

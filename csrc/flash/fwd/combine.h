@@ -100,8 +100,8 @@ __global__ void __launch_bounds__(kCombineThreads)
     }
   }
   // The plane row is lse's index: (entry, head, query) of the padded layout, (head, token) of
-  // the varlen one (cu_seqlens_q; a token of no entry, or past its entry's bound, was not
-  // computed: its row is as undefined as the varlen forward leaves it).
+  // the varlen one (cu_seqlens_q; a token of no entry was not computed: its row is written from
+  // partials nothing wrote, and cleared after this kernel: dispatch_kvcache.cu).
   Element* o;
   if (p.cu_seqlens_q != nullptr) {
     const int64_t token = row % p.total_q;

@@ -29,9 +29,12 @@ Status launch_kvcache_append(const FwdKvcacheKernelParams& kp, void* q_out,
                              int64_t q_batch_stride, int64_t q_row_stride, int64_t q_head_stride,
                              cudaStream_t stream, bool programmatic = false);
 
-// A varlen forward's rows outside every entry (problem/seqlen.h clear_fwd_outside_rows) by one
-// CTA, for the kvcache kernels' varlen mode (paged prefill), whose packed parameters do not
-// describe the unpacked o the first CTA of the other forward kernels clears: p unpacked.
-Status launch_clear_outside_rows(const FwdParams& p, cudaStream_t stream);
+// A varlen call's rows outside every entry (problem/seqlen.h) by their own kernel: a forward's
+// o / lse / row statistics, for the kvcache kernels' varlen mode (paged prefill: its packed
+// parameters do not describe the unpacked o that the first CTAs of the other forward kernels
+// clear) and the calls that launch no kernel; a backward's dq / dk / dv where no preprocess runs.
+// No-ops (no launch) without cu_seqlens_q or rows.
+Status clear_outside_rows_of(const FwdParams& p, cudaStream_t stream);
+Status clear_outside_rows_of(const BwdParams& p, cudaStream_t stream);
 
 }  // namespace flashattn_cu::forward

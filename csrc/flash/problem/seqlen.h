@@ -102,7 +102,7 @@ __host__ __device__ __forceinline__ SeqInfo packed_seq_info(const Params& p, int
 // serving and CUDA-graph code pads the token count). No tile of the call covers them, so the
 // kernels' outputs there would keep whatever memory held (flash_attn leaves them so): garbage,
 // or NaN, flowing on from an output, and into weight gradients from dq / dk / dv. The first
-// CTA of each kernel that writes such an output clears them instead (clear_outside_rows):
+// CTAs of each kernel that writes such an output clear them instead (clear_outside_rows):
 // outputs 0 and lse +inf, as for a row that sees no key.
 struct OutsideRows {
   int lo, hi, total;  // rows [0, lo) and [hi, total)
@@ -133,14 +133,21 @@ __device__ __forceinline__ void zero_outside_rows(void* base, int64_t row_stride
   }
 }
 
+// The CTAs that share the clearing: the first kClearOutsideCtas of a kernel's grid (the others
+// do nothing, not even the two loads), so that a buffer padded by many rows is cleared at the
+// rate of several SMs rather than one, and the other CTAs start their tiles as before.
+constexpr int kClearOutsideCtas = 32;
+
 // A forward's outside rows (FwdParams with cu_seqlens_q and total_q): o 0, lse +inf and the
-// row statistics (+inf, 0) (flashattn_cu.h: a row that sees no key). Out of line, called at a
-// kernel's start where nothing is live yet; every thread of the calling CTA takes a share.
-__device__ __noinline__ inline void clear_fwd_outside_rows(const FwdParams& p) {
+// row statistics (+inf, 0) (flashattn_cu.h: a row that sees no key). Thread `share` of
+// `threads` takes every threads-th element. Out of line, called at a kernel's start where
+// nothing is live yet.
+__device__ __noinline__ inline void clear_outside_share(const FwdParams& p, int share,
+                                                        int threads) {
+  if (p.total_q <= 0 || p.o == nullptr || p.lse == nullptr) return;
   const OutsideRows rows = outside_rows(p.cu_seqlens_q, p.batch, p.total_q);
   const int n = rows.count();
   if (n == 0) return;
-  const int threads = static_cast<int>(blockDim.x), share = static_cast<int>(threadIdx.x);
   zero_outside_rows(p.o, p.o_row_stride, p.o_head_stride, p.num_heads, p.head_dim, rows, share,
                     threads);
   for (int64_t i = share; i < static_cast<int64_t>(n) * p.num_heads; i += threads) {
@@ -152,28 +159,32 @@ __device__ __noinline__ inline void clear_fwd_outside_rows(const FwdParams& p) {
   }
 }
 
-// The forward kernels' call: the first CTA of a varlen call.
-__device__ __forceinline__ void clear_outside_rows(const FwdParams& p) {
-  if (p.cu_seqlens_q == nullptr || p.total_q <= 0) return;
-  if (blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0) return;
-  clear_fwd_outside_rows(p);
-}
-
 // A backward's outside rows (BwdParams with cu_seqlens_q / _k): dq 0 past the entries' queries
-// (total_q rows), dk and dv 0 past their keys (total_k rows, where known). Out of line, as above.
-__device__ __noinline__ inline void clear_bwd_outside_rows(const BwdParams& p) {
-  const int threads = static_cast<int>(blockDim.x), share = static_cast<int>(threadIdx.x);
-  if (p.total_q > 0) {
+// (total_q rows), dk and dv 0 past their keys (total_k rows, where known). As above.
+__device__ __noinline__ inline void clear_outside_share(const BwdParams& p, int share,
+                                                        int threads) {
+  if (p.total_q > 0 && p.dq != nullptr) {
     zero_outside_rows(p.dq, p.dq_row_stride, p.dq_head_stride, p.num_heads, p.head_dim,
                       outside_rows(p.cu_seqlens_q, p.batch, p.total_q), share, threads);
   }
-  if (p.total_k > 0) {
+  if (p.total_k > 0 && p.dk != nullptr && p.dv != nullptr) {
     const OutsideRows rows = outside_rows(p.cu_seqlens_k, p.batch, p.total_k);
     zero_outside_rows(p.dk, p.dk_row_stride, p.dk_head_stride, p.num_heads_k, p.head_dim, rows,
                       share, threads);
     zero_outside_rows(p.dv, p.dv_row_stride, p.dv_head_stride, p.num_heads_k, p.head_dim, rows,
                       share, threads);
   }
+}
+
+// The kernels' call (Params: FwdParams or BwdParams, a varlen call or not): the first
+// kClearOutsideCtas CTAs of a 1-D grid clear the call's outside rows.
+template <typename Params>
+__device__ __forceinline__ void clear_outside_rows(const Params& p) {
+  if (p.cu_seqlens_q == nullptr || p.batch < 0) return;
+  const int ctas = gridDim.x < kClearOutsideCtas ? static_cast<int>(gridDim.x) : kClearOutsideCtas;
+  if (static_cast<int>(blockIdx.x) >= ctas || blockIdx.y != 0 || blockIdx.z != 0) return;
+  clear_outside_share(p, static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x),
+                      ctas * static_cast<int>(blockDim.x));
 }
 
 // A varlen call's entries against its bounds: every cu_seqlens_q entry's rows (its queries
