@@ -155,9 +155,6 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
 
   const FwdParams& p = kp.p;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  // A varlen call's rows outside every entry (problem/seqlen.h), by the first CTA; the kvcache
-  // variant's parameters are packed (dispatch_kvcache.cu clears them on the unpacked call).
-  if constexpr (kDynamic && !kKvcache) clear_outside_rows(p);
   if constexpr (variant_dropout(kVariant)) {
     // The resolved random state for the backward (FwdParams::rng_state), once per call.
     if (p.rng_state != nullptr && blockIdx.x == 0 && tid == 0) {
@@ -602,7 +599,12 @@ template <typename Element, typename Traits, int kVariant, bool kBoundedRef = fa
 __global__ void __launch_bounds__(Traits::kNThreads)
     fwd_kernel(const __grid_constant__ FwdKernelParams params) {
   extern __shared__ __align__(128) char smem[];
-  if constexpr (variant_dynamic(kVariant)) check_seqlens(params.p);  // problem/seqlen.h
+  if constexpr (variant_dynamic(kVariant)) {
+    check_seqlens(params.p);  // problem/seqlen.h: the entries against the bounds, CTA 0
+    // A varlen call's rows outside every entry, the first CTAs (the kvcache variant's
+    // parameters are packed: dispatch_kvcache.cu clears them on the unpacked call).
+    clear_outside_rows(params.p);
+  }
   fwd_block<Element, Traits, kVariant, kBoundedRef>(params, smem);
 }
 

@@ -304,8 +304,8 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     BlockHalf half;  // the keys of the step's S (the next step's P V)
     // Step i's S GEMM with nothing else in flight, from its K wait to its softmax: step 0, and
     // every step of the serial order (Traits::kSerialPV). after_wait / after_s: the phase
-    // clock's marks after the K wait and once S has landed.
-    auto s_alone = [&](int i, auto&& after_wait, auto&& after_s) {
+    // clock's marks after the K wait and once S has landed; under_s: what runs while S does.
+    auto s_alone = [&](int i, auto&& after_wait, auto&& after_s, auto&& under_s) {
       const RingSlot<Traits> slot(ring + i);
       ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);
       after_wait();
@@ -314,6 +314,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       ptx::wgmma_fence();
       issue_s(slot.stage, half);
       turns.end();
+      under_s();
       ptx::wgmma_wait<0>();
       ptx::fence_operand(acc_s[0]);
       after_s();
@@ -345,23 +346,34 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     // seqused_k), so TMA loaded the next entry's rows or a cache's unused ones there, where the
     // padded layout's maps zero-fill. Their scores are masked, but P = 0 times a NaN or an
     // infinity in V is NaN in the tensor cores, and a row of this entry would be NaN for data
-    // outside it: the rows are zeroed before any consumer's P V reads the buffer. The consumers
-    // share the buffer, so each zeroes a share and all meet at one barrier, before the tile's
-    // first turn (no turn is pending between tiles: pingpong.h). Not in the padded variants.
-    if constexpr (kSeqlens) {
-      const int valid = w.seq.seqlen_k - (w.blocks.end - 1) * kBlockN;
-      if (valid < kBlockN && (p.cu_seqlens_k != nullptr || p.seqused_k != nullptr)) {
-        const RingSlot<Traits> slot(ring);
-        ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + slot.stage), slot.parity);
-        ptx::zero_rows_sw128<kBlockN, Traits::kAtoms * 8>(v_tile(slot.stage), valid,
-                                                          consumer * 128 + threadIdx.x % 128,
-                                                          128 * Traits::kConsumers);
-        ptx::fence_proxy_async_shared();
-        ptx::named_barrier_sync(ptx::NamedBarrier::kFwdConsumers, 128 * Traits::kConsumers);
+    // outside it: the rows are zeroed while S_0 runs (its V wait hidden under the GEMM), before
+    // any consumer's P V reads the buffer. The consumers share the buffer, so each zeroes a
+    // share and all meet at one barrier; every consumer reaches it after its own S_0 turn, and
+    // none waits for a turn there (pingpong.h: the turn after S_0 is consumer 0's, which
+    // consumer 1's S_0 hands it); before S_0 likewise (no turn taken yet in the tile). Not in
+    // the padded variants.
+    auto clear_v_tail = [&] {
+      if constexpr (kSeqlens) {
+        const int valid = w.seq.seqlen_k - (w.blocks.end - 1) * kBlockN;
+        if (valid < kBlockN && (p.cu_seqlens_k != nullptr || p.seqused_k != nullptr)) {
+          const RingSlot<Traits> slot(ring);
+          ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + slot.stage), slot.parity);
+          ptx::zero_rows_sw128<kBlockN, Traits::kAtoms * 8>(v_tile(slot.stage), valid,
+                                                            consumer * 128 + threadIdx.x % 128,
+                                                            128 * Traits::kConsumers);
+          ptx::fence_proxy_async_shared();
+          ptx::named_barrier_sync(ptx::NamedBarrier::kFwdConsumers, 128 * Traits::kConsumers);
+        }
       }
-    }
+    };
+    // Under S_0 up to d = 128; at d = 256 before it (ptxas, sm_90a: under S_0 the ALiBi
+    // variants spilled, 0 -> 4 / 28 bytes).
+    constexpr bool kClearUnderS = kHeadDim <= 128;
+    if constexpr (!kClearUnderS) clear_v_tail();
     // Step 0: S_0 alone (O is still 0, nothing to rescale).
-    s_alone(0, [&] { clock.mark(kPhaseFirstK); }, [] {});
+    s_alone(0, [&] { clock.mark(kPhaseFirstK); }, [] {}, [&] {
+      if constexpr (kClearUnderS) clear_v_tail();
+    });
     pack_p();
     clock.mark(kPhaseFirstStep);
     static_assert(!Traits::kSerialPV || (!Traits::kEarlyRescale && !Traits::kSumsUnderS),
@@ -373,7 +385,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         clock.step_start();
         pv_alone(i - 1, [] {});
         clock.step(kStepWaitPV);
-        s_alone(i, [&] { clock.step(kStepWaitKV); }, [&] { clock.step(kStepS); });
+        s_alone(i, [&] { clock.step(kStepWaitKV); }, [&] { clock.step(kStepS); }, [] {});
         clock.step(kStepExp);
         if constexpr (!kBounded) OnlineSoftmax<1>::rescale_output(acc_o, rescale);
         pack_p();
@@ -547,8 +559,6 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
       p.rng_state[1] = st.offset;
     }
   }
-  // A varlen call's rows outside every entry (problem/seqlen.h), by the first CTA.
-  if constexpr (kSeqlens) clear_outside_rows(p);
   const uint32_t s_base = (ptx::smem_u32(smem_raw) + 1023u) & ~1023u;  // sw128 atoms
   const uint32_t bars = s_base + Traits::kOffBarriers;
   if (tid == 0) {
@@ -617,7 +627,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     fwd_kernel(const __grid_constant__ FwdTmaParams params) {
 #if FLASHATTN_CU_SM90A
   extern __shared__ __align__(1024) char smem[];
-  if constexpr (variant_seqlens(kVariant)) check_seqlens(params.kp.p);  // problem/seqlen.h
+  if constexpr (variant_seqlens(kVariant)) {
+    check_seqlens(params.kp.p);  // problem/seqlen.h: the entries against the bounds, CTA 0
+    // A varlen call's rows outside every entry, the first CTAs (in fwd_block, before the roles
+    // split, the d = 256 ALiBi variants spilled 0 -> 4 / 28 bytes; here they do not).
+    clear_outside_rows(params.kp.p);
+  }
   sm90::fwd_block<Element, Traits, kVariant>(params, smem);
 #else
   ptx::unsupported_arch();
