@@ -108,7 +108,11 @@ def test_bad_cu_seqlens_stop_the_kernel(name, code, which):
     res, text = run_bad(code, check=False)
     assert "FINISHED WITHOUT AN ERROR" not in res.stdout, f"{name}: no error\n{text[-3000:]}"
     assert "VALUEERROR" not in res.stdout, f"{name}: the host check ran with it off\n{text}"
-    assert res.returncode != 0 and "CUDA error" in text, f"{name}\n{text[-3000:]}"
+    # The trap surfaces as torch's "CUDA error: ..." at the next synchronization, or as the
+    # binding's "CUDA launch failed" when a later launch of the same call meets it first (paged
+    # prefill's outside-rows kernel, measured on the H200).
+    assert res.returncode != 0 and ("CUDA error" in text or "CUDA launch failed" in text), \
+        f"{name}\n{text[-3000:]}"
 
 
 @gpu_d64

@@ -417,7 +417,7 @@ __host__ __device__ constexpr bool fwd_cap_after_max_sm90(int head_dim, bool sof
 }
 
 // Where the sm90a forward's bf16 softcap calls that problem/score_mod.h ScoreScale::bounded_ref
-// admits (softcap <= 65.8) take the bounded reference (FwdTraits kBoundedRef: no row max and no O
+// admits (softcap <= 52.7) take the bounded reference (FwdTraits kBoundedRef: no row max and no O
 // rescale after a row's first key block, 1 / l from mma.sync sums of the 16-bit P; an instance of
 // its own beside the running max's). Measured on the H200 (tune_fwd90 `bounded`,
 // benchmarks/results/tune_fwd90_v35_bounded_h200.txt; time bounded / the library's, softcap 30,

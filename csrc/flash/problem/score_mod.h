@@ -45,14 +45,18 @@ struct ScoreScale {
 // ref_floor), and never rescale (common/softmax.h). The exponents (s - R) * scale_log2 then lie
 // in [-2 scale_log2, (1 - ref_floor) scale_log2]: with ref_floor = 1 - kBoundedRefHeadroom /
 // scale_log2 at most 2^64 (P, l and the fp32 output accumulators stay far from overflow), and a
-// row's largest exponent is at least -2 scale_log2 + 64, so no row's whole P underflows as long as
-// scale_log2 <= kMaxBoundedScaleLog2 (softcap <= 65.8; Gemma 2's 50, Grok's 30). P is then 16-bit
+// row's largest exponent is at least -2 scale_log2 + 64. That largest P must keep its P V
+// products normal fp32 (the tensor cores flush subnormal products: measured on the H200, a row of
+// logits all near -softcap at softcap 65 with |V| ~ 1e-3 came out 0), so it is held at 2^-88 or
+// more (products normal for |V| >= 2^-38): scale_log2 <= kMaxBoundedScaleLog2 (softcap <= 52.7;
+// Gemma 2's 50, Grok's 30; it was 65.8, P down to 2^-124, before the H200 test). P is then 16-bit
 // with 2^64 .. 2^-126 in range: bf16 only (fp16's P would overflow / underflow). The sm80 forward
 // takes it (softcap d = 128 on the H200: 0.88-0.90 of plain attention -> 0.94-0.97); the sm90
 // forward keeps the running max (there it gained ~3%, within the run-to-run spread: its softmax
 // already overlaps the other warpgroup's GEMMs; benchmarks/NOTES.md section 10).
 constexpr float kBoundedRefHeadroom = 64.f;
-constexpr float kMaxBoundedScaleLog2 = (126.f + kBoundedRefHeadroom) / 2.f;
+constexpr float kBoundedLargestPLog2 = -88.f;  // a row's largest P at least 2^-88
+constexpr float kMaxBoundedScaleLog2 = (kBoundedRefHeadroom - kBoundedLargestPLog2) / 2.f;
 
 inline ScoreScale score_scale_of(const AttnParams& p) {
   ScoreScale r;
