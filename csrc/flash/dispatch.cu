@@ -10,7 +10,6 @@
 #include "dispatch_common.h"
 #include "launch.h"
 #include "bwd/params.h"
-#include "fwd/combine_launch.h"
 #include "sm80/launch.h"
 #include "sm90/launch.h"
 #include "tiles.h"
@@ -133,10 +132,7 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
   }
   // No tile to compute (a keyless row is written: 0, +inf); cu_seqlens still checked, and a
   // varlen call's rows outside every entry cleared by their own kernel (problem/seqlen.h).
-  if (!has_q_rows(p)) {
-    st = check_varlen_seqlens(p, stream);
-    return st != Status::kSuccess ? st : forward::clear_outside_rows_of(p, stream);
-  }
+  if (!has_q_rows(p)) return varlen_without_tiles(p, stream);
   DeviceInfo dev;
   st = query_device(&dev);
   if (st != Status::kSuccess) return st;
@@ -163,13 +159,11 @@ Status bwd(const BwdParams& p, cudaStream_t stream) {
   // The varlen rows outside every entry are cleared by the preprocess (problem/seqlen.h), or
   // by their own kernel when it has no block (no query row).
   if (p.batch == 0 || (p.seqlen_q == 0 && p.seqlen_k == 0)) {
-    st = check_varlen_seqlens(p, stream);
-    return st != Status::kSuccess ? st : forward::clear_outside_rows_of(p, stream);
+    return varlen_without_tiles(p, stream);
   }
-  // No query rows: the preprocess, which checks cu_seqlens for the pipeline, has no block.
+  // No query rows: the preprocess, which does both for the pipeline, has no block.
   if (p.seqlen_q == 0) {
-    st = check_varlen_seqlens(p, stream);
-    if (st == Status::kSuccess) st = forward::clear_outside_rows_of(p, stream);
+    st = varlen_without_tiles(p, stream);
     if (st != Status::kSuccess) return st;
   }
   DeviceInfo dev;

@@ -15,6 +15,7 @@
 #include <cuda_fp16.h>
 
 #include "flashattn_cu/flashattn_cu.h"
+#include "fwd/combine_launch.h"
 #include "head_dims.h"
 #include "problem/score_mod.h"
 #include "tiles.h"
@@ -78,6 +79,16 @@ bool has_q_rows(const Params& p) {
 }
 template <typename Params>
 bool has_k_rows(const Params& p) { return p.batch > 0 && p.seqlen_k > 0; }
+
+// A call that launches no tile (or, backward, no preprocess): its cu_seqlens checked on the
+// GPU all the same and its varlen rows outside every entry cleared by their own kernels, as the
+// kernels' start would have done (problem/seqlen.h varlen_kernel_start). No launch without
+// sequence arrays.
+template <typename Params>
+Status varlen_without_tiles(const Params& p, cudaStream_t stream) {
+  const Status st = check_varlen_seqlens(p, stream);
+  return st != Status::kSuccess ? st : forward::clear_outside_rows_of(p, stream);
+}
 
 // Every stride a multiple of 8 elements (16 bytes).
 inline bool strides_ok(std::initializer_list<int64_t> strides) {

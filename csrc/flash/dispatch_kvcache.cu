@@ -291,10 +291,7 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
   g_last_error = cudaSuccess;
   Status st = check_kvcache(params);
   if (st != Status::kSuccess) return st;
-  if (!has_q_rows(params)) {  // nothing to compute; cu_seqlens still checked, outside rows cleared
-    st = check_varlen_seqlens(params, stream);
-    return st != Status::kSuccess ? st : forward::clear_outside_rows_of(params, stream);
-  }
+  if (!has_q_rows(params)) return varlen_without_tiles(params, stream);  // nothing to compute
   DeviceInfo dev;
   st = query_device(&dev);
   if (st != Status::kSuccess) return st;

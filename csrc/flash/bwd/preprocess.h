@@ -36,12 +36,10 @@ __global__ void __launch_bounds__(kPrepThreads)
   // scheduled once every block here has started: it waits for this grid's end before it reads
   // what this kernel writes. (No effect on a main kernel launched whole, or before sm_90.)
   ptx::launch_dependents();
-  // The backward's entries against its bounds (problem/seqlen.h), once for every kernel of the
-  // pipeline: this one runs first.
-  if constexpr (kDynamic) check_seqlens(p);
-  // A varlen call's dq / dk / dv rows outside every entry (problem/seqlen.h), by the first CTA
-  // (the main kernels and the postprocess write only the entries' rows).
-  if constexpr (kDynamic) clear_outside_rows(p);
+  // For every kernel of the pipeline, this one running first (problem/seqlen.h): the entries
+  // against the bounds, and the dq / dk / dv rows outside every entry (the main kernels and the
+  // postprocess write only the entries' rows).
+  if constexpr (kDynamic) varlen_kernel_start(p);
   const int64_t blocks_per_bh = kp.rows / kPrepRowsPerBlock;
   const int64_t bh = blockIdx.x / blocks_per_bh;
   const int row = static_cast<int>(blockIdx.x % blocks_per_bh) * kPrepRowsPerBlock +

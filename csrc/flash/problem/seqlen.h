@@ -234,6 +234,16 @@ __device__ __forceinline__ void check_seqlens(const Params& p, int group = 1) {
   check_seqlens_entries(p.cu_seqlens_q, p.cu_seqlens_k, p.batch, p.seqlen_q, p.seqlen_k,
                         p.total_q, p.total_k, group);
 }
+// The start of a kernel that reads a call's sequence arrays and writes its outputs (the sm90 and
+// sm80 forwards, the backward's preprocess, which runs first in its pipeline): the entries
+// checked against the bounds (CTA 0) and the rows outside every entry cleared (the first
+// CTAs). In the __global__ function itself: inside the sm90 forward's fwd_block the d = 256
+// ALiBi variants spilled 0 -> 4 / 28 bytes. No-ops without sequence arrays.
+template <typename Params>
+__device__ __forceinline__ void varlen_kernel_start(const Params& p) {
+  check_seqlens(p);
+  clear_outside_rows(p);
+}
 #endif  // __CUDACC__
 
 }  // namespace flashattn_cu

@@ -599,12 +599,7 @@ template <typename Element, typename Traits, int kVariant, bool kBoundedRef = fa
 __global__ void __launch_bounds__(Traits::kNThreads)
     fwd_kernel(const __grid_constant__ FwdKernelParams params) {
   extern __shared__ __align__(128) char smem[];
-  if constexpr (variant_dynamic(kVariant)) {
-    check_seqlens(params.p);  // problem/seqlen.h: the entries against the bounds, CTA 0
-    // A varlen call's rows outside every entry, the first CTAs (the kvcache variant's
-    // parameters are packed: dispatch_kvcache.cu clears them on the unpacked call).
-    clear_outside_rows(params.p);
-  }
+  if constexpr (variant_dynamic(kVariant)) varlen_kernel_start(params.p);  // problem/seqlen.h
   fwd_block<Element, Traits, kVariant, kBoundedRef>(params, smem);
 }
 
@@ -613,7 +608,9 @@ template <typename Element, typename Traits>
 __global__ void __launch_bounds__(Traits::kNThreads)
     fwd_kvcache_kernel(const __grid_constant__ FwdKvcacheKernelParams params) {
   extern __shared__ __align__(128) char smem[];
-  check_seqlens(params.p, params.kv.pack_group);  // paged prefill's cu_seqlens (packed queries)
+  // Paged prefill's cu_seqlens (packed queries); its outside rows are cleared on the unpacked
+  // call after it (dispatch_kvcache.cu), these parameters being packed.
+  check_seqlens(params.p, params.kv.pack_group);
   fwd_block<Element, Traits, kKvcacheVariant>(params, smem);
 }
 

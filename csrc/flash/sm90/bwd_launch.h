@@ -136,7 +136,9 @@ Status run_bwd(const BwdParams& p, cudaStream_t stream) {
   // before it replaces bwd_kernel.h (e.g. NVCC_APPEND_FLAGS="-DFLASHATTN_CU_BWD_WS
   // -DFLASHATTN_CU_BWD_WS_DEFAULT" for the extension's build).
   if constexpr (!bwd_tile_sm90(kHeadDim).split) {
-    if (p.cu_seqlens_q == nullptr) return run_bwd_ordered<Element, kHeadDim>(p, stream, true, true, true);
+    if (p.cu_seqlens_q == nullptr) {  // varlen: bwd_kernel.h (run_bwd_ordered's refusal)
+      return run_bwd_ordered<Element, kHeadDim>(p, stream, true, true, true);
+    }
   }
 #endif
   return run_bwd_ordered<Element, kHeadDim>(p, stream, true);

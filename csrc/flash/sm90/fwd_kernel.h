@@ -627,12 +627,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, 1)
     fwd_kernel(const __grid_constant__ FwdTmaParams params) {
 #if FLASHATTN_CU_SM90A
   extern __shared__ __align__(1024) char smem[];
-  if constexpr (variant_seqlens(kVariant)) {
-    check_seqlens(params.kp.p);  // problem/seqlen.h: the entries against the bounds, CTA 0
-    // A varlen call's rows outside every entry, the first CTAs (in fwd_block, before the roles
-    // split, the d = 256 ALiBi variants spilled 0 -> 4 / 28 bytes; here they do not).
-    clear_outside_rows(params.kp.p);
-  }
+  if constexpr (variant_seqlens(kVariant)) varlen_kernel_start(params.kp.p);  // problem/seqlen.h
   sm90::fwd_block<Element, Traits, kVariant>(params, smem);
 #else
   ptx::unsupported_arch();
