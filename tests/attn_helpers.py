@@ -169,3 +169,29 @@ def kernel_names(fn):
         fn()
         torch.cuda.synchronize()
     return [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+
+
+class ChildRuns:
+    """Child processes started together (at most `workers` at a time) and read back by name:
+    the tests that run a call in a child of its own (a crash or a device trap ends only that
+    child) pay the ~5 s of importing torch and starting CUDA once per worker slot instead of once
+    per case, one after the other. result(name) waits for that child's CompletedProcess."""
+
+    def __init__(self, workers=8):
+        import concurrent.futures
+        import os
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, min(workers, os.cpu_count() or 1)))
+        self._runs = {}
+
+    def submit(self, name, argv, *, env, timeout=300):
+        import subprocess
+        assert name not in self._runs, name
+        self._runs[name] = self._pool.submit(subprocess.run, argv, capture_output=True,
+                                             text=True, timeout=timeout, cwd="/", env=env)
+
+    def result(self, name):
+        return self._runs[name].result()
+
+    def close(self):
+        self._pool.shutdown(wait=True, cancel_futures=True)

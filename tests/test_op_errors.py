@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import flashattn_cu
+from attn_helpers import ChildRuns
 from flashattn_cu import _C
 
 # Children run from outside the checkout with the tested package's own location on the path, so
@@ -94,10 +95,19 @@ CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.fixture(scope="module")
+def children():
+    """Every case's child, started together when the first case runs."""
+    runs = ChildRuns()
+    for name, code, _, _ in CASES:
+        runs.submit(name, [sys.executable, "-c", CHILD, code], env=CHILD_ENV)
+    yield runs
+    runs.close()
+
+
 @pytest.mark.parametrize("name, code, exc_type, fragment", CASES, ids=[c[0] for c in CASES])
-def test_bad_argument_raises_in_child(name, code, exc_type, fragment):
-    res = subprocess.run([sys.executable, "-c", CHILD, code], capture_output=True, text=True,
-                         timeout=300, cwd="/", env=CHILD_ENV)
+def test_bad_argument_raises_in_child(children, name, code, exc_type, fragment):
+    res = children.result(name)
     assert res.returncode == 0, (
         f"{name}: the child process died (exit {res.returncode}) instead of raising:\n"
         f"{res.stdout[-2000:]}\n{res.stderr[-2000:]}")

@@ -13,7 +13,6 @@ on Hopper) and on the sm80 path, the backward (the op called with the bad bound 
 forward), paged prefill (the kvcache kernels)."""
 
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -21,6 +20,7 @@ import pytest
 import torch
 
 import flashattn_cu
+from attn_helpers import ChildRuns
 from flashattn_cu import _C
 
 CHILD_ENV = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(flashattn_cu.__file__)))
@@ -95,17 +95,29 @@ CHILD_BAD = PRELUDE + textwrap.dedent("""
 """)
 
 
-def run_bad(code, check):
-    env = dict(CHILD_ENV, FLASHATTN_CU_CHECK_SEQLENS="1" if check else "0")
-    res = subprocess.run([sys.executable, "-c", CHILD_BAD, code], capture_output=True, text=True,
-                         timeout=300, cwd="/", env=env)
+@pytest.fixture(scope="module")
+def children():
+    """Every GPU case's child (the bad calls with the host check off and on, and the controls),
+    started together when the first of them runs."""
+    runs = ChildRuns()
+    for name, code, _ in BAD:
+        for check in (False, True):
+            env = dict(CHILD_ENV, FLASHATTN_CU_CHECK_SEQLENS="1" if check else "0")
+            runs.submit((name, check), [sys.executable, "-c", CHILD_BAD, code], env=env)
+    runs.submit("ok", [sys.executable, "-c", CHILD_OK], env=CHILD_ENV)
+    yield runs
+    runs.close()
+
+
+def run_bad(children, name, check):
+    res = children.result((name, check))
     return res, res.stdout + res.stderr
 
 
 @gpu_d64
 @pytest.mark.parametrize("name, code, which", BAD, ids=[c[0] for c in BAD])
-def test_bad_cu_seqlens_stop_the_kernel(name, code, which):
-    res, text = run_bad(code, check=False)
+def test_bad_cu_seqlens_stop_the_kernel(children, name, code, which):
+    res, text = run_bad(children, name, check=False)
     assert "FINISHED WITHOUT AN ERROR" not in res.stdout, f"{name}: no error\n{text[-3000:]}"
     assert "VALUEERROR" not in res.stdout, f"{name}: the host check ran with it off\n{text}"
     # The trap surfaces as torch's "CUDA error: ..." at the next synchronization, or as the
@@ -118,10 +130,10 @@ def test_bad_cu_seqlens_stop_the_kernel(name, code, which):
 @gpu_d64
 @pytest.mark.parametrize("name, code, which", [c for c in BAD if not c[0].startswith("bwd")],
                          ids=[c[0] for c in BAD if not c[0].startswith("bwd")])
-def test_bad_cu_seqlens_named_with_the_host_check(name, code, which):
+def test_bad_cu_seqlens_named_with_the_host_check(children, name, code, which):
     """FLASHATTN_CU_CHECK_SEQLENS=1: the functions raise a ValueError naming the entry before
     anything runs (the op called directly, as the bwd case does, has only the kernels' check)."""
-    res, text = run_bad(code, check=True)
+    res, text = run_bad(children, name, check=True)
     assert res.returncode == 0 and f"VALUEERROR flash_attn_varlen_func: {which}[" in res.stdout, \
         f"{name}\n{text[-3000:]}"
 
@@ -139,11 +151,10 @@ CHILD_OK = PRELUDE + textwrap.dedent("""
 
 
 @gpu_d64
-def test_exact_and_overstated_bounds_run():
+def test_exact_and_overstated_bounds_run(children):
     """The checks stop nothing valid: the longest entry equal to the bound, and bounds larger
     than every entry (flash_attn allows those), on both paths, causal and not."""
-    res = subprocess.run([sys.executable, "-c", CHILD_OK], capture_output=True, text=True,
-                         timeout=300, cwd="/", env=CHILD_ENV)
+    res = children.result("ok")
     assert res.returncode == 0 and res.stdout.strip().endswith("OK"), \
         (res.stdout[-3000:], res.stderr[-3000:])
     assert "flashattn_cu: cu_seqlens" not in res.stdout
