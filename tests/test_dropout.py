@@ -243,6 +243,24 @@ def test_generator_argument_of_the_op():
 
 
 @pytest.mark.gpu
+def test_call_reserves_four_offsets_per_batch_entry_and_head():
+    """A call owns the generator's offsets [o, o + 4 * batch * nheads): one Philox counter per
+    (batch entry, head), o / 4 + batch * nheads + head in the counter's lower half, where torch's
+    own kernels keep theirs (common/philox.h), so no other consumer of the generator draws the
+    same random words. The generator advances by that much and rng_state holds (seed, o)."""
+    skip_unless_built(64)
+    q, k, v = make_qkv(3, 40, 56, 5, 5, 64, F16)
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    gen.set_offset(12)
+    for call in range(2):
+        before = gen.get_offset()
+        *_, rng_state, _ = torch.ops.flashattn_cu.fwd(
+            q, k, v, 0.125, False, -1, -1, None, 0.0, 0.2, False, gen)
+        assert rng_state.cpu().tolist() == [5, before], call
+        assert gen.get_offset() - before == 4 * 3 * 5, call
+
+
+@pytest.mark.gpu
 def test_cuda_graph_replays_draw_fresh_masks():
     """A captured forward + backward with dropout: each replay draws a new mask (the generator's
     state is read by the kernels at run time), and each replay's outputs and gradients match

@@ -123,9 +123,10 @@ Status check_common(const Params& p) {
        !std::isfinite(p.softmax_scale / p.softcap) || !std::isfinite(p.softcap * kLog2e))) {
     return Status::kInvalidArgument;
   }
-  // Dropout: 0 <= dropout_p < 1 (NaN fails both); the forward's optional outputs 8- and
-  // 16-byte aligned (flashattn_cu.h: rng_state, s_dmask).
+  // Dropout: 0 <= dropout_p < 1 (NaN fails both), philox_offset a multiple of 4 (flashattn_cu.h);
+  // the forward's optional outputs 8- and 16-byte aligned (flashattn_cu.h: rng_state, s_dmask).
   if (!(p.dropout_p >= 0.f && p.dropout_p < 1.f) ||
+      (p.dropout_p > 0.f && p.philox_offset % 4 != 0) ||
       reinterpret_cast<uintptr_t>(p.philox_seed_ptr) % 8 != 0 ||
       reinterpret_cast<uintptr_t>(p.philox_offset_ptr) % 8 != 0) {
     return Status::kInvalidArgument;

@@ -228,7 +228,9 @@ void set_dropout(flashattn_cu::FwdParams& p, double dropout_p, const DropoutOutp
   p.s_dmask = d.s_dmask.numel() > 0 ? d.s_dmask.data_ptr() : nullptr;
   auto* g = at::get_generator_or_default<at::CUDAGeneratorImpl>(
       gen, at::cuda::detail::getDefaultCUDAGenerator(q.device().index()));
-  const uint64_t increment = static_cast<uint64_t>(p.batch) * static_cast<uint64_t>(p.num_heads);
+  // Four offsets a (batch entry, query head): one Philox counter each (common/philox.h).
+  const uint64_t increment =
+      4 * static_cast<uint64_t>(p.batch) * static_cast<uint64_t>(p.num_heads);
   at::PhiloxCudaState state;
   {
     std::lock_guard<std::mutex> lock(g->mutex_);

@@ -236,6 +236,14 @@ int main() {
     p.philox_seed_ptr = reinterpret_cast<const uint64_t*>(static_cast<char*>(fake(13)) + 4);
   }, S::kInvalidArgument);
   expect_status<BwdParams>("bwd: dropout_p 1", [](BwdParams& p) { p.dropout_p = 1.f; }, S::kInvalidArgument);
+  // Offsets are torch's, multiples of 4: a call owns offset / 4 + batch * num_heads + head as
+  // its counters' lower half (common/philox.h), so offsets 0 .. 3 would share one mask.
+  expect_status<FwdParams>("fwd: philox_offset 6", [](FwdParams& p) {
+    p.dropout_p = 0.1f; p.philox_offset = 6;
+  }, S::kInvalidArgument);
+  expect_status<BwdParams>("bwd: philox_offset 1", [](BwdParams& p) {
+    p.dropout_p = 0.1f; p.philox_offset = 1;
+  }, S::kInvalidArgument);
   expect_status<BwdParams>("bwd: misaligned philox_offset_ptr", [](BwdParams& p) {
     p.dropout_p = 0.5f;
     p.philox_offset_ptr = reinterpret_cast<const uint64_t*>(static_cast<char*>(fake(13)) + 2);

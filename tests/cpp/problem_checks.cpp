@@ -376,7 +376,7 @@ void run_problem_checks() {
     struct Case { int row0, col0; uint64_t seed, offset; int batch, head; };
     const Case cases[] = {{0, 0, 42, 0, 0, 0}, {16, 48, 0x123456789abcdefull, 12, 1, 3},
                           {flashattn_cu::kMaxSeqlen - 128, flashattn_cu::kMaxSeqlen - 64,
-                           ~0ull, (1ull << 32) - 2, 3, 7}};
+                           ~0ull, (1ull << 34) - 8, 3, 7}};
     const uint32_t threshold = flashattn_cu::dropout_keep_threshold(0.3f);
     bool rows_ok = true, transposed_ok = true;
     int64_t kept = 0, total = 0;
@@ -387,7 +387,7 @@ void run_problem_checks() {
       kp.p.philox_offset = c.offset;
       kp.dropout.keep_threshold = threshold;
       const flashattn_cu::Dropout d = flashattn_cu::dropout_of(kp, c.batch, c.head);
-      const uint64_t stream = c.offset + static_cast<uint64_t>(c.batch) * 8 + c.head;
+      const uint64_t stream = c.offset / 4 + static_cast<uint64_t>(c.batch) * 8 + c.head;
       for (int lane = 0; lane < 32; ++lane) {
         const int g = lane / 4, t = lane % 4;
         uint32_t row_bits[2];  // 32 rows x 64 keys

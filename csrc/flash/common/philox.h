@@ -13,12 +13,18 @@
 // holds in a row-major mma C fragment pair (forward, dQ kernel): rows g, g + 8, keys 2t, 2t + 1
 // of two 8-key tiles. A transposed fragment (the backward main kernels: rows are keys) holds rows
 // {2t, 2t + 1, 2t + 8, 2t + 9} x keys {g, g + 8} and uses half of each of two calls.
-//   counter = (16-key block * 4 + (key % 8) / 2,  16-row block * 8 + row % 8,  lo, hi of
-//              offset + batch * num_heads + head)
+//   counter = (lo, hi of offset / 4 + batch * num_heads + head,  16-key block * 4 + (key % 8) / 2,
+//              16-row block * 8 + row % 8)
 //   key     = (lo, hi of seed)
 //   number  = 16-bit half (key / 8) % 2 of word (key % 2) * 2 + (row / 8) % 2
-// The counter's upper half gives every (batch, head) of a call its own stream; a call reserves
-// batch * num_heads values of torch's offset (the binding asks the generator for that many).
+// The counter's lower half gives every (batch, head) of a call its own stream, inside the offsets
+// the call reserved: torch's CUDA generator hands out offsets in multiples of 4, and a consumer
+// that reserves [offset, offset + increment) owns every counter whose lower 64 bits lie in
+// [offset / 4, (offset + increment) / 4), whatever its upper half (torch's own kernels: curand's
+// offset / 4 + draw there, their thread in the upper half). A call reserves 4 * batch * num_heads
+// (the binding asks the generator for that many), so its counters meet no other consumer's of
+// the same generator. (Before, the stream sat in the upper half and the element in the lower:
+// an attention mask shared random words with torch kernels run soon after a manual_seed.)
 // Element kept iff number < keep_threshold (= round((1 - p) * 65536)): keep probability
 // keep_threshold / 65536, within 2^-17 of 1 - p.
 #pragma once
@@ -76,15 +82,23 @@ __host__ __device__ __forceinline__ uint32_t dropout_number(const PhiloxOut& r, 
   return (word >> (16 * ((key >> 3) & 1))) & 0xffffu;
 }
 
+// The counter's lower half of (batch, head) for a call at `offset` (a multiple of 4: torch's
+// offsets are, and the API refuses others with dropout).
+__host__ __device__ __forceinline__ uint64_t dropout_stream(uint64_t offset, int batch,
+                                                           int num_heads, int head) {
+  return offset / 4 + static_cast<uint64_t>(batch) * static_cast<uint64_t>(num_heads) +
+         static_cast<uint64_t>(head);
+}
+
 // The reference keep decision of one element, from first principles (one call per element):
 // the S_dmask kernel and the host checks use it; the attention kernels evaluate the same map
-// one call per 8 elements (problem/dropout.h). stream = offset + batch * num_heads + head.
+// one call per 8 elements (problem/dropout.h). stream = dropout_stream(offset, batch, ...).
 __host__ __device__ __forceinline__ bool dropout_keep(uint64_t seed, uint64_t stream, int row,
                                                       int key, uint32_t keep_threshold) {
-  const PhiloxOut r = philox4x32_10(dropout_key_word(key), dropout_row_word(row),
-                                    static_cast<uint32_t>(stream),
-                                    static_cast<uint32_t>(stream >> 32),
-                                    static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  const PhiloxOut r = philox4x32_10(static_cast<uint32_t>(stream),
+                                    static_cast<uint32_t>(stream >> 32), dropout_key_word(key),
+                                    dropout_row_word(row), static_cast<uint32_t>(seed),
+                                    static_cast<uint32_t>(seed >> 32));
   return dropout_number(r, row, key) < keep_threshold;
 }
 

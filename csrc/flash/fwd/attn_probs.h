@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kProbsThreads)
   const bool alibi = p.alibi_slopes != nullptr;
   const Alibi bias = alibi ? alibi_of(seq, p, head, kp.score.score_scale) : Alibi{0.f, 0, true};
   const PhiloxState st = philox_state_of(p);
-  const uint64_t stream = st.offset + static_cast<uint64_t>(batch) * p.num_heads + head;
+  const uint64_t stream = dropout_stream(st.offset, batch, p.num_heads, head);
   for (int key = threadIdx.x; key < cols; key += kProbsThreads) {
     if (key >= seq.seqlen_k) {
       out[key] = zero;

@@ -59,7 +59,7 @@ struct Dropout {
   uint32_t keep_threshold;
 
   __host__ __device__ __forceinline__ PhiloxOut call(uint32_t key_word, uint32_t row_word) const {
-    return philox4x32_10(key_word, row_word, stream_lo, stream_hi, seed_lo, seed_hi);
+    return philox4x32_10(stream_lo, stream_hi, key_word, row_word, seed_lo, seed_hi);
   }
 
   // f(mt, nt, i, kept) for every element [mt][nt][i] (i = hr * 2 + e) of a row-major tile of
@@ -174,9 +174,7 @@ struct Dropout {
 template <typename KP>
 __host__ __device__ __forceinline__ Dropout dropout_of(const KP& kp, int batch, int head) {
   const PhiloxState st = philox_state_of(kp.p);
-  const uint64_t stream =
-      st.offset + static_cast<uint64_t>(batch) * static_cast<uint64_t>(kp.p.num_heads) +
-      static_cast<uint64_t>(head);
+  const uint64_t stream = dropout_stream(st.offset, batch, kp.p.num_heads, head);
   Dropout d;
   d.seed_lo = static_cast<uint32_t>(st.seed);
   d.seed_hi = static_cast<uint32_t>(st.seed >> 32);

@@ -113,9 +113,12 @@ struct AttnParams {
   // PhiloxCudaState under capture gives the generator's seed and offset pointers, so each replay
   // draws a new mask). seed = philox_seed_ptr ? *philox_seed_ptr : philox_seed;
   // offset = (philox_offset_ptr ? *philox_offset_ptr : 0) + philox_offset (under capture,
-  // philox_offset is the intragraph offset). A call uses the counter streams offset ..
-  // offset + batch * num_heads - 1 (one per batch entry and query head), so a caller advances
-  // its offset by at least batch * num_heads between calls that must differ.
+  // philox_offset is the intragraph offset). As with torch's generator, offset is a multiple
+  // of 4 (fwd() / bwd() refuse philox_offset values that are not, with dropout_p > 0) and a call
+  // owns the offsets offset .. offset + 4 * batch * num_heads - 1 (one Philox counter per batch
+  // entry and query head, offset / 4 + batch * num_heads + head in the counter's lower half), so
+  // a caller advances its offset by at least 4 * batch * num_heads between calls that must
+  // differ.
   uint64_t philox_seed = 0;
   uint64_t philox_offset = 0;
   const uint64_t* philox_seed_ptr = nullptr;
