@@ -116,8 +116,6 @@ Status check_varlen_seqlens(const AttnParams& p, cudaStream_t stream) {
   if (p.batch <= 0 || (p.cu_seqlens_q == nullptr && p.cu_seqlens_k == nullptr)) {
     return Status::kSuccess;
   }
-  // No query row at all (total_q 0): no output row that could be wrong, and nothing is read.
-  if (p.cu_seqlens_q != nullptr && p.total_q <= 0) return Status::kSuccess;
   return launch_kernel<check_seqlens_kernel>(dim3(1), dim3(256), 0, stream, p.cu_seqlens_q,
                                              p.cu_seqlens_k, p.batch, p.seqlen_q, p.seqlen_k,
                                              p.total_q, p.total_k);
@@ -160,6 +158,14 @@ Status bwd(const BwdParams& p, cudaStream_t stream) {
   // by their own kernel when it has no block (no query row).
   if (p.batch == 0 || (p.seqlen_q == 0 && p.seqlen_k == 0)) {
     return varlen_without_tiles(p, stream);
+  }
+  // A varlen call without query rows (total_q 0): every entry must be empty, which the check
+  // below traps on if not; computed as max_seqlen_q 0 (dk / dv zeroed), so that nothing sizes
+  // or indexes query rows by a bound the tensors do not have.
+  if (p.cu_seqlens_q != nullptr && p.total_q == 0 && p.seqlen_q > 0) {
+    BwdParams none = p;
+    none.seqlen_q = 0;
+    return bwd(none, stream);
   }
   // No query rows: the preprocess, which does both for the pipeline, has no block.
   if (p.seqlen_q == 0) {

@@ -98,6 +98,29 @@ inline bool strides_ok(std::initializer_list<int64_t> strides) {
   return true;
 }
 
+constexpr int kBuiltHeadDims[] = {FLASHATTN_CU_BUILT_HEAD_DIMS};
+constexpr int kNumBuiltHeadDims =
+    static_cast<int>(sizeof(kBuiltHeadDims) / sizeof(kBuiltHeadDims[0]));
+
+constexpr bool built_head_dims_ok() {
+  for (int i = 0; i < kNumBuiltHeadDims; ++i) {
+    if (!is_head_dim_instance(kBuiltHeadDims[i])) return false;
+    if (i > 0 && kBuiltHeadDims[i] <= kBuiltHeadDims[i - 1]) return false;
+  }
+  return true;
+}
+static_assert(built_head_dims_ok(),
+              "FLASHATTN_CU_BUILT_HEAD_DIMS: ascending instances of head_dims.h");
+
+// Whether head_dim runs on an instance this build compiled.
+inline bool head_dim_built(int head_dim) {
+  const int rounded = round_head_dim(head_dim);
+  for (int i = 0; i < kNumBuiltHeadDims; ++i) {
+    if (kBuiltHeadDims[i] == rounded) return true;
+  }
+  return false;
+}
+
 // Checks shared by fwd() and bwd(); the torch binding checks the same things first with
 // messages that name the argument, so these fire only for direct C++ callers.
 template <typename Params>
@@ -107,15 +130,21 @@ Status check_common(const Params& p) {
       p.seqlen_k > kMaxSeqlen) {
     return Status::kInvalidArgument;
   }
-  if (p.head_dim <= 0 || p.head_dim > 256 || p.head_dim % 8 != 0) {
+  // Refused before anything runs (fwd_kvcache() appends before its kernel's dispatch).
+  if (p.head_dim <= 0 || p.head_dim > 256 || p.head_dim % 8 != 0 || !head_dim_built(p.head_dim)) {
     return Status::kUnsupportedHeadDim;
   }
+  if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) return Status::kInvalidArgument;
   // softmax_scale: positive and normal, with softmax_scale * log2(e) finite (the kernels' unit).
   if (!(p.softmax_scale > 0.f) || !std::isnormal(p.softmax_scale) ||
       !std::isfinite(p.softmax_scale * kLog2e)) {
     return Status::kInvalidArgument;
   }
   if (p.window_left < -1 || p.window_right < -1) return Status::kInvalidArgument;
+  // ALiBi slopes: float-aligned, the batch stride 0 (one slope per head) or positive.
+  if (reinterpret_cast<uintptr_t>(p.alibi_slopes) % 4 != 0 || p.alibi_slopes_batch_stride < 0) {
+    return Status::kInvalidArgument;
+  }
   // Softcap: 0 (none) or positive and normal, with finite softmax_scale / softcap and
   // softcap * log2(e) (problem/score_mod.h).
   if (p.softcap != 0.f &&
@@ -159,20 +188,6 @@ Status check_common(const Params& p) {
   }
   return Status::kSuccess;
 }
-
-constexpr int kBuiltHeadDims[] = {FLASHATTN_CU_BUILT_HEAD_DIMS};
-constexpr int kNumBuiltHeadDims =
-    static_cast<int>(sizeof(kBuiltHeadDims) / sizeof(kBuiltHeadDims[0]));
-
-constexpr bool built_head_dims_ok() {
-  for (int i = 0; i < kNumBuiltHeadDims; ++i) {
-    if (!is_head_dim_instance(kBuiltHeadDims[i])) return false;
-    if (i > 0 && kBuiltHeadDims[i] <= kBuiltHeadDims[i - 1]) return false;
-  }
-  return true;
-}
-static_assert(built_head_dims_ok(),
-              "FLASHATTN_CU_BUILT_HEAD_DIMS: ascending instances of head_dims.h");
 
 // fn.template run<Element, kBuiltHeadDims[I]>() for the one I whose instance is `rounded`;
 // kUnsupportedHeadDim when none is.

@@ -189,6 +189,9 @@ Status check_kvcache(const KvcacheParams& p) {
   // cu_seqlens_k, not cache_seqlens / cache_leftpad; otherwise cache_seqlens is required with an
   // append or cache_leftpad, and null means every entry holds seqlen_k keys.
   const bool varlen = p.cu_seqlens_q != nullptr;
+  // Varlen queries read a paged cache only (flashattn_cu.h): a contiguous cache's entries are
+  // not located by cu_seqlens_k.
+  if (varlen && p.block_table == nullptr) return Status::kInvalidArgument;
   if (varlen ? p.cache_seqlens != nullptr || p.cache_leftpad != nullptr
              : p.cache_seqlens == nullptr &&
                    (p.k_new != nullptr || p.v_new != nullptr || p.cache_leftpad != nullptr)) {

@@ -236,6 +236,37 @@ int main() {
     p.philox_seed_ptr = reinterpret_cast<const uint64_t*>(static_cast<char*>(fake(13)) + 4);
   }, S::kInvalidArgument);
   expect_status<BwdParams>("bwd: dropout_p 1", [](BwdParams& p) { p.dropout_p = 1.f; }, S::kInvalidArgument);
+  // Fields the kernels would have read as given: a dtype that is neither, ALiBi slopes off a
+  // float's alignment or at a negative batch stride, a head dim this build did not compile (64
+  // and 128 are built wherever these run; 256 may not be: checked against built_head_dims()).
+  expect_status<FwdParams>("fwd: dtype 7", [](FwdParams& p) {
+    p.dtype = static_cast<flashattn_cu::DType>(7);
+  }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: misaligned alibi_slopes", [](FwdParams& p) {
+    p.alibi_slopes = reinterpret_cast<const float*>(static_cast<char*>(fake(14)) + 1);
+  }, S::kInvalidArgument);
+  expect_status<BwdParams>("bwd: negative alibi_slopes_batch_stride", [](BwdParams& p) {
+    p.alibi_slopes = static_cast<const float*>(fake(14));
+    p.alibi_slopes_batch_stride = -8;
+  }, S::kInvalidArgument);
+  {
+    int built[16];
+    const int n = flashattn_cu::built_head_dims(built, 16);
+    int missing = 0;
+    for (int d : {64, 96, 128, 192, 256}) {
+      if (std::find(built, built + n, d) == built + n) missing = d;
+    }
+    if (missing > 0) {
+      FwdParams p = valid_fwd();
+      p.head_dim = missing;
+      expect(flashattn_cu::fwd(p, nullptr) == S::kUnsupportedHeadDim,
+             "fwd: a head dim not built is refused before anything runs");
+      KvcacheParams kv = valid_kvcache();
+      kv.head_dim = missing;
+      expect(flashattn_cu::fwd_kvcache(kv, nullptr) == S::kUnsupportedHeadDim,
+             "fwd_kvcache: a head dim not built is refused before the append");
+    }
+  }
   // Offsets are torch's, multiples of 4: a call owns offset / 4 + batch * num_heads + head as
   // its counters' lower half (common/philox.h), so offsets 0 .. 3 would share one mask.
   expect_status<FwdParams>("fwd: philox_offset 6", [](FwdParams& p) {
@@ -345,16 +376,16 @@ int main() {
                           p.page_size = 100, p.num_pages = 32, p.block_table_batch_stride = 2;
                         },
                         S::kInvalidArgument);
-  expect_kvcache_status("fwd_kvcache: varlen, no query row (total_q 0)",
+  // Varlen queries locate their keys through the block table only: a contiguous cache's entries
+  // are not at cu_seqlens_k (its entries would all have been read from row 0).
+  expect_kvcache_status("fwd_kvcache: varlen on a contiguous cache",
                         [](KvcacheParams& p) {
                           p.cu_seqlens_q = static_cast<const int*>(fake(7));
                           p.cu_seqlens_k = static_cast<const int*>(fake(8));
                           p.cache_seqlens = nullptr;
-                          p.total_q = 0;
-                          p.q = p.o = nullptr;
-                          p.lse = nullptr;
+                          p.total_q = 4;
                         },
-                        S::kSuccess);
+                        S::kInvalidArgument);
   expect_kvcache_status("fwd_kvcache: seqused_k",
                         [](KvcacheParams& p) { p.seqused_k = static_cast<const int*>(fake(7)); },
                         S::kInvalidArgument);
@@ -530,6 +561,27 @@ int main() {
     const Status kst = flashattn_cu::fwd_kvcache(kv, nullptr);
     expect(kst == S::kLaunchFailed || kst == S::kUnsupportedDevice,
            "fwd_kvcache with k_new and rotary: valid on the host, fails only at the device");
+    // A varlen call with total_q 0 (no query row) still has its cu_seqlens checked on the
+    // device (every entry must be empty): it reaches the check's launch, where it returned
+    // success before without reading them.
+    FwdParams none = valid_fwd();
+    none.cu_seqlens_q = static_cast<const int*>(fake(7));
+    none.cu_seqlens_k = static_cast<const int*>(fake(8));
+    none.total_q = 0, none.total_k = 256;
+    none.q = none.o = nullptr;
+    none.lse = nullptr;
+    const Status nst = flashattn_cu::fwd(none, nullptr);
+    expect(nst == S::kLaunchFailed || nst == S::kUnsupportedDevice,
+           "fwd varlen with total_q 0: its cu_seqlens checked on the device");
+    BwdParams bnone = valid_bwd();
+    bnone.cu_seqlens_q = static_cast<const int*>(fake(7));
+    bnone.cu_seqlens_k = static_cast<const int*>(fake(8));
+    bnone.total_q = 0, bnone.total_k = 256;
+    bnone.q = bnone.o = bnone.dout = bnone.dq = nullptr;
+    bnone.lse = nullptr;
+    const Status bst = flashattn_cu::bwd(bnone, nullptr);
+    expect(bst == S::kLaunchFailed || bst == S::kUnsupportedDevice,
+           "bwd varlen with total_q 0: its cu_seqlens checked on the device");
     KvcacheParams whole = valid_kvcache();
     whole.cache_seqlens = nullptr;  // every entry holds seqlen_k keys
     const Status wst = flashattn_cu::fwd_kvcache(whole, nullptr);

@@ -217,7 +217,7 @@ __device__ __noinline__ inline void check_seqlens_entries(const int* cu_q, const
     if (cu_q != nullptr) {
       const int start = cu_q[b], end = cu_q[b + 1];
       bad |= start < 0 || end < start || static_cast<int64_t>(end - start) * group > bound_q ||
-             (total_q > 0 && end > total_q);
+             end > total_q;  // total_q is required with cu_seqlens_q (0: no query row)
     }
     if (cu_k != nullptr) {
       const int start = cu_k[b], end = cu_k[b + 1];

@@ -65,7 +65,8 @@ struct AttnParams {
   int window_left = -1;
   int window_right = -1;
   // ALiBi (flash_attn's definition), optional: fp32 slopes in device memory, slope of (entry b,
-  // head h) at alibi_slopes[b * alibi_slopes_batch_stride + h] (stride 0: one slope per head).
+  // head h) at alibi_slopes[b * alibi_slopes_batch_stride + h] (stride 0: one slope per head;
+  // negative strides and pointers not 4-byte aligned are refused).
   // With d = i + seqlen_k - seqlen_q the diagonal key of query i, the scaled score of key j gets
   // + slope * j when causal without a left window (the row-constant part of -slope * (d - j)
   // cancels in the softmax; the LSE is flash_attn's), else - slope * |d - j|.
@@ -90,13 +91,14 @@ struct AttnParams {
   // and v, whose tensors are then (total, heads, head_dim) (the batch strides are not used).
   // seqlen_q / seqlen_k then mean max_seqlen_q / max_seqlen_k: bounds on every entry's length
   // that size the grid and the workspace. An entry longer than its bound, of negative length or
-  // past total_q / total_k (where given) stops the launch with a device trap (the error
+  // past total_q (or total_k where given) stops the launch with a device trap (the error
   // surfaces at the next synchronization) instead of being computed clamped to the bound.
   // Entries of length 0 are allowed. lse is (num_heads, total_q) and
   // softmax_stats (num_heads, total_q, 2), both contiguous.
   const int* cu_seqlens_q = nullptr;
   const int* cu_seqlens_k = nullptr;
-  // Rows of q and o with cu_seqlens_q. Rows outside every entry (past cu_seqlens_q[batch], e.g.
+  // Rows of q and o with cu_seqlens_q (required with it: 0 means no query row, and every entry
+  // must then be empty). Rows outside every entry (past cu_seqlens_q[batch], e.g.
   // a buffer padded to a fixed token count) are written as a row that sees no key: o 0, lse
   // +inf (fwd(), fwd_kvcache()), and dq 0 (bwd()); no entry's result depends on them.
   int total_q = 0;
@@ -152,7 +154,8 @@ struct FwdParams : AttnParams {
 //    max_pages * page_size (paged), or any bound below it on every entry's keys; seqused_k must
 //    be null (the cache's lengths are below); lse is (batch, num_heads, seqlen_q) as fwd()'s;
 //    softmax_stats, dropout, rng_state and s_dmask are not supported (null / 0).
-//  * Varlen queries (flash_attn_varlen_func with block_table: paged prefill): cu_seqlens_q and
+//  * Varlen queries (flash_attn_varlen_func with block_table: paged prefill; block_table is
+//    required with them): cu_seqlens_q and
 //    cu_seqlens_k together, with fwd()'s varlen meaning for q, o and lse (q / o (total_q,
 //    num_heads, head_dim), the batch strides unused, seqlen_q = max_seqlen_q, lse (num_heads,
 //    total_q)); entry b's keys are the first cu_seqlens_k[b + 1] - cu_seqlens_k[b] rows of its
@@ -278,12 +281,11 @@ size_t bwd_workspace_bytes(const BwdParams& params);
 Status bwd(const BwdParams& params, cudaStream_t stream);
 
 // A varlen call's cu_seqlens against its bounds (seqlen_q / seqlen_k as max_seqlen_q / _k;
-// total_q / total_k where nonzero), checked on the GPU without a synchronization: a
+// total_q, and total_k where nonzero), checked on the GPU without a synchronization: a
 // contradiction traps, and the CUDA error surfaces at the next synchronization. The kernels of
 // fwd(), bwd() and fwd_kvcache() check the same as they start; this is for a call that
-// launches none (max_seqlen_q 0: nothing to compute, yet cu_seqlens may give rows). Nothing to
-// do without cu_seqlens, with batch 0 or with total_q 0 (no row to be wrong about; the arrays
-// are not read). Asynchronous on `stream`.
+// launches none (max_seqlen_q or total_q 0: nothing to compute, yet cu_seqlens may give rows).
+// Nothing to do without cu_seqlens or with batch 0. Asynchronous on `stream`.
 Status check_varlen_seqlens(const AttnParams& params, cudaStream_t stream);
 
 // Which kernel family the entry points may pick. kAuto: the fastest one built for the device
