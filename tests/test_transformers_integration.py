@@ -233,7 +233,7 @@ def test_from_config_from_pretrained_and_set_attn_implementation(kind, tmp_path)
     model.save_pretrained(tmp_path)
     loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation=NAME)
     assert loaded.config._attn_implementation == NAME
-    other = tiny_model(kind, attn="sdpa")
+    other = tiny_model(kind, attn="eager")  # Gemma 2 has no sdpa in transformers 5.25
     other.set_attn_implementation(NAME)
     assert other.config._attn_implementation == NAME
 
@@ -460,6 +460,24 @@ def test_padding_mask_contract():
     # A static cache is longer than the mask: the mask is kept, all ones or not.
     assert torch.equal(fa_tf.padding_mask(batch_size=2, q_length=9, kv_length=16,
                                           attention_mask=full), full)
+
+
+@pytest.mark.parametrize("seqlen_q", [1, 3, 9], ids=["decode", "shorter", "same_length"])
+def test_cross_attention_padding_masks_the_keys_only(seqlen_q, standins):
+    """Cross-attention (BART, Whisper, ...): the 2-D mask is the encoder's padding and describes
+    the keys only. Every decoder query attends to its entry's real keys, also at positions where
+    the encoder is padded and when the decoder happens to be as long as the encoder (the
+    queries were unpadded by the keys' mask: those rows came back 0)."""
+    q, k, v = qkv(seqlen=seqlen_q, seqlen_k=9)
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[1, 5:] = False  # entry 1's encoder is right-padded: 5 real keys
+    out, _ = fa_tf.attention_forward(Layer(is_causal=False), q, k, v, mask)
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    for b, n in enumerate((9, 5)):
+        want = reference(qt[b:b + 1], kt[b:b + 1, :n], vt[b:b + 1, :n], 16 ** -0.5, False,
+                         (-1, -1), 0.0)
+        assert torch.allclose(out[b:b + 1], want, atol=1e-5), (b, max_abs_diff(out[b:b + 1],
+                                                                                 want))
 
 
 def test_arguments_reach_the_kernels(standins, monkeypatch):

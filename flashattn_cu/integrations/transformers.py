@@ -226,7 +226,10 @@ def _packed_from_position_ids(position_ids, q, k):
 def _attend_padded(q, k, v, mask, options):
     """Attention of a padded batch through the varlen kernel on the kept tokens. q: (batch,
     seqlen_q, heads, d); k, v: (batch, seqlen_k, heads_k, d); mask: (batch, mask_len), nonzero
-    for real tokens, covering the keys; the queries are its last seqlen_q positions."""
+    for real tokens, covering the keys. With causal masking or a window the queries are the
+    mask's last seqlen_q positions (self-attention: their alignment to the keys needs their
+    own padding removed); without either they stay dense (the mask may be another sequence's:
+    cross-attention)."""
     if mask.dim() != 2:
         raise NotImplementedError(
             f"{_where}: a {mask.dim()}-D attention mask of shape {tuple(mask.shape)} is not "
@@ -249,6 +252,18 @@ def _attend_padded(q, k, v, mask, options):
     seqlen_k = k.shape[1]
     k_unpad, indices_k, cu_k, max_k, _ = unpad_input(k, mask)
     v_unpad = index_first_axis(v.reshape(batch * seqlen_k, *v.shape[2:]), indices_k)
+    if not options["causal"] and options["window_size"] == (-1, -1):
+        # Every query sees every real key of its entry: the queries stay dense, since the mask
+        # may describe the keys only (cross-attention: an encoder's padding, against decoder
+        # queries of any length, equal to the encoder's by chance too). Unpadding them by it
+        # returned zeros for decoder rows at the encoder's padded positions. A padded query row
+        # then attends to its entry's real keys, as with the eager and sdpa masks.
+        q_unpad = q.reshape(batch * seqlen_q, nheads, head_dim)
+        cu_q = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32,
+                            device=q.device)
+        out = flash_attn_varlen_func(q_unpad, k_unpad, v_unpad, cu_q, cu_k, seqlen_q, max_k,
+                                     **options)
+        return out.reshape(batch, seqlen_q, *out.shape[1:])
     if seqlen_q == seqlen_k:
         q_unpad = index_first_axis(q.reshape(batch * seqlen_q, nheads, head_dim), indices_k)
         indices_q, cu_q, max_q = indices_k, cu_k, max_k
