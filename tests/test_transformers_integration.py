@@ -480,6 +480,36 @@ def test_cross_attention_padding_masks_the_keys_only(seqlen_q, standins):
                                                                                  want))
 
 
+def test_mask_functions_the_kernels_cannot_express_raise():
+    """transformers hands the mask interface its mask function even without use_vmap: causal,
+    sliding-window, padding and packed-sequence parts are what the kernels do through the
+    attention function's arguments; chunked attention, block overlays (or_masks) and functions
+    from elsewhere were silently dropped (plain causal attention computed instead)."""
+    mu = pytest.importorskip("transformers.masking_utils")
+    ids = torch.tensor([[0, 0, 1, 1, 1, 2]])
+    packed = torch.tensor([[1, 1, 1, 2, 2, 2]])
+    expressed = [None, mu.causal_mask_function, mu.bidirectional_mask_function,
+                 mu.sliding_window_causal_mask_function(4),
+                 mu.and_masks(mu.causal_mask_function, mu.packed_sequence_mask_function(packed)),
+                 mu.and_masks(mu.causal_mask_function,
+                              mu.padding_mask_function(torch.ones(1, 6, dtype=torch.bool)))]
+    if hasattr(mu, "sliding_window_bidirectional_mask_function"):
+        expressed.append(mu.sliding_window_bidirectional_mask_function(4))
+    for fn in expressed:
+        assert fa_tf.padding_mask(batch_size=1, q_length=6, kv_length=6, mask_function=fn,
+                                  attention_mask=None) is None
+    refused = [(mu.chunked_causal_mask_function(4, torch.zeros(1, dtype=torch.long)),
+                "chunked attention"),
+               (mu.or_masks(mu.causal_mask_function, mu.blockwise_overlay(ids)),
+                "within token blocks"),
+               (mu.or_masks(mu.causal_mask_function, mu.bidirectional_mask_function), "or_masks"),
+               (lambda b, h, q, kv: kv <= q, "test_transformers_integration")]
+    for fn, fragment in refused:
+        with pytest.raises(NotImplementedError, match=fragment):
+            fa_tf.padding_mask(batch_size=1, q_length=6, kv_length=6, mask_function=fn,
+                               attention_mask=torch.ones(1, 6, dtype=torch.bool))
+
+
 def test_arguments_reach_the_kernels(standins, monkeypatch):
     q, k, v = qkv(seqlen=9)
     out, weights = fa_tf.attention_forward(Layer(is_causal=False), q, k, v, None, scaling=0.7,

@@ -359,6 +359,63 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
 # The mask function
 
 
+# transformers.masking_utils' mask functions by qualified name: what the kernels express through
+# is_causal, sliding_window, the padding mask and packed-sequence lengths (leaves), what only
+# combines or re-indexes others (recursed into), and overlays that change which keys a query sees
+# in ways they cannot (named in the error). Anything else, or_masks included (an overlay that adds
+# keys), is refused: transformers builds these masks without use_vmap too (e.g. bidirectional
+# image-token blocks since 5.2x, Llama 4's chunks under a name without "flash").
+_MASKS_EXPRESSED = {
+    "causal_mask_function", "bidirectional_mask_function",
+    "sliding_window_overlay.<locals>.inner_mask",
+    "sliding_window_bidirectional_overlay.<locals>.inner_mask",
+    "padding_mask_function.<locals>.inner_mask",
+    "packed_sequence_mask_function.<locals>.inner_mask",
+}
+_MASKS_COMBINING = {
+    "and_masks.<locals>.and_mask",
+    "remap_positions_for_packed_sequence.<locals>.inner_mask",
+    "add_offsets_to_mask_function.<locals>.inner_mask",
+}
+_MASKS_NAMED = {
+    "chunked_overlay.<locals>.inner_mask": "chunked attention (e.g. Llama 4's attention_chunk_size)",
+    "blockwise_overlay.<locals>.inner_mask":
+        "bidirectional attention within token blocks (e.g. image tokens)",
+    "or_masks.<locals>.or_mask": "a mask overlay that adds keys (or_masks)",
+}
+
+
+def _mask_parts_not_expressed(fn):
+    """What of transformers' mask function `fn` the kernels cannot express (descriptions)."""
+    if fn is None:
+        return []
+    name = getattr(fn, "__qualname__", type(fn).__name__)
+    if getattr(fn, "__module__", None) == "transformers.masking_utils":
+        if name in _MASKS_EXPRESSED:
+            return []
+        if name in _MASKS_COMBINING:
+            parts = []
+            for cell in fn.__closure__ or ():
+                try:
+                    value = cell.cell_contents
+                except ValueError:  # an empty cell
+                    continue
+                for sub in value if isinstance(value, (tuple, list)) else (value,):
+                    if callable(sub) and not isinstance(sub, torch.Tensor):
+                        parts += _mask_parts_not_expressed(sub)
+            return parts
+        if name in _MASKS_NAMED:
+            found = [_MASKS_NAMED[name]]
+            if name == "or_masks.<locals>.or_mask":  # name what it adds where it is known
+                for cell in fn.__closure__ or ():
+                    value = cell.cell_contents
+                    for sub in value if isinstance(value, (tuple, list)) else (value,):
+                        found += [_MASKS_NAMED[q] for q in [getattr(sub, "__qualname__", "")]
+                                  if q in _MASKS_NAMED]
+            return found
+    return [f"the mask function {getattr(fn, '__module__', '?')}.{name}"]
+
+
 def padding_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None,
                  attention_mask=None, use_vmap=False, **kwargs):
     """The mask function registered in transformers' AttentionMaskInterface: what the attention
@@ -371,12 +428,21 @@ def padding_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_
 
     `use_vmap=True` means the model combined its mask with an overlay (or_mask_function /
     and_mask_function: e.g. bidirectional attention among image tokens), which the kernels
-    cannot express: NotImplementedError, rather than the overlay being ignored."""
+    cannot express: NotImplementedError, rather than the overlay being ignored. So does a
+    mask_function with parts the kernels cannot express (_mask_parts_not_expressed: chunked
+    attention, block overlays, functions from outside transformers.masking_utils)."""
     if use_vmap:
         raise NotImplementedError(
             f"{_where}: this model modifies its attention mask with a mask overlay "
             "(or_mask_function / and_mask_function, e.g. bidirectional attention among image "
             "tokens), which flashattn_cu cannot express; use attn_implementation='sdpa' or 'eager'"
+        )
+    unsupported = _mask_parts_not_expressed(mask_function)
+    if unsupported:
+        raise NotImplementedError(
+            f"{_where}: this model's attention mask uses {'; '.join(unsupported)}, which "
+            "flashattn_cu cannot express (its kernels take causal masking, a sliding window, "
+            "padding and packed sequences); use attn_implementation='sdpa' or 'eager'"
         )
     if attention_mask is None:
         return None
