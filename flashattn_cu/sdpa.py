@@ -15,12 +15,14 @@ What it replaces: the CUDA kernels of `aten::_scaled_dot_product_flash_attention
 implementations (`torch.nn.attention.register_flash_attention_impl`, under the name
 "flashattn_cu") where the installed torch has it, else by the same reversible dispatcher override
 done here. Semantics are aten's: (batch, heads, seqlen, head_dim) tensors, `scale=None` meaning
-head_dim ** -0.5, the full 9-tuple of outputs, and `is_causal` as SDPA defines it (top-left
-aligned).
+head_dim ** -0.5, the full 9-tuple of outputs, and `is_causal` on square calls (SDPA, whose causal
+is top-left aligned, sends no other causal call to the flash op; CausalBias's lower-right variant
+calls the op directly).
 
 What goes to PyTorch's own kernel instead (captured before the override with
 `torch.library.get_kernel`), never to a different answer: dropout_p > 0, return_debug_mask, causal
-with seqlen_q != seqlen_k (SDPA aligns causal top-left, flashattn_cu bottom-right), dtypes other
+with seqlen_q != seqlen_k, a scale the kernels refuse (not a positive normal float32 below
+2.3e38), dtypes other
 than float16/bfloat16, head dims that are not a multiple of 8, over 256 or not in this build, a
 head dim that is not contiguous, tensors on different devices, GPUs older than sm_80.
 `call_counts()` says how many calls ran where (under CUDA-graph replay nothing is counted: the
@@ -62,7 +64,12 @@ def _torch_registry():
 # What flashattn_cu serves
 
 
-def _unsupported(query, key, value, dropout_p, is_causal, *more):
+# softmax_scale values the kernels take (the binding refuses others): positive, float32-normal,
+# and scale * log2(e) finite.
+_KERNEL_SCALES = (torch.finfo(torch.float32).tiny, 2.3e38)
+
+
+def _unsupported(query, key, value, dropout_p, is_causal, *more, scale=None):
     """Why a call must run PyTorch's own kernel, or None when flashattn_cu serves it. Depends on
     nothing the forward knows and the backward does not (except return_debug_mask, which only
     changes the forward's outputs), so a call's forward and backward decide alike."""
@@ -88,7 +95,12 @@ def _unsupported(query, key, value, dropout_p, is_causal, *more):
     if query.shape[1] % key.shape[1] != 0 or key.shape[1] != value.shape[1]:
         return "heads"
     if is_causal and query.shape[2] != key.shape[2]:
-        return "causal with seqlen_q != seqlen_k (SDPA aligns causal top-left)"
+        # torch's SDPA never sends these here (its is_causal is top-left); CausalBias's
+        # lower-right variant calls the op directly and gets FlashAttention-2's bottom-right.
+        return "causal with seqlen_q != seqlen_k"
+    resolved = head_dim ** -0.5 if scale is None else scale
+    if not _KERNEL_SCALES[0] <= resolved < _KERNEL_SCALES[1]:  # NaN fails too
+        return "scale not a positive normal float32 below 2.3e38"
     if _device_capability(query.device)[0] < 8:
         return "GPU older than sm_80"
     return None
@@ -108,7 +120,7 @@ def _count(key, reason=None):
 
 def _forward(original, keyset, query, key, value, dropout_p=0.0, is_causal=False,
              return_debug_mask=False, *, scale=None):
-    reason = _unsupported(query, key, value, dropout_p, is_causal)
+    reason = _unsupported(query, key, value, dropout_p, is_causal, scale=scale)
     if reason is None and return_debug_mask:
         reason = "return_debug_mask"
     if reason is not None:
@@ -131,7 +143,7 @@ def _forward(original, keyset, query, key, value, dropout_p=0.0, is_causal=False
 def _backward(original, keyset, grad_out, query, key, value, out, logsumexp, cum_seq_q,
               cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *,
               scale=None):
-    reason = _unsupported(query, key, value, dropout_p, is_causal, out)
+    reason = _unsupported(query, key, value, dropout_p, is_causal, out, scale=scale)
     if reason is not None:
         _count("backward", reason)
         return original.call_boxed(keyset, grad_out, query, key, value, out, logsumexp,

@@ -116,14 +116,21 @@ def fake_bhsd(b=2, h=4, hk=None, sq=64, sk=64, d=64, dtype=torch.bfloat16):
     (dict(d=60), "head dim not a multiple of 8"),
     (dict(d=264), "head dim not a multiple of 8"),
     (dict(h=6, hk=4), "heads"),
+    # Scales the kernels refuse (the binding raises on them): PyTorch's kernel computes them.
+    (dict(scale=0.0), "scale"),
+    (dict(scale=-0.125), "scale"),
+    (dict(scale=1e-40), "scale"),
+    (dict(scale=2.4e38), "scale"),
+    (dict(scale=float("nan")), "scale"),
 ])
 def test_fallback_reasons(change, reason):
     change = dict(change)
     dropout_p, causal = change.pop("dropout_p", 0.0), change.pop("causal", False)
+    scale = change.pop("scale", None)
     with FakeTensorMode(), mock.patch.object(fsdpa, "_device_capability", return_value=(9, 0)), \
             full_build():
         q, k, v = fake_bhsd(**change)
-        got = fsdpa._unsupported(q, k, v, dropout_p, causal)
+        got = fsdpa._unsupported(q, k, v, dropout_p, causal, scale=scale)
     assert got is not None and got.startswith(reason), got
 
 
@@ -141,6 +148,7 @@ def test_served_cases():
                              (dict(d=128, sq=33, sk=33), True)):
             q, k, v = fake_bhsd(**args)
             assert fsdpa._unsupported(q, k, v, 0.0, causal) is None, args
+        assert fsdpa._unsupported(*fake_bhsd(), 0.0, False, scale=3.0) is None
         q, k, v = fake_bhsd()
         q_strided = torch.empty(2, 4, 64, 128, dtype=torch.bfloat16, device="cuda")[..., ::2]
         assert fsdpa._unsupported(q_strided, k, v, 0.0, False) == "head dim not contiguous"
