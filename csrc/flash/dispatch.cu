@@ -70,7 +70,9 @@ Status check_bwd(const BwdParams& p) {
       !pointer_ok(p.lse, has_q && !has_stats)) {
     return Status::kInvalidArgument;
   }
-  if (bwd_workspace_bytes(p) > 0 && !pointer_ok(p.workspace, true)) {
+  const size_t need = bwd_workspace_bytes(p);
+  if (need > 0 && (!pointer_ok(p.workspace, true) ||
+                   (p.workspace_bytes != 0 && p.workspace_bytes < need))) {
     return Status::kInvalidArgument;
   }
   return Status::kSuccess;

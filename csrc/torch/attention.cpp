@@ -120,8 +120,8 @@ void set_bwd_tensors(flashattn_cu::BwdParams& p, const BwdTensors& t, bool varle
 
 // Allocates the workspace p needs (poisoned when asked) and runs bwd() on the current stream.
 void run_bwd(flashattn_cu::BwdParams& p, const at::Tensor& like, const char* which) {
-  const at::Tensor workspace =
-      make_workspace(flashattn_cu::bwd_workspace_bytes(p), like, p.workspace);
+  p.workspace_bytes = flashattn_cu::bwd_workspace_bytes(p);
+  const at::Tensor workspace = make_workspace(p.workspace_bytes, like, p.workspace);
   check_status(flashattn_cu::bwd(p, c10::cuda::getCurrentCUDAStream()), which);
 }
 

@@ -172,8 +172,8 @@ AppendArgs check_append(const std::optional<at::Tensor>& k_new,
 
 // Runs fwd_kvcache with its split-KV workspace.
 void run_fwd_kvcache(flashattn_cu::KvcacheParams& p, const at::Tensor& q, const char* which) {
-  const at::Tensor workspace =
-      make_workspace(flashattn_cu::fwd_kvcache_workspace_bytes(p), q, p.workspace);
+  p.workspace_bytes = flashattn_cu::fwd_kvcache_workspace_bytes(p);
+  const at::Tensor workspace = make_workspace(p.workspace_bytes, q, p.workspace);
   check_status(flashattn_cu::fwd_kvcache(p, c10::cuda::getCurrentCUDAStream()), which);
 }
 

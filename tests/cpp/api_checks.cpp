@@ -267,6 +267,10 @@ int main() {
              "fwd_kvcache: a head dim not built is refused before the append");
     }
   }
+  // A workspace size given and below the need: refused instead of written past.
+  expect_status<BwdParams>("bwd: workspace_bytes below bwd_workspace_bytes", [](BwdParams& p) {
+    p.workspace_bytes = flashattn_cu::bwd_workspace_bytes(p) - 256;
+  }, S::kInvalidArgument);
   // Offsets are torch's, multiples of 4: a call owns offset / 4 + batch * num_heads + head as
   // its counters' lower half (common/philox.h), so offsets 0 .. 3 would share one mask.
   expect_status<FwdParams>("fwd: philox_offset 6", [](FwdParams& p) {
@@ -546,6 +550,11 @@ int main() {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     cudaGetLastError();
+    BwdParams sized = valid_bwd();
+    sized.workspace_bytes = flashattn_cu::bwd_workspace_bytes(sized);
+    const Status sst = flashattn_cu::bwd(sized, nullptr);
+    expect(sst == S::kLaunchFailed || sst == S::kUnsupportedDevice,
+           "bwd with workspace_bytes exactly the need: valid on the host");
     const Status st = flashattn_cu::fwd(valid_fwd(), nullptr);
     expect(st == S::kLaunchFailed || st == S::kUnsupportedDevice, "fwd without a GPU fails cleanly");
     expect(flashattn_cu::last_cuda_error() != cudaSuccess || st == S::kUnsupportedDevice,

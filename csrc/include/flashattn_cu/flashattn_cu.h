@@ -207,6 +207,10 @@ struct KvcacheParams : FwdParams {
   // Scratch memory of fwd_kvcache_workspace_bytes(params) bytes (may be 0: then null is fine),
   // 256-byte aligned; contents need not be initialised.
   void* workspace = nullptr;
+  // The workspace's size in bytes, optional: when nonzero, a workspace smaller than the call
+  // needs is refused (kInvalidArgument) instead of written past. The need depends on the device
+  // and on set_kernel_path() at the call, which may differ from the sizing query's.
+  size_t workspace_bytes = 0;
 
   // Optional append of new keys / values (see above), both or neither: (batch, seqlen_new,
   // num_heads_k, head_dim) with these strides (elements; the last dim contiguous, the other
@@ -245,6 +249,9 @@ struct BwdParams : AttnParams {
   // Scratch memory of bwd_workspace_bytes(params) bytes, 256-byte aligned; contents need not be
   // initialised (bwd() clears what it needs on the stream).
   void* workspace = nullptr;
+  // The workspace's size in bytes, optional: when nonzero, a workspace smaller than
+  // bwd_workspace_bytes(params) is refused (kInvalidArgument) instead of written past.
+  size_t workspace_bytes = 0;
 
   int64_t do_batch_stride = 0, do_row_stride = 0, do_head_stride = 0;
   int64_t dq_batch_stride = 0, dq_row_stride = 0, dq_head_stride = 0;
