@@ -95,13 +95,14 @@ def index_first_axis_residual(input, indices):
     return _IndexFirstAxisResidual.apply(input, indices)
 
 
-def index_put_first_axis(values, indices, first_axis):
-    """The inverse of index_first_axis: zeros of first_axis rows with values[i] at indices[i]."""
+def index_put_first_axis(values, indices, first_axis_dim):
+    """The inverse of index_first_axis: zeros of first_axis_dim rows with values[i] at
+    indices[i] (flash_attn's argument names)."""
     indices = _check_indices(indices, "index_put_first_axis")
     if values.shape[0] != indices.shape[0]:
         raise ValueError(f"index_put_first_axis: values has {values.shape[0]} rows but indices "
                          f"has {indices.shape[0]}")
-    return _IndexPutFirstAxis.apply(values, indices, int(first_axis))
+    return _IndexPutFirstAxis.apply(values, indices, int(first_axis_dim))
 
 
 def _unpadded(hidden_states, keep, seqlens):

@@ -647,3 +647,38 @@ def test_unbuilt_source_folder_says_what_to_do(tmp_path):
     assert "has no compiled extension (_C)" in res.stderr, res.stderr[-2000:]
     assert str(tmp_path / "flashattn_cu") in res.stderr
     assert "circular import" not in res.stderr
+
+
+def _direct_call(op, q, k):
+    if op == "fwd":
+        return torch.ops.flashattn_cu.fwd(q, k, k, 0.125, False)
+    if op == "fwd_splitkv":
+        return torch.ops.flashattn_cu.fwd_splitkv(q, k, k, 0.125, False)
+    return torch.ops.flashattn_cu.fwd_kvcache(q, k.detach().clone(), k.detach().clone(), None,
+                                              None, None, None, 0.125, False)
+
+
+@pytest.mark.parametrize("op", ["fwd", "fwd_splitkv", "fwd_kvcache"])
+def test_ops_called_directly_do_not_differentiate_silently(op):
+    """The ops have no derivative of their own (flash_attn_func's autograd.Functions hold it):
+    called directly with an input that requires grad, the output's backward raises naming the op,
+    and forward-mode AD raises at the call. torch's default fallback warned at backward and gave
+    zero gradients; a forward_ad dual or torch.func.jvp got no tangent or a zero one, silently
+    (flash_attn_with_kvcache and flash_attn_func's split-KV route run these ops directly)."""
+    import torch.autograd.forward_ad as fwAD
+    q = torch.empty(2, 1, 4, 64, device="meta", dtype=F16, requires_grad=True)
+    k = torch.empty(2, 128, 4, 64, device="meta", dtype=F16)
+    out = _direct_call(op, q, k)[0]
+    assert out.requires_grad
+    with pytest.raises(RuntimeError, match=f"flashattn_cu::{op}"):
+        torch.autograd.grad(out.float().sum(), q)
+    with torch.no_grad():
+        assert not _direct_call(op, q, k)[0].requires_grad
+    assert not _direct_call(op, q.detach(), k)[0].requires_grad
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(q.detach(), torch.empty_like(q.detach()))
+        with pytest.raises(Exception, match=f"forward AD with flashattn_cu::{op}"):
+            _direct_call(op, dual, k)
+    with pytest.raises(Exception, match=f"forward AD with flashattn_cu::{op}"):
+        torch.func.jvp(lambda x: _direct_call(op, x, k)[0], (q.detach(),),
+                       (torch.empty_like(q.detach()),))

@@ -168,6 +168,23 @@ def test_rotary_without_new_keys_is_an_error():
             flash_attn_with_kvcache(q, kc, vc, rotary_cos=cos, rotary_sin=cos, cache_seqlens=3)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(64 not in _C.built_head_dims(), reason="head dim 64 not built")
+def test_append_into_memory_shared_by_entries_or_caches_is_an_error():
+    """The append writes the caches in place: an expanded cache (entries sharing memory) would
+    take several entries' rows in a race, and one tensor given as both caches both k and v."""
+    q = torch.randn(2, 1, 8, 64, dtype=torch.float16, device="cuda")
+    kc = torch.zeros(2, 256, 2, 64, dtype=torch.float16, device="cuda")
+    vc = torch.zeros_like(kc)
+    kn = torch.randn(2, 1, 2, 64, dtype=torch.float16, device="cuda")
+    with pytest.raises(ValueError, match="k_cache has elements that share memory"):
+        flash_attn_with_kvcache(q, kc[:1].expand(2, -1, -1, -1), vc, k=kn, v=kn, cache_seqlens=3)
+    with pytest.raises(ValueError, match="k_cache and v_cache share memory"):
+        flash_attn_with_kvcache(q, kc, kc, k=kn, v=kn, cache_seqlens=3)
+    # Without an append nothing is written: a shared cache is read as given.
+    flash_attn_with_kvcache(q, kc, kc, cache_seqlens=3)
+
+
 def test_cpu_tensors_are_rejected():
     q = torch.empty(2, 1, 8, 64, dtype=torch.float16)
     kc = torch.empty(2, 256, 2, 64, dtype=torch.float16)

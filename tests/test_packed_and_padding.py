@@ -11,8 +11,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import attn_helpers
 from flashattn_cu import _C, flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func
 from flashattn_cu import flash_attn_interface as fai
-from flashattn_cu.bert_padding import (index_first_axis, index_first_axis_residual, pad_input,
-                                       unpad_input, unpad_input_for_concatenated_sequences)
+from flashattn_cu.bert_padding import (index_first_axis, index_first_axis_residual,
+                                       index_put_first_axis, pad_input, unpad_input,
+                                       unpad_input_for_concatenated_sequences)
 
 # --------------------------------------------------------------------------------------------
 # bert_padding (CPU)
@@ -68,6 +69,12 @@ def test_index_first_axis_and_pad_input_gradients():
     torch.autograd.gradcheck(lambda t: index_first_axis(t, indices), (x,))
     y = torch.randn(4, 3, dtype=torch.float64, generator=gen, requires_grad=True)
     torch.autograd.gradcheck(lambda t: pad_input(t, indices, 3, 4), (y,))
+
+
+def test_index_put_first_axis_takes_flash_attns_keywords():
+    values = torch.arange(6.0).view(3, 2)
+    out = index_put_first_axis(values=values, indices=torch.tensor([4, 0, 2]), first_axis_dim=5)
+    assert out.tolist() == [[2.0, 3.0], [0.0, 0.0], [4.0, 5.0], [0.0, 0.0], [0.0, 1.0]]
 
 
 def test_padding_helpers_reject_bad_arguments():

@@ -34,6 +34,7 @@
 
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/extension.h>
 #include <torch/library.h>
 
@@ -126,6 +127,24 @@ TORCH_LIBRARY_IMPL(flashattn_cu, CUDA, m) {
   m.impl("fwd_kvcache", &fwd_kvcache_cuda);
   m.impl("fwd_splitkv", &fwd_splitkv_cuda);
   m.impl("fwd_kvcache_varlen", &fwd_kvcache_varlen_cuda);
+}
+
+// No op differentiates itself: flash_attn_func and its variants are autograd.Functions over fwd /
+// bwd, which call them with grad mode off. Called directly with inputs that require grad, an op's
+// outputs get a grad_fn that raises "derivative for flashattn_cu::<op> is not implemented" at
+// backward, and forward-mode AD (jvp, forward_ad duals) raises at the call: torch's default
+// fallback only warned at backward and gave zero gradients, and zero or no tangents silently
+// (flash_attn_with_kvcache, flash_attn_func's split-KV route at decode shapes).
+TORCH_LIBRARY_IMPL(flashattn_cu, Autograd, m) {
+  for (const char* op : {"fwd", "bwd", "fwd_varlen", "bwd_varlen", "fwd_kvcache", "fwd_splitkv",
+                         "fwd_kvcache_varlen"}) {
+    m.impl(op, torch::autograd::autogradNotImplementedFallback());
+  }
+}
+// fwd_kvcache writes the caches in place: their version counters move, as autograd expects of a
+// mutated tensor.
+TORCH_LIBRARY_IMPL(flashattn_cu, ADInplaceOrView, m) {
+  m.impl("fwd_kvcache", torch::autograd::autogradNotImplementedInplaceOrViewFallback());
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

@@ -3,6 +3,7 @@
 // block_table); binding.h has the helpers, flashattn_cu.cpp the schemas.
 #include <limits>
 
+#include <ATen/MemoryOverlap.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>  // at::cuda::getCurrentCUDAStream is this, without cuBLAS/cuSPARSE headers
 
@@ -230,6 +231,20 @@ std::tuple<at::Tensor, at::Tensor> fwd_kvcache_cuda(
                         static_cast<int64_t>(flashattn_cu::kMaxSeqlen), " are supported"));
   const AppendArgs app = check_append(k_new_in, v_new_in, rotary_cos_in, rotary_sin_in, q_in,
                                       batch, num_heads_k, head_dim, seqlen_k);
+  if (app.k_new.defined()) {
+    // The append writes the caches in place: elements sharing memory (an expanded cache) would
+    // take several entries' rows in a race, and k_cache sharing v_cache's both.
+    for (const auto& [t, name] : {std::pair<const at::Tensor&, const char*>{k_cache, "k_cache"},
+                                  {v_cache, "v_cache"}}) {
+      TORCH_CHECK_VALUE(at::has_internal_overlap(t) != at::MemOverlap::Yes,
+                        msg(name, " has elements that share memory (strides ", t.strides(),
+                            "); k_new / v_new are written into it in place"));
+    }
+    const at::MemOverlapStatus both = at::get_overlap_status(k_cache, v_cache);
+    TORCH_CHECK_VALUE(both != at::MemOverlapStatus::Full && both != at::MemOverlapStatus::Partial,
+                      "flashattn_cu: k_cache and v_cache share memory; k_new / v_new are written "
+                      "into them in place");
+  }
   const c10::cuda::CUDAGuard guard(q_in.device());
 
   const at::Tensor q = to_kernel_layout(q_in);

@@ -264,6 +264,11 @@ struct BwdParams : AttnParams {
 // Last CUDA error seen by the entry points of this thread (cudaSuccess if none).
 cudaError_t last_cuda_error();
 
+// Every entry point below runs on the calling thread's current device (cudaGetDevice): its
+// properties choose the kernels and the splits, and it launches there. The tensors, the
+// workspace and `stream` must belong to that device (cudaSetDevice first when they do not;
+// the torch binding sets it from q's device).
+
 // Forward: writes o and lse. Asynchronous on `stream`; never synchronizes.
 Status fwd(const FwdParams& params, cudaStream_t stream);
 
