@@ -26,6 +26,18 @@ __all__ = ["flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_
            "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache", "FlashAttnFunc",
            "FlashAttnVarlenFunc"]
 
+
+
+class ArgumentValueError(ValueError, RuntimeError):
+    """A bad argument value. A ValueError, and a RuntimeError as flash_attn's own checks raise
+    (TORCH_CHECK in its C++), so code written for flash_attn that catches RuntimeError to fall
+    back to another backend catches these too."""
+
+
+class ArgumentTypeError(TypeError, RuntimeError):
+    """A bad argument type or dtype: a TypeError, and a RuntimeError as flash_attn's."""
+
+
 _SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 _MAX_HEAD_DIM = 256
 _NAMES = ("q", "k", "v")
@@ -39,16 +51,16 @@ def _check_softcap(softcap, fn="flash_attn_func"):
     """softcap as a float: 0.0 (none) or a positive normal float32 (the kernels compute in
     float32)."""
     if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
-        raise TypeError(f"{fn}: softcap must be a Python number, got "
+        raise ArgumentTypeError(f"{fn}: softcap must be a Python number, got "
                         f"{type(softcap).__name__}")
     softcap = float(softcap)
     if softcap == 0.0:
         return 0.0
     if not (math.isfinite(softcap) and softcap > 0):
-        raise ValueError(f"{fn}: softcap must be 0.0 (none) or a positive finite "
+        raise ArgumentValueError(f"{fn}: softcap must be 0.0 (none) or a positive finite "
                          f"number, got {softcap}")
     if not _FLOAT32_MIN_NORMAL <= _as_float32(softcap) < 2.3e38:
-        raise ValueError(f"{fn}: softcap={softcap} is not a normal positive float32 "
+        raise ArgumentValueError(f"{fn}: softcap={softcap} is not a normal positive float32 "
                          "below 2.3e38 (the kernels compute in float32)")
     return softcap
 
@@ -56,11 +68,11 @@ def _check_softcap(softcap, fn="flash_attn_func"):
 def _check_dropout(dropout_p, fn="flash_attn_func"):
     """dropout_p as a float in [0, 1) (the kernels keep each probability with 1 - dropout_p)."""
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
-        raise TypeError(f"{fn}: dropout_p must be a Python number, got "
+        raise ArgumentTypeError(f"{fn}: dropout_p must be a Python number, got "
                         f"{type(dropout_p).__name__}")
     dropout_p = float(dropout_p)
     if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"{fn}: dropout_p must be a probability in [0, 1), got "
+        raise ArgumentValueError(f"{fn}: dropout_p must be a probability in [0, 1), got "
                          f"{dropout_p}")
     return dropout_p
 
@@ -78,12 +90,12 @@ def _check_features(dropout_p, window_size, softcap, alibi_slopes, fn="flash_att
     try:
         left, right = window_size
     except (TypeError, ValueError):
-        raise ValueError(
+        raise ArgumentValueError(
             f"{fn}: window_size must be a pair (left, right), got {window_size!r}"
         ) from None
     for side in (left, right):
         if isinstance(side, bool) or not isinstance(side, numbers.Integral):
-            raise ValueError(f"{fn}: window_size must be a pair of ints, got "
+            raise ArgumentValueError(f"{fn}: window_size must be a pair of ints, got "
                              f"{window_size!r}")
     # As in flash_attn, a negative size means unbounded on that side; sizes past the matrix are
     # unbounded too (the kernels clamp per sequence).
@@ -132,35 +144,35 @@ def _check_alibi(alibi_slopes, batch, nheads, device, fn="flash_attn_func"):
     if alibi_slopes is None:
         return None
     if not isinstance(alibi_slopes, torch.Tensor):
-        raise TypeError(f"{fn}: alibi_slopes must be a torch.Tensor, got "
+        raise ArgumentTypeError(f"{fn}: alibi_slopes must be a torch.Tensor, got "
                         f"{type(alibi_slopes).__name__}")
     if alibi_slopes.dtype != torch.float32:
-        raise TypeError(f"{fn}: alibi_slopes must be float32, got {alibi_slopes.dtype}")
+        raise ArgumentTypeError(f"{fn}: alibi_slopes must be float32, got {alibi_slopes.dtype}")
     if tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads)):
-        raise ValueError(f"{fn}: alibi_slopes must have shape (nheads,) = ({nheads},) "
+        raise ArgumentValueError(f"{fn}: alibi_slopes must have shape (nheads,) = ({nheads},) "
                          f"or (batch, nheads) = ({batch}, {nheads}), got "
                          f"{tuple(alibi_slopes.shape)}")
     if alibi_slopes.device != device:
-        raise ValueError(f"{fn}: alibi_slopes is on {alibi_slopes.device} but q is on "
+        raise ArgumentValueError(f"{fn}: alibi_slopes is on {alibi_slopes.device} but q is on "
                          f"{device}")
     return alibi_slopes
 
 
 def _check_scale(softmax_scale, fn="flash_attn_func"):
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{fn}: softmax_scale must be None or a Python number, got "
             f"{type(softmax_scale).__name__}"
         )
     if not (math.isfinite(softmax_scale) and softmax_scale > 0):
-        raise ValueError(
+        raise ArgumentValueError(
             f"{fn}: softmax_scale must be a positive finite number, got {softmax_scale}"
             " (None means headdim ** -0.5)"
         )
     # The kernels take it as a float32 and flush subnormals: 1e-50 would become 0 there, 1e39 inf;
     # they scale by softmax_scale * log2(e), which passes float32's range above ~2.36e38.
     if not _FLOAT32_MIN_NORMAL <= _as_float32(softmax_scale) < 2.3e38:
-        raise ValueError(
+        raise ArgumentValueError(
             f"{fn}: softmax_scale={softmax_scale} is not a normal positive float32 below 2.3e38 "
             "(the kernels compute in float32 with softmax_scale * log2(e); supported: about "
             "1.2e-38 to 2.3e38)"
@@ -210,55 +222,55 @@ def _check_tensors(q, k, v, fn="flash_attn_func"):
     tensors = (q, k, v)
     for name, t in zip(_NAMES, tensors):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+            raise ArgumentTypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
     for name, t in zip(_NAMES, tensors):
         if t.dtype not in _SUPPORTED_DTYPES:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{fn}: {name} has dtype {t.dtype}; supported: torch.float16, "
                 f"torch.bfloat16 (convert with {name}.half() or {name}.bfloat16())"
             )
     for name, t in zip(_NAMES[1:], tensors[1:]):
         if t.dtype != q.dtype:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{fn}: {name} has dtype {t.dtype} but q has {q.dtype}; q, k, v must "
                 "have the same dtype"
             )
     for name, t in zip(_NAMES, tensors):
         if t.dim() != 4:
-            raise ValueError(
+            raise ArgumentValueError(
                 f"{fn}: {name} must have rank 4 (batch, seqlen, nheads, headdim), got "
                 f"shape {tuple(t.shape)}"
             )
     batch, _, nheads, head_dim = q.shape
     for name, t in zip(_NAMES[1:], tensors[1:]):
         if t.shape[0] != batch:
-            raise ValueError(
+            raise ArgumentValueError(
                 f"{fn}: {name} has batch size {t.shape[0]} but q has {batch}; shapes: "
                 f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
             )
         if t.shape[3] != head_dim:
-            raise ValueError(
+            raise ArgumentValueError(
                 f"{fn}: {name} has head dim {t.shape[3]} but q has {head_dim}; q, k, v "
                 "must share the head dim"
             )
     if v.shape[1] != k.shape[1]:
-        raise ValueError(
+        raise ArgumentValueError(
             f"{fn}: v has seqlen {v.shape[1]} but k has {k.shape[1]}; k and v must "
             "have the same seqlen"
         )
     if v.shape[2] != k.shape[2]:
-        raise ValueError(
+        raise ArgumentValueError(
             f"{fn}: v has {v.shape[2]} heads but k has {k.shape[2]}; k and v must have "
             "the same number of heads"
         )
     nheads_k = k.shape[2]
     if nheads < 1 or nheads_k < 1 or nheads % nheads_k != 0:
-        raise ValueError(
+        raise ArgumentValueError(
             f"{fn}: q has {nheads} heads and k/v have {nheads_k}; nheads must be a "
             "positive multiple of nheads_k (MHA, GQA or MQA)"
         )
     if head_dim < 1 or head_dim > _MAX_HEAD_DIM:
-        raise ValueError(
+        raise ArgumentValueError(
             f"{fn}: head dim {head_dim} is not supported; supported: 1 to "
             f"{_MAX_HEAD_DIM} (multiples of 8 run natively, others are zero-padded)"
         )
@@ -277,13 +289,13 @@ def _check_devices(q, k, v, fn="flash_attn_func"):
     tensors = (q, k, v)
     for name, t in zip(_NAMES, tensors):
         if t.device.type != "cuda":
-            raise ValueError(
+            raise ArgumentValueError(
                 f"{fn}: {name} is on device '{t.device}'; flashattn_cu runs on CUDA "
                 f"GPUs only (move it with {name}.cuda())"
             )
     for name, t in zip(_NAMES[1:], tensors[1:]):
         if t.device != q.device:
-            raise ValueError(
+            raise ArgumentValueError(
                 f"{fn}: {name} is on {t.device} but q is on {q.device}; q, k, v must "
                 "be on the same GPU"
             )
@@ -299,7 +311,7 @@ def _check_devices(q, k, v, fn="flash_attn_func"):
         head_dim = q.shape[-1]
         instance, built = _head_dim_instance(head_dim), _built_head_dims()
         if instance is None:
-            raise ValueError(
+            raise ArgumentValueError(
                 f"{fn}: head dim {head_dim} is not supported; supported: 1 to "
                 f"{_HEAD_DIM_INSTANCES[-1]}"
             )
@@ -421,9 +433,9 @@ def flash_attn_func(
 
 def _check_packed(name, t, dim, count, what):
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        raise ArgumentTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dim() != dim or t.shape[2] != count:
-        raise ValueError(f"{name} must be {what}, got shape {tuple(t.shape)}")
+        raise ArgumentValueError(f"{name} must be {what}, got shape {tuple(t.shape)}")
 
 
 def flash_attn_qkvpacked_func(
@@ -475,9 +487,9 @@ def flash_attn_kvpacked_func(
 def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, fn):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+            raise ArgumentTypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != 3:
-            raise ValueError(f"{fn}: {name} must have rank 3 (total_tokens, nheads, headdim), got "
+            raise ArgumentValueError(f"{fn}: {name} must have rank 3 (total_tokens, nheads, headdim), got "
                              f"shape {tuple(t.shape)}")
     bounds = _check_cu_seqlens(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, fn)
     _check_seqlens_values(cu_seqlens_q, cu_seqlens_k, *bounds, q.shape[0], k.shape[0], fn)
@@ -503,7 +515,7 @@ def _check_seqlens_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
         for b, (start, end) in enumerate(zip(c, c[1:])):
             if start < 0 or end - start < 0 or end - start > bound or \
                     (total is not None and end > total):
-                raise ValueError(
+                raise ArgumentValueError(
                     f"{fn}: cu_seqlens_{which}[{b}] = {start} and cu_seqlens_{which}[{b + 1}] = "
                     f"{end} give sequence {b} {end - start} rows, but max_seqlen_{which} is "
                     f"{bound}" + ("" if total is None else f" and {which} has {total} rows") +
@@ -519,19 +531,19 @@ def _check_cu_seqlens(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                 t.numel() < 1:
             got = (f"a {t.dim()}-d {t.dtype} tensor of shape {tuple(t.shape)}"
                    if isinstance(t, torch.Tensor) else type(t).__name__)
-            raise ValueError(f"{fn}: {name} must be a 1-d int32 tensor of batch + 1 cumulative "
+            raise ArgumentValueError(f"{fn}: {name} must be a 1-d int32 tensor of batch + 1 cumulative "
                              f"lengths, got {got}")
         if t.device != q.device:
-            raise ValueError(f"{fn}: {name} is on {t.device} but q is on {q.device}")
+            raise ArgumentValueError(f"{fn}: {name} is on {t.device} but q is on {q.device}")
     if cu_seqlens_k.numel() != cu_seqlens_q.numel():
-        raise ValueError(f"{fn}: cu_seqlens_q has {cu_seqlens_q.numel()} elements and "
+        raise ArgumentValueError(f"{fn}: cu_seqlens_q has {cu_seqlens_q.numel()} elements and "
                          f"cu_seqlens_k {cu_seqlens_k.numel()}; both are batch + 1")
     out = []
     for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(m, torch.Tensor) and m.numel() == 1:
             m = m.item()
         if isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 0:
-            raise ValueError(f"{fn}: {name} must be a non-negative int, got {m!r}")
+            raise ArgumentValueError(f"{fn}: {name} must be a non-negative int, got {m!r}")
         out.append(int(m))
     return out
 
@@ -636,7 +648,7 @@ def flash_attn_varlen_qkvpacked_func(
     headdim); cu_seqlens and max_seqlen serve queries and keys alike."""
     if not isinstance(qkv, torch.Tensor) or qkv.dim() != 4 or qkv.shape[1] != 3:
         got = tuple(qkv.shape) if isinstance(qkv, torch.Tensor) else type(qkv).__name__
-        raise ValueError(f"qkv must be (total, 3, nheads, headdim), got {got}")
+        raise ArgumentValueError(f"qkv must be (total, 3, nheads, headdim), got {got}")
     q, k, v = qkv.unbind(dim=1)
     return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                   dropout_p, softmax_scale, causal, window_size, softcap,
@@ -663,7 +675,7 @@ def flash_attn_varlen_kvpacked_func(
     headdim)."""
     if not isinstance(kv, torch.Tensor) or kv.dim() != 4 or kv.shape[1] != 2:
         got = tuple(kv.shape) if isinstance(kv, torch.Tensor) else type(kv).__name__
-        raise ValueError(f"kv must be (total_k, 2, nheads_k, headdim), got {got}")
+        raise ArgumentValueError(f"kv must be (total_k, 2, nheads_k, headdim), got {got}")
     k, v = kv.unbind(dim=1)
     return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k, dropout_p, softmax_scale, causal, window_size,

@@ -15,7 +15,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import flashattn_cu
 from attn_helpers import layouts
-from flashattn_cu import _C, _ops, flash_attn_func
+from flashattn_cu import _C, _ops, flash_attn_func, flash_attn_with_kvcache
 from flashattn_cu import flash_attn_interface as fai
 
 F16 = torch.float16
@@ -682,3 +682,16 @@ def test_ops_called_directly_do_not_differentiate_silently(op):
     with pytest.raises(Exception, match=f"forward AD with flashattn_cu::{op}"):
         torch.func.jvp(lambda x: _direct_call(op, x, k)[0], (q.detach(),),
                        (torch.empty_like(q.detach()),))
+
+
+def test_argument_errors_are_also_runtime_errors_as_flash_attns():
+    """flash_attn's checks raise RuntimeError (TORCH_CHECK): code that catches it to fall back
+    to another backend catches ours too, which are ValueError / TypeError as well."""
+    q, k, v = cpu_qkv()
+    for call, base in ((lambda: flash_attn_func(q, k, v), ValueError),
+                       (lambda: flash_attn_func(q, k, v, window_size=(1, 2, 3)), ValueError),
+                       (lambda: flash_attn_func(q.float(), k.float(), v.float()), TypeError),
+                       (lambda: flash_attn_with_kvcache(q, k, v, cache_seqlens=-1), ValueError)):
+        with pytest.raises(RuntimeError) as info:
+            call()
+        assert isinstance(info.value, base), info.value
