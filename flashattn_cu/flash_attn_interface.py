@@ -51,29 +51,34 @@ def _check_softcap(softcap, fn="flash_attn_func"):
     """softcap as a float: 0.0 (none) or a positive normal float32 (the kernels compute in
     float32)."""
     if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
-        raise ArgumentTypeError(f"{fn}: softcap must be a Python number, got "
-                        f"{type(softcap).__name__}")
+        raise ArgumentTypeError(
+            f"{fn}: softcap must be a Python number, got "
+            f"{type(softcap).__name__}")
     softcap = float(softcap)
     if softcap == 0.0:
         return 0.0
     if not (math.isfinite(softcap) and softcap > 0):
-        raise ArgumentValueError(f"{fn}: softcap must be 0.0 (none) or a positive finite "
-                         f"number, got {softcap}")
+        raise ArgumentValueError(
+            f"{fn}: softcap must be 0.0 (none) or a positive finite "
+            f"number, got {softcap}")
     if not _FLOAT32_MIN_NORMAL <= _as_float32(softcap) < 2.3e38:
-        raise ArgumentValueError(f"{fn}: softcap={softcap} is not a normal positive float32 "
-                         "below 2.3e38 (the kernels compute in float32)")
+        raise ArgumentValueError(
+            f"{fn}: softcap={softcap} is not a normal positive float32 "
+            "below 2.3e38 (the kernels compute in float32)")
     return softcap
 
 
 def _check_dropout(dropout_p, fn="flash_attn_func"):
     """dropout_p as a float in [0, 1) (the kernels keep each probability with 1 - dropout_p)."""
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
-        raise ArgumentTypeError(f"{fn}: dropout_p must be a Python number, got "
-                        f"{type(dropout_p).__name__}")
+        raise ArgumentTypeError(
+            f"{fn}: dropout_p must be a Python number, got "
+            f"{type(dropout_p).__name__}")
     dropout_p = float(dropout_p)
     if not 0.0 <= dropout_p < 1.0:
-        raise ArgumentValueError(f"{fn}: dropout_p must be a probability in [0, 1), got "
-                         f"{dropout_p}")
+        raise ArgumentValueError(
+            f"{fn}: dropout_p must be a probability in [0, 1), got "
+            f"{dropout_p}")
     return dropout_p
 
 
@@ -95,8 +100,9 @@ def _check_features(dropout_p, window_size, softcap, alibi_slopes, fn="flash_att
         ) from None
     for side in (left, right):
         if isinstance(side, bool) or not isinstance(side, numbers.Integral):
-            raise ArgumentValueError(f"{fn}: window_size must be a pair of ints, got "
-                             f"{window_size!r}")
+            raise ArgumentValueError(
+                f"{fn}: window_size must be a pair of ints, got "
+                f"{window_size!r}")
     # As in flash_attn, a negative size means unbounded on that side; sizes past the matrix are
     # unbounded too (the kernels clamp per sequence).
     limit = 2 ** 31 - 1
@@ -144,17 +150,20 @@ def _check_alibi(alibi_slopes, batch, nheads, device, fn="flash_attn_func"):
     if alibi_slopes is None:
         return None
     if not isinstance(alibi_slopes, torch.Tensor):
-        raise ArgumentTypeError(f"{fn}: alibi_slopes must be a torch.Tensor, got "
-                        f"{type(alibi_slopes).__name__}")
+        raise ArgumentTypeError(
+            f"{fn}: alibi_slopes must be a torch.Tensor, got "
+            f"{type(alibi_slopes).__name__}")
     if alibi_slopes.dtype != torch.float32:
         raise ArgumentTypeError(f"{fn}: alibi_slopes must be float32, got {alibi_slopes.dtype}")
     if tuple(alibi_slopes.shape) not in ((nheads,), (batch, nheads)):
-        raise ArgumentValueError(f"{fn}: alibi_slopes must have shape (nheads,) = ({nheads},) "
-                         f"or (batch, nheads) = ({batch}, {nheads}), got "
-                         f"{tuple(alibi_slopes.shape)}")
+        raise ArgumentValueError(
+            f"{fn}: alibi_slopes must have shape (nheads,) = ({nheads},) "
+            f"or (batch, nheads) = ({batch}, {nheads}), got "
+            f"{tuple(alibi_slopes.shape)}")
     if alibi_slopes.device != device:
-        raise ArgumentValueError(f"{fn}: alibi_slopes is on {alibi_slopes.device} but q is on "
-                         f"{device}")
+        raise ArgumentValueError(
+            f"{fn}: alibi_slopes is on {alibi_slopes.device} but q is on "
+            f"{device}")
     return alibi_slopes
 
 
@@ -489,8 +498,9 @@ def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
         if not isinstance(t, torch.Tensor):
             raise ArgumentTypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != 3:
-            raise ArgumentValueError(f"{fn}: {name} must have rank 3 (total_tokens, nheads, headdim), got "
-                             f"shape {tuple(t.shape)}")
+            raise ArgumentValueError(
+                f"{fn}: {name} must have rank 3 (total_tokens, nheads, headdim), got "
+                f"shape {tuple(t.shape)}")
     bounds = _check_cu_seqlens(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, fn)
     _check_seqlens_values(cu_seqlens_q, cu_seqlens_k, *bounds, q.shape[0], k.shape[0], fn)
     return bounds
@@ -531,13 +541,15 @@ def _check_cu_seqlens(q, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                 t.numel() < 1:
             got = (f"a {t.dim()}-d {t.dtype} tensor of shape {tuple(t.shape)}"
                    if isinstance(t, torch.Tensor) else type(t).__name__)
-            raise ArgumentValueError(f"{fn}: {name} must be a 1-d int32 tensor of batch + 1 cumulative "
-                             f"lengths, got {got}")
+            raise ArgumentValueError(
+                f"{fn}: {name} must be a 1-d int32 tensor of batch + 1 cumulative "
+                f"lengths, got {got}")
         if t.device != q.device:
             raise ArgumentValueError(f"{fn}: {name} is on {t.device} but q is on {q.device}")
     if cu_seqlens_k.numel() != cu_seqlens_q.numel():
-        raise ArgumentValueError(f"{fn}: cu_seqlens_q has {cu_seqlens_q.numel()} elements and "
-                         f"cu_seqlens_k {cu_seqlens_k.numel()}; both are batch + 1")
+        raise ArgumentValueError(
+            f"{fn}: cu_seqlens_q has {cu_seqlens_q.numel()} elements and "
+            f"cu_seqlens_k {cu_seqlens_k.numel()}; both are batch + 1")
     out = []
     for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(m, torch.Tensor) and m.numel() == 1:

@@ -42,16 +42,18 @@ def _check_tensor(t, name, rank, shape_text, fn=_FN):
     if not isinstance(t, torch.Tensor):
         raise ArgumentTypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dim() != rank:
-        raise ArgumentValueError(f"{fn}: {name} must have rank {rank} {shape_text}, got shape "
-                         f"{tuple(t.shape)}")
+        raise ArgumentValueError(
+            f"{fn}: {name} must have rank {rank} {shape_text}, got shape "
+            f"{tuple(t.shape)}")
 
 
 def _check_dtypes(named, q, fn=_FN):
     """Every (name, tensor) of `named` fp16 or bf16, and q's dtype."""
     for name, t in named:
         if t.dtype not in _SUPPORTED_DTYPES:
-            raise ArgumentTypeError(f"{fn}: {name} has dtype {t.dtype}; supported: torch.float16, "
-                            "torch.bfloat16")
+            raise ArgumentTypeError(
+                f"{fn}: {name} has dtype {t.dtype}; supported: torch.float16, "
+                "torch.bfloat16")
         if t.dtype != q.dtype:
             raise ArgumentTypeError(f"{fn}: {name} has dtype {t.dtype} but q has {q.dtype}")
 
@@ -65,7 +67,8 @@ def _check_int_tensor(t, name, shape, device, fn=_FN):
     if t.dtype != torch.int32:
         raise ArgumentTypeError(f"{fn}: {name} must be int32, got {t.dtype}")
     if tuple(t.shape) != tuple(shape):
-        raise ArgumentValueError(f"{fn}: {name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
+        raise ArgumentValueError(
+            f"{fn}: {name} must have shape {tuple(shape)}, got {tuple(t.shape)}")
     if t.device != device:
         raise ArgumentValueError(f"{fn}: {name} is on {t.device} but q is on {device}")
     return t
@@ -75,8 +78,9 @@ def _check_devices(q, k_cache, v_cache, fn=_FN, names=("q", "k_cache", "v_cache"
     """CUDA tensors on one GPU, an sm_80+ GPU and this build's instance of the head dim."""
     for name, t in zip(names, (q, k_cache, v_cache)):
         if t.device.type != "cuda":
-            raise ArgumentValueError(f"{fn}: {name} is on device '{t.device}'; flashattn_cu runs on "
-                             "CUDA GPUs only")
+            raise ArgumentValueError(
+                f"{fn}: {name} is on device '{t.device}'; flashattn_cu runs on "
+                "CUDA GPUs only")
         if t.device != q.device:
             raise ArgumentValueError(f"{fn}: {name} is on {t.device} but q is on {q.device}")
     _fai._check_devices(q, k_cache, v_cache, fn)
@@ -187,34 +191,41 @@ def _with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
     _check_dtypes((("q", q), ("k_cache", k_cache), ("v_cache", v_cache)), q)
     batch, seqlen_q, nheads, head_dim = q.shape
     if tuple(v_cache.shape) != tuple(k_cache.shape):
-        raise ArgumentValueError(f"{_FN}: v_cache has shape {tuple(v_cache.shape)} but k_cache has "
-                         f"{tuple(k_cache.shape)}")
+        raise ArgumentValueError(
+            f"{_FN}: v_cache has shape {tuple(v_cache.shape)} but k_cache has "
+            f"{tuple(k_cache.shape)}")
     nheads_k = k_cache.shape[2]
     if k_cache.shape[3] != head_dim:
-        raise ArgumentValueError(f"{_FN}: k_cache has head dim {k_cache.shape[3]} but q has {head_dim}")
+        raise ArgumentValueError(
+            f"{_FN}: k_cache has head dim {k_cache.shape[3]} but q has {head_dim}")
     if head_dim % 8 != 0 or not 0 < head_dim <= 256:
-        raise ArgumentValueError(f"{_FN}: head dim {head_dim} is not supported; supported: multiples of "
-                         "8 up to 256 (the cache is read in place, so it cannot be padded)")
+        raise ArgumentValueError(
+            f"{_FN}: head dim {head_dim} is not supported; supported: multiples of "
+            "8 up to 256 (the cache is read in place, so it cannot be padded)")
     # After the head dim's own check: _check_devices looks up the build's instance for it.
     _check_devices(q, k_cache, v_cache)
     if nheads_k < 1 or nheads % nheads_k != 0:
-        raise ArgumentValueError(f"{_FN}: q has {nheads} heads and k_cache {nheads_k}; nheads must be a "
-                         "positive multiple of nheads_k")
+        raise ArgumentValueError(
+            f"{_FN}: q has {nheads} heads and k_cache {nheads_k}; nheads must be a "
+            "positive multiple of nheads_k")
     device = q.device
 
     if paged:
         _check_tensor(block_table, "block_table", 2, "(batch, max_num_blocks_per_seq)")
         if block_table.shape[0] != batch or block_table.shape[1] < 1:
-            raise ArgumentValueError(f"{_FN}: block_table must have shape (batch, max_num_blocks_per_seq)"
-                             f" = ({batch}, >= 1), got {tuple(block_table.shape)}")
+            raise ArgumentValueError(
+                f"{_FN}: block_table must have shape (batch, max_num_blocks_per_seq)"
+                f" = ({batch}, >= 1), got {tuple(block_table.shape)}")
         block_table = _check_int_tensor(block_table, "block_table", tuple(block_table.shape),
                                         device)
         if k_cache.shape[0] < 1 or k_cache.shape[1] < 1:
-            raise ArgumentValueError(f"{_FN}: a paged k_cache needs at least one page of at least one "
-                             f"row, got shape {tuple(k_cache.shape)}")
+            raise ArgumentValueError(
+                f"{_FN}: a paged k_cache needs at least one page of at least one "
+                f"row, got shape {tuple(k_cache.shape)}")
         if cache_batch_idx is not None:
-            raise ArgumentValueError(f"{_FN}: cache_batch_idx is not supported with a paged cache "
-                             "(block_table); index the block table instead")
+            raise ArgumentValueError(
+                f"{_FN}: cache_batch_idx is not supported with a paged cache "
+                "(block_table); index the block table instead")
         page_size = k_cache.shape[1]
         capacity = block_table.shape[1] * page_size
     else:
@@ -222,12 +233,14 @@ def _with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
     cache_batch_idx = _check_int_tensor(cache_batch_idx, "cache_batch_idx", (batch,), device)
     cache_leftpad = _check_int_tensor(cache_leftpad, "cache_leftpad", (batch,), device)
     if not paged and cache_batch_idx is None and k_cache.shape[0] < batch:
-        raise ArgumentValueError(f"{_FN}: k_cache has {k_cache.shape[0]} entries but q has batch "
-                         f"{batch}; pass cache_batch_idx to pick entries")
+        raise ArgumentValueError(
+            f"{_FN}: k_cache has {k_cache.shape[0]} entries but q has batch "
+            f"{batch}; pass cache_batch_idx to pick entries")
 
     if (k is None) != (v is None):
-        raise ArgumentValueError(f"{_FN}: k and v must be given together (got "
-                         f"{'k' if k is not None else 'v'} only)")
+        raise ArgumentValueError(
+            f"{_FN}: k and v must be given together (got "
+            f"{'k' if k is not None else 'v'} only)")
     seqlen_new = 0
     if k is not None:
         for name, t in (("k", k), ("v", v)):
@@ -240,11 +253,13 @@ def _with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
         want = (batch, seqlen_new, nheads_k, head_dim)
         for name, t in (("k", k), ("v", v)):
             if tuple(t.shape) != want:
-                raise ArgumentValueError(f"{_FN}: {name} must have shape (batch, seqlen_new, nheads_k, "
-                                 f"headdim) = {want}, got {tuple(t.shape)}")
+                raise ArgumentValueError(
+                    f"{_FN}: {name} must have shape (batch, seqlen_new, nheads_k, "
+                    f"headdim) = {want}, got {tuple(t.shape)}")
         if cache_seqlens is None:
-            raise ArgumentValueError(f"{_FN}: cache_seqlens is required when k and v are given (where "
-                             "to append them)")
+            raise ArgumentValueError(
+                f"{_FN}: cache_seqlens is required when k and v are given (where "
+                "to append them)")
 
     if cache_seqlens is None:
         # The whole cache: the op takes None for it (no lengths tensor to fill) unless
@@ -253,8 +268,9 @@ def _with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
             cache_seqlens = torch.full((batch,), capacity, dtype=torch.int32, device=device)
     elif isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, bool):
         if not 0 <= cache_seqlens <= capacity - seqlen_new:
-            raise ArgumentValueError(f"{_FN}: cache_seqlens={cache_seqlens} with {seqlen_new} new keys "
-                             f"does not fit the cache of {capacity} keys per entry")
+            raise ArgumentValueError(
+                f"{_FN}: cache_seqlens={cache_seqlens} with {seqlen_new} new keys "
+                f"does not fit the cache of {capacity} keys per entry")
         cache_seqlens = torch.full((batch,), int(cache_seqlens), dtype=torch.int32,
                                    device=device)
     else:
@@ -266,15 +282,17 @@ def _with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
         nheads, device, _FN)
     if isinstance(num_splits, bool) or not isinstance(num_splits, numbers.Integral) or \
             not 0 <= num_splits <= _MAX_SPLITS:
-        raise ArgumentValueError(f"{_FN}: num_splits must be an int in [0, {_MAX_SPLITS}] (0: "
-                         f"heuristic), got {num_splits!r}")
+        raise ArgumentValueError(
+            f"{_FN}: num_splits must be an int in [0, {_MAX_SPLITS}] (0: "
+            f"heuristic), got {num_splits!r}")
 
     if (rotary_cos is None) != (rotary_sin is None):
         raise ArgumentValueError(f"{_FN}: rotary_cos and rotary_sin must be given together")
     if rotary_cos is not None:
         if k is None:
-            raise ArgumentValueError(f"{_FN}: rotary_cos / rotary_sin need the new k and v to rotate "
-                             "(flash_attn's rule)")
+            raise ArgumentValueError(
+                f"{_FN}: rotary_cos / rotary_sin need the new k and v to rotate "
+                "(flash_attn's rule)")
         for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
             _check_tensor(t, name, 2, "(seqlen_ro, rotary_dim / 2)")
             if t.device != device:
@@ -282,15 +300,18 @@ def _with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
             if t.dtype != q.dtype:
                 raise ArgumentTypeError(f"{_FN}: {name} has dtype {t.dtype} but q has {q.dtype}")
         if tuple(rotary_sin.shape) != tuple(rotary_cos.shape):
-            raise ArgumentValueError(f"{_FN}: rotary_sin has shape {tuple(rotary_sin.shape)} but "
-                             f"rotary_cos has {tuple(rotary_cos.shape)}")
+            raise ArgumentValueError(
+                f"{_FN}: rotary_sin has shape {tuple(rotary_sin.shape)} but "
+                f"rotary_cos has {tuple(rotary_cos.shape)}")
         rotary_dim = 2 * rotary_cos.shape[1]
         if rotary_dim > head_dim or rotary_dim % 16 != 0 or rotary_dim == 0:
-            raise ArgumentValueError(f"{_FN}: rotary_dim = 2 * rotary_cos.shape[1] = {rotary_dim} must be "
-                             f"a positive multiple of 16 and <= headdim {head_dim}")
+            raise ArgumentValueError(
+                f"{_FN}: rotary_dim = 2 * rotary_cos.shape[1] = {rotary_dim} must be "
+                f"a positive multiple of 16 and <= headdim {head_dim}")
         if rotary_cos.shape[0] < capacity:
-            raise ArgumentValueError(f"{_FN}: rotary_cos has {rotary_cos.shape[0]} positions; it needs "
-                             f"at least the cache's {capacity}")
+            raise ArgumentValueError(
+                f"{_FN}: rotary_cos has {rotary_cos.shape[0]} positions; it needs "
+                f"at least the cache's {capacity}")
 
     # flash_attn copies a q, k or v whose last dimension is not contiguous (the caches are
     # written in place and must be so already: the binding says so).
@@ -407,22 +428,26 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     _check_dtypes((("q", q), ("k", k), ("v", v)), q, fn)
     total_q, nheads, head_dim = q.shape
     if tuple(v.shape) != tuple(k.shape):
-        raise ArgumentValueError(f"{fn}: v has shape {tuple(v.shape)} but k has {tuple(k.shape)} "
-                         "(paged caches of one layout)")
+        raise ArgumentValueError(
+            f"{fn}: v has shape {tuple(v.shape)} but k has {tuple(k.shape)} "
+            "(paged caches of one layout)")
     num_blocks, page_size, nheads_k = k.shape[:3]
     if k.shape[3] != head_dim:
         raise ArgumentValueError(f"{fn}: k has head dim {k.shape[3]} but q has {head_dim}")
     if head_dim % 8 != 0 or not 0 < head_dim <= 256:
-        raise ArgumentValueError(f"{fn}: head dim {head_dim} is not supported with block_table; "
-                         "supported: multiples of 8 up to 256 (the paged cache is read in "
-                         "place, so it cannot be padded)")
+        raise ArgumentValueError(
+            f"{fn}: head dim {head_dim} is not supported with block_table; "
+            "supported: multiples of 8 up to 256 (the paged cache is read in "
+            "place, so it cannot be padded)")
     _check_devices(q, k, v, fn, ("q", "k", "v"))  # after the head dim's check, as above
     if nheads_k < 1 or nheads % nheads_k != 0:
-        raise ArgumentValueError(f"{fn}: q has {nheads} heads and k {nheads_k}; nheads must be a "
-                         "positive multiple of nheads_k")
+        raise ArgumentValueError(
+            f"{fn}: q has {nheads} heads and k {nheads_k}; nheads must be a "
+            "positive multiple of nheads_k")
     if num_blocks < 1 or page_size < 1:
-        raise ArgumentValueError(f"{fn}: a paged k needs at least one page of at least one row, got "
-                         f"shape {tuple(k.shape)}")
+        raise ArgumentValueError(
+            f"{fn}: a paged k needs at least one page of at least one row, got "
+            f"shape {tuple(k.shape)}")
     max_seqlen_q, max_seqlen_k = _fai._check_cu_seqlens(q, cu_seqlens_q, cu_seqlens_k,
                                                         max_seqlen_q, max_seqlen_k, fn)
     _fai._check_seqlens_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q,
@@ -431,8 +456,9 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
     device = q.device
     need = max(1, -(-max_seqlen_k // page_size))
     if not isinstance(block_table, torch.Tensor):
-        raise ArgumentTypeError(f"{fn}: block_table must be a torch.Tensor, got "
-                        f"{type(block_table).__name__}")
+        raise ArgumentTypeError(
+            f"{fn}: block_table must be a torch.Tensor, got "
+            f"{type(block_table).__name__}")
     if block_table.dtype != torch.int32:
         raise ArgumentTypeError(f"{fn}: block_table must be int32, got {block_table.dtype}")
     if block_table.dim() != 2 or block_table.shape[0] != batch or block_table.shape[1] < need:
@@ -441,7 +467,8 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
             f"ceil(max_seqlen_k / page_block_size) = {need}) for max_seqlen_k={max_seqlen_k} and "
             f"page_block_size={page_size}, got {tuple(block_table.shape)}")
     if block_table.device != device:
-        raise ArgumentValueError(f"{fn}: block_table is on {block_table.device} but q is on {device}")
+        raise ArgumentValueError(
+            f"{fn}: block_table is on {block_table.device} but q is on {device}")
 
     causal, window_left, window_right, softmax_scale, softcap, alibi_slopes = _score_args(
         causal, window_size, softcap, alibi_slopes, softmax_scale, head_dim, max_seqlen_k, batch,
