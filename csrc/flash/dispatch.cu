@@ -62,6 +62,19 @@ Status check_bwd(const BwdParams& p) {
                    p.dv_batch_stride, p.dv_row_stride, p.dv_head_stride})) {
     return Status::kInvalidArgument;
   }
+  // dq, dk, dv are written: each element in a place of its own.
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int64_t rows_q = varlen ? p.total_q : p.seqlen_q;
+  const int64_t rows_k = varlen && p.total_k > 0 ? p.total_k : p.seqlen_k;
+  const int64_t batch = varlen ? 1 : p.batch;
+  if (!writes_do_not_overlap(batch, p.dq_batch_stride, rows_q, p.dq_row_stride, p.num_heads,
+                             p.dq_head_stride, p.head_dim) ||
+      !writes_do_not_overlap(batch, p.dk_batch_stride, rows_k, p.dk_row_stride, p.num_heads_k,
+                             p.dk_head_stride, p.head_dim) ||
+      !writes_do_not_overlap(batch, p.dv_batch_stride, rows_k, p.dv_row_stride, p.num_heads_k,
+                             p.dv_head_stride, p.head_dim)) {
+    return Status::kInvalidArgument;
+  }
   const bool has_q = has_q_rows(p), has_k = has_k_rows(p);
   // The row statistics are read only through softmax_stats when it is given, else through lse.
   const bool has_stats = p.softmax_stats != nullptr;

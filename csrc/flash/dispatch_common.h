@@ -4,6 +4,7 @@
 // library (namespace detail).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -90,10 +91,27 @@ Status varlen_without_tiles(const Params& p, cudaStream_t stream) {
   return st != Status::kSuccess ? st : forward::clear_outside_rows_of(p, stream);
 }
 
-// Every stride a multiple of 8 elements (16 bytes).
+// Every stride non-negative (0: a broadcast input) and a multiple of 8 elements (16 bytes).
 inline bool strides_ok(std::initializer_list<int64_t> strides) {
   for (int64_t s : strides) {
-    if (s % 8 != 0) return false;
+    if (s < 0 || s % 8 != 0) return false;
+  }
+  return true;
+}
+
+// Whether a written (n0, n1, n2, n3) tensor with strides (s0, s1, s2, 1) puts every element in
+// a place of its own (no two threads' stores race to one address): its dims of more than one
+// element, in the order of their strides, each stride past the extent of the dims before it.
+inline bool writes_do_not_overlap(int64_t n0, int64_t s0, int64_t n1, int64_t s1, int64_t n2,
+                                  int64_t s2, int64_t n3) {
+  std::pair<int64_t, int64_t> dims[4] = {{s0, n0}, {s1, n1}, {s2, n2}, {1, n3}};
+  std::sort(dims, dims + 4);
+  int64_t extent = 1;  // 1 + the largest offset of the dims so far
+  for (const auto& [stride, size] : dims) {
+    if (size <= 1) continue;
+    if (stride < extent) return false;
+    if (size - 1 > (INT64_MAX - extent) / stride) return true;  // past any memory
+    extent += (size - 1) * stride;
   }
   return true;
 }
@@ -162,6 +180,13 @@ Status check_common(const Params& p) {
   }
   if constexpr (std::is_same_v<Params, FwdParams>) {
     if (reinterpret_cast<uintptr_t>(p.rng_state) % 8 != 0 || !pointer_ok(p.s_dmask, false)) {
+      return Status::kInvalidArgument;
+    }
+    // o is written: its rows, heads and columns each in a place of their own.
+    const bool packed_rows = p.cu_seqlens_q != nullptr;
+    if (!writes_do_not_overlap(packed_rows ? 1 : p.batch, p.o_batch_stride,
+                               packed_rows ? p.total_q : p.seqlen_q, p.o_row_stride, p.num_heads,
+                               p.o_head_stride, p.head_dim)) {
       return Status::kInvalidArgument;
     }
   }

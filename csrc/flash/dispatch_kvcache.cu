@@ -163,10 +163,9 @@ Status check_kvcache_append(const KvcacheParams& p) {
     return has_rotary || p.seqlen_new != 0 ? Status::kInvalidArgument : Status::kSuccess;
   }
   if (p.cu_seqlens_q != nullptr || p.seqlen_new < 1 || p.seqlen_new > p.seqlen_k ||
-      !aligned16(p.k_new) || !aligned16(p.v_new) || p.knew_row_stride % 8 != 0 ||
-      p.knew_head_stride % 8 != 0 || p.knew_batch_stride % 8 != 0 ||
-      p.vnew_row_stride % 8 != 0 || p.vnew_head_stride % 8 != 0 ||
-      p.vnew_batch_stride % 8 != 0) {
+      !aligned16(p.k_new) || !aligned16(p.v_new) ||
+      !strides_ok({p.knew_batch_stride, p.knew_row_stride, p.knew_head_stride,
+                   p.vnew_batch_stride, p.vnew_row_stride, p.vnew_head_stride})) {
     return Status::kInvalidArgument;
   }
   if (has_rotary &&

@@ -267,6 +267,22 @@ int main() {
              "fwd_kvcache: a head dim not built is refused before the append");
     }
   }
+  // Strides: negative ones refused, written tensors that overlap themselves refused (two rows or
+  // heads stored to one place race), broadcast inputs (stride 0) kept.
+  expect_status<FwdParams>("fwd: negative q_row_stride", [](FwdParams& p) {
+    p.q_row_stride = -8 * 64;
+  }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: o_row_stride 0", [](FwdParams& p) { p.o_row_stride = 0; },
+                           S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: o heads overlapping (o_head_stride 8 < head_dim)",
+                           [](FwdParams& p) { p.o_head_stride = 8; }, S::kInvalidArgument);
+  expect_status<BwdParams>("bwd: dk_head_stride 0", [](BwdParams& p) { p.dk_head_stride = 0; },
+                           S::kInvalidArgument);
+  expect_kvcache_status("fwd_kvcache: negative knew_row_stride", [](KvcacheParams& p) {
+    p.k_new = fake(10), p.v_new = fake(11), p.seqlen_new = 1;
+    p.knew_row_stride = -128, p.vnew_row_stride = 128;
+    p.knew_head_stride = p.vnew_head_stride = 64;
+  }, S::kInvalidArgument);
   // A workspace size given and below the need: refused instead of written past.
   expect_status<BwdParams>("bwd: workspace_bytes below bwd_workspace_bytes", [](BwdParams& p) {
     p.workspace_bytes = flashattn_cu::bwd_workspace_bytes(p) - 256;

@@ -43,6 +43,8 @@ struct AttnParams {
   const void* k = nullptr;
   const void* v = nullptr;
 
+  // Strides in elements, the head dim contiguous: multiples of 8 and non-negative (0 broadcasts
+  // an input); written tensors (o, and bwd()'s dq, dk, dv) must not overlap themselves.
   int64_t q_batch_stride = 0, q_row_stride = 0, q_head_stride = 0;
   int64_t k_batch_stride = 0, k_row_stride = 0, k_head_stride = 0;
   int64_t v_batch_stride = 0, v_row_stride = 0, v_head_stride = 0;
