@@ -178,9 +178,7 @@ def _check_scale(softmax_scale, fn="flash_attn_func"):
             f"{fn}: softmax_scale must be a positive finite number, got {softmax_scale}"
             " (None means headdim ** -0.5)"
         )
-    # The kernels take it as a float32 and flush subnormals: 1e-50 would become 0 there, 1e39 inf;
-    # they scale by softmax_scale * log2(e), which passes float32's range above ~2.36e38.
-    if not _FLOAT32_MIN_NORMAL <= _as_float32(softmax_scale) < 2.3e38:
+    if not _kernels_take_scale(softmax_scale):
         raise ArgumentValueError(
             f"{fn}: softmax_scale={softmax_scale} is not a normal positive float32 below 2.3e38 "
             "(the kernels compute in float32 with softmax_scale * log2(e); supported: about "
@@ -189,6 +187,13 @@ def _check_scale(softmax_scale, fn="flash_attn_func"):
 
 
 _FLOAT32_MIN_NORMAL = 2.0 ** -126
+
+
+def _kernels_take_scale(softmax_scale):
+    """Whether the kernels compute with this softmax_scale (a real; False for 0, negatives and
+    NaN): they take it as a float32 and flush subnormals (1e-50 would become 0 there, 1e39 inf),
+    and scale by softmax_scale * log2(e), which passes float32's range above ~2.36e38."""
+    return _FLOAT32_MIN_NORMAL <= _as_float32(softmax_scale) < 2.3e38
 
 
 def _as_float32(x):

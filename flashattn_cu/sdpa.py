@@ -37,7 +37,8 @@ import logging
 import torch
 
 from flashattn_cu._ops import _non_overlapping_and_dense
-from flashattn_cu.flash_attn_interface import _built_head_dims, _device_capability, _head_dim_instance
+from flashattn_cu.flash_attn_interface import (_built_head_dims, _device_capability,
+                                               _head_dim_instance, _kernels_take_scale)
 
 __all__ = ["activate", "deactivate", "is_active", "call_counts", "reset_call_counts", "NAME"]
 
@@ -62,11 +63,6 @@ def _torch_registry():
 
 # ---------------------------------------------------------------------------------------------
 # What flashattn_cu serves
-
-
-# softmax_scale values the kernels take (the binding refuses others): positive, float32-normal,
-# and scale * log2(e) finite.
-_KERNEL_SCALES = (torch.finfo(torch.float32).tiny, 2.3e38)
 
 
 def _unsupported(query, key, value, dropout_p, is_causal, *more, scale=None):
@@ -98,8 +94,7 @@ def _unsupported(query, key, value, dropout_p, is_causal, *more, scale=None):
         # torch's SDPA never sends these here (its is_causal is top-left); CausalBias's
         # lower-right variant calls the op directly and gets FlashAttention-2's bottom-right.
         return "causal with seqlen_q != seqlen_k"
-    resolved = head_dim ** -0.5 if scale is None else scale
-    if not _KERNEL_SCALES[0] <= resolved < _KERNEL_SCALES[1]:  # NaN fails too
+    if scale is not None and not _kernels_take_scale(scale):
         return "scale not a positive normal float32 below 2.3e38"
     if _device_capability(query.device)[0] < 8:
         return "GPU older than sm_80"
