@@ -385,6 +385,19 @@ _MASKS_NAMED = {
 }
 
 
+def _mask_functions_inside(fn):
+    """The mask functions a combining mask function of transformers' closes over (and_masks' and
+    or_masks' tuples, a wrapper's one)."""
+    for cell in fn.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        for sub in value if isinstance(value, (tuple, list)) else (value,):
+            if callable(sub) and not isinstance(sub, torch.Tensor):
+                yield sub
+
+
 def _mask_parts_not_expressed(fn):
     """What of transformers' mask function `fn` the kernels cannot express (descriptions)."""
     if fn is None:
@@ -394,24 +407,13 @@ def _mask_parts_not_expressed(fn):
         if name in _MASKS_EXPRESSED:
             return []
         if name in _MASKS_COMBINING:
-            parts = []
-            for cell in fn.__closure__ or ():
-                try:
-                    value = cell.cell_contents
-                except ValueError:  # an empty cell
-                    continue
-                for sub in value if isinstance(value, (tuple, list)) else (value,):
-                    if callable(sub) and not isinstance(sub, torch.Tensor):
-                        parts += _mask_parts_not_expressed(sub)
-            return parts
+            return [part for sub in _mask_functions_inside(fn)
+                    for part in _mask_parts_not_expressed(sub)]
         if name in _MASKS_NAMED:
             found = [_MASKS_NAMED[name]]
             if name == "or_masks.<locals>.or_mask":  # name what it adds where it is known
-                for cell in fn.__closure__ or ():
-                    value = cell.cell_contents
-                    for sub in value if isinstance(value, (tuple, list)) else (value,):
-                        found += [_MASKS_NAMED[q] for q in [getattr(sub, "__qualname__", "")]
-                                  if q in _MASKS_NAMED]
+                found += [_MASKS_NAMED[sub.__qualname__] for sub in _mask_functions_inside(fn)
+                          if getattr(sub, "__qualname__", "") in _MASKS_NAMED]
             return found
     return [f"the mask function {getattr(fn, '__module__', '?')}.{name}"]
 
