@@ -1,5 +1,9 @@
 """Helpers shared by the GPU tests: input construction and the error rule."""
 
+import concurrent.futures
+import os
+import subprocess
+
 import torch
 
 from flashattn_cu import _C
@@ -174,18 +178,15 @@ def kernel_names(fn):
 class ChildRuns:
     """Child processes started together (at most `workers` at a time) and read back by name:
     the tests that run a call in a child of its own (a crash or a device trap ends only that
-    child) pay the ~5 s of importing torch and starting CUDA once per worker slot instead of once
-    per case, one after the other. result(name) waits for that child's CompletedProcess."""
+    child) pay each child's ~5 s of importing torch and starting CUDA side by side instead of
+    one case after another. result(name) waits for that child's CompletedProcess."""
 
     def __init__(self, workers=8):
-        import concurrent.futures
-        import os
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=max(1, min(workers, os.cpu_count() or 1)))
         self._runs = {}
 
     def submit(self, name, argv, *, env, timeout=300):
-        import subprocess
         assert name not in self._runs, name
         self._runs[name] = self._pool.submit(subprocess.run, argv, capture_output=True,
                                              text=True, timeout=timeout, cwd="/", env=env)
