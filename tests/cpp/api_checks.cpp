@@ -589,21 +589,21 @@ int main() {
     // A varlen call with total_q 0 (no query row) still has its cu_seqlens checked on the
     // device (every entry must be empty): it reaches the check's launch, where it returned
     // success before without reading them.
+    const auto without_query_rows = [](auto& p) {
+      p.cu_seqlens_q = static_cast<const int*>(fake(7));
+      p.cu_seqlens_k = static_cast<const int*>(fake(8));
+      p.total_q = 0, p.total_k = 256;
+      p.q = p.o = nullptr;
+      p.lse = nullptr;
+    };
     FwdParams none = valid_fwd();
-    none.cu_seqlens_q = static_cast<const int*>(fake(7));
-    none.cu_seqlens_k = static_cast<const int*>(fake(8));
-    none.total_q = 0, none.total_k = 256;
-    none.q = none.o = nullptr;
-    none.lse = nullptr;
+    without_query_rows(none);
     const Status nst = flashattn_cu::fwd(none, nullptr);
     expect(nst == S::kLaunchFailed || nst == S::kUnsupportedDevice,
            "fwd varlen with total_q 0: its cu_seqlens checked on the device");
     BwdParams bnone = valid_bwd();
-    bnone.cu_seqlens_q = static_cast<const int*>(fake(7));
-    bnone.cu_seqlens_k = static_cast<const int*>(fake(8));
-    bnone.total_q = 0, bnone.total_k = 256;
-    bnone.q = bnone.o = bnone.dout = bnone.dq = nullptr;
-    bnone.lse = nullptr;
+    without_query_rows(bnone);
+    bnone.dout = bnone.dq = nullptr;
     const Status bst = flashattn_cu::bwd(bnone, nullptr);
     expect(bst == S::kLaunchFailed || bst == S::kUnsupportedDevice,
            "bwd varlen with total_q 0: its cu_seqlens checked on the device");
