@@ -2,11 +2,11 @@
 read or write the wrong element. Shapes users reach: a padded batch of 8k short sequences (batch
 64 x 8k tokens x 32 heads x d 128 is 2^31 elements), a varlen pack of millions of tokens, one
 sequence of 264k tokens read through a row stride of 8192 (heads x d of a wider layout),
-dropout's S_dmask over 46k x 46k, a paged KV cache of 8200 pages of 256 x 8 x 128 and a
+dropout's S_dmask over 46k x 46k, a paged KV cache of 8256 pages of 256 x 8 x 128 and a
 contiguous cache of 66 x 32k entries. Each test keeps the work small (short sequences, one head,
 one query row) and checks the parts that lie past 2^31 against the fp32 reference by the rule,
 the rest of every output for being written (outputs start as NaN: the poisoning fixture).
-Each needs 10-56 GB of free GPU memory and skips with the amount where a GPU has less."""
+Each needs 12-56 GB of free GPU memory and skips with the amount where a GPU has less."""
 
 import gc
 

@@ -177,8 +177,16 @@ void check_softcap(double softcap, double softmax_scale) {
 void check_status(flashattn_cu::Status st, const char* which) {
   if (st == flashattn_cu::Status::kSuccess) return;
   const cudaError_t err = flashattn_cu::last_cuda_error();
+  // Past this binding's checks, an invalid argument from the library is most likely a launch it
+  // cannot make: a grid of more than 2^31 - 1 thread blocks.
+  const char* hint =
+      st == flashattn_cu::Status::kInvalidArgument
+          ? "; the arguments passed their checks, so most likely a kernel's grid would exceed "
+            "2^31 - 1 thread blocks: batch x heads x the blocks of the longest sequence (a "
+            "varlen batch of many entries with one very long one); split the batch"
+          : "";
   TORCH_CHECK(false, msg(which, " failed: ", flashattn_cu::status_string(st), " (CUDA: ",
-                         cudaGetErrorString(err), ")"));
+                         cudaGetErrorString(err), ")", hint));
 }
 
 void check_row_tensor(const at::Tensor& t, const char* name, const at::Tensor& q,

@@ -159,10 +159,13 @@ __device__ __forceinline__ void write_appended_rows(const AppendedRows<Element>&
                                                     int head_dim, const RotaryTable& rot,
                                                     const CacheRow& cache_row, int tid) {
   const int chunks = head_dim / 8;
-  const int total = (share.end - share.begin) * chunks;
+  // 64-bit: one block may own every appended row (the sm90 decode path's append kernel), and
+  // rows x chunks passes 2^31 from 2^34 / head_dim rows on.
+  const int64_t total = static_cast<int64_t>(share.end - share.begin) * chunks;
 #pragma unroll 1
-  for (int idx = tid; idx < total; idx += kThreads) {
-    const int i = share.begin + idx / chunks, c = idx % chunks;
+  for (int64_t idx = tid; idx < total; idx += kThreads) {
+    const int i = share.begin + static_cast<int>(idx / chunks);
+    const int c = static_cast<int>(idx % chunks);
     const int row = rows.first_row + i;
     if (row < 0 || row >= capacity) continue;  // a caller's bug: never outside the cache
     const uint4 kc = rotated_chunk(rows.k + i * rows.k_row_stride, c, rot, rot.clamp(row));

@@ -79,12 +79,13 @@ struct AppendShare {
 __host__ __device__ __forceinline__ AppendShare append_share(int seqlen_new, int m_block,
                                                              int m_blocks, int split,
                                                              int splits) {
-  const int owners = m_blocks * splits;
-  const int share = ceil_div(seqlen_new, owners);
-  const int o = m_block * splits + split;
+  // 64-bit products: owners x share can pass 2^31 by up to one share.
+  const int64_t owners = static_cast<int64_t>(m_blocks) * splits;
+  const int64_t share = (seqlen_new + owners - 1) / owners;
+  const int64_t begin = (static_cast<int64_t>(m_block) * splits + split) * share;
   AppendShare r;
-  r.begin = o * share < seqlen_new ? o * share : seqlen_new;
-  r.end = r.begin + share < seqlen_new ? r.begin + share : seqlen_new;
+  r.begin = static_cast<int>(begin < seqlen_new ? begin : seqlen_new);
+  r.end = static_cast<int>(begin + share < seqlen_new ? begin + share : seqlen_new);
   return r;
 }
 
