@@ -3,7 +3,7 @@
 
     python benchmarks/bench_features.py --out benchmarks/results/features_h200.md
 
-bf16, head dim 128, 16 heads; medians of triton.testing.do_bench (CUDA events when triton is
+bf16, head dim 128 (--dim), 16 heads; medians of triton.testing.do_bench (CUDA events when triton is
 missing); every row takes each time as the median over --rounds interleaved rounds (varlen,
 padded, torch's varlen; causal, then each window; plain, then each modifier), so that drift
 during the run does not fall on one side of a ratio; times in ms, TFLOP/s with flash_attn's count (causal halves it;
@@ -280,6 +280,7 @@ def bench_modifiers(lines, seqlens, dims):
 
 
 def main():
+    global ROUNDS, D
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path)
     p.add_argument("--seqlens", type=int, nargs="+", default=[4096, 8192, 16384])
@@ -287,14 +288,16 @@ def main():
                    choices=["varlen", "varlen_skewed", "window", "modifiers"])
     p.add_argument("--modifier-seqlens", type=int, nargs="+", default=[4096, 16384])
     p.add_argument("--modifier-dims", type=int, nargs="+", default=[64, 128])
+    p.add_argument("--dim", type=int, default=D,
+                   help="head dim of the varlen and window rows (modifiers: --modifier-dims)")
     p.add_argument("--rounds", type=int, default=3,
                    help="interleaved rounds for every ratio (median of each time)")
     p.add_argument("--paths", nargs="+", default=["auto", "sm80"], choices=["auto", "sm80"],
                    help="kernel paths to measure: auto (on sm_90: the wgmma forward and "
                         "backward) and sm80 (the mma.sync kernels, forced); bars hold on each")
     args = p.parse_args()
-    global ROUNDS
     ROUNDS = max(1, args.rounds)
+    D = args.dim
     lines = [f"# Features benchmark, {torch.cuda.get_device_name()}, torch {torch.__version__}",
              "", f"Times: medians over {ROUNDS} interleaved rounds (each round times every "
              "variant of a row once, in turn).", ""]
