@@ -243,6 +243,18 @@ def test_generator_argument_of_the_op():
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_generator_of_another_gpu_is_refused():
+    """The op's gen must belong to q's GPU: one of another GPU would be read and advanced for
+    this call's mask (torch checks only that it is a CUDA generator)."""
+    skip_unless_built(64)
+    q, k, v = make_qkv(1, 64, 64, 2, 2, 64, F16)
+    gen = torch.Generator(device="cuda:1")
+    with pytest.raises(ValueError, match="gen must be a generator of q's device"):
+        torch.ops.flashattn_cu.fwd(q, k, v, 0.125, False, -1, -1, None, 0.0, 0.4, False, gen)
+
+
+@pytest.mark.gpu
 def test_call_reserves_four_offsets_per_batch_entry_and_head():
     """A call owns the generator's offsets [o, o + 4 * batch * nheads): one Philox counter per
     (batch entry, head), o / 4 + batch * nheads + head in the counter's lower half, where torch's

@@ -234,6 +234,13 @@ void set_dropout(flashattn_cu::FwdParams& p, double dropout_p, const DropoutOutp
   p.dropout_p = static_cast<float>(dropout_p);
   p.rng_state = reinterpret_cast<uint64_t*>(d.rng_state.data_ptr<int64_t>());
   p.s_dmask = d.s_dmask.numel() > 0 ? d.s_dmask.data_ptr() : nullptr;
+  // A generator of another GPU would be read (and advanced) for this call's mask.
+  if (gen.has_value() && gen->defined() && gen->device().is_cuda()) {
+    const int index = gen->device().index();
+    TORCH_CHECK_VALUE(index < 0 || index == q.device().index(),
+                      msg("gen must be a generator of q's device (", q.device(),
+                          "), got one of ", gen->device()));
+  }
   auto* g = at::get_generator_or_default<at::CUDAGeneratorImpl>(
       gen, at::cuda::detail::getDefaultCUDAGenerator(q.device().index()));
   // Four offsets a (batch entry, query head): one Philox counter each (common/philox.h).

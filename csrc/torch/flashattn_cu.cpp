@@ -19,7 +19,7 @@
 //                                    block_table, max_seqlen_q, max_seqlen_k, ...) -> (out, lse)
 // (flash_attn_with_kvcache's attention, appending k_new / v_new to the cache in place with the
 // rotary embedding fused into the kernel; and flash_attn_varlen_func's with block_table). Dropout: the forward draws (seed, offset) from the CUDA generator
-// (gen, or the device's default) and returns them as rng_state (int64 (2,), written by the
+// (gen, which must be one of q's device, or the device's default) and returns them as rng_state (int64 (2,), written by the
 // kernel, so a captured CUDA graph records fresh values at each replay); the backward takes that
 // rng_state and regenerates the same mask. S_dmask: flash_attn's return_softmax output
 // (flashattn_cu.h, FwdParams::s_dmask), an empty tensor when not asked for.
