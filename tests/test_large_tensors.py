@@ -54,6 +54,13 @@ def check_forward(out, lse, ref, ref_lse, pt, pt_lse, what):
     assert_lse_rule(lse, ref_lse, pt_lse, f"{what}: lse")
 
 
+def assert_written(path, out, lse, grads):
+    """Every element of out, lse and the gradients written (they start as NaN: poisoning)."""
+    assert not out.isnan().any() and not lse.isnan().any(), f"{path}: out / lse not written"
+    for name, g in zip(("dq", "dk", "dv"), grads):
+        assert not g.isnan().any(), f"{path}: {name} not written"
+
+
 def reference_with_grads(q, k, v, dout, **kw):
     """(ref, ref_lse, pt, pt_lse, ref grads, pt grads) of attention_ref on detached copies."""
     q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
@@ -85,9 +92,7 @@ def test_padded_batch_past_2_31_elements(causal):
         with kernel_path(path):
             out, lse, _ = flash_attn_func(q, k, v, causal=causal, return_attn_probs=True)
             grads = torch.autograd.grad(out, (q, k, v), dout)
-        assert not out.isnan().any() and not lse.isnan().any(), f"{path}: out / lse not written"
-        for name, g in zip(("dq", "dk", "dv"), grads):
-            assert not g.isnan().any(), f"{path}: {name} not written"
+        assert_written(path, out, lse, grads)
         for b in checked:
             ref, ref_lse, pt, pt_lse, ref_g, pt_g = refs[b]
             what = f"{path} entry {b}"
@@ -135,9 +140,7 @@ def test_varlen_past_2_31_elements():
             out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk),
                                                  causal=True, return_attn_probs=True)
             grads = torch.autograd.grad(out, (q, k, v), dout)
-        assert not out.isnan().any() and not lse.isnan().any(), f"{path}: out / lse not written"
-        for name, g in zip(("dq", "dk", "dv"), grads):
-            assert not g.isnan().any(), f"{path}: {name} not written"
+        assert_written(path, out, lse, grads)
         for i in checked:
             ref, ref_lse, pt, pt_lse, ref_g, pt_g = refs[i]
             what = f"{path} sequence {i} ({lq[i]} x {lk[i]} at row {starts_q[i]})"
@@ -178,9 +181,7 @@ def test_long_sequence_with_a_wide_row_stride():
         with kernel_path(path):
             out, lse, _ = flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
             dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
-        assert not out.isnan().any() and not lse.isnan().any(), f"{path}: out / lse not written"
-        for name, g in (("dq", dq), ("dk", dk), ("dv", dv)):
-            assert not g.isnan().any(), f"{path}: {name} not written"
+        assert_written(path, out, lse, (dq, dk, dv))
         for rows, (ref, ref_lse, pt, pt_lse, ref_g, pt_g) in ((last, ref_last),
                                                               (first, ref_first)):
             what = f"{path} rows {rows.start}-{rows.stop}"
