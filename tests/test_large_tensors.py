@@ -2,11 +2,11 @@
 read or write the wrong element. Shapes users reach: a padded batch of 8k short sequences (batch
 64 x 8k tokens x 32 heads x d 128 is 2^31 elements), a varlen pack of millions of tokens, one
 sequence of 264k tokens read through a row stride of 8192 (heads x d of a wider layout),
-dropout's S_dmask over 46k x 46k, a paged KV cache of 8256 pages of 256 x 8 x 128 and a
-contiguous cache of 66 x 32k entries. Each test keeps the work small (short sequences, one head,
+dropout's S_dmask over 46k x 46k, a paged KV cache of 8256 pages of 256 x 8 x 128, a
+contiguous cache of 66 x 32k entries, and one decode call appending 2^27 rows. Each test keeps the work small (short sequences, one head,
 one query row) and checks the parts that lie past 2^31 against the fp32 reference by the rule,
 the rest of every output for being written (outputs start as NaN: the poisoning fixture).
-Each needs 12-56 GB of free GPU memory and skips with the amount where a GPU has less."""
+Each needs 12-75 GB of free GPU memory and skips with the amount where a GPU has less."""
 
 import gc
 
@@ -312,3 +312,45 @@ def test_contiguous_cache_past_2_31_elements():
             kvcache_reference_check(q, out, lse, k_logical, v_logical,
                                     (cache_seqlens + 1).tolist(), f"{path} splits {splits}",
                                     False)
+
+
+def test_append_of_2_27_rows_in_one_call():
+    """flash_attn_with_kvcache appending 2^27 + 64 new rows (d 128) to an empty contiguous cache
+    in one decode call (k_new / v_new one row each, expanded: stride 0): the append kernel's
+    single block for the (entry, kv head) counts rows x 16-byte chunks past 2^31, which a 32-bit
+    count wrapped to a negative bound (nothing written, the decode reading whatever the cache
+    held). Every key is then the same, so the answer is closed-form: out = v_new's row, lse =
+    q . k * scale + ln(keys); every appended row equals k_new's / v_new's (the cache starts as
+    NaN). Both kernel paths, 64 splits (2M keys each: every fp32 partial sum of the equal
+    weights stays below 2^24, where adding 1 would stop counting); 70 GB."""
+    d = head_dim(128)
+    rows = 2 ** 34 // d + 64
+    need_free_gib(75)
+    k_cache = torch.full((1, rows, 1, d), float("nan"), device="cuda", dtype=BF16)
+    v_cache = torch.full_like(k_cache, float("nan"))
+    k_row = torch.randn(1, 1, 1, d, device="cuda", dtype=BF16)
+    v_row = torch.randn(1, 1, 1, d, device="cuda", dtype=BF16)
+    k_new, v_new = k_row.expand(1, rows, 1, d), v_row.expand(1, rows, 1, d)
+    q = torch.randn(1, 1, 8, d, device="cuda", dtype=BF16)
+    seqlens = torch.zeros(1, device="cuda", dtype=torch.int32)
+    scale = d ** -0.5
+    lse_ref = (q.float()[0, 0] @ k_row.float()[0, 0, 0]) * scale + torch.log(
+        torch.tensor(float(rows), device="cuda", dtype=torch.float64)).float()
+    for path in kernel_paths():
+        k_cache.fill_(float("nan"))
+        v_cache.fill_(float("nan"))
+        with kernel_path(path):
+            out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k=k_new, v=v_new,
+                                               cache_seqlens=seqlens, num_splits=64,
+                                               return_softmax_lse=True)
+        for name, cache, row in (("k", k_cache, k_row), ("v", v_cache, v_row)):
+            for chunk in cache[0].split(2 ** 24):  # 4 GiB of bool at most at a time
+                assert (chunk == row[0]).all(), f"{path}: {name}_new not appended everywhere"
+        # Equal keys: uniform weights over one value row. The P V sums of up to 2^19 equal
+        # bf16 products round in fp32 (k x v needs more than 24 bits past k = 2^16): a few
+        # percent of |v| at most; a row never written (NaN) fails whatever the tolerance.
+        torch.testing.assert_close(out[0, 0].float(), v_row[0, 0].float().expand(8, d),
+                                   atol=0.03 * v_row.abs().max().item(), rtol=0,
+                                   msg=lambda m: f"{path}: out: {m}")
+        torch.testing.assert_close(lse[0, :, 0], lse_ref, atol=1e-3, rtol=1e-5,
+                                   msg=lambda m: f"{path}: lse: {m}")
