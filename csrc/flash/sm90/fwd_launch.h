@@ -121,9 +121,17 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   const int64_t tiles =
       query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
   if (tiles == 0) return Status::kSuccess;
-  const FwdSchedule schedule = fwd_schedule(p, tiles, sms, l2_bytes, causal_persistent,
-                                            defer_light ? fwd_defer_m(p, Traits::kBlockM) : 0,
-                                            causal_order);
+  FwdSchedule schedule = fwd_schedule(p, tiles, sms, l2_bytes, causal_persistent,
+                                      defer_light ? fwd_defer_m(p, Traits::kBlockM) : 0,
+                                      causal_order);
+  // The ring counter (fwd_work.h RingSlot, an int) counts a CTA's key-block steps over its whole
+  // walk: a persistent walk that could pass 2^31 - 1 of them (non-causal rows of ~84M keys at
+  // batch x heads 1) takes one CTA per tile instead, whose count is one tile's key blocks.
+  if (schedule.grid < tiles &&
+      ceil_div<int64_t>(tiles, schedule.grid) * ceil_div<int64_t>(p.seqlen_k, Traits::kBlockN) >
+          INT_MAX) {
+    schedule = FwdSchedule{tiles, 0, 0};
+  }
   // Every CTA's next tile index (cta_tile_index, in int) stays below tiles + 2 x grid: with a
   // grid of one CTA per tile that is 3 x tiles, so past ~7 x 10^8 tiles the call is refused.
   if (tiles + 2 * schedule.grid > INT_MAX) return Status::kInvalidArgument;
