@@ -43,6 +43,8 @@ def _free_after():
 
 
 def need_free_gib(gib):
+    # gc first: a failed test's traceback keeps its frame (and its tensors) alive past teardown.
+    gc.collect()
     torch.cuda.empty_cache()
     free, _ = torch.cuda.mem_get_info()
     if free < gib * 2 ** 30:
@@ -74,8 +76,8 @@ def reference_with_grads(q, k, v, dout, **kw):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_padded_batch_past_2_31_elements(causal):
     """(8200, 256, 8, d 128) q, k, v, out, dout and gradients: the entries from 8192 on start
-    past 2^31 elements (batch offsets, LSE rows, the dQ accumulator's rows), forward and backward
-    on every kernel path."""
+    past 2^31 elements (batch offsets, the dQ accumulator's rows), forward and backward on every
+    kernel path."""
     d = head_dim(128)
     seqlen, nheads = 256, 8
     batch = TWO31 // (seqlen * nheads * d) + 8
@@ -119,15 +121,16 @@ def test_varlen_past_2_31_elements():
     cu_q = torch.tensor([0] + lq, device="cuda").cumsum(0).to(torch.int32)
     cu_k = torch.tensor([0] + lk, device="cuda").cumsum(0).to(torch.int32)
     starts_q = cu_q.tolist()
-    # The sequences around row rows_past (its start past 2^31 elements, or straddling it), the
-    # first one and the last four.
+    # The sequences whose query rows, and whose key rows, straddle row rows_past (2^31 elements),
+    # the one after, the first one and the last four (past it).
+    cu_k_list = cu_k.tolist()
     straddle = next(i for i in range(len(lq)) if starts_q[i + 1] > rows_past)
-    checked = sorted({0, straddle, straddle + 1, *range(len(lq) - 4, len(lq))})
+    straddle_k = next(i for i in range(len(lk)) if cu_k_list[i + 1] > rows_past)
+    checked = sorted({0, straddle, straddle + 1, straddle_k, *range(len(lq) - 4, len(lq))})
     q = torch.randn(sum(lq), nheads, d, device="cuda", dtype=BF16, requires_grad=True)
     k = torch.randn(sum(lk), nheads, d, device="cuda", dtype=BF16, requires_grad=True)
     v = torch.randn(sum(lk), nheads, d, device="cuda", dtype=BF16, requires_grad=True)
     dout = torch.randn_like(q)
-    cu_k_list = cu_k.tolist()
 
     def part(t, cu, i):
         return t[cu[i]:cu[i + 1]].unsqueeze(0)
@@ -197,7 +200,8 @@ def test_dropout_s_dmask_past_2_31_elements():
     """Dropout with return_attn_probs over 46,400 x 46,400 (one head, d 64): S_dmask (1, 1,
     46464, 46464) holds 2.16e9 elements, its last rows past 2^31. Every element written; the last
     64 rows' probabilities sum to 1 and, with their mask, give the kernel's out, lse and dq (the
-    backward regenerates the mask from the Philox counters of those rows), every kernel path."""
+    backward regenerates the mask from the Philox counters of those rows), forward and backward
+    on each kernel path."""
     d = head_dim(64)
     seqlen, p = 46400, 0.1
     rounded = -(-seqlen // 128) * 128
@@ -206,23 +210,27 @@ def test_dropout_s_dmask_past_2_31_elements():
     q, k, v, dout = (torch.randn(1, seqlen, 1, d, device="cuda", dtype=BF16) for _ in range(4))
     for t in (q, k, v):
         t.requires_grad_()
-    out, lse, s_dmask = flash_attn_func(q, k, v, dropout_p=p, return_attn_probs=True)
-    assert s_dmask.shape == (1, 1, rounded, rounded)
-    assert not s_dmask.isnan().any(), "S_dmask not fully written"
     last = slice(seqlen - 64, seqlen)
-    tail = s_dmask[:, :, last]
-    del s_dmask
-    sums = tail[..., :seqlen].float().abs().sum(-1)
-    assert ((sums - 1).abs() < 2e-2).all(), f"S_dmask's last rows sum to {sums.min()}-{sums.max()}"
-    mask = dropout_mask_from_s_dmask(tail, 64, seqlen)
-    ref, ref_lse, pt, pt_lse, ref_g, pt_g = reference_with_grads(
-        q[:, last], k, v, dout[:, last], dropout_p=p, dropout_mask=mask)
-    check_forward(out[:, last], lse[:, :, last], ref, ref_lse, pt, pt_lse, "last rows")
     for path in kernel_paths():
         with kernel_path(path):
-            dq, = torch.autograd.grad(out, (q,), dout, retain_graph=True)
+            out, lse, s_dmask = flash_attn_func(q, k, v, dropout_p=p, return_attn_probs=True)
+        assert s_dmask.shape == (1, 1, rounded, rounded)
+        assert not s_dmask.isnan().any(), f"{path}: S_dmask not fully written"
+        tail = s_dmask[:, :, last].clone()
+        del s_dmask
+        sums = tail[..., :seqlen].float().abs().sum(-1)
+        assert ((sums - 1).abs() < 2e-2).all(), (
+            f"{path}: S_dmask's last rows sum to {sums.min()}-{sums.max()}")
+        mask = dropout_mask_from_s_dmask(tail, 64, seqlen)
+        ref, ref_lse, pt, pt_lse, ref_g, pt_g = reference_with_grads(
+            q[:, last], k, v, dout[:, last], dropout_p=p, dropout_mask=mask)
+        check_forward(out[:, last], lse[:, :, last], ref, ref_lse, pt, pt_lse,
+                      f"{path}: last rows")
+        with kernel_path(path):
+            dq, = torch.autograd.grad(out, (q,), dout)
         assert not dq.isnan().any(), f"{path}: dq not written"
         assert_rule(dq[:, last], ref_g[0], pt_g[0], 3, 1e-4, f"{path}: dq of the last rows")
+        del out, lse, dq
 
 
 def kvcache_reference_check(q, out, lse, k_logical, v_logical, seqlens, what, causal):
@@ -249,13 +257,24 @@ def test_paged_cache_past_2_31_elements(seqlen_q):
     need_free_gib(16)
     k_cache = torch.full((num_pages, page, nheads_k, d), float("nan"), device="cuda", dtype=BF16)
     v_cache = torch.full_like(k_cache, float("nan"))
-    # The entries' 160 pages: the last 96 before 2^31 and the 64 past it, in a random order.
-    used = torch.randperm(batch * per_entry, device="cuda") + (num_pages - batch * per_entry)
-    table = used.view(batch, per_entry).to(torch.int32)
+    # The entries' 160 pages: the last 96 before 2^31 and the 64 past it, in a random order,
+    # but the page each entry's new rows go to is one past 2^31 (the appends' offsets too).
+    lengths = [per_entry * page - seqlen_q, 1, 7000, 300]
+    gen = torch.Generator().manual_seed(11)
+    appends = (torch.randperm(past, generator=gen)[:batch] + first_past).tolist()
+    pool = [x for x in range(num_pages - batch * per_entry, num_pages) if x not in appends]
+    others = [pool[i] for i in torch.randperm(len(pool), generator=gen).tolist()]
+    rows = []
+    for b in range(batch):
+        column = (lengths[b] + seqlen_q - 1) // page
+        row = [others.pop() for _ in range(per_entry - 1)]
+        rows.append(row[:column] + [appends[b]] + row[column:])
+    table = torch.tensor(rows, device="cuda", dtype=torch.int32)
+    used = table.long().flatten()
+    assert sorted(used.tolist()) == list(range(num_pages - batch * per_entry, num_pages))
     for cache in (k_cache, v_cache):
         cache[used] = torch.randn(batch * per_entry, page, nheads_k, d, device="cuda", dtype=BF16)
-    cache_seqlens = torch.tensor([per_entry * page - seqlen_q, 1, 7000, 300], device="cuda",
-                                 dtype=torch.int32)
+    cache_seqlens = torch.tensor(lengths, device="cuda", dtype=torch.int32)
     q = torch.randn(batch, seqlen_q, nheads, d, device="cuda", dtype=BF16)
     k_new = torch.randn(batch, seqlen_q, nheads_k, d, device="cuda", dtype=BF16)
     v_new = torch.randn_like(k_new)
@@ -344,9 +363,9 @@ def test_append_of_2_27_rows_in_one_call():
                                                cache_seqlens=seqlens, num_splits=64,
                                                return_softmax_lse=True)
         for name, cache, row in (("k", k_cache, k_row), ("v", v_cache, v_row)):
-            for chunk in cache[0].split(2 ** 24):  # 4 GiB of bool at most at a time
+            for chunk in cache[0].split(2 ** 24):  # 2 GiB of bool at most at a time
                 assert (chunk == row[0]).all(), f"{path}: {name}_new not appended everywhere"
-        # Equal keys: uniform weights over one value row. The P V sums of up to 2^19 equal
+        # Equal keys: uniform weights over one value row. The P V sums of up to 2^21 equal
         # bf16 products round in fp32 (k x v needs more than 24 bits past k = 2^16): a few
         # percent of |v| at most; a row never written (NaN) fails whatever the tolerance.
         torch.testing.assert_close(out[0, 0].float(), v_row[0, 0].float().expand(8, d),
