@@ -22,11 +22,15 @@ import torch
 
 from flashattn_cu import _C  # noqa: F401  (loads the library that defines torch.ops.flashattn_cu)
 from flashattn_cu import flash_attn_interface as _fai
-from flashattn_cu.flash_attn_interface import (
+from flashattn_cu._arguments import (
     ArgumentTypeError,
     ArgumentValueError,
     _check_alibi,
+    _check_cu_seqlens,
+    _check_dropout,
+    _check_seqlens_values,
     _check_softcap,
+    _flash_attn_window,
     _SUPPORTED_DTYPES,
     _softmax_scale,
     _window_and_causal,
@@ -92,7 +96,7 @@ def _score_args(causal, window_size, softcap, alibi_slopes, softmax_scale, head_
     normalized against seqlen_k as flash_attn does (flash_attn_interface._flash_attn_window),
     the softmax scale, softcap and ALiBi slopes."""
     causal, left, right = _window_and_causal(causal, 0.0, window_size, softcap, alibi_slopes, fn)
-    causal, left, right = _fai._flash_attn_window(causal, left, right, seqlen_k)
+    causal, left, right = _flash_attn_window(causal, left, right, seqlen_k)
     return (causal, left, right, _softmax_scale(softmax_scale, head_dim, fn),
             _check_softcap(softcap, fn), _check_alibi(alibi_slopes, batch, nheads, device, fn))
 
@@ -415,7 +419,7 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
                   block_table):
     """flash_attn_varlen_func with block_table (its arguments; see its docstring)."""
     fn = _VARLEN_FN
-    dropout_p = _fai._check_dropout(dropout_p, fn)
+    dropout_p = _check_dropout(dropout_p, fn)
     if dropout_p > 0.0:
         raise NotImplementedError(
             f"{fn}: dropout_p > 0 with block_table (paged KV) is not implemented (got "
@@ -448,9 +452,9 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
         raise ArgumentValueError(
             f"{fn}: a paged k needs at least one page of at least one row, got "
             f"shape {tuple(k.shape)}")
-    max_seqlen_q, max_seqlen_k = _fai._check_cu_seqlens(q, cu_seqlens_q, cu_seqlens_k,
+    max_seqlen_q, max_seqlen_k = _check_cu_seqlens(q, cu_seqlens_q, cu_seqlens_k,
                                                         max_seqlen_q, max_seqlen_k, fn)
-    _fai._check_seqlens_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q,
+    _check_seqlens_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q,
                                None, fn)  # paged keys: no row bound
     batch = cu_seqlens_q.numel() - 1
     device = q.device

@@ -37,8 +37,9 @@ import logging
 import torch
 
 from flashattn_cu._ops import _non_overlapping_and_dense
+from flashattn_cu._arguments import _kernels_take_scale
 from flashattn_cu.flash_attn_interface import (_built_head_dims, _device_capability,
-                                               _head_dim_instance, _kernels_take_scale)
+                                               _head_dim_instance)
 
 __all__ = ["activate", "deactivate", "is_active", "call_counts", "reset_call_counts", "NAME"]
 

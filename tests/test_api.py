@@ -15,7 +15,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import flashattn_cu
 from attn_helpers import layouts
-from flashattn_cu import _C, _ops, flash_attn_func, flash_attn_with_kvcache
+from flashattn_cu import _arguments, _C, _ops, flash_attn_func, flash_attn_with_kvcache
 from flashattn_cu import flash_attn_interface as fai
 
 F16 = torch.float16
@@ -85,11 +85,11 @@ def test_head_dim_instances():
     and the Python interface's _head_dim_instance()."""
     instances = _C.head_dim_instances()
     assert instances == sorted(set(instances)) and all(d > 0 and d % 8 == 0 for d in instances)
-    assert instances[-1] == fai._MAX_HEAD_DIM
+    assert instances[-1] == _arguments._MAX_HEAD_DIM
     header = Path(__file__).resolve().parent.parent / "csrc" / "flash" / "head_dims.h"
     m = re.search(r"^#define FLASHATTN_CU_HEAD_DIM_INSTANCES\s+(.+)$", header.read_text(), re.M)
     assert [int(x) for x in m.group(1).split(",")] == instances, "extension built from another list"
-    for d in range(1, fai._MAX_HEAD_DIM + 1):
+    for d in range(1, _arguments._MAX_HEAD_DIM + 1):
         smallest = min(i for i in instances if i >= d)
         assert _C._round_head_dim(d) == fai._head_dim_instance(d) == smallest, d
     # Past the largest instance: None, not a StopIteration (which a generator or map() around
@@ -432,7 +432,7 @@ def test_window_sizes_reach_the_kernel(window, causal, passed):
 def test_flash_attn_window_normalization(causal, window, seqlen_k, expected):
     """flash_api.cpp's rules: sides >= seqlen_k unbounded, then causal (or (-1, 0)) with right
     0, then a bounded left with an unbounded right at right = seqlen_k."""
-    assert fai._flash_attn_window(causal, *window, seqlen_k) == expected
+    assert _arguments._flash_attn_window(causal, *window, seqlen_k) == expected
 
 
 def test_inference_route_passes_the_same_arguments():

@@ -122,10 +122,10 @@ def test_max_abs_diff_handles_inf_and_nan():
 @pytest.mark.parametrize("window", [(-1, -1), (2, 1), (0, 0), (-1, 0), (4, 0), (9, 0), (1, 9),
                                     (-1, 4), (5, -1), (2, 30), (40, 40), (3, 6)])
 def test_window_seqlen_k_is_flash_attn_window(seqlen_q, seqlen_k, causal, window):
-    """attention_ref's window_seqlen_k and the interface's _flash_attn_window are two writings of
-    flash_attn's rules: the normalized window through the one equals the other's output given to
-    the raw reference, ALiBi's bias form (so the lse) included."""
-    from flashattn_cu import flash_attn_interface as fai
+    """attention_ref's window_seqlen_k and the interface's _flash_attn_window (_arguments.py) are
+    two writings of flash_attn's rules: the normalized window through the one equals the other's
+    output given to the raw reference, ALiBi's bias form (so the lse) included."""
+    from flashattn_cu import _arguments
 
     gen = torch.Generator().manual_seed(seqlen_q * 100 + seqlen_k)
     q = torch.randn(2, seqlen_q, 4, 16, dtype=torch.float64, generator=gen)
@@ -134,7 +134,7 @@ def test_window_seqlen_k_is_flash_attn_window(seqlen_q, seqlen_k, causal, window
     slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625], dtype=torch.float32)
     out, lse = attention_ref(q, k, v, causal=causal, window_size=window, alibi_slopes=slopes,
                              window_seqlen_k=seqlen_k)
-    norm_causal, left, right = fai._flash_attn_window(causal, *window, seqlen_k)
+    norm_causal, left, right = _arguments._flash_attn_window(causal, *window, seqlen_k)
     out2, lse2 = attention_ref(q, k, v, causal=norm_causal, window_size=(left, right),
                                alibi_slopes=slopes)
     assert torch.equal(out, out2) and torch.equal(lse, lse2)

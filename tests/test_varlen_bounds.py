@@ -177,15 +177,15 @@ def test_exact_and_overstated_bounds_run(children):
     ([0, 3, 9], [0, 1, 2], (6, 1), (10, 9), None),
 ])
 def test_host_check_of_cu_seqlens(monkeypatch, cu_q, cu_k, bounds, totals, message):
-    from flashattn_cu import flash_attn_interface as fai
+    from flashattn_cu import _arguments
 
     args = (torch.tensor(cu_q, dtype=torch.int32), torch.tensor(cu_k, dtype=torch.int32),
             *bounds, *totals, "flash_attn_varlen_func")
     monkeypatch.setenv("FLASHATTN_CU_CHECK_SEQLENS", "0")
-    fai._check_seqlens_values(*args)  # off: reads nothing
+    _arguments._check_seqlens_values(*args)  # off: reads nothing
     monkeypatch.setenv("FLASHATTN_CU_CHECK_SEQLENS", "1")
     if message is None:
-        fai._check_seqlens_values(*args)
+        _arguments._check_seqlens_values(*args)
     else:
         with pytest.raises(ValueError, match="flash_attn_varlen_func: .*" + message):
-            fai._check_seqlens_values(*args)
+            _arguments._check_seqlens_values(*args)
