@@ -83,9 +83,7 @@ Status check_bwd(const BwdParams& p) {
       !pointer_ok(p.lse, has_q && !has_stats)) {
     return Status::kInvalidArgument;
   }
-  const size_t need = bwd_workspace_bytes(p);
-  if (need > 0 && (!pointer_ok(p.workspace, true) ||
-                   (p.workspace_bytes != 0 && p.workspace_bytes < need))) {
+  if (!workspace_ok(p.workspace, p.workspace_bytes, bwd_workspace_bytes(p))) {
     return Status::kInvalidArgument;
   }
   return Status::kSuccess;

@@ -73,6 +73,12 @@ inline bool pointer_ok(const void* ptr, bool has_elements) {
   return has_elements ? ptr != nullptr && aligned16(ptr) : ptr == nullptr || aligned16(ptr);
 }
 
+// The workspace of a call that needs `need` bytes: given (and aligned) when it needs any, and
+// not smaller than that where the caller states its size (`given` nonzero).
+inline bool workspace_ok(const void* workspace, size_t given, size_t need) {
+  return need == 0 || (pointer_ok(workspace, true) && (given == 0 || given >= need));
+}
+
 // Whether q/o/dout/dq/lse (rows of seqlen_q) and k/v/dk/dv (rows of seqlen_k) have elements.
 template <typename Params>
 bool has_q_rows(const Params& p) {

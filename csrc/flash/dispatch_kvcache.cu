@@ -303,8 +303,7 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
   const int splits = kvcache_splits(p, dev, decode_ctas);
   const bool q_copy = rotated_q_copy(p, decode90);
   const KvcacheWorkspace ws = kvcache_workspace(params, splits, q_copy);
-  if (ws.bytes > 0 && (!pointer_ok(params.workspace, true) ||
-                      (params.workspace_bytes != 0 && params.workspace_bytes < ws.bytes))) {
+  if (!workspace_ok(params.workspace, params.workspace_bytes, ws.bytes)) {
     return Status::kInvalidArgument;
   }
   char* workspace = static_cast<char*>(params.workspace);
