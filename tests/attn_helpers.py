@@ -7,7 +7,7 @@ import subprocess
 import torch
 
 from flashattn_cu import _C
-from flashattn_cu.testing import alibi_bias, max_abs_diff
+from flashattn_cu.testing import alibi_bias, attention_ref, max_abs_diff
 
 # (nheads, nheads_k)
 HEADS = {"mha": (6, 6), "gqa": (6, 2), "mqa": (6, 1)}
@@ -80,6 +80,22 @@ def assert_lse_rule(lse, lse_ref, lse_pt, what="lse", fp32_ulps=0):
     assert (err <= allowed).all(), (
         f"{what}: |lse - ref| = {err[worst].item():.3e} > {allowed[worst].item():.3e} "
         f"(2 * baseline {pt_err.item():.3e} + {fp32_ulps} ulps of {ref[worst].item():.6e})")
+
+
+def assert_entries_match_reference(q, out, lse, k_logical, v_logical, seqlens, what, **kw):
+    """out / lse of a cache call against the fp32 reference (by the rule) on each entry b's first
+    seqlens[b] keys of the logical (batch, capacity, heads_k, d) cache; kw: attention_ref's mask
+    arguments."""
+    outs, refs, pts, lses, lse_refs, lse_pts = [], [], [], [], [], []
+    for b in range(q.shape[0]):
+        n = int(seqlens[b])
+        keys, vals = k_logical[b:b + 1, :n], v_logical[b:b + 1, :n]
+        ref, lse_ref = attention_ref(q[b:b + 1].float(), keys, vals, **kw)
+        pt, lse_pt = attention_ref(q[b:b + 1], keys, vals, upcast=False, **kw)
+        outs.append(out[b:b + 1]), refs.append(ref), pts.append(pt)
+        lses.append(lse[b:b + 1]), lse_refs.append(lse_ref), lse_pts.append(lse_pt)
+    assert_rule(torch.cat(outs), torch.cat(refs), torch.cat(pts), 2, 1e-5, what + " out")
+    assert_lse_rule(torch.cat(lses), torch.cat(lse_refs), torch.cat(lse_pts), what + " lse")
 
 
 def check_both_paths(q, k, v, dout, what, deterministic=False, **kw):

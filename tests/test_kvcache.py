@@ -13,7 +13,7 @@ torch.compile tracing) is tests/test_kvcache_api.py.
 import pytest
 import torch
 
-from attn_helpers import assert_lse_rule, assert_rule
+from attn_helpers import assert_entries_match_reference, assert_lse_rule, assert_rule
 from flashattn_cu import _C, flash_attn_with_kvcache
 from flashattn_cu import kvcache as kvc
 from flashattn_cu.testing import attention_ref
@@ -198,22 +198,6 @@ def test_kvcache_against_reference(case, dtype):
         lses.append(lse[b:b + 1]), lse_refs.append(lse_ref), lse_pts.append(lse_pt)
     assert_rule(torch.cat(outs), torch.cat(refs), torch.cat(pts), 2, 1e-5, f"{case} out")
     assert_lse_rule(torch.cat(lses), torch.cat(lse_refs), torch.cat(lse_pts), f"{case} lse")
-
-
-def assert_entries_match_reference(q, out, lse, k_logical, v_logical, seqlens, what, **kw):
-    """out / lse of a cache call against the fp32 reference (by the rule) on each entry b's first
-    seqlens[b] keys of the logical (batch, capacity, heads_k, d) cache; kw: attention_ref's mask
-    arguments."""
-    outs, refs, pts, lses, lse_refs, lse_pts = [], [], [], [], [], []
-    for b in range(q.shape[0]):
-        n = int(seqlens[b])
-        keys, vals = k_logical[b:b + 1, :n], v_logical[b:b + 1, :n]
-        ref, lse_ref = attention_ref(q[b:b + 1].float(), keys, vals, **kw)
-        pt, lse_pt = attention_ref(q[b:b + 1], keys, vals, upcast=False, **kw)
-        outs.append(out[b:b + 1]), refs.append(ref), pts.append(pt)
-        lses.append(lse[b:b + 1]), lse_refs.append(lse_ref), lse_pts.append(lse_pt)
-    assert_rule(torch.cat(outs), torch.cat(refs), torch.cat(pts), 2, 1e-5, what + " out")
-    assert_lse_rule(torch.cat(lses), torch.cat(lse_refs), torch.cat(lse_pts), what + " lse")
 
 
 @pytest.mark.gpu

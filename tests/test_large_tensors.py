@@ -13,7 +13,8 @@ import gc
 import pytest
 import torch
 
-from attn_helpers import assert_lse_rule, assert_rule, instance_for, kernel_paths
+from attn_helpers import (assert_entries_match_reference, assert_lse_rule, assert_rule,
+                          instance_for, kernel_paths)
 from flashattn_cu import (_C, flash_attn_func, flash_attn_varlen_func,
                           flash_attn_with_kvcache)
 from flashattn_cu.testing import attention_ref, dropout_mask_from_s_dmask, kernel_path
@@ -49,6 +50,14 @@ def need_free_gib(gib):
     free, _ = torch.cuda.mem_get_info()
     if free < gib * 2 ** 30:
         pytest.skip(f"needs {gib} GiB of free GPU memory, {free / 2 ** 30:.0f} GiB free")
+
+
+def check_entries(q, out, lse, k_logical, v_logical, seqlens, what, causal):
+    """A cache call's out / lse entry by entry (each against its own baseline of the rule)."""
+    for b in range(q.shape[0]):
+        assert_entries_match_reference(q[b:b + 1], out[b:b + 1], lse[b:b + 1], k_logical[b:b + 1],
+                                       v_logical[b:b + 1], seqlens[b:b + 1], f"{what} entry {b}",
+                                       causal=causal)
 
 
 def check_forward(out, lse, ref, ref_lse, pt, pt_lse, what):
@@ -233,15 +242,6 @@ def test_dropout_s_dmask_past_2_31_elements():
         del out, lse, dq
 
 
-def kvcache_reference_check(q, out, lse, k_logical, v_logical, seqlens, what, causal):
-    for b in range(q.shape[0]):
-        n = int(seqlens[b])
-        keys, vals = k_logical[b:b + 1, :n], v_logical[b:b + 1, :n]
-        ref, ref_lse = attention_ref(q[b:b + 1], keys, vals, causal=causal)
-        pt, pt_lse = attention_ref(q[b:b + 1], keys, vals, upcast=False, causal=causal)
-        check_forward(out[b:b + 1], lse[b:b + 1], ref, ref_lse, pt, pt_lse, f"{what} entry {b}")
-
-
 @pytest.mark.parametrize("seqlen_q", [1, 4])
 def test_paged_cache_past_2_31_elements(seqlen_q):
     """A paged cache of 8256 pages of 256 x 8 heads x d 128 (2.16e9 elements; pages from 8192
@@ -292,7 +292,7 @@ def test_paged_cache_past_2_31_elements(seqlen_q):
                 rows = slice(int(cache_seqlens[b]), int(cache_seqlens[b]) + seqlen_q)
                 assert torch.equal(k_logical[b, rows], k_new[b]), f"entry {b}: k_new not appended"
                 assert torch.equal(v_logical[b, rows], v_new[b]), f"entry {b}: v_new not appended"
-            kvcache_reference_check(q, out, lse, k_logical, v_logical,
+            check_entries(q, out, lse, k_logical, v_logical,
                                     (cache_seqlens + seqlen_q).tolist(),
                                     f"{path} splits {splits}", causal)
 
@@ -328,7 +328,7 @@ def test_contiguous_cache_past_2_31_elements():
                 row = int(cache_seqlens[b])
                 assert torch.equal(k_logical[b, row], k_new[b, 0]), f"entry {b}: k_new"
                 assert torch.equal(v_logical[b, row], v_new[b, 0]), f"entry {b}: v_new"
-            kvcache_reference_check(q, out, lse, k_logical, v_logical,
+            check_entries(q, out, lse, k_logical, v_logical,
                                     (cache_seqlens + 1).tolist(), f"{path} splits {splits}",
                                     False)
 
