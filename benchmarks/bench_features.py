@@ -105,37 +105,50 @@ def tflops(entries, batch, ms, mode):
     return flops / (ms * 1e-3) / 1e12
 
 
+def varlen_batch(lengths):
+    """cu_seqlens and q, k, v (total, HEADS, D) of a batch of these sequence lengths."""
+    cu = torch.zeros(len(lengths) + 1, dtype=torch.int32, device="cuda")
+    cu[1:] = torch.tensor(lengths, device="cuda").cumsum(0)
+    q, k, v = (torch.randn(sum(lengths), HEADS, D, device="cuda", dtype=DTYPE,
+                           requires_grad=True) for _ in range(3))
+    return cu, q, k, v
+
+
+def varlen_calls(q, k, v, cu, longest, mode):
+    """(ours, torch's varlen_attn, why not) for a causal varlen batch in `mode`: torch's is None
+    where this torch lacks it or refuses the shapes, with the reason."""
+    def wrap(fn):
+        return fn if mode == "fwd" else fwd_bwd(fn, (q, k, v), torch.randn_like(q))
+
+    def ours():
+        return flash_attn_varlen_func(q, k, v, cu, cu, longest, longest, causal=True)
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+
+        def theirs():
+            return varlen_attn(q, k, v, cu, cu, longest, longest, window_size=(-1, 0))
+        fn = wrap(theirs)
+        fn()  # raises here if this torch refuses the shapes
+        torch.cuda.synchronize()
+        return wrap(ours), fn, None
+    except Exception as exc:  # not in this torch, or it refuses the shapes
+        return wrap(ours), None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
+
+
 def bench_varlen(lines):
     lengths = VARLEN_LENGTHS
     total, longest = sum(lengths), max(lengths)
-    cu = torch.zeros(len(lengths) + 1, dtype=torch.int32, device="cuda")
-    cu[1:] = torch.tensor(lengths, device="cuda").cumsum(0)
-    q, k, v = (torch.randn(total, HEADS, D, device="cuda", dtype=DTYPE, requires_grad=True)
-               for _ in range(3))
+    cu, q, k, v = varlen_batch(lengths)
     qp, kp, vp = (torch.randn(len(lengths), longest, HEADS, D, device="cuda", dtype=DTYPE,
                               requires_grad=True) for _ in range(3))
     entries = sum(covered_entries(n, n, True, (-1, -1)) for n in lengths)
     rows = []
     for mode in ("fwd", "fwd+bwd"):
-        def ours():
-            return flash_attn_varlen_func(q, k, v, cu, cu, longest, longest, causal=True)
-
         def padded():
             return flash_attn_func(qp, kp, vp, causal=True)
-        fns = [ours, padded] if mode == "fwd" else [
-            fwd_bwd(ours, (q, k, v), torch.randn_like(q)),
-            fwd_bwd(padded, (qp, kp, vp), torch.randn_like(qp))]
-        try:
-            from torch.nn.attention.varlen import varlen_attn
-
-            def theirs():
-                return varlen_attn(q, k, v, cu, cu, longest, longest, window_size=(-1, 0))
-            fn = theirs if mode == "fwd" else fwd_bwd(theirs, (q, k, v), torch.randn_like(q))
-            fn()  # raises here if this torch refuses the shapes
-            torch.cuda.synchronize()
-            fns.append(fn)
-        except Exception as exc:  # not in this torch, or it refuses the shapes
-            torch_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
+        ours, theirs, torch_error = varlen_calls(q, k, v, cu, longest, mode)
+        fns = [ours, padded if mode == "fwd" else
+               fwd_bwd(padded, (qp, kp, vp), torch.randn_like(qp))] + ([theirs] if theirs else [])
         times = interleaved_ms(fns)
         t_var, t_pad = times[0], times[1]
         t_torch = times[2] if len(times) > 2 else None
@@ -175,29 +188,12 @@ def skewed_lengths(contexts=16, context=8192, seed=0):
 def bench_varlen_skewed(lines):
     lengths = skewed_lengths()
     total, longest = sum(lengths), max(lengths)
-    cu = torch.zeros(len(lengths) + 1, dtype=torch.int32, device="cuda")
-    cu[1:] = torch.tensor(lengths, device="cuda").cumsum(0)
-    q, k, v = (torch.randn(total, HEADS, D, device="cuda", dtype=DTYPE, requires_grad=True)
-               for _ in range(3))
-    entries = sum(n * (n + 1) // 2 for n in lengths)
+    cu, q, k, v = varlen_batch(lengths)
+    entries = sum(n * (n + 1) // 2 for n in lengths)  # causal: covered_entries(n, n, True, ..)
     rows = []
     for mode in ("fwd", "fwd+bwd"):
-        def ours():
-            return flash_attn_varlen_func(q, k, v, cu, cu, longest, longest, causal=True)
-        fns = [ours if mode == "fwd" else fwd_bwd(ours, (q, k, v), torch.randn_like(q))]
-        torch_error = None
-        try:
-            from torch.nn.attention.varlen import varlen_attn
-
-            def theirs():
-                return varlen_attn(q, k, v, cu, cu, longest, longest, window_size=(-1, 0))
-            fn = theirs if mode == "fwd" else fwd_bwd(theirs, (q, k, v), torch.randn_like(q))
-            fn()
-            torch.cuda.synchronize()
-            fns.append(fn)
-        except Exception as exc:
-            torch_error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
-        times = interleaved_ms(fns)
+        ours, theirs, torch_error = varlen_calls(q, k, v, cu, longest, mode)
+        times = interleaved_ms([ours] + ([theirs] if theirs else []))
         t_ours = times[0]
         t_torch = times[1] if len(times) > 1 else None
         rows.append((mode, t_ours, t_torch))
