@@ -120,6 +120,50 @@ def check_both_paths(q, k, v, dout, what, deterministic=False, **kw):
             assert_rule(g, r, p, 3, 1e-4, f"{what}: {name} ({path})")
 
 
+
+def fa_grads_fp64(q, k, v, out, dout, kw, mask=None, p=0.0, window_seqlen_k=None):
+    """The FlashAttention backward in float64 from the kernel's own (rounded) output: D =
+    rowsum(dO * O) with O as written, as every FlashAttention backward computes it. Where the
+    exact gradient vanishes (a row that sees one key: dq = 0) the kernels' dq is that rounding's
+    residual, which with dropout (O = v / (1 - p), rounded) is not 0 and which the input-dtype
+    baseline (autograd through the softmax) does not have: the larger of the two is the rule's
+    baseline there (farther). kw: attention_ref's mask and score arguments (causal,
+    softmax_scale, window_size, softcap, alibi_slopes); mask: dropout's keep mask (batch, nheads,
+    seqlen_q, seqlen_k). The probabilities come from the reference itself (attention_ref with v
+    the identity: its masks, softcap and ALiBi exactly), a (batch, seqlen_k, nheads, seqlen_k)
+    float64 tensor: for rows of a few hundred keys."""
+    b, sq, h, d = q.shape
+    sk, group = k.shape[1], h // k.shape[2]
+    scale = kw.get("softmax_scale")
+    scale = d ** -0.5 if scale is None else scale
+    softcap = kw.get("softcap", 0.0)
+    q64, k64, v64 = (t.detach().double() for t in (q, k, v))
+    eye = torch.eye(sk, dtype=torch.float64, device=q.device)[None, :, None, :]
+    probs, _ = attention_ref(q64, k64, eye.expand(b, sk, k.shape[2], sk),
+                             window_seqlen_k=window_seqlen_k, **kw)
+    probs = probs.permute(0, 2, 1, 3)  # (b, h, sq, sk)
+    kr, vr = (t.repeat_interleave(group, dim=2) for t in (k64, v64))
+    do = dout.detach().double()
+    kept = torch.ones_like(probs) if mask is None else mask.double() / (1.0 - p)
+    dp = torch.einsum("bqhd,bkhd->bhqk", do, vr) * kept
+    delta = (do * out.detach().double()).sum(-1).transpose(1, 2).unsqueeze(-1)
+    ds = probs * (dp - delta)
+    if softcap > 0:
+        raw = torch.einsum("bqhd,bkhd->bhqk", q64, kr) * scale
+        ds = ds * (1 - torch.tanh(raw / softcap) ** 2)
+    dq = torch.einsum("bhqk,bkhd->bqhd", ds, kr) * scale
+    dk = torch.einsum("bhqk,bqhd->bkhd", ds, q64) * scale
+    dv = torch.einsum("bhqk,bqhd->bkhd", probs * kept, do)
+    fold = lambda t: t.reshape(b, sk, h // group, group, d).sum(3)  # noqa: E731
+    return dq, fold(dk), fold(dv)
+
+
+def farther(a, b, ref):
+    """Whichever of a and b is farther from ref (max abs): the larger baseline of the rule."""
+    ea = (a.double() - ref.double()).abs().max().item() if a.numel() else 0.0
+    eb = (b.double() - ref.double()).abs().max().item() if b.numel() else 0.0
+    return a if ea >= eb else b
+
 def kv_splits(batch, nheads, nheads_k, seqlen_k):
     """How many thread blocks share one kv head's query-head group in the backward: a mirror of
     bwd_kv_splits() in csrc/flash/bwd/params.h (the tests use it to aim at each case)."""

@@ -12,7 +12,8 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from attn_helpers import HEADS, assert_lse_rule, assert_rule, instance_for, kernel_paths, make_qkv
+from attn_helpers import (HEADS, assert_lse_rule, assert_rule, fa_grads_fp64, farther, instance_for,
+                          kernel_paths, make_qkv)
 from flashattn_cu import _C, flash_attn_func, flash_attn_varlen_func
 from flashattn_cu import flash_attn_interface as fai
 from flashattn_cu.testing import attention_ref, dropout_mask_from_s_dmask, kernel_path
@@ -122,9 +123,9 @@ def test_dropout_varlen(deterministic):
     """Each sequence of a varlen batch (lengths 0, 1 and a long one) against its own reference
     with its slab of S_dmask as the mask, on every backward path. The gradients' baseline is the
     larger of pt's error and that of the FlashAttention backward in float64 on the kernel's
-    rounded output (fa_backward_fp64): the length-1 sequence has dq = 0 exactly, which pt
-    reproduces exactly and no FlashAttention backward does (measured on the H200: 1.6e-2 on both
-    paths, the float64 FlashAttention backward 1.6e-2)."""
+    rounded output (attn_helpers.fa_grads_fp64): the length-1 sequence has dq = 0 exactly, which
+    pt reproduces exactly and no FlashAttention backward does (measured on the H200: 1.6e-2 on
+    both paths, the float64 FlashAttention backward 1.6e-2)."""
     skip_unless_built(64)
     lens = [300, 0, 1, 77, 129]
     cu = torch.zeros(len(lens) + 1, dtype=torch.int32, device="cuda")
@@ -153,47 +154,12 @@ def test_dropout_varlen(deterministic):
         d_b = dout[sl].unsqueeze(0)
         ref_grads = torch.autograd.grad(ref, (qb, kb, vb), d_b.float())
         pt_grads = torch.autograd.grad(pt, (qb, kb, vb), d_b)
-        fa_grads = fa_backward_fp64(qb, kb, vb, out[sl].unsqueeze(0), d_b, mask, p, kw["causal"])
+        fa_grads = fa_grads_fp64(qb, kb, vb, out[sl].unsqueeze(0), d_b, kw, mask, p)
         pt_grads = [farther(pg, fg, rg) for pg, fg, rg in zip(pt_grads, fa_grads, ref_grads)]
         assert_rule(out[sl].unsqueeze(0), ref, pt, 2, 1e-5, f"out, sequence {b}")
         for path, gs in grads.items():
             for name, g, r, p_ in zip(("dq", "dk", "dv"), gs, ref_grads, pt_grads):
                 assert_rule(g[sl].unsqueeze(0), r, p_, 3, 1e-4, f"{name}, sequence {b} ({path})")
-
-
-def fa_backward_fp64(q, k, v, out, dout, mask, p, causal):
-    """The FlashAttention backward in float64 from the forward's own output: D = rowsum(dO * O)
-    uses O as the kernel wrote it (rounded to 16 bits), as every FlashAttention backward does.
-    Where the exact gradient vanishes (a row that sees a single key: dq = 0) the kernels' dq is
-    this rounding residual, which the pt baseline (autograd, D from the unrounded probabilities)
-    does not have; with dropout the residual is not even 0 for an exactly representable v, since
-    O = v / (1 - p) is rounded. Plain or causal attention; GQA by repeating k and v."""
-    b, sq, h, d = q.shape
-    sk, group = k.shape[1], h // k.shape[2]
-    qd = q.detach().double()
-    kd, vd = (t.detach().double().repeat_interleave(group, dim=2) for t in (k, v))
-    scale = d ** -0.5
-    scores = torch.einsum("bqhd,bkhd->bhqk", qd, kd) * scale
-    if causal:
-        rows = torch.arange(sq, device=q.device)[:, None]
-        cols = torch.arange(sk, device=q.device)[None, :]
-        scores = scores.masked_fill(cols > rows + (sk - sq), float("-inf"))
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    kept = mask.double() / (1.0 - p)
-    do = dout.detach().double()
-    dp = torch.einsum("bqhd,bkhd->bhqk", do, vd) * kept
-    delta = (do * out.detach().double()).sum(-1).transpose(1, 2).unsqueeze(-1)  # (b, h, sq, 1)
-    ds = probs * (dp - delta)
-    dq = torch.einsum("bhqk,bkhd->bqhd", ds, kd) * scale
-    dk = torch.einsum("bhqk,bqhd->bkhd", ds, qd) * scale
-    dv = torch.einsum("bhqk,bqhd->bkhd", probs * kept, do)
-    fold = lambda t: t.reshape(b, sk, h // group, group, d).sum(3)  # noqa: E731
-    return dq, fold(dk), fold(dv)
-
-
-def farther(a, b, ref):
-    """Whichever of a and b is farther from ref (max abs): the larger baseline of the rule."""
-    return a if (a.double() - ref.double()).abs().max() >= (b.double() - ref.double()).abs().max() else b
 
 
 def _run(q, k, v, dout, p, deterministic):

@@ -21,7 +21,8 @@ import random
 import pytest
 import torch
 
-from attn_helpers import assert_lse_rule, assert_rule, instance_for, kernel_paths
+from attn_helpers import (assert_lse_rule, assert_rule, fa_grads_fp64, farther, instance_for,
+                          kernel_paths)
 from flashattn_cu import (_C, flash_attn_func, flash_attn_kvpacked_func,
                           flash_attn_qkvpacked_func, flash_attn_varlen_func,
                           flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func)
@@ -156,44 +157,6 @@ def _ref_kw(c, alibi, b=None):
                 softcap=c["softcap"], alibi_slopes=slopes)
 
 
-def fa_grads_fp64(q, k, v, out, dout, kw, mask, p, window_seqlen_k):
-    """The FlashAttention backward in float64 from the kernel's own (rounded) output: D =
-    rowsum(dO * O) with O as written, as every FlashAttention backward computes it. Where the
-    exact gradient vanishes (a row that sees one key: dq = 0) the kernels' dq is that rounding's
-    residual, which with dropout (O = v / (1 - p), rounded) is not 0 and which the input-dtype
-    baseline (autograd through the softmax) does not have. The probabilities come from the
-    reference itself (attention_ref with v the identity: its masks, softcap and ALiBi exactly)."""
-    b, sq, h, d = q.shape
-    sk, group = k.shape[1], h // k.shape[2]
-    scale = kw["softmax_scale"] if kw["softmax_scale"] is not None else d ** -0.5
-    q64, k64, v64 = (t.detach().double() for t in (q, k, v))
-    eye = torch.eye(sk, dtype=torch.float64, device=q.device)[None, :, None, :]
-    probs, _ = attention_ref(q64, k64, eye.expand(b, sk, k.shape[2], sk),
-                             window_seqlen_k=window_seqlen_k, **kw)
-    probs = probs.permute(0, 2, 1, 3)  # (b, h, sq, sk)
-    kr, vr = (t.repeat_interleave(group, dim=2) for t in (k64, v64))
-    do = dout.detach().double()
-    kept = torch.ones_like(probs) if mask is None else mask.double() / (1.0 - p)
-    dp = torch.einsum("bqhd,bkhd->bhqk", do, vr) * kept
-    delta = (do * out.detach().double()).sum(-1).transpose(1, 2).unsqueeze(-1)
-    ds = probs * (dp - delta)
-    if kw["softcap"] > 0:
-        raw = torch.einsum("bqhd,bkhd->bhqk", q64, kr) * scale
-        ds = ds * (1 - torch.tanh(raw / kw["softcap"]) ** 2)
-    dq = torch.einsum("bhqk,bkhd->bqhd", ds, kr) * scale
-    dk = torch.einsum("bhqk,bqhd->bkhd", ds, q64) * scale
-    dv = torch.einsum("bhqk,bqhd->bkhd", probs * kept, do)
-    fold = lambda t: t.reshape(b, sk, h // group, group, d).sum(3)  # noqa: E731
-    return dq, fold(dk), fold(dv)
-
-
-def _farther(a, b, ref):
-    """Whichever of a and b is farther from ref: the larger baseline."""
-    ea = (a.double() - ref.double()).abs().max() if a.numel() else 0
-    eb = (b.double() - ref.double()).abs().max() if b.numel() else 0
-    return a if ea >= eb else b
-
-
 def check_against_reference(q, k, v, out, lse, dout, grads, mask, c, alibi, what,
                             window_seqlen_k, b=None):
     """out (and lse, grads where given) of one batch (q, k, v (batch, s, h, d) leaves of this
@@ -218,9 +181,27 @@ def check_against_reference(q, k, v, out, lse, dout, grads, mask, c, alibi, what
     pts = torch.autograd.grad(pt, (qp, kp, vp), dout)
     if p > 0:
         fas = fa_grads_fp64(q, k, v, out, dout, kw, mask, p, window_seqlen_k)
-        pts = [_farther(a, f, r) for a, f, r in zip(pts, fas, refs)]
+        pts = [farther(a, f, r) for a, f, r in zip(pts, fas, refs)]
     for name, g, r, base in zip(("dq", "dk", "dv"), grads, refs, pts):
         assert_rule(g, r, base, 3, 1e-4, f"{what}: {name}")
+
+
+def _run(c, call, leaves, unpack, dout):
+    """The case's call on its forward path (autograd on or off), then, with autograd, the
+    gradients on its backward path (twice, bitwise equal, when deterministic): (out, lse,
+    S_dmask, (dq, dk, dv) or None); unpack turns the leaves' gradients into dq, dk, dv."""
+    with torch.set_grad_enabled(c["grad"]), kernel_path(c["fwd_path"]):
+        res = call()
+    out, lse, s_dmask = res if c["return_attn_probs"] else (res, None, None)
+    grads = None
+    if c["grad"]:
+        with kernel_path(c["bwd_path"]):
+            grads = unpack(torch.autograd.grad(out, leaves, dout, retain_graph=True))
+            if c["deterministic"]:
+                again = unpack(torch.autograd.grad(out, leaves, dout))
+                for name, g, g2 in zip(("dq", "dk", "dv"), grads, again):
+                    assert torch.equal(g, g2), f"deterministic {name} differs between two calls"
+    return out, lse, s_dmask, grads
 
 
 def _padded_case(c, gen):
@@ -251,9 +232,7 @@ def _padded_case(c, gen):
         call = lambda: flash_attn_func(ql, kl, vl, **args)  # noqa: E731
         unpack = lambda g: g  # noqa: E731
         leaves = (ql, kl, vl)
-    with torch.set_grad_enabled(c["grad"]), kernel_path(c["fwd_path"]):
-        res = call()
-    out, lse, s_dmask = res if c["return_attn_probs"] else (res, None, None)
+    out, lse, s_dmask, grads = _run(c, call, leaves, unpack, dout)
     assert out.shape == (b, sq, h, d) and out.dtype == dtype, f"out {tuple(out.shape)}"
     if lse is not None:
         assert lse.shape == (b, h, sq) and lse.dtype == torch.float32, f"lse {tuple(lse.shape)}"
@@ -263,14 +242,6 @@ def _padded_case(c, gen):
         mask = dropout_mask_from_s_dmask(s_dmask, sq, sk)
     else:
         assert s_dmask is None, "S_dmask without dropout"
-    grads = None
-    if c["grad"]:
-        with kernel_path(c["bwd_path"]):
-            grads = unpack(torch.autograd.grad(out, leaves, dout, retain_graph=True))
-            if c["deterministic"]:
-                again = unpack(torch.autograd.grad(out, leaves, dout))
-                for name, g, g2 in zip(("dq", "dk", "dv"), grads, again):
-                    assert torch.equal(g, g2), f"deterministic {name} differs between two calls"
     check_against_reference(q, k, v, out, lse, dout, grads, mask, c, alibi, "call", sk)
 
 
@@ -310,23 +281,13 @@ def _varlen_case(c, gen):
         leaves = tuple(t.clone().requires_grad_() for t in (q, k, v))
         call = lambda: flash_attn_varlen_func(*leaves, cu_q, cu_k, mq, mk, **args)  # noqa: E731
         unpack = lambda g: g  # noqa: E731
-    with torch.set_grad_enabled(c["grad"]), kernel_path(c["fwd_path"]):
-        res = call()
-    out, lse, s_dmask = res if c["return_attn_probs"] else (res, None, None)
+    out, lse, s_dmask, grads = _run(c, call, leaves, unpack, dout)
     assert out.shape == (tq, h, d) and out.dtype == dtype, f"out {tuple(out.shape)}"
     if lse is not None:
         assert lse.shape == (h, tq) and lse.dtype == torch.float32, f"lse {tuple(lse.shape)}"
     if c["dropout_p"] > 0:
         assert s_dmask is not None and s_dmask.shape[:2] == (len(lq), h), "S_dmask shape"
         assert not torch.isnan(s_dmask).any(), "S_dmask not written"
-    grads = None
-    if c["grad"]:
-        with kernel_path(c["bwd_path"]):
-            grads = unpack(torch.autograd.grad(out, leaves, dout, retain_graph=True))
-            if c["deterministic"]:
-                again = unpack(torch.autograd.grad(out, leaves, dout))
-                for name, g, g2 in zip(("dq", "dk", "dv"), grads, again):
-                    assert torch.equal(g, g2), f"deterministic {name} differs between two calls"
     # Rows past the last entry are outputs of no entry: 0 (lse +inf), zero gradients.
     assert (out[sum(lq):] == 0).all(), "out rows past the last entry"
     if lse is not None:
