@@ -24,6 +24,21 @@ def instance_for(head_dim):
     return next(d for d in _C.head_dim_instances() if d >= head_dim)
 
 
+
+def skip_unless_built(head_dim):
+    """Skip (naming both) where this build lacks the instance that runs head_dim."""
+    import pytest
+
+    inst = instance_for(head_dim)
+    if inst not in _C.built_head_dims():
+        pytest.skip(f"head dim {head_dim} (instance {inst}) not in this build")
+
+
+def bits(t):
+    """t's bytes as integers, for bitwise comparisons in which NaN equals itself."""
+    return t.view(torch.int32) if t.dtype == torch.float32 else \
+        t.view(torch.int16) if t.element_size() == 2 else t
+
 def layouts(device, b=2, s=24, h=4, d=64, dtype=torch.bfloat16):
     """(b, s, h, d) tensors as callers hand them over: contiguous; a transposed view of
     (b, h, s, d) storage (dense, not contiguous); sliced from a packed (b, s, 3, h, d) qkv (not

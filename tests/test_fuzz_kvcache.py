@@ -38,7 +38,7 @@ import random
 import pytest
 import torch
 
-from attn_helpers import assert_lse_rule, assert_rule, kernel_paths
+from attn_helpers import assert_lse_rule, assert_rule, bits, kernel_paths, skip_unless_built
 from flashattn_cu import _C
 from flashattn_cu import flash_attn_with_kvcache
 from flashattn_cu.testing import attention_ref, kernel_path
@@ -282,16 +282,6 @@ def describe(seed, cfg):
 # Tensors from the configuration
 
 
-def skip_unless_built(head_dim):
-    inst = next(d for d in _C.head_dim_instances() if d >= head_dim)
-    if inst not in _C.built_head_dims():
-        pytest.skip(f"head dim {head_dim} (instance {inst}) not in this build")
-
-
-def _bits(t):
-    return t.view(torch.int16)
-
-
 def build_inputs(cfg, seed):
     """The case's tensors (from a CPU torch.Generator seeded with `seed`, then moved to DEVICE):
     q, k / v new, the logical caches (batch_cache, capacity, heads_k, d) with NaN in every row
@@ -474,8 +464,8 @@ def check_documented_error(seed, cfg, inp):
         raise AssertionError(f"{expected}, got {type(e).__name__}: {e}") from e
     else:
         raise AssertionError(f"{expected}; nothing was raised")
-    assert torch.equal(_bits(inp["k_cache"]), _bits(k_before)), f"{what}: k_cache modified"
-    assert torch.equal(_bits(inp["v_cache"]), _bits(v_before)), f"{what}: v_cache modified"
+    assert torch.equal(bits(inp["k_cache"]), bits(k_before)), f"{what}: k_cache modified"
+    assert torch.equal(bits(inp["v_cache"]), bits(v_before)), f"{what}: v_cache modified"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -541,7 +531,7 @@ def test_fuzz_kvcache_against_reference(index):
         for b in range(batch):
             written[appended_rows(cfg, inp, b)] = True
     for name, after, before in (("k_cache", k_cache, k_before), ("v_cache", v_cache, v_before)):
-        assert torch.equal(_bits(after)[~written], _bits(before)[~written]), \
+        assert torch.equal(bits(after)[~written], bits(before)[~written]), \
             f"{what}: {name} changed outside the appended rows"
 
     causal, local, left, right = normalized_mask(cfg)
@@ -572,9 +562,9 @@ def test_fuzz_kvcache_against_reference(index):
                 torch.testing.assert_close(got_k.float(), kb_new.float(), atol=0, rtol=1e-2,
                                            msg=lambda m: f"{what}: appended k, entry {b}: {m}")
             else:
-                assert torch.equal(_bits(got_k), _bits(kb_new)), \
+                assert torch.equal(bits(got_k), bits(kb_new)), \
                     f"{what}: appended k, entry {b}"
-            assert torch.equal(_bits(got_v), _bits(inp["v_new"][b])), \
+            assert torch.equal(bits(got_v), bits(inp["v_new"][b])), \
                 f"{what}: appended v, entry {b}"
         keys = inp["k_logical"][entry, pad:old]
         vals = inp["v_logical"][entry, pad:old]
@@ -633,12 +623,12 @@ def test_fuzz_kvcache_splits_and_determinism(index):
         out, lse = checked_call(what, cfg["path"], kw)
         runs.append((out, lse, k_cache, v_cache))
     (one, one_lse, k1, v1), (out, lse, k2, v2), (again, again_lse, k3, v3) = runs
-    assert torch.equal(_bits(again), _bits(out)), f"{what}: out differs between two calls"
+    assert torch.equal(bits(again), bits(out)), f"{what}: out differs between two calls"
     assert torch.equal(again_lse.view(torch.int32), lse.view(torch.int32)), \
         f"{what}: lse differs between two calls"
     for name, x, y in (("k_cache", k3, k2), ("v_cache", v3, v2), ("k_cache (1 split)", k1, k2),
                        ("v_cache (1 split)", v1, v2)):
-        assert torch.equal(_bits(x), _bits(y)), f"{what}: {name} differs after the append"
+        assert torch.equal(bits(x), bits(y)), f"{what}: {name} differs after the append"
     _compare_within_rounding(out, one, dtype, what)
     torch.testing.assert_close(lse, one_lse, atol=1e-4, rtol=1e-5,
                                msg=lambda m: f"{what}: lse against num_splits=1: {m}")
