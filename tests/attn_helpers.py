@@ -1,6 +1,7 @@
 """Helpers shared by the GPU tests: input construction and the error rule."""
 
 import concurrent.futures
+import itertools
 import os
 import subprocess
 
@@ -38,6 +39,27 @@ def bits(t):
     """t's bytes as integers, for bitwise comparisons in which NaN equals itself."""
     return t.view(torch.int32) if t.dtype == torch.float32 else \
         t.view(torch.int16) if t.element_size() == 2 else t
+
+def cu_seqlens(lengths, device=DEVICE):
+    """A varlen call's cu_seqlens for these sequence lengths: int32 (batch + 1,), 0 and then
+    their running sums."""
+    return torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=device)
+
+
+def assert_raises_naming(call, exc, names, what):
+    """call() must raise exc with every text of names in its message; anything else (another
+    exception, a message without them, no exception) fails, the message starting with what."""
+    expected = f"{what}: expected {exc.__name__} naming {' and '.join(map(repr, names))}"
+    try:
+        call()
+    except exc as e:
+        missing = [name for name in names if name not in str(e)]
+        assert not missing, f"{expected}, got: {e}"
+    except Exception as e:
+        raise AssertionError(f"{expected}, got {type(e).__name__}: {e}") from e
+    else:
+        raise AssertionError(f"{expected}; nothing was raised")
+
 
 def layouts(device, b=2, s=24, h=4, d=64, dtype=torch.bfloat16):
     """(b, s, h, d) tensors as callers hand them over: contiguous; a transposed view of

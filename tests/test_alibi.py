@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from attn_helpers import (HEADS, assert_lse_rule, assert_rule, attention_fp32_scores,
-                          check_both_paths, instance_for, kernel_paths, make_qkv)
+                          check_both_paths, cu_seqlens, instance_for, kernel_paths,
+                          make_qkv)
 from flashattn_cu import _C, flash_attn_func, flash_attn_varlen_func
 from flashattn_cu.testing import attention_ref, kernel_path
 
@@ -128,8 +129,7 @@ def test_alibi_one_hot_rows_across_the_fused_bound(dtype, d):
 def test_alibi_varlen(deterministic):
     skip_unless_built(64)
     lens = [130, 0, 1, 77]
-    cu = torch.zeros(len(lens) + 1, dtype=torch.int32, device="cuda")
-    cu[1:] = torch.tensor(lens, device="cuda").cumsum(0)
+    cu = cu_seqlens(lens)
     q = torch.randn(sum(lens), 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     k = torch.randn_like(q, requires_grad=True)
     v = torch.randn_like(q, requires_grad=True)

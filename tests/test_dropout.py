@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from attn_helpers import (HEADS, assert_lse_rule, assert_rule, fa_grads_fp64, farther, instance_for,
-                          kernel_paths, make_qkv)
+from attn_helpers import (HEADS, assert_lse_rule, assert_rule, cu_seqlens, fa_grads_fp64, farther,
+                          instance_for, kernel_paths, make_qkv)
 from flashattn_cu import _C, flash_attn_func, flash_attn_varlen_func
 from flashattn_cu import flash_attn_interface as fai
 from flashattn_cu.testing import attention_ref, dropout_mask_from_s_dmask, kernel_path
@@ -128,8 +128,7 @@ def test_dropout_varlen(deterministic):
     both paths, the float64 FlashAttention backward 1.6e-2)."""
     skip_unless_built(64)
     lens = [300, 0, 1, 77, 129]
-    cu = torch.zeros(len(lens) + 1, dtype=torch.int32, device="cuda")
-    cu[1:] = torch.tensor(lens, device="cuda").cumsum(0)
+    cu = cu_seqlens(lens)
     q = torch.randn(sum(lens), 4, 64, device="cuda", dtype=BF16, requires_grad=True)
     k = torch.randn(sum(lens), 2, 64, device="cuda", dtype=BF16, requires_grad=True)
     v = torch.randn(sum(lens), 2, 64, device="cuda", dtype=BF16, requires_grad=True)

@@ -21,8 +21,8 @@ import random
 import pytest
 import torch
 
-from attn_helpers import (assert_lse_rule, assert_rule, fa_grads_fp64, farther, instance_for,
-                          kernel_paths)
+from attn_helpers import (assert_lse_rule, assert_rule, cu_seqlens, fa_grads_fp64, farther,
+                          instance_for, kernel_paths)
 from flashattn_cu import (_C, flash_attn_func, flash_attn_kvpacked_func,
                           flash_attn_qkvpacked_func, flash_attn_varlen_func,
                           flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func)
@@ -245,12 +245,6 @@ def _padded_case(c, gen):
     check_against_reference(q, k, v, out, lse, dout, grads, mask, c, alibi, "call", sk)
 
 
-def _cu(lengths):
-    cu = torch.zeros(len(lengths) + 1, dtype=torch.int32, device="cuda")
-    cu[1:] = torch.tensor(lengths, device="cuda").cumsum(0)
-    return cu
-
-
 def _varlen_case(c, gen):
     dtype = getattr(torch, c["dtype"])
     lq, lk, h, hk, d = c["lengths_q"], c["lengths_k"], c["nheads"], c["nheads_k"], c["head_dim"]
@@ -261,7 +255,7 @@ def _varlen_case(c, gen):
         k = (k.float() + _rand(gen, (1, hk, d), torch.float32, 1.5)).to(dtype)
     alibi = _alibi(c, gen)
     dout = _rand(gen, (tq, h, d), dtype, 1.0)
-    cu_q, cu_k = _cu(lq), _cu(lk)
+    cu_q, cu_k = cu_seqlens(lq, "cuda"), cu_seqlens(lk, "cuda")
     mq, mk = c["max_seqlen_q"], c["max_seqlen_k"]
     args = dict(dropout_p=c["dropout_p"], softmax_scale=c["softmax_scale"], causal=c["causal"],
                 window_size=c["window"], softcap=c["softcap"], alibi_slopes=alibi,

@@ -38,7 +38,8 @@ import random
 import pytest
 import torch
 
-from attn_helpers import assert_lse_rule, assert_rule, bits, kernel_paths, skip_unless_built
+from attn_helpers import (assert_lse_rule, assert_raises_naming, assert_rule, bits, kernel_paths,
+                          skip_unless_built)
 from flashattn_cu import _C
 from flashattn_cu import flash_attn_with_kvcache
 from flashattn_cu.testing import attention_ref, kernel_path
@@ -454,16 +455,11 @@ def check_documented_error(seed, cfg, inp):
     what = describe(seed, cfg)
     k_before, v_before = inp["k_cache"].clone(), inp["v_cache"].clone()
     kw, exc, name = _error_call(cfg, call_kwargs(cfg, inp, inp["k_cache"], inp["v_cache"]))
-    expected = f"{what}: expected {exc.__name__} naming {name!r}"
-    try:
+
+    def call():
         with kernel_path(cfg["path"]):
             flash_attn_with_kvcache(**kw)
-    except exc as e:
-        assert name in str(e), f"{expected}, got: {e}"
-    except Exception as e:
-        raise AssertionError(f"{expected}, got {type(e).__name__}: {e}") from e
-    else:
-        raise AssertionError(f"{expected}; nothing was raised")
+    assert_raises_naming(call, exc, (name,), what)
     assert torch.equal(bits(inp["k_cache"]), bits(k_before)), f"{what}: k_cache modified"
     assert torch.equal(bits(inp["v_cache"]), bits(v_before)), f"{what}: v_cache modified"
 

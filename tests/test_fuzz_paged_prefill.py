@@ -50,9 +50,11 @@ from unittest import mock
 import pytest
 import torch
 
-from attn_helpers import assert_lse_rule, assert_rule, bits, kernel_paths, skip_unless_built
+from attn_helpers import (assert_lse_rule, assert_raises_naming, assert_rule, bits, cu_seqlens,
+                          kernel_paths, skip_unless_built)
 from flashattn_cu import _C
 from flashattn_cu import flash_attn_varlen_func
+from flashattn_cu._arguments import _flash_attn_window
 from flashattn_cu.testing import attention_ref, kernel_path
 from test_kvcache import gather_pages, pages_per_entry, to_pages
 
@@ -284,17 +286,10 @@ def paged_prefill_case(rng, built=None, paths=("auto",), errors=True):
 
 
 def normalized_window(cfg):
-    """(causal, left, right) as flash_attn leaves a varlen call's mask (mha_varlen_fwd, then
-    set_params_fprop), written out here for the CPU coverage test: a negative side is unbounded;
-    causal makes right 0; a side >= max_seqlen_k is unbounded; (unbounded, 0) is causal."""
-    bound = cfg["max_seqlen_k"]
+    """(causal, left, right) as the interface leaves the case's mask (flash_attn's rules against
+    max_seqlen_k; the CPU coverage test asks whether a window survives them)."""
     left, right = (side if side >= 0 else -1 for side in cfg["window_size"])
-    if cfg["causal"]:
-        right = 0
-    left = -1 if left >= bound else left
-    right = -1 if right >= bound else right
-    causal = left < 0 and right == 0
-    return causal, left, right
+    return _flash_attn_window(cfg["causal"], left, right, cfg["max_seqlen_k"])
 
 
 def describe(seed, cfg):
@@ -303,13 +298,6 @@ def describe(seed, cfg):
 
 # ---------------------------------------------------------------------------------------------
 # Tensors from the configuration
-
-
-def _cu(lengths):
-    out = [0]
-    for n in lengths:
-        out.append(out[-1] + n)
-    return torch.tensor(out, dtype=torch.int32).to(DEVICE)
 
 
 def build_inputs(cfg, seed):
@@ -377,7 +365,7 @@ def build_inputs(cfg, seed):
     else:
         inp["k_cache"], inp["v_cache"] = k_paged.to(DEVICE), v_paged.to(DEVICE)
     inp["block_table"] = table.to(DEVICE)
-    inp["cu_seqlens_q"], inp["cu_seqlens_k"] = _cu(lq), _cu(lk)
+    inp["cu_seqlens_q"], inp["cu_seqlens_k"] = cu_seqlens(lq, DEVICE), cu_seqlens(lk, DEVICE)
     if cfg["alibi"] is not None:
         shape = (nheads,) if cfg["alibi"] == "heads" else (batch, nheads)
         inp["alibi"] = torch.rand(*shape, generator=gen).to(DEVICE)
@@ -515,18 +503,12 @@ def check_documented_error(what, cfg, inp):
     kw, env, exc, names = _error_call(cfg, call_kwargs(cfg, inp))
     if cfg["check_seqlens"]:
         env.setdefault(CHECK_SEQLENS, "1")
-    expected = f"{what}: expected {exc.__name__} naming {' and '.join(map(repr, names))}"
-    try:
+
+    def call():
         with mock.patch.dict(os.environ, env), kernel_path(cfg["path"]):
             flash_attn_varlen_func(**kw)
             _synchronize()
-    except exc as e:
-        missing = [name for name in names if name not in str(e)]
-        assert not missing, f"{expected}, got: {e}"
-    except Exception as e:
-        raise AssertionError(f"{expected}, got {type(e).__name__}: {e}") from e
-    else:
-        raise AssertionError(f"{expected}; nothing was raised")
+    assert_raises_naming(call, exc, names, what)
 
 
 # ---------------------------------------------------------------------------------------------

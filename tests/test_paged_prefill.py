@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from attn_helpers import assert_lse_rule, assert_rule
+from attn_helpers import cu_seqlens as cu
 from flashattn_cu import _C, flash_attn_varlen_func
 from flashattn_cu import flash_attn_interface as fai
 from flashattn_cu import kvcache as kvc
@@ -30,13 +31,6 @@ from flashattn_cu.testing import attention_ref
 def skip_unless_built(head_dim):
     if next(d for d in _C.head_dim_instances() if d >= head_dim) not in _C.built_head_dims():
         pytest.skip(f"head dim {head_dim} not in this build")
-
-
-def cu(lengths, device="cuda"):
-    out = [0]
-    for n in lengths:
-        out.append(out[-1] + n)
-    return torch.tensor(out, device=device, dtype=torch.int32)
 
 
 def lengths_pair(long_k=1500):

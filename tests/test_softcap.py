@@ -7,7 +7,8 @@ cap (where tanh saturates and its derivative vanishes)."""
 import pytest
 import torch
 
-from attn_helpers import HEADS, assert_rule, check_both_paths, instance_for, make_qkv
+from attn_helpers import (HEADS, assert_rule, check_both_paths, cu_seqlens, instance_for,
+                          make_qkv)
 from flashattn_cu import _C, flash_attn_func, flash_attn_varlen_func
 from flashattn_cu.testing import attention_ref, kernel_path
 
@@ -99,8 +100,7 @@ def test_softcap_varlen(deterministic):
     """Each sequence of a varlen batch (lengths 0, 1 and a long one) against its own reference."""
     skip_unless_built(64)
     lens = [300, 0, 1, 77, 129]
-    cu = torch.zeros(len(lens) + 1, dtype=torch.int32, device="cuda")
-    cu[1:] = torch.tensor(lens, device="cuda").cumsum(0)
+    cu = cu_seqlens(lens)
     q = (torch.randn(sum(lens), 4, 64, device="cuda", dtype=torch.bfloat16) * 3).requires_grad_()
     k = (torch.randn(sum(lens), 2, 64, device="cuda", dtype=torch.bfloat16) * 3).requires_grad_()
     v = torch.randn(sum(lens), 2, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)

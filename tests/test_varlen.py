@@ -14,6 +14,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import attn_helpers
 from attn_helpers import DTYPES, HEADS, assert_lse_rule, assert_rule, instance_for
+from attn_helpers import cu_seqlens as cu
 from flashattn_cu import (
     _C,
     flash_attn_func,
@@ -37,12 +38,6 @@ LENGTH_LISTS = {
     "one_long": ([5, 1030, 17], [5, 1030, 17]),
     "all_empty_k": ([7, 9], [0, 0]),
 }
-
-
-def cu(lengths):
-    out = torch.zeros(len(lengths) + 1, dtype=torch.int32, device="cuda")
-    out[1:] = torch.tensor(lengths, device="cuda").cumsum(0)
-    return out
 
 
 def skip_unless_built(head_dim):

@@ -8,8 +8,8 @@ import re
 import pytest
 import torch
 
-from attn_helpers import (HEADS, assert_lse_rule, assert_rule, instance_for, kernel_names,
-                          make_qkv, sm90_built)
+from attn_helpers import (HEADS, assert_lse_rule, assert_rule, cu_seqlens, instance_for,
+                          kernel_names, make_qkv, sm90_built)
 from flashattn_cu import _C, flash_attn_func, flash_attn_varlen_func
 from flashattn_cu.testing import attention_ref, kernel_path
 
@@ -78,8 +78,7 @@ def test_window_deterministic_and_sm80_path(deterministic):
 def test_window_varlen():
     skip_unless_built(64)
     lens = [300, 0, 1, 77, 129]
-    cu = torch.zeros(len(lens) + 1, dtype=torch.int32, device="cuda")
-    cu[1:] = torch.tensor(lens, device="cuda").cumsum(0)
+    cu = cu_seqlens(lens)
     q = torch.randn(sum(lens), 4, 64, device="cuda", dtype=torch.float16, requires_grad=True)
     k = torch.randn_like(q, requires_grad=True)
     v = torch.randn_like(q, requires_grad=True)
