@@ -93,7 +93,7 @@ def _check_devices(q, k_cache, v_cache, fn=_FN, names=("q", "k_cache", "v_cache"
 def _score_args(causal, window_size, softcap, alibi_slopes, softmax_scale, head_dim, seqlen_k,
                 batch, nheads, device, fn):
     """A call's checked score arguments: (causal, window_left, window_right) with the window
-    normalized against seqlen_k as flash_attn does (flash_attn_interface._flash_attn_window),
+    normalized against seqlen_k as flash_attn does (_arguments._flash_attn_window),
     the softmax scale, softcap and ALiBi slopes."""
     causal, left, right = _window_and_causal(causal, 0.0, window_size, softcap, alibi_slopes, fn)
     causal, left, right = _flash_attn_window(causal, left, right, seqlen_k)
@@ -453,9 +453,9 @@ def _paged_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_
             f"{fn}: a paged k needs at least one page of at least one row, got "
             f"shape {tuple(k.shape)}")
     max_seqlen_q, max_seqlen_k = _check_cu_seqlens(q, cu_seqlens_q, cu_seqlens_k,
-                                                        max_seqlen_q, max_seqlen_k, fn)
+                                                   max_seqlen_q, max_seqlen_k, fn)
     _check_seqlens_values(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, total_q,
-                               None, fn)  # paged keys: no row bound
+                          None, fn)  # paged keys: no row bound
     batch = cu_seqlens_q.numel() - 1
     device = q.device
     need = max(1, -(-max_seqlen_k // page_size))

@@ -21,7 +21,7 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window
     right = 0.
     window_seqlen_k: the key bound the public functions normalize the window against as
     flash_attn does (the padded call's seqlen_k, a varlen call's max_seqlen_k, a KV cache's
-    capacity; flash_attn_interface._flash_attn_window): a side >= it is unbounded, (-1, 0) is
+    capacity; _arguments._flash_attn_window): a side >= it is unbounded, (-1, 0) is
     causal, a bounded left with an unbounded right takes right = window_seqlen_k. None: the window
     as given (the kernels' raw semantics).
     alibi_slopes: fp32 (nheads,) or (batch, nheads), flash_attn's ALiBi: with d the diagonal key,

@@ -404,7 +404,7 @@ def test_default_scale_uses_original_head_dim(d, scale):
 @pytest.mark.parametrize("window, causal, passed", [
     ((-1, 0), True, (-1, 0)), ([-1, -1], False, (-1, -1)), ((-7, -2), False, (-1, -1)),
     ((3, 5), False, (3, 5)), ((0, 0), False, (0, 0)), ((6, 0), False, (6, 0)),
-    # seqlen_k is 7 here: flash_attn's normalization (flash_attn_interface._flash_attn_window).
+    # seqlen_k is 7 here: flash_attn's normalization (_arguments._flash_attn_window).
     ((128, 0), True, (-1, 0)), ((7, 0), True, (-1, 0)), ((-1, 16), False, (-1, -1)),
     ((2**40, 7), False, (-1, -1)), ((3, -1), False, (3, 7)), ((3, 2**40), False, (3, 7)),
 ])
