@@ -195,6 +195,43 @@ def fa_grads_fp64(q, k, v, out, dout, kw, mask=None, p=0.0, window_seqlen_k=None
     return dq, fold(dk), fold(dv)
 
 
+# The softcap's tanh in every kernel is tanh.approx.f32 (MUFU.TANH, as flash_attn's, through
+# cutlass's fast_tanh): a relative error up to 2^-10.987 (PTX ISA), ~4.9e-4 of each capped logit,
+# of one sign over runs of nearby arguments. The input-dtype baseline rounds its scores without
+# a bias, so its errors average out in a row's LSE and softmax where the approximation's do not:
+# with logits of ~0.06, an LSE 1.7e-5 off against pt's 1.9e-6 (test_fuzz_attention seed 440).
+TANH_APPROX_REL = 2.0 ** -10.987
+
+
+def tanh_approx_ref(q, k, v, softcap, softmax_scale=None, **kw):
+    """attention_ref (float32 for half inputs) with every capped logit softcap * tanh(s /
+    softcap) off by tanh.approx's relative error, all in one direction: the cap and the scale
+    both times (1 + TANH_APPROX_REL) give (1 + e) softcap tanh(s / softcap), ALiBi and the masks
+    untouched. The rule's second baseline for softcap calls (farther_each with pt)."""
+    scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
+    f = 1.0 + TANH_APPROX_REL
+    return attention_ref(q, k, v, softcap=softcap * f, softmax_scale=scale * f, **kw)
+
+
+def with_tanh_approx(pt, pt_lse, ref, ref_lse, q, k, v, **kw):
+    """The rule's baselines (out, LSE) of a forward: pt's, widened elementwise by
+    tanh_approx_ref's where kw (attention_ref's arguments) has a softcap; as given without."""
+    if not kw.get("softcap"):
+        return pt, pt_lse
+    rest = {n: x for n, x in kw.items() if n not in ("softcap", "softmax_scale")}
+    ap, ap_lse = tanh_approx_ref(q.float(), k.float(), v.float(), kw["softcap"],
+                                 kw.get("softmax_scale"), **rest)
+    return farther_each(pt, ap, ref), farther_each(pt_lse, ap_lse, ref_lse)
+
+
+def farther_each(a, b, ref):
+    """Elementwise, whichever of a and b is farther from ref, in float64: the larger baseline of
+    the rule (its max error that of the farther of the two). Where both equal ref's +inf (an
+    LSE row that sees no key) a."""
+    a, b, ref = a.double(), b.double(), ref.double()
+    return torch.where((b - ref).abs() > (a - ref).abs(), b, a)
+
+
 def farther(a, b, ref):
     """Whichever of a and b is farther from ref (max abs): the larger baseline of the rule."""
     ea = (a.double() - ref.double()).abs().max().item() if a.numel() else 0.0

@@ -157,10 +157,11 @@ def test_decode_kernel_is_the_one_that_runs():
     skip_unless_built(128)
     q = torch.randn(2, 1, 32, 128, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(2, 4096, 8, 128, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)  # its own tensor: an append refuses caches that share memory
     seqlens = torch.full((2,), 3000, device="cuda", dtype=torch.int32)
 
     def call(qq=q, **kw):
-        return lambda: flash_attn_with_kvcache(qq, k, k, cache_seqlens=seqlens, **kw)
+        return lambda: flash_attn_with_kvcache(qq, k, v, cache_seqlens=seqlens, **kw)
 
     assert any("decode_kernel" in n for n in kernel_names(call()))
     with kernel_path("sm80"):

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from attn_helpers import (assert_lse_rule, assert_rule, cu_seqlens, fa_grads_fp64, farther,
-                          instance_for, kernel_paths)
+                          farther_each, instance_for, kernel_paths, tanh_approx_ref)
 from flashattn_cu import (_C, flash_attn_func, flash_attn_kvpacked_func,
                           flash_attn_qkvpacked_func, flash_attn_varlen_func,
                           flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func)
@@ -169,6 +169,15 @@ def check_against_reference(q, k, v, out, lse, dout, grads, mask, c, alibi, what
     ref, ref_lse = attention_ref(q32, k32, v32, window_seqlen_k=window_seqlen_k, **kw, **drop)
     pt, pt_lse = attention_ref(qp, kp, vp, upcast=False, window_seqlen_k=window_seqlen_k, **kw,
                                **drop)
+    pt_out = pt
+    approx = None
+    if c["softcap"] > 0:  # the kernels' tanh.approx: the second baseline (attn_helpers)
+        qa, ka, va = (t.detach().float().requires_grad_() for t in (q, k, v))
+        rest = {n: x for n, x in kw.items() if n not in ("softcap", "softmax_scale")}
+        approx = (qa, ka, va), tanh_approx_ref(qa, ka, va, kw["softcap"], kw["softmax_scale"],
+                                               window_seqlen_k=window_seqlen_k, **rest, **drop)
+        pt, pt_lse = (farther_each(a, b, r) for a, b, r in
+                      zip((pt, pt_lse), approx[1], (ref, ref_lse)))
     assert_rule(out, ref, pt, 2, 1e-5, f"{what}: out")
     if lse is not None:
         assert_lse_rule(lse, ref_lse, pt_lse, f"{what}: lse")
@@ -178,10 +187,13 @@ def check_against_reference(q, k, v, out, lse, dout, grads, mask, c, alibi, what
                 assert (g == 0).all(), f"{what}: {name} not 0"
         return
     refs = torch.autograd.grad(ref, (q32, k32, v32), dout.float())
-    pts = torch.autograd.grad(pt, (qp, kp, vp), dout)
+    pts = torch.autograd.grad(pt_out, (qp, kp, vp), dout)
     if p > 0:
         fas = fa_grads_fp64(q, k, v, out, dout, kw, mask, p, window_seqlen_k)
         pts = [farther(a, f, r) for a, f, r in zip(pts, fas, refs)]
+    if approx is not None:
+        aps = torch.autograd.grad(approx[1][0], approx[0], dout.float())
+        pts = [farther_each(a, f, r) for a, f, r in zip(pts, aps, refs)]
     for name, g, r, base in zip(("dq", "dk", "dv"), grads, refs, pts):
         assert_rule(g, r, base, 3, 1e-4, f"{what}: {name}")
 

@@ -39,7 +39,7 @@ import pytest
 import torch
 
 from attn_helpers import (assert_lse_rule, assert_raises_naming, assert_rule, bits, kernel_paths,
-                          skip_unless_built)
+                          skip_unless_built, with_tanh_approx)
 from flashattn_cu import _C
 from flashattn_cu import flash_attn_with_kvcache
 from flashattn_cu.testing import attention_ref, kernel_path
@@ -574,6 +574,8 @@ def test_fuzz_kvcache_against_reference(index):
                   alibi_slopes=alibi, softmax_scale=cfg["softmax_scale"])
         ref, lse_ref = attention_ref(qb[None].float(), keys[None], vals[None], **kw)
         pt, lse_pt = attention_ref(qb[None], keys[None], vals[None], upcast=False, **kw)
+        pt, lse_pt = with_tanh_approx(pt, lse_pt, ref, lse_ref, qb[None], keys[None], vals[None],
+                                      **kw)
         outs.append(out[b:b + 1]), refs.append(ref), pts.append(pt)
         if lse is not None:
             lses.append(lse[b:b + 1]), lse_refs.append(lse_ref), lse_pts.append(lse_pt)
