@@ -251,17 +251,59 @@ def test_seqused_k_unused_keys_never_reach_the_output():
 
 
 @pytest.mark.gpu
-def test_grid_past_the_launch_limit_is_a_clear_error():
-    """The varlen grids count batch x heads x the blocks of max_seqlen_q (one 1-D grid, at most
-    2^31 - 1 blocks): 64 entries of one row each under a max_seqlen_q of 2^30 exceed it. The call
-    raises naming the grid and what to do, before launching any of the work. (A bound that only
-    the backward's preprocess exceeds, 32 rows a block, would first run a forward of ~4 x 10^8
-    mostly empty blocks: seconds, not a unit test.)"""
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_many_entries_one_long(deterministic):
+    """A skewed pack as document-masked pretraining makes it: 150 entries of 0-300 tokens (keys
+    drawn apart, so rows that see no key and entries without queries occur) around one of 2000,
+    GQA, causal, with rows past the last entry: every entry against its own reference (the
+    compact tiles' binary search over 151 offsets: 8 levels), forward and backward, the
+    deterministic dQ kernel too."""
+    skip_unless_built(64)
+    gen = torch.Generator().manual_seed(3)
+    lq = torch.randint(0, 301, (150,), generator=gen).tolist()
+    lk = torch.randint(0, 301, (150,), generator=gen).tolist()
+    lq[97], lk[97] = 2000, 2000
+    nheads, nheads_k = HEADS["gqa"]
+    q, k, v = varlen_inputs(lq + [37], lk + [5], nheads, nheads_k, 64, torch.bfloat16)
+    dout = torch.randn_like(q)
+    out, lse, _ = flash_attn_varlen_func(q, k, v, cu(lq), cu(lk), max(lq), max(lk), causal=True,
+                                         deterministic=deterministic, return_attn_probs=True)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
+    sq, sk = 0, 0
+    for b, (nq, nk) in enumerate(zip(lq, lk)):
+        check_sequence((q, k, v, out, lse), (dq, dk, dv), dout, sq, sk, nq, nk,
+                       f"entry {b} ({nq} x {nk})", True)
+        sq, sk = sq + nq, sk + nk
+    # The 37 query rows and 5 key rows past the last entry: a row that sees no key.
+    assert (out[sq:] == 0).all() and torch.isinf(lse[:, sq:]).all()
+    assert (dq[sq:] == 0).all() and (dk[sk:] == 0).all() and (dv[sk:] == 0).all()
+
+
+@pytest.mark.gpu
+def test_max_seqlen_far_past_the_entries(path):
+    """The sm90 kernels' varlen grids are compact (problem/scheduler.h: query_tile_of,
+    key_tile_of; the backward's preprocess and postprocess on either path too): max_seqlen_q /
+    max_seqlen_k bound the entries but do not size those grids, so 64 one-row entries under
+    max_seqlen 2^30 (batch x heads x 2^30 / block_m blocks: past the 2^31 - 1 a grid holds) run
+    forward and backward there and give the one-key answers: out = v, dv = dout, dq = dk = 0.
+    The sm80 main kernels keep the batch x max_seqlen grid (its decoding at their start cost
+    them registers: spills in the dynamic variants, NOTES 12.51): a clear error naming the grid."""
     skip_unless_built(64)
     q, k, v = varlen_inputs([1] * 64, [1] * 64, 32, 32, 64, torch.bfloat16)
     cu_seqlens = cu([1] * 64)
-    with pytest.raises(RuntimeError, match=r"grid would exceed 2\^31 - 1 thread blocks"):
-        flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, 2 ** 30, 1)
+    if path == "sm80" or not attn_helpers.sm90_built():
+        with pytest.raises(RuntimeError, match=r"grid would exceed 2\^31 - 1 thread blocks"):
+            flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, 2 ** 30, 2 ** 30)
+        return
+    for causal in (False, True):
+        out = flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, 2 ** 30, 2 ** 30,
+                                     causal=causal)
+        torch.testing.assert_close(out, v.detach(), atol=0, rtol=0)
+        dout = torch.randn_like(out)
+        dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
+        torch.testing.assert_close(dv, dout, atol=0, rtol=0)
+        for name, g in (("dq", dq), ("dk", dk)):
+            assert g.abs().max() < 1e-2, f"{name}: {g.abs().max()}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -26,6 +26,144 @@ using flashattn_cu::FwdParams;
 using flashattn_cu::KvcacheParams;
 using flashattn_cu_checks::expect;
 
+// The compact varlen tiles (problem/scheduler.h: query_tile_of, key_tile_of) by brute force over
+// random length lists (zeros, ones, one long entry, entries of whole blocks, rows past the last
+// entry): every (entry, head / slice, block) that holds rows exactly once, in query_tile's /
+// key_tile_at's order (entry-major, then slice; query blocks longest first, key blocks in
+// order), every other tile past its entry's rows or past the bound the kernels skip at; the
+// tile count within total / block + batch slots a slice; the padded layout's order unchanged.
+// Contradictory arrays (decreasing, past total) give only skipped tiles or in-range entries.
+void check_varlen_tiles() {
+  bool cover = true, order = true, bound = true, padded = true, garbage = true;
+  uint32_t rng = 12345u;
+  auto next = [&rng](int n) {
+    rng = rng * 1664525u + 1013904223u;
+    return static_cast<int>((rng >> 8) % static_cast<uint32_t>(n));
+  };
+  for (int trial = 0; trial < 400; ++trial) {
+    const int batch = 1 + next(trial < 200 ? 9 : 60);
+    const int block = trial % 4 == 0 ? 64 : trial % 4 == 1 ? 128 : trial % 4 == 2 ? 176 : 192;
+    const int heads = 1 + next(4), splits = 1 + next(3);
+    std::vector<int> cu(batch + 1, 0);
+    int longest = 0;
+    for (int b = 0; b < batch; ++b) {
+      const int kind = next(6);
+      const int len = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? block * (1 + next(3))
+                    : kind == 3 ? 3000 + next(2000) : next(3 * block);
+      cu[b + 1] = cu[b] + len;
+      longest = std::max(longest, len);
+    }
+    const int total = cu[batch] + (trial % 3 == 0 ? next(700) : 0);  // rows past the last entry
+    FwdParams p;
+    p.batch = batch;
+    p.num_heads = heads;
+    p.num_heads_k = heads;
+    p.seqlen_q = longest;  // max_seqlen_q
+    p.seqlen_k = longest;
+    p.cu_seqlens_q = cu.data();
+    p.cu_seqlens_k = cu.data();
+    p.total_q = total;
+    p.total_k = total;
+    const int num_m = (longest + block - 1) / block;
+    const int64_t tiles = flashattn_cu::query_tiles_of(p, block);
+    bound = bound && tiles == heads * (static_cast<int64_t>(total) / block + batch);
+    std::vector<int> seen;
+    auto blocks_of = [&](int b) { return (cu[b + 1] - cu[b] + block - 1) / block; };
+    auto id = [&](int b, int slices, int slice, int m) {
+      int64_t at = 0;
+      for (int e = 0; e < b; ++e) at += static_cast<int64_t>(blocks_of(e)) * slices;
+      return at + static_cast<int64_t>(slice) * blocks_of(b) + m;
+    };
+    int64_t count = 0;
+    for (int b = 0; b < batch; ++b) count += static_cast<int64_t>(blocks_of(b)) * heads;
+    seen.assign(count, 0);
+    int64_t prev = -1;
+    for (int64_t i = 0; i < tiles; ++i) {
+      const flashattn_cu::QueryTile t = flashattn_cu::query_tile_of<true>(p, block, i);
+      if (t.batch < 0 || t.batch >= batch || t.head < 0 || t.head >= heads || t.m_block < 0) {
+        cover = false;
+        break;
+      }
+      const int len = cu[t.batch + 1] - cu[t.batch];
+      if (static_cast<int64_t>(t.m_block) * block >= len) continue;  // the kernels' skip
+      const int64_t at = id(t.batch, heads, t.head, t.m_block);
+      ++seen[at];
+      // (entry, head) in order, query blocks longest first within one.
+      const int64_t key = (static_cast<int64_t>(t.batch) * heads + t.head) * (num_m + 1) +
+                          (num_m - t.m_block);
+      if (key <= prev) order = false;
+      prev = key;
+    }
+    for (int c : seen) cover = cover && c == 1;
+    // Key tiles: kv heads x splits slices, key blocks in order.
+    const int64_t ktiles = flashattn_cu::key_tiles_of(p, block, splits);
+    // (total_k 0 means unknown: the padded count, 0 blocks when every entry is empty.)
+    bound = bound && ktiles == (total > 0 ? static_cast<int64_t>(heads) * splits *
+                                                (static_cast<int64_t>(total) / block + batch)
+                                          : flashattn_cu::key_tile_count(num_m, batch, heads,
+                                                                         splits));
+    count = 0;
+    for (int b = 0; b < batch; ++b) count += static_cast<int64_t>(blocks_of(b)) * heads * splits;
+    seen.assign(count, 0);
+    prev = -1;
+    for (int64_t i = 0; i < ktiles; ++i) {
+      const flashattn_cu::KeyTile t = flashattn_cu::key_tile_of<true>(p, block, splits, i);
+      if (t.batch < 0 || t.batch >= batch || t.head_k < 0 || t.head_k >= heads || t.split < 0 ||
+          t.split >= splits || t.n_block < 0) {
+        cover = false;
+        break;
+      }
+      const int len = cu[t.batch + 1] - cu[t.batch];
+      if (static_cast<int64_t>(t.n_block) * block >= len) continue;
+      const int slice = t.head_k * splits + t.split;
+      ++seen[id(t.batch, heads * splits, slice, t.n_block)];
+      const int64_t key =
+          (static_cast<int64_t>(t.batch) * heads * splits + slice) * (num_m + 1) + t.n_block;
+      if (key <= prev) order = false;
+      prev = key;
+    }
+    for (int c : seen) cover = cover && c == 1;
+    // Without total_k the key tiles stay padded (key_tile_at's), as without cu_seqlens.
+    FwdParams q = p;
+    q.total_k = 0;
+    padded = padded && flashattn_cu::key_tiles_of(q, block, splits) ==
+                           flashattn_cu::key_tile_count(num_m, batch, heads, splits);
+    for (int64_t i = 0; i < flashattn_cu::key_tiles_of(q, block, splits) && padded; ++i) {
+      const flashattn_cu::KeyTile a = flashattn_cu::key_tile_of<true>(q, block, splits, i);
+      const flashattn_cu::KeyTile c =
+          flashattn_cu::key_tile_at(static_cast<int>(i), num_m, splits, heads);
+      padded = a.batch == c.batch && a.head_k == c.head_k && a.split == c.split &&
+               a.n_block == c.n_block;
+    }
+    q = p;
+    q.cu_seqlens_q = nullptr;
+    q.cu_seqlens_k = nullptr;
+    padded = padded && flashattn_cu::query_tiles_of(q, block) ==
+                           flashattn_cu::query_tile_count(num_m, batch, heads);
+    for (int64_t i = 0; i < flashattn_cu::query_tiles_of(q, block) && padded; ++i) {
+      const flashattn_cu::QueryTile a = flashattn_cu::query_tile_of<true>(q, block, i);
+      const flashattn_cu::QueryTile c =
+          flashattn_cu::query_tile_at(static_cast<int>(i), num_m, heads);
+      padded = a.batch == c.batch && a.head == c.head && a.m_block == c.m_block;
+    }
+    // Contradictory arrays: entries in range, skipped or not, never a crash.
+    std::vector<int> bad(batch + 1);
+    for (int b = 0; b <= batch; ++b) bad[b] = next(2 * total + 2) - (b == 0 ? 0 : next(50));
+    q = p;
+    q.cu_seqlens_q = bad.data();
+    for (int64_t i = 0; i < tiles; ++i) {
+      const flashattn_cu::QueryTile t = flashattn_cu::query_tile_of<true>(q, block, i);
+      garbage = garbage && t.batch >= 0 && t.batch < batch && t.head >= 0 && t.head < heads &&
+                t.m_block >= 0;
+    }
+  }
+  expect(cover, "varlen compact tiles: every (entry, head / slice, block) with rows exactly once");
+  expect(order, "varlen compact tiles: query_tile's and key_tile_at's orders");
+  expect(bound, "varlen compact tiles: heads x (total / block + batch) tiles");
+  expect(padded, "varlen compact tiles: padded calls and total_k 0 keep the padded orders");
+  expect(garbage, "varlen compact tiles: contradictory cu_seqlens give in-range entries");
+}
+
 // The sm90 decode kernel's paged boxes (tiles.h), by brute force over page sizes: a page is taken
 // iff its rows are a multiple of 16; its boxes are the largest power of two of >= 16 rows that
 // divides both the tile and the page, so a tile is whole boxes and no box crosses a page.
@@ -657,6 +795,7 @@ void run_problem_checks() {
   }
 
   check_kvcache_math();
+  check_varlen_tiles();
   check_decode_page_boxes();
   check_decode_ctas();
   check_dq_frag_layout();

@@ -70,7 +70,9 @@ __device__ __forceinline__ void bwd_dq_block(const BwdKernelParams& kp, char* sm
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int g = lane / 4, t = lane % 4;
-  const QueryTile tile = query_tile(ceil_div(p.seqlen_q, kBlockM), p.num_heads);
+  // A varlen call's tiles are the compact ones (problem/scheduler.h: query_tile_of).
+  const QueryTile tile = kDynamic ? query_tile_of<kDynamic>(p, kBlockM, blockIdx.x)
+                                  : query_tile(ceil_div(p.seqlen_q, kBlockM), p.num_heads);
   const SeqInfo seq = seq_info<kDynamic>(p, tile.batch);
   const int head = tile.head;
   const int head_k = head / (p.num_heads / p.num_heads_k);

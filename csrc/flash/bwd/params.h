@@ -20,6 +20,7 @@
 #include "flashattn_cu/flashattn_cu.h"
 
 #include "../problem/dropout.h"
+#include "../problem/scheduler.h"
 #include "../problem/score_mod.h"
 #include "../problem/seqlen.h"
 #include "../tiles.h"
@@ -216,7 +217,12 @@ struct BwdConvertJob {
   int64_t dst_batch_stride = 0, dst_row_stride = 0, dst_head_stride = 0;
   float scale = 1.f;
   int frag_d = 0;
+  // A varlen dQ job (src_plane, cu_seqlens_q): the rows cu_seqlens index (total_q), so the
+  // postprocess walks the compact tiles (bwd_convert_kernel); 0: every entry's `rows`.
+  int total = 0;
 };
+
+constexpr int kConvertThreads = 256;  // the postprocess's block (bwd/preprocess.h)
 
 struct BwdConvertParams {
   BwdConvertJob jobs[3];
@@ -238,7 +244,11 @@ inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp, bool 
   cp.head_dim = p.head_dim;
   auto add = [&](const BwdConvertJob& job) {
     cp.jobs[cp.num_jobs++] = job;
-    const int64_t chunks = static_cast<int64_t>(p.batch) * job.heads * job.rows * (p.head_dim / 8);
+    // A compact job takes a block per tile (a grid of tiles x kConvertThreads "chunks").
+    const int64_t chunks =
+        job.total > 0
+            ? job.heads * varlen_slot_count(job.total, p.batch, kBwdRowPad) * kConvertThreads
+            : static_cast<int64_t>(p.batch) * job.heads * job.rows * (p.head_dim / 8);
     if (chunks > cp.max_chunks) cp.max_chunks = chunks;
   };
   if (kp.dq_accum != nullptr && p.seqlen_q > 0) {
@@ -256,6 +266,7 @@ inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp, bool 
     job.dst_head_stride = p.dq_head_stride;
     job.scale = p.softmax_scale;  // the main kernel accumulates dS K without it
     job.frag_d = dq_frag ? static_cast<int>(d) : 0;
+    job.total = kp.ws_plane != 0 && compact_query_tiles(p) ? p.total_q : 0;
     add(job);
   }
   if (kp.kv_splits > 1 && p.seqlen_k > 0) {

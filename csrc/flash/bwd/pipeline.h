@@ -19,7 +19,7 @@ Status launch_bwd_dq(const BwdKernelParams& kp, cudaStream_t stream) {
   const BwdParams& p = kp.p;
   return with_variant(kernel_variant(p), [&](auto variant) {
     return launch_tiles<bwd_dq_kernel<Element, Traits, decltype(variant)::value>>(
-        query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads),
+        query_tiles_of(p, Traits::kBlockM),  // compact for varlen (query_tile_of)
         Traits::kNThreads, Traits::kSmemBytes, stream, kp);
   });
 }
@@ -49,17 +49,16 @@ Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& m
   const BwdKernelParams kp = make_bwd_kernel_params(p, ws);
 
   // 1. Preprocess.
-  const int64_t prep_blocks = static_cast<int64_t>(p.batch) * p.num_heads * ws.rows /
-                              kPrepRowsPerBlock;
+  const int64_t prep = prep_blocks(p, ws.rows);
   Status st = dynamic_instance(p)
                   ? launch_tiles<bwd_preprocess_kernel<Element, kHeadDim, true>>(
-                        prep_blocks, kPrepThreads, 0, stream, kp)
+                        prep, kPrepThreads, 0, stream, kp)
                   : launch_tiles<bwd_preprocess_kernel<Element, kHeadDim, false>>(
-                        prep_blocks, kPrepThreads, 0, stream, kp);
+                        prep, kPrepThreads, 0, stream, kp);
   if (st != Status::kSuccess) return st;
 
   // 2. Main kernel (and the deterministic dQ kernel).
-  st = main(kp, pdl && prep_blocks > 0 ? StreamOrder::kProgrammatic : StreamOrder::kWhole);
+  st = main(kp, pdl && prep > 0 ? StreamOrder::kProgrammatic : StreamOrder::kWhole);
   if (st != Status::kSuccess) return st;
 
   // 3. Postprocess.

@@ -14,6 +14,7 @@
 #include "flashattn_cu/flashattn_cu.h"
 
 #include "../common/numeric.h"
+#include "../problem/scheduler.h"
 #include "../problem/score_mod.h"
 #include "../problem/seqlen.h"
 #include "../ptx/cp_async.h"
@@ -26,7 +27,19 @@ constexpr int kPrepThreads = 256;
 constexpr int kPrepRowThreads = 8;                              // threads sharing one row
 constexpr int kPrepRowsPerBlock = kPrepThreads / kPrepRowThreads;  // 32, divides kBwdRowPad
 
-// Grid: batch * num_heads * rows / kPrepRowsPerBlock blocks (rows = max_seqlen_q padded).
+// Blocks of one workspace slot (kBwdRowPad rows) a block handles in turn.
+constexpr int kPrepBlocksPerSlot = kBwdRowPad / kPrepRowsPerBlock;
+
+// Grid (prep_blocks): batch * num_heads * rows / kPrepRowsPerBlock blocks (rows = max_seqlen_q
+// padded); a varlen call's compact tiles of kBwdRowPad rows (problem/scheduler.h), each
+// kPrepBlocksPerSlot blocks, whatever max_seqlen_q.
+template <typename Params>
+__host__ __device__ __forceinline__ int64_t prep_blocks(const Params& p, int64_t rows) {
+  return compact_query_tiles(p)
+             ? p.num_heads * kPrepBlocksPerSlot * varlen_slot_count(p.total_q, p.batch, kBwdRowPad)
+             : static_cast<int64_t>(p.batch) * p.num_heads * rows / kPrepRowsPerBlock;
+}
+
 template <typename Element, int kHeadDim, bool kDynamic>
 __global__ void __launch_bounds__(kPrepThreads)
     bwd_preprocess_kernel(const __grid_constant__ BwdKernelParams kp) {
@@ -40,12 +53,25 @@ __global__ void __launch_bounds__(kPrepThreads)
   // against the bounds, and the dq / dk / dv rows outside every entry (the main kernels and the
   // postprocess write only the entries' rows).
   if constexpr (kDynamic) varlen_kernel_start(p);
-  const int64_t blocks_per_bh = kp.rows / kPrepRowsPerBlock;
-  const int64_t bh = blockIdx.x / blocks_per_bh;
-  const int row = static_cast<int>(blockIdx.x % blocks_per_bh) * kPrepRowsPerBlock +
-                  threadIdx.x / kPrepRowThreads;
   const int sub = threadIdx.x % kPrepRowThreads;
-  const int batch = static_cast<int>(bh / p.num_heads), head = static_cast<int>(bh % p.num_heads);
+  int batch, head, row;
+  if (kDynamic && compact_query_tiles(p)) {
+    // A varlen call: slot `slot` of kBwdRowPad rows of (entry, head), quarter slice % 4.
+    const VarlenTile v = varlen_tile_at(p.cu_seqlens_q, p.batch, kBwdRowPad,
+                                        p.num_heads * kPrepBlocksPerSlot, blockIdx.x);
+    if (!v.valid) return;  // the whole block: no slot of any entry
+    batch = v.entry;
+    head = v.slice / kPrepBlocksPerSlot;
+    row = v.slot * kBwdRowPad + (v.slice % kPrepBlocksPerSlot) * kPrepRowsPerBlock +
+          threadIdx.x / kPrepRowThreads;
+  } else {
+    const int64_t blocks_per_bh = kp.rows / kPrepRowsPerBlock;
+    const int64_t bh = blockIdx.x / blocks_per_bh;
+    row = static_cast<int>(blockIdx.x % blocks_per_bh) * kPrepRowsPerBlock +
+          threadIdx.x / kPrepRowThreads;
+    batch = static_cast<int>(bh / p.num_heads);
+    head = static_cast<int>(bh % p.num_heads);
+  }
   const SeqInfo seq = seq_info<kDynamic>(p, batch);
 
   float sum = 0.f;
@@ -123,20 +149,73 @@ __device__ __forceinline__ void load_row_stats_async(const BwdKernelParams& kp, 
   }
 }
 
-constexpr int kConvertThreads = 256;
+// One 16-byte chunk (columns c * 8 ..) of output row `row` of (entry batch, head) of a job:
+// the splits' fp32 sums times the scale, packed. start: the entry's first row (varlen; -1
+// padded).
+template <typename Element, bool kFragWs>
+__device__ __forceinline__ void convert_chunk(const BwdConvertJob& job, int batch, int head,
+                                              int row, int c, int start) {
+  using Ops = ElementOps<Element>;
+  // The row's slot, then the row in it (plain, or in the fragment layout's blocks).
+  const int64_t slot = job.src_plane != 0
+                           ? varlen_ws_row0(job.src_plane, batch, start, head) * job.row_stride
+                           : (static_cast<int64_t>(batch) * job.heads + head) * job.bh_stride;
+  const int64_t in_slot =
+      job.frag_d > 0
+          ? static_cast<int64_t>(row - row % kDqFragRows) * job.row_stride +
+                (kFragWs ? dq_frag_ws_offset(row % kDqFragRows, c * 8, job.frag_d)
+                         : dq_frag_offset(row % kDqFragRows, c * 8, job.frag_d))
+          : row * job.row_stride + c * 8;
+  const float* src = job.src + slot + in_slot;
+  float acc[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i] = 0.f;
+  for (int s = 0; s < job.splits; ++s) {
+    const float4 lo = *reinterpret_cast<const float4*>(src + s * job.split_stride);
+    const float4 hi = *reinterpret_cast<const float4*>(src + s * job.split_stride + 4);
+    acc[0] += lo.x; acc[1] += lo.y; acc[2] += lo.z; acc[3] += lo.w;
+    acc[4] += hi.x; acc[5] += hi.y; acc[6] += hi.z; acc[7] += hi.w;
+  }
+  uint4 out;
+  out.x = Ops::pack(acc[0] * job.scale, acc[1] * job.scale);
+  out.y = Ops::pack(acc[2] * job.scale, acc[3] * job.scale);
+  out.z = Ops::pack(acc[4] * job.scale, acc[5] * job.scale);
+  out.w = Ops::pack(acc[6] * job.scale, acc[7] * job.scale);
+  const int64_t dst_row0 = start >= 0 ? static_cast<int64_t>(start) * job.dst_row_stride
+                                      : batch * job.dst_batch_stride;
+  Element* dst = static_cast<Element*>(job.dst) + dst_row0 + row * job.dst_row_stride +
+                 head * job.dst_head_stride + c * 8;
+  *reinterpret_cast<uint4*>(dst) = out;
+}
 
 // Grid (x, number of jobs): each thread converts 16-byte chunks of output, grid-stride. kFragWs:
 // a job with frag_d reads dq_frag_ws_offset's order (sm90/bwd_ws_kernel.h) instead of
-// dq_frag_offset's.
+// dq_frag_offset's. A job with `total` (a varlen dQ) walks the compact tiles of kBwdRowPad rows
+// (problem/scheduler.h), a tile per block in turn, instead of every entry's max_seqlen rows.
 template <typename Element, bool kFragWs = false>
 __global__ void __launch_bounds__(kConvertThreads)
     bwd_convert_kernel(const __grid_constant__ BwdConvertParams cp) {
-  using Ops = ElementOps<Element>;
   // Launched programmatically after the sm90 main kernel (bwd/pipeline.h): nothing is read before
   // it has completed. (Returns at once after a kernel launched whole, and is empty before sm_90.)
   ptx::grid_dependency_wait();
   const BwdConvertJob& job = cp.jobs[blockIdx.y];
   const int chunks = cp.head_dim / 8;
+  if (job.total > 0) {
+    const int64_t tiles = job.heads * varlen_slot_count(job.total, cp.batch, kBwdRowPad);
+    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const VarlenTile v = varlen_tile_at(job.cu_seqlens, cp.batch, kBwdRowPad, job.heads, tile);
+      if (!v.valid) continue;
+      const int start = job.cu_seqlens[v.entry];
+      const int n = job.cu_seqlens[v.entry + 1] - start;
+      const int len = n <= 0 ? 0 : n < job.rows ? n : job.rows;  // as seq_info clamps
+      const int row0 = v.slot * kBwdRowPad;
+      for (int e = threadIdx.x; e < kBwdRowPad * chunks; e += kConvertThreads) {
+        const int row = row0 + e / chunks;
+        if (row < len) convert_chunk<Element, kFragWs>(job, v.entry, v.slice, row, e % chunks, start);
+      }
+    }
+    return;
+  }
   const int64_t total = static_cast<int64_t>(cp.batch) * job.heads * job.rows * chunks;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(kConvertThreads) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * kConvertThreads) {
@@ -152,36 +231,7 @@ __global__ void __launch_bounds__(kConvertThreads)
       const int len = job.cu_seqlens[batch + 1] - start;
       if (row >= len) continue;  // (len <= 0 included); rows >= job.rows never get here
     }
-    // The row's slot, then the row in it (plain, or in the fragment layout's blocks).
-    const int64_t slot = job.src_plane != 0
-                             ? varlen_ws_row0(job.src_plane, batch, start, head) * job.row_stride
-                             : (static_cast<int64_t>(batch) * job.heads + head) * job.bh_stride;
-    const int64_t in_slot =
-        job.frag_d > 0
-            ? static_cast<int64_t>(row - row % kDqFragRows) * job.row_stride +
-                  (kFragWs ? dq_frag_ws_offset(row % kDqFragRows, c * 8, job.frag_d)
-                           : dq_frag_offset(row % kDqFragRows, c * 8, job.frag_d))
-            : row * job.row_stride + c * 8;
-    const float* src = job.src + slot + in_slot;
-    float acc[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] = 0.f;
-    for (int s = 0; s < job.splits; ++s) {
-      const float4 lo = *reinterpret_cast<const float4*>(src + s * job.split_stride);
-      const float4 hi = *reinterpret_cast<const float4*>(src + s * job.split_stride + 4);
-      acc[0] += lo.x; acc[1] += lo.y; acc[2] += lo.z; acc[3] += lo.w;
-      acc[4] += hi.x; acc[5] += hi.y; acc[6] += hi.z; acc[7] += hi.w;
-    }
-    uint4 out;
-    out.x = Ops::pack(acc[0] * job.scale, acc[1] * job.scale);
-    out.y = Ops::pack(acc[2] * job.scale, acc[3] * job.scale);
-    out.z = Ops::pack(acc[4] * job.scale, acc[5] * job.scale);
-    out.w = Ops::pack(acc[6] * job.scale, acc[7] * job.scale);
-    const int64_t dst_row0 = start >= 0 ? static_cast<int64_t>(start) * job.dst_row_stride
-                                        : batch * job.dst_batch_stride;
-    Element* dst = static_cast<Element*>(job.dst) + dst_row0 + row * job.dst_row_stride +
-                   head * job.dst_head_stride + c * 8;
-    *reinterpret_cast<uint4*>(dst) = out;
+    convert_chunk<Element, kFragWs>(job, batch, head, row, c, start);
   }
 }
 

@@ -125,6 +125,106 @@ __host__ __device__ __forceinline__ int light_query_blocks(int window_left, int 
   return light >= num_m ? 0 : static_cast<int>(light);
 }
 
+// Varlen tiles, compact. A grid of batch x heads x the blocks of max_seqlen launches a CTA for
+// every block of the longest entry in every entry: a pack of 300 documents whose longest has 8k
+// tokens, 128k in all, is 19,200 query blocks of 128 a head where 1,300 hold rows (an empty CTA
+// of the sm90 kernels still sets up its barriers and shared memory). The compact space gives
+// entry b the slots from varlen_slot0(cu[b], b) = cu[b] / block + b up to entry b + 1's: its
+// ceil(len / block) blocks and 0-2 slots that hold none (len = 0: one), total / block + batch
+// slots in all (varlen_slot_count, with total >= cu[batch]: the host knows it without reading
+// cu_seqlens). A tile index names (entry, slice, slot), entry-major: entry b's tiles are
+// [slot0(b) x slices, slot0(b + 1) x slices), slice after slice (heads, or kv heads x splits),
+// each the entry's span of slots. Finding the entry is a binary search over cu_seqlens
+// (log2(batch + 1) loads of one small array, L1-resident). Contradictory arrays (decreasing, past
+// total) are trapped by the first CTA (problem/seqlen.h check_seqlens); here they only give
+// tiles that hold no block (valid false), never an index outside [0, batch].
+__host__ __device__ __forceinline__ int64_t varlen_slot0(int start, int entry, int block) {
+  return static_cast<int64_t>(start / block) + entry;
+}
+
+__host__ __device__ __forceinline__ int64_t varlen_slot_count(int64_t total, int batch,
+                                                              int block) {
+  return total / block + batch;
+}
+
+// The entry whose slots hold slot `s`: the largest b in [0, batch] with varlen_slot0(cu[b], b)
+// <= s (b = batch: past every entry's slots), 0 when none is.
+__host__ __device__ __forceinline__ int varlen_slot_entry(const int* cu, int batch, int block,
+                                                          int64_t s) {
+  int lo = 0, hi = batch;
+  while (lo < hi) {
+    const int mid = hi - (hi - lo) / 2;  // in (lo, hi]
+    if (varlen_slot0(cu[mid], mid, block) <= s) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+struct VarlenTile {
+  int entry, slice, slot, span;  // span: the entry's slots
+  bool valid;                    // false: the tile holds no slot of any entry
+};
+
+__host__ __device__ __forceinline__ VarlenTile varlen_tile_at(const int* cu, int batch,
+                                                              int block, int slices,
+                                                              int64_t index) {
+  VarlenTile t{0, 0, 0, 0, false};
+  if (batch <= 0 || slices <= 0 || index < 0) return t;
+  const int b = varlen_slot_entry(cu, batch, block, index / slices);
+  if (b >= batch) return t;
+  const int64_t first = varlen_slot0(cu[b], b, block);
+  const int64_t span = varlen_slot0(cu[b + 1], b + 1, block) - first;
+  const int64_t local = index - first * slices;
+  if (span <= 0 || local < 0 || local >= span * slices) return t;
+  t.entry = b;
+  t.slice = static_cast<int>(local / span);
+  t.slot = static_cast<int>(local % span);
+  t.span = static_cast<int>(span);
+  t.valid = true;
+  return t;
+}
+
+// Whether a call's query tiles (key tiles) are the compact varlen ones: cu_seqlens with the row
+// count it indexes (total_k is optional in the C++ API: without it, the max_seqlen_k grid).
+template <typename Params>
+__host__ __device__ __forceinline__ bool compact_query_tiles(const Params& p) {
+  return p.cu_seqlens_q != nullptr;  // total_q is required with it
+}
+template <typename Params>
+__host__ __device__ __forceinline__ bool compact_key_tiles(const Params& p) {
+  return p.cu_seqlens_k != nullptr && p.total_k > 0;
+}
+
+// The query tiles of a call in blocks of block_m rows and their decoding, query_tile's order
+// ((batch, head, m_block) with the m_block fastest and in reverse) in both layouts; a compact
+// tile that holds no block gets m_block = num_m, so the kernels' "query block past the entry's
+// rows" exit skips it. kSeqlens: the kernel instance reads sequence arrays (the others never
+// see cu_seqlens: the host counts their tiles padded as well).
+template <typename Params>
+__host__ __device__ __forceinline__ int64_t query_tiles_of(const Params& p, int block_m) {
+  return compact_query_tiles(p)
+             ? p.num_heads * varlen_slot_count(p.total_q, p.batch, block_m)
+             : query_tile_count((p.seqlen_q + block_m - 1) / block_m, p.batch, p.num_heads);
+}
+
+template <bool kSeqlens, typename Params>
+__host__ __device__ __forceinline__ QueryTile query_tile_of(const Params& p, int block_m,
+                                                            int64_t index) {
+  const int num_m = (p.seqlen_q + block_m - 1) / block_m;
+  if constexpr (kSeqlens) {
+    if (compact_query_tiles(p)) {
+      const VarlenTile v =
+          varlen_tile_at(p.cu_seqlens_q, p.batch, block_m, p.num_heads, index);
+      if (!v.valid) return QueryTile{0, 0, num_m};
+      return QueryTile{v.entry, v.slice, v.span - 1 - v.slot};
+    }
+  }
+  return query_tile_at(static_cast<int>(index), num_m, p.num_heads);
+}
+
 // Key-block tiles (backward main kernels): (batch, kv head, head split, n_block), the key block
 // fastest: the blocks that read the same Q/dO run together and share them through L2; key block
 // 0 (the longest for causal) of each head starts first.
@@ -169,6 +269,38 @@ __device__ __forceinline__ KeyTile key_tile(int num_n_blocks, int splits, int nu
   return key_tile_at(static_cast<int>(blockIdx.x), num_n_blocks, splits, num_heads_k);
 }
 #endif
+
+// The key tiles of a call in blocks of block_n keys and their decoding, key_tile_at's order in
+// both layouts (compact_key_tiles: the compact varlen one, slices = kv heads x splits, key
+// blocks in order; a tile that holds no block gets n_block = num_n, past every entry's keys, so
+// the kernels' "key block past the entry's length" exit skips it). total_slices / defer_n: as
+// key_tile_at (padded calls only: varlen defers no block).
+template <typename Params>
+__host__ __device__ __forceinline__ int64_t key_tiles_of(const Params& p, int block_n,
+                                                         int splits) {
+  return compact_key_tiles(p)
+             ? static_cast<int64_t>(p.num_heads_k) * splits *
+                   varlen_slot_count(p.total_k, p.batch, block_n)
+             : key_tile_count((p.seqlen_k + block_n - 1) / block_n, p.batch, p.num_heads_k,
+                              splits);
+}
+
+template <bool kSeqlens, typename Params>
+__host__ __device__ __forceinline__ KeyTile key_tile_of(const Params& p, int block_n, int splits,
+                                                        int64_t index, int total_slices = 0,
+                                                        int defer_n = 0) {
+  const int num_n = (p.seqlen_k + block_n - 1) / block_n;
+  if constexpr (kSeqlens) {
+    if (compact_key_tiles(p)) {
+      const VarlenTile v = varlen_tile_at(p.cu_seqlens_k, p.batch, block_n,
+                                                       p.num_heads_k * splits, index);
+      if (!v.valid) return KeyTile{0, 0, 0, num_n};
+      return KeyTile{v.entry, v.slice / splits, v.slice % splits, v.slot};
+    }
+  }
+  return key_tile_at(static_cast<int>(index), num_n, splits, p.num_heads_k, total_slices,
+                     defer_n);
+}
 
 // The trailing key blocks (of block_n keys) whose keys are seen by fewer query rows than the
 // others because the window's left side runs past the last query row (bottom-right aligned:

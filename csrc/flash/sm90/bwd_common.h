@@ -72,9 +72,9 @@ __device__ __forceinline__ BwdWork<kDynamic, kSeqlens> bwd_work(const BwdKernelP
   BwdWork<kDynamic, kSeqlens> w;
   // kp.defer_n: a window's light trailing key blocks last, or every key block deferred (the
   // order longest first over all tiles of a causal call: run_bwd_with's causal_lpt).
-  const KeyTile tile =
-      key_tile_at(static_cast<int>(blockIdx.x), ceil_div(p.seqlen_k, kBlockN), kp.kv_splits,
-                  p.num_heads_k, p.batch * p.num_heads_k * kp.kv_splits, kp.defer_n);
+  // A varlen call's tiles are the compact ones (problem/scheduler.h: key_tile_of).
+  const KeyTile tile = key_tile_of<kSeqlens>(p, kBlockN, kp.kv_splits, blockIdx.x,
+                                             p.batch * p.num_heads_k * kp.kv_splits, kp.defer_n);
   const SeqInfo seq = seq_info<kSeqlens>(p, tile.batch);
   w.batch = tile.batch;
   w.hsplit = tile.split;

@@ -66,9 +66,7 @@ Status run_bwd_with(const BwdParams& p, cudaStream_t stream, bool defer_light, b
     const auto launch = [&](auto variant) {
       return launch_tiles_ordered<
           main_kernel<Element, Traits, tile.split, kWs, decltype(variant)::value>()>(
-          order,
-          key_tile_count(ceil_div(p.seqlen_k, Traits::kBlockN), p.batch, p.num_heads_k,
-                         kp.kv_splits),
+          order, key_tiles_of(p, Traits::kBlockN, kp.kv_splits),  // compact for varlen
           Traits::kNThreads, Traits::kSmemBytes, stream, params);
     };
     // ALiBi alone or softcap alone on a padded call without a window: the static mask's

@@ -549,7 +549,9 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   const FwdParams& p = tp.kp.p;
   const int tid = threadIdx.x, warp = tid / 32, wg = warp / 4;
   const int num_m = ceil_div(p.seqlen_q, Traits::kBlockM);
-  const int num_tiles = static_cast<int>(query_tile_count(num_m, p.batch, p.num_heads));
+  // The host's count (fwd_launch.h; below 2^31 there): compact for a varlen call.
+  const int num_tiles = static_cast<int>(
+      kSeqlens ? query_tiles_of(p, Traits::kBlockM) : query_tile_count(num_m, p.batch, p.num_heads));
 
   if constexpr (variant_dropout(kVariant)) {
     // The resolved random state for the backward (FwdParams::rng_state), once per call.
@@ -591,18 +593,23 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   FwdClock<Traits::kStamps> clock;
   clock.start();
   // The next tile's costly part is worked out during this one (consume_tile's `ahead`).
-  auto tile_seq_at = [&](int index) {
-    return fwd_tile_seq<kSeqlens>(p, index, num_m, tp.group_heads,
-                                  kernel_defer_m<Traits, kDynamic>(tp));
-  };
+  // The first tile (compact for a varlen call, whose walk ends there: fwd_next_index), then
+  // each next one ahead (never compact).
   FwdTileSeq ts;
-  if (static_cast<int>(blockIdx.x) < num_tiles) ts = tile_seq_at(static_cast<int>(blockIdx.x));
+  if (static_cast<int>(blockIdx.x) < num_tiles) {
+    ts = fwd_tile_seq<kSeqlens, Traits::kBlockM>(p, static_cast<int>(blockIdx.x), num_m,
+                                                 tp.group_heads,
+                                                 kernel_defer_m<Traits, kDynamic>(tp));
+  }
 #pragma unroll 1
   for (int k = 0, index = blockIdx.x; index < num_tiles; ++k) {
     const FwdWork w = fwd_work<kDynamic, Traits::kBlockM, Traits::kBlockN>(p, ts);
-    const int next_index = cta_tile_index(k + 1, blockIdx.x, gridDim.x);
+    const int next_index = fwd_next_index<kSeqlens>(p, k, num_tiles);
     auto ahead = [&] {
-      if (next_index < num_tiles) ts = tile_seq_at(next_index);
+      if (next_index < num_tiles) {
+        ts = fwd_tile_seq<kSeqlens, Traits::kBlockM, false>(p, next_index, num_m, tp.group_heads,
+                                                            kernel_defer_m<Traits, kDynamic>(tp));
+      }
     };
     if (w.skip) {
       ahead();

@@ -118,8 +118,8 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
                    Status::kSuccess;
   }
   if (st != Status::kSuccess) return st;
-  const int64_t tiles =
-      query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch, p.num_heads);
+  // Compact for a varlen call (problem/scheduler.h), whatever max_seqlen_q.
+  const int64_t tiles = query_tiles_of(p, Traits::kBlockM);
   if (tiles == 0) return Status::kSuccess;
   FwdSchedule schedule = fwd_schedule(p, tiles, sms, l2_bytes, causal_persistent,
                                       defer_light ? fwd_defer_m(p, Traits::kBlockM) : 0,

@@ -43,13 +43,29 @@ struct FwdTileSeq {
   SeqInfo seq;
 };
 
-template <bool kSeqlens>
+// A varlen call's tiles are the compact ones (problem/scheduler.h: query_tile_of), one CTA
+// each (fwd_launch.h; group_heads and defer_m are 0 for them): its walk is that one tile
+// (fwd_next_index), so the decoding a walk does ahead (kCompact false) never needs the search.
+template <bool kSeqlens, int kBlockM, bool kCompact = true>
 __device__ __forceinline__ FwdTileSeq fwd_tile_seq(const FwdParams& p, int index, int num_m,
                                                    int group_heads, int defer_m) {
   FwdTileSeq ts;
-  ts.tile = query_tile_at(index, num_m, p.num_heads, group_heads, p.batch * p.num_heads, defer_m);
+  if (kSeqlens && kCompact && compact_query_tiles(p)) {
+    ts.tile = query_tile_of<kSeqlens>(p, kBlockM, index);
+  } else {
+    ts.tile =
+        query_tile_at(index, num_m, p.num_heads, group_heads, p.batch * p.num_heads, defer_m);
+  }
   ts.seq = seq_info<kSeqlens>(p, ts.tile.batch);
   return ts;
+}
+
+// The tile after `index` in CTA blockIdx.x's walk (problem/scheduler.h: cta_tile_index), k the
+// walk's step; num_tiles (the end) after the one tile of a compact varlen call.
+template <bool kSeqlens>
+__device__ __forceinline__ int fwd_next_index(const FwdParams& p, int k, int num_tiles) {
+  if (kSeqlens && compact_query_tiles(p)) return num_tiles;
+  return cta_tile_index(k + 1, blockIdx.x, gridDim.x);
 }
 
 template <bool kDynamic, int kBlockM, int kBlockN>
@@ -68,7 +84,7 @@ template <bool kDynamic, bool kSeqlens, int kBlockM, int kBlockN>
 __device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, int index, int num_m,
                                             int group_heads, int defer_m) {
   return fwd_work<kDynamic, kBlockM, kBlockN>(
-      p, fwd_tile_seq<kSeqlens>(p, index, num_m, group_heads, defer_m));
+      p, fwd_tile_seq<kSeqlens, kBlockM>(p, index, num_m, group_heads, defer_m));
 }
 
 // The deferred light blocks a kernel walks (query_tile_at's defer_m): FwdTmaParams::defer_m in
