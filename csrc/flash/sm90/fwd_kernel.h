@@ -593,8 +593,8 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   FwdClock<Traits::kStamps> clock;
   clock.start();
   // The next tile's costly part is worked out during this one (consume_tile's `ahead`).
-  // The first tile (compact for a varlen call, whose walk ends there: fwd_next_index), then
-  // each next one ahead (never compact).
+  // The first tile (compact for a varlen call, whose grid of one CTA per tile ends every walk
+  // there: fwd_launch.h), then each next one ahead (never compact).
   FwdTileSeq ts;
   if (static_cast<int>(blockIdx.x) < num_tiles) {
     ts = fwd_tile_seq<kSeqlens, Traits::kBlockM>(p, static_cast<int>(blockIdx.x), num_m,
@@ -604,7 +604,7 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
 #pragma unroll 1
   for (int k = 0, index = blockIdx.x; index < num_tiles; ++k) {
     const FwdWork w = fwd_work<kDynamic, Traits::kBlockM, Traits::kBlockN>(p, ts);
-    const int next_index = fwd_next_index<kSeqlens>(p, k, num_tiles);
+    const int next_index = cta_tile_index(k + 1, blockIdx.x, gridDim.x);
     auto ahead = [&] {
       if (next_index < num_tiles) {
         ts = fwd_tile_seq<kSeqlens, Traits::kBlockM, false>(p, next_index, num_m, tp.group_heads,

@@ -135,6 +135,9 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   // Every CTA's next tile index (cta_tile_index, in int) stays below tiles + 2 x grid: with a
   // grid of one CTA per tile that is 3 x tiles, so past ~7 x 10^8 tiles the call is refused.
   if (tiles + 2 * schedule.grid > INT_MAX) return Status::kInvalidArgument;
+  // Compact varlen tiles are decoded once, at a CTA's start (fwd_work.h fwd_tile_seq): one CTA
+  // per tile, whose walk ends after it, or the kernel would decode its next tiles as padded ones.
+  if (compact_query_tiles(p) && schedule.grid != tiles) return Status::kInvalidArgument;
   tp.group_heads = schedule.group_heads;
   tp.defer_m = schedule.defer_m;  // the kernels that walk it: fwd_work.h kernel_defer_m
   return launch_kernel<fwd_kernel<Element, Traits, kVariant>>(

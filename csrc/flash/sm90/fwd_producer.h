@@ -24,7 +24,7 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
   uint32_t q_parity = 0;  // tiles with key blocks so far, mod 2
 #pragma unroll 1
   for (int k = 0, index = blockIdx.x; index < num_tiles;
-       index = fwd_next_index<kSeqlens>(p, k++, num_tiles)) {
+       index = cta_tile_index(++k, blockIdx.x, gridDim.x)) {
     const FwdWork w = fwd_work<kDynamic, kSeqlens, Traits::kBlockM, kBlockN>(
         p, index, num_m, tp.group_heads, kernel_defer_m<Traits, kDynamic>(tp));
     if (w.num_blocks <= 0) continue;  // the consumers wait for nothing either

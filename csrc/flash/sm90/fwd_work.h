@@ -44,8 +44,9 @@ struct FwdTileSeq {
 };
 
 // A varlen call's tiles are the compact ones (problem/scheduler.h: query_tile_of), one CTA
-// each (fwd_launch.h; group_heads and defer_m are 0 for them): its walk is that one tile
-// (fwd_next_index), so the decoding a walk does ahead (kCompact false) never needs the search.
+// each (fwd_launch.h refuses any other grid for them; group_heads and defer_m are 0): a CTA's
+// walk is its one tile, so the decoding a walk does ahead (kCompact false) never needs the
+// search, which stays out of the consumers' loop.
 template <bool kSeqlens, int kBlockM, bool kCompact = true>
 __device__ __forceinline__ FwdTileSeq fwd_tile_seq(const FwdParams& p, int index, int num_m,
                                                    int group_heads, int defer_m) {
@@ -58,14 +59,6 @@ __device__ __forceinline__ FwdTileSeq fwd_tile_seq(const FwdParams& p, int index
   }
   ts.seq = seq_info<kSeqlens>(p, ts.tile.batch);
   return ts;
-}
-
-// The tile after `index` in CTA blockIdx.x's walk (problem/scheduler.h: cta_tile_index), k the
-// walk's step; num_tiles (the end) after the one tile of a compact varlen call.
-template <bool kSeqlens>
-__device__ __forceinline__ int fwd_next_index(const FwdParams& p, int k, int num_tiles) {
-  if (kSeqlens && compact_query_tiles(p)) return num_tiles;
-  return cta_tile_index(k + 1, blockIdx.x, gridDim.x);
 }
 
 template <bool kDynamic, int kBlockM, int kBlockN>
