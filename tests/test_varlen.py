@@ -281,7 +281,7 @@ def test_many_entries_one_long(deterministic):
 
 @pytest.mark.gpu
 def test_max_seqlen_far_past_the_entries(path):
-    """The sm90 kernels' varlen grids are compact (problem/scheduler.h: query_tile_of,
+    """The sm90 kernels' varlen grids at d 64 are compact (problem/scheduler.h: query_tile_of,
     key_tile_of; the backward's preprocess and postprocess on either path too): max_seqlen_q /
     max_seqlen_k bound the entries but do not size those grids, so 64 one-row entries under
     max_seqlen 2^30 (batch x heads x 2^30 / block_m blocks: past the 2^31 - 1 a grid holds) run

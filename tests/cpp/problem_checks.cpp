@@ -35,6 +35,7 @@ using flashattn_cu_checks::expect;
 // Contradictory arrays (decreasing, past total) give only skipped tiles or in-range entries.
 void check_varlen_tiles() {
   bool cover = true, order = true, bound = true, padded = true, garbage = true;
+  int compact_trials = 0;
   uint32_t rng = 12345u;
   auto next = [&rng](int n) {
     rng = rng * 1664525u + 1013904223u;
@@ -66,7 +67,12 @@ void check_varlen_tiles() {
     p.total_k = total;
     const int num_m = (longest + block - 1) / block;
     const int64_t tiles = flashattn_cu::query_tiles_of(p, block);
-    bound = bound && tiles == heads * (static_cast<int64_t>(total) / block + batch);
+    // Compact only with fewer slots than the padded grid's batch x num_m blocks a head.
+    const int64_t slots = static_cast<int64_t>(total) / block + batch;
+    const bool compact = slots < static_cast<int64_t>(batch) * num_m;
+    compact_trials += compact;
+    bound = bound && flashattn_cu::compact_query_tiles(p, block) == compact &&
+            tiles == (compact ? heads * slots : flashattn_cu::query_tile_count(num_m, batch, heads));
     std::vector<int> seen;
     auto blocks_of = [&](int b) { return (cu[b + 1] - cu[b] + block - 1) / block; };
     auto id = [&](int b, int slices, int slice, int m) {
@@ -98,10 +104,9 @@ void check_varlen_tiles() {
     // Key tiles: kv heads x splits slices, key blocks in order.
     const int64_t ktiles = flashattn_cu::key_tiles_of(p, block, splits);
     // (total_k 0 means unknown: the padded count, 0 blocks when every entry is empty.)
-    bound = bound && ktiles == (total > 0 ? static_cast<int64_t>(heads) * splits *
-                                                (static_cast<int64_t>(total) / block + batch)
-                                          : flashattn_cu::key_tile_count(num_m, batch, heads,
-                                                                         splits));
+    bound = bound && ktiles == (total > 0 && compact
+                                    ? static_cast<int64_t>(heads) * splits * slots
+                                    : flashattn_cu::key_tile_count(num_m, batch, heads, splits));
     count = 0;
     for (int b = 0; b < batch; ++b) count += static_cast<int64_t>(blocks_of(b)) * heads * splits;
     seen.assign(count, 0);
@@ -157,6 +162,38 @@ void check_varlen_tiles() {
                 t.m_block >= 0;
     }
   }
+  {
+    // The rule: a buffer padded far past its last entry (4 entries under max_seqlen 256, 16k
+    // rows) keeps the padded grid (8 blocks of 128 a head against 132 slots); a skewed pack
+    // (266 entries under 8192, 128k rows: 17,024 against 1,290) is compact; max_seqlen 0 has
+    // no tile either way.
+    std::vector<int> cu4 = {0, 100, 300, 356, 600};
+    FwdParams p;
+    p.batch = 4;
+    p.num_heads = 2;
+    p.seqlen_q = 256;
+    p.cu_seqlens_q = cu4.data();
+    p.total_q = 16384;
+    bool rule = !flashattn_cu::compact_query_tiles(p, 128) &&
+                flashattn_cu::query_tiles_of(p, 128) == 2 * 4 * 2;
+    p.total_q = 600;
+    rule = rule && flashattn_cu::compact_query_tiles(p, 128) == (600 / 128 + 4 < 4 * 2);
+    std::vector<int> cu266(267, 0);
+    for (int b = 0; b < 266; ++b) cu266[b + 1] = cu266[b] + (b == 0 ? 8192 : 462);
+    p.batch = 266;
+    p.seqlen_q = 8192;
+    p.cu_seqlens_q = cu266.data();
+    p.total_q = cu266[266];
+    rule = rule && flashattn_cu::compact_query_tiles(p, 128) &&
+           flashattn_cu::query_tiles_of(p, 128) == 2 * (p.total_q / 128 + 266);
+    p.seqlen_q = 0;
+    rule = rule && !flashattn_cu::compact_query_tiles(p, 128) &&
+           flashattn_cu::query_tiles_of(p, 128) == 0;
+    expect(rule, "varlen compact tiles: only where fewer than the padded grid's");
+  }
+  std::printf("     (%d of 400 random packs compact)\n", compact_trials);
+  expect(compact_trials >= 100 && compact_trials <= 380,
+         "varlen compact tiles: the random packs cover both grids");
   expect(cover, "varlen compact tiles: every (entry, head / slice, block) with rows exactly once");
   expect(order, "varlen compact tiles: query_tile's and key_tile_at's orders");
   expect(bound, "varlen compact tiles: heads x (total / block + batch) tiles");

@@ -266,7 +266,7 @@ inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp, bool 
     job.dst_head_stride = p.dq_head_stride;
     job.scale = p.softmax_scale;  // the main kernel accumulates dS K without it
     job.frag_d = dq_frag ? static_cast<int>(d) : 0;
-    job.total = kp.ws_plane != 0 && compact_query_tiles(p) ? p.total_q : 0;
+    job.total = kp.ws_plane != 0 && compact_query_tiles(p, kBwdRowPad) ? p.total_q : 0;
     add(job);
   }
   if (kp.kv_splits > 1 && p.seqlen_k > 0) {

@@ -35,7 +35,7 @@ constexpr int kPrepBlocksPerSlot = kBwdRowPad / kPrepRowsPerBlock;
 // kPrepBlocksPerSlot blocks, whatever max_seqlen_q.
 template <typename Params>
 __host__ __device__ __forceinline__ int64_t prep_blocks(const Params& p, int64_t rows) {
-  return compact_query_tiles(p)
+  return compact_query_tiles(p, kBwdRowPad)
              ? p.num_heads * kPrepBlocksPerSlot * varlen_slot_count(p.total_q, p.batch, kBwdRowPad)
              : static_cast<int64_t>(p.batch) * p.num_heads * rows / kPrepRowsPerBlock;
 }
@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(kPrepThreads)
   if constexpr (kDynamic) varlen_kernel_start(p);
   const int sub = threadIdx.x % kPrepRowThreads;
   int batch, head, row;
-  if (kDynamic && compact_query_tiles(p)) {
+  if (kDynamic && compact_query_tiles(p, kBwdRowPad)) {
     // A varlen call: slot `slot` of kBwdRowPad rows of (entry, head), quarter slice % 4.
     const VarlenTile v = varlen_tile_at(p.cu_seqlens_q, p.batch, kBwdRowPad,
                                         p.num_heads * kPrepBlocksPerSlot, blockIdx.x);

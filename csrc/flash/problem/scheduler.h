@@ -187,15 +187,23 @@ __host__ __device__ __forceinline__ VarlenTile varlen_tile_at(const int* cu, int
   return t;
 }
 
-// Whether a call's query tiles (key tiles) are the compact varlen ones: cu_seqlens with the row
-// count it indexes (total_k is optional in the C++ API: without it, the max_seqlen_k grid).
+// Whether a call's query tiles (key tiles) of `block` rows are the compact varlen ones:
+// cu_seqlens with the row count it indexes (total_k is optional in the C++ API), and fewer
+// compact slots than the padded grid's batch x ceil(max_seqlen / block) blocks. A buffer padded
+// far past its last entry (CUDA-graph serving pads the token count) has more slots than that
+// (batch 4, max_seqlen 256, 16k rows: 132 against 8 a head), a max_seqlen of 0 has no block.
+// Both sides read only the call's fields, so the host's count and a kernel's decoding agree.
 template <typename Params>
-__host__ __device__ __forceinline__ bool compact_query_tiles(const Params& p) {
-  return p.cu_seqlens_q != nullptr;  // total_q is required with it
+__host__ __device__ __forceinline__ bool compact_query_tiles(const Params& p, int block) {
+  return p.cu_seqlens_q != nullptr &&  // total_q is required with it
+         varlen_slot_count(p.total_q, p.batch, block) <
+             static_cast<int64_t>(p.batch) * ((p.seqlen_q + block - 1) / block);
 }
 template <typename Params>
-__host__ __device__ __forceinline__ bool compact_key_tiles(const Params& p) {
-  return p.cu_seqlens_k != nullptr && p.total_k > 0;
+__host__ __device__ __forceinline__ bool compact_key_tiles(const Params& p, int block) {
+  return p.cu_seqlens_k != nullptr && p.total_k > 0 &&
+         varlen_slot_count(p.total_k, p.batch, block) <
+             static_cast<int64_t>(p.batch) * ((p.seqlen_k + block - 1) / block);
 }
 
 // The query tiles of a call in blocks of block_m rows and their decoding, query_tile's order
@@ -205,7 +213,7 @@ __host__ __device__ __forceinline__ bool compact_key_tiles(const Params& p) {
 // see cu_seqlens: the host counts their tiles padded as well).
 template <typename Params>
 __host__ __device__ __forceinline__ int64_t query_tiles_of(const Params& p, int block_m) {
-  return compact_query_tiles(p)
+  return compact_query_tiles(p, block_m)
              ? p.num_heads * varlen_slot_count(p.total_q, p.batch, block_m)
              : query_tile_count((p.seqlen_q + block_m - 1) / block_m, p.batch, p.num_heads);
 }
@@ -215,7 +223,7 @@ __host__ __device__ __forceinline__ QueryTile query_tile_of(const Params& p, int
                                                             int64_t index) {
   const int num_m = (p.seqlen_q + block_m - 1) / block_m;
   if constexpr (kSeqlens) {
-    if (compact_query_tiles(p)) {
+    if (compact_query_tiles(p, block_m)) {
       const VarlenTile v =
           varlen_tile_at(p.cu_seqlens_q, p.batch, block_m, p.num_heads, index);
       if (!v.valid) return QueryTile{0, 0, num_m};
@@ -278,7 +286,7 @@ __device__ __forceinline__ KeyTile key_tile(int num_n_blocks, int splits, int nu
 template <typename Params>
 __host__ __device__ __forceinline__ int64_t key_tiles_of(const Params& p, int block_n,
                                                          int splits) {
-  return compact_key_tiles(p)
+  return compact_key_tiles(p, block_n)
              ? static_cast<int64_t>(p.num_heads_k) * splits *
                    varlen_slot_count(p.total_k, p.batch, block_n)
              : key_tile_count((p.seqlen_k + block_n - 1) / block_n, p.batch, p.num_heads_k,
@@ -291,7 +299,7 @@ __host__ __device__ __forceinline__ KeyTile key_tile_of(const Params& p, int blo
                                                         int defer_n = 0) {
   const int num_n = (p.seqlen_k + block_n - 1) / block_n;
   if constexpr (kSeqlens) {
-    if (compact_key_tiles(p)) {
+    if (compact_key_tiles(p, block_n)) {
       const VarlenTile v = varlen_tile_at(p.cu_seqlens_k, p.batch, block_n,
                                                        p.num_heads_k * splits, index);
       if (!v.valid) return KeyTile{0, 0, 0, num_n};

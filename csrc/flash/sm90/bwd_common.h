@@ -65,16 +65,27 @@ struct BwdWork {
   int seqlen_q, seqlen_k;
 };
 
-template <int kBlockM, int kBlockN, int kVariant, bool kDynamic = variant_dynamic(kVariant),
-          bool kSeqlens = variant_seqlens(kVariant)>
+// Whether the main kernels of head dim kHeadDim, variant kVariant walk a varlen call's compact
+// key tiles (problem/scheduler.h: key_tile_of, where compact_key_tiles says so): the variants
+// with sequence arrays where ptxas (sm_90a) shows the decoding costs no spills; not d = 256's
+// softcap variant (0 -> 12 / 8 bytes, one local access in its step loop, paid by the padded
+// softcap + window calls it serves too), which keeps the batch x ceil(max_seqlen_k) grid.
+template <int kHeadDim, int kVariant>
+__host__ __device__ constexpr bool bwd_compact_tiles() {
+  return variant_seqlens(kVariant) && !(kHeadDim == 256 && kVariant == kSoftcapVariant);
+}
+
+template <int kBlockM, int kBlockN, int kVariant, bool kCompact,
+          bool kDynamic = variant_dynamic(kVariant), bool kSeqlens = variant_seqlens(kVariant)>
 __device__ __forceinline__ BwdWork<kDynamic, kSeqlens> bwd_work(const BwdKernelParams& kp) {
   const BwdParams& p = kp.p;
   BwdWork<kDynamic, kSeqlens> w;
   // kp.defer_n: a window's light trailing key blocks last, or every key block deferred (the
   // order longest first over all tiles of a causal call: run_bwd_with's causal_lpt).
-  // A varlen call's tiles are the compact ones (problem/scheduler.h: key_tile_of).
-  const KeyTile tile = key_tile_of<kSeqlens>(p, kBlockN, kp.kv_splits, blockIdx.x,
-                                             p.batch * p.num_heads_k * kp.kv_splits, kp.defer_n);
+  // A varlen call's tiles are the compact ones (problem/scheduler.h: key_tile_of), where this
+  // instance takes them (bwd_compact_tiles).
+  const KeyTile tile = key_tile_of<kSeqlens && kCompact>(
+      p, kBlockN, kp.kv_splits, blockIdx.x, p.batch * p.num_heads_k * kp.kv_splits, kp.defer_n);
   const SeqInfo seq = seq_info<kSeqlens>(p, tile.batch);
   w.batch = tile.batch;
   w.hsplit = tile.split;

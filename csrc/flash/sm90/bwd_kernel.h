@@ -316,7 +316,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wg = __shfl_sync(0xffffffffu, warp / 4, 0);  // warpgroup: keys wg * 64 .. (uniform)
   const int warp_key0 = warp * 16;  // this warp's 16 keys (rows of S^T, dK, dV)
-  const auto w = bwd_work<kBlockM, kBlockN, kVariant>(kp);
+  const auto w =
+      bwd_work<kBlockM, kBlockN, kVariant, bwd_compact_tiles<Traits::kHeadDim, kVariant>()>(kp);
   // Launched programmatically after the preprocess (bwd/pipeline.h): the postprocess, launched so
   // after this kernel, may be scheduled once every block here has started (it waits for this
   // grid's end). Every block waits for the preprocess before it exits (below), so that this grid

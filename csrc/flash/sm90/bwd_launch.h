@@ -64,10 +64,15 @@ Status run_bwd_with(const BwdParams& p, cudaStream_t stream, bool defer_light, b
       if (st != Status::kSuccess) return st;
     }
     const auto launch = [&](auto variant) {
-      return launch_tiles_ordered<
-          main_kernel<Element, Traits, tile.split, kWs, decltype(variant)::value>()>(
-          order, key_tiles_of(p, Traits::kBlockN, kp.kv_splits),  // compact for varlen
-          Traits::kNThreads, Traits::kSmemBytes, stream, params);
+      constexpr int kVariant = decltype(variant)::value;
+      // Compact for a varlen call on the instances that take them (bwd_common.h).
+      const int64_t tiles =
+          bwd_compact_tiles<kHeadDim, kVariant>()
+              ? key_tiles_of(p, Traits::kBlockN, kp.kv_splits)
+              : key_tile_count(ceil_div(p.seqlen_k, Traits::kBlockN), p.batch, p.num_heads_k,
+                               kp.kv_splits);
+      return launch_tiles_ordered<main_kernel<Element, Traits, tile.split, kWs, kVariant>()>(
+          order, tiles, Traits::kNThreads, Traits::kSmemBytes, stream, params);
     };
     // ALiBi alone or softcap alone on a padded call without a window: the static mask's
     // instance of that modifier (problem/mask.h kStaticAlibiVariant, kStaticSoftcapVariant),

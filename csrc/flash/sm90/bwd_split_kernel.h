@@ -112,7 +112,8 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
   const int t = lane % 4;
   const int warp_key0 = (warp % 4) * 16;  // both warpgroups cover keys 0..63
   const int col0 = wg * kHalf;            // this warpgroup's dK/dV/dQ columns
-  const auto w = bwd_work<kBlockM, kBlockN, kVariant>(kp);
+  const auto w =
+      bwd_work<kBlockM, kBlockN, kVariant, bwd_compact_tiles<Traits::kHeadDim, kVariant>()>(kp);
   ptx::launch_dependents();  // as sm90/bwd_kernel.h
   if (w.keys_valid <= 0) {   // varlen: a key block past this entry's length
     ptx::grid_dependency_wait();

@@ -168,7 +168,8 @@ __device__ __forceinline__ void bwd_ws_block(const BwdKernelParams& kp, const vo
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int wg = warp / 4;  // 0: producer; 1, 2: consumers
-  const auto w = bwd_work<kBlockM, kBlockN, kVariant>(kp);
+  const auto w =
+      bwd_work<kBlockM, kBlockN, kVariant, bwd_compact_tiles<Traits::kHeadDim, kVariant>()>(kp);
   // As bwd_kernel.h: the postprocess may be scheduled once every block has started; every
   // block waits for the preprocess before it exits.
   ptx::launch_dependents();

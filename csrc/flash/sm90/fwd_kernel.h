@@ -550,8 +550,8 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   const int tid = threadIdx.x, warp = tid / 32, wg = warp / 4;
   const int num_m = ceil_div(p.seqlen_q, Traits::kBlockM);
   // The host's count (fwd_launch.h; below 2^31 there): compact for a varlen call.
-  const int num_tiles = static_cast<int>(
-      kSeqlens ? query_tiles_of(p, Traits::kBlockM) : query_tile_count(num_m, p.batch, p.num_heads));
+  constexpr bool kCompact = fwd_compact_tiles<Traits, kVariant>();
+  const int num_tiles = static_cast<int>(fwd_tile_count<Traits, kVariant>(p));
 
   if constexpr (variant_dropout(kVariant)) {
     // The resolved random state for the backward (FwdParams::rng_state), once per call.
@@ -580,7 +580,7 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   if (wg == 0) {
     ptx::setmaxnreg_dec<Traits::kProducerRegs>();
     if (warp == 0 && ptx::elect_one_sync()) {
-      produce_tiles<Traits, kDynamic, kSeqlens>(tp, s_base, num_m, num_tiles);
+      produce_tiles<Traits, kDynamic, kSeqlens, kCompact>(tp, s_base, num_m, num_tiles);
     }
     return;
   }
@@ -597,9 +597,9 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   // there: fwd_launch.h), then each next one ahead (never compact).
   FwdTileSeq ts;
   if (static_cast<int>(blockIdx.x) < num_tiles) {
-    ts = fwd_tile_seq<kSeqlens, Traits::kBlockM>(p, static_cast<int>(blockIdx.x), num_m,
-                                                 tp.group_heads,
-                                                 kernel_defer_m<Traits, kDynamic>(tp));
+    ts = fwd_tile_seq<kSeqlens, Traits::kBlockM, kCompact>(
+        p, static_cast<int>(blockIdx.x), num_m, tp.group_heads,
+        kernel_defer_m<Traits, kDynamic>(tp));
   }
 #pragma unroll 1
   for (int k = 0, index = blockIdx.x; index < num_tiles; ++k) {

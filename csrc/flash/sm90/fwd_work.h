@@ -43,15 +43,35 @@ struct FwdTileSeq {
   SeqInfo seq;
 };
 
-// A varlen call's tiles are the compact ones (problem/scheduler.h: query_tile_of), one CTA
-// each (fwd_launch.h refuses any other grid for them; group_heads and defer_m are 0): a CTA's
-// walk is its one tile, so the decoding a walk does ahead (kCompact false) never needs the
-// search, which stays out of the consumers' loop.
-template <bool kSeqlens, int kBlockM, bool kCompact = true>
+// Whether kernel instance (Traits, kVariant) walks a varlen call's compact tiles
+// (problem/scheduler.h: query_tile_of, where compact_query_tiles says so): the variants with
+// sequence arrays where ptxas (sm_90a) shows the decoding costs no spills. Not at d = 256 (the
+// dynamic and dropout variants 0 -> 84 / 92 and 56 / 40 bytes, 2 local loads in a step, paid by
+// the padded calls they serve too) nor on the 128 x 176 tile (d 128 ALiBi, 0 -> 8 / 28); those
+// keep the batch x heads x ceil(max_seqlen_q / block_m) grid.
+template <typename Traits, int kVariant>
+__host__ __device__ constexpr bool fwd_compact_tiles() {
+  return variant_seqlens(kVariant) && Traits::kHeadDim <= 128 && Traits::kBlockN != 176;
+}
+
+// The tiles of a call for that instance (the host's grid, the kernel's walk).
+template <typename Traits, int kVariant>
+__host__ __device__ __forceinline__ int64_t fwd_tile_count(const FwdParams& p) {
+  return fwd_compact_tiles<Traits, kVariant>()
+             ? query_tiles_of(p, Traits::kBlockM)
+             : query_tile_count((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.batch,
+                                p.num_heads);
+}
+
+// Tile `index`'s entry, head and query block. kCompact (fwd_compact_tiles): a varlen call's
+// compact tiles, one CTA each (fwd_launch.h refuses any other grid for them; group_heads and
+// defer_m are 0): a CTA's walk is its one tile, so the decoding a walk does ahead (kCompact
+// false) never needs the search, which stays out of the consumers' loop.
+template <bool kSeqlens, int kBlockM, bool kCompact>
 __device__ __forceinline__ FwdTileSeq fwd_tile_seq(const FwdParams& p, int index, int num_m,
                                                    int group_heads, int defer_m) {
   FwdTileSeq ts;
-  if (kSeqlens && kCompact && compact_query_tiles(p)) {
+  if (kSeqlens && kCompact && compact_query_tiles(p, kBlockM)) {
     ts.tile = query_tile_of<kSeqlens>(p, kBlockM, index);
   } else {
     ts.tile =
@@ -73,11 +93,11 @@ __device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, const FwdTileSeq
   return w;
 }
 
-template <bool kDynamic, bool kSeqlens, int kBlockM, int kBlockN>
+template <bool kDynamic, bool kSeqlens, int kBlockM, int kBlockN, bool kCompact>
 __device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, int index, int num_m,
                                             int group_heads, int defer_m) {
   return fwd_work<kDynamic, kBlockM, kBlockN>(
-      p, fwd_tile_seq<kSeqlens, kBlockM>(p, index, num_m, group_heads, defer_m));
+      p, fwd_tile_seq<kSeqlens, kBlockM, kCompact>(p, index, num_m, group_heads, defer_m));
 }
 
 // The deferred light blocks a kernel walks (query_tile_at's defer_m): FwdTmaParams::defer_m in
