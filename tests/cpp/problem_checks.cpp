@@ -34,7 +34,7 @@ using flashattn_cu_checks::expect;
 // tile count within total / block + batch slots a slice; the padded layout's order unchanged.
 // Contradictory arrays (decreasing, past total) give only skipped tiles or in-range entries.
 void check_varlen_tiles() {
-  bool cover = true, order = true, bound = true, padded = true, garbage = true;
+  bool cover = true, order = true, bound = true, padded = true, garbage = true, prep = true;
   int compact_trials = 0;
   uint32_t rng = 12345u;
   auto next = [&rng](int n) {
@@ -101,6 +101,37 @@ void check_varlen_tiles() {
       prev = key;
     }
     for (int c : seen) cover = cover && c == 1;
+    // The backward preprocess's blocks (bwd/params.h prep_block_at): every row of every (entry,
+    // head) below its length rounded up to kBwdRowPad (the P = 0 padding the main kernels read)
+    // exactly once, in either grid.
+    {
+      using flashattn_cu::backward::kBwdRowPad;
+      const int64_t ws_rows = (static_cast<int64_t>(longest) + kBwdRowPad - 1) / kBwdRowPad * kBwdRowPad;
+      std::vector<int64_t> first_row(batch + 1, 0);
+      for (int b = 0; b < batch; ++b) {
+        const int64_t padded_len = (cu[b + 1] - cu[b] + kBwdRowPad - 1) / kBwdRowPad * kBwdRowPad;
+        first_row[b + 1] = first_row[b] + padded_len * heads;
+      }
+      std::vector<int> rows_seen(first_row[batch], 0);
+      const int64_t blocks = flashattn_cu::backward::prep_blocks(p, ws_rows);
+      for (int64_t i = 0; i < blocks && prep; ++i) {
+        const flashattn_cu::backward::PrepBlock blk =
+            flashattn_cu::backward::prep_block_at<true>(p, ws_rows, i);
+        if (!blk.valid) continue;
+        if (blk.batch < 0 || blk.batch >= batch || blk.head < 0 || blk.head >= heads ||
+            blk.row0 < 0) {
+          prep = false;
+          break;
+        }
+        const int64_t padded_len =
+            (cu[blk.batch + 1] - cu[blk.batch] + kBwdRowPad - 1) / kBwdRowPad * kBwdRowPad;
+        for (int r = 0; r < flashattn_cu::backward::kPrepRowsPerBlock; ++r) {
+          const int64_t row = blk.row0 + r;
+          if (row < padded_len) ++rows_seen[first_row[blk.batch] + blk.head * padded_len + row];
+        }
+      }
+      for (int c : rows_seen) prep = prep && c == 1;
+    }
     // Key tiles: kv heads x splits slices, key blocks in order.
     const int64_t ktiles = flashattn_cu::key_tiles_of(p, block, splits);
     // (total_k 0 means unknown: the padded count, 0 blocks when every entry is empty.)
@@ -199,6 +230,7 @@ void check_varlen_tiles() {
   expect(bound, "varlen compact tiles: heads x (total / block + batch) tiles");
   expect(padded, "varlen compact tiles: padded calls and total_k 0 keep the padded orders");
   expect(garbage, "varlen compact tiles: contradictory cu_seqlens give in-range entries");
+  expect(prep, "backward preprocess blocks: every padded row of every (entry, head) exactly once");
 }
 
 // The sm90 decode kernel's paged boxes (tiles.h), by brute force over page sizes: a page is taken

@@ -222,6 +222,51 @@ struct BwdConvertJob {
   int total = 0;
 };
 
+// The preprocess's blocks (bwd/preprocess.h): kPrepRowsPerBlock rows of one (entry, head) each,
+// kPrepBlocksPerSlot of them a workspace slot of kBwdRowPad rows. Grid (prep_blocks):
+// batch * num_heads * rows / kPrepRowsPerBlock (rows = max_seqlen_q padded to kBwdRowPad), or a
+// varlen call's compact tiles of kBwdRowPad rows (problem/scheduler.h compact_query_tiles),
+// kPrepBlocksPerSlot blocks each. Block `index` covers rows row0 .. row0 + kPrepRowsPerBlock - 1
+// of (batch, head), of which it writes those below the entry's rows rounded up to kBwdRowPad;
+// tests/cpp checks that the blocks cover each such row once.
+constexpr int kPrepRowsPerBlock = 32;
+constexpr int kPrepBlocksPerSlot = kBwdRowPad / kPrepRowsPerBlock;
+
+template <typename Params>
+__host__ __device__ __forceinline__ int64_t prep_blocks(const Params& p, int64_t rows) {
+  return compact_query_tiles(p, kBwdRowPad)
+             ? p.num_heads * kPrepBlocksPerSlot * varlen_slot_count(p.total_q, p.batch, kBwdRowPad)
+             : static_cast<int64_t>(p.batch) * p.num_heads * rows / kPrepRowsPerBlock;
+}
+
+struct PrepBlock {
+  int batch, head, row0;
+  bool valid;  // false: a compact tile that holds no slot of any entry
+};
+
+// kDynamic: the kernel instance that reads sequence arrays (the others never see cu_seqlens).
+template <bool kDynamic, typename Params>
+__host__ __device__ __forceinline__ PrepBlock prep_block_at(const Params& p, int64_t rows,
+                                                            int64_t index) {
+  PrepBlock b{0, 0, 0, true};
+  if (kDynamic && compact_query_tiles(p, kBwdRowPad)) {
+    // Slot `slot` of kBwdRowPad rows of (entry, head), quarter slice % kPrepBlocksPerSlot.
+    const VarlenTile v = varlen_tile_at(p.cu_seqlens_q, p.batch, kBwdRowPad,
+                                        p.num_heads * kPrepBlocksPerSlot, index);
+    b.valid = v.valid;
+    b.batch = v.entry;
+    b.head = v.slice / kPrepBlocksPerSlot;
+    b.row0 = v.slot * kBwdRowPad + (v.slice % kPrepBlocksPerSlot) * kPrepRowsPerBlock;
+  } else {
+    const int64_t blocks_per_bh = rows / kPrepRowsPerBlock;
+    const int64_t bh = index / blocks_per_bh;
+    b.row0 = static_cast<int>(index % blocks_per_bh) * kPrepRowsPerBlock;
+    b.batch = static_cast<int>(bh / p.num_heads);
+    b.head = static_cast<int>(bh % p.num_heads);
+  }
+  return b;
+}
+
 constexpr int kConvertThreads = 256;  // the postprocess's block (bwd/preprocess.h)
 
 struct BwdConvertParams {

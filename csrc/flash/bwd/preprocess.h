@@ -24,21 +24,8 @@
 namespace flashattn_cu::backward {
 
 constexpr int kPrepThreads = 256;
-constexpr int kPrepRowThreads = 8;                              // threads sharing one row
-constexpr int kPrepRowsPerBlock = kPrepThreads / kPrepRowThreads;  // 32, divides kBwdRowPad
-
-// Blocks of one workspace slot (kBwdRowPad rows) a block handles in turn.
-constexpr int kPrepBlocksPerSlot = kBwdRowPad / kPrepRowsPerBlock;
-
-// Grid (prep_blocks): batch * num_heads * rows / kPrepRowsPerBlock blocks (rows = max_seqlen_q
-// padded); a varlen call's compact tiles of kBwdRowPad rows (problem/scheduler.h), each
-// kPrepBlocksPerSlot blocks, whatever max_seqlen_q.
-template <typename Params>
-__host__ __device__ __forceinline__ int64_t prep_blocks(const Params& p, int64_t rows) {
-  return compact_query_tiles(p, kBwdRowPad)
-             ? p.num_heads * kPrepBlocksPerSlot * varlen_slot_count(p.total_q, p.batch, kBwdRowPad)
-             : static_cast<int64_t>(p.batch) * p.num_heads * rows / kPrepRowsPerBlock;
-}
+constexpr int kPrepRowThreads = 8;  // threads sharing one row (kPrepRowsPerBlock rows a block)
+static_assert(kPrepThreads / kPrepRowThreads == kPrepRowsPerBlock, "bwd/params.h prep_block_at");
 
 template <typename Element, int kHeadDim, bool kDynamic>
 __global__ void __launch_bounds__(kPrepThreads)
@@ -54,24 +41,10 @@ __global__ void __launch_bounds__(kPrepThreads)
   // postprocess write only the entries' rows).
   if constexpr (kDynamic) varlen_kernel_start(p);
   const int sub = threadIdx.x % kPrepRowThreads;
-  int batch, head, row;
-  if (kDynamic && compact_query_tiles(p, kBwdRowPad)) {
-    // A varlen call: slot `slot` of kBwdRowPad rows of (entry, head), quarter slice % 4.
-    const VarlenTile v = varlen_tile_at(p.cu_seqlens_q, p.batch, kBwdRowPad,
-                                        p.num_heads * kPrepBlocksPerSlot, blockIdx.x);
-    if (!v.valid) return;  // the whole block: no slot of any entry
-    batch = v.entry;
-    head = v.slice / kPrepBlocksPerSlot;
-    row = v.slot * kBwdRowPad + (v.slice % kPrepBlocksPerSlot) * kPrepRowsPerBlock +
-          threadIdx.x / kPrepRowThreads;
-  } else {
-    const int64_t blocks_per_bh = kp.rows / kPrepRowsPerBlock;
-    const int64_t bh = blockIdx.x / blocks_per_bh;
-    row = static_cast<int>(blockIdx.x % blocks_per_bh) * kPrepRowsPerBlock +
-          threadIdx.x / kPrepRowThreads;
-    batch = static_cast<int>(bh / p.num_heads);
-    head = static_cast<int>(bh % p.num_heads);
-  }
+  const PrepBlock blk = prep_block_at<kDynamic>(p, kp.rows, blockIdx.x);
+  if (!blk.valid) return;  // the whole block: no slot of any entry
+  const int batch = blk.batch, head = blk.head;
+  const int row = blk.row0 + threadIdx.x / kPrepRowThreads;
   const SeqInfo seq = seq_info<kDynamic>(p, batch);
 
   float sum = 0.f;
