@@ -79,6 +79,17 @@ def check_sequence(tensors, grads, dout, sq, sk, nq, nk, what, causal):
         assert (dv[sk:sk + nk] == 0).all()
 
 
+def check_each_sequence(tensors, grads, dout, lq, lk, causal):
+    """check_sequence for every entry of the length lists lq / lk, in order; returns the rows
+    (query, key) the entries cover."""
+    sq, sk = 0, 0
+    for b, (nq, nk) in enumerate(zip(lq, lk)):
+        check_sequence(tensors, grads, dout, sq, sk, nq, nk, f"sequence {b} ({nq} x {nk})",
+                       causal)
+        sq, sk = sq + nq, sk + nk
+    return sq, sk
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("lengths", list(LENGTH_LISTS), ids=list(LENGTH_LISTS))
 @pytest.mark.parametrize("causal", [False, True])
@@ -95,11 +106,7 @@ def test_varlen_against_each_sequence(lengths, causal, heads, dtype, d):
                                          causal=causal, return_attn_probs=True)
     assert out.shape == q.shape and lse.shape == (nheads, sum(lq))
     dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
-    sq, sk = 0, 0
-    for b, (nq, nk) in enumerate(zip(lq, lk)):
-        check_sequence((q, k, v, out, lse), (dq, dk, dv), dout, sq, sk, nq, nk,
-                       f"sequence {b} ({nq} x {nk})", causal)
-        sq, sk = sq + nq, sk + nk
+    check_each_sequence((q, k, v, out, lse), (dq, dk, dv), dout, lq, lk, causal)
 
 
 @pytest.mark.gpu
@@ -269,11 +276,7 @@ def test_many_entries_one_long(deterministic):
     out, lse, _ = flash_attn_varlen_func(q, k, v, cu(lq), cu(lk), max(lq), max(lk), causal=True,
                                          deterministic=deterministic, return_attn_probs=True)
     dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
-    sq, sk = 0, 0
-    for b, (nq, nk) in enumerate(zip(lq, lk)):
-        check_sequence((q, k, v, out, lse), (dq, dk, dv), dout, sq, sk, nq, nk,
-                       f"entry {b} ({nq} x {nk})", True)
-        sq, sk = sq + nq, sk + nk
+    sq, sk = check_each_sequence((q, k, v, out, lse), (dq, dk, dv), dout, lq, lk, True)
     # The 37 query rows and 5 key rows past the last entry: a row that sees no key.
     assert (out[sq:] == 0).all() and torch.isinf(lse[:, sq:]).all()
     assert (dq[sq:] == 0).all() and (dk[sk:] == 0).all() and (dv[sk:] == 0).all()
