@@ -10,7 +10,7 @@ __all__ = ["alibi_bias", "attention_ref", "dropout_mask_from_s_dmask", "poison_o
 
 def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window_size=(-1, -1),
                   alibi_slopes=None, softcap=0.0, dropout_p=0.0, dropout_mask=None,
-                  window_seqlen_k=None):
+                  window_seqlen_k=None, tanh=None):
     """Attention computed with plain PyTorch ops, in the flash_attn layout.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim) with
@@ -28,7 +28,8 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window
     the scaled score of key j gets + slope * j when causal without a left window, else
     - slope * |d - j|.
     softcap: > 0 caps the scaled scores: softcap * tanh(scores / softcap), before ALiBi and the
-    mask (flash_attn's order).
+    mask (flash_attn's order). tanh: the function the cap uses (default torch.tanh; the tests
+    pass the kernels' own approximation for a baseline at their precision).
     dropout_p, dropout_mask: flash_attn's dropout with a given mask, bool (batch, nheads, seqlen_q,
     seqlen_k), True = kept (e.g. recovered from the kernels' S_dmask, dropout_mask_from_s_dmask):
     the probabilities' dropped elements become 0 and the kept ones are scaled by
@@ -55,7 +56,7 @@ def attention_ref(q, k, v, causal=False, softmax_scale=None, upcast=True, window
 
     scores = torch.einsum("bqhd,bkhd->bhqk", q, k) * softmax_scale
     if softcap > 0:
-        scores = torch.tanh(scores / softcap) * softcap
+        scores = (torch.tanh if tanh is None else tanh)(scores / softcap) * softcap
     left, right = window_size
     if window_seqlen_k is not None:  # flash_attn's rules, written out here independently
         left = -1 if left >= window_seqlen_k else left

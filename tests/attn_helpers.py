@@ -195,19 +195,86 @@ def fa_grads_fp64(q, k, v, out, dout, kw, mask=None, p=0.0, window_seqlen_k=None
     return dq, fold(dk), fold(dv)
 
 
-# The softcap's tanh in every kernel is tanh.approx.f32 (MUFU.TANH, as flash_attn's, through
-# cutlass's fast_tanh): a relative error up to 2^-10.987 (PTX ISA), ~4.9e-4 of each capped logit,
-# of one sign over runs of nearby arguments. The input-dtype baseline rounds its scores without
-# a bias, so its errors average out in a row's LSE and softmax where the approximation's do not:
-# with logits of ~0.06, an LSE 1.7e-5 off against pt's 1.9e-6 (test_fuzz_attention seed 440).
+# The softcap's tanh in every kernel is tanh.approx.f32 (MUFU.TANH, ptx/math.h, as flash_attn's
+# through cutlass's fast_tanh): a relative error up to 2^-10.987 (PTX ISA), ~4.9e-4 of each
+# capped logit, of one sign over runs of nearby arguments. The input-dtype baseline rounds its
+# scores without a bias, so its errors average out in a row's LSE and softmax where the
+# approximation's do not: with logits of ~0.06, an LSE 1.7e-5 off against pt's 1.9e-6
+# (test_fuzz_attention seed 440), and gradients 8x pt's error (seed 316).
 TANH_APPROX_REL = 2.0 ** -10.987
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the uniform model below instead
+    triton = None
+
+if triton is not None:
+    @triton.jit
+    def _tanh_approx_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        inside = offs < n
+        x = tl.load(x_ptr + offs, mask=inside, other=0.0)
+        y = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=r,r", [x],
+                                      dtype=tl.float32, is_pure=True, pack=1)
+        tl.store(y_ptr + offs, y, mask=inside)
+
+
+def _tanh_approx_values(x):
+    """tanh.approx.f32 of a float32 CUDA tensor, the kernels' instruction (through triton)."""
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    if x.numel():
+        _tanh_approx_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+
+
+class _TanhApprox(torch.autograd.Function):
+    """tanh.approx.f32 forward, 1 - t^2 of that t backward (as the kernels' backward)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        t = _tanh_approx_values(x.float()).to(x.dtype)
+        ctx.save_for_backward(t)
+        return t
+
+    @staticmethod
+    def backward(ctx, grad):
+        (t,) = ctx.saved_tensors
+        return grad * (1 - t * t)
+
+
+_TANH_APPROX_CHECKED = {}
+
+
+def tanh_approx():
+    """The kernels' tanh for attention_ref (a differentiable function on CUDA float32 tensors),
+    or None without triton. Checked once per device against torch.tanh (within TANH_APPROX_REL,
+    finite, and not torch.tanh itself): a wrong stand-in would widen the rule, so it raises."""
+    if triton is None or not torch.cuda.is_available():
+        return None
+    device = torch.cuda.current_device()
+    if device not in _TANH_APPROX_CHECKED:
+        x = torch.linspace(-12.0, 12.0, 200001, device="cuda")
+        t, exact = _tanh_approx_values(x), torch.tanh(x.double())
+        rel = ((t.double() - exact).abs() / exact.abs().clamp_min(1e-30)).max().item()
+        assert torch.isfinite(t).all() and rel <= 2.0 ** -10.9, \
+            f"tanh.approx through triton: relative error {rel:.3e} past 2^-10.987"
+        assert not torch.equal(t, torch.tanh(x)), "tanh.approx through triton equals torch.tanh"
+        _TANH_APPROX_CHECKED[device] = True
+    return _TanhApprox.apply
 
 
 def tanh_approx_ref(q, k, v, softcap, softmax_scale=None, **kw):
-    """attention_ref (float32 for half inputs) with every capped logit softcap * tanh(s /
-    softcap) off by tanh.approx's relative error, all in one direction: the cap and the scale
-    both times (1 + TANH_APPROX_REL) give (1 + e) softcap tanh(s / softcap), ALiBi and the masks
-    untouched. The rule's second baseline for softcap calls (farther_each with pt)."""
+    """attention_ref (float32 for half inputs) with the kernels' tanh.approx in the cap: the
+    rule's second baseline for softcap calls (farther_each with pt), the same math at the
+    kernels' precision point for the cap. Without triton (or on the CPU) a model of it instead:
+    every capped logit off by tanh.approx's relative error, all in one direction (the cap and
+    the scale both times 1 + TANH_APPROX_REL give (1 + e) softcap tanh(s / softcap))."""
+    fn = tanh_approx() if q.is_cuda else None
+    if fn is not None:
+        return attention_ref(q, k, v, softcap=softcap, softmax_scale=softmax_scale, tanh=fn,
+                             **kw)
     scale = q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
     f = 1.0 + TANH_APPROX_REL
     return attention_ref(q, k, v, softcap=softcap * f, softmax_scale=scale * f, **kw)
