@@ -359,3 +359,21 @@ def test_case_generator_is_reproducible_and_covers_the_features():
     }.items():
         assert any(present(c) for c in first), f"no case with {feature} in the first {len(first)}"
     assert {c["dtype"] for c in first} == {"float16", "bfloat16"}
+
+
+def test_tanh_approx_baseline_compiles_to_the_kernels_instruction():
+    """CPU: the softcap baseline's tanh (attn_helpers.tanh_approx_ref on the GPU) is
+    tanh.approx.f32, the instruction ptx/math.h gives the kernels: its triton kernel compiled
+    for sm_90 holds it (the GPU run checks its values against torch.tanh)."""
+    triton = pytest.importorskip("triton")
+    import attn_helpers
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+        src = ASTSource(fn=attn_helpers._tanh_approx_kernel,
+                        signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "n": "i32",
+                                   "BLOCK": "constexpr"}, constexprs={"BLOCK": 1024})
+    except (ImportError, TypeError) as e:  # another triton's compile API
+        pytest.skip(f"triton {triton.__version__}: {e}")
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32)).asm["ptx"]
+    assert "tanh.approx.f32" in ptx
