@@ -299,6 +299,15 @@ def farther_each(a, b, ref):
     return torch.where((b - ref).abs() > (a - ref).abs(), b, a)
 
 
+def draw_alibi(kind, nheads, batch, gen):
+    """The fuzz cases' ALiBi slopes: None, "heads" (nheads,) or "batch" (batch, nheads), uniform
+    in [0, 1) from gen (drawn on gen's device), on the GPU."""
+    if kind is None:
+        return None
+    shape = (nheads,) if kind == "heads" else (batch, nheads)
+    return torch.rand(*shape, generator=gen, device=gen.device).to(DEVICE)
+
+
 def farther(a, b, ref):
     """Whichever of a and b is farther from ref (max abs): the larger baseline of the rule."""
     ea = (a.double() - ref.double()).abs().max().item() if a.numel() else 0.0

@@ -22,7 +22,8 @@ import pytest
 import torch
 
 from attn_helpers import (assert_lse_rule, assert_rule, cu_seqlens, fa_grads_fp64, farther,
-                          farther_each, instance_for, kernel_paths, tanh_approx_ref)
+                          draw_alibi, farther_each, instance_for, kernel_paths,
+                          tanh_approx_ref)
 from flashattn_cu import (_C, flash_attn_func, flash_attn_kvpacked_func,
                           flash_attn_qkvpacked_func, flash_attn_varlen_func,
                           flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func)
@@ -142,13 +143,6 @@ def _as_layout(t, layout):
     return t.detach().requires_grad_()
 
 
-def _alibi(c, gen):
-    if c["alibi"] is None:
-        return None
-    shape = (c["nheads"],) if c["alibi"] == "heads" else (c["batch_size"], c["nheads"])
-    return torch.rand(*shape, generator=gen, device="cuda")
-
-
 def _ref_kw(c, alibi, b=None):
     slopes = alibi
     if alibi is not None and b is not None:  # one varlen entry: its batch row, as (1, nheads)
@@ -224,7 +218,7 @@ def _padded_case(c, gen):
     q, k, v = (_rand(gen, s, dtype, m) for s in ((b, sq, h, d), (b, sk, hk, d), (b, sk, hk, d)))
     if c["key_offset"]:
         k = (k.float() + _rand(gen, (1, 1, hk, d), torch.float32, 1.5)).to(dtype)
-    alibi = _alibi(c, gen)
+    alibi = draw_alibi(c["alibi"], c["nheads"], c["batch_size"], gen)
     dout = _rand(gen, (b, sq, h, d), dtype, 1.0)
     args = dict(dropout_p=c["dropout_p"], softmax_scale=c["softmax_scale"], causal=c["causal"],
                 window_size=c["window"], softcap=c["softcap"], alibi_slopes=alibi,
@@ -265,7 +259,7 @@ def _varlen_case(c, gen):
     q, k, v = (_rand(gen, s, dtype, m) for s in ((tq, h, d), (tk, hk, d), (tk, hk, d)))
     if c["key_offset"]:
         k = (k.float() + _rand(gen, (1, hk, d), torch.float32, 1.5)).to(dtype)
-    alibi = _alibi(c, gen)
+    alibi = draw_alibi(c["alibi"], c["nheads"], c["batch_size"], gen)
     dout = _rand(gen, (tq, h, d), dtype, 1.0)
     cu_q, cu_k = cu_seqlens(lq, "cuda"), cu_seqlens(lk, "cuda")
     mq, mk = c["max_seqlen_q"], c["max_seqlen_k"]

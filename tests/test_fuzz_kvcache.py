@@ -39,7 +39,7 @@ import pytest
 import torch
 
 from attn_helpers import (assert_lse_rule, assert_raises_naming, assert_rule, bits, kernel_paths,
-                          skip_unless_built, with_tanh_approx)
+                          draw_alibi, skip_unless_built, with_tanh_approx)
 from flashattn_cu import _C
 from flashattn_cu import flash_attn_with_kvcache
 from flashattn_cu.testing import attention_ref, kernel_path
@@ -334,11 +334,7 @@ def build_inputs(cfg, seed):
         inp["sin"] = torch.sin(angle).to(dtype).to(DEVICE)
     else:
         inp["cos"] = inp["sin"] = None
-    if cfg["alibi"] is not None:
-        shape = (nheads,) if cfg["alibi"] == "heads" else (batch, nheads)
-        inp["alibi"] = torch.rand(*shape, generator=gen).to(DEVICE)
-    else:
-        inp["alibi"] = None
+    inp["alibi"] = draw_alibi(cfg["alibi"], nheads, batch, gen)
     return inp
 
 

@@ -51,7 +51,7 @@ import pytest
 import torch
 
 from attn_helpers import (assert_lse_rule, assert_raises_naming, assert_rule, bits, cu_seqlens,
-                          kernel_paths, skip_unless_built, with_tanh_approx)
+                          draw_alibi, kernel_paths, skip_unless_built, with_tanh_approx)
 from flashattn_cu import _C
 from flashattn_cu import flash_attn_varlen_func
 from flashattn_cu._arguments import _flash_attn_window
@@ -366,11 +366,7 @@ def build_inputs(cfg, seed):
         inp["k_cache"], inp["v_cache"] = k_paged.to(DEVICE), v_paged.to(DEVICE)
     inp["block_table"] = table.to(DEVICE)
     inp["cu_seqlens_q"], inp["cu_seqlens_k"] = cu_seqlens(lq, DEVICE), cu_seqlens(lk, DEVICE)
-    if cfg["alibi"] is not None:
-        shape = (nheads,) if cfg["alibi"] == "heads" else (batch, nheads)
-        inp["alibi"] = torch.rand(*shape, generator=gen).to(DEVICE)
-    else:
-        inp["alibi"] = None
+    inp["alibi"] = draw_alibi(cfg["alibi"], nheads, batch, gen)
     return inp
 
 
