@@ -25,7 +25,6 @@ def instance_for(head_dim):
     return next(d for d in _C.head_dim_instances() if d >= head_dim)
 
 
-
 def skip_unless_built(head_dim):
     """Skip (naming both) where this build lacks the instance that runs head_dim."""
     import pytest
@@ -39,6 +38,7 @@ def bits(t):
     """t's bytes as integers, for bitwise comparisons in which NaN equals itself."""
     return t.view(torch.int32) if t.dtype == torch.float32 else \
         t.view(torch.int16) if t.element_size() == 2 else t
+
 
 def cu_seqlens(lengths, device=DEVICE):
     """A varlen call's cu_seqlens for these sequence lengths: int32 (batch + 1,), 0 and then
@@ -157,14 +157,13 @@ def check_both_paths(q, k, v, dout, what, deterministic=False, **kw):
             assert_rule(g, r, p, 3, 1e-4, f"{what}: {name} ({path})")
 
 
-
 def fa_grads_fp64(q, k, v, out, dout, kw, mask=None, p=0.0, window_seqlen_k=None):
     """The FlashAttention backward in float64 from the kernel's own (rounded) output: D =
     rowsum(dO * O) with O as written, as every FlashAttention backward computes it. Where the
     exact gradient vanishes (a row that sees one key: dq = 0) the kernels' dq is that rounding's
     residual, which with dropout (O = v / (1 - p), rounded) is not 0 and which the input-dtype
     baseline (autograd through the softmax) does not have: the larger of the two is the rule's
-    baseline there (farther). kw: attention_ref's mask and score arguments (causal,
+    baseline there (farther_each). kw: attention_ref's mask and score arguments (causal,
     softmax_scale, window_size, softcap, alibi_slopes); mask: dropout's keep mask (batch, nheads,
     seqlen_q, seqlen_k). The probabilities come from the reference itself (attention_ref with v
     the identity: its masks, softcap and ALiBi exactly), a (batch, seqlen_k, nheads, seqlen_k)
@@ -285,9 +284,7 @@ def with_tanh_approx(pt, pt_lse, ref, ref_lse, q, k, v, **kw):
     tanh_approx_ref's where kw (attention_ref's arguments) has a softcap; as given without."""
     if not kw.get("softcap"):
         return pt, pt_lse
-    rest = {n: x for n, x in kw.items() if n not in ("softcap", "softmax_scale")}
-    ap, ap_lse = tanh_approx_ref(q.float(), k.float(), v.float(), kw["softcap"],
-                                 kw.get("softmax_scale"), **rest)
+    ap, ap_lse = tanh_approx_ref(q.float(), k.float(), v.float(), **kw)
     return farther_each(pt, ap, ref), farther_each(pt_lse, ap_lse, ref_lse)
 
 
@@ -307,12 +304,6 @@ def draw_alibi(kind, nheads, batch, gen):
     shape = (nheads,) if kind == "heads" else (batch, nheads)
     return torch.rand(*shape, generator=gen, device=gen.device).to(DEVICE)
 
-
-def farther(a, b, ref):
-    """Whichever of a and b is farther from ref (max abs): the larger baseline of the rule."""
-    ea = (a.double() - ref.double()).abs().max().item() if a.numel() else 0.0
-    eb = (b.double() - ref.double()).abs().max().item() if b.numel() else 0.0
-    return a if ea >= eb else b
 
 def kv_splits(batch, nheads, nheads_k, seqlen_k):
     """How many thread blocks share one kv head's query-head group in the backward: a mirror of

@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from attn_helpers import (HEADS, assert_lse_rule, assert_rule, cu_seqlens, fa_grads_fp64, farther,
-                          instance_for, kernel_paths, make_qkv)
+from attn_helpers import (HEADS, assert_lse_rule, assert_rule, cu_seqlens, fa_grads_fp64,
+                          farther_each, instance_for, kernel_paths, make_qkv)
 from flashattn_cu import _C, flash_attn_func, flash_attn_varlen_func
 from flashattn_cu import flash_attn_interface as fai
 from flashattn_cu.testing import attention_ref, dropout_mask_from_s_dmask, kernel_path
@@ -154,7 +154,7 @@ def test_dropout_varlen(deterministic):
         ref_grads = torch.autograd.grad(ref, (qb, kb, vb), d_b.float())
         pt_grads = torch.autograd.grad(pt, (qb, kb, vb), d_b)
         fa_grads = fa_grads_fp64(qb, kb, vb, out[sl].unsqueeze(0), d_b, kw, mask, p)
-        pt_grads = [farther(pg, fg, rg) for pg, fg, rg in zip(pt_grads, fa_grads, ref_grads)]
+        pt_grads = [farther_each(pg, fg, rg) for pg, fg, rg in zip(pt_grads, fa_grads, ref_grads)]
         assert_rule(out[sl].unsqueeze(0), ref, pt, 2, 1e-5, f"out, sequence {b}")
         for path, gs in grads.items():
             for name, g, r, p_ in zip(("dq", "dk", "dv"), gs, ref_grads, pt_grads):

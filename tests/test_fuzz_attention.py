@@ -21,9 +21,8 @@ import random
 import pytest
 import torch
 
-from attn_helpers import (assert_lse_rule, assert_rule, cu_seqlens, fa_grads_fp64, farther,
-                          draw_alibi, farther_each, instance_for, kernel_paths,
-                          tanh_approx_ref)
+from attn_helpers import (assert_lse_rule, assert_rule, cu_seqlens, draw_alibi, fa_grads_fp64,
+                          farther_each, instance_for, kernel_paths, tanh_approx_ref)
 from flashattn_cu import (_C, flash_attn_func, flash_attn_kvpacked_func,
                           flash_attn_qkvpacked_func, flash_attn_varlen_func,
                           flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func)
@@ -167,9 +166,8 @@ def check_against_reference(q, k, v, out, lse, dout, grads, mask, c, alibi, what
     approx = None
     if c["softcap"] > 0:  # the kernels' tanh.approx: the second baseline (attn_helpers)
         qa, ka, va = (t.detach().float().requires_grad_() for t in (q, k, v))
-        rest = {n: x for n, x in kw.items() if n not in ("softcap", "softmax_scale")}
-        approx = (qa, ka, va), tanh_approx_ref(qa, ka, va, kw["softcap"], kw["softmax_scale"],
-                                               window_seqlen_k=window_seqlen_k, **rest, **drop)
+        approx = (qa, ka, va), tanh_approx_ref(qa, ka, va, window_seqlen_k=window_seqlen_k,
+                                               **kw, **drop)
         pt, pt_lse = (farther_each(a, b, r) for a, b, r in
                       zip((pt, pt_lse), approx[1], (ref, ref_lse)))
     assert_rule(out, ref, pt, 2, 1e-5, f"{what}: out")
@@ -184,7 +182,7 @@ def check_against_reference(q, k, v, out, lse, dout, grads, mask, c, alibi, what
     pts = torch.autograd.grad(pt_out, (qp, kp, vp), dout)
     if p > 0:
         fas = fa_grads_fp64(q, k, v, out, dout, kw, mask, p, window_seqlen_k)
-        pts = [farther(a, f, r) for a, f, r in zip(pts, fas, refs)]
+        pts = [farther_each(a, f, r) for a, f, r in zip(pts, fas, refs)]
     if approx is not None:
         aps = torch.autograd.grad(approx[1][0], approx[0], dout.float())
         pts = [farther_each(a, f, r) for a, f, r in zip(pts, aps, refs)]
