@@ -325,6 +325,45 @@ def test_random_call_against_reference(seed):
         raise AssertionError(f"seed {seed}, case {c}: {e}") from None
 
 
+# The sm90 forward's compact varlen tiles on the kernel instances of their own (fwd_work.h
+# fwd_compact_in_walk false: d 256's variants with sequence arrays, d 128's ALiBi on the 128 x 176
+# tile): name -> (head dim, the case's changes).
+COMPACT_ONLY = {
+    "d256": (256, {}),
+    "d256-softcap": (256, {"softcap": 20.0}),
+    "d256-alibi": (256, {"alibi": "heads"}),
+    "d256-alibi-softcap": (256, {"alibi": "batch", "softcap": 7.5}),
+    "d256-dropout": (256, {"dropout_p": 0.2}),
+    "d128-alibi": (128, {"alibi": "batch"}),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(COMPACT_ONLY))
+def test_skewed_pack_on_each_compact_kernel(name):
+    """A skewed pack (31 entries: 0-200 tokens, one of 400, keys apart for half of them, rows
+    past the last entry), causal GQA, on each forward instance that decodes compact tiles in a
+    kernel of its own, each entry against its reference by the rule (the fuzz cases' checks)."""
+    d, changes = COMPACT_ONLY[name]
+    if instance_for(d) not in _C.built_head_dims():
+        pytest.skip(f"head dim {d} not in this build")
+    rng = random.Random(name)
+    lq = [rng.randint(0, 200) for _ in range(30)] + [400]
+    rng.shuffle(lq)
+    lk = [n if rng.random() < 0.5 else rng.randint(0, 200) for n in lq]
+    c = {"api": "varlen", "dtype": "bfloat16", "head_dim": d, "dropout_p": 0.0, "nheads": 4,
+         "nheads_k": 2, "lengths_q": lq, "lengths_k": lk, "max_seqlen_q": max(lq),
+         "max_seqlen_k": max(lk), "spare_q": 19, "spare_k": 7, "batch_size": len(lq),
+         "causal": True, "window": (-1, -1), "softcap": 0.0, "alibi": None,
+         "softmax_scale": None, "magnitude": 1.0, "key_offset": False, "deterministic": False,
+         "grad": True, "return_attn_probs": True, "fwd_path": "auto", "bwd_path": "auto"}
+    c.update(changes)
+    try:
+        _varlen_case(c, torch.Generator(device="cuda").manual_seed(len(name)))
+    except AssertionError as e:
+        raise AssertionError(f"{name}, case {c}: {e}") from None
+
+
 def test_case_generator_is_reproducible_and_covers_the_features():
     """CPU: the configurations are a function of the seed, and over the default seeds every
     API, both dtypes and each feature appear (a generator change that loses one fails here)."""

@@ -283,16 +283,18 @@ def test_many_entries_one_long(deterministic):
 
 
 @pytest.mark.gpu
-def test_max_seqlen_far_past_the_entries(path):
-    """The sm90 kernels' varlen grids at d 64 are compact (problem/scheduler.h: query_tile_of,
-    key_tile_of; the backward's preprocess and postprocess on either path too): max_seqlen_q /
+@pytest.mark.parametrize("d", [64, 256])
+def test_max_seqlen_far_past_the_entries(path, d):
+    """The sm90 kernels' varlen grids are compact (problem/scheduler.h: query_tile_of,
+    key_tile_of; the backward's preprocess and postprocess on either path too; at d 256 the
+    forward's compact-only instance, sm90/fwd_work.h fwd_compact_in_walk): max_seqlen_q /
     max_seqlen_k bound the entries but do not size those grids, so 64 one-row entries under
     max_seqlen 2^30 (batch x heads x 2^30 / block_m blocks: past the 2^31 - 1 a grid holds) run
     forward and backward there and give the one-key answers: out = v, dv = dout, dq = dk = 0.
     The sm80 main kernels keep the batch x max_seqlen grid (its decoding at their start cost
     them registers: spills in the dynamic variants, NOTES 12.51): a clear error naming the grid."""
-    skip_unless_built(64)
-    q, k, v = varlen_inputs([1] * 64, [1] * 64, 32, 32, 64, torch.bfloat16)
+    skip_unless_built(d)
+    q, k, v = varlen_inputs([1] * 64, [1] * 64, 32, 32, d, torch.bfloat16)
     cu_seqlens = cu([1] * 64)
     if path == "sm80" or not attn_helpers.sm90_built():
         with pytest.raises(RuntimeError, match=r"grid would exceed 2\^31 - 1 thread blocks"):

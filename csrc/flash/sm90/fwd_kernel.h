@@ -542,16 +542,17 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
 // The CTA walks its tiles (problem/scheduler.h: cta_tile_index, query_tile_at), the producer
 // ahead of the consumers: persistent with a grid of one CTA
 // per SM, one tile per CTA with a grid of every tile (fwd_launch.h says when).
-template <typename Element, typename Traits, int kVariant>
+template <typename Element, typename Traits, int kVariant, bool kCompactOnly>
 __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw) {
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h: windows
   constexpr bool kSeqlens = variant_seqlens(kVariant);  // and sequence arrays
   const FwdParams& p = tp.kp.p;
   const int tid = threadIdx.x, warp = tid / 32, wg = warp / 4;
   const int num_m = ceil_div(p.seqlen_q, Traits::kBlockM);
-  // The host's count (fwd_launch.h; below 2^31 there): compact for a varlen call.
-  constexpr bool kCompact = fwd_compact_tiles<Traits, kVariant>();
-  const int num_tiles = static_cast<int>(fwd_tile_count<Traits, kVariant>(p));
+  // The host's count (fwd_launch.h; below 2^31 there): compact for a varlen call on the
+  // instances that decode them (fwd_work.h fwd_compact_in_walk, kCompactOnly).
+  constexpr bool kCompact = kCompactOnly || fwd_compact_in_walk<Traits, kVariant>();
+  const int num_tiles = static_cast<int>(fwd_tile_count<Traits, kVariant, kCompact>(p));
 
   if constexpr (variant_dropout(kVariant)) {
     // The resolved random state for the backward (FwdParams::rng_state), once per call.
@@ -592,6 +593,24 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   uint32_t q_parity = 0;
   FwdClock<Traits::kStamps> clock;
   clock.start();
+  auto finish = [&] {
+    turns.finish();
+    clock.write(tp.stamps, consumer, Traits::kConsumers);
+    // The shared memory of the last TMA store must stay until the store has read it.
+    if (Traits::kTmaStoreO != 0 && tp.o_tma && threadIdx.x % 128 == 0) ptx::tma_store_wait<0>();
+  };
+  if constexpr (kCompactOnly) {  // the CTA's one compact tile (a grid of one CTA per tile)
+    if (static_cast<int>(blockIdx.x) < num_tiles) {
+      const FwdWork w = fwd_work<kDynamic, kSeqlens, Traits::kBlockM, Traits::kBlockN, true>(
+          p, static_cast<int>(blockIdx.x), num_m, 0, 0);
+      if (!w.skip) {
+        consume_tile<Element, Traits, kVariant>(tp, w, s_base, consumer, ring, q_parity, turns,
+                                                clock, [] {});
+      }
+    }
+    finish();
+    return;
+  }
   // The next tile's costly part is worked out during this one (consume_tile's `ahead`).
   // The first tile (compact for a varlen call, whose grid of one CTA per tile ends every walk
   // there: fwd_launch.h), then each next one ahead (never compact).
@@ -623,19 +642,18 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
     }
     index = next_index;
   }
-  turns.finish();
-  clock.write(tp.stamps, consumer, Traits::kConsumers);
-  // The shared memory of the last TMA store must stay until the store has read it.
-  if (Traits::kTmaStoreO != 0 && tp.o_tma && threadIdx.x % 128 == 0) ptx::tma_store_wait<0>();
+  finish();
 }
 
-template <typename Element, typename Traits, int kVariant>
+// kCompactOnly: the instance for a varlen call's compact tiles where the walk's instance does
+// not decode them (fwd_work.h fwd_compact_in_walk); fwd_launch.h launches it for those calls.
+template <typename Element, typename Traits, int kVariant, bool kCompactOnly = false>
 __global__ void __launch_bounds__(Traits::kNThreads, 1)
     fwd_kernel(const __grid_constant__ FwdTmaParams params) {
 #if FLASHATTN_CU_SM90A
   extern __shared__ __align__(1024) char smem[];
   if constexpr (variant_seqlens(kVariant)) varlen_kernel_start(params.kp.p);  // problem/seqlen.h
-  sm90::fwd_block<Element, Traits, kVariant>(params, smem);
+  sm90::fwd_block<Element, Traits, kVariant, kCompactOnly>(params, smem);
 #else
   ptx::unsupported_arch();
 #endif

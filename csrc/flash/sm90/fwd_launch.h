@@ -118,8 +118,11 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
                    Status::kSuccess;
   }
   if (st != Status::kSuccess) return st;
-  // Compact for a varlen call on the instances that take them (fwd_work.h fwd_compact_tiles).
-  const int64_t tiles = fwd_tile_count<Traits, kVariant>(p);
+  // Compact for a varlen call (fwd_work.h fwd_compact_tiles), on the kernel instance that
+  // decodes them (fwd_compact_in_walk: the walk's own, else the kCompactOnly one).
+  constexpr bool kCompactTiles = fwd_compact_tiles<Traits, kVariant>();
+  const bool compact = kCompactTiles && compact_query_tiles(p, Traits::kBlockM);
+  const int64_t tiles = fwd_tile_count<Traits, kVariant, kCompactTiles>(p);
   if (tiles == 0) return Status::kSuccess;
   FwdSchedule schedule = fwd_schedule(p, tiles, sms, l2_bytes, causal_persistent,
                                       defer_light ? fwd_defer_m(p, Traits::kBlockM) : 0,
@@ -137,12 +140,16 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   if (tiles + 2 * schedule.grid > INT_MAX) return Status::kInvalidArgument;
   // Compact varlen tiles are decoded once, at a CTA's start (fwd_work.h fwd_tile_seq): one CTA
   // per tile, whose walk ends after it, or the kernel would decode its next tiles as padded ones.
-  if (fwd_compact_tiles<Traits, kVariant>() && compact_query_tiles(p, Traits::kBlockM) &&
-      schedule.grid != tiles) {
-    return Status::kInvalidArgument;
-  }
+  if (compact && schedule.grid != tiles) return Status::kInvalidArgument;
   tp.group_heads = schedule.group_heads;
   tp.defer_m = schedule.defer_m;  // the kernels that walk it: fwd_work.h kernel_defer_m
+  if constexpr (kCompactTiles && !fwd_compact_in_walk<Traits, kVariant>()) {
+    if (compact) {
+      return launch_kernel<fwd_kernel<Element, Traits, kVariant, true>>(
+          dim3(static_cast<unsigned>(schedule.grid)), dim3(Traits::kNThreads),
+          Traits::kSmemBytes, stream, tp);
+    }
+  }
   return launch_kernel<fwd_kernel<Element, Traits, kVariant>>(
       dim3(static_cast<unsigned>(schedule.grid)), dim3(Traits::kNThreads), Traits::kSmemBytes,
       stream, tp);

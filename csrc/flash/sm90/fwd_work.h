@@ -43,27 +43,38 @@ struct FwdTileSeq {
   SeqInfo seq;
 };
 
-// Whether kernel instance (Traits, kVariant) walks a varlen call's compact tiles
-// (problem/scheduler.h: query_tile_of, where compact_query_tiles says so): the variants with
-// sequence arrays where ptxas (sm_90a) shows the decoding costs no spills. Not at d = 256 (the
-// dynamic and dropout variants 0 -> 84 / 92 and 56 / 40 bytes, 2 local loads in a step, paid by
-// the padded calls they serve too) nor on the 128 x 176 tile (d 128 ALiBi, 0 -> 8 / 28); those
-// keep the batch x heads x ceil(max_seqlen_q / block_m) grid.
+// Whether configuration (Traits, kVariant) runs a varlen call on compact tiles
+// (problem/scheduler.h: query_tile_of, where compact_query_tiles says so): every variant with
+// sequence arrays.
 template <typename Traits, int kVariant>
 __host__ __device__ constexpr bool fwd_compact_tiles() {
-  return variant_seqlens(kVariant) && Traits::kHeadDim <= 128 && Traits::kBlockN != 176;
+  return variant_seqlens(kVariant);
 }
 
-// The tiles of a call for that instance (the host's grid, the kernel's walk).
+// Which kernel decodes them: the configuration's one kernel, in its walk's first tile
+// (fwd_tile_seq kCompact), where ptxas (sm_90a) shows that costs no spills; elsewhere a kernel
+// instance of its own (fwd_kernel kCompactOnly: one tile a CTA, no walk), since a decoded tile
+// merged into the walk's is no longer rematerializable from the tile index: at d = 256 the
+// dynamic and dropout variants went 0 -> 84 / 92 and 56 / 40 bytes of spills (local loads in
+// the step loop, paid by the padded calls they serve too), the 128 x 176 tile (d 128 ALiBi)
+// 0 -> 8 / 28; a path of its own inside the one kernel still spilled (softcap 28 / 32 ->
+// 72 / 68, dropout 0 -> 60 / 68: both paths share one allocation).
 template <typename Traits, int kVariant>
-__host__ __device__ __forceinline__ int64_t fwd_tile_count(const FwdParams& p) {
-  return fwd_compact_tiles<Traits, kVariant>()
-             ? query_tiles_of(p, Traits::kBlockM)
-             : query_tile_count((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM, p.batch,
-                                p.num_heads);
+__host__ __device__ constexpr bool fwd_compact_in_walk() {
+  return fwd_compact_tiles<Traits, kVariant>() && Traits::kHeadDim <= 128 &&
+         Traits::kBlockN != 176;
 }
 
-// Tile `index`'s entry, head and query block. kCompact (fwd_compact_tiles): a varlen call's
+// The tiles of a call for kernel instance (Traits, kVariant, kCompact: it decodes compact
+// tiles) (the host's grid, the kernel's walk).
+template <typename Traits, int kVariant, bool kCompact>
+__host__ __device__ __forceinline__ int64_t fwd_tile_count(const FwdParams& p) {
+  return kCompact ? query_tiles_of(p, Traits::kBlockM)
+                  : query_tile_count((p.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM,
+                                     p.batch, p.num_heads);
+}
+
+// Tile `index`'s entry, head and query block. kCompact (the kernel decodes them): a varlen call's
 // compact tiles, one CTA each (fwd_launch.h refuses any other grid for them; group_heads and
 // defer_m are 0): a CTA's walk is its one tile, so the decoding a walk does ahead (kCompact
 // false) never needs the search, which stays out of the consumers' loop.
