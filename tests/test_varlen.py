@@ -6,6 +6,7 @@ equal lengths bitwise equal to flash_attn_func on the same batch; deterministic 
 repeatable. CPU: argument checks and shapes on fake tensors.
 """
 
+import random
 from unittest import mock
 
 import pytest
@@ -309,6 +310,57 @@ def test_max_seqlen_far_past_the_entries(path, d):
         torch.testing.assert_close(dv, dout, atol=0, rtol=0)
         for name, g in (("dq", dq), ("dk", dk)):
             assert g.abs().max() < 1e-2, f"{name}: {g.abs().max()}"
+
+
+# Each varlen kernel decodes compact tiles (problem/scheduler.h compact_query_tiles /
+# compact_key_tiles) only while they are fewer than the padded grid's batch x ceil(max_seqlen /
+# block): a buffer of batch x max_seqlen rows or more gets the padded grid from the same call.
+GRID_CASES = {
+    "causal": {"causal": True},
+    "window": {"window_size": (70, 9)},
+    "softcap-alibi": {"softcap": 12.5, "alibi": True, "causal": True},
+    "dropout": {"dropout_p": 0.17},
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(GRID_CASES))
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_compact_and_padded_grids_agree_bitwise(name, d, path):
+    """The same varlen call on its compact tiles and on the padded grid (the q / k / v buffers
+    grown past batch x max_seqlen rows with data no entry holds): each tile runs the same code
+    on the same rows, so out, lse and the deterministic gradients of the entries' rows are
+    bitwise equal (dropout too: the mask is a function of the generator state and the element,
+    not of the tile's index). On the sm80 path only the backward's pre- and postprocess grids
+    change (its main kernels keep the padded grid)."""
+    skip_unless_built(d)
+    rng = random.Random(f"{name}-{d}")
+    lq = [rng.randint(0, 150) for _ in range(23)] + [333]
+    rng.shuffle(lq)
+    lk = [n if rng.random() < 0.5 else rng.randint(0, 150) for n in lq]
+    b, tq, tk = len(lq), sum(lq), sum(lk)
+    for block in (64, 128, 192):  # the first call is compact for every tile height in use
+        assert tq // block + b < b * -(-max(lq) // block), block
+        assert tk // block + b < b * -(-max(lk) // block), block
+    nheads, nheads_k = 4, 2
+    kw = dict(GRID_CASES[name], deterministic=True, return_attn_probs=True)
+    if kw.pop("alibi", False):
+        kw["alibi_slopes"] = torch.rand(nheads, device="cuda") * 0.5
+    big = varlen_inputs([b * max(lq) + 5], [b * max(lk) + 3], nheads, nheads_k, d,
+                        torch.bfloat16)
+    dout_big = torch.randn_like(big[0])
+    cu_q, cu_k = cu(lq), cu(lk)
+    runs = []
+    for rows_q, rows_k in ((tq, tk), (big[0].shape[0], big[1].shape[0])):
+        q, k, v = (t.detach()[:n].clone().requires_grad_()
+                   for t, n in zip(big, (rows_q, rows_k, rows_k)))
+        torch.cuda.manual_seed(20261205)
+        out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), **kw)
+        dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout_big[:rows_q])
+        runs.append((out[:tq], lse[:, :tq], dq[:tq], dk[:tk], dv[:tk]))
+    for what, compact, padded in zip(("out", "lse", "dq", "dk", "dv"), *runs):
+        assert torch.equal(compact, padded), (
+            f"{what}: compact and padded grids differ by {(compact - padded).abs().max()}")
 
 
 # --------------------------------------------------------------------------------------------
