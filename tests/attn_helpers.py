@@ -160,10 +160,12 @@ def check_both_paths(q, k, v, dout, what, deterministic=False, **kw):
 def fa_grads_fp64(q, k, v, out, dout, kw, mask=None, p=0.0, window_seqlen_k=None):
     """The FlashAttention backward in float64 from the kernel's own (rounded) output: D =
     rowsum(dO * O) with O as written, as every FlashAttention backward computes it. Where the
-    exact gradient vanishes (a row that sees one key: dq = 0) the kernels' dq is that rounding's
-    residual, which with dropout (O = v / (1 - p), rounded) is not 0 and which the input-dtype
-    baseline (autograd through the softmax) does not have: the larger of the two is the rule's
-    baseline there (farther_each). kw: attention_ref's mask and score arguments (causal,
+    exact gradient (nearly) vanishes (a row that sees one key: dq = 0; a near one-hot row, whose
+    dP - D cancels) the kernels' dq is that rounding's residual, not 0 with dropout (O = v /
+    (1 - p), rounded) or with a second key of small weight (fp16 at magnitude 2: up to 4.7x
+    pt's dq error on CPU emulations of such rows, benchmarks/NOTES.md 12.57), and the
+    input-dtype baseline (autograd through the softmax) does not have it: the larger of the
+    two is the rule's baseline there (farther_each). kw: attention_ref's mask and score arguments (causal,
     softmax_scale, window_size, softcap, alibi_slopes); mask: dropout's keep mask (batch, nheads,
     seqlen_q, seqlen_k). The probabilities come from the reference itself (attention_ref with v
     the identity: its masks, softcap and ALiBi exactly), a (batch, seqlen_k, nheads, seqlen_k)

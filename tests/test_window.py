@@ -135,8 +135,9 @@ def test_padded_window_instance_is_the_one_that_runs():
     def variant(fn):
         names = [n for n in kernel_names(fn) if "fwd_kernel" in n and "sm90" in n]
         assert len(names) == 1, names
-        found = re.search(r"fwd_kernel<.*>, (\d+)>\(", names[0]) or \
-            re.search(r"EELi(\d+)EEEvNS0_12FwdTmaParams", names[0])
+        # fwd_kernel<Element, Traits, kVariant, kCompactOnly>(FwdTmaParams), demangled or not
+        found = re.search(r"fwd_kernel<.*>, (\d+), (?:true|false)>\(", names[0]) or \
+            re.search(r"EELi(\d+)ELb[01]EEvNS0_12FwdTmaParams", names[0])
         assert found, f"no kernel variant in {names[0]}"
         return int(found.group(1))
 

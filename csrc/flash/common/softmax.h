@@ -20,20 +20,24 @@
 namespace flashattn_cu {
 
 // 2^x for x < 128 (x <= 0 under a running max; the bounded reference's exponents reach 64) on
-// the FMA pipe instead of the SFU (MUFU.EX2): 8 full-rate instructions for one quarter-rate MUFU
+// the FMA pipe instead of the SFU (MUFU.EX2): 9 full-rate instructions for one quarter-rate MUFU
 // slot. The softcap kernels spend two MUFU per score (tanh and exp2), which makes the SFU their
 // limit (benchmarks/NOTES.md section 10); they take a fraction of their
 // exponentials here. x = j + f, j = floor(x) from one round-down add of 1.5 * 2^23 (whose low
-// mantissa bits are then j), 2^f by a degree-3 polynomial with p(0) = 1 (least-max relative
-// error on [0, 1): 8.6e-5 = 2^-13.5, below the 16-bit rounding of P and fp16's of the reference),
-// and j added into the exponent field. x = -inf (a masked score) clamps to -127, whose f = 0
-// gives p = 1 exactly and the result +0 exactly, as ex2.approx.ftz gives; x in (-127, -126)
-// gives a denormal (< 2^-126) that the ftz arithmetic reads as 0.
+// mantissa bits are then j), 2^f by a degree-4 polynomial with p(0) = 1 (least-max relative
+// error on [0, 1), fitted here by a linear program: 2.9e-6 = 2^-18.4 in fp32 Horner, of mean
+// ~0), and j added into the exponent field. The degree-3 fit it replaced (8.6e-5 = 2^-13.5, of
+// one sign at both ends of [0, 1)) moved an fp32 LSE by up to 3 / 8 of that, 3.2e-5 for a row
+// of logits near 0 (every f near 1), past the rule's 1e-5 floor (benchmarks/NOTES.md 12.57);
+// now ~1e-6. x = -inf (a masked score) clamps to -127, whose f = 0 gives p = 1 exactly and the
+// result +0 exactly, as ex2.approx.ftz gives; x in (-127, -126) gives a denormal (< 2^-126)
+// that the ftz arithmetic reads as 0.
 __device__ __forceinline__ float exp2_fma(float x) {
   x = fmaxf(x, -127.f);
   const float shifted = __fadd_rd(x, 12582912.f);  // 1.5 * 2^23 + floor(x)
   const float f = x - (shifted - 12582912.f);      // [0, 1), exact
-  const float p = fmaf(fmaf(fmaf(0.07706728f, f, 0.22764474f), f, 0.6951168f), f, 1.f);
+  const float p = fmaf(
+      fmaf(fmaf(fmaf(0.013427376f, f, 0.052241072f), f, 0.24128109f), f, 0.69304466f), f, 1.f);
   return __uint_as_float(__float_as_uint(p) + (__float_as_uint(shifted) << 23));
 }
 
@@ -74,9 +78,10 @@ using DefaultExp = ExpPolicy<>;
 
 // The share of the softcap kernels' exponentials on the FMA pipe (sm80 forward and backward),
 // in eighths of the score tiles. The estimate of benchmarks/NOTES.md section 10 balances the SFU
-// (8 cycles per warp instruction, two MUFU per score) against issue (exp2_fma: 8 instructions)
-// at ~3 / 8 - 1 / 2 of the exponentials; -DFLASHATTN_CU_SOFTCAP_POLY_EIGHTHS=n (e.g. through
-// NVCC_APPEND_FLAGS) rebuilds with another share for an A/B.
+// (8 cycles per warp instruction, two MUFU per score) against issue (exp2_fma: 8 instructions
+// then, 9 since its degree-4 polynomial) at ~3 / 8 - 1 / 2 of the exponentials;
+// -DFLASHATTN_CU_SOFTCAP_POLY_EIGHTHS=n (e.g. through NVCC_APPEND_FLAGS) rebuilds with another
+// share for an A/B.
 #ifndef FLASHATTN_CU_SOFTCAP_POLY_EIGHTHS
 #define FLASHATTN_CU_SOFTCAP_POLY_EIGHTHS 3
 #endif
