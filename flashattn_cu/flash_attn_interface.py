@@ -302,7 +302,8 @@ def flash_attn_varlen_func(
         cu_seqlens_q, cu_seqlens_k: (batch + 1,) int32 on q's GPU, cumulative lengths starting
             at 0: sequence b is rows cu_seqlens[b] .. cu_seqlens[b + 1] - 1. Lengths of 0 are
             allowed.
-        max_seqlen_q, max_seqlen_k: ints, at least every sequence's length (they size the grid).
+        max_seqlen_q, max_seqlen_k: ints, at least every sequence's length (they size the
+            mma.sync kernels' grid; the Hopper kernels launch the sequences' own blocks).
             A call whose cu_seqlens contradict them (a longer sequence, a decreasing pair, rows
             past the tensors) stops with a CUDA error (a device-side trap, reported at the next
             synchronization) instead of computing a wrong answer (flash_attn leaves such rows

@@ -91,15 +91,15 @@ struct AttnParams {
   // cu_seqlens_q / cu_seqlens_k: batch + 1 int32 in device memory, starting at 0,
   // nondecreasing: entry b owns rows cu[b] .. cu[b + 1] - 1 of q and o (total_q rows) and of k
   // and v, whose tensors are then (total, heads, head_dim) (the batch strides are not used).
-  // seqlen_q / seqlen_k then mean max_seqlen_q / max_seqlen_k: bounds on every entry's length.
-  // The sm80 main kernels launch batch x heads x the blocks of the bound; the sm90 kernels
-  // (but the d 256 forward and a few instances: problem/scheduler.h) and the backward's pre-
-  // and postprocess walk the entries' own blocks instead (total_q, and total_k where given:
-  // total / block + batch blocks a head) where those are fewer, whatever the bound (which still
-  // sizes the backward's dK / dV partial sums when it splits a kv head's group). An entry longer
-  // than its bound, of negative length or past total_q (or total_k where given) stops the
-  // launch with a device trap (the error surfaces at the next synchronization) instead of
-  // being computed clamped to the bound.
+  // seqlen_q / seqlen_k then mean max_seqlen_q / max_seqlen_k: bounds on every entry's length. The
+  // sm80 main kernels launch batch x heads x the blocks of the bound; the sm90 kernels (but the d
+  // 256 backward's softcap instance: sm90/bwd_common.h bwd_compact_tiles) and the backward's pre-
+  // and postprocess walk the entries' own blocks instead (total_q, and total_k where given: total /
+  // block + batch blocks a head) where those are fewer, whatever the bound (which still sizes the
+  // backward's dK / dV partial sums when it splits a kv head's group). An entry longer than its
+  // bound, of negative length or past total_q (or total_k where given) stops the launch with a
+  // device trap (the error surfaces at the next synchronization) instead of being computed clamped
+  // to the bound.
   // Entries of length 0 are allowed. lse is (num_heads, total_q) and
   // softmax_stats (num_heads, total_q, 2), both contiguous.
   const int* cu_seqlens_q = nullptr;
