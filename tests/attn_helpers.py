@@ -165,11 +165,11 @@ def fa_grads_fp64(q, k, v, out, dout, kw, mask=None, p=0.0, window_seqlen_k=None
     (1 - p), rounded) or with a second key of small weight (fp16 at magnitude 2: up to 4.7x
     pt's dq error on CPU emulations of such rows, benchmarks/NOTES.md 12.57), and the
     input-dtype baseline (autograd through the softmax) does not have it: the larger of the
-    two is the rule's baseline there (farther_each). kw: attention_ref's mask and score arguments (causal,
-    softmax_scale, window_size, softcap, alibi_slopes); mask: dropout's keep mask (batch, nheads,
-    seqlen_q, seqlen_k). The probabilities come from the reference itself (attention_ref with v
-    the identity: its masks, softcap and ALiBi exactly), a (batch, seqlen_k, nheads, seqlen_k)
-    float64 tensor: for rows of a few hundred keys."""
+    two is the rule's baseline there (farther_each). kw: attention_ref's mask and score
+    arguments (causal, softmax_scale, window_size, softcap, alibi_slopes); mask: dropout's keep
+    mask (batch, nheads, seqlen_q, seqlen_k). The probabilities come from the reference itself
+    (attention_ref with v the identity: its masks, softcap and ALiBi exactly), a (batch,
+    seqlen_k, nheads, seqlen_k) float64 tensor: for rows of up to about a thousand keys."""
     b, sq, h, d = q.shape
     sk, group = k.shape[1], h // k.shape[2]
     scale = kw.get("softmax_scale")
@@ -200,8 +200,8 @@ def fa_grads_fp64(q, k, v, out, dout, kw, mask=None, p=0.0, window_seqlen_k=None
 # through cutlass's fast_tanh): a relative error up to 2^-10.987 (PTX ISA), ~4.9e-4 of each
 # capped logit, of one sign over runs of nearby arguments. The input-dtype baseline rounds its
 # scores without a bias, so its errors average out in a row's LSE and softmax where the
-# approximation's do not: with logits of ~0.06, an LSE 1.7e-5 off against pt's 1.9e-6
-# (test_fuzz_attention seed 440), and gradients 8x pt's error (seed 316).
+# approximation's do not. (The fuzz failures it was first written for, seeds 440 and 316, had
+# other causes: exp2_fma's polynomial and D from the rounded output, benchmarks/NOTES.md 12.57.)
 TANH_APPROX_REL = 2.0 ** -10.987
 
 try:
