@@ -31,7 +31,8 @@ __global__ inline void max_abs_diff(const __nv_bfloat16* a, const __nv_bfloat16*
 inline int g_sms = 132;  // the device's, set in main
 inline int g_l2 = 50 << 20;
 inline int g_reps = 20;  // timed repetitions (0: one checked launch, for profiling)
-inline bool g_library_schedule = false;  // the library's causal choice (causal_persistent(p)) instead
+inline bool g_library_schedule = false;  // the library's causal choices (causal_persistent(p),
+                                         // causal_order(p)) instead of the two below
 inline bool g_causal_persistent = true;  // fwd_schedule's causal choice (run_fwd: causal_persistent), swept in main
 inline bool g_defer_light = true;  // launch_fwd_config's defer_light (fwd_defer_m's tile order)
 inline int g_causal_order = 0;     // launch_fwd_config's causal_order (fwd_schedule)
@@ -42,7 +43,7 @@ template <typename Traits, int kVariant = fa::kStaticVariant>
 fa::Status run_sm90(const fa::FwdParams& p) {
   return fa::sm90::launch_fwd_config<__nv_bfloat16, Traits, kVariant>(
       p, g_sms, g_l2, g_library_schedule ? fa::sm90::causal_persistent(p) : g_causal_persistent, 0,
-      nullptr, g_defer_light, g_causal_order);
+      nullptr, g_defer_light, g_library_schedule ? fa::sm90::causal_order(p) : g_causal_order);
 }
 
 // The reference: the sm80 kernel of the sweep's head dim, launched as the library launches it

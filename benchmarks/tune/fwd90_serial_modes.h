@@ -1,8 +1,9 @@
 // tune_fwd90's modes of session 44 (benchmarks/NOTES.md 12.45): `serial3`, three consumers at
 // d = 128 on a step without the overlap of a consumer's two GEMMs (FwdTraits kSerialPV), against
 // the library's static tiles; `lpt`, the causal tile orders of a grid of one CTA per tile
-// (fwd_schedule's causal_order). tune_fwd90.cu runs them through run_serial_mode /
-// run_order_mode; -DTUNE_FWD90_SERIAL_ONLY builds these two modes alone.
+// (fwd_schedule's causal_order); `orders` (session 50), the library's causal schedule of tiles.h
+// against the one before it. tune_fwd90.cu runs them through run_serial_mode / run_order_mode;
+// -DTUNE_FWD90_SERIAL_ONLY builds these modes alone.
 //
 // Why (benchmarks/NOTES.md 12.45): the phase clocks (12.14 item 7) have the d = 128 128 x 176
 // step at 3,618 cycles for 2,816 of tensor work, set by each consumer's own path (S landed
@@ -111,7 +112,56 @@ void order_ab(const char* name, const Buffers& b, const std::vector<int>& seqlen
   g_causal_order = 0;
 }
 
+// `orders`: the library's causal schedule (tiles.h fwd_causal_persistent_sm90 /
+// fwd_causal_order_sm90, since session 50) against the one before it (B / A): the persistent
+// grid at d <= 128 up to 4k keys, else one CTA per tile head after head; interleaved (ab_ms),
+// outputs checked against the sm80 kernel. Where both are the same schedule the ratio is noise.
+template <int kHeadDim, typename Traits>
+void library_order_ab(const char* name, const Buffers& b, const std::vector<int>& seqlens) {
+  for (int seqlen : seqlens) {
+    fa::FwdParams p;
+    mods_params(b, kHeadDim, seqlen, true, kNoMods, &p);
+    reference_output<kHeadDim>(b, p);
+    p.o = b.o;
+    auto before = [&] {
+      g_library_schedule = false;
+      g_causal_persistent = kHeadDim <= 128 && seqlen <= 4096;
+      g_causal_order = 0;
+      return run_sm90<Traits>(p);
+    };
+    auto library = [&] {
+      g_library_schedule = true;
+      return run_sm90<Traits>(p);
+    };
+    fa::Status st;
+    const float diff = checked_diff(b, library, &st);
+    const AbTimes t = ab_ms([&] { before(); }, [&] { library(); }, 30, 4);
+    const double flops = call_flops(p, kNoMods);
+    std::printf("%-20s d=%3d s=%5d causal, order %2d%s: before %6.1f  library %6.1f TFLOP/s  "
+                "B/A time %.3f  max|diff| %.1e%s\n",
+                name, kHeadDim, seqlen, fa::sm90::causal_order(p),
+                fa::sm90::causal_persistent(p) ? " (persistent)" : "", flops / t.a_ms * 1e-9,
+                flops / t.b_ms * 1e-9, t.b_over_a, diff,
+                st == fa::Status::kSuccess && diff < 2e-2f ? "" : "  WRONG");
+    std::fflush(stdout);
+  }
+  g_library_schedule = true;
+  g_causal_order = 0;
+}
+
 inline bool run_order_mode(const std::string& mode, const Buffers& b) {
+  if (mode == "orders") {
+    using fa::sm90::LibraryFwdTraits;
+    using Long256 = LibraryFwdTraits<256, fa::kStaticVariant, false, false>::Type;
+    using Long128 = LibraryFwdTraits<128, fa::kStaticVariant, false, false>::Type;
+    using Long64 = LibraryFwdTraits<64, fa::kStaticVariant, false, false>::Type;
+    for (int rep = 0; rep < 2; ++rep) {
+      library_order_ab<256, Long256>("d256 128x80", b, {3072, 4096, 8192, 16384});
+      library_order_ab<128, Long128>("d128 128x176", b, {3072, 4096, 6144, 8192, 16384});
+      library_order_ab<64, Long64>("d64 192x128", b, {2048, 3072, 4096, 8192, 16384});
+    }
+    return true;
+  }
   if (mode != "lpt") return false;
   using fa::sm90::LibraryFwdTraits;
   using Long256 = LibraryFwdTraits<256, fa::kStaticVariant, false, false>::Type;

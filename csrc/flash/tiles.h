@@ -303,6 +303,33 @@ __host__ __device__ constexpr bool fwd_short_rows_sm90(int head_dim, bool causal
   return false;
 }
 
+// The sm90a forward's schedule of a causal call on padded rows without a window
+// (sm90/fwd_launch.h causal_persistent and causal_order), by head dim (of the call) and keys.
+// Measured on an H100 (tune_fwd90 `lpt`, two passes within 1% of each other,
+// benchmarks/results/tune_fwd90_lpt_h100_73b9447.txt; time against the schedule before:
+// the persistent grid at d <= 128 up to 4k keys, else one CTA per tile head after head):
+//   d 64:  4k one CTA per tile in groups of heads whose K / V fit half the L2 -7%, 8k -2.2%;
+//          16k longest first over all tiles -2.4% (groups -1%)
+//   d 128: 4k groups -7% (longest first -3%); 8k longest first -2% (groups -0.5%); 16k the
+//          head after head order stays (longest first +0.5%, groups +4%)
+//   d 256: 4k / 8k longest first -5..-6% (groups +2.5..+4.5%); 16k head after head stays (+5%)
+//   1k / 2k: every other order lost (6-58%): the persistent grid (d <= 128), head after head.
+// d 96 follows d 128 and d 192 keeps head after head (not measured). Not yet measured on the
+// H200 (a fresh device session, benchmarks/NOTES.md 12.58).
+constexpr int kFwdCausalL2Groups = -2;  // fwd_schedule: groups of heads of half the L2 each
+__host__ __device__ constexpr bool fwd_causal_persistent_sm90(int head_dim, int seqlen_k) {
+  return head_dim <= 128 && seqlen_k <= 2048;
+}
+// 0: head after head (each head's query blocks longest first); -1: longest first over all tiles;
+// kFwdCausalL2Groups: longest first within groups of heads whose K / V fit half the L2.
+__host__ __device__ constexpr int fwd_causal_order_sm90(int head_dim, int seqlen_k) {
+  if (fwd_causal_persistent_sm90(head_dim, seqlen_k)) return 0;
+  if (head_dim <= 64) return seqlen_k <= 8192 ? kFwdCausalL2Groups : -1;
+  if (head_dim <= 128) return seqlen_k <= 4096 ? kFwdCausalL2Groups : seqlen_k <= 8192 ? -1 : 0;
+  if (head_dim > 192) return seqlen_k > 2048 && seqlen_k <= 8192 ? -1 : 0;
+  return 0;
+}
+
 // The sm90a decode kernel (sm90/decode_kernel.h: split-KV over TMA, 16 query rows, a warp per
 // key block): keys per block and ring stages. A stage is a K and a V tile, 16 KB at both head
 // dims; four of them (one per consumer warp, which owns its stage) keep up to 64 KB per SM in

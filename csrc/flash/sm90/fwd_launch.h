@@ -38,17 +38,38 @@ inline int fwd_defer_m(const FwdParams& p, int block_m) { return deferred_query_
 // get one CTA each too. What counts is the keys a row can see: a left window bounds them whatever
 // seqlen_k (window (1024, 0) at 16k: every tile but the first few walks the same 9-10 blocks, so
 // the tiles are short and alike, the case the persistent grid wins).
+// A causal call without a window follows tiles.h fwd_causal_persistent_sm90 (up to 2k keys at
+// d <= 128: one CTA per tile in a tiles.h order won from 4k on); a window keeps the 4k rule.
 inline bool causal_persistent(const FwdParams& p) {
-  const int keys = p.window_left >= 0 && p.window_left < p.seqlen_k ? p.window_left + 1 : p.seqlen_k;
-  return p.head_dim <= 128 && keys <= 4096;
+  if (p.window_left >= 0 && p.window_left < p.seqlen_k) {
+    return p.head_dim <= 128 && p.window_left + 1 <= 4096;
+  }
+  return fwd_causal_persistent_sm90(p.head_dim, p.seqlen_k);
+}
+
+// The library's causal_order (fwd_schedule) for a call: tiles.h fwd_causal_order_sm90 for a
+// causal call on padded rows without a window, else 0.
+inline int causal_order(const FwdParams& p) {
+  const bool plain_causal = p.is_causal && p.window_left < 0 && !dynamic_seqlens(p);
+  return plain_causal ? fwd_causal_order_sm90(p.head_dim, p.seqlen_k) : 0;
+}
+
+// Heads a group of a causal schedule walks together: those whose K and V (4 bytes per key and
+// column, shared by a kv head's query heads) fit half the L2; 1 to batch x heads.
+inline int l2_head_group(const FwdParams& p, int64_t l2_bytes) {
+  const int64_t kv_bytes = static_cast<int64_t>(p.seqlen_k) * p.head_dim * 4;
+  int64_t heads = kv_bytes > 0 ? l2_bytes / 2 / kv_bytes * (p.num_heads / p.num_heads_k) : 1;
+  const int64_t total = static_cast<int64_t>(p.batch) * p.num_heads;
+  heads = heads < 1 ? 1 : heads > total ? total : heads;
+  return static_cast<int>(heads);
 }
 
 // causal_order: the tile order of a causal call's grid of one CTA per tile (the hardware hands
 // the tiles out in index order as SMs free up): 0 query_tile's (each head's query blocks longest
-// first, head after head, so a late head's longest tiles start near the end), < 0 longest first
-// over all tiles (every head's block m before any head's m - 1), > 0 groups of that many heads,
-// longest first within each. A tuning knob (tune_fwd90 `lpt`, benchmarks/NOTES.md 12.45); the
-// library passes 0.
+// first, head after head, so a late head's longest tiles start near the end), -1 longest first
+// over all tiles (every head's block m before any head's m - 1), kFwdCausalL2Groups groups of
+// l2_head_group heads, > 0 groups of that many heads, longest first within each. The library
+// passes causal_order(p) (tiles.h fwd_causal_order_sm90); tune_fwd90 `lpt` sweeps it.
 inline FwdSchedule fwd_schedule(const FwdParams& p, int64_t tiles, int sms, int64_t l2_bytes,
                                 bool causal_persistent, int defer_m = 0, int causal_order = 0) {
   // defer_m on the persistent grid only. Window (1024, 0), 4k-16k, time with / without it
@@ -58,19 +79,14 @@ inline FwdSchedule fwd_schedule(const FwdParams& p, int64_t tiles, int sms, int6
     const int64_t total = static_cast<int64_t>(p.batch) * p.num_heads;
     const bool ordered = p.is_causal && !causal_persistent && !dynamic_seqlens(p) &&
                          causal_order != 0 && total <= INT_MAX;
-    const int group = !ordered ? 0
+    const int group = !ordered                           ? 0
+                      : causal_order == kFwdCausalL2Groups ? l2_head_group(p, l2_bytes)
                       : causal_order < 0 || causal_order > total ? static_cast<int>(total)
                                                                   : causal_order;
     return FwdSchedule{tiles, group, 0};
   }
   if (!p.is_causal) return FwdSchedule{sms, 0, defer_m};
-  // K and V of one query head's (batch, kv head): 4 bytes per key and column, shared by the
-  // query heads of its group.
-  const int64_t kv_bytes = static_cast<int64_t>(p.seqlen_k) * p.head_dim * 4;
-  int64_t heads = kv_bytes > 0 ? l2_bytes / 2 / kv_bytes * (p.num_heads / p.num_heads_k) : 1;
-  const int64_t total = static_cast<int64_t>(p.batch) * p.num_heads;
-  heads = heads < 1 ? 1 : heads > total ? total : heads;
-  return FwdSchedule{sms, static_cast<int>(heads), defer_m};
+  return FwdSchedule{sms, l2_head_group(p, l2_bytes), defer_m};
 }
 
 // The launch of one compiled configuration (Traits, kernel variant kVariant of problem/mask.h)
@@ -193,12 +209,12 @@ Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream
                 fwd_bounded_ref_sm90(kHeadDim, Lib::kCapVariant, Lib::kStaticSoftcap)) {
     if (score_scale_of(p).bounded_ref) {
       using Bounded = typename LibraryFwdTraits<kHeadDim, kVariant, kShort, true>::Type;
-      return launch_fwd_config<Element, Bounded, kVariant>(p, sms, l2_bytes,
-                                                           causal_persistent(p), stream);
+      return launch_fwd_config<Element, Bounded, kVariant>(
+          p, sms, l2_bytes, causal_persistent(p), stream, nullptr, true, causal_order(p));
     }
   }
-  return launch_fwd_config<Element, typename Lib::Type, kVariant>(p, sms, l2_bytes,
-                                                                  causal_persistent(p), stream);
+  return launch_fwd_config<Element, typename Lib::Type, kVariant>(
+      p, sms, l2_bytes, causal_persistent(p), stream, nullptr, true, causal_order(p));
 }
 
 template <typename Element, int kHeadDim>
@@ -223,8 +239,8 @@ Status run_fwd(const FwdParams& p, cudaStream_t stream) {
     if (static_softcap_call(p) && score_scale_of(p).bounded_ref &&
         fwd_bounded_short_sm90(kHeadDim, p.is_causal, p.seqlen_k)) {
       using Short = typename LibraryFwdTraits<kHeadDim, kStaticSoftcapVariant, true, true>::Type;
-      return launch_fwd_config<Element, Short, kStaticSoftcapVariant>(p, sms, l2_bytes,
-                                                                      causal_persistent(p), stream);
+      return launch_fwd_config<Element, Short, kStaticSoftcapVariant>(
+          p, sms, l2_bytes, causal_persistent(p), stream, nullptr, true, causal_order(p));
     }
   }
   if (static_softcap_call(p) && !short_rows) {
