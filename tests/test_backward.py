@@ -90,6 +90,16 @@ def test_backward_2048(causal):
     check_backward(q, k, v, causal)
 
 
+# The sm90a backward walks a causal call's key tiles longest first over all tiles from 8k keys
+# at d 128 and past 8k at d 64 (tiles.h bwd_causal_lpt_sm90: every key block deferred, key
+# block 0 of every head first), head after head below: both sides, GQA, by the rule.
+@pytest.mark.parametrize("head_dim, seqlen", [(64, 8192), (64, 8200), (128, 8000), (128, 8200)])
+def test_backward_causal_tile_orders(head_dim, seqlen):
+    skip_unless_bwd(head_dim)
+    q, k, v = make_qkv(1, seqlen, seqlen, 4, 2, head_dim, torch.bfloat16, requires_grad=True)
+    check_backward(q, k, v, True)
+
+
 @pytest.mark.parametrize("layout", ["half_last_dim", "transposed", "expand_from_sum"])
 def test_non_contiguous_dout(layout):
     skip_unless_bwd(64)

@@ -224,16 +224,21 @@ struct FwdTileSm90 {
 };
 
 // The sm90a backward's causal key tiles longest first over all tiles (sm90/bwd_launch.h
-// run_bwd_with causal_lpt) instead of head after head: a list-scheduling model of the
-// hardware's hand-out of one CTA per key tile (benchmarks/NOTES.md 12.45) puts the library's
-// order 3-7% over the mean load at d 64-256 and 1k-8k keys, the other 0.2-0.8%; it reads each
-// head's Q / dO from tiles further apart in time. Not measured yet (tune_bwd90 `lpt`): off unless
-// the build defines FLASHATTN_CU_BWD_CAUSAL_LPT=1.
+// run_bwd_with causal_lpt) instead of head after head, for a causal call on padded rows without
+// a window. A list-scheduling model of the hardware's hand-out of one CTA per key tile
+// (benchmarks/NOTES.md 12.45) put the library's order 3-7% over the mean load at d 64-256 and
+// 1k-8k keys, the other 0.2-0.8%; it reads each head's Q / dO from tiles further apart in time.
+// Measured on an H100 (tune_bwd90 `lpt`, one pass, benchmarks/results/
+// tune_bwd90_earlydv_lpt_h100_73b9447.txt), time longest first / head after head: d 128 1k-4k
+// 1.41-1.81, 8k 0.963, 16k 0.989; d 64 1k-4k 1.44-1.57, 8k 1.002, 16k 0.981; d 256 not yet.
+// So from 8k keys at d 128 and past 8k at d 64; FLASHATTN_CU_BWD_CAUSAL_LPT=0 turns it off,
+// =1 on for every causal call (the A/Bs).
 #ifndef FLASHATTN_CU_BWD_CAUSAL_LPT
-#define FLASHATTN_CU_BWD_CAUSAL_LPT 0
+#define FLASHATTN_CU_BWD_CAUSAL_LPT -1
 #endif
-__host__ __device__ constexpr bool bwd_causal_lpt_sm90([[maybe_unused]] int head_dim) {
-  return FLASHATTN_CU_BWD_CAUSAL_LPT != 0;
+__host__ __device__ constexpr bool bwd_causal_lpt_sm90(int head_dim, int seqlen_k) {
+  if (FLASHATTN_CU_BWD_CAUSAL_LPT >= 0) return FLASHATTN_CU_BWD_CAUSAL_LPT != 0;
+  return head_dim <= 64 ? seqlen_k > 8192 : head_dim <= 128 && seqlen_k >= 8192;
 }
 
 // Three consumers on a serial step (FwdTraits kSerialPV; benchmarks/NOTES.md 12.45): the

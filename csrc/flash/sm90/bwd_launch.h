@@ -33,7 +33,8 @@ constexpr auto main_kernel() {
 // programmatically (bwd/pipeline.h; off: each kernel whole, for the A/B). causal_lpt: a causal
 // call without a window on padded rows walks its key tiles longest first over all of them
 // (every key block deferred: key_tile_at's block-major order, key block 0, the longest, of
-// every head first) instead of head after head (tiles.h bwd_causal_lpt_sm90; tune_bwd90 `lpt`).
+// every head first) instead of head after head (tune_bwd90 `lpt`). run_bwd_ordered's causal_lpt:
+// 0 / 1 as given, -1 the library's rule (tiles.h bwd_causal_lpt_sm90 of the call's keys).
 template <typename Element, int kHeadDim, typename Traits, bool kWs>
 Status run_bwd_with(const BwdParams& p, cudaStream_t stream, bool defer_light, bool pdl,
                     bool causal_lpt = false) {
@@ -103,9 +104,10 @@ Status run_bwd_with(const BwdParams& p, cudaStream_t stream, bool defer_light, b
 template <typename Element, int kHeadDim>
 Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light,
                        bool pdl = true, bool warp_specialized = false,
-                       bool causal_lpt = bwd_causal_lpt_sm90(kHeadDim)) {
+                       int causal_lpt = -1) {
   constexpr BwdTileSm90 tile = bwd_tile_sm90(kHeadDim);
   static_assert(tile.supported, "no sm90 backward tile for this head dim");
+  const bool lpt = causal_lpt < 0 ? bwd_causal_lpt_sm90(kHeadDim, p.seqlen_k) : causal_lpt != 0;
   if (warp_specialized) {
 #ifdef FLASHATTN_CU_BWD_WS
     // Not for varlen calls: its consumers do not zero the rows past an entry in its last query
@@ -122,14 +124,14 @@ Status run_bwd_ordered(const BwdParams& p, cudaStream_t stream, bool defer_light
       constexpr bool kDkNext = true;
 #endif
       return run_bwd_with<Element, kHeadDim, BwdWsTraits<kHeadDim, tile.block_m, kDkNext>, true>(
-          p, stream, defer_light, pdl, causal_lpt);
+          p, stream, defer_light, pdl, lpt);
     }
 #endif
     return Status::kInvalidArgument;
   }
   using Traits = std::conditional_t<tile.split, BwdSplitTraits<kHeadDim, tile.block_m>,
                                     BwdTraits<kHeadDim, tile.block_m>>;
-  return run_bwd_with<Element, kHeadDim, Traits, false>(p, stream, defer_light, pdl, causal_lpt);
+  return run_bwd_with<Element, kHeadDim, Traits, false>(p, stream, defer_light, pdl, lpt);
 }
 
 template <typename Element, int kHeadDim>
