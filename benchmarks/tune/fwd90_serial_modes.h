@@ -77,13 +77,20 @@ inline bool run_serial_mode(const std::string& mode, const Buffers& b) {
 // up to 4k keys), B one CTA per tile longest first over all tiles, C the same in groups of heads
 // whose K / V fit half the L2 (the persistent grid's grouping), interleaved (ab_ms), outputs
 // checked against the sm80 kernel.
+// A causal call of the tune shapes (plain attention) with its sm80 reference output written.
+template <int kHeadDim>
+fa::FwdParams causal_case(const Buffers& b, int seqlen) {
+  fa::FwdParams p;
+  mods_params(b, kHeadDim, seqlen, true, kNoMods, &p);
+  reference_output<kHeadDim>(b, p);
+  p.o = b.o;
+  return p;
+}
+
 template <int kHeadDim, typename Traits>
 void order_ab(const char* name, const Buffers& b, const std::vector<int>& seqlens) {
   for (int seqlen : seqlens) {
-    fa::FwdParams p;
-    mods_params(b, kHeadDim, seqlen, true, kNoMods, &p);
-    reference_output<kHeadDim>(b, p);
-    p.o = b.o;
+    const fa::FwdParams p = causal_case<kHeadDim>(b, seqlen);
     const int64_t kv_bytes = static_cast<int64_t>(p.seqlen_k) * p.head_dim * 4;
     const int total = p.batch * p.num_heads;
     const int l2_group = static_cast<int>(std::max<int64_t>(
@@ -119,10 +126,7 @@ void order_ab(const char* name, const Buffers& b, const std::vector<int>& seqlen
 template <int kHeadDim, typename Traits>
 void library_order_ab(const char* name, const Buffers& b, const std::vector<int>& seqlens) {
   for (int seqlen : seqlens) {
-    fa::FwdParams p;
-    mods_params(b, kHeadDim, seqlen, true, kNoMods, &p);
-    reference_output<kHeadDim>(b, p);
-    p.o = b.o;
+    const fa::FwdParams p = causal_case<kHeadDim>(b, seqlen);
     auto before = [&] {
       g_library_schedule = false;
       g_causal_persistent = kHeadDim <= 128 && seqlen <= 4096;
