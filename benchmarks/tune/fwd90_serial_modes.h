@@ -138,7 +138,8 @@ void library_order_ab(const char* name, const Buffers& b, const std::vector<int>
       return run_sm90<Traits>(p);
     };
     fa::Status st;
-    const float diff = checked_diff(b, library, &st);
+    const float diff = checked_diff(b, library, &st,
+                                    static_cast<size_t>(p.batch) * p.seqlen_q * 2048);
     const AbTimes t = ab_ms([&] { before(); }, [&] { library(); }, 30, 4);
     const double flops = call_flops(p, kNoMods);
     std::printf("%-20s d=%3d s=%5d causal, order %2d%s: before %6.1f  library %6.1f TFLOP/s  "

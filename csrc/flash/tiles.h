@@ -319,11 +319,15 @@ __host__ __device__ constexpr bool fwd_short_rows_sm90(int head_dim, bool causal
 //          head after head order stays (longest first +0.5%, groups +4%)
 //   d 256: 4k / 8k longest first -5..-6% (groups +2.5..+4.5%); 16k head after head stays (+5%)
 //   1k / 2k: every other order lost (6-58%): the persistent grid (d <= 128), head after head.
-// d 96 follows d 128 and d 192 keeps head after head (not measured). Not yet measured on the
-// H200 (a fresh device session, benchmarks/NOTES.md 12.58).
+// d 96 follows d 128 and d 192 keeps head after head (not measured). The rule against the
+// schedule before (tune_fwd90 `orders`, H100, two passes, results/tune_fwd90_orders_h100_3acfa01.txt)
+// at 3k / 4k / 6k / 8k / 16k keys: d 128 0.97 / 0.93 / 0.97 / 0.98 / 1.00, d 256 1.01-1.05 /
+// 0.95-0.97 / - / 0.94 / 1.00, d 64 4k / 8k / 16k 0.93 / 0.98 / 0.98; but d 64 at 3k 1.126 (the
+// persistent grid ran 429 TFLOP/s there against 362 at 4k): d 64 keeps the persistent grid
+// below 4k keys. Not yet measured on the H200 (benchmarks/NOTES.md 12.60).
 constexpr int kFwdCausalL2Groups = -2;  // fwd_schedule: groups of heads of half the L2 each
 __host__ __device__ constexpr bool fwd_causal_persistent_sm90(int head_dim, int seqlen_k) {
-  return head_dim <= 128 && seqlen_k <= 2048;
+  return head_dim <= 64 ? seqlen_k < 4096 : head_dim <= 128 && seqlen_k <= 2048;
 }
 // 0: head after head (each head's query blocks longest first); -1: longest first over all tiles;
 // kFwdCausalL2Groups: longest first within groups of heads whose K / V fit half the L2.
