@@ -157,40 +157,46 @@ def check_both_paths(q, k, v, dout, what, deterministic=False, **kw):
             assert_rule(g, r, p, 3, 1e-4, f"{what}: {name} ({path})")
 
 
-def fa_grads_fp64(q, k, v, out, dout, kw, mask=None, p=0.0, window_seqlen_k=None):
-    """The FlashAttention backward in float64 from the kernel's own (rounded) output: D =
+def fa_grads(q, k, v, out, dout, kw, mask=None, p=0.0, window_seqlen_k=None,
+             dtype=torch.float64):
+    """The FlashAttention backward in `dtype` from the kernel's own (rounded) output: D =
     rowsum(dO * O) with O as written, as every FlashAttention backward computes it. Where the
     exact gradient (nearly) vanishes (a row that sees one key: dq = 0; a near one-hot row, whose
     dP - D cancels) the kernels' dq is that rounding's residual, not 0 with dropout (O = v /
     (1 - p), rounded) or with a second key of small weight (fp16 at magnitude 2: up to 4.7x
     pt's dq error on CPU emulations of such rows, benchmarks/NOTES.md 12.57), and the
     input-dtype baseline (autograd through the softmax) does not have it: the larger of the
-    two is the rule's baseline there (farther_each). kw: attention_ref's mask and score
-    arguments (causal, softmax_scale, window_size, softcap, alibi_slopes); mask: dropout's keep
-    mask (batch, nheads, seqlen_q, seqlen_k). The probabilities come from the reference itself
-    (attention_ref with v the identity: its masks, softcap and ALiBi exactly), a (batch,
-    seqlen_k, nheads, seqlen_k) float64 tensor: for rows of up to about a thousand keys."""
+    two is the rule's baseline there (farther_each). In float32 (the kernels' accumulation:
+    dP = dO V^T and D in fp32) it has the kernels' other residual there: with O = v exactly (a
+    row of one key, no dropout) dP - D is the difference of two fp32 sums of the same products
+    in different orders, ~eps32 * sum_i |dO_i v_i|, which every key's dk gathers over the rows
+    (fuzz seed 2391, benchmarks/NOTES.md 12.59); float64 and autograd give 0 there. kw:
+    attention_ref's mask and score arguments (causal, softmax_scale, window_size, softcap,
+    alibi_slopes); mask: dropout's keep mask (batch, nheads, seqlen_q, seqlen_k). The
+    probabilities come from the reference itself (attention_ref with v the identity: its masks,
+    softcap and ALiBi exactly), a (batch, seqlen_k, nheads, seqlen_k) tensor: for rows of up to
+    about a thousand keys."""
     b, sq, h, d = q.shape
     sk, group = k.shape[1], h // k.shape[2]
     scale = kw.get("softmax_scale")
     scale = d ** -0.5 if scale is None else scale
     softcap = kw.get("softcap", 0.0)
-    q64, k64, v64 = (t.detach().double() for t in (q, k, v))
-    eye = torch.eye(sk, dtype=torch.float64, device=q.device)[None, :, None, :]
-    probs, _ = attention_ref(q64, k64, eye.expand(b, sk, k.shape[2], sk),
+    qx, kx, vx = (t.detach().to(dtype) for t in (q, k, v))
+    eye = torch.eye(sk, dtype=dtype, device=q.device)[None, :, None, :]
+    probs, _ = attention_ref(qx, kx, eye.expand(b, sk, k.shape[2], sk),
                              window_seqlen_k=window_seqlen_k, **kw)
-    probs = probs.permute(0, 2, 1, 3)  # (b, h, sq, sk)
-    kr, vr = (t.repeat_interleave(group, dim=2) for t in (k64, v64))
-    do = dout.detach().double()
-    kept = torch.ones_like(probs) if mask is None else mask.double() / (1.0 - p)
+    probs = probs.to(dtype).permute(0, 2, 1, 3)  # (b, h, sq, sk)
+    kr, vr = (t.repeat_interleave(group, dim=2) for t in (kx, vx))
+    do = dout.detach().to(dtype)
+    kept = torch.ones_like(probs) if mask is None else mask.to(dtype) / (1.0 - p)
     dp = torch.einsum("bqhd,bkhd->bhqk", do, vr) * kept
-    delta = (do * out.detach().double()).sum(-1).transpose(1, 2).unsqueeze(-1)
+    delta = (do * out.detach().to(dtype)).sum(-1).transpose(1, 2).unsqueeze(-1)
     ds = probs * (dp - delta)
     if softcap > 0:
-        raw = torch.einsum("bqhd,bkhd->bhqk", q64, kr) * scale
+        raw = torch.einsum("bqhd,bkhd->bhqk", qx, kr) * scale
         ds = ds * (1 - torch.tanh(raw / softcap) ** 2)
     dq = torch.einsum("bhqk,bkhd->bqhd", ds, kr) * scale
-    dk = torch.einsum("bhqk,bqhd->bkhd", ds, q64) * scale
+    dk = torch.einsum("bhqk,bqhd->bkhd", ds, qx) * scale
     dv = torch.einsum("bhqk,bqhd->bkhd", probs * kept, do)
     fold = lambda t: t.reshape(b, sk, h // group, group, d).sum(3)  # noqa: E731
     return dq, fold(dk), fold(dv)

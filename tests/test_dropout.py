@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from attn_helpers import (HEADS, assert_lse_rule, assert_rule, cu_seqlens, fa_grads_fp64,
+from attn_helpers import (HEADS, assert_lse_rule, assert_rule, cu_seqlens, fa_grads,
                           farther_each, instance_for, kernel_paths, make_qkv)
 from flashattn_cu import _C, flash_attn_func, flash_attn_varlen_func
 from flashattn_cu import flash_attn_interface as fai
@@ -123,7 +123,7 @@ def test_dropout_varlen(deterministic):
     """Each sequence of a varlen batch (lengths 0, 1 and a long one) against its own reference
     with its slab of S_dmask as the mask, on every backward path. The gradients' baseline is the
     larger of pt's error and that of the FlashAttention backward in float64 on the kernel's
-    rounded output (attn_helpers.fa_grads_fp64): the length-1 sequence has dq = 0 exactly, which
+    rounded output (attn_helpers.fa_grads): the length-1 sequence has dq = 0 exactly, which
     pt reproduces exactly and no FlashAttention backward does (measured on the H200: 1.6e-2 on
     both paths, the float64 FlashAttention backward 1.6e-2)."""
     skip_unless_built(64)
@@ -153,8 +153,8 @@ def test_dropout_varlen(deterministic):
         d_b = dout[sl].unsqueeze(0)
         ref_grads = torch.autograd.grad(ref, (qb, kb, vb), d_b.float())
         pt_grads = torch.autograd.grad(pt, (qb, kb, vb), d_b)
-        fa_grads = fa_grads_fp64(qb, kb, vb, out[sl].unsqueeze(0), d_b, kw, mask, p)
-        pt_grads = [farther_each(pg, fg, rg) for pg, fg, rg in zip(pt_grads, fa_grads, ref_grads)]
+        fa_g = fa_grads(qb, kb, vb, out[sl].unsqueeze(0), d_b, kw, mask, p)
+        pt_grads = [farther_each(pg, fg, rg) for pg, fg, rg in zip(pt_grads, fa_g, ref_grads)]
         assert_rule(out[sl].unsqueeze(0), ref, pt, 2, 1e-5, f"out, sequence {b}")
         for path, gs in grads.items():
             for name, g, r, p_ in zip(("dq", "dk", "dv"), gs, ref_grads, pt_grads):

@@ -21,7 +21,7 @@ import random
 import pytest
 import torch
 
-from attn_helpers import (assert_lse_rule, assert_rule, cu_seqlens, draw_alibi, fa_grads_fp64,
+from attn_helpers import (assert_lse_rule, assert_rule, cu_seqlens, draw_alibi, fa_grads,
                           farther_each, instance_for, kernel_paths, tanh_approx_ref)
 from flashattn_cu import (_C, flash_attn_func, flash_attn_kvpacked_func,
                           flash_attn_qkvpacked_func, flash_attn_varlen_func,
@@ -67,7 +67,7 @@ def attention_case(rng):
     api = rng.choice(APIS)
     c = {"api": api, "dtype": rng.choice(["float16", "bfloat16"]), "head_dim": _head_dim(rng)}
     c["dropout_p"] = rng.choice([0.1, 0.3, 0.5]) if rng.random() < 0.2 else 0.0
-    # Dropout's baseline (fa_grads_fp64 with its keep mask and the S_dmask decoding) holds more
+    # Dropout's baseline (fa_grads with its keep mask and the S_dmask decoding) holds more
     # (batch, nheads, seqlen_q, seqlen_k) float64 tensors: shorter rows there.
     cap = 400 if c["dropout_p"] > 0 else 1100
     nheads_k = rng.choice([1, 1, 2, 3])
@@ -183,8 +183,10 @@ def check_against_reference(q, k, v, out, lse, dout, grads, mask, c, alibi, what
     # D = rowsum(dO * O) from the output as written, as every FlashAttention backward forms it:
     # its rounding is the gradients' error where a row's D nearly cancels dP (near one-hot rows
     # at magnitude 2, dropout's scaled O), which pt's autograd through the softmax does not have.
-    fas = fa_grads_fp64(q, k, v, out, dout, kw, mask, p, window_seqlen_k)
-    pts = [farther_each(a, f, r) for a, f, r in zip(pts, fas, refs)]
+    # And in fp32 (the kernels' accumulation): a row of one key's dP - D residual (fa_grads).
+    for precision in (torch.float64, torch.float32):
+        fas = fa_grads(q, k, v, out, dout, kw, mask, p, window_seqlen_k, dtype=precision)
+        pts = [farther_each(a, f, r) for a, f, r in zip(pts, fas, refs)]
     if approx is not None:
         aps = torch.autograd.grad(approx[1][0], approx[0], dout.float())
         pts = [farther_each(a, f, r) for a, f, r in zip(pts, aps, refs)]
