@@ -23,8 +23,8 @@
 // by one warpgroup (B; BwdTraits kDqOneWg). Modes `dqprobe`, `stagger` and `earlydv` (dV issued
 // before the wait for dP^T; -DTUNE_BWD90_EARLYDV_ONLY builds it alone): variant_cases below.
 // Mode `lpt` (head dims as the second argument, default 64,128,256; 64,128 in the
-// -DTUNE_BWD90_EARLYDV_ONLY build): causal key tiles head after head against longest first over
-// all tiles (lpt_cases below).
+// -DTUNE_BWD90_EARLYDV_ONLY build, 256 in the -DTUNE_BWD90_D256_ONLY one): causal key tiles
+// head after head against longest first over all tiles (lpt_cases below).
 // Build and run (device):
 //   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 \
 //        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash \
@@ -345,8 +345,10 @@ void lpt_cases(const Buffers& b, BwdBuffers& g, size_t n) {
 int lpt_modes(int argc, char** argv, const Buffers& b, BwdBuffers& g, size_t n,
               const char* default_dims) {
   const std::string dims = argc > 2 ? argv[2] : default_dims;
+#ifndef TUNE_BWD90_D256_ONLY
   if (dims.find("64") != std::string::npos) lpt_cases<64>(b, g, n);
   if (dims.find("128") != std::string::npos) lpt_cases<128>(b, g, n);
+#endif
 #ifndef TUNE_BWD90_EARLYDV_ONLY
   if (dims.find("256") != std::string::npos) lpt_cases<256>(b, g, n);
 #endif
@@ -354,12 +356,14 @@ int lpt_modes(int argc, char** argv, const Buffers& b, BwdBuffers& g, size_t n,
 }
 
 // Mode earlydv at head dims argv[2] (default "64,128").
+#ifndef TUNE_BWD90_D256_ONLY  // (its d 64 / 128 kernels)
 int earlydv_cases(int argc, char** argv, const Buffers& b, BwdBuffers& g, size_t n) {
   const std::string dims = argc > 2 ? argv[2] : "64,128";
   if (dims.find("64") != std::string::npos) variant_cases<64>("earlydv", b, g, n);
   if (dims.find("128") != std::string::npos) variant_cases<128>("earlydv", b, g, n);
   return 0;
 }
+#endif
 
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "defer";
@@ -392,23 +396,25 @@ int main(int argc, char** argv) {
   std::printf("mode %s: not in this build (TUNE_BWD90_EARLYDV_ONLY)\n", mode);
   return 1;
 #else
-  if (std::strcmp(mode, "bm128") == 0 || std::strcmp(mode, "kvregs") == 0 ||
-      std::strcmp(mode, "dqone") == 0) {
-    // d 64 only (at d 128 neither the 128-row step nor K / V's fragments fit the registers)
-    ab_cases<64>(mode, b, g, n);
-    return 0;
-  }
   if (std::strcmp(mode, "stagger") == 0 || std::strcmp(mode, "bulkdq") == 0 ||
       std::strcmp(mode, "issuer") == 0) {
     variant_cases<256>(mode, b, g, n);
     return 0;
   }
 #ifdef TUNE_BWD90_D256_ONLY
-  // A build of the d 256 modes alone (stagger, bulkdq, issuer; a third of the kernels:
-  // device_run.sh TUNE_BWD_NVCC_FLAGS=-DTUNE_BWD90_D256_ONLY).
+  // A build of the d 256 modes alone (stagger, bulkdq, issuer, lpt at d 256; the d 256 kernels
+  // only: device_run.sh TUNE_BWD_NVCC_FLAGS=-DTUNE_BWD90_D256_ONLY). Nothing in it may
+  // instantiate a d 64 / 128 kernel (earlydv_cases and lpt_modes' other dims are left out).
+  if (std::strcmp(mode, "lpt") == 0) return lpt_modes(argc, argv, b, g, n, "256");
   std::printf("mode %s: not in this build (TUNE_BWD90_D256_ONLY)\n", mode);
   return 1;
 #else
+  if (std::strcmp(mode, "bm128") == 0 || std::strcmp(mode, "kvregs") == 0 ||
+      std::strcmp(mode, "dqone") == 0) {
+    // d 64 only (at d 128 neither the 128-row step nor K / V's fragments fit the registers)
+    ab_cases<64>(mode, b, g, n);
+    return 0;
+  }
   if (std::strcmp(mode, "earlydv") == 0) return earlydv_cases(argc, argv, b, g, n);
   if (std::strcmp(mode, "lpt") == 0) return lpt_modes(argc, argv, b, g, n, "64,128,256");
   if (std::strcmp(mode, "dqprobe") == 0) {
