@@ -138,12 +138,12 @@ void reference_output(const Buffers& b, fa::FwdParams p) {
   if (run_sm80<kHeadDim>(p) != fa::Status::kSuccess) std::printf("sm80 launch failed\n");
 }
 
-// One launch of `run` (writing b.o, NaN-poisoned first), then max|o - o_ref| over the first
-// `n` elements (the call's rows: batch x seqlen_q x 2048 where 16k tokens do not divide into
-// whole sequences; the rows past them stay poisoned); *st its status (the diff is INFINITY when
-// the launch failed).
+// One launch of `run` (call p, writing b.o, NaN-poisoned first), then max|o - o_ref| over the
+// call's rows (batch x seqlen_q of them: fewer than the buffers' 16k where 16k tokens do not
+// divide into whole sequences); *st its status (the diff is INFINITY when the launch failed).
 template <typename Run>
-float checked_diff(const Buffers& b, const Run& run, fa::Status* st, size_t n = 16384ull * 2048) {
+float checked_diff(const Buffers& b, const fa::FwdParams& p, const Run& run, fa::Status* st) {
+  const size_t n = static_cast<size_t>(p.batch) * p.seqlen_q * p.o_row_stride;
   CHECK(cudaMemset(b.o, 0xff, n * 2));  // NaN poison
   *st = run();
   CHECK(cudaDeviceSynchronize());
@@ -166,7 +166,7 @@ void sweep(const char* name, const Buffers& b, bool with_non_causal,
       reference_output<kHeadDim>(b, p);
       p.o = b.o;
       fa::Status st;
-      const float diff = checked_diff(b, [&] { return run_sm90<Traits, kVariant>(p); }, &st);
+      const float diff = checked_diff(b, p, [&] { return run_sm90<Traits, kVariant>(p); }, &st);
       if (st != fa::Status::kSuccess) {
         std::printf("%-26s d=%3d s=%5d c=%d: launch failed (%d)\n", name, kHeadDim, seqlen, causal,
                     static_cast<int>(st));
@@ -212,7 +212,7 @@ void ab_sweep(const char* name, const Buffers& b, bool with_non_causal, std::vec
       bool failed = false;
       for (int which = 0; which < 2; ++which) {
         fa::Status st;
-        diffs[which] = checked_diff(b, [&] { return run(which == 1); }, &st);
+        diffs[which] = checked_diff(b, p, [&] { return run(which == 1); }, &st);
         if (st != fa::Status::kSuccess) {
           std::printf("%-24s d=%3d s=%5d c=%d: launch %c failed\n", name, kHeadDim, seqlen, causal,
                       which == 0 ? 'A' : 'B');

@@ -91,10 +91,8 @@ template <int kHeadDim, typename Traits>
 void order_ab(const char* name, const Buffers& b, const std::vector<int>& seqlens) {
   for (int seqlen : seqlens) {
     const fa::FwdParams p = causal_case<kHeadDim>(b, seqlen);
-    const int64_t kv_bytes = static_cast<int64_t>(p.seqlen_k) * p.head_dim * 4;
     const int total = p.batch * p.num_heads;
-    const int l2_group = static_cast<int>(std::max<int64_t>(
-        1, std::min<int64_t>(total, g_l2 / 2 / kv_bytes * (p.num_heads / p.num_heads_k))));
+    const int l2_group = fa::sm90::l2_head_group(p, g_l2);  // the persistent grid's grouping
     auto launch = [&](int order) {  // order 0: the library's schedule
       g_library_schedule = order == 0;
       g_causal_persistent = false;
@@ -103,7 +101,7 @@ void order_ab(const char* name, const Buffers& b, const std::vector<int>& seqlen
     };
     for (int order : {-1, l2_group}) {
       fa::Status st;
-      const float diff = checked_diff(b, [&] { return launch(order); }, &st);
+      const float diff = checked_diff(b, p, [&] { return launch(order); }, &st);
       const AbTimes t = ab_ms([&] { launch(0); }, [&] { launch(order); }, 30, 4);
       const double flops = call_flops(p, kNoMods);
       std::printf("%-20s d=%3d s=%5d causal, B = %s: A %6.1f  B %6.1f TFLOP/s  B/A time %.3f  "
@@ -138,8 +136,7 @@ void library_order_ab(const char* name, const Buffers& b, const std::vector<int>
       return run_sm90<Traits>(p);
     };
     fa::Status st;
-    const float diff = checked_diff(b, library, &st,
-                                    static_cast<size_t>(p.batch) * p.seqlen_q * 2048);
+    const float diff = checked_diff(b, p, library, &st);
     const AbTimes t = ab_ms([&] { before(); }, [&] { library(); }, 30, 4);
     const double flops = call_flops(p, kNoMods);
     std::printf("%-20s d=%3d s=%5d causal, order %2d%s: before %6.1f  library %6.1f TFLOP/s  "

@@ -320,8 +320,8 @@ __host__ __device__ constexpr bool fwd_short_rows_sm90(int head_dim, bool causal
 //   d 256: 4k / 8k longest first -5..-6% (groups +2.5..+4.5%); 16k head after head stays (+5%)
 //   1k / 2k: every other order lost (6-58%): the persistent grid (d <= 128), head after head.
 // d 96 follows d 128 and d 192 keeps head after head (not measured). The rule against the
-// schedule before (tune_fwd90 `orders`, H100, two passes, results/tune_fwd90_orders_h100_3acfa01.txt)
-// at 3k / 4k / 6k / 8k / 16k keys: d 128 0.97 / 0.93 / 0.97 / 0.98 / 1.00, d 256 1.01-1.05 /
+// schedule before (tune_fwd90 `orders`, H100, two passes,
+// benchmarks/results/tune_fwd90_orders_h100_3acfa01.txt) at 3k / 4k / 6k / 8k / 16k keys: d 128 0.97 / 0.93 / 0.97 / 0.98 / 1.00, d 256 1.01-1.05 /
 // 0.95-0.97 / - / 0.94 / 1.00, d 64 4k / 8k / 16k 0.93 / 0.98 / 0.98; but d 64 at 3k 1.126 (the
 // persistent grid ran 429 TFLOP/s there against 362 at 4k): d 64 keeps the persistent grid
 // below 4k keys. Not yet measured on the H200 (benchmarks/NOTES.md 12.60).
