@@ -108,6 +108,44 @@ def test_forward_causal_schedules(head_dim, seqlen, nheads):
     check_forward(q, k, v, True)
 
 
+# The sm90a forward aligns a causal call's query blocks to the last row (problem/mask.h
+# Mask::query_block_shift: where every row's keys run from key 0 to an end growing with the row):
+# the partial block is the first, starting up to 191 rows above row 0 (those rows load as zeros
+# and are never stored), and walks fewest key blocks. Shapes whose first block sits 1 .. 191 rows
+# above 0 on the tiles of tiles.h (d 64 192 rows, 128 rows for short calls and the other dims;
+# 1153 = 6 x 192 + 1 = 9 x 128 + 1), sq > sk (rows without keys in the shifted block), a bounded
+# right side without causal (shifted), a left window (not shifted), softcap (bf16: the bounded
+# instances) and ALiBi; batch 2, so rows above a shifted block's 0 would be the previous entry's
+# if its loads or stores were off; outputs poisoned (every row written once), LSE checked.
+LAST_ALIGNED_MODS = {
+    "causal": dict(causal=True),
+    "right_window": dict(window_size=(-1, 37)),
+    "left_window": dict(causal=True, window_size=(300, 0)),
+    "softcap": dict(causal=True, softcap=30.0),
+    "alibi": dict(causal=True, alibi="heads"),
+}
+
+
+@pytest.mark.parametrize("seqlen_q, seqlen_k", [(1153, 1153), (1000, 1100), (2001, 2001),
+                                                (700, 300), (333, 1200)])
+@pytest.mark.parametrize("mods", list(LAST_ALIGNED_MODS))
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_forward_last_aligned_blocks(head_dim, mods, seqlen_q, seqlen_k):
+    skip_unless_built(head_dim)
+    kw = dict(LAST_ALIGNED_MODS[mods])
+    nheads, nheads_k = 4, 2
+    q, k, v = make_qkv(2, seqlen_q, seqlen_k, nheads, nheads_k, head_dim, torch.bfloat16)
+    if kw.pop("alibi", None):
+        kw["alibi_slopes"] = torch.rand(nheads, device=q.device) * 0.5
+    out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True, **kw)
+    ref, lse_ref = attention_ref(q, k, v, window_seqlen_k=seqlen_k, **kw)
+    pt, lse_pt = attention_ref(q, k, v, upcast=False, window_seqlen_k=seqlen_k, **kw)
+    pt, lse_pt = attn_helpers.with_tanh_approx(pt, lse_pt, ref, lse_ref, q, k, v,
+                                               window_seqlen_k=seqlen_k, **kw)
+    assert_rule(out, ref, pt, 2, 1e-5, f"out, {mods}")
+    assert_lse_rule(lse, lse_ref, lse_pt, f"lse, {mods}")
+
+
 @pytest.mark.parametrize("softmax_scale", [0.05, 0.3, 1.0])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
 def test_custom_softmax_scale(dtype, softmax_scale):

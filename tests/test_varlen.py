@@ -237,6 +237,31 @@ def test_data_outside_an_entry_never_reaches_it(bad, causal, d):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_rows_before_an_entry_never_reach_it(bad, d):
+    """The sm90a forward aligns each causal entry's query blocks to its last row (problem/mask.h
+    Mask::query_block_shift): an entry's first block starts above its row 0 and loads the rows
+    before it, the previous entry's last ones, as its own first rows, which it never stores.
+    Entry 0's queries are non-finite: entries 1 and 2 (lengths no tile divides, so their first
+    blocks start up to 191 rows early) must match the reference, forward and backward."""
+    skip_unless_built(d)
+    lq, lk = [300, 1153, 517], [300, 1153, 600]
+    nheads, nheads_k = 4, 2
+    q, k, v = varlen_inputs(lq, lk, nheads, nheads_k, d, torch.bfloat16)
+    with torch.no_grad():
+        q[:lq[0]] = bad
+    dout = torch.randn_like(q)
+    out, lse, _ = flash_attn_varlen_func(q, k, v, cu(lq), cu(lk), max(lq), max(lk), causal=True,
+                                         return_attn_probs=True)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
+    starts_q, starts_k = [0, lq[0], lq[0] + lq[1]], [0, lk[0], lk[0] + lk[1]]
+    for b in (1, 2):
+        check_sequence((q, k, v, out, lse), (dq, dk, dv), dout, starts_q[b], starts_k[b], lq[b],
+                       lk[b], f"sequence {b} ({lq[b]} x {lk[b]}), {bad} queries before it", True)
+
+
+@pytest.mark.gpu
 def test_seqused_k_unused_keys_never_reach_the_output():
     """fwd_varlen's seqused_k with NaN in each entry's unused keys (a cache's rows past its
     length): the output is the reference over the used keys only."""

@@ -2,7 +2,9 @@
 // d = 128 on a step without the overlap of a consumer's two GEMMs (FwdTraits kSerialPV), against
 // the library's static tiles; `lpt`, the causal tile orders of a grid of one CTA per tile
 // (fwd_schedule's causal_order); `orders` (session 50), the library's causal schedule of tiles.h
-// against the one before it. tune_fwd90.cu runs them through run_serial_mode / run_order_mode;
+// against the one before it; `lastaligned` (session 52), causal query blocks aligned to the last
+// row (fwd_launch.h fwd_m_shift) against blocks at multiples of the tile. tune_fwd90.cu runs them
+// through run_serial_mode / run_order_mode;
 // -DTUNE_FWD90_SERIAL_ONLY builds these modes alone.
 //
 // Why (benchmarks/NOTES.md 12.45): the phase clocks (12.14 item 7) have the d = 128 128 x 176
@@ -151,7 +153,46 @@ void library_order_ab(const char* name, const Buffers& b, const std::vector<int>
   g_causal_order = 0;
 }
 
+// `lastaligned`: causal calls with the query blocks aligned to the last row (B: the library's,
+// problem/mask.h Mask::query_block_shift) against blocks at multiples of the tile (A), the
+// library's schedule for both, interleaved (ab_ms), B's output checked against the sm80 kernel.
+// Where the tile's rows divide seqlen_q both are the same launch and the ratio is noise.
+template <int kHeadDim, typename Traits>
+void last_aligned_ab(const char* name, const Buffers& b, const std::vector<int>& seqlens) {
+  g_library_schedule = true;
+  for (int seqlen : seqlens) {
+    const fa::FwdParams p = causal_case<kHeadDim>(b, seqlen);
+    auto launch = [&](bool aligned) {
+      g_last_aligned = aligned;
+      return run_sm90<Traits>(p);
+    };
+    fa::Status st;
+    const float diff = checked_diff(b, p, [&] { return launch(true); }, &st);
+    const AbTimes t = ab_ms([&] { launch(false); }, [&] { launch(true); }, 30, 4);
+    const double flops = call_flops(p, kNoMods);
+    std::printf("%-20s d=%3d s=%5d causal, shift %3d: A %6.1f  B %6.1f TFLOP/s  B/A time %.3f  "
+                "max|diff| %.1e%s\n",
+                name, kHeadDim, seqlen, fa::sm90::fwd_m_shift<Traits, fa::kStaticVariant>(p),
+                flops / t.a_ms * 1e-9, flops / t.b_ms * 1e-9, t.b_over_a, diff,
+                st == fa::Status::kSuccess && diff < 2e-2f ? "" : "  WRONG");
+    std::fflush(stdout);
+  }
+  g_last_aligned = true;
+}
+
 inline bool run_order_mode(const std::string& mode, const Buffers& b) {
+  if (mode == "lastaligned") {
+    using fa::sm90::LibraryFwdTraits;
+    using Long256 = LibraryFwdTraits<256, fa::kStaticVariant, false, false>::Type;
+    using Long128 = LibraryFwdTraits<128, fa::kStaticVariant, false, false>::Type;
+    using Long64 = LibraryFwdTraits<64, fa::kStaticVariant, false, false>::Type;
+    for (int rep = 0; rep < 2; ++rep) {
+      last_aligned_ab<64, Long64>("d64 192x128", b, {1024, 2048, 3000, 4096, 8192, 16384});
+      last_aligned_ab<128, Long128>("d128 128x176", b, {1000, 3000, 4096});
+      last_aligned_ab<256, Long256>("d256 128x80", b, {1000, 3000, 4096});
+    }
+    return true;
+  }
   if (mode == "orders") {
     using fa::sm90::LibraryFwdTraits;
     using Long256 = LibraryFwdTraits<256, fa::kStaticVariant, false, false>::Type;

@@ -464,6 +464,63 @@ void run_problem_checks() {
            "mask policy: windows as wide as kMaxSeqlen do not overflow");
   }
 
+  // The forward's query blocks aligned to the last row (Mask::query_block_shift, sm90/fwd_work.h:
+  // block m's first row m x kBM - shift), brute force over small shapes: every row stored by
+  // exactly one block (rows [max(0, m_start), min(m_start + kBM, sq))), its visible keys inside
+  // that block's key-block walk, the element mask skipped only on blocks its stored rows see
+  // whole, the shift only where every row's keys run from key 0 to an end growing with the row
+  // (and never kBM), and no more key-block steps in all than blocks at multiples of kBM.
+  {
+    constexpr int kBM = 16, kBN = 8;
+    const int windows[][3] = {{0, -1, -1}, {1, -1, -1}, {0, -1, 0}, {0, -1, 5}, {0, 3, 5},
+                              {1, 9, -1},  {0, 0, 0},   {0, -1, 40}};
+    bool ok = true, fewer = true;
+    for (int sq = 1; sq <= 70 && ok; sq += 3) {
+      for (int sk = 1; sk <= 70 && ok; sk += 7) {
+        for (const auto& w : windows) {
+          flashattn_cu::SeqInfo si{0, sq, sk, -1, -1};
+          const flashattn_cu::Mask mask(si, w[0] != 0, w[1], w[2]);
+          const int shift = mask.query_block_shift<kBM>();
+          const bool grows = mask.right >= 0 && mask.left < 0;
+          if (shift < 0 || shift >= kBM || (!grows && shift != 0) ||
+              (grows && (sq + shift) % kBM != 0)) {
+            ok = false;
+          }
+          const int num_m = (sq + kBM - 1) / kBM;
+          std::vector<int> stored(sq, 0);
+          long steps = 0, steps_unshifted = 0;
+          for (int m = 0; m < num_m; ++m) {
+            steps_unshifted += [&] {
+              const flashattn_cu::KeyBlocks kb = mask.key_blocks<kBM, kBN>(m * kBM);
+              return kb.end - kb.begin;
+            }();
+            const int m_start = m * kBM - shift;
+            if (m_start >= sq) continue;
+            const flashattn_cu::KeyBlocks kb = mask.key_blocks<kBM, kBN>(m_start);
+            steps += kb.end - kb.begin;
+            for (int r = m_start < 0 ? 0 : m_start; r < m_start + kBM && r < sq; ++r) {
+              ++stored[r];
+              const int lo = mask.key_begin(r), hi = mask.key_end(r);
+              if (lo < hi && (lo < kb.begin * kBN || hi > kb.end * kBN)) ok = false;
+              for (int n = kb.unmasked_begin; n < kb.unmasked_end; ++n) {
+                if (n * kBN < lo || (n + 1) * kBN > hi) ok = false;  // a masked key unmasked
+              }
+            }
+          }
+          for (int r = 0; r < sq; ++r) ok = ok && stored[r] == 1;
+          if (steps > steps_unshifted) fewer = false;
+          if (!ok) {
+            std::printf("last-aligned blocks wrong at sq=%d sk=%d causal=%d window=(%d, %d) "
+                        "shift=%d\n", sq, sk, w[0], w[1], w[2], shift);
+            break;
+          }
+        }
+      }
+    }
+    expect(ok, "last-aligned query blocks: every row stored once, its keys inside its walk");
+    expect(fewer, "last-aligned query blocks: never more key-block steps than unshifted");
+  }
+
   // Tile orders of the persistent forward (problem/scheduler.h: query_tile_at): every order a
   // permutation of the (batch, head, query block) tiles; the grouped one longest first inside
   // each group of heads; with deferred light query blocks (defer_m, a left window's first

@@ -450,7 +450,10 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   // Epilogue: O / l as 16-bit pairs, through a staging box and a TMA store or straight from
   // the registers (below), LSE and the row statistics as the sm80 kernel writes them.
   const int g = lane / 4, t = lane % 4;
+  // The tile's rows in [rows_lo, rows_q): a first block shifted above row 0 (fwd_work.h m_shift)
+  // stores none of its rows above 0 (nor does the TMA store, which clips them at q's map edge).
   const int rows_q = min(kBlockM, w.seq.seqlen_q - m_start);
+  const int rows_lo = max(0, -m_start);
   const int64_t row0 = w.seq.lse_row0(head, p.num_heads, p.seqlen_q, p.total_q) + m_start;
   float inv_l[1][2], row_lse[1][2];
   RowStats row_stats[1][2];
@@ -511,7 +514,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int row = warp_row0 + g + hr * 8;
-    if (row >= rows_q) continue;
+    if (row >= rows_q || row < rows_lo) continue;
     if (t == 0) {
       p.lse[row0 + row] = row_lse[0][hr];
       if (p.softmax_stats != nullptr) {
@@ -546,6 +549,7 @@ template <typename Element, typename Traits, int kVariant, bool kCompactOnly>
 __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw) {
   constexpr bool kDynamic = variant_dynamic(kVariant);  // problem/mask.h: windows
   constexpr bool kSeqlens = variant_seqlens(kVariant);  // and sequence arrays
+  constexpr bool kEntryShift = fwd_entry_shift<Traits, kVariant>();  // fwd_work.h
   const FwdParams& p = tp.kp.p;
   const int tid = threadIdx.x, warp = tid / 32, wg = warp / 4;
   const int num_m = ceil_div(p.seqlen_q, Traits::kBlockM);
@@ -581,7 +585,8 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   if (wg == 0) {
     ptx::setmaxnreg_dec<Traits::kProducerRegs>();
     if (warp == 0 && ptx::elect_one_sync()) {
-      produce_tiles<Traits, kDynamic, kSeqlens, kCompact>(tp, s_base, num_m, num_tiles);
+      produce_tiles<Traits, kDynamic, kSeqlens, kCompact, kEntryShift>(tp, s_base, num_m,
+                                                                        num_tiles);
     }
     return;
   }
@@ -601,8 +606,9 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   };
   if constexpr (kCompactOnly) {  // the CTA's one compact tile (a grid of one CTA per tile)
     if (static_cast<int>(blockIdx.x) < num_tiles) {
-      const FwdWork w = fwd_work<kDynamic, kSeqlens, Traits::kBlockM, Traits::kBlockN, true>(
-          p, static_cast<int>(blockIdx.x), num_m, 0, 0);
+      const FwdWork w =
+          fwd_work<kDynamic, kSeqlens, Traits::kBlockM, Traits::kBlockN, true, kEntryShift>(
+              p, static_cast<int>(blockIdx.x), num_m, 0, 0, tp.m_shift);
       if (!w.skip) {
         consume_tile<Element, Traits, kVariant>(tp, w, s_base, consumer, ring, q_parity, turns,
                                                 clock, [] {});
@@ -622,7 +628,8 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   }
 #pragma unroll 1
   for (int k = 0, index = blockIdx.x; index < num_tiles; ++k) {
-    const FwdWork w = fwd_work<kDynamic, Traits::kBlockM, Traits::kBlockN>(p, ts);
+    const FwdWork w =
+        fwd_work<kDynamic, Traits::kBlockM, Traits::kBlockN, kEntryShift>(p, ts, tp.m_shift);
     const int next_index = cta_tile_index(k + 1, blockIdx.x, gridDim.x);
     auto ahead = [&] {
       if (next_index < num_tiles) {

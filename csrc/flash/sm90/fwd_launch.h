@@ -90,20 +90,35 @@ inline FwdSchedule fwd_schedule(const FwdParams& p, int64_t tiles, int sms, int6
   return FwdSchedule{sms, l2_head_group(p, l2_bytes), defer_m};
 }
 
+// FwdTmaParams::m_shift of configuration (Traits, kVariant) for a call (problem/mask.h
+// Mask::query_block_shift): a padded call's one shift (all entries have seqlen_q rows; dropout's
+// rounded down to a multiple of 16 rows, where its Philox map wants its tiles), a varlen call's
+// kFwdEntryShift where the kernel works out each entry's own (fwd_work.h fwd_entry_shift), else 0.
+template <typename Traits, int kVariant>
+inline int fwd_m_shift(const FwdParams& p) {
+  if (p.cu_seqlens_q != nullptr) return fwd_entry_shift<Traits, kVariant>() ? kFwdEntryShift : 0;
+  const int shift = mask_of<variant_dynamic(kVariant)>(seq_info<false>(p, 0), p)
+                        .template query_block_shift<Traits::kBlockM>();
+  return variant_dropout(kVariant) ? shift & ~15 : shift;
+}
+
 // The launch of one compiled configuration (Traits, kernel variant kVariant of problem/mask.h)
 // for a call: its TMA maps, its schedule (fwd_schedule, with the causal choice given), the grid.
 // sms / l2_bytes: the device's. benchmarks/tune/tune_fwd90.cu sweeps configurations through it.
 // stamps: Traits::kStamps configurations only (the harness's phase clocks, fwd_clock.h).
 // defer_light: fwd_defer_m's tile order (off: the order without it, for the harness's A/B).
+// last_aligned: fwd_m_shift's query blocks (off: blocks at multiples of the tile, likewise).
 template <typename Element, typename Traits, int kVariant>
 Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_persistent,
                          cudaStream_t stream, unsigned long long* stamps = nullptr,
-                         bool defer_light = true, int causal_order = 0) {
+                         bool defer_light = true, int causal_order = 0,
+                         bool last_aligned = true) {
   if (Traits::kStamps != (stamps != nullptr)) return Status::kInvalidArgument;
   const TmaExtents e = tma_extents(p);
   FwdTmaParams tp;
   tp.kp = make_fwd_kernel_params(p);
   tp.stamps = stamps;
+  tp.m_shift = last_aligned ? fwd_m_shift<Traits, kVariant>(p) : 0;
   // The bounded reference's instances hold only for the calls ScoreScale::bounded_ref admits.
   if (Traits::kBoundedRef && variant_softcap(kVariant) && !tp.kp.score.bounded_ref) {
     return Status::kInvalidArgument;

@@ -13,7 +13,7 @@ namespace flashattn_cu::sm90 {
 
 // The producer: one thread issues, tile after tile, Q's load (once the consumers are done with
 // the last tile's Q), then K and V of each visited key block, last first, into the ring.
-template <typename Traits, bool kDynamic, bool kSeqlens, bool kCompact>
+template <typename Traits, bool kDynamic, bool kSeqlens, bool kCompact, bool kEntryShift>
 __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s_base, int num_m,
                                               int num_tiles) {
   constexpr int kBlockN = Traits::kBlockN;
@@ -25,8 +25,9 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
 #pragma unroll 1
   for (int k = 0, index = blockIdx.x; index < num_tiles;
        index = cta_tile_index(++k, blockIdx.x, gridDim.x)) {
-    const FwdWork w = fwd_work<kDynamic, kSeqlens, Traits::kBlockM, kBlockN, kCompact>(
-        p, index, num_m, tp.group_heads, kernel_defer_m<Traits, kDynamic>(tp));
+    const FwdWork w =
+        fwd_work<kDynamic, kSeqlens, Traits::kBlockM, kBlockN, kCompact, kEntryShift>(
+            p, index, num_m, tp.group_heads, kernel_defer_m<Traits, kDynamic>(tp), tp.m_shift);
     if (w.num_blocks <= 0) continue;  // the consumers wait for nothing either
     const MapRows qm = map_rows(w.seq.start_q, w.seq.batch);
     const MapRows km = map_rows(w.seq.start_k, w.seq.batch);

@@ -21,6 +21,10 @@ struct FwdTmaParams {
   int group_heads;  // the tile order (problem/scheduler.h: query_tile_at); 0: query_tile's
   int defer_m = 0;  // query_tile_at's light leading query blocks, walked last (fwd_schedule;
                     // fwd_work.h kernel_defer_m: which kernels read it)
+  // The rows by which the query blocks sit above multiples of kBlockM (problem/mask.h
+  // Mask::query_block_shift; fwd_launch.h fwd_m_shift): a padded call's, from the launch, or
+  // fwd_work.h kFwdEntryShift: each varlen entry's own, worked out in fwd_work.
+  int m_shift = 0;
   // Traits::kStamps kernels only (benchmarks/tune/tune_fwd90.cu `phases`): fwd_clock.h's sums.
   unsigned long long* stamps = nullptr;
   CUtensorMap o_map;  // Traits::kTmaStoreO only: boxes of 64 columns x 64 rows (one consumer's)

@@ -92,23 +92,46 @@ __device__ __forceinline__ FwdTileSeq fwd_tile_seq(const FwdParams& p, int index
   return ts;
 }
 
-template <bool kDynamic, int kBlockM, int kBlockN>
-__device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, const FwdTileSeq& ts) {
+// FwdTmaParams::m_shift's value for "each varlen entry's own shift" (fwd_entry_shift).
+constexpr int kFwdEntryShift = -1;
+
+// Whether configuration (Traits, kVariant) works out each varlen entry's query-block shift
+// (problem/mask.h Mask::query_block_shift) in fwd_work: the variants with sequence arrays up to
+// d = 128 but dropout (whose Philox map wants tiles at multiples of 16 rows: problem/dropout.h).
+// At d = 256 the shift's arithmetic spilled (ptxas, sm_90a: the dynamic instance 0 -> 48 / 44
+// bytes), so its entries keep their blocks at multiples of the tile.
+template <typename Traits, int kVariant>
+__host__ __device__ constexpr bool fwd_entry_shift() {
+  return variant_seqlens(kVariant) && !variant_dropout(kVariant) && Traits::kHeadDim <= 128;
+}
+
+// A tile's work. m_shift (FwdTmaParams::m_shift): the rows its query blocks sit above
+// multiples of kBlockM, or kFwdEntryShift (kEntryShift kernels only): the entry's own.
+template <bool kDynamic, int kBlockM, int kBlockN, bool kEntryShift = false>
+__device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, const FwdTileSeq& ts,
+                                            int m_shift) {
   FwdWork w;
   w.tile = ts.tile;
   w.seq = ts.seq;
-  w.m_start = w.tile.m_block * kBlockM;
+  const Mask mask = mask_of<kDynamic>(w.seq, p);
+  int shift = m_shift;
+  if constexpr (kEntryShift) {
+    if (m_shift == kFwdEntryShift) shift = mask.template query_block_shift<kBlockM>();
+  }
+  w.m_start = w.tile.m_block * kBlockM - shift;
   w.skip = w.m_start >= w.seq.seqlen_q;
-  w.blocks = mask_of<kDynamic>(w.seq, p).template key_blocks<kBlockM, kBlockN>(w.m_start);
+  w.blocks = mask.template key_blocks<kBlockM, kBlockN>(w.m_start);
   w.num_blocks = w.skip ? 0 : w.blocks.end - w.blocks.begin;
   return w;
 }
 
-template <bool kDynamic, bool kSeqlens, int kBlockM, int kBlockN, bool kCompact>
+template <bool kDynamic, bool kSeqlens, int kBlockM, int kBlockN, bool kCompact,
+          bool kEntryShift = false>
 __device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, int index, int num_m,
-                                            int group_heads, int defer_m) {
-  return fwd_work<kDynamic, kBlockM, kBlockN>(
-      p, fwd_tile_seq<kSeqlens, kBlockM, kCompact>(p, index, num_m, group_heads, defer_m));
+                                            int group_heads, int defer_m, int m_shift) {
+  return fwd_work<kDynamic, kBlockM, kBlockN, kEntryShift>(
+      p, fwd_tile_seq<kSeqlens, kBlockM, kCompact>(p, index, num_m, group_heads, defer_m),
+      m_shift);
 }
 
 // The deferred light blocks a kernel walks (query_tile_at's defer_m): FwdTmaParams::defer_m in
