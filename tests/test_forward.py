@@ -110,13 +110,14 @@ def test_forward_causal_schedules(head_dim, seqlen, nheads):
 
 # The sm90a forward aligns a causal call's query blocks to the last row (problem/mask.h
 # Mask::query_block_shift: where every row's keys run from key 0 to an end growing with the row):
-# the partial block is the first, starting up to 191 rows above row 0 (those rows load as zeros
-# and are never stored), and walks fewest key blocks. Shapes whose first block sits 1 .. 191 rows
-# above 0 on the tiles of tiles.h (d 64 192 rows, 128 rows for short calls and the other dims;
-# 1153 = 6 x 192 + 1 = 9 x 128 + 1), sq > sk (rows without keys in the shifted block), a bounded
-# right side without causal (shifted), a left window (not shifted), softcap (bf16: the bounded
-# instances) and ALiBi; batch 2, so rows above a shifted block's 0 would be the previous entry's
-# if its loads or stores were off; outputs poisoned (every row written once), LSE checked.
+# the partial block is the first, starting up to 191 rows above row 0 (those rows load as zeros and
+# are never stored), and walks fewest key blocks; not on the instances that store O by TMA (d 256, d
+# 128's 128 x 128 tiles: sm90/fwd_launch.h fwd_m_shift). Shapes whose first block sits 1 .. 191 rows
+# above 0 on the tiles of tiles.h (d 64 192 rows, 128 rows for short calls and the other dims; 1153
+# = 6 x 192 + 1 = 9 x 128 + 1), sq > sk (rows without keys in the shifted block), a bounded right
+# side without causal (shifted), a left window (not shifted), softcap (bf16: the bounded instances)
+# and ALiBi; batch 2, so rows above a shifted block's 0 would be the previous entry's if its loads
+# or stores were off; outputs poisoned (every row written once), LSE checked.
 LAST_ALIGNED_MODS = {
     "causal": dict(causal=True),
     "right_window": dict(window_size=(-1, 37)),

@@ -450,8 +450,8 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   // Epilogue: O / l as 16-bit pairs, through a staging box and a TMA store or straight from
   // the registers (below), LSE and the row statistics as the sm80 kernel writes them.
   const int g = lane / 4, t = lane % 4;
-  // The tile's rows in [rows_lo, rows_q): a first block shifted above row 0 (fwd_work.h m_shift)
-  // stores none of its rows above 0 (nor does the TMA store, which clips them at q's map edge).
+  // The tile's rows in [rows_lo, rows_q): a first block shifted above row 0 (fwd_work.h m_shift;
+  // never on the TMA-store epilogue, fwd_launch.h fwd_m_shift) stores none of its rows above 0.
   const int rows_q = min(kBlockM, w.seq.seqlen_q - m_start);
   const int rows_lo = max(0, -m_start);
   const int64_t row0 = w.seq.lse_row0(head, p.num_heads, p.seqlen_q, p.total_q) + m_start;

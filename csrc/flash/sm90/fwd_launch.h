@@ -94,9 +94,14 @@ inline FwdSchedule fwd_schedule(const FwdParams& p, int64_t tiles, int sms, int6
 // Mask::query_block_shift): a padded call's one shift (all entries have seqlen_q rows; dropout's
 // rounded down to a multiple of 16 rows, where its Philox map wants its tiles), a varlen call's
 // kFwdEntryShift where the kernel works out each entry's own (fwd_work.h fwd_entry_shift), else 0.
+// o_tma: the call stores O through o's TMA map (FwdTmaParams::o_tma), whose stores at a negative
+// row stopped the kernel with an illegal instruction on the H100 (loads there zero-fill): those
+// calls keep their blocks at multiples of the tile (a predicate in the epilogue instead spilled at
+// d = 256: ptxas, sm_90a, the dynamic instance 0 -> 8 / 16 bytes).
 template <typename Traits, int kVariant>
-inline int fwd_m_shift(const FwdParams& p) {
+inline int fwd_m_shift(const FwdParams& p, bool o_tma) {
   if (p.cu_seqlens_q != nullptr) return fwd_entry_shift<Traits, kVariant>() ? kFwdEntryShift : 0;
+  if (o_tma) return 0;
   const int shift = mask_of<variant_dynamic(kVariant)>(seq_info<false>(p, 0), p)
                         .template query_block_shift<Traits::kBlockM>();
   return variant_dropout(kVariant) ? shift & ~15 : shift;
@@ -118,7 +123,6 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   FwdTmaParams tp;
   tp.kp = make_fwd_kernel_params(p);
   tp.stamps = stamps;
-  tp.m_shift = last_aligned ? fwd_m_shift<Traits, kVariant>(p) : 0;
   // The bounded reference's instances hold only for the calls ScoreScale::bounded_ref admits.
   if (Traits::kBoundedRef && variant_softcap(kVariant) && !tp.kp.score.bounded_ref) {
     return Status::kInvalidArgument;
@@ -150,6 +154,7 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
                    Status::kSuccess;
   }
   if (st != Status::kSuccess) return st;
+  tp.m_shift = last_aligned ? fwd_m_shift<Traits, kVariant>(p, tp.o_tma) : 0;
   // Compact for a varlen call (fwd_work.h fwd_compact_tiles), on the kernel instance that
   // decodes them (fwd_compact_in_walk: the walk's own, else the kCompactOnly one).
   constexpr bool kCompactTiles = fwd_compact_tiles<Traits, kVariant>();
