@@ -157,9 +157,13 @@ void library_order_ab(const char* name, const Buffers& b, const std::vector<int>
 // problem/mask.h Mask::query_block_shift) against blocks at multiples of the tile (A), the
 // library's schedule for both, interleaved (ab_ms), B's output checked against the sm80 kernel.
 // Where the tile's rows divide seqlen_q both are the same launch and the ratio is noise.
+// shift_tma: B shifts the calls whose O goes through a TMA map too (tiles.h
+// fwd_shift_tma_store_sm90 on; d 256's static tiles).
 template <int kHeadDim, typename Traits>
-void last_aligned_ab(const char* name, const Buffers& b, const std::vector<int>& seqlens) {
+void last_aligned_ab(const char* name, const Buffers& b, const std::vector<int>& seqlens,
+                     bool shift_tma = false) {
   g_library_schedule = true;
+  g_shift_tma = shift_tma;
   for (int seqlen : seqlens) {
     const fa::FwdParams p = causal_case<kHeadDim>(b, seqlen);
     auto launch = [&](bool aligned) {
@@ -172,23 +176,29 @@ void last_aligned_ab(const char* name, const Buffers& b, const std::vector<int>&
     const double flops = call_flops(p, kNoMods);
     std::printf("%-20s d=%3d s=%5d causal, shift %3d: A %6.1f  B %6.1f TFLOP/s  B/A time %.3f  "
                 "max|diff| %.1e%s\n",
-                name, kHeadDim, seqlen, fa::sm90::fwd_m_shift<Traits, fa::kStaticVariant>(p, Traits::kTmaStoreO != 0),
+                name, kHeadDim, seqlen,
+                fa::sm90::fwd_m_shift<Traits, fa::kStaticVariant>(p, Traits::kTmaStoreO != 0,
+                                                                   shift_tma),
                 flops / t.a_ms * 1e-9, flops / t.b_ms * 1e-9, t.b_over_a, diff,
                 st == fa::Status::kSuccess && diff < 2e-2f ? "" : "  WRONG");
     std::fflush(stdout);
   }
   g_last_aligned = true;
+  g_shift_tma = false;
 }
 
 inline bool run_order_mode(const std::string& mode, const Buffers& b) {
   if (mode == "lastaligned") {
     using fa::sm90::LibraryFwdTraits;
-    // d 256's tile stores O by TMA (FwdTraits kTmaStoreO), which keeps its blocks unshifted.
+    // d 256's tile stores O by TMA (FwdTraits kTmaStoreO): its rows with shift_tma (tiles.h
+    // fwd_shift_tma_store_sm90, off in the library until measured).
+    using Long256 = LibraryFwdTraits<256, fa::kStaticVariant, false, false>::Type;
     using Long128 = LibraryFwdTraits<128, fa::kStaticVariant, false, false>::Type;
     using Long64 = LibraryFwdTraits<64, fa::kStaticVariant, false, false>::Type;
     for (int rep = 0; rep < 2; ++rep) {
       last_aligned_ab<64, Long64>("d64 192x128", b, {2048, 3000, 4096, 8192, 16384});
       last_aligned_ab<128, Long128>("d128 128x176", b, {3000, 5000});
+      last_aligned_ab<256, Long256>("d256 128x80", b, {1000, 3000, 5000}, true);
     }
     return true;
   }

@@ -339,6 +339,18 @@ __host__ __device__ constexpr int fwd_causal_order_sm90(int head_dim, int seqlen
   return 0;
 }
 
+// Whether the sm90a forward aligns the query blocks of a padded call whose O goes through a TMA
+// map to the last row (sm90/fwd_launch.h fwd_m_shift; the instances that can: fwd_work.h
+// fwd_shifted_tma, d = 256's static ones, whose shifted first block stores from the registers,
+// the rest of its blocks by TMA). The walk model has d = 256's 128 x 80 tile at 3,000 causal keys
+// -3.9% key-block steps (benchmarks/tune/walk_model.py); nothing where 128 divides seqlen_q.
+// Off until run on a GPU (benchmarks/NOTES.md 12.62: the suite with it on, tune_fwd90
+// `lastaligned`'s d 256 rows).
+__host__ __device__ constexpr bool fwd_shift_tma_store_sm90(int head_dim) {
+  static_cast<void>(head_dim);  // the same at every head dim for now
+  return false;
+}
+
 // The sm90a decode kernel (sm90/decode_kernel.h: split-KV over TMA, 16 query rows, a warp per
 // key block): keys per block and ring stages. A stage is a K and a V tile, 16 KB at both head
 // dims; four of them (one per consumer warp, which owns its stage) keep up to 64 KB per SM in

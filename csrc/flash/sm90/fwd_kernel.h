@@ -451,7 +451,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   // the registers (below), LSE and the row statistics as the sm80 kernel writes them.
   const int g = lane / 4, t = lane % 4;
   // The tile's rows in [rows_lo, rows_q): a first block shifted above row 0 (fwd_work.h m_shift;
-  // never on the TMA-store epilogue, fwd_launch.h fwd_m_shift) stores none of its rows above 0.
+  // from the registers, fwd_launch.h fwd_m_shift) stores none of its rows above 0.
   const int rows_q = min(kBlockM, w.seq.seqlen_q - m_start);
   const int rows_lo = max(0, -m_start);
   const int64_t row0 = w.seq.lse_row0(head, p.num_heads, p.seqlen_q, p.total_q) + m_start;
@@ -469,8 +469,11 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   // The TMA-store epilogue (Traits::kTmaStoreO) where the launch could map o (tp.o_tma: padded
   // calls; o's map clips rows at seqlen_q, but a varlen tile's rows past its entry are the next
   // entry's); kOInQ: only on a tile whose Q was loaded (a tile with no key block has none, and
-  // the next tile's Q may be landing in the buffer).
-  const bool via_tma = Traits::kTmaStoreO != 0 && tp.o_tma && (!Traits::kOInQ || w.num_blocks > 0);
+  // the next tile's Q may be landing in the buffer); kShiftedTma: not on a first block shifted
+  // above row 0, which stores from the registers (a TMA store at a negative row faults).
+  constexpr bool kShiftedTma = fwd_shifted_tma<Traits, kVariant>();
+  const bool via_tma = Traits::kTmaStoreO != 0 && tp.o_tma && (!kShiftedTma || m_start >= 0) &&
+                       (!Traits::kOInQ || w.num_blocks > 0);
   const bool leader = threadIdx.x % 128 == 0;
   if constexpr (Traits::kTmaStoreO != 0) {
     if (via_tma) {

@@ -96,12 +96,14 @@ inline FwdSchedule fwd_schedule(const FwdParams& p, int64_t tiles, int sms, int6
 // kFwdEntryShift where the kernel works out each entry's own (fwd_work.h fwd_entry_shift), else 0.
 // o_tma: the call stores O through o's TMA map (FwdTmaParams::o_tma), whose stores at a negative
 // row stopped the kernel with an illegal instruction on the H100 (loads there zero-fill): those
-// calls keep their blocks at multiples of the tile (a predicate in the epilogue instead spilled at
-// d = 256: ptxas, sm_90a, the dynamic instance 0 -> 8 / 16 bytes).
+// calls keep their blocks at multiples of the tile, unless shift_tma and the instance stores a
+// shifted first block from the registers (fwd_work.h fwd_shifted_tma; a predicate on every
+// instance's epilogue spilled at d = 256: ptxas, sm_90a, the dynamic instance 0 -> 8 / 16 bytes).
 template <typename Traits, int kVariant>
-inline int fwd_m_shift(const FwdParams& p, bool o_tma) {
+inline int fwd_m_shift(const FwdParams& p, bool o_tma,
+                       bool shift_tma = fwd_shift_tma_store_sm90(Traits::kHeadDim)) {
   if (p.cu_seqlens_q != nullptr) return fwd_entry_shift<Traits, kVariant>() ? kFwdEntryShift : 0;
-  if (o_tma) return 0;
+  if (o_tma && !(shift_tma && fwd_shifted_tma<Traits, kVariant>())) return 0;
   const int shift = mask_of<variant_dynamic(kVariant)>(seq_info<false>(p, 0), p)
                         .template query_block_shift<Traits::kBlockM>();
   return variant_dropout(kVariant) ? shift & ~15 : shift;
@@ -112,12 +114,14 @@ inline int fwd_m_shift(const FwdParams& p, bool o_tma) {
 // sms / l2_bytes: the device's. benchmarks/tune/tune_fwd90.cu sweeps configurations through it.
 // stamps: Traits::kStamps configurations only (the harness's phase clocks, fwd_clock.h).
 // defer_light: fwd_defer_m's tile order (off: the order without it, for the harness's A/B).
-// last_aligned: fwd_m_shift's query blocks (off: blocks at multiples of the tile, likewise).
+// last_aligned: fwd_m_shift's query blocks (off: blocks at multiples of the tile, likewise);
+// shift_tma: fwd_m_shift's, for the harness's A/B of tiles.h fwd_shift_tma_store_sm90.
 template <typename Element, typename Traits, int kVariant>
 Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_persistent,
                          cudaStream_t stream, unsigned long long* stamps = nullptr,
                          bool defer_light = true, int causal_order = 0,
-                         bool last_aligned = true) {
+                         bool last_aligned = true,
+                         bool shift_tma = fwd_shift_tma_store_sm90(Traits::kHeadDim)) {
   if (Traits::kStamps != (stamps != nullptr)) return Status::kInvalidArgument;
   const TmaExtents e = tma_extents(p);
   FwdTmaParams tp;
@@ -154,7 +158,7 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
                    Status::kSuccess;
   }
   if (st != Status::kSuccess) return st;
-  tp.m_shift = last_aligned ? fwd_m_shift<Traits, kVariant>(p, tp.o_tma) : 0;
+  tp.m_shift = last_aligned ? fwd_m_shift<Traits, kVariant>(p, tp.o_tma, shift_tma) : 0;
   // Compact for a varlen call (fwd_work.h fwd_compact_tiles), on the kernel instance that
   // decodes them (fwd_compact_in_walk: the walk's own, else the kCompactOnly one).
   constexpr bool kCompactTiles = fwd_compact_tiles<Traits, kVariant>();

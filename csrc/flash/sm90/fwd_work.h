@@ -105,6 +105,14 @@ __host__ __device__ constexpr bool fwd_entry_shift() {
   return variant_seqlens(kVariant) && !variant_dropout(kVariant) && Traits::kHeadDim <= 128;
 }
 
+// Whether configuration (Traits, kVariant), whose O goes through a TMA map on padded calls
+// (FwdTraits kTmaStoreO), stores a first block shifted above row 0 from the registers, so that
+// such calls can take the shift too (fwd_launch.h fwd_m_shift): the static variants at d = 256.
+template <typename Traits, int kVariant>
+__host__ __device__ constexpr bool fwd_shifted_tma() {
+  return Traits::kTmaStoreO != 0 && !variant_dynamic(kVariant) && Traits::kHeadDim > 128;
+}
+
 // A tile's work. m_shift (FwdTmaParams::m_shift): the rows its query blocks sit above
 // multiples of kBlockM, or kFwdEntryShift (kEntryShift kernels only): the entry's own.
 template <bool kDynamic, int kBlockM, int kBlockN, bool kEntryShift = false>
