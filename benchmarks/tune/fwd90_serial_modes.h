@@ -3,7 +3,9 @@
 // the library's static tiles; `lpt`, the causal tile orders of a grid of one CTA per tile
 // (fwd_schedule's causal_order); `orders` (session 50), the library's causal schedule of tiles.h
 // against the one before it; `lastaligned` (session 52), causal query blocks aligned to the last
-// row (fwd_launch.h fwd_m_shift) against blocks at multiples of the tile. tune_fwd90.cu runs them
+// row (fwd_launch.h fwd_m_shift) against blocks at multiples of the tile; `shortlong` (session
+// 52), the long-row tiles against the short ones around tiles.h fwd_short_rows_sm90's causal
+// bound, now that only the long tiles take the shift. tune_fwd90.cu runs them
 // through run_serial_mode / run_order_mode;
 // -DTUNE_FWD90_SERIAL_ONLY builds these modes alone.
 //
@@ -188,6 +190,27 @@ void last_aligned_ab(const char* name, const Buffers& b, const std::vector<int>&
 }
 
 inline bool run_order_mode(const std::string& mode, const Buffers& b) {
+  if (mode == "shortlong") {
+    // Causal calls, the library's schedule: A the long-row tile (d 64 192 x 128, d 128 128 x 176,
+    // both with the last-aligned shift where seqlen_q is not a multiple of their rows), B the
+    // short tile of fwd_short_rows_sm90 (128 x 128 at d 64 / 128, which stores O by TMA at d 128
+    // and so takes no shift there; its rows equal its key blocks', where the shift saves nothing
+    // anyway), interleaved, two passes. The library takes B up to 1k keys at d 64 and 2k at d 128;
+    // d 64 causal 1k / 2k run 0.87x cuDNN on the H100 (benchmarks/NOTES.md 12.61).
+    using fa::sm90::LibraryFwdTraits;
+    using Long128 = LibraryFwdTraits<128, fa::kStaticVariant, false, false>::Type;
+    using Short128 = LibraryFwdTraits<128, fa::kStaticVariant, true, false>::Type;
+    using Long64 = LibraryFwdTraits<64, fa::kStaticVariant, false, false>::Type;
+    using Short64 = LibraryFwdTraits<64, fa::kStaticVariant, true, false>::Type;
+    g_library_schedule = true;
+    for (int rep = 0; rep < 2; ++rep) {
+      ab_sweep<64, Long64, Short64>("d64 192x128 | 128x128", b, false,
+                                    {1000, 1024, 1536, 2048, 2500, 3072});
+      ab_sweep<128, Long128, Short128>("d128 128x176 | 128x128", b, false,
+                                       {1500, 2048, 2500, 3072, 4096});
+    }
+    return true;
+  }
   if (mode == "lastaligned") {
     using fa::sm90::LibraryFwdTraits;
     // d 256's tile stores O by TMA (FwdTraits kTmaStoreO): its rows with shift_tma (tiles.h
