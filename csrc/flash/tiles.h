@@ -344,11 +344,13 @@ __host__ __device__ constexpr int fwd_causal_order_sm90(int head_dim, int seqlen
 // fwd_shifted_tma, d = 256's static ones, whose shifted first block stores from the registers,
 // the rest of its blocks by TMA). The walk model has d = 256's 128 x 80 tile at 3,000 causal keys
 // -3.9% key-block steps (benchmarks/tune/walk_model.py); nothing where 128 divides seqlen_q.
-// Off until run on a GPU (benchmarks/NOTES.md 12.62: the suite with it on, tune_fwd90
-// `lastaligned`'s d 256 rows).
+// Off until run on a GPU (benchmarks/NOTES.md 12.62: tune_fwd90 `lastaligned`'s d 256 rows, and
+// the suite in a build with NVCC_APPEND_FLAGS=-DFLASHATTN_CU_FWD_SHIFT_TMA=1, which turns it on).
+#ifndef FLASHATTN_CU_FWD_SHIFT_TMA
+#define FLASHATTN_CU_FWD_SHIFT_TMA 0
+#endif
 __host__ __device__ constexpr bool fwd_shift_tma_store_sm90(int head_dim) {
-  static_cast<void>(head_dim);  // the same at every head dim for now
-  return false;
+  return FLASHATTN_CU_FWD_SHIFT_TMA != 0 && head_dim > 128;
 }
 
 // The sm90a decode kernel (sm90/decode_kernel.h: split-KV over TMA, 16 query rows, a warp per
