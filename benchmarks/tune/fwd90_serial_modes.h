@@ -24,6 +24,12 @@
 
 #include "fwd90_harness.h"
 
+// The library's static-variant (plain attention) configuration at a head dim: its long-row tile,
+// or with kShort its short-row one (tiles.h fwd_short_rows_sm90).
+template <int kHeadDim, bool kShort = false>
+using LibStatic =
+    typename fa::sm90::LibraryFwdTraits<kHeadDim, fa::kStaticVariant, kShort, false>::Type;
+
 // Runs `mode` if it is this file's; false otherwise.
 inline bool run_serial_mode(const std::string& mode, const Buffers& b) {
   if (mode != "serial3") return false;
@@ -32,8 +38,8 @@ inline bool run_serial_mode(const std::string& mode, const Buffers& b) {
   g_library_schedule = true;
   // The library's static instances (A): d = 128 128 x 176, d = 64 192 x 128, the bf16 softcap
   // 30 bounded static instance at d = 128 (128 x 176).
-  using Lib128 = LibraryFwdTraits<128, fa::kStaticVariant, false, false>::Type;
-  using Lib64 = LibraryFwdTraits<64, fa::kStaticVariant, false, false>::Type;
+  using Lib128 = LibStatic<128>;
+  using Lib64 = LibStatic<64>;
   using LibCap128 = LibraryFwdTraits<128, fa::kStaticSoftcapVariant, false, true>::Type;
   // B: the library's knobs (fused exponent, sum tree, registers epilogue) with kSerialPV.
   //                     d    M    N  st  pp poly hv wfx stamp o  capmax early maxt sumt mods capil bnd  sus  serial
@@ -197,61 +203,41 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
     // and so takes no shift there; its rows equal its key blocks', where the shift saves nothing
     // anyway), interleaved, two passes. The library takes B up to 1k keys at d 64 and 2k at d 128;
     // d 64 causal 1k / 2k run 0.87x cuDNN on the H100 (benchmarks/NOTES.md 12.61).
-    using fa::sm90::LibraryFwdTraits;
-    using Long128 = LibraryFwdTraits<128, fa::kStaticVariant, false, false>::Type;
-    using Short128 = LibraryFwdTraits<128, fa::kStaticVariant, true, false>::Type;
-    using Long64 = LibraryFwdTraits<64, fa::kStaticVariant, false, false>::Type;
-    using Short64 = LibraryFwdTraits<64, fa::kStaticVariant, true, false>::Type;
     g_library_schedule = true;
     for (int rep = 0; rep < 2; ++rep) {
-      ab_sweep<64, Long64, Short64>("d64 192x128 | 128x128", b, false,
-                                    {1000, 1024, 1536, 2048, 2500, 3072});
-      ab_sweep<128, Long128, Short128>("d128 128x176 | 128x128", b, false,
-                                       {1500, 2048, 2500, 3072, 4096});
+      ab_sweep<64, LibStatic<64>, LibStatic<64, true>>("d64 192x128 | 128x128", b, false,
+                                                       {1000, 1024, 1536, 2048, 2500, 3072});
+      ab_sweep<128, LibStatic<128>, LibStatic<128, true>>("d128 128x176 | 128x128", b, false,
+                                                          {1500, 2048, 2500, 3072, 4096});
     }
     return true;
   }
   if (mode == "lastaligned") {
-    using fa::sm90::LibraryFwdTraits;
     // d 256's tile stores O by TMA (FwdTraits kTmaStoreO): its rows with shift_tma (tiles.h
     // fwd_shift_tma_store_sm90, off in the library until measured).
-    using Long256 = LibraryFwdTraits<256, fa::kStaticVariant, false, false>::Type;
-    using Long128 = LibraryFwdTraits<128, fa::kStaticVariant, false, false>::Type;
-    using Long64 = LibraryFwdTraits<64, fa::kStaticVariant, false, false>::Type;
     for (int rep = 0; rep < 2; ++rep) {
-      last_aligned_ab<64, Long64>("d64 192x128", b, {2048, 3000, 4096, 8192, 16384});
-      last_aligned_ab<128, Long128>("d128 128x176", b, {3000, 5000});
-      last_aligned_ab<256, Long256>("d256 128x80", b, {1000, 3000, 5000}, true);
+      last_aligned_ab<64, LibStatic<64>>("d64 192x128", b, {2048, 3000, 4096, 8192, 16384});
+      last_aligned_ab<128, LibStatic<128>>("d128 128x176", b, {3000, 5000});
+      last_aligned_ab<256, LibStatic<256>>("d256 128x80", b, {1000, 3000, 5000}, true);
     }
     return true;
   }
   if (mode == "orders") {
-    using fa::sm90::LibraryFwdTraits;
-    using Long256 = LibraryFwdTraits<256, fa::kStaticVariant, false, false>::Type;
-    using Long128 = LibraryFwdTraits<128, fa::kStaticVariant, false, false>::Type;
-    using Long64 = LibraryFwdTraits<64, fa::kStaticVariant, false, false>::Type;
     for (int rep = 0; rep < 2; ++rep) {
-      library_order_ab<256, Long256>("d256 128x80", b, {3072, 4096, 8192, 16384});
-      library_order_ab<128, Long128>("d128 128x176", b, {3072, 4096, 6144, 8192, 16384});
-      library_order_ab<64, Long64>("d64 192x128", b, {2048, 3072, 4096, 8192, 16384});
+      library_order_ab<256, LibStatic<256>>("d256 128x80", b, {3072, 4096, 8192, 16384});
+      library_order_ab<128, LibStatic<128>>("d128 128x176", b, {3072, 4096, 6144, 8192, 16384});
+      library_order_ab<64, LibStatic<64>>("d64 192x128", b, {2048, 3072, 4096, 8192, 16384});
     }
     return true;
   }
   if (mode != "lpt") return false;
-  using fa::sm90::LibraryFwdTraits;
-  using Long256 = LibraryFwdTraits<256, fa::kStaticVariant, false, false>::Type;
-  using Short256 = LibraryFwdTraits<256, fa::kStaticVariant, true, false>::Type;
-  using Long128 = LibraryFwdTraits<128, fa::kStaticVariant, false, false>::Type;
-  using Short128 = LibraryFwdTraits<128, fa::kStaticVariant, true, false>::Type;
-  using Long64 = LibraryFwdTraits<64, fa::kStaticVariant, false, false>::Type;
-  using Short64 = LibraryFwdTraits<64, fa::kStaticVariant, true, false>::Type;
   for (int rep = 0; rep < 2; ++rep) {
-    order_ab<256, Short256>("d256 128x64 (short)", b, {1024, 2048});
-    order_ab<256, Long256>("d256 128x80", b, {4096, 8192, 16384});
-    order_ab<128, Short128>("d128 128x128 (short)", b, {1024, 2048});
-    order_ab<128, Long128>("d128 128x176", b, {4096, 8192, 16384});
-    order_ab<64, Short64>("d64 128x128 (short)", b, {1024});
-    order_ab<64, Long64>("d64 192x128", b, {2048, 4096, 8192, 16384});
+    order_ab<256, LibStatic<256, true>>("d256 128x64 (short)", b, {1024, 2048});
+    order_ab<256, LibStatic<256>>("d256 128x80", b, {4096, 8192, 16384});
+    order_ab<128, LibStatic<128, true>>("d128 128x128 (short)", b, {1024, 2048});
+    order_ab<128, LibStatic<128>>("d128 128x176", b, {4096, 8192, 16384});
+    order_ab<64, LibStatic<64, true>>("d64 128x128 (short)", b, {1024});
+    order_ab<64, LibStatic<64>>("d64 192x128", b, {2048, 4096, 8192, 16384});
   }
   return true;
 }
