@@ -490,10 +490,8 @@ void run_problem_checks() {
           std::vector<int> stored(sq, 0);
           long steps = 0, steps_unshifted = 0;
           for (int m = 0; m < num_m; ++m) {
-            steps_unshifted += [&] {
-              const flashattn_cu::KeyBlocks kb = mask.key_blocks<kBM, kBN>(m * kBM);
-              return kb.end - kb.begin;
-            }();
+            const flashattn_cu::KeyBlocks unshifted = mask.key_blocks<kBM, kBN>(m * kBM);
+            steps_unshifted += unshifted.end - unshifted.begin;
             const int m_start = m * kBM - shift;
             if (m_start >= sq) continue;
             const flashattn_cu::KeyBlocks kb = mask.key_blocks<kBM, kBN>(m_start);
