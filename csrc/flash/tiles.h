@@ -300,11 +300,19 @@ __host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90_short(int head_dim) {
 }
 
 // Whether a static-variant call of the head-dim instance `head_dim` takes fwd_tile_sm90_short's
-// tile (the measurements above: the last lengths at which it won).
+// tile (the measurements above: the last lengths at which it won). `plain`: a call without score
+// modifiers (the static variant itself); d = 128's plain causal calls keep the short tile up to
+// 3k keys, remeasured with the long tile's last-aligned query blocks (tune_fwd90 `shortlong`,
+// H100, two passes, benchmarks/results/tune_fwd90_shortlong_h100_8707a5c.txt; time 128 x 128 /
+// 128 x 176, causal): 1.5k 0.97, 2k 0.94, 2.5k 0.96, 3k 0.97, 4k 1.00. The modifier variants'
+// choice (static ALiBi / softcap on the long tile, else the dynamic one on the short) keeps 2k:
+// not measured past it. d = 64 (same run, 192 x 128 against 128 x 128): 1,000 keys 1.08, 1,024
+// 1.00, 1.5k 1.07, 2k 0.95, 2.5k 0.96, 3k 1.12, no bound that wins on both sides; unchanged.
 __host__ __device__ constexpr bool fwd_short_rows_sm90(int head_dim, bool causal, int seqlen_q,
-                                                      int seqlen_k) {
+                                                      int seqlen_k, bool plain = false) {
   if (head_dim == 64) return seqlen_q <= 1024 || (causal && seqlen_k <= 1024);
-  if (head_dim == 128 || head_dim == 256) return causal && seqlen_k <= 2048;
+  if (head_dim == 128) return causal && seqlen_k <= (plain ? 3072 : 2048);
+  if (head_dim == 256) return causal && seqlen_k <= 2048;
   return false;
 }
 
@@ -344,10 +352,12 @@ __host__ __device__ constexpr int fwd_causal_order_sm90(int head_dim, int seqlen
 // fwd_shifted_tma, d = 256's static ones, whose shifted first block stores from the registers,
 // the rest of its blocks by TMA). The walk model has d = 256's 128 x 80 tile at 3,000 causal keys
 // -3.9% key-block steps (benchmarks/tune/walk_model.py); nothing where 128 divides seqlen_q.
-// Off until run on a GPU (benchmarks/NOTES.md 12.62: tune_fwd90 `lastaligned`'s d 256 rows, and
-// the suite in a build with NVCC_APPEND_FLAGS=-DFLASHATTN_CU_FWD_SHIFT_TMA=1, which turns it on).
+// Measured on the H100 (tune_fwd90 `lastaligned`, two passes, benchmarks/results/
+// tune_fwd90_lastaligned_h100_8707a5c.txt; time shifted / at multiples of the tile, causal):
+// d = 256 128 x 80 at 1,000 / 3,000 / 5,000 keys 0.996 / 0.967-0.970 / 0.959-0.960. A build with
+// -DFLASHATTN_CU_FWD_SHIFT_TMA=0 turns it off.
 #ifndef FLASHATTN_CU_FWD_SHIFT_TMA
-#define FLASHATTN_CU_FWD_SHIFT_TMA 0
+#define FLASHATTN_CU_FWD_SHIFT_TMA 1
 #endif
 __host__ __device__ constexpr bool fwd_shift_tma_store_sm90(int head_dim) {
   return FLASHATTN_CU_FWD_SHIFT_TMA != 0 && head_dim > 128;

@@ -286,7 +286,9 @@ Status run_fwd(const FwdParams& p, cudaStream_t stream) {
   const Status st = with_variant(kernel_variant(p), [&](auto variant) {
     constexpr int kVariant = decltype(variant)::value;
     if constexpr (kVariant == kStaticVariant && kHasShort) {
-      if (short_rows) return launch_fwd<Element, kHeadDim, kVariant, true>(p, sms, l2_bytes, stream);
+      if (fwd_short_rows_sm90(kHeadDim, p.is_causal, p.seqlen_q, p.seqlen_k, true)) {
+        return launch_fwd<Element, kHeadDim, kVariant, true>(p, sms, l2_bytes, stream);
+      }
     }
     return launch_fwd<Element, kHeadDim, kVariant>(p, sms, l2_bytes, stream);
   });
