@@ -5,7 +5,8 @@
 // against the one before it; `lastaligned` (session 52), causal query blocks aligned to the last
 // row (fwd_launch.h fwd_m_shift) against blocks at multiples of the tile; `shortlong` (session
 // 52), the long-row tiles against the short ones around tiles.h fwd_short_rows_sm90's causal
-// bound, now that only the long tiles take the shift. tune_fwd90.cu runs them
+// bound, now that only the long tiles take the shift; `persist4k` (session 53), the persistent
+// grid against the library's causal schedule around 4k keys. tune_fwd90.cu runs them
 // through run_serial_mode / run_order_mode;
 // -DTUNE_FWD90_SERIAL_ONLY builds these modes alone.
 //
@@ -195,7 +196,52 @@ void last_aligned_ab(const char* name, const Buffers& b, const std::vector<int>&
   g_shift_tma = false;
 }
 
+// `persist4k` (session 53): the persistent grid (A, fwd_schedule's causal_persistent) against
+// the library's causal schedule (B) around 4k keys, where session 53's `orders` on the H200 had
+// the persistent grid 4.7% / 8.7% faster at d 128 / 64 and the H100 (session 51) 7% slower
+// (benchmarks/NOTES.md 12.63): the lengths on both sides of the bound, interleaved, outputs
+// checked against the sm80 kernel. Where the library is persistent the ratio is noise.
+template <int kHeadDim, typename Traits>
+void persistent_ab(const char* name, const Buffers& b, const std::vector<int>& seqlens) {
+  for (int seqlen : seqlens) {
+    const fa::FwdParams p = causal_case<kHeadDim>(b, seqlen);
+    auto persistent = [&] {
+      g_library_schedule = false;
+      g_causal_persistent = true;
+      g_causal_order = 0;
+      return run_sm90<Traits>(p);
+    };
+    auto library = [&] {
+      g_library_schedule = true;
+      return run_sm90<Traits>(p);
+    };
+    fa::Status st_a, st_b;
+    const float diff_a = checked_diff(b, p, persistent, &st_a);
+    const float diff_b = checked_diff(b, p, library, &st_b);
+    const AbTimes t = ab_ms([&] { persistent(); }, [&] { library(); }, 30, 4);
+    const double flops = call_flops(p, kNoMods);
+    const bool ok = st_a == fa::Status::kSuccess && st_b == fa::Status::kSuccess &&
+                    diff_a < 2e-2f && diff_b < 2e-2f;
+    std::printf("%-20s d=%3d s=%5d causal, library order %2d%s: persistent %6.1f  library %6.1f "
+                "TFLOP/s  B/A time %.3f  max|diff| %.1e %.1e%s\n",
+                name, kHeadDim, seqlen, fa::sm90::causal_order(p),
+                fa::sm90::causal_persistent(p) ? " (persistent)" : "", flops / t.a_ms * 1e-9,
+                flops / t.b_ms * 1e-9, t.b_over_a, diff_a, diff_b, ok ? "" : "  WRONG");
+    std::fflush(stdout);
+  }
+  g_library_schedule = true;
+  g_causal_persistent = true;
+  g_causal_order = 0;
+}
+
 inline bool run_order_mode(const std::string& mode, const Buffers& b) {
+  if (mode == "persist4k") {
+    for (int rep = 0; rep < 2; ++rep) {
+      persistent_ab<64, LibStatic<64>>("d64 192x128", b, {3072, 3584, 4096, 4608, 5120, 6144});
+      persistent_ab<128, LibStatic<128>>("d128 128x176", b, {3584, 4096, 4608, 5120, 6144});
+    }
+    return true;
+  }
   if (mode == "shortlong") {
     // Causal calls, the library's schedule: A the long-row tile (d 64 192 x 128, d 128 128 x 176,
     // both with the last-aligned shift where seqlen_q is not a multiple of their rows), B the
