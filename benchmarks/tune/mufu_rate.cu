@@ -1,9 +1,14 @@
 // Throughput of the special-function unit (MUFU) per instruction on this GPU, in results per
 // clock per SM: each thread runs 8 independent dependency chains of one instruction; cycles from
 // clock64 around the loop (per block, median over blocks). Decides whether softcap's tanh costs
-// what an exp2 costs (benchmarks/NOTES.md). Build and run (device):
+// what an exp2 costs (benchmarks/NOTES.md). Since session 53 also the packed 16-bit forms
+// (ex2 / tanh on f16x2 and bf16x2: two results an instruction, if the unit runs them at the
+// f32 rate they double the exponentials' throughput, which bounds the d = 64 forward and its
+// softcap variant) and their error against double precision over the softmax's ranges (exp2 of
+// [-24, 0], tanh of [-12, 12]). Build and run (device):
 //   nvcc -O3 -arch=sm_90a benchmarks/tune/mufu_rate.cu -o /tmp/mufu_rate && /tmp/mufu_rate
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <vector>
 
@@ -33,6 +38,51 @@ struct TanhEx2 {
   }
 };
 
+// Packed 16-bit forms: apply() on a 32-bit register of two halves (results() = 2).
+#define OP_B32(name, inst)                                                        \
+  struct name {                                                                   \
+    static const char* label() { return inst " (2 results)"; }                    \
+    __device__ static unsigned apply(unsigned x) {                                \
+      unsigned y;                                                                 \
+      asm volatile(inst " %0, %1;" : "=r"(y) : "r"(x));                           \
+      return y;                                                                   \
+    }                                                                             \
+  };
+OP_B32(Ex2F16x2, "ex2.approx.f16x2")
+OP_B32(Ex2Bf16x2, "ex2.approx.ftz.bf16x2")
+OP_B32(TanhF16x2, "tanh.approx.f16x2")
+OP_B32(TanhBf16x2, "tanh.approx.bf16x2")
+// One packed tanh and one packed exp2 per pair of elements (softcap on 16-bit units).
+struct TanhEx2Bf16x2 {
+  static const char* label() { return "tanh.approx.bf16x2 + ex2.approx.ftz.bf16x2 (per pair)"; }
+  __device__ static unsigned apply(unsigned x) {
+    unsigned y;
+    asm volatile("tanh.approx.bf16x2 %0, %1;" : "=r"(y) : "r"(x));
+    asm volatile("ex2.approx.ftz.bf16x2 %0, %1;" : "=r"(y) : "r"(y));
+    return y;
+  }
+};
+
+template <typename Op>
+__global__ void chains_b32(float* out, long long* cycles, int iters) {
+  unsigned v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = 0x3c003c00u + threadIdx.x + j;  // ~1.0 in each half
+  __syncthreads();
+  const long long t0 = clock64();
+  for (int i = 0; i < iters; ++i) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = Op::apply(v[j]);
+  }
+  __syncthreads();
+  const long long t1 = clock64();
+  unsigned s = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s ^= v[j];
+  if (s == 12345u) out[0] = static_cast<float>(s);  // keeps the chains live
+  if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
+}
+
 template <typename Op>
 __global__ void chains(float* out, long long* cycles, int iters) {
   float v[8];
@@ -53,22 +103,80 @@ __global__ void chains(float* out, long long* cycles, int iters) {
   if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
 }
 
-template <typename Op>
+template <typename Op, bool kPacked = false>
 void run(int sms) {
   const int threads = 1024, iters = 4096;
   float* out;
   long long* cyc;
   cudaMalloc(&out, 4);
   cudaMalloc(&cyc, sms * 8);
-  chains<Op><<<sms, threads>>>(out, cyc, 16);
-  chains<Op><<<sms, threads>>>(out, cyc, iters);
+  if constexpr (kPacked) {
+    chains_b32<Op><<<sms, threads>>>(out, cyc, 16);
+    chains_b32<Op><<<sms, threads>>>(out, cyc, iters);
+  } else {
+    chains<Op><<<sms, threads>>>(out, cyc, 16);
+    chains<Op><<<sms, threads>>>(out, cyc, iters);
+  }
   std::vector<long long> h(sms);
   cudaMemcpy(h.data(), cyc, sms * 8, cudaMemcpyDeviceToHost);
   std::sort(h.begin(), h.end());
-  const double per_clk = double(threads) * iters * 8 / double(h[sms / 2]);
-  std::printf("%-52s %7.2f results / clock / SM\n", Op::label(), per_clk);
+  const double per_clk = double(threads) * iters * 8 * (kPacked ? 2 : 1) / double(h[sms / 2]);
+  std::printf("%-60s %7.2f results / clock / SM\n", Op::label(), per_clk);
   cudaFree(out);
   cudaFree(cyc);
+}
+
+// Accuracy of the packed forms: n inputs spread over [lo, hi], each op's result against double
+// (both halves of a register carry neighbouring inputs).
+template <typename Op>
+__global__ void eval_packed(float lo, float hi, int n, bool bf16, float* got, float* in) {
+  const int i = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
+  if (i + 1 >= n) return;
+  const float x0 = lo + (hi - lo) * i / (n - 1), x1 = lo + (hi - lo) * (i + 1) / (n - 1);
+  unsigned packed, y;
+  if (bf16) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(x1), "f"(x0));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(x1), "f"(x0));
+  }
+  y = Op::apply(packed);
+  float r[2], q[2];
+  for (int h = 0; h < 2; ++h) {
+    const unsigned short ry = static_cast<unsigned short>(y >> (16 * h));
+    const unsigned short rx = static_cast<unsigned short>(packed >> (16 * h));
+    if (bf16) {
+      r[h] = __uint_as_float(static_cast<unsigned>(ry) << 16);
+      q[h] = __uint_as_float(static_cast<unsigned>(rx) << 16);
+    } else {
+      asm("cvt.f32.f16 %0, %1;" : "=f"(r[h]) : "h"(ry));
+      asm("cvt.f32.f16 %0, %1;" : "=f"(q[h]) : "h"(rx));
+    }
+    got[i + h] = r[h];
+    in[i + h] = q[h];  // the input as the op saw it (rounded to 16 bits)
+  }
+}
+
+template <typename Op>
+void accuracy(float lo, float hi, bool bf16, bool is_exp2) {
+  const int n = 1 << 20;
+  float *got, *in;
+  cudaMalloc(&got, n * 4);
+  cudaMalloc(&in, n * 4);
+  eval_packed<Op><<<n / 2 / 256, 256>>>(lo, hi, n, bf16, got, in);
+  std::vector<float> g(n), x(n);
+  cudaMemcpy(g.data(), got, n * 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(x.data(), in, n * 4, cudaMemcpyDeviceToHost);
+  double max_abs = 0, max_rel = 0;
+  for (int i = 0; i < n - 1; ++i) {
+    const double ref = is_exp2 ? std::exp2(double(x[i])) : std::tanh(double(x[i]));
+    const double err = std::fabs(double(g[i]) - ref);
+    max_abs = std::max(max_abs, err);
+    if (std::fabs(ref) > 1e-30) max_rel = std::max(max_rel, err / std::fabs(ref));
+  }
+  std::printf("%-60s on [%g, %g]: max abs err %.2e, max rel err %.2e (of the 16-bit input)\n",
+              Op::label(), lo, hi, max_abs, max_rel);
+  cudaFree(got);
+  cudaFree(in);
 }
 
 int main() {
@@ -78,5 +186,14 @@ int main() {
   run<Ex2>(sms);
   run<Tanh>(sms);
   run<TanhEx2>(sms);
+  run<Ex2F16x2, true>(sms);
+  run<Ex2Bf16x2, true>(sms);
+  run<TanhF16x2, true>(sms);
+  run<TanhBf16x2, true>(sms);
+  run<TanhEx2Bf16x2, true>(sms);
+  accuracy<Ex2F16x2>(-24.f, 0.f, false, true);
+  accuracy<Ex2Bf16x2>(-24.f, 0.f, true, true);
+  accuracy<TanhF16x2>(-12.f, 12.f, false, false);
+  accuracy<TanhBf16x2>(-12.f, 12.f, true, false);
   return cudaDeviceSynchronize() == cudaSuccess ? 0 : 1;
 }
