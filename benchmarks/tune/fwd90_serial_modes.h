@@ -6,7 +6,8 @@
 // row (fwd_launch.h fwd_m_shift) against blocks at multiples of the tile; `shortlong` (session
 // 52), the long-row tiles against the short ones around tiles.h fwd_short_rows_sm90's causal
 // bound, now that only the long tiles take the shift; `persist4k` (session 53), the persistent
-// grid against the library's causal schedule around 4k keys. tune_fwd90.cu runs them
+// grid against the library's causal schedule around 4k keys; `packedexp` (session 53), the
+// exponentials two per SFU instruction. tune_fwd90.cu runs them
 // through run_serial_mode / run_order_mode;
 // -DTUNE_FWD90_SERIAL_ONLY builds these modes alone.
 //
@@ -234,7 +235,30 @@ void persistent_ab(const char* name, const Buffers& b, const std::vector<int>& s
   g_causal_order = 0;
 }
 
+// The library's configuration of variant kVariant at a head dim with FwdTraits kPackedExp on
+// (`packedexp`).
+template <int kHeadDim, int kVariant = fa::kStaticVariant, bool kShort = false>
+using LibPacked =
+    typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, false, true>::Type;
+template <int kHeadDim, int kVariant = fa::kStaticVariant, bool kShort = false>
+using LibOf = typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, false>::Type;
+
 inline bool run_order_mode(const std::string& mode, const Buffers& b) {
+  if (mode == "packedexp") {
+    // The SFU's exponentials two per instruction (B: FwdTraits kPackedExp, ex2.approx.f16x2)
+    // against the library's one (A), the library's schedule, interleaved, two passes; worth it
+    // only if mufu_rate (run before every tune step) has the f16x2 form at twice the f32 form's
+    // results per clock. Not the softcap instances: d 64's static one spilled 168 bytes with it
+    // (ptxas, sm_90a; d 128 128 x 176 plain 0 -> 4 bytes, d 64's plain tiles none).
+    g_library_schedule = true;
+    for (int rep = 0; rep < 2; ++rep) {
+      ab_sweep<64, LibOf<64>, LibPacked<64>>("d64 192x128 packed", b, true, {2048, 8192});
+      ab_sweep<64, LibOf<64, fa::kStaticVariant, true>, LibPacked<64, fa::kStaticVariant, true>>(
+          "d64 128x128 packed", b, true, {1024});
+      ab_sweep<128, LibOf<128>, LibPacked<128>>("d128 128x176 packed", b, true, {4096, 16384});
+    }
+    return true;
+  }
   if (mode == "persist4k") {
     for (int rep = 0; rep < 2; ++rep) {
       persistent_ab<64, LibStatic<64>>("d64 192x128", b, {3072, 3584, 4096, 4608, 5120, 6144});

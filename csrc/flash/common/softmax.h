@@ -63,9 +63,13 @@ __device__ __forceinline__ float exp2_fma(float x) {
 // serial FADD chain per row fed by each MUFU in turn (the same terms, summed in another order:
 // fp32 rounding differences only); a tuning knob for kernels whose exponentials sit on the
 // critical path (sm90/fwd_kernel.h, FwdTraits kSumTree).
+// kPacked16: the SFU's exponentials two at a time (ptx::ex2_approx_f16x2: a lane's pair of
+// columns of a row, exponents and results in fp16); a tuning knob (FwdTraits kPackedExp), off
+// everywhere until measured.
 template <int kPolyEighths_ = 0, bool kFusedExponent_ = false, int kWarpFusedLog2_ = 0,
-          bool kSumTree_ = false>
+          bool kSumTree_ = false, bool kPacked16_ = false>
 struct ExpPolicy {
+  static constexpr bool kPacked16 = kPacked16_;
   static constexpr int kPolyEighths = kPolyEighths_;
   static constexpr bool kFusedExponent = kFusedExponent_;
   static constexpr int kWarpFusedLog2 = kFusedExponent_ ? 0 : kWarpFusedLog2_;
@@ -236,10 +240,10 @@ struct OnlineSoftmax {
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) small = small && fabsf(ref[mt][hr] * scale_log2) < kBound;
       if (__all_sync(0xffffffffu, small)) {
-        exponentiate_mapped<ExpPolicy<Exp::kPolyEighths, true, 0, Exp::kSumTree>>(
+        exponentiate_mapped<ExpPolicy<Exp::kPolyEighths, true, 0, Exp::kSumTree, Exp::kPacked16>>(
             s, ref, rescale, scale_log2, map);
       } else {
-        exponentiate_mapped<ExpPolicy<Exp::kPolyEighths, false, 0, Exp::kSumTree>>(
+        exponentiate_mapped<ExpPolicy<Exp::kPolyEighths, false, 0, Exp::kSumTree, Exp::kPacked16>>(
             s, ref, rescale, scale_log2, map);
       }
     } else {
@@ -250,7 +254,7 @@ struct OnlineSoftmax {
           float row_sum = 0.f;
           [[maybe_unused]] const float ref_log2 = -ref[mt][hr] * scale_log2;
 #pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt) {
+          for (int nt = 0; nt < kNTiles && !Exp::kPacked16; ++nt) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const float v = map(s[mt][nt][hr * 2 + e]);
@@ -259,6 +263,29 @@ struct OnlineSoftmax {
               const float p = nt % 8 >= 8 - Exp::kPolyEighths ? exp2_fma(x) : ptx::ex2_approx(x);
               s[mt][nt][hr * 2 + e] = p;
               if constexpr (!Exp::kSumTree) row_sum += p;
+            }
+          }
+#pragma unroll
+          for (int nt = 0; nt < kNTiles && Exp::kPacked16; ++nt) {  // a lane's pair at once
+            const bool poly = nt % 8 >= 8 - Exp::kPolyEighths;
+            float x[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float v = map(s[mt][nt][hr * 2 + e]);
+              x[e] = Exp::kFusedExponent ? fmaf(v, scale_log2, ref_log2)
+                                         : (v - ref[mt][hr]) * scale_log2;
+            }
+            float p[2];
+            if (!poly) {
+              ptx::ex2_approx_f16x2(x[0], x[1], p[0], p[1]);
+            } else {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) p[e] = exp2_fma(x[e]);
+            }
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              s[mt][nt][hr * 2 + e] = p[e];
+              if constexpr (!Exp::kSumTree) row_sum += p[e];
             }
           }
           if constexpr (Exp::kSumTree) {
