@@ -7,7 +7,8 @@
 // 52), the long-row tiles against the short ones around tiles.h fwd_short_rows_sm90's causal
 // bound, now that only the long tiles take the shift; `persist4k` (session 53), the persistent
 // grid against the library's causal schedule around 4k keys; `packedexp` (session 53), the
-// exponentials two per SFU instruction. tune_fwd90.cu runs them
+// exponentials two per SFU instruction; `shortlongnc`, `shortlong` with non-causal calls.
+// tune_fwd90.cu runs them
 // through run_serial_mode / run_order_mode;
 // -DTUNE_FWD90_SERIAL_ONLY builds these modes alone.
 //
@@ -256,6 +257,20 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
       ab_sweep<64, LibOf<64, fa::kStaticVariant, true>, LibPacked<64, fa::kStaticVariant, true>>(
           "d64 128x128 packed", b, true, {1024});
       ab_sweep<128, LibOf<128>, LibPacked<128>>("d128 128x176 packed", b, true, {4096, 16384});
+    }
+    return true;
+  }
+  if (mode == "shortlongnc") {
+    // `shortlong` with the non-causal calls too, at the lengths where the bench's forward is
+    // below cuDNN on the H200 (df8d3c6: d 64 1k non-causal 0.94, d 128 non-causal 1k / 2k / 4k
+    // 0.95 / 0.98 / 0.96): A the long-row tile, B the short one (d 64 takes B for up to 1024
+    // query rows, d 128 only for causal calls up to 3k keys).
+    g_library_schedule = true;
+    for (int rep = 0; rep < 2; ++rep) {
+      ab_sweep<64, LibStatic<64>, LibStatic<64, true>>("d64 192x128 | 128x128", b, true,
+                                                       {512, 768, 1024});
+      ab_sweep<128, LibStatic<128>, LibStatic<128, true>>("d128 128x176 | 128x128", b, true,
+                                                          {1024, 2048, 4096});
     }
     return true;
   }
