@@ -7,7 +7,8 @@
 // 52), the long-row tiles against the short ones around tiles.h fwd_short_rows_sm90's causal
 // bound, now that only the long tiles take the shift; `persist4k` (session 53), the persistent
 // grid against the library's causal schedule around 4k keys; `packedexp` (session 53), the
-// exponentials two per SFU instruction; `shortlongnc`, `shortlong` with non-causal calls.
+// exponentials two per SFU instruction; `shortlongnc`, `shortlong` with non-causal calls;
+// `doubleq`, two Q buffers.
 // tune_fwd90.cu runs them
 // through run_serial_mode / run_order_mode;
 // -DTUNE_FWD90_SERIAL_ONLY builds these modes alone.
@@ -244,7 +245,27 @@ using LibPacked =
 template <int kHeadDim, int kVariant = fa::kStaticVariant, bool kShort = false>
 using LibOf = typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, false>::Type;
 
+// The library's configuration of variant kVariant at a head dim with two Q buffers
+// (FwdTraits kDoubleQ; `doubleq`).
+template <int kHeadDim, bool kShort = false>
+using LibDoubleQ = typename fa::sm90::LibraryFwdTraits<kHeadDim, fa::kStaticVariant, kShort,
+                                                       false, false, true>::Type;
+
 inline bool run_order_mode(const std::string& mode, const Buffers& b) {
+  if (mode == "doubleq") {
+    // Two Q buffers (B: FwdTraits kDoubleQ, the next tile's Q loaded during this one) against
+    // the library's one (A), the library's schedule (persistent where a CTA walks several
+    // tiles), interleaved, two passes. d 128's 128 x 176 has no room for a second Q; d 256's
+    // tiles stage O in Q's buffer.
+    g_library_schedule = true;
+    for (int rep = 0; rep < 2; ++rep) {
+      ab_sweep<64, LibStatic<64, true>, LibDoubleQ<64, true>>("d64 128x128 2Q", b, true, {1024});
+      ab_sweep<64, LibStatic<64>, LibDoubleQ<64>>("d64 192x128 2Q", b, true, {2048, 4096});
+      ab_sweep<128, LibStatic<128, true>, LibDoubleQ<128, true>>("d128 128x128 2Q", b, true,
+                                                                 {1024, 2048});
+    }
+    return true;
+  }
   if (mode == "packedexp") {
     // The SFU's exponentials two per instruction (B: FwdTraits kPackedExp, ex2.approx.f16x2)
     // against the library's one (A), the library's schedule, interleaved, two passes; worth it

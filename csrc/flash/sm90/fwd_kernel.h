@@ -70,7 +70,8 @@ namespace flashattn_cu::sm90 {
 enum class BlockHalf : int { kWhole, kLow, kHigh };
 
 // One consumer warpgroup's work on one tile: its 64 query rows against the tile's key blocks,
-// then the epilogue. `ring` / `q_parity`: the CTA's key-block steps and Q phases so far.
+// then the epilogue. `ring` / `q_tiles`: the CTA's key-block steps and tiles with key blocks
+// so far (fwd_work.h RingSlot / QSlot).
 // `ahead()` (called once) works out the CTA's next tile while the last P V runs on the tensor
 // cores: its index arithmetic (integer divisions, MUFU-based) took ~1,100 cycles a tile between
 // one tile's epilogue and the next one's first GEMM (tune_fwd90 `phases`, benchmarks/NOTES.md
@@ -78,7 +79,7 @@ enum class BlockHalf : int { kWhole, kLow, kHigh };
 template <typename Element, typename Traits, int kVariant, typename Turns, typename Ahead>
 __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWork& w,
                                              uint32_t s_base, int consumer, int ring,
-                                             uint32_t q_parity, const Turns& turns,
+                                             int q_tiles, const Turns& turns,
                                              FwdClock<Traits::kStamps>& clock, Ahead&& ahead) {
   const FwdKernelParams& kp = tp.kp;
   clock.mark(kPhaseSchedule);
@@ -101,7 +102,8 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   const int head = w.tile.head, batch = w.tile.batch, m_start = w.m_start;
   const int warp_row0 = consumer * 64 + (warp % 4) * 16;  // this warp's 16 rows in the tile
   const uint32_t bars = s_base + Traits::kOffBarriers;
-  const uint32_t sQ = s_base + Traits::kOffQ;
+  const QSlot<Traits> qs(q_tiles);
+  const uint32_t sQ = s_base + Traits::kOffQ + qs.stage * Traits::kQBytes;
   auto k_tile = [&](int stage) { return s_base + Traits::kOffK + stage * Traits::kKVBytes; };
   auto v_tile = [&](int stage) { return s_base + Traits::kOffV + stage * Traits::kKVBytes; };
   // One arrival per consumer warp releases a buffer (its warpgroup's wgmmas reading it are done).
@@ -321,7 +323,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       after_s();
       release(Traits::kBarKEmpty + slot.stage);
       // The tile's last S has landed (kOInQ: Q's buffer is released by the epilogue's stores).
-      if (!Traits::kOInQ && i == w.num_blocks - 1) release(Traits::kBarQEmpty);
+      if (!Traits::kOInQ && i == w.num_blocks - 1) release(Traits::kBarQEmpty + qs.stage);
       scores_to_p(w.blocks.end - 1 - i, ref, rescale);
       drop_p(w.blocks.end - 1 - i);
     };
@@ -340,7 +342,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       ptx::fence_operand(acc_o[0]);
       release(Traits::kBarVEmpty + slot.stage);
     };
-    ptx::mbarrier_wait_parity(bars + 8 * Traits::kBarQFull, q_parity);
+    ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarQFull + qs.stage), qs.parity);
     clock.mark(kPhaseQWait);
     // The walk's first block is the tile's last key block. With sequence arrays its rows past
     // the entry's keys lie inside the tensor maps (which end at total_k, or at seqlen_k past a
@@ -421,7 +423,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         ptx::fence_operand(acc_s[0]);
         clock.step(kStepS);
         release(Traits::kBarKEmpty + slot.stage);
-        if (!Traits::kOInQ && i == w.num_blocks - 1) release(Traits::kBarQEmpty);
+        if (!Traits::kOInQ && i == w.num_blocks - 1) release(Traits::kBarQEmpty + qs.stage);
         scores_to_p(w.blocks.end - 1 - i, ref, rescale);
         drop_p(w.blocks.end - 1 - i);
         clock.step(kStepExp);
@@ -540,7 +542,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   // (whichever epilogue ran: the barrier counts one arrival per consumer of a tile with Q).
   if (Traits::kOInQ && w.num_blocks > 0 && leader) {
     if (via_tma) ptx::tma_store_wait<0>();
-    ptx::mbarrier_arrive(bars + 8 * Traits::kBarQEmpty);
+    ptx::mbarrier_arrive(bars + 8 * (Traits::kBarQEmpty + qs.stage));
   }
   clock.mark(kPhaseEpilogue);
   clock.count(w.num_blocks);
@@ -573,8 +575,11 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   const uint32_t s_base = (ptx::smem_u32(smem_raw) + 1023u) & ~1023u;  // sw128 atoms
   const uint32_t bars = s_base + Traits::kOffBarriers;
   if (tid == 0) {
-    ptx::mbarrier_init(bars + 8 * Traits::kBarQFull, 1);
-    ptx::mbarrier_init(bars + 8 * Traits::kBarQEmpty, Traits::kQEmptyArrivals);
+#pragma unroll
+    for (int s = 0; s < Traits::kQStages; ++s) {
+      ptx::mbarrier_init(bars + 8 * (Traits::kBarQFull + s), 1);
+      ptx::mbarrier_init(bars + 8 * (Traits::kBarQEmpty + s), Traits::kQEmptyArrivals);
+    }
 #pragma unroll
     for (int s = 0; s < Traits::kStages; ++s) {
       ptx::mbarrier_init(bars + 8 * (Traits::kBarKFull + s), 1);
@@ -599,7 +604,7 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   const PingPong<Traits::kPingPong> turns{consumer};
   turns.start();
   int ring = 0;
-  uint32_t q_parity = 0;
+  int q_tiles = 0;
   FwdClock<Traits::kStamps> clock;
   clock.start();
   auto finish = [&] {
@@ -614,7 +619,7 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
           fwd_work<kDynamic, kSeqlens, Traits::kBlockM, Traits::kBlockN, true, kEntryShift>(
               p, static_cast<int>(blockIdx.x), num_m, 0, 0, tp.m_shift);
       if (!w.skip) {
-        consume_tile<Element, Traits, kVariant>(tp, w, s_base, consumer, ring, q_parity, turns,
+        consume_tile<Element, Traits, kVariant>(tp, w, s_base, consumer, ring, q_tiles, turns,
                                                 clock, [] {});
       }
     }
@@ -644,11 +649,11 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
     if (w.skip) {
       ahead();
     } else {
-      consume_tile<Element, Traits, kVariant>(tp, w, s_base, consumer, ring, q_parity, turns,
+      consume_tile<Element, Traits, kVariant>(tp, w, s_base, consumer, ring, q_tiles, turns,
                                               clock, ahead);
       if (w.num_blocks > 0) {
         ring += w.num_blocks;
-        q_parity ^= 1;
+        ++q_tiles;
       }
     }
     index = next_index;

@@ -197,9 +197,10 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
 }
 
 // The configuration tiles.h picks for kernel variant kVariant (kShort: fwd_tile_sm90_short's;
-// kBounded: the bounded reference's instance, FwdTraits kBoundedRef; kPackedExp: FwdTraits
-// kPackedExp, the harness's A/B only).
-template <int kHeadDim, int kVariant, bool kShort, bool kBounded, bool kPackedExp = false>
+// kBounded: the bounded reference's instance, FwdTraits kBoundedRef; kPackedExp / kDoubleQ:
+// FwdTraits kPackedExp / kDoubleQ, the harness's A/Bs only).
+template <int kHeadDim, int kVariant, bool kShort, bool kBounded, bool kPackedExp = false,
+          bool kDoubleQ = false>
 struct LibraryFwdTraits {
   static constexpr FwdTileSm90 kTile =
       fwd_serial_sm90(kHeadDim, kVariant == kStaticVariant && !kShort)
@@ -223,7 +224,7 @@ struct LibraryFwdTraits {
                          fwd_sum_tree_sm90(kHeadDim, variant_softcap(kVariant)),
                          fwd_mods_per_tile_sm90(kHeadDim, kStaticAlibi),
                          fwd_cap_interleave_sm90(kHeadDim, kCapVariant, kStaticSoftcap), kBounded,
-                         false, kTile.serial, kPackedExp>;
+                         false, kTile.serial, kPackedExp, kDoubleQ>;
 };
 
 template <typename Element, int kHeadDim, int kVariant, bool kShort = false>

@@ -20,8 +20,8 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
   const FwdParams& p = tp.kp.p;
   const uint32_t bars = s_base + Traits::kOffBarriers;
   const int group = p.num_heads / p.num_heads_k;
-  int ring = 0;           // key-block steps so far
-  uint32_t q_parity = 0;  // tiles with key blocks so far, mod 2
+  int ring = 0;     // key-block steps so far
+  int q_tiles = 0;  // tiles with key blocks so far (fwd_work.h QSlot)
 #pragma unroll 1
   for (int k = 0, index = blockIdx.x; index < num_tiles;
        index = cta_tile_index(++k, blockIdx.x, gridDim.x)) {
@@ -34,13 +34,16 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
     const int head_k = w.tile.head / group;
 
     auto load_q = [&] {
-      ptx::mbarrier_wait_parity(bars + 8 * Traits::kBarQEmpty, q_parity ^ 1);
-      ptx::mbarrier_arrive_expect_tx(bars + 8 * Traits::kBarQFull, Traits::kQBytes);
+      const QSlot<Traits> qs(q_tiles);
+      const uint32_t q_full = bars + 8 * (Traits::kBarQFull + qs.stage);
+      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarQEmpty + qs.stage), qs.parity ^ 1);
+      ptx::mbarrier_arrive_expect_tx(q_full, Traits::kQBytes);
 #pragma unroll
       for (int a = 0; a < Traits::kAtoms; ++a) {
         const int32_t c[4] = {a * 64, qm.row0 + w.m_start, w.tile.head, qm.batch};
-        ptx::tma_load<4>(s_base + Traits::kOffQ + a * Traits::kBlockM * 128, &tp.q_map,
-                         bars + 8 * Traits::kBarQFull, c);
+        ptx::tma_load<4>(s_base + Traits::kOffQ + qs.stage * Traits::kQBytes +
+                             a * Traits::kBlockM * 128,
+                         &tp.q_map, q_full, c);
       }
     };
     // With O staged in Q's buffer (Traits::kOInQ) Q is free only after the last tile's stores:
@@ -72,7 +75,7 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
       if (Traits::kOInQ && i == 0) load_q();
     }
     ring += w.num_blocks;
-    q_parity ^= 1;
+    ++q_tiles;
   }
 }
 

@@ -39,9 +39,15 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           bool kEarlyRescale_ = false, bool kMaxTree_ = false, bool kSumTree_ = false,
           bool kModsPerTile_ = true, bool kCapInterleave_ = false,
           bool kBoundedRef_ = false, bool kSumsUnderS_ = false, bool kSerialPV_ = false,
-          bool kPackedExp_ = false>
+          bool kPackedExp_ = false, bool kDoubleQ_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // Two Q buffers, which the CTA's tiles with key blocks take in turn (fwd_work.h QSlot), so the
+  // producer loads the next tile's Q while this one runs instead of once its last S GEMMs are
+  // done: the phase clocks (benchmarks/NOTES.md 12.9) had a tile's first GEMM wait 250-480
+  // cycles for its Q on the persistent grid. A tuning knob (tune_fwd90 `doubleq`); not with O
+  // staged in Q's buffer (kOInQ).
+  static constexpr bool kDoubleQ = kDoubleQ_;
   // The SFU's exponentials two per instruction (common/softmax.h ExpPolicy kPacked16: fp16
   // exponents and results, ex2.approx.f16x2): a tuning knob (tune_fwd90 `packedexp`), off in the
   // library; worth it only where the SFU runs the packed form at twice the f32 form's results
@@ -140,20 +146,22 @@ struct FwdTraits {
   static constexpr int kDTiles = kHeadDim / 8;         // 8-column accumulator tiles of O
   static constexpr uint32_t kQBytes = kAtoms * kBlockM * 128;
   static constexpr uint32_t kKVBytes = kAtoms * kBlockN * 128;
-  // Shared memory: Q, kStages K tiles, kStages V tiles (each atom 1024-byte aligned: kBlockM and
-  // kBlockN are multiples of 8), then the barriers.
+  static constexpr int kQStages = kDoubleQ ? 2 : 1;  // Q buffers
+  // Shared memory: kQStages Q tiles, kStages K tiles, kStages V tiles (each atom 1024-byte
+  // aligned: kBlockM and kBlockN are multiples of 8), then the barriers.
   static constexpr uint32_t kOffQ = 0;
-  static constexpr uint32_t kOffK = kOffQ + kQBytes;
+  static constexpr uint32_t kOffK = kOffQ + kQStages * kQBytes;
   static constexpr uint32_t kOffV = kOffK + kStages * kKVBytes;
   static constexpr uint32_t kOffBarriers = kOffV + kStages * kKVBytes;
-  // Barrier indices: Q full, Q empty, then per stage K full, V full, K empty, V empty.
+  // Barrier indices: Q full and Q empty per Q buffer, then per stage K full, V full, K empty,
+  // V empty.
   static constexpr int kBarQFull = 0;
-  static constexpr int kBarQEmpty = 1;
-  static constexpr int kBarKFull = 2;
-  static constexpr int kBarVFull = 2 + kStages;
-  static constexpr int kBarKEmpty = 2 + 2 * kStages;
-  static constexpr int kBarVEmpty = 2 + 3 * kStages;
-  static constexpr int kNumBarriers = 2 + 4 * kStages;
+  static constexpr int kBarQEmpty = kQStages;
+  static constexpr int kBarKFull = 2 * kQStages;
+  static constexpr int kBarVFull = kBarKFull + kStages;
+  static constexpr int kBarKEmpty = kBarKFull + 2 * kStages;
+  static constexpr int kBarVEmpty = kBarKFull + 3 * kStages;
+  static constexpr int kNumBarriers = 2 * kQStages + 4 * kStages;
   // kTmaStoreO 1: each consumer's O staging, kAtoms boxes of 64 rows x 128 bytes, after the
   // barriers (1024-byte aligned: sw128).
   static constexpr uint32_t kOBoxBytes = 64 * 128;
@@ -167,6 +175,7 @@ struct FwdTraits {
   static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
 
   static_assert(kConsumers == 2 || kConsumers == 3, "2 or 3 consumer warpgroups");
+  static_assert(!kDoubleQ || !kOInQ, "kDoubleQ: not with O staged in Q's buffer");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key blocks of whole k16 steps, wgmma N <= 256");
   static_assert(kHeadDim % 16 == 0, "head dims of whole k16 steps");
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");

@@ -154,6 +154,16 @@ __device__ __forceinline__ int kernel_defer_m(const FwdTmaParams& tp) {
 
 // Where step i of the CTA's key-block walk (counted over all its tiles) reads its K/V buffer,
 // and the phase parity it waits for.
+// Q's buffer and its barriers' phase for the CTA's tile that is its `tiles`-th with key blocks
+// (FwdTraits kQStages: one buffer, or two in turn).
+template <typename Traits>
+struct QSlot {
+  int stage;
+  uint32_t parity;
+  __device__ __forceinline__ explicit QSlot(int tiles)
+      : stage(tiles % Traits::kQStages), parity((tiles / Traits::kQStages) & 1) {}
+};
+
 template <typename Traits>
 struct RingSlot {
   int stage;
