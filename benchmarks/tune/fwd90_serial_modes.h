@@ -134,14 +134,18 @@ void order_ab(const char* name, const Buffers& b, const std::vector<int>& seqlen
 // `orders`: the library's causal schedule (tiles.h fwd_causal_persistent_sm90 /
 // fwd_causal_order_sm90, since session 50) against the one before it (B / A): the persistent
 // grid at d <= 128 up to 4k keys, else one CTA per tile head after head; interleaved (ab_ms),
-// outputs checked against the sm80 kernel. Where both are the same schedule the ratio is noise.
+// both outputs checked against the sm80 kernel. Where both are the same schedule the ratio is
+// noise. persistent: A is the persistent grid at every length (`persist4k`, session 53: around
+// 4k keys, where that session's `orders` on the H200 had the persistent grid 4.7% / 8.7% faster
+// at d 128 / 64 and the H100 of session 51 7% slower; benchmarks/NOTES.md 12.63).
 template <int kHeadDim, typename Traits>
-void library_order_ab(const char* name, const Buffers& b, const std::vector<int>& seqlens) {
+void library_order_ab(const char* name, const Buffers& b, const std::vector<int>& seqlens,
+                      bool persistent = false) {
   for (int seqlen : seqlens) {
     const fa::FwdParams p = causal_case<kHeadDim>(b, seqlen);
     auto before = [&] {
       g_library_schedule = false;
-      g_causal_persistent = kHeadDim <= 128 && seqlen <= 4096;
+      g_causal_persistent = persistent || (kHeadDim <= 128 && seqlen <= 4096);
       g_causal_order = 0;
       return run_sm90<Traits>(p);
     };
@@ -149,19 +153,23 @@ void library_order_ab(const char* name, const Buffers& b, const std::vector<int>
       g_library_schedule = true;
       return run_sm90<Traits>(p);
     };
-    fa::Status st;
-    const float diff = checked_diff(b, p, library, &st);
+    fa::Status st_a, st_b;
+    const float diff_a = checked_diff(b, p, before, &st_a);
+    const float diff_b = checked_diff(b, p, library, &st_b);
     const AbTimes t = ab_ms([&] { before(); }, [&] { library(); }, 30, 4);
     const double flops = call_flops(p, kNoMods);
-    std::printf("%-20s d=%3d s=%5d causal, order %2d%s: before %6.1f  library %6.1f TFLOP/s  "
-                "B/A time %.3f  max|diff| %.1e%s\n",
+    const bool ok = st_a == fa::Status::kSuccess && st_b == fa::Status::kSuccess &&
+                    diff_a < 2e-2f && diff_b < 2e-2f;
+    std::printf("%-20s d=%3d s=%5d causal, order %2d%s: %s %6.1f  library %6.1f TFLOP/s  "
+                "B/A time %.3f  max|diff| %.1e %.1e%s\n",
                 name, kHeadDim, seqlen, fa::sm90::causal_order(p),
-                fa::sm90::causal_persistent(p) ? " (persistent)" : "", flops / t.a_ms * 1e-9,
-                flops / t.b_ms * 1e-9, t.b_over_a, diff,
-                st == fa::Status::kSuccess && diff < 2e-2f ? "" : "  WRONG");
+                fa::sm90::causal_persistent(p) ? " (persistent)" : "",
+                persistent ? "persistent" : "before", flops / t.a_ms * 1e-9, flops / t.b_ms * 1e-9,
+                t.b_over_a, diff_a, diff_b, ok ? "" : "  WRONG");
     std::fflush(stdout);
   }
   g_library_schedule = true;
+  g_causal_persistent = true;
   g_causal_order = 0;
 }
 
@@ -197,44 +205,6 @@ void last_aligned_ab(const char* name, const Buffers& b, const std::vector<int>&
   }
   g_last_aligned = true;
   g_shift_tma = false;
-}
-
-// `persist4k` (session 53): the persistent grid (A, fwd_schedule's causal_persistent) against
-// the library's causal schedule (B) around 4k keys, where session 53's `orders` on the H200 had
-// the persistent grid 4.7% / 8.7% faster at d 128 / 64 and the H100 (session 51) 7% slower
-// (benchmarks/NOTES.md 12.63): the lengths on both sides of the bound, interleaved, outputs
-// checked against the sm80 kernel. Where the library is persistent the ratio is noise.
-template <int kHeadDim, typename Traits>
-void persistent_ab(const char* name, const Buffers& b, const std::vector<int>& seqlens) {
-  for (int seqlen : seqlens) {
-    const fa::FwdParams p = causal_case<kHeadDim>(b, seqlen);
-    auto persistent = [&] {
-      g_library_schedule = false;
-      g_causal_persistent = true;
-      g_causal_order = 0;
-      return run_sm90<Traits>(p);
-    };
-    auto library = [&] {
-      g_library_schedule = true;
-      return run_sm90<Traits>(p);
-    };
-    fa::Status st_a, st_b;
-    const float diff_a = checked_diff(b, p, persistent, &st_a);
-    const float diff_b = checked_diff(b, p, library, &st_b);
-    const AbTimes t = ab_ms([&] { persistent(); }, [&] { library(); }, 30, 4);
-    const double flops = call_flops(p, kNoMods);
-    const bool ok = st_a == fa::Status::kSuccess && st_b == fa::Status::kSuccess &&
-                    diff_a < 2e-2f && diff_b < 2e-2f;
-    std::printf("%-20s d=%3d s=%5d causal, library order %2d%s: persistent %6.1f  library %6.1f "
-                "TFLOP/s  B/A time %.3f  max|diff| %.1e %.1e%s\n",
-                name, kHeadDim, seqlen, fa::sm90::causal_order(p),
-                fa::sm90::causal_persistent(p) ? " (persistent)" : "", flops / t.a_ms * 1e-9,
-                flops / t.b_ms * 1e-9, t.b_over_a, diff_a, diff_b, ok ? "" : "  WRONG");
-    std::fflush(stdout);
-  }
-  g_library_schedule = true;
-  g_causal_persistent = true;
-  g_causal_order = 0;
 }
 
 // The library's configuration of variant kVariant at a head dim with FwdTraits kPackedExp on
@@ -297,8 +267,10 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
   }
   if (mode == "persist4k") {
     for (int rep = 0; rep < 2; ++rep) {
-      persistent_ab<64, LibStatic<64>>("d64 192x128", b, {3072, 3584, 4096, 4608, 5120, 6144});
-      persistent_ab<128, LibStatic<128>>("d128 128x176", b, {3584, 4096, 4608, 5120, 6144});
+      library_order_ab<64, LibStatic<64>>("d64 192x128", b, {3072, 3584, 4096, 4608, 5120, 6144},
+                                          true);
+      library_order_ab<128, LibStatic<128>>("d128 128x176", b, {3584, 4096, 4608, 5120, 6144},
+                                            true);
     }
     return true;
   }

@@ -12,62 +12,49 @@
 #include <cstdio>
 #include <vector>
 
-#define OP_F32(name, inst)                                                        \
+// Each op: its register type T (float, or two 16-bit halves in a 32-bit register), a chain's
+// start value start(i), the instructions of one step apply() (asm text over %0 = out, %1 = in),
+// and the results a step gives (kResults).
+#define OP(name, text, Type, reg, results, start_value, asm_text)                 \
   struct name {                                                                   \
-    static const char* label() { return inst; }                                   \
-    __device__ static float apply(float x) {                                      \
-      float y;                                                                    \
-      asm volatile(inst " %0, %1;" : "=f"(y) : "f"(x));                           \
+    using T = Type;                                                               \
+    static constexpr int kResults = results;                                      \
+    __device__ static T start(int i) { return start_value; }                      \
+    static const char* label() { return text; }                                   \
+    __device__ static T apply(T x) {                                              \
+      T y;                                                                        \
+      asm volatile(asm_text : "=" reg(y) : reg(x));                               \
       return y;                                                                   \
     }                                                                             \
   };
-OP_F32(Tanh, "tanh.approx.f32")
-OP_F32(Ex2, "ex2.approx.ftz.f32")
-struct Fma {
-  static const char* label() { return "fma.rn.f32 (reference: FMA pipe)"; }
-  __device__ static float apply(float x) { return fmaf(x, 0.999f, 0.0001f); }
-};
+OP(Fma, "fma.rn.f32 (reference: FMA pipe)", float, "f", 1, 0.001f * i,
+   "fma.rn.f32 %0, %1, 0f3F7FBE77, 0f38D1B717;")
+OP(Ex2, "ex2.approx.ftz.f32", float, "f", 1, 0.001f * i, "ex2.approx.ftz.f32 %0, %1;")
+OP(Tanh, "tanh.approx.f32", float, "f", 1, 0.001f * i, "tanh.approx.f32 %0, %1;")
 // One tanh and one exp2 per element, as softcap's softmax does.
-struct TanhEx2 {
-  static const char* label() { return "tanh.approx.f32 + ex2.approx.f32 (per result pair)"; }
-  __device__ static float apply(float x) {
-    float y;
-    asm volatile("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-    asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(y));
-    return y;
-  }
-};
-
-// Packed 16-bit forms: apply() on a 32-bit register of two halves (results() = 2).
-#define OP_B32(name, inst)                                                        \
-  struct name {                                                                   \
-    static const char* label() { return inst " (2 results)"; }                    \
-    __device__ static unsigned apply(unsigned x) {                                \
-      unsigned y;                                                                 \
-      asm volatile(inst " %0, %1;" : "=r"(y) : "r"(x));                           \
-      return y;                                                                   \
-    }                                                                             \
-  };
-OP_B32(Ex2F16x2, "ex2.approx.f16x2")
-OP_B32(Ex2Bf16x2, "ex2.approx.ftz.bf16x2")
-OP_B32(TanhF16x2, "tanh.approx.f16x2")
-OP_B32(TanhBf16x2, "tanh.approx.bf16x2")
+OP(TanhEx2, "tanh.approx.f32 + ex2.approx.f32 (per result pair)", float, "f", 1, 0.001f * i,
+   "tanh.approx.f32 %0, %1;\n ex2.approx.ftz.f32 %0, %0;")
+// Packed 16-bit forms (two results a step; start ~1.0 in each fp16 half).
+OP(Ex2F16x2, "ex2.approx.f16x2 (2 results)", unsigned, "r", 2, 0x3c003c00u + i,
+   "ex2.approx.f16x2 %0, %1;")
+OP(Ex2Bf16x2, "ex2.approx.ftz.bf16x2 (2 results)", unsigned, "r", 2, 0x3c003c00u + i,
+   "ex2.approx.ftz.bf16x2 %0, %1;")
+OP(TanhF16x2, "tanh.approx.f16x2 (2 results)", unsigned, "r", 2, 0x3c003c00u + i,
+   "tanh.approx.f16x2 %0, %1;")
+OP(TanhBf16x2, "tanh.approx.bf16x2 (2 results)", unsigned, "r", 2, 0x3c003c00u + i,
+   "tanh.approx.bf16x2 %0, %1;")
 // One packed tanh and one packed exp2 per pair of elements (softcap on 16-bit units).
-struct TanhEx2Bf16x2 {
-  static const char* label() { return "tanh.approx.bf16x2 + ex2.approx.ftz.bf16x2 (per pair)"; }
-  __device__ static unsigned apply(unsigned x) {
-    unsigned y;
-    asm volatile("tanh.approx.bf16x2 %0, %1;" : "=r"(y) : "r"(x));
-    asm volatile("ex2.approx.ftz.bf16x2 %0, %1;" : "=r"(y) : "r"(y));
-    return y;
-  }
-};
+OP(TanhEx2Bf16x2, "tanh.approx.bf16x2 + ex2.approx.ftz.bf16x2 (per pair)", unsigned, "r", 2,
+   0x3c003c00u + i, "tanh.approx.bf16x2 %0, %1;\n ex2.approx.ftz.bf16x2 %0, %0;")
+
+__device__ inline unsigned bits(float x) { return __float_as_uint(x); }
+__device__ inline unsigned bits(unsigned x) { return x; }
 
 template <typename Op>
-__global__ void chains_b32(float* out, long long* cycles, int iters) {
-  unsigned v[8];
+__global__ void chains(float* out, long long* cycles, int iters) {
+  typename Op::T v[8];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = 0x3c003c00u + threadIdx.x + j;  // ~1.0 in each half
+  for (int j = 0; j < 8; ++j) v[j] = Op::start(threadIdx.x + j);
   __syncthreads();
   const long long t0 = clock64();
   for (int i = 0; i < iters; ++i) {
@@ -78,49 +65,24 @@ __global__ void chains_b32(float* out, long long* cycles, int iters) {
   const long long t1 = clock64();
   unsigned s = 0;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) s ^= v[j];
-  if (s == 12345u) out[0] = static_cast<float>(s);  // keeps the chains live
+  for (int j = 0; j < 8; ++j) s ^= bits(v[j]);
+  if (s == 12345u) out[0] = 1.f;  // keeps the chains live
   if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
 }
 
 template <typename Op>
-__global__ void chains(float* out, long long* cycles, int iters) {
-  float v[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = 0.001f * (threadIdx.x + j);
-  __syncthreads();
-  const long long t0 = clock64();
-  for (int i = 0; i < iters; ++i) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = Op::apply(v[j]);
-  }
-  __syncthreads();
-  const long long t1 = clock64();
-  float s = 0.f;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) s += v[j];
-  if (s == 12345.f) out[0] = s;  // keeps the chains live
-  if (threadIdx.x == 0) cycles[blockIdx.x] = t1 - t0;
-}
-
-template <typename Op, bool kPacked = false>
 void run(int sms) {
   const int threads = 1024, iters = 4096;
   float* out;
   long long* cyc;
   cudaMalloc(&out, 4);
   cudaMalloc(&cyc, sms * 8);
-  if constexpr (kPacked) {
-    chains_b32<Op><<<sms, threads>>>(out, cyc, 16);
-    chains_b32<Op><<<sms, threads>>>(out, cyc, iters);
-  } else {
-    chains<Op><<<sms, threads>>>(out, cyc, 16);
-    chains<Op><<<sms, threads>>>(out, cyc, iters);
-  }
+  chains<Op><<<sms, threads>>>(out, cyc, 16);
+  chains<Op><<<sms, threads>>>(out, cyc, iters);
   std::vector<long long> h(sms);
   cudaMemcpy(h.data(), cyc, sms * 8, cudaMemcpyDeviceToHost);
   std::sort(h.begin(), h.end());
-  const double per_clk = double(threads) * iters * 8 * (kPacked ? 2 : 1) / double(h[sms / 2]);
+  const double per_clk = double(threads) * iters * 8 * Op::kResults / double(h[sms / 2]);
   std::printf("%-60s %7.2f results / clock / SM\n", Op::label(), per_clk);
   cudaFree(out);
   cudaFree(cyc);
@@ -186,11 +148,11 @@ int main() {
   run<Ex2>(sms);
   run<Tanh>(sms);
   run<TanhEx2>(sms);
-  run<Ex2F16x2, true>(sms);
-  run<Ex2Bf16x2, true>(sms);
-  run<TanhF16x2, true>(sms);
-  run<TanhBf16x2, true>(sms);
-  run<TanhEx2Bf16x2, true>(sms);
+  run<Ex2F16x2>(sms);
+  run<Ex2Bf16x2>(sms);
+  run<TanhF16x2>(sms);
+  run<TanhBf16x2>(sms);
+  run<TanhEx2Bf16x2>(sms);
   accuracy<Ex2F16x2>(-24.f, 0.f, false, true);
   accuracy<Ex2Bf16x2>(-24.f, 0.f, true, true);
   accuracy<TanhF16x2>(-12.f, 12.f, false, false);

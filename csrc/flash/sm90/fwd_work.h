@@ -152,24 +152,22 @@ __device__ __forceinline__ int kernel_defer_m(const FwdTmaParams& tp) {
   return kDynamic && Traits::kHeadDim <= 128 ? tp.defer_m : 0;
 }
 
+// The buffer that use i (counted from 0) of a ring of kBuffers takes, and the phase parity of
+// its barriers that use waits for.
+template <int kBuffers>
+struct Slot {
+  int stage;
+  uint32_t parity;
+  __device__ __forceinline__ explicit Slot(int i)
+      : stage(i % kBuffers), parity((i / kBuffers) & 1) {}
+};
 // Where step i of the CTA's key-block walk (counted over all its tiles) reads its K/V buffer,
 // and the phase parity it waits for.
-// Q's buffer and its barriers' phase for the CTA's tile that is its `tiles`-th with key blocks
+template <typename Traits>
+using RingSlot = Slot<Traits::kStages>;
+// Q's buffer and its barriers' phase for the CTA's tile that is its i-th with key blocks
 // (FwdTraits kQStages: one buffer, or two in turn).
 template <typename Traits>
-struct QSlot {
-  int stage;
-  uint32_t parity;
-  __device__ __forceinline__ explicit QSlot(int tiles)
-      : stage(tiles % Traits::kQStages), parity((tiles / Traits::kQStages) & 1) {}
-};
-
-template <typename Traits>
-struct RingSlot {
-  int stage;
-  uint32_t parity;
-  __device__ __forceinline__ explicit RingSlot(int i)
-      : stage(i % Traits::kStages), parity((i / Traits::kStages) & 1) {}
-};
+using QSlot = Slot<Traits::kQStages>;
 
 }  // namespace flashattn_cu::sm90
