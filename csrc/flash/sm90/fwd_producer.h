@@ -12,7 +12,8 @@
 namespace flashattn_cu::sm90 {
 
 // The producer: one thread issues, tile after tile, Q's load (once the consumers are done with
-// the last tile's Q), then K and V of each visited key block, last first, into the ring.
+// the Q before it in its buffer: the last tile's, or with FwdTraits kDoubleQ the one before),
+// then K and V of each visited key block, last first, into the ring.
 template <typename Traits, bool kDynamic, bool kSeqlens, bool kCompact, bool kEntryShift>
 __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s_base, int num_m,
                                               int num_tiles) {
