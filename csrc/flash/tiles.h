@@ -299,6 +299,24 @@ __host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90_short(int head_dim) {
   return FwdTileSm90{false, 0, 0, 0};
 }
 
+// Two tuning knobs of the sm90a forward (sm90/fwd_traits.h), off in the library until measured
+// (tune_fwd90 `packedexp` / `doubleq`, benchmarks/NOTES.md 12.64): a build with
+// -DFLASHATTN_CU_FWD_PACKED_EXP=1 gives the static variant's tiles at d = 64 FwdTraits
+// kPackedExp (the exponentials two per SFU instruction), one with -DFLASHATTN_CU_FWD_DOUBLE_Q=1
+// gives the static variant's tiles two Q buffers (FwdTraits kDoubleQ) where their shared memory
+// holds a second Q and O is not staged in Q's buffer (sm90/fwd_launch.h LibraryFwdTraits), so
+// that the suite and the bench can run with either before a rule is chosen.
+#ifndef FLASHATTN_CU_FWD_PACKED_EXP
+#define FLASHATTN_CU_FWD_PACKED_EXP 0
+#endif
+#ifndef FLASHATTN_CU_FWD_DOUBLE_Q
+#define FLASHATTN_CU_FWD_DOUBLE_Q 0
+#endif
+__host__ __device__ constexpr bool fwd_packed_exp_sm90(int head_dim) {
+  return FLASHATTN_CU_FWD_PACKED_EXP != 0 && head_dim == 64;
+}
+__host__ __device__ constexpr bool fwd_double_q_sm90() { return FLASHATTN_CU_FWD_DOUBLE_Q != 0; }
+
 // Whether a static-variant call of the head-dim instance `head_dim` takes fwd_tile_sm90_short's
 // tile (the measurements above: the last lengths at which it won). `plain`: a call without score
 // modifiers (the static variant itself); d = 128's plain causal calls keep the short tile up to
