@@ -254,19 +254,7 @@ struct OnlineSoftmax {
           float row_sum = 0.f;
           [[maybe_unused]] const float ref_log2 = -ref[mt][hr] * scale_log2;
 #pragma unroll
-          for (int nt = 0; nt < kNTiles && !Exp::kPacked16; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float v = map(s[mt][nt][hr * 2 + e]);
-              const float x = Exp::kFusedExponent ? fmaf(v, scale_log2, ref_log2)
-                                                  : (v - ref[mt][hr]) * scale_log2;
-              const float p = nt % 8 >= 8 - Exp::kPolyEighths ? exp2_fma(x) : ptx::ex2_approx(x);
-              s[mt][nt][hr * 2 + e] = p;
-              if constexpr (!Exp::kSumTree) row_sum += p;
-            }
-          }
-#pragma unroll
-          for (int nt = 0; nt < kNTiles && Exp::kPacked16; ++nt) {  // a lane's pair at once
+          for (int nt = 0; nt < kNTiles; ++nt) {
             const bool poly = nt % 8 >= 8 - Exp::kPolyEighths;
             float x[2];
 #pragma unroll
@@ -276,11 +264,11 @@ struct OnlineSoftmax {
                                          : (v - ref[mt][hr]) * scale_log2;
             }
             float p[2];
-            if (!poly) {
+            if (Exp::kPacked16 && !poly) {  // a lane's pair in one instruction
               ptx::ex2_approx_f16x2(x[0], x[1], p[0], p[1]);
             } else {
 #pragma unroll
-              for (int e = 0; e < 2; ++e) p[e] = exp2_fma(x[e]);
+              for (int e = 0; e < 2; ++e) p[e] = poly ? exp2_fma(x[e]) : ptx::ex2_approx(x[e]);
             }
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
