@@ -29,10 +29,11 @@
 #include "fwd90_harness.h"
 
 // The library's static-variant (plain attention) configuration at a head dim: its long-row tile,
-// or with kShort its short-row one (tiles.h fwd_short_rows_sm90).
-template <int kHeadDim, bool kShort = false>
-using LibStatic =
-    typename fa::sm90::LibraryFwdTraits<kHeadDim, fa::kStaticVariant, kShort, false>::Type;
+// or with kShort its short-row one (tiles.h fwd_short_rows_sm90); kPacked / kDoubleQ: with
+// FwdTraits kPackedExp / kDoubleQ on (`packedexp` / `doubleq`).
+template <int kHeadDim, bool kShort = false, bool kPacked = false, bool kDoubleQ = false>
+using LibStatic = typename fa::sm90::LibraryFwdTraits<kHeadDim, fa::kStaticVariant, kShort, false,
+                                                      kPacked, kDoubleQ>::Type;
 
 // Runs `mode` if it is this file's; false otherwise.
 inline bool run_serial_mode(const std::string& mode, const Buffers& b) {
@@ -207,20 +208,6 @@ void last_aligned_ab(const char* name, const Buffers& b, const std::vector<int>&
   g_shift_tma = false;
 }
 
-// The library's configuration of variant kVariant at a head dim with FwdTraits kPackedExp on
-// (`packedexp`).
-template <int kHeadDim, int kVariant = fa::kStaticVariant, bool kShort = false>
-using LibPacked =
-    typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, false, true>::Type;
-template <int kHeadDim, int kVariant = fa::kStaticVariant, bool kShort = false>
-using LibOf = typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, false>::Type;
-
-// The library's configuration of variant kVariant at a head dim with two Q buffers
-// (FwdTraits kDoubleQ; `doubleq`).
-template <int kHeadDim, bool kShort = false>
-using LibDoubleQ = typename fa::sm90::LibraryFwdTraits<kHeadDim, fa::kStaticVariant, kShort,
-                                                       false, false, true>::Type;
-
 inline bool run_order_mode(const std::string& mode, const Buffers& b) {
   if (mode == "doubleq") {
     // Two Q buffers (B: FwdTraits kDoubleQ, the next tile's Q loaded during this one) against
@@ -229,10 +216,13 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
     // tiles stage O in Q's buffer.
     g_library_schedule = true;
     for (int rep = 0; rep < 2; ++rep) {
-      ab_sweep<64, LibStatic<64, true>, LibDoubleQ<64, true>>("d64 128x128 2Q", b, true, {1024});
-      ab_sweep<64, LibStatic<64>, LibDoubleQ<64>>("d64 192x128 2Q", b, true, {2048, 4096});
-      ab_sweep<128, LibStatic<128, true>, LibDoubleQ<128, true>>("d128 128x128 2Q", b, true,
-                                                                 {1024, 2048});
+      ab_sweep<64, LibStatic<64, true>, LibStatic<64, true, false, true>>("d64 128x128 2Q", b,
+                                                                          true, {1024});
+      ab_sweep<64, LibStatic<64>, LibStatic<64, false, false, true>>("d64 192x128 2Q", b, true,
+                                                                     {2048, 4096});
+      ab_sweep<128, LibStatic<128, true>, LibStatic<128, true, false, true>>("d128 128x128 2Q",
+                                                                             b, true,
+                                                                             {1024, 2048});
     }
     return true;
   }
@@ -244,10 +234,12 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
     // (ptxas, sm_90a; d 128 128 x 176 plain 0 -> 4 bytes, d 64's plain tiles none).
     g_library_schedule = true;
     for (int rep = 0; rep < 2; ++rep) {
-      ab_sweep<64, LibOf<64>, LibPacked<64>>("d64 192x128 packed", b, true, {2048, 8192});
-      ab_sweep<64, LibOf<64, fa::kStaticVariant, true>, LibPacked<64, fa::kStaticVariant, true>>(
-          "d64 128x128 packed", b, true, {1024});
-      ab_sweep<128, LibOf<128>, LibPacked<128>>("d128 128x176 packed", b, true, {4096, 16384});
+      ab_sweep<64, LibStatic<64>, LibStatic<64, false, true>>("d64 192x128 packed", b, true,
+                                                              {2048, 8192});
+      ab_sweep<64, LibStatic<64, true>, LibStatic<64, true, true>>("d64 128x128 packed", b, true,
+                                                                   {1024});
+      ab_sweep<128, LibStatic<128>, LibStatic<128, false, true>>("d128 128x176 packed", b, true,
+                                                                 {4096, 16384});
     }
     return true;
   }
