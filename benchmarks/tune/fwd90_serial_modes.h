@@ -251,9 +251,9 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
     g_library_schedule = true;
     for (int rep = 0; rep < 2; ++rep) {
       ab_sweep<64, LibStatic<64>, LibStatic<64, true>>("d64 192x128 | 128x128", b, true,
-                                                       {512, 768, 1024});
+                                                       {256, 384, 512, 768, 1024});
       ab_sweep<128, LibStatic<128>, LibStatic<128, true>>("d128 128x176 | 128x128", b, true,
-                                                          {1024, 2048, 4096});
+                                                          {512, 1024, 1536, 2048, 4096});
     }
     return true;
   }
