@@ -6,8 +6,8 @@
 // row (fwd_launch.h fwd_m_shift) against blocks at multiples of the tile; `shortlong` (session
 // 52), the long-row tiles against the short ones around tiles.h fwd_short_rows_sm90's causal
 // bound, now that only the long tiles take the shift; `persist4k` (session 53), the persistent
-// grid against the library's causal schedule around 4k keys; `packedexp` (session 53), the
-// exponentials two per SFU instruction; `shortlongnc`, `shortlong` with non-causal calls;
+// grid against the library's causal schedule around 4k keys; (`packedexp`, the exponentials
+// two per SFU instruction, measured slower and dropped in session 54); `shortlongnc`, `shortlong` with non-causal calls;
 // `doubleq`, two Q buffers.
 // tune_fwd90.cu runs them
 // through run_serial_mode / run_order_mode;
@@ -29,11 +29,11 @@
 #include "fwd90_harness.h"
 
 // The library's static-variant (plain attention) configuration at a head dim: its long-row tile,
-// or with kShort its short-row one (tiles.h fwd_short_rows_sm90); kPacked / kDoubleQ: with
-// FwdTraits kPackedExp / kDoubleQ on (`packedexp` / `doubleq`).
-template <int kHeadDim, bool kShort = false, bool kPacked = false, bool kDoubleQ = false>
+// or with kShort its short-row one (tiles.h fwd_short_rows_sm90); kDoubleQ: with FwdTraits
+// kDoubleQ on (`doubleq`).
+template <int kHeadDim, bool kShort = false, bool kDoubleQ = false>
 using LibStatic = typename fa::sm90::LibraryFwdTraits<kHeadDim, fa::kStaticVariant, kShort, false,
-                                                      kPacked, kDoubleQ>::Type;
+                                                      kDoubleQ>::Type;
 
 // Runs `mode` if it is this file's; false otherwise.
 inline bool run_serial_mode(const std::string& mode, const Buffers& b) {
@@ -216,30 +216,12 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
     // tiles stage O in Q's buffer.
     g_library_schedule = true;
     for (int rep = 0; rep < 2; ++rep) {
-      ab_sweep<64, LibStatic<64, true>, LibStatic<64, true, false, true>>("d64 128x128 2Q", b,
-                                                                          true, {1024});
-      ab_sweep<64, LibStatic<64>, LibStatic<64, false, false, true>>("d64 192x128 2Q", b, true,
-                                                                     {2048, 4096});
-      ab_sweep<128, LibStatic<128, true>, LibStatic<128, true, false, true>>("d128 128x128 2Q",
-                                                                             b, true,
-                                                                             {1024, 2048});
-    }
-    return true;
-  }
-  if (mode == "packedexp") {
-    // The SFU's exponentials two per instruction (B: FwdTraits kPackedExp, ex2.approx.f16x2)
-    // against the library's one (A), the library's schedule, interleaved, two passes; worth it
-    // only if mufu_rate (run before every tune step) has the f16x2 form at twice the f32 form's
-    // results per clock. Not the softcap instances: d 64's static one spilled 168 bytes with it
-    // (ptxas, sm_90a; d 128 128 x 176 plain 0 -> 4 bytes, d 64's plain tiles none).
-    g_library_schedule = true;
-    for (int rep = 0; rep < 2; ++rep) {
-      ab_sweep<64, LibStatic<64>, LibStatic<64, false, true>>("d64 192x128 packed", b, true,
-                                                              {2048, 8192});
-      ab_sweep<64, LibStatic<64, true>, LibStatic<64, true, true>>("d64 128x128 packed", b, true,
+      ab_sweep<64, LibStatic<64, true>, LibStatic<64, true, true>>("d64 128x128 2Q", b, true,
                                                                    {1024});
-      ab_sweep<128, LibStatic<128>, LibStatic<128, false, true>>("d128 128x176 packed", b, true,
-                                                                 {4096, 16384});
+      ab_sweep<64, LibStatic<64>, LibStatic<64, false, true>>("d64 192x128 2Q", b, true,
+                                                              {2048, 4096});
+      ab_sweep<128, LibStatic<128, true>, LibStatic<128, true, true>>("d128 128x128 2Q", b, true,
+                                                                      {1024, 2048});
     }
     return true;
   }

@@ -63,13 +63,9 @@ __device__ __forceinline__ float exp2_fma(float x) {
 // serial FADD chain per row fed by each MUFU in turn (the same terms, summed in another order:
 // fp32 rounding differences only); a tuning knob for kernels whose exponentials sit on the
 // critical path (sm90/fwd_kernel.h, FwdTraits kSumTree).
-// kPacked16: the SFU's exponentials two at a time (ptx::ex2_approx_f16x2: a lane's pair of
-// columns of a row, exponents and results in fp16); a tuning knob (FwdTraits kPackedExp), off
-// everywhere until measured.
 template <int kPolyEighths_ = 0, bool kFusedExponent_ = false, int kWarpFusedLog2_ = 0,
-          bool kSumTree_ = false, bool kPacked16_ = false>
+          bool kSumTree_ = false>
 struct ExpPolicy {
-  static constexpr bool kPacked16 = kPacked16_;
   static constexpr int kPolyEighths = kPolyEighths_;
   static constexpr bool kFusedExponent = kFusedExponent_;
   static constexpr int kWarpFusedLog2 = kFusedExponent_ ? 0 : kWarpFusedLog2_;
@@ -240,10 +236,10 @@ struct OnlineSoftmax {
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) small = small && fabsf(ref[mt][hr] * scale_log2) < kBound;
       if (__all_sync(0xffffffffu, small)) {
-        exponentiate_mapped<ExpPolicy<Exp::kPolyEighths, true, 0, Exp::kSumTree, Exp::kPacked16>>(
+        exponentiate_mapped<ExpPolicy<Exp::kPolyEighths, true, 0, Exp::kSumTree>>(
             s, ref, rescale, scale_log2, map);
       } else {
-        exponentiate_mapped<ExpPolicy<Exp::kPolyEighths, false, 0, Exp::kSumTree, Exp::kPacked16>>(
+        exponentiate_mapped<ExpPolicy<Exp::kPolyEighths, false, 0, Exp::kSumTree>>(
             s, ref, rescale, scale_log2, map);
       }
     } else {
@@ -264,12 +260,8 @@ struct OnlineSoftmax {
                                          : (v - ref[mt][hr]) * scale_log2;
             }
             float p[2];
-            if (Exp::kPacked16 && !poly) {  // a lane's pair in one instruction
-              ptx::ex2_approx_f16x2(x[0], x[1], p[0], p[1]);
-            } else {
 #pragma unroll
-              for (int e = 0; e < 2; ++e) p[e] = poly ? exp2_fma(x[e]) : ptx::ex2_approx(x[e]);
-            }
+            for (int e = 0; e < 2; ++e) p[e] = poly ? exp2_fma(x[e]) : ptx::ex2_approx(x[e]);
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               s[mt][nt][hr * 2 + e] = p[e];

@@ -14,20 +14,6 @@ FLASHATTN_CU_DEVICE float ex2_approx(float x) {
   return y;
 }
 
-// 2^a and 2^b by one packed fp16 instruction (ex2.approx.f16x2): the exponents rounded to fp16
-// (11 significant bits: |x| 2^-11 absolute, 0.05% of 2^x at x = -1, 0.5% at x = -10), the results
-// fp16 (2^-24 the smallest, +0 below; ex2(-inf) = +0). Whether the SFU runs it at twice the
-// f32 form's results per clock is what benchmarks/tune/mufu_rate.cu measures.
-FLASHATTN_CU_DEVICE void ex2_approx_f16x2(float a, float b, float& ra, float& rb) {
-  uint32_t h, y;
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(h) : "f"(b), "f"(a));
-  asm("ex2.approx.f16x2 %0, %1;\n" : "=r"(y) : "r"(h));
-  asm("{\n .reg .f16 lo, hi;\n mov.b32 {lo, hi}, %2;\n cvt.f32.f16 %0, lo;\n"
-      " cvt.f32.f16 %1, hi;\n}\n"
-      : "=f"(ra), "=f"(rb)
-      : "r"(y));
-}
-
 // log2(x) on the SFU (MUFU.LG2): log2(+0) = -inf.
 FLASHATTN_CU_DEVICE float lg2_approx(float x) {
   float y;

@@ -96,8 +96,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   // the largest that keeps the row max's 16-bit P exactly 1.
   constexpr int kFusedLog2 =
       !Traits::kWarpFusedExp ? 0 : !variant_may_alibi(kVariant) ? 10 : kBf16 ? 15 : 13;
-  using Exp = ExpPolicy<Traits::kPolyEighths, kSoftcapAlone, kFusedLog2, Traits::kSumTree,
-                        Traits::kPackedExp>;
+  using Exp = ExpPolicy<Traits::kPolyEighths, kSoftcapAlone, kFusedLog2, Traits::kSumTree>;
   const FwdParams& p = kp.p;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int head = w.tile.head, batch = w.tile.batch, m_start = w.m_start;

@@ -197,10 +197,9 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
 }
 
 // The configuration tiles.h picks for kernel variant kVariant (kShort: fwd_tile_sm90_short's;
-// kBounded: the bounded reference's instance, FwdTraits kBoundedRef; kPackedExp / kDoubleQ:
-// FwdTraits kPackedExp / kDoubleQ, the harness's A/Bs only).
-template <int kHeadDim, int kVariant, bool kShort, bool kBounded, bool kPackedExp = false,
-          bool kDoubleQ = false>
+// kBounded: the bounded reference's instance, FwdTraits kBoundedRef; kDoubleQ: FwdTraits
+// kDoubleQ, the harness's A/Bs only).
+template <int kHeadDim, int kVariant, bool kShort, bool kBounded, bool kDoubleQ = false>
 struct LibraryFwdTraits {
   static constexpr FwdTileSm90 kTile =
       fwd_serial_sm90(kHeadDim, kVariant == kStaticVariant && !kShort)
@@ -215,7 +214,7 @@ struct LibraryFwdTraits {
   // The warp-uniform fused exponent on (common/softmax.h ExpPolicy kWarpFused): +3.5% geo over
   // the tune shapes on the H200 (benchmarks/results/tune_fwd90_v9_fastexp_h200.txt); no half
   // blocks (NOTES 12.2).
-  template <bool kPacked, bool kTwoQ>
+  template <bool kTwoQ>
   using With = FwdTraits<kHeadDim, kTile.block_m, kTile.block_n, kTile.stages, true,
                          fwd_poly_eighths_sm90(kHeadDim, variant_softcap(kVariant)), 0, true,
                          false, kTile.o_store,
@@ -225,16 +224,15 @@ struct LibraryFwdTraits {
                          fwd_sum_tree_sm90(kHeadDim, variant_softcap(kVariant)),
                          fwd_mods_per_tile_sm90(kHeadDim, kStaticAlibi),
                          fwd_cap_interleave_sm90(kHeadDim, kCapVariant, kStaticSoftcap), kBounded,
-                         false, kTile.serial, kPacked, kTwoQ>;
-  using Single = With<false, false>;
-  // tiles.h fwd_packed_exp_sm90 / fwd_double_q_sm90 (build flags, off by default): the static
-  // variant's tiles, a second Q where the shared memory holds it (with the barriers' and the O
+                         false, kTile.serial, kTwoQ>;
+  using Single = With<false>;
+  // tiles.h fwd_double_q_sm90 (a build flag, off by default): the static variant's tiles, a
+  // second Q where the shared memory holds it (with the barriers' and the O
   // boxes' alignment) and O is not staged in Q's buffer.
   static constexpr bool kRoomForQ =
       !Single::kOInQ && Single::kSmemBytes + Single::kQBytes + 1024 <= 227 * 1024;
   static constexpr bool kStatic = kVariant == kStaticVariant && !kBounded;
-  using Type = With<kPackedExp || (kStatic && fwd_packed_exp_sm90(kHeadDim)),
-                    kDoubleQ || (kStatic && kRoomForQ && fwd_double_q_sm90())>;
+  using Type = With<kDoubleQ || (kStatic && kRoomForQ && fwd_double_q_sm90())>;
 };
 
 template <typename Element, int kHeadDim, int kVariant, bool kShort = false>

@@ -39,7 +39,7 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           bool kEarlyRescale_ = false, bool kMaxTree_ = false, bool kSumTree_ = false,
           bool kModsPerTile_ = true, bool kCapInterleave_ = false,
           bool kBoundedRef_ = false, bool kSumsUnderS_ = false, bool kSerialPV_ = false,
-          bool kPackedExp_ = false, bool kDoubleQ_ = false>
+          bool kDoubleQ_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // Two Q buffers, which the CTA's tiles with key blocks take in turn (fwd_work.h QSlot), so the
@@ -48,11 +48,6 @@ struct FwdTraits {
   // cycles for its Q on the persistent grid. A tuning knob (tune_fwd90 `doubleq`); not with O
   // staged in Q's buffer (kOInQ).
   static constexpr bool kDoubleQ = kDoubleQ_;
-  // The SFU's exponentials two per instruction (common/softmax.h ExpPolicy kPacked16: fp16
-  // exponents and results, ex2.approx.f16x2): a tuning knob (tune_fwd90 `packedexp`), off in the
-  // library; worth it only where the SFU runs the packed form at twice the f32 form's results
-  // per clock (benchmarks/tune/mufu_rate.cu).
-  static constexpr bool kPackedExp = kPackedExp_;
   // A consumer's step with its two GEMMs one after the other: O += P_{i-1} V_{i-1} issued and
   // retired, then S_i issued and retired, then softmax_i (false: S_i and P_{i-1} V_{i-1} issued
   // together, softmax_i under the P V). Without the overlap a consumer never holds S and P at
