@@ -81,11 +81,12 @@ def test_forward_heads(dtype, head_dim, causal, seqlen_q, seqlen_k, heads):
 
 # The sm90a forward picks its tile by the call (tiles.h fwd_short_rows_sm90): causal calls of at
 # most 1024 (d = 64), 2048 (d = 256; d = 128 with a score modifier) or 3072 (d = 128 plain) keys,
-# and d = 64 calls of at most 1024 query rows, take a narrower tile than longer ones. Both sides
-# of each length, causal and not, sq != sk.
-@pytest.mark.parametrize("seqlen_q, seqlen_k", [(1024, 1024), (1025, 1025), (1000, 1100),
-                                                (2048, 2048), (2049, 2049), (700, 3000),
-                                                (3072, 3072), (3000, 3073)])
+# d = 64 calls of at most 1024 query rows (511 when non-causal and plain) and d = 128 plain
+# non-causal calls of at most 1024 keys take a narrower tile than longer ones. Both sides of each
+# length, causal and not, sq != sk.
+@pytest.mark.parametrize("seqlen_q, seqlen_k", [(511, 700), (512, 512), (1024, 1024), (1025, 1025),
+                                                (1000, 1100), (2048, 2048), (2049, 2049),
+                                                (700, 3000), (3072, 3072), (3000, 3073)])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])

@@ -299,22 +299,17 @@ __host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90_short(int head_dim) {
   return FwdTileSm90{false, 0, 0, 0};
 }
 
-// Two tuning knobs of the sm90a forward (sm90/fwd_traits.h), off in the library until measured
-// (tune_fwd90 `packedexp` / `doubleq`, benchmarks/NOTES.md 12.64): a build with
-// -DFLASHATTN_CU_FWD_PACKED_EXP=1 gives the static variant's tiles at d = 64 FwdTraits
-// kPackedExp (the exponentials two per SFU instruction), one with -DFLASHATTN_CU_FWD_DOUBLE_Q=1
-// gives the static variant's tiles two Q buffers (FwdTraits kDoubleQ) where their shared memory
-// holds a second Q and O is not staged in Q's buffer (sm90/fwd_launch.h LibraryFwdTraits), so
-// that the suite and the bench can run with either before a rule is chosen.
-#ifndef FLASHATTN_CU_FWD_PACKED_EXP
-#define FLASHATTN_CU_FWD_PACKED_EXP 0
-#endif
+// A tuning knob of the sm90a forward (sm90/fwd_traits.h kDoubleQ), off in the library until
+// measured (tune_fwd90 `doubleq`, benchmarks/NOTES.md 12.64 / 12.65): a build with
+// -DFLASHATTN_CU_FWD_DOUBLE_Q=1 gives the static variant's tiles two Q buffers where their
+// shared memory holds a second Q and O is not staged in Q's buffer (sm90/fwd_launch.h
+// LibraryFwdTraits), so that the suite and the bench can run with it before a rule is chosen.
+// (The exponentials two per SFU instruction, ex2.approx.f16x2, were measured and dropped:
+// benchmarks/tune/mufu_rate.cu has the packed forms at the f32 form's 16 results a clock an SM,
+// NOTES 12.65.)
 #ifndef FLASHATTN_CU_FWD_DOUBLE_Q
 #define FLASHATTN_CU_FWD_DOUBLE_Q 0
 #endif
-__host__ __device__ constexpr bool fwd_packed_exp_sm90(int head_dim) {
-  return FLASHATTN_CU_FWD_PACKED_EXP != 0 && head_dim == 64;
-}
 __host__ __device__ constexpr bool fwd_double_q_sm90() { return FLASHATTN_CU_FWD_DOUBLE_Q != 0; }
 
 // Whether a static-variant call of the head-dim instance `head_dim` takes fwd_tile_sm90_short's
@@ -326,10 +321,19 @@ __host__ __device__ constexpr bool fwd_double_q_sm90() { return FLASHATTN_CU_FWD
 // choice (static ALiBi / softcap on the long tile, else the dynamic one on the short) keeps 2k:
 // not measured past it. d = 64 (same run, 192 x 128 against 128 x 128): 1,000 keys 1.08, 1,024
 // 1.00, 1.5k 1.07, 2k 0.95, 2.5k 0.96, 3k 1.12, no bound that wins on both sides; unchanged.
+// Plain non-causal calls (tune_fwd90 `shortlongnc`, H100, two passes,
+// benchmarks/results/tune_fwd90_shortlongnc_h100_94270b0.txt; time short / long tile): d = 64
+// 512 / 768 / 1,024 rows 1.03-1.04 / 1.15-1.16 / 1.05-1.06, so they take 192 x 128 from 512
+// rows; d = 128 1k 0.963, 2k 1.01, 4k 1.04, so up to 1,024 keys the 128 x 128 tile.
 __host__ __device__ constexpr bool fwd_short_rows_sm90(int head_dim, bool causal, int seqlen_q,
                                                       int seqlen_k, bool plain = false) {
-  if (head_dim == 64) return seqlen_q <= 1024 || (causal && seqlen_k <= 1024);
-  if (head_dim == 128) return causal && seqlen_k <= (plain ? 3072 : 2048);
+  if (head_dim == 64) {
+    if (plain && !causal) return seqlen_q < 512;
+    return seqlen_q <= 1024 || (causal && seqlen_k <= 1024);
+  }
+  if (head_dim == 128) {
+    return causal ? seqlen_k <= (plain ? 3072 : 2048) : plain && seqlen_k <= 1024;
+  }
   if (head_dim == 256) return causal && seqlen_k <= 2048;
   return false;
 }
