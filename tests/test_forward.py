@@ -101,8 +101,11 @@ def test_forward_tile_lengths(dtype, head_dim, causal, seqlen_q, seqlen_k):
 # groups of heads whose K / V fit half the L2 (d 64 up to 8k keys, d 128 up to 4k), longest first
 # over all tiles (d 64 past 8k, d 128 to 8k, d 256 from 2k to 8k) or head after head. Heads
 # enough for several L2 groups where the order has them (40 heads: d 64 at 4.5k keys 2 groups,
-# d 128 at 3.5k 3, on a 50 MB L2); every tile written once (outputs poisoned) and right.
+# d 128 at 3.5k 3, on a 50 MB L2), and for several groups of the persistent walk, whose size
+# fwd_launch.h fwd_walk_group picks below the L2's (64 heads: d 64 at 2k, d 128 at 1k, 50 of
+# them the L2's group); every tile written once (outputs poisoned) and right.
 @pytest.mark.parametrize("head_dim, seqlen, nheads", [(64, 4500, 40), (64, 9000, 4),
+                                                      (64, 2048, 64), (128, 1024, 64),
                                                       (128, 3500, 40), (128, 5000, 16),
                                                       (256, 3000, 8), (256, 9000, 2)])
 def test_forward_causal_schedules(head_dim, seqlen, nheads):

@@ -7,8 +7,9 @@
 // 52), the long-row tiles against the short ones around tiles.h fwd_short_rows_sm90's causal
 // bound, now that only the long tiles take the shift; `persist4k` (session 53), the persistent
 // grid against the library's causal schedule around 4k keys; (`packedexp`, the exponentials
-// two per SFU instruction, measured slower and dropped in session 54); `shortlongnc`, `shortlong` with non-causal calls;
-// `doubleq`, two Q buffers.
+// two per SFU instruction, measured slower and dropped in session 54); `shortlongnc`,
+// `shortlong` with non-causal calls; `doubleq`, two Q buffers; `balance` (session 54), the
+// persistent causal walk's groups sized for its balance against the L2's.
 // tune_fwd90.cu runs them
 // through run_serial_mode / run_order_mode;
 // -DTUNE_FWD90_SERIAL_ONLY builds these modes alone.
@@ -174,6 +175,42 @@ void library_order_ab(const char* name, const Buffers& b, const std::vector<int>
   g_causal_order = 0;
 }
 
+// `balance` (session 54): a persistent causal walk's groups of heads sized for its balance (B:
+// fwd_launch.h fwd_walk_group, the library's) against the L2's (A), the library's schedule for
+// both, interleaved (ab_ms), both outputs checked against the sm80 kernel; the two group sizes
+// printed (equal: the same launch, the ratio is noise). Only the lengths whose library schedule
+// is the persistent grid differ (tiles.h fwd_causal_persistent_sm90).
+template <int kHeadDim, typename Traits>
+void balance_ab(const char* name, const Buffers& b, const std::vector<int>& seqlens) {
+  g_library_schedule = true;
+  for (int seqlen : seqlens) {
+    const fa::FwdParams p = causal_case<kHeadDim>(b, seqlen);
+    auto launch = [&](bool balanced) {
+      g_balanced = balanced;
+      return run_sm90<Traits>(p);
+    };
+    fa::Status st_a, st_b;
+    const float diff_a = checked_diff(b, p, [&] { return launch(false); }, &st_a);
+    const float diff_b = checked_diff(b, p, [&] { return launch(true); }, &st_b);
+    const AbTimes t = ab_ms([&] { launch(false); }, [&] { launch(true); }, 30, 4);
+    g_balanced = true;
+    const int l2_group = fa::sm90::l2_head_group(p, g_l2);
+    const int m_shift = fa::sm90::fwd_m_shift<Traits, fa::kStaticVariant>(
+        p, Traits::kTmaStoreO != 0, g_shift_tma);
+    const int group = fa::sm90::fwd_walk_group<Traits, fa::kStaticVariant>(p, g_sms, l2_group,
+                                                                          m_shift);
+    const double flops = call_flops(p, kNoMods);
+    const bool ok = st_a == fa::Status::kSuccess && st_b == fa::Status::kSuccess &&
+                    diff_a < 2e-2f && diff_b < 2e-2f;
+    std::printf("%-20s d=%3d s=%5d causal%s, groups of %3d -> %3d heads of %4d: L2's %6.1f  "
+                "balanced %6.1f TFLOP/s  B/A time %.3f  max|diff| %.1e %.1e%s\n",
+                name, kHeadDim, seqlen, fa::sm90::causal_persistent(p) ? " (persistent)" : "",
+                l2_group, group, p.batch * p.num_heads, flops / t.a_ms * 1e-9,
+                flops / t.b_ms * 1e-9, t.b_over_a, diff_a, diff_b, ok ? "" : "  WRONG");
+    std::fflush(stdout);
+  }
+}
+
 // `lastaligned`: causal calls with the query blocks aligned to the last row (B: the library's,
 // problem/mask.h Mask::query_block_shift) against blocks at multiples of the tile (A), the
 // library's schedule for both, interleaved (ab_ms), B's output checked against the sm80 kernel.
@@ -240,6 +277,14 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
       // the causal bound (2k).
       ab_sweep<256, LibStatic<256>, LibStatic<256, true>>("d256 128x80 | 128x64", b, true,
                                                           {1024, 1536, 2048, 3072});
+    }
+    return true;
+  }
+  if (mode == "balance") {
+    for (int rep = 0; rep < 2; ++rep) {
+      balance_ab<64, LibStatic<64, true>>("d64 128x128", b, {512, 768, 1000, 1024});
+      balance_ab<64, LibStatic<64>>("d64 192x128", b, {1536, 2048, 2560, 3072, 3584});
+      balance_ab<128, LibStatic<128, true>>("d128 128x128", b, {1024, 1536, 2048});
     }
     return true;
   }

@@ -42,6 +42,12 @@ int main(int argc, char** argv) {
   CHECK(cudaDeviceSynchronize());
   CHECK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
   CHECK(cudaDeviceGetAttribute(&g_l2, cudaDevAttrL2CacheSize, 0));
+  {
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    std::printf("device: %s, %d SMs, L2 %d bytes (the persistent walk's L2 group: half of it)\n",
+                prop.name, g_sms, g_l2);
+  }
   using fa::sm90::FwdTraits;
   // Three consumers with a consumer's GEMMs one after the other, and the causal tile orders
   // (fwd90_serial_modes.h).

@@ -280,6 +280,52 @@ void check_dq_frag_layout() {
   }
 }
 
+// The persistent causal walk's balance (problem/scheduler.h grouped_walk_longest,
+// balanced_group_heads) against a brute-force walk: every tile of every CTA through
+// cta_tile_index and query_tile_at, with random key blocks per query block (zeros included),
+// heads, group sizes and CTA counts; the chosen group within [ceil(max / 2), max] and never
+// longer than the L2's.
+void check_walk_balance() {
+  bool exact = true, chosen = true;
+  uint32_t rng = 777u;
+  auto next = [&rng](int n) {
+    rng = rng * 1664525u + 1013904223u;
+    return static_cast<int>((rng >> 8) % static_cast<uint32_t>(n));
+  };
+  std::vector<double> diff;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int num_m = 1 + next(24), total = 1 + next(300), ctas = 1 + next(140);
+    const int group = 1 + next(total);
+    std::vector<int> blocks(num_m);
+    for (int& b : blocks) b = next(5) == 0 ? 0 : 1 + next(40);
+    const double fixed = 0.5 * next(4);
+    const int tiles = num_m * total;
+    std::vector<double> load(ctas, 0.0);
+    for (int cta = 0; cta < ctas; ++cta) {
+      for (int k = 0;; ++k) {
+        const int index = flashattn_cu::cta_tile_index(k, cta, ctas);
+        if (index >= tiles) break;
+        const flashattn_cu::QueryTile t =
+            flashattn_cu::query_tile_at(index, num_m, total, group, total, 0);
+        const int b = blocks[t.m_block];
+        load[cta] += b > 0 ? b + fixed : 0.0;
+      }
+    }
+    const double brute = *std::max_element(load.begin(), load.end());
+    const double fast = flashattn_cu::grouped_walk_longest(blocks.data(), num_m, total, group,
+                                                           ctas, fixed, diff);
+    exact = exact && std::fabs(brute - fast) <= 1e-9 * (1.0 + brute);
+    const int g = flashattn_cu::balanced_group_heads(blocks.data(), num_m, total, group, ctas,
+                                                     fixed);
+    const double with_g =
+        flashattn_cu::grouped_walk_longest(blocks.data(), num_m, total, g, ctas, fixed, diff);
+    chosen = chosen && g >= 1 && g <= group && (group == 1 || ctas == 1 || g >= (group + 1) / 2) &&
+             with_g <= fast * (1.0 + 1e-9);
+  }
+  expect(exact, "grouped_walk_longest: the static walk's longest CTA, as a brute-force walk");
+  expect(chosen, "balanced_group_heads: a group in [ceil(max / 2), max], never a longer walk");
+}
+
 }  // namespace
 
 namespace flashattn_cu_checks {
@@ -644,6 +690,7 @@ void run_problem_checks() {
   }
 
   check_varlen_tiles();
+  check_walk_balance();
   check_dq_frag_layout();
 }
 

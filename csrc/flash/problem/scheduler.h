@@ -4,7 +4,9 @@
 // the split-KV and persistent schedules below walk the same tiles in other orders.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace flashattn_cu {
 
@@ -105,6 +107,74 @@ __host__ __device__ __forceinline__ QueryTile query_tile_at(int index, int num_m
   t.batch = bh / num_heads;
   t.head = bh % num_heads;
   return t;
+}
+
+// The longest walk of the static persistent schedule (cta_tile_index's rounds over
+// query_tile_at's grouped order, defer_m 0) of `ctas` CTAs, in key blocks: query block m of
+// every head walks blocks[m] of them, plus `fixed` for each tile that walks any (its start, last
+// P V and epilogue, which no step of its own hides). Host only. A group's query block m is a run
+// of equal tiles, consecutive in the order; each piece of a run within one round adds its cost
+// to a contiguous range of CTAs (reversed on odd rounds), summed through a difference array:
+// O(groups x num_m + tiles / ctas + ctas) without a division, not O(tiles).
+inline double grouped_walk_longest(const int* blocks, int num_m, int total_heads, int group_heads,
+                                   int ctas, double fixed, std::vector<double>& diff) {
+  diff.resize(static_cast<size_t>(ctas) + 1);
+  std::fill(diff.begin(), diff.end(), 0.0);
+  int pos = 0;         // the next tile's place in its round
+  bool forward = true;  // even rounds run CTA 0 .. ctas - 1, odd ones back
+  for (int first = 0; first < total_heads; first += group_heads) {
+    const int heads = std::min(group_heads, total_heads - first);
+    for (int m = num_m - 1; m >= 0; --m) {
+      const double cost = blocks[m] > 0 ? blocks[m] + fixed : 0.0;
+      for (int left = heads; left > 0;) {
+        const int take = std::min(left, ctas - pos);
+        const int lo = forward ? pos : ctas - pos - take;
+        diff[lo] += cost;
+        diff[lo + take] -= cost;
+        left -= take;
+        pos += take;
+        if (pos == ctas) {
+          pos = 0;
+          forward = !forward;
+        }
+      }
+    }
+  }
+  double load = 0.0, longest = 0.0;
+  for (int c = 0; c < ctas; ++c) longest = std::max(longest, load += diff[c]);
+  return longest;
+}
+
+// query_tile_at's group_heads for a causal call's persistent walk: of the group sizes from
+// max_group (the L2's bound: fwd_launch.h l2_head_group) down to half of it, the one whose
+// longest walk (grouped_walk_longest) is the shortest, the larger on a tie. Within a group the
+// snake pairs one round's heavy tiles with the next round's lighter ones; where a group ends
+// mid-round the next group's heaviest tiles fall on the CTAs that just took heavy ones, and with
+// the L2's group that left the longest walk 5-27% over the mean at some lengths (a simulation
+// of the bench's shapes at 1k-6k keys, 50 MB of L2, 132 CTAs: d 64 192 x 128 2k 1.23, 4k 1.24;
+// d 128 128 x 128 1k 1.10; benchmarks/NOTES.md 12.65), and 1-4% with the group chosen here.
+// Smaller groups keep their K / V in the L2 all the same. At most 24 sizes are tried, fewer
+// where a walk has many runs (a host's ~20-60 us at the bench's shapes, once per shape:
+// fwd_launch.h fwd_walk_group keeps the answers).
+inline int balanced_group_heads(const int* blocks, int num_m, int total_heads, int max_group,
+                                int ctas, double fixed) {
+  max_group = std::min(max_group, total_heads);
+  if (max_group <= 1 || ctas <= 1 || num_m <= 0) return max_group;
+  std::vector<double> diff;
+  int best = max_group;
+  double best_len = grouped_walk_longest(blocks, num_m, total_heads, max_group, ctas, fixed, diff);
+  const int lowest = (max_group + 1) / 2;
+  const int64_t runs = (static_cast<int64_t>(total_heads) / lowest + 1) * num_m;
+  const int64_t tries = std::max<int64_t>(1, std::min<int64_t>(24, 400000 / (runs + ctas)));
+  const int stride = static_cast<int>(std::max<int64_t>(1, (max_group - lowest + tries - 1) / tries));
+  for (int g = max_group - stride; g >= lowest; g -= stride) {
+    const double len = grouped_walk_longest(blocks, num_m, total_heads, g, ctas, fixed, diff);
+    if (len < best_len * (1.0 - 1e-9)) {
+      best = g;
+      best_len = len;
+    }
+  }
+  return best;
 }
 
 // The leading query blocks (of block_m rows) whose rows' left windows (window_left >= 0,

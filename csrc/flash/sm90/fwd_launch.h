@@ -1,8 +1,10 @@
 // Host side of the sm90a forward: the TMA maps of q, k and v, the grid, the launch.
 #pragma once
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <vector>
 
 #include <cuda.h>
 
@@ -109,6 +111,51 @@ inline int fwd_m_shift(const FwdParams& p, bool o_tma,
   return variant_dropout(kVariant) ? shift & ~15 : shift;
 }
 
+// A tile's cost outside its key-block steps (its start, last P V and epilogue), in steps: the
+// phase clocks (benchmarks/NOTES.md 12.14, results/tune_fwd90_v13_phases_ahead_h200.txt) have
+// 1.2 at d = 64 (128 x 128 and 192 x 128) and 1.7 at d = 128 (128 x 128), causal; the walk's
+// balanced group (fwd_walk_group) is the same over 1.2-1.8 at the bench's shapes.
+constexpr double kFwdTileFixedSteps = 1.5;
+
+// query_tile_at's group_heads for a causal call without a window on padded rows walked by a
+// persistent grid of `ctas` CTAs (problem/scheduler.h balanced_group_heads over the call's key
+// blocks per query block, with the instance's tile and the call's m_shift), at most max_group
+// (the L2's); any other call keeps max_group. The last 8 answers are kept per host thread (a
+// training loop repeats its shapes), so a repeated shape costs a lookup; a new one walks its
+// groups x query blocks a candidate size (at most 64), microseconds.
+template <typename Traits, int kVariant>
+int fwd_walk_group(const FwdParams& p, int ctas, int max_group, int m_shift) {
+  const bool plain_causal = p.is_causal && p.window_left < 0 && !dynamic_seqlens(p);
+  if (!plain_causal || max_group <= 1) return max_group;
+  struct Entry {
+    int seqlen_q = -1, seqlen_k, m_shift, total_heads, max_group, ctas, group;
+  };
+  static thread_local Entry cache[8];
+  static thread_local int next = 0;
+  const int64_t heads64 = static_cast<int64_t>(p.batch) * p.num_heads;
+  if (heads64 > INT_MAX) return max_group;
+  const int total_heads = static_cast<int>(heads64);
+  for (const Entry& e : cache) {
+    if (e.seqlen_q == p.seqlen_q && e.seqlen_k == p.seqlen_k && e.m_shift == m_shift &&
+        e.total_heads == total_heads && e.max_group == max_group && e.ctas == ctas) {
+      return e.group;
+    }
+  }
+  const int num_m = ceil_div(p.seqlen_q, Traits::kBlockM);
+  std::vector<int> blocks(static_cast<size_t>(num_m));
+  const Mask mask = mask_of<variant_dynamic(kVariant)>(seq_info<false>(p, 0), p);
+  for (int m = 0; m < num_m; ++m) {
+    const int m_start = m * Traits::kBlockM - m_shift;
+    const KeyBlocks kb = mask.template key_blocks<Traits::kBlockM, Traits::kBlockN>(m_start);
+    blocks[m] = m_start >= p.seqlen_q ? 0 : std::max(0, kb.end - kb.begin);
+  }
+  const int group =
+      balanced_group_heads(blocks.data(), num_m, total_heads, max_group, ctas, kFwdTileFixedSteps);
+  cache[next] = Entry{p.seqlen_q, p.seqlen_k, m_shift, total_heads, max_group, ctas, group};
+  next = (next + 1) % 8;
+  return group;
+}
+
 // The launch of one compiled configuration (Traits, kernel variant kVariant of problem/mask.h)
 // for a call: its TMA maps, its schedule (fwd_schedule, with the causal choice given), the grid.
 // sms / l2_bytes: the device's. benchmarks/tune/tune_fwd90.cu sweeps configurations through it.
@@ -116,12 +163,14 @@ inline int fwd_m_shift(const FwdParams& p, bool o_tma,
 // defer_light: fwd_defer_m's tile order (off: the order without it, for the harness's A/B).
 // last_aligned: fwd_m_shift's query blocks (off: blocks at multiples of the tile, likewise);
 // shift_tma: fwd_m_shift's, for the harness's A/B of tiles.h fwd_shift_tma_store_sm90.
+// balanced_groups: fwd_walk_group's groups for a persistent causal walk (off: the L2's).
 template <typename Element, typename Traits, int kVariant>
 Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_persistent,
                          cudaStream_t stream, unsigned long long* stamps = nullptr,
                          bool defer_light = true, int causal_order = 0,
                          bool last_aligned = true,
-                         bool shift_tma = fwd_shift_tma_store_sm90(Traits::kHeadDim)) {
+                         bool shift_tma = fwd_shift_tma_store_sm90(Traits::kHeadDim),
+                         bool balanced_groups = true) {
   if (Traits::kStamps != (stamps != nullptr)) return Status::kInvalidArgument;
   const TmaExtents e = tma_extents(p);
   FwdTmaParams tp;
@@ -182,6 +231,13 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   // Compact varlen tiles are decoded once, at a CTA's start (fwd_work.h fwd_tile_seq): one CTA
   // per tile, whose walk ends after it, or the kernel would decode its next tiles as padded ones.
   if (compact && schedule.grid != tiles) return Status::kInvalidArgument;
+  // A persistent causal walk's groups sized for its balance (fwd_walk_group; off: the L2's, for
+  // the harness's A/B).
+  if (balanced_groups && schedule.grid < tiles && schedule.group_heads > 0 &&
+      schedule.defer_m == 0) {
+    schedule.group_heads = fwd_walk_group<Traits, kVariant>(
+        p, static_cast<int>(schedule.grid), schedule.group_heads, tp.m_shift);
+  }
   tp.group_heads = schedule.group_heads;
   tp.defer_m = schedule.defer_m;  // the kernels that walk it: fwd_work.h kernel_defer_m
   if constexpr (kCompactTiles && !fwd_compact_in_walk<Traits, kVariant>()) {
