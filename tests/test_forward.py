@@ -81,12 +81,13 @@ def test_forward_heads(dtype, head_dim, causal, seqlen_q, seqlen_k, heads):
 
 # The sm90a forward picks its tile by the call (tiles.h fwd_short_rows_sm90): causal calls of at
 # most 1024 (d = 64), 2048 (d = 256; d = 128 with a score modifier) or 3072 (d = 128 plain) keys,
-# d = 64 calls of at most 1024 query rows (511 when non-causal and plain) and d = 128 plain
-# non-causal calls of at most 1024 keys take a narrower tile than longer ones. Both sides of each
+# d = 64 calls of at most 1024 query rows (256 when non-causal and plain) and d = 128 plain
+# non-causal calls of at most 1536 keys take a narrower tile than longer ones. Both sides of each
 # length, causal and not, sq != sk.
-@pytest.mark.parametrize("seqlen_q, seqlen_k", [(511, 700), (512, 512), (1024, 1024), (1025, 1025),
-                                                (1000, 1100), (2048, 2048), (2049, 2049),
-                                                (700, 3000), (3072, 3072), (3000, 3073)])
+@pytest.mark.parametrize("seqlen_q, seqlen_k", [(256, 700), (257, 300), (1024, 1024), (1025, 1025),
+                                                (1000, 1100), (1500, 1536), (1536, 1537),
+                                                (2048, 2048), (2049, 2049), (700, 3000),
+                                                (3072, 3072), (3000, 3073)])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp16", "bf16"])
@@ -97,17 +98,18 @@ def test_forward_tile_lengths(dtype, head_dim, causal, seqlen_q, seqlen_k):
 
 
 # The sm90a forward's causal schedules (tiles.h fwd_causal_persistent_sm90 / fwd_causal_order_sm90):
-# the persistent grid below 4k keys at d 64 and up to 2k at d 128; beyond, one CTA per tile in
-# groups of heads whose K / V fit half the L2 (d 64 up to 8k keys, d 128 up to 4k), longest first
-# over all tiles (d 64 past 8k, d 128 to 8k, d 256 from 2k to 8k) or head after head. Heads
-# enough for several L2 groups where the order has them (40 heads: d 64 at 4.5k keys 2 groups,
-# d 128 at 3.5k 3, on a 50 MB L2), and for several groups of the persistent walk, whose size
-# fwd_launch.h fwd_walk_group picks below the L2's (64 heads: d 64 at 2k, d 128 at 1k, 50 of
-# them the L2's group); every tile written once (outputs poisoned) and right.
-@pytest.mark.parametrize("head_dim, seqlen, nheads", [(64, 4500, 40), (64, 9000, 4),
-                                                      (64, 2048, 64), (128, 1024, 64),
-                                                      (128, 3500, 40), (128, 5000, 16),
-                                                      (256, 3000, 8), (256, 9000, 2)])
+# the persistent grid up to 6k keys at d 64 and 5k at d 128, in groups of heads that
+# fwd_launch.h fwd_walk_group sizes at most the L2's; beyond, one CTA per tile in groups of heads
+# whose K / V fit half the L2 (d 64 up to 8k keys), longest first over all tiles (d 64 past 8k,
+# d 128 to 8k, d 256 from 2k to 8k) or head after head. Heads enough for several groups (40
+# heads: d 64 at 4.5k keys 2 L2 groups, d 128 at 3.5k 3, on a 50 MB L2; 64 heads: d 64 at 2k and
+# d 128 at 1k, 50 the L2's group, fewer the walk's); every tile written once (outputs poisoned)
+# and right.
+@pytest.mark.parametrize("head_dim, seqlen, nheads", [(64, 4500, 40), (64, 7000, 16),
+                                                      (64, 9000, 4), (64, 2048, 64),
+                                                      (128, 1024, 64), (128, 3500, 40),
+                                                      (128, 6000, 16), (256, 3000, 8),
+                                                      (256, 9000, 2)])
 def test_forward_causal_schedules(head_dim, seqlen, nheads):
     skip_unless_built(head_dim)
     q, k, v = make_qkv(1, seqlen, seqlen, nheads, nheads, head_dim, torch.bfloat16)

@@ -321,18 +321,22 @@ __host__ __device__ constexpr bool fwd_double_q_sm90() { return FLASHATTN_CU_FWD
 // choice (static ALiBi / softcap on the long tile, else the dynamic one on the short) keeps 2k:
 // not measured past it. d = 64 (same run, 192 x 128 against 128 x 128): 1,000 keys 1.08, 1,024
 // 1.00, 1.5k 1.07, 2k 0.95, 2.5k 0.96, 3k 1.12, no bound that wins on both sides; unchanged.
-// Plain non-causal calls (tune_fwd90 `shortlongnc`, H100, two passes,
-// benchmarks/results/tune_fwd90_shortlongnc_h100_94270b0.txt; time short / long tile): d = 64
-// 512 / 768 / 1,024 rows 1.03-1.04 / 1.15-1.16 / 1.05-1.06, so they take 192 x 128 from 512
-// rows; d = 128 1k 0.963, 2k 1.01, 4k 1.04, so up to 1,024 keys the 128 x 128 tile.
+// Plain non-causal calls (tune_fwd90 `shortlongnc`, H100, two calls of two passes each,
+// benchmarks/results/tune_fwd90_shortlongnc_h100_{94270b0,1452686}.txt; time short / long
+// tile): d = 64 256 / 384 / 512 / 768 / 1,024 rows 0.81-0.84 / 1.12-1.14 / 1.03-1.04 /
+// 1.15-1.16 / 1.05-1.06, so they take 192 x 128 above 256 rows (1,024 = 5 x 192 + 64 wastes
+// two thirds of a tile and still wins: three consumers' step costs ~19% less a row); d = 128
+// 512 / 1k / 1.5k / 2k / 4k keys 0.90 / 0.96 / 0.99 / 1.01 / 1.04, so up to 1,536 keys the
+// 128 x 128 tile. (d = 256, same runs, 128 x 64 / 128 x 80: non-causal 1.02-1.045 at 1k-3k, the
+// long tile as before; causal 1k 0.98, 1.5k 0.99, 2k 1.01, 3k 1.00: the 2k bound left as is.)
 __host__ __device__ constexpr bool fwd_short_rows_sm90(int head_dim, bool causal, int seqlen_q,
                                                       int seqlen_k, bool plain = false) {
   if (head_dim == 64) {
-    if (plain && !causal) return seqlen_q < 512;
+    if (plain && !causal) return seqlen_q <= 256;
     return seqlen_q <= 1024 || (causal && seqlen_k <= 1024);
   }
   if (head_dim == 128) {
-    return causal ? seqlen_k <= (plain ? 3072 : 2048) : plain && seqlen_k <= 1024;
+    return causal ? seqlen_k <= (plain ? 3072 : 2048) : plain && seqlen_k <= 1536;
   }
   if (head_dim == 256) return causal && seqlen_k <= 2048;
   return false;
@@ -355,16 +359,23 @@ __host__ __device__ constexpr bool fwd_short_rows_sm90(int head_dim, bool causal
 // 0.95-0.97 / - / 0.94 / 1.00, d 64 4k / 8k / 16k 0.93 / 0.98 / 0.98; but d 64 at 3k 1.126 (the
 // persistent grid ran 429 TFLOP/s there against 362 at 4k): d 64 keeps the persistent grid
 // below 4k keys. Not yet measured on the H200 (benchmarks/NOTES.md 12.60).
+// With the persistent walk's groups sized for its balance (sm90/fwd_launch.h fwd_walk_group,
+// session 54: the L2's groups had left its busiest CTA 17-27% over the mean at the lengths where
+// it lost), the persistent grid against the orders above (tune_fwd90 `persist4k`, H100, two
+// passes, benchmarks/results/tune_fwd90_persist4k_h100_1452686.txt; time of the orders /
+// persistent): d 64 4k 1.13, 4.5k 1.075, 5k 1.065, 6k 1.06; d 128 3.5k 1.08, 4k 1.095, 4.5k
+// 1.05, 5k 1.045, 6k 1.00. So the persistent grid up to 6k keys at d 64 and 5k at d 128 (d 128
+// 2.5k / 3k, not measured, predicted about even by benchmarks/tune/walk_balance.cpp).
 constexpr int kFwdCausalL2Groups = -2;  // fwd_schedule: groups of heads of half the L2 each
 __host__ __device__ constexpr bool fwd_causal_persistent_sm90(int head_dim, int seqlen_k) {
-  return head_dim <= 64 ? seqlen_k < 4096 : head_dim <= 128 && seqlen_k <= 2048;
+  return head_dim <= 64 ? seqlen_k <= 6144 : head_dim <= 128 && seqlen_k <= 5120;
 }
 // 0: head after head (each head's query blocks longest first); -1: longest first over all tiles;
 // kFwdCausalL2Groups: longest first within groups of heads whose K / V fit half the L2.
 __host__ __device__ constexpr int fwd_causal_order_sm90(int head_dim, int seqlen_k) {
   if (fwd_causal_persistent_sm90(head_dim, seqlen_k)) return 0;
   if (head_dim <= 64) return seqlen_k <= 8192 ? kFwdCausalL2Groups : -1;
-  if (head_dim <= 128) return seqlen_k <= 4096 ? kFwdCausalL2Groups : seqlen_k <= 8192 ? -1 : 0;
+  if (head_dim <= 128) return seqlen_k <= 8192 ? -1 : 0;  // (<= 4k, groups: persistent now)
   if (head_dim > 192) return seqlen_k > 2048 && seqlen_k <= 8192 ? -1 : 0;
   return 0;
 }
