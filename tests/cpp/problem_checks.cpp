@@ -283,10 +283,10 @@ void check_dq_frag_layout() {
 // The persistent causal walk's balance (problem/scheduler.h grouped_walk_longest,
 // balanced_group_heads) against a brute-force walk: every tile of every CTA through
 // cta_tile_index and query_tile_at, with random key blocks per query block (zeros included),
-// heads, group sizes and CTA counts; the chosen group within [ceil(max / 2), max] and never
-// longer than the L2's.
+// heads, group sizes and CTA counts (every tile walked exactly once, whatever the group); the
+// chosen group within [ceil(max / 2), max] and never longer than the L2's.
 void check_walk_balance() {
-  bool exact = true, chosen = true;
+  bool exact = true, chosen = true, covered = true;
   uint32_t rng = 777u;
   auto next = [&rng](int n) {
     rng = rng * 1664525u + 1013904223u;
@@ -301,16 +301,19 @@ void check_walk_balance() {
     const double fixed = 0.5 * next(4);
     const int tiles = num_m * total;
     std::vector<double> load(ctas, 0.0);
+    std::vector<int> seen(tiles, 0);
     for (int cta = 0; cta < ctas; ++cta) {
       for (int k = 0;; ++k) {
         const int index = flashattn_cu::cta_tile_index(k, cta, ctas);
         if (index >= tiles) break;
         const flashattn_cu::QueryTile t =
             flashattn_cu::query_tile_at(index, num_m, total, group, total, 0);
+        ++seen[t.head * num_m + t.m_block];
         const int b = blocks[t.m_block];
         load[cta] += b > 0 ? b + fixed : 0.0;
       }
     }
+    covered = covered && std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; });
     const double brute = *std::max_element(load.begin(), load.end());
     const double fast = flashattn_cu::grouped_walk_longest(blocks.data(), num_m, total, group,
                                                            ctas, fixed, diff);
@@ -322,6 +325,7 @@ void check_walk_balance() {
     chosen = chosen && g >= 1 && g <= group && (group == 1 || ctas == 1 || g >= (group + 1) / 2) &&
              with_g <= fast * (1.0 + 1e-9);
   }
+  expect(covered, "cta_tile_index over query_tile_at's groups: every tile walked once");
   expect(exact, "grouped_walk_longest: the static walk's longest CTA, as a brute-force walk");
   expect(chosen, "balanced_group_heads: a group in [ceil(max / 2), max], never a longer walk");
 }
