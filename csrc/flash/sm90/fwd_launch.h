@@ -120,9 +120,11 @@ constexpr double kFwdTileFixedSteps = 1.5;
 // query_tile_at's group_heads for a causal call without a window on padded rows walked by a
 // persistent grid of `ctas` CTAs (problem/scheduler.h balanced_group_heads over the call's key
 // blocks per query block, with the instance's tile and the call's m_shift), at most max_group
-// (the L2's); any other call keeps max_group. The last 8 answers are kept per host thread (a
-// training loop repeats its shapes), so a repeated shape costs a lookup; a new one walks its
-// groups x query blocks a candidate size (at most 64), microseconds.
+// (the L2's); any other call keeps max_group. The last 8 answers are kept per host thread and
+// per instance (Traits, kVariant: the cache is the template's own), so a repeated shape (a
+// training loop's) costs a lookup; a new one walks its groups x query blocks for each candidate
+// size (at most 24), 10-20 us at the bench's shapes. Any group size is correct (query_tile_at
+// covers every tile for each); this one only sets the balance.
 template <typename Traits, int kVariant>
 int fwd_walk_group(const FwdParams& p, int ctas, int max_group, int m_shift) {
   const bool plain_causal = p.is_causal && p.window_left < 0 && !dynamic_seqlens(p);
