@@ -24,8 +24,8 @@ int main(int argc, char** argv) {
     int d, bm, bn;
     bool shift;
   };
-  const Tile tiles[] = {{64, 128, 128, true}, {64, 192, 128, true}, {128, 128, 128, false},
-                        {128, 128, 176, true}};
+  const Tile tiles[] = {{64, 128, 128, true},  {64, 192, 128, true}, {128, 128, 128, false},
+                        {128, 128, 176, true}, {256, 128, 64, false}, {256, 128, 80, true}};
   for (int l2_mib : l2s) {
     std::printf("L2 %d MiB: longest CTA / mean, the L2's group -> the balanced one\n", l2_mib);
     for (const Tile& t : tiles) {
