@@ -9,7 +9,8 @@
 // grid against the library's causal schedule around 4k keys; (`packedexp`, the exponentials
 // two per SFU instruction, measured slower and dropped in session 54); `shortlongnc`,
 // `shortlong` with non-causal calls; `doubleq`, two Q buffers; `balance` (session 54), the
-// persistent causal walk's groups sized for its balance against the L2's.
+// persistent causal walk's groups sized for its balance against the L2's; `persist256`, d 256's
+// causal calls on that walk against the library's grid.
 // tune_fwd90.cu runs them
 // through run_serial_mode / run_order_mode;
 // -DTUNE_FWD90_SERIAL_ONLY builds these modes alone.
@@ -285,6 +286,16 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
       balance_ab<64, LibStatic<64, true>>("d64 128x128", b, {512, 768, 1000, 1024});
       balance_ab<64, LibStatic<64>>("d64 192x128", b, {1536, 2048, 2560, 3072, 3584});
       balance_ab<128, LibStatic<128, true>>("d128 128x128", b, {1024, 1536, 2048});
+    }
+    return true;
+  }
+  if (mode == "persist256") {
+    // d 256's causal calls on the persistent grid with the balanced walk groups (A) against the
+    // library's one CTA per tile (B); benchmarks/tune/walk_balance.cpp has the L2's groups 20%
+    // over the mean at 1k / 2k / 4k and the balanced ones 2-4% (NOTES 12.66 item 2).
+    for (int rep = 0; rep < 2; ++rep) {
+      library_order_ab<256, LibStatic<256, true>>("d256 128x64", b, {1024, 1536, 2048}, true);
+      library_order_ab<256, LibStatic<256>>("d256 128x80", b, {3072, 4096, 6144}, true);
     }
     return true;
   }
