@@ -39,6 +39,7 @@ inline int g_causal_order = 0;     // launch_fwd_config's causal_order (fwd_sche
 inline bool g_last_aligned = true;  // launch_fwd_config's last_aligned (fwd_m_shift's blocks)
 inline bool g_shift_tma = false;    // and its shift_tma (tiles.h fwd_shift_tma_store_sm90)
 inline bool g_balanced = true;      // and its balanced_groups (fwd_launch.h fwd_walk_group)
+inline double g_group_cap = 1.0;    // and its group_cap (their bound over the L2's group)
 
 // The static-variant instance of one sm90 configuration (no other variant is compiled here),
 // launched as the library launches it, with the causal schedule of this sweep pass.
@@ -47,7 +48,7 @@ fa::Status run_sm90(const fa::FwdParams& p) {
   return fa::sm90::launch_fwd_config<__nv_bfloat16, Traits, kVariant>(
       p, g_sms, g_l2, g_library_schedule ? fa::sm90::causal_persistent(p) : g_causal_persistent, 0,
       nullptr, g_defer_light, g_library_schedule ? fa::sm90::causal_order(p) : g_causal_order,
-      g_last_aligned, g_shift_tma, g_balanced);
+      g_last_aligned, g_shift_tma, g_balanced, g_group_cap);
 }
 
 // The reference: the sm80 kernel of the sweep's head dim, launched as the library launches it

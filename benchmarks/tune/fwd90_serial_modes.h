@@ -10,7 +10,8 @@
 // two per SFU instruction, measured slower and dropped in session 54); `shortlongnc`,
 // `shortlong` with non-causal calls; `doubleq`, two Q buffers; `balance` (session 54), the
 // persistent causal walk's groups sized for its balance against the L2's; `persist256`, d 256's
-// causal calls on that walk against the library's grid.
+// causal calls on that walk against the library's grid; `groupcap`, that walk's groups allowed
+// past the L2's bound.
 // tune_fwd90.cu runs them
 // through run_serial_mode / run_order_mode;
 // -DTUNE_FWD90_SERIAL_ONLY builds these modes alone.
@@ -212,6 +213,49 @@ void balance_ab(const char* name, const Buffers& b, const std::vector<int>& seql
   }
 }
 
+// `groupcap` (session 54): the balanced walk's groups searched up to `cap` x the L2's group (B)
+// against up to the L2's (A), on the persistent grid whatever the library's choice for the
+// length; benchmarks/NOTES.md 12.66 item 2: groups 2-4x the L2's balance d 128 3k-6k and d 64
+// 8k to ~1.005 of the mean (from 1.06-1.08) while their K / V no longer fit half the L2.
+template <int kHeadDim, typename Traits>
+void group_cap_ab(const char* name, const Buffers& b, const std::vector<int>& seqlens,
+                  double cap) {
+  g_library_schedule = false;
+  g_causal_persistent = true;
+  g_causal_order = 0;
+  for (int seqlen : seqlens) {
+    const fa::FwdParams p = causal_case<kHeadDim>(b, seqlen);
+    auto launch = [&](double c) {
+      g_group_cap = c;
+      return run_sm90<Traits>(p);
+    };
+    fa::Status st_a, st_b;
+    const float diff_a = checked_diff(b, p, [&] { return launch(1.0); }, &st_a);
+    const float diff_b = checked_diff(b, p, [&] { return launch(cap); }, &st_b);
+    const AbTimes t = ab_ms([&] { launch(1.0); }, [&] { launch(cap); }, 30, 4);
+    g_group_cap = 1.0;
+    const int l2_group = fa::sm90::l2_head_group(p, g_l2);
+    const int m_shift = fa::sm90::fwd_m_shift<Traits, fa::kStaticVariant>(
+        p, Traits::kTmaStoreO != 0, g_shift_tma);
+    const int total = p.batch * p.num_heads;
+    const int group_a =
+        fa::sm90::fwd_walk_group<Traits, fa::kStaticVariant>(p, g_sms, l2_group, m_shift);
+    const int group_b = fa::sm90::fwd_walk_group<Traits, fa::kStaticVariant>(
+        p, g_sms, std::min(total, static_cast<int>(cap * l2_group)), m_shift);
+    const double flops = call_flops(p, kNoMods);
+    const bool ok = st_a == fa::Status::kSuccess && st_b == fa::Status::kSuccess &&
+                    diff_a < 2e-2f && diff_b < 2e-2f;
+    std::printf("%-20s d=%3d s=%5d causal, persistent, L2 group %3d, cap x%.1f: groups %3d -> "
+                "%3d of %4d: %6.1f  %6.1f TFLOP/s  B/A time %.3f  max|diff| %.1e %.1e%s\n",
+                name, kHeadDim, seqlen, l2_group, cap, group_a, group_b, total,
+                flops / t.a_ms * 1e-9, flops / t.b_ms * 1e-9, t.b_over_a, diff_a, diff_b,
+                ok ? "" : "  WRONG");
+    std::fflush(stdout);
+  }
+  g_library_schedule = true;
+  g_causal_persistent = true;
+}
+
 // `lastaligned`: causal calls with the query blocks aligned to the last row (B: the library's,
 // problem/mask.h Mask::query_block_shift) against blocks at multiples of the tile (A), the
 // library's schedule for both, interleaved (ab_ms), B's output checked against the sm80 kernel.
@@ -286,6 +330,15 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
       balance_ab<64, LibStatic<64, true>>("d64 128x128", b, {512, 768, 1000, 1024});
       balance_ab<64, LibStatic<64>>("d64 192x128", b, {1536, 2048, 2560, 3072, 3584});
       balance_ab<128, LibStatic<128, true>>("d128 128x128", b, {1024, 1536, 2048});
+    }
+    return true;
+  }
+  if (mode == "groupcap") {
+    for (int rep = 0; rep < 2; ++rep) {
+      for (double cap : {1.5, 2.0, 4.0}) {
+        group_cap_ab<128, LibStatic<128>>("d128 128x176", b, {3072, 4608, 6144}, cap);
+        group_cap_ab<64, LibStatic<64>>("d64 192x128", b, {8192}, cap);
+      }
     }
     return true;
   }

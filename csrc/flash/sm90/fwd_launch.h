@@ -165,14 +165,15 @@ int fwd_walk_group(const FwdParams& p, int ctas, int max_group, int m_shift) {
 // defer_light: fwd_defer_m's tile order (off: the order without it, for the harness's A/B).
 // last_aligned: fwd_m_shift's query blocks (off: blocks at multiples of the tile, likewise);
 // shift_tma: fwd_m_shift's, for the harness's A/B of tiles.h fwd_shift_tma_store_sm90.
-// balanced_groups: fwd_walk_group's groups for a persistent causal walk (off: the L2's).
+// balanced_groups: fwd_walk_group's groups for a persistent causal walk (off: the L2's);
+// group_cap: their bound as a multiple of the L2's group (the harness's `groupcap` A/B).
 template <typename Element, typename Traits, int kVariant>
 Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_persistent,
                          cudaStream_t stream, unsigned long long* stamps = nullptr,
                          bool defer_light = true, int causal_order = 0,
                          bool last_aligned = true,
                          bool shift_tma = fwd_shift_tma_store_sm90(Traits::kHeadDim),
-                         bool balanced_groups = true) {
+                         bool balanced_groups = true, double group_cap = 1.0) {
   if (Traits::kStamps != (stamps != nullptr)) return Status::kInvalidArgument;
   const TmaExtents e = tma_extents(p);
   FwdTmaParams tp;
@@ -237,8 +238,10 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   // the harness's A/B).
   if (balanced_groups && schedule.grid < tiles && schedule.group_heads > 0 &&
       schedule.defer_m == 0) {
-    schedule.group_heads = fwd_walk_group<Traits, kVariant>(
-        p, static_cast<int>(schedule.grid), schedule.group_heads, tp.m_shift);
+    const double cap = group_cap * schedule.group_heads;
+    const int max_group = cap < 1.0 ? 1 : cap > INT_MAX ? INT_MAX : static_cast<int>(cap);
+    schedule.group_heads = fwd_walk_group<Traits, kVariant>(p, static_cast<int>(schedule.grid),
+                                                            max_group, tp.m_shift);
   }
   tp.group_heads = schedule.group_heads;
   tp.defer_m = schedule.defer_m;  // the kernels that walk it: fwd_work.h kernel_defer_m
