@@ -177,83 +177,60 @@ void library_order_ab(const char* name, const Buffers& b, const std::vector<int>
   g_causal_order = 0;
 }
 
-// `balance` (session 54): a persistent causal walk's groups of heads sized for its balance (B:
-// fwd_launch.h fwd_walk_group, the library's) against the L2's (A), the library's schedule for
-// both, interleaved (ab_ms), both outputs checked against the sm80 kernel; the two group sizes
-// printed (equal: the same launch, the ratio is noise). Only the lengths whose library schedule
-// is the persistent grid differ (tiles.h fwd_causal_persistent_sm90).
-template <int kHeadDim, typename Traits>
-void balance_ab(const char* name, const Buffers& b, const std::vector<int>& seqlens) {
-  g_library_schedule = true;
-  for (int seqlen : seqlens) {
-    const fa::FwdParams p = causal_case<kHeadDim>(b, seqlen);
-    auto launch = [&](bool balanced) {
-      g_balanced = balanced;
-      return run_sm90<Traits>(p);
-    };
-    fa::Status st_a, st_b;
-    const float diff_a = checked_diff(b, p, [&] { return launch(false); }, &st_a);
-    const float diff_b = checked_diff(b, p, [&] { return launch(true); }, &st_b);
-    const AbTimes t = ab_ms([&] { launch(false); }, [&] { launch(true); }, 30, 4);
-    g_balanced = true;
-    const int l2_group = fa::sm90::l2_head_group(p, g_l2);
-    const int m_shift = fa::sm90::fwd_m_shift<Traits, fa::kStaticVariant>(
-        p, Traits::kTmaStoreO != 0, g_shift_tma);
-    const int group = fa::sm90::fwd_walk_group<Traits, fa::kStaticVariant>(p, g_sms, l2_group,
-                                                                          m_shift);
-    const double flops = call_flops(p, kNoMods);
-    const bool ok = st_a == fa::Status::kSuccess && st_b == fa::Status::kSuccess &&
-                    diff_a < 2e-2f && diff_b < 2e-2f;
-    std::printf("%-20s d=%3d s=%5d causal%s, groups of %3d -> %3d heads of %4d: L2's %6.1f  "
-                "balanced %6.1f TFLOP/s  B/A time %.3f  max|diff| %.1e %.1e%s\n",
-                name, kHeadDim, seqlen, fa::sm90::causal_persistent(p) ? " (persistent)" : "",
-                l2_group, group, p.batch * p.num_heads, flops / t.a_ms * 1e-9,
-                flops / t.b_ms * 1e-9, t.b_over_a, diff_a, diff_b, ok ? "" : "  WRONG");
-    std::fflush(stdout);
-  }
-}
+// A persistent causal walk's group choice (launch_fwd_config's balanced_groups / group_cap).
+struct WalkChoice {
+  bool balanced;
+  double cap;
+};
 
-// `groupcap` (session 54): the balanced walk's groups searched up to `cap` x the L2's group (B)
-// against up to the L2's (A), on the persistent grid whatever the library's choice for the
-// length; benchmarks/NOTES.md 12.66 item 2: groups 2-4x the L2's balance d 128 3k-6k and d 64
-// 8k to ~1.005 of the mean (from 1.06-1.08) while their K / V no longer fit half the L2.
+// `balance` and `groupcap` (session 54): the library's schedule (library_schedule) or the
+// persistent grid whatever the length, with the walk's groups chosen as `a` (A) and as `b` (B),
+// interleaved (ab_ms), both outputs checked against the sm80 kernel, both group sizes printed
+// (equal: the same launch, the ratio is noise). `balance`: the L2's groups against the balanced
+// ones (fwd_launch.h fwd_walk_group), which differ only where the library's grid is the
+// persistent one (tiles.h fwd_causal_persistent_sm90); `groupcap`: the balanced search bounded
+// by the L2's group against `cap` x it (benchmarks/NOTES.md 12.66 item 2: groups 2-4x the L2's
+// balance d 128 3k-6k and d 64 8k to ~1.005 of the mean, while their K / V no longer fit half
+// the L2).
 template <int kHeadDim, typename Traits>
-void group_cap_ab(const char* name, const Buffers& b, const std::vector<int>& seqlens,
-                  double cap) {
-  g_library_schedule = false;
+void walk_group_ab(const char* name, const Buffers& b, const std::vector<int>& seqlens,
+                   WalkChoice choice_a, WalkChoice choice_b, bool library_schedule) {
+  g_library_schedule = library_schedule;
   g_causal_persistent = true;
   g_causal_order = 0;
   for (int seqlen : seqlens) {
     const fa::FwdParams p = causal_case<kHeadDim>(b, seqlen);
-    auto launch = [&](double c) {
-      g_group_cap = c;
+    auto launch = [&](WalkChoice c) {
+      g_balanced = c.balanced;
+      g_group_cap = c.cap;
       return run_sm90<Traits>(p);
     };
     fa::Status st_a, st_b;
-    const float diff_a = checked_diff(b, p, [&] { return launch(1.0); }, &st_a);
-    const float diff_b = checked_diff(b, p, [&] { return launch(cap); }, &st_b);
-    const AbTimes t = ab_ms([&] { launch(1.0); }, [&] { launch(cap); }, 30, 4);
-    g_group_cap = 1.0;
+    const float diff_a = checked_diff(b, p, [&] { return launch(choice_a); }, &st_a);
+    const float diff_b = checked_diff(b, p, [&] { return launch(choice_b); }, &st_b);
+    const AbTimes t = ab_ms([&] { launch(choice_a); }, [&] { launch(choice_b); }, 30, 4);
     const int l2_group = fa::sm90::l2_head_group(p, g_l2);
     const int m_shift = fa::sm90::fwd_m_shift<Traits, fa::kStaticVariant>(
         p, Traits::kTmaStoreO != 0, g_shift_tma);
-    const int total = p.batch * p.num_heads;
-    const int group_a =
-        fa::sm90::fwd_walk_group<Traits, fa::kStaticVariant>(p, g_sms, l2_group, m_shift);
-    const int group_b = fa::sm90::fwd_walk_group<Traits, fa::kStaticVariant>(
-        p, g_sms, std::min(total, static_cast<int>(cap * l2_group)), m_shift);
+    auto group_of = [&](WalkChoice c) {
+      return fa::sm90::fwd_walk_group_of<Traits, fa::kStaticVariant>(p, g_sms, l2_group, m_shift,
+                                                                     c.balanced, c.cap);
+    };
+    const bool persistent = !library_schedule || fa::sm90::causal_persistent(p);
     const double flops = call_flops(p, kNoMods);
     const bool ok = st_a == fa::Status::kSuccess && st_b == fa::Status::kSuccess &&
                     diff_a < 2e-2f && diff_b < 2e-2f;
-    std::printf("%-20s d=%3d s=%5d causal, persistent, L2 group %3d, cap x%.1f: groups %3d -> "
-                "%3d of %4d: %6.1f  %6.1f TFLOP/s  B/A time %.3f  max|diff| %.1e %.1e%s\n",
-                name, kHeadDim, seqlen, l2_group, cap, group_a, group_b, total,
+    std::printf("%-20s d=%3d s=%5d causal%s, L2 group %3d, groups %3d -> %3d of %4d: A %6.1f  "
+                "B %6.1f TFLOP/s  B/A time %.3f  max|diff| %.1e %.1e%s\n",
+                name, kHeadDim, seqlen, persistent ? " (persistent)" : "", l2_group,
+                group_of(choice_a), group_of(choice_b), p.batch * p.num_heads,
                 flops / t.a_ms * 1e-9, flops / t.b_ms * 1e-9, t.b_over_a, diff_a, diff_b,
                 ok ? "" : "  WRONG");
     std::fflush(stdout);
   }
   g_library_schedule = true;
-  g_causal_persistent = true;
+  g_balanced = true;
+  g_group_cap = 1.0;
 }
 
 // `lastaligned`: causal calls with the query blocks aligned to the last row (B: the library's,
@@ -327,17 +304,23 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
   }
   if (mode == "balance") {
     for (int rep = 0; rep < 2; ++rep) {
-      balance_ab<64, LibStatic<64, true>>("d64 128x128", b, {512, 768, 1000, 1024});
-      balance_ab<64, LibStatic<64>>("d64 192x128", b, {1536, 2048, 2560, 3072, 3584});
-      balance_ab<128, LibStatic<128, true>>("d128 128x128", b, {1024, 1536, 2048});
+      const WalkChoice l2{false, 1.0}, balanced{true, 1.0};
+      walk_group_ab<64, LibStatic<64, true>>("d64 128x128", b, {512, 768, 1000, 1024}, l2,
+                                             balanced, true);
+      walk_group_ab<64, LibStatic<64>>("d64 192x128", b, {1536, 2048, 2560, 3072, 3584}, l2,
+                                       balanced, true);
+      walk_group_ab<128, LibStatic<128, true>>("d128 128x128", b, {1024, 1536, 2048}, l2,
+                                               balanced, true);
     }
     return true;
   }
   if (mode == "groupcap") {
     for (int rep = 0; rep < 2; ++rep) {
       for (double cap : {1.5, 2.0, 4.0}) {
-        group_cap_ab<128, LibStatic<128>>("d128 128x176", b, {3072, 4608, 6144}, cap);
-        group_cap_ab<64, LibStatic<64>>("d64 192x128", b, {8192}, cap);
+        const WalkChoice l2_bound{true, 1.0}, wider{true, cap};
+        walk_group_ab<128, LibStatic<128>>("d128 128x176", b, {3072, 4608, 6144}, l2_bound,
+                                           wider, false);
+        walk_group_ab<64, LibStatic<64>>("d64 192x128", b, {8192}, l2_bound, wider, false);
       }
     }
     return true;

@@ -154,7 +154,7 @@ inline double grouped_walk_longest(const int* blocks, int num_m, int total_heads
 // of the bench's shapes at 1k-6k keys, 50 MB of L2, 132 CTAs: d 64 192 x 128 2k 1.23, 4k 1.24;
 // d 128 128 x 128 1k 1.10; benchmarks/NOTES.md 12.65), and 1-4% with the group chosen here.
 // Smaller groups keep their K / V in the L2 all the same. At most 24 sizes are tried, fewer
-// where a walk has many runs (a host's ~20-60 us at the bench's shapes, once per shape:
+// where a walk has many runs (10-20 us of a host at the bench's shapes, once per shape:
 // fwd_launch.h fwd_walk_group keeps the answers).
 inline int balanced_group_heads(const int* blocks, int num_m, int total_heads, int max_group,
                                 int ctas, double fixed) {

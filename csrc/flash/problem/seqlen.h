@@ -54,6 +54,14 @@ __host__ __device__ __forceinline__ bool dynamic_seqlens(const Params& p) {
   return p.cu_seqlens_q != nullptr || p.seqused_k != nullptr;
 }
 
+// A causal call on padded rows without a window (FwdParams, BwdParams): every (batch, head) has
+// the same tiles, each longest-first order a fixed one (the sm90 forward's causal schedule and
+// balanced walk, sm90/fwd_launch.h; the sm90 backward's longest-first key tiles).
+template <typename Params>
+__host__ __device__ __forceinline__ bool plain_causal(const Params& p) {
+  return p.is_causal && p.window_left < 0 && !dynamic_seqlens(p);
+}
+
 // Params: any struct with the AttnParams fields (FwdParams, BwdParams). kDynamic: read
 // cu_seqlens and seqused_k from global memory when present (dynamic_seqlens(p) must be false
 // for the kDynamic = false instance).

@@ -43,7 +43,7 @@ Status run_bwd_with(const BwdParams& p, cudaStream_t stream, bool defer_light, b
   static_assert(Traits::kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
   const auto main = [&](const BwdKernelParams& base, StreamOrder order) {
     BwdKernelParams kp = base;
-    const bool lpt = causal_lpt && p.is_causal && p.window_left < 0 && !dynamic_seqlens(p);
+    const bool lpt = causal_lpt && plain_causal(p);
     kp.defer_n = lpt           ? ceil_div(p.seqlen_k, Traits::kBlockN)
                  : defer_light ? deferred_key_blocks(p, Traits::kBlockN)
                                : 0;

@@ -51,10 +51,9 @@ inline bool causal_persistent(const FwdParams& p) {
 }
 
 // The library's causal_order (fwd_schedule) for a call: tiles.h fwd_causal_order_sm90 for a
-// causal call on padded rows without a window, else 0.
+// causal call on padded rows without a window (problem/seqlen.h plain_causal), else 0.
 inline int causal_order(const FwdParams& p) {
-  const bool plain_causal = p.is_causal && p.window_left < 0 && !dynamic_seqlens(p);
-  return plain_causal ? fwd_causal_order_sm90(p.head_dim, p.seqlen_k) : 0;
+  return plain_causal(p) ? fwd_causal_order_sm90(p.head_dim, p.seqlen_k) : 0;
 }
 
 // Heads a group of a causal schedule walks together: those whose K and V (4 bytes per key and
@@ -127,8 +126,7 @@ constexpr double kFwdTileFixedSteps = 1.5;
 // covers every tile for each); this one only sets the balance.
 template <typename Traits, int kVariant>
 int fwd_walk_group(const FwdParams& p, int ctas, int max_group, int m_shift) {
-  const bool plain_causal = p.is_causal && p.window_left < 0 && !dynamic_seqlens(p);
-  if (!plain_causal || max_group <= 1) return max_group;
+  if (!plain_causal(p) || max_group <= 1) return max_group;
   struct Entry {
     int seqlen_q = -1, seqlen_k, m_shift, total_heads, max_group, ctas, group;
   };
@@ -156,6 +154,18 @@ int fwd_walk_group(const FwdParams& p, int ctas, int max_group, int m_shift) {
   cache[next] = Entry{p.seqlen_q, p.seqlen_k, m_shift, total_heads, max_group, ctas, group};
   next = (next + 1) % 8;
   return group;
+}
+
+// The group a persistent causal walk of `ctas` CTAs takes (launch_fwd_config's, and what the
+// harness prints): the L2's (l2_group) when not `balanced`, else fwd_walk_group's of at most
+// group_cap x the L2's (the library's cap: 1).
+template <typename Traits, int kVariant>
+int fwd_walk_group_of(const FwdParams& p, int ctas, int l2_group, int m_shift, bool balanced,
+                      double group_cap) {
+  if (!balanced) return l2_group;
+  const double cap = group_cap * l2_group;
+  const int max_group = cap < 1.0 ? 1 : cap > INT_MAX ? INT_MAX : static_cast<int>(cap);
+  return fwd_walk_group<Traits, kVariant>(p, ctas, max_group, m_shift);
 }
 
 // The launch of one compiled configuration (Traits, kernel variant kVariant of problem/mask.h)
@@ -234,14 +244,12 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   // Compact varlen tiles are decoded once, at a CTA's start (fwd_work.h fwd_tile_seq): one CTA
   // per tile, whose walk ends after it, or the kernel would decode its next tiles as padded ones.
   if (compact && schedule.grid != tiles) return Status::kInvalidArgument;
-  // A persistent causal walk's groups sized for its balance (fwd_walk_group; off: the L2's, for
-  // the harness's A/B).
-  if (balanced_groups && schedule.grid < tiles && schedule.group_heads > 0 &&
-      schedule.defer_m == 0) {
-    const double cap = group_cap * schedule.group_heads;
-    const int max_group = cap < 1.0 ? 1 : cap > INT_MAX ? INT_MAX : static_cast<int>(cap);
-    schedule.group_heads = fwd_walk_group<Traits, kVariant>(p, static_cast<int>(schedule.grid),
-                                                            max_group, tp.m_shift);
+  // A persistent causal walk's groups sized for its balance (fwd_walk_group_of; off: the
+  // L2's, for the harness's A/B).
+  if (schedule.grid < tiles && schedule.group_heads > 0 && schedule.defer_m == 0) {
+    schedule.group_heads = fwd_walk_group_of<Traits, kVariant>(
+        p, static_cast<int>(schedule.grid), schedule.group_heads, tp.m_shift, balanced_groups,
+        group_cap);
   }
   tp.group_heads = schedule.group_heads;
   tp.defer_m = schedule.defer_m;  // the kernels that walk it: fwd_work.h kernel_defer_m
