@@ -1,7 +1,8 @@
 // Checks of the torch-free C++ API that need no GPU: argument validation (every bad input returns
 // its Status before anything touches the device), workspace sizing, build information, and, on
-// a machine without a GPU, the "no device" path; then problem_checks.cpp's and kvcache_checks.cpp's
-// brute-force checks of the problem layer's math. Built and run by CMake's ctest (.ci/run).
+// a machine without a GPU, the "no device" path; then problem_checks.cpp's, scheduler_checks.cpp's
+// and kvcache_checks.cpp's brute-force checks of the problem layer's math. Built and run by
+// CMake's ctest (.ci/run).
 // Pointers here are fake but 16-byte aligned: no case below reaches a kernel on a GPU machine,
 // and the one case that would (valid arguments) runs only when no GPU is present.
 #include <cuda_runtime.h>
@@ -351,7 +352,8 @@ int main() {
     expect(ws_ok, "varlen: workspace slots aligned, disjoint, inside the planes");
   }
 
-  flashattn_cu_checks::run_problem_checks();  // problem_checks.cpp
+  flashattn_cu_checks::run_problem_checks();    // problem_checks.cpp
+  flashattn_cu_checks::run_scheduler_checks();  // scheduler_checks.cpp
   flashattn_cu_checks::run_kvcache_checks();  // kvcache_checks.cpp
   // fwd_kvcache's arguments (flashattn_cu.h: KvcacheParams), each rejected before the device.
   // cache_seqlens null means every entry holds seqlen_k keys: not with cache_leftpad (below, with
