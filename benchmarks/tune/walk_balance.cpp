@@ -3,7 +3,8 @@
 // (fwd_launch.h l2_head_group) and with fwd_walk_group's (problem/scheduler.h
 // balanced_group_heads), 132 CTAs, batch 16k / seqlen, 2048 / d heads, causal, query blocks
 // aligned to the last row where the tile takes the shift. benchmarks/NOTES.md 12.65 has the
-// numbers.
+// numbers. Its L2 group and causal key-block counts restate fwd_launch.h l2_head_group and
+// problem/mask.h's causal rule for seqlen_q == seqlen_k (that header needs the CUDA driver's).
 //   g++ -std=c++17 -O2 -Icsrc/flash -I<cuda>/include benchmarks/tune/walk_balance.cpp -o /tmp/wb
 //   /tmp/wb [L2 MiB ...]        (default: 50 60)
 #include <cuda_runtime.h>  // __host__ / __device__ for the shared header
