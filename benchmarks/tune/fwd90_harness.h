@@ -39,7 +39,7 @@ inline int g_causal_order = 0;     // launch_fwd_config's causal_order (fwd_sche
 inline bool g_last_aligned = true;  // launch_fwd_config's last_aligned (fwd_m_shift's blocks)
 inline bool g_shift_tma = false;    // and its shift_tma (tiles.h fwd_shift_tma_store_sm90)
 inline bool g_balanced = true;      // and its balanced_groups (fwd_launch.h fwd_walk_group)
-inline double g_group_cap = 1.0;    // and its group_cap (their bound over the L2's group)
+inline double g_group_cap = fa::sm90::kFwdWalkGroupCap;  // and its group_cap (their wider bound)
 
 // The static-variant instance of one sm90 configuration (no other variant is compiled here),
 // launched as the library launches it, with the causal schedule of this sweep pass.

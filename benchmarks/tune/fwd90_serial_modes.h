@@ -11,7 +11,10 @@
 // `shortlong` with non-causal calls; `doubleq`, two Q buffers; `balance` (session 54), the
 // persistent causal walk's groups sized for its balance against the L2's; `persist256`, d 256's
 // causal calls on that walk against the library's grid; `groupcap`, that walk's groups allowed
-// past the L2's bound.
+// past the L2's bound; `groupcap2` (session 55), the library's groups (past the L2's where they
+// balance, problem/scheduler.h kWalkL2Penalty) against the bounded ones at the lengths where the
+// model has them differ; `persist8k`, the persistent grid against one CTA per tile past the
+// library's persistent range.
 // tune_fwd90.cu runs them
 // through run_serial_mode / run_order_mode;
 // -DTUNE_FWD90_SERIAL_ONLY builds these modes alone.
@@ -230,7 +233,7 @@ void walk_group_ab(const char* name, const Buffers& b, const std::vector<int>& s
   }
   g_library_schedule = true;
   g_balanced = true;
-  g_group_cap = 1.0;
+  g_group_cap = fa::sm90::kFwdWalkGroupCap;
 }
 
 // `lastaligned`: causal calls with the query blocks aligned to the last row (B: the library's,
@@ -322,6 +325,35 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
                                            wider, false);
         walk_group_ab<64, LibStatic<64>>("d64 192x128", b, {8192}, l2_bound, wider, false);
       }
+    }
+    return true;
+  }
+  if (mode == "groupcap2") {
+    // The library's groups (fwd_launch.h kFwdWalkGroupCap, B) against those within the L2's
+    // bound (A), the library's schedule and tiles, at the lengths where
+    // benchmarks/tune/walk_balance.cpp has them differ on a 50 MB L2 (equal groups: noise).
+    for (int rep = 0; rep < 2; ++rep) {
+      const WalkChoice bounded{true, 1.0}, library{true, fa::sm90::kFwdWalkGroupCap};
+      walk_group_ab<64, LibStatic<64>>("d64 192x128", b, {3584, 4608, 6144}, bounded, library,
+                                       true);
+      walk_group_ab<128, LibStatic<128, true>>("d128 128x128", b, {1536, 2560, 3072}, bounded,
+                                               library, true);
+      walk_group_ab<128, LibStatic<128>>("d128 128x176", b, {4608, 5120, 6144}, bounded, library,
+                                         true);
+      walk_group_ab<256, LibStatic<256, true>>("d256 128x64", b, {1024, 1536, 2048}, bounded,
+                                               library, true);
+      walk_group_ab<256, LibStatic<256>>("d256 128x80", b, {3072, 4096}, bounded, library, true);
+    }
+    return true;
+  }
+  if (mode == "persist8k") {
+    // The persistent grid with the library's groups (A) against the library's one CTA per tile
+    // (B) past the persistent range (tiles.h fwd_causal_persistent_sm90): the model has the
+    // walk within 1-2% of the mean at d 64 / 128 7k / 8k and d 256 6k (walk_balance.cpp).
+    for (int rep = 0; rep < 2; ++rep) {
+      library_order_ab<64, LibStatic<64>>("d64 192x128", b, {7168, 8192}, true);
+      library_order_ab<128, LibStatic<128>>("d128 128x176", b, {7168, 8192}, true);
+      library_order_ab<256, LibStatic<256>>("d256 128x80", b, {5120, 6144}, true);
     }
     return true;
   }

@@ -366,16 +366,23 @@ __host__ __device__ constexpr bool fwd_short_rows_sm90(int head_dim, bool causal
 // persistent): d 64 4k 1.13, 4.5k 1.075, 5k 1.065, 6k 1.06; d 128 3.5k 1.08, 4k 1.095, 4.5k
 // 1.05, 5k 1.045, 6k 1.00. So the persistent grid up to 6k keys at d 64 and 5k at d 128 (d 128
 // 2.5k / 3k, not measured, predicted about even by benchmarks/tune/walk_balance.cpp).
+// Session 55 (H100, two passes each, benchmarks/results/tune_fwd90_{persist256,groupcap}_h100_
+// 6a73fc8.txt): d 256's causal calls on that walk against one CTA per tile (tune_fwd90
+// `persist256`; time one CTA per tile / persistent) 1k 1.016-1.056, 1.5k 1.03, 2k 1.10, 3k 1.02,
+// 4k 1.05, 6k 0.95, so d 256 up to 4k keys; groups past the L2's bound where none within it
+// balances (problem/scheduler.h balanced_group_heads, sm90/fwd_launch.h kFwdWalkGroupCap; tune_fwd90
+// `groupcap`) took d 128 at 6k 5-6% below the orders' time (the persistent grid with the bounded
+// groups had been even with them), so d 128 up to 6k.
 constexpr int kFwdCausalL2Groups = -2;  // fwd_schedule: groups of heads of half the L2 each
 __host__ __device__ constexpr bool fwd_causal_persistent_sm90(int head_dim, int seqlen_k) {
-  return head_dim <= 64 ? seqlen_k <= 6144 : head_dim <= 128 && seqlen_k <= 5120;
+  return head_dim <= 128 ? seqlen_k <= 6144 : head_dim > 192 && seqlen_k <= 4096;
 }
 // 0: head after head (each head's query blocks longest first); -1: longest first over all tiles;
 // kFwdCausalL2Groups: longest first within groups of heads whose K / V fit half the L2.
 __host__ __device__ constexpr int fwd_causal_order_sm90(int head_dim, int seqlen_k) {
   if (fwd_causal_persistent_sm90(head_dim, seqlen_k)) return 0;
   if (head_dim <= 64) return seqlen_k <= 8192 ? kFwdCausalL2Groups : -1;
-  if (head_dim <= 128) return seqlen_k <= 8192 ? -1 : 0;  // (<= 4k, groups: persistent now)
+  if (head_dim <= 128) return seqlen_k <= 8192 ? -1 : 0;  // (<= 6k: the persistent grid)
   if (head_dim > 192) return seqlen_k > 2048 && seqlen_k <= 8192 ? -1 : 0;
   return 0;
 }

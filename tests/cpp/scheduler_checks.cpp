@@ -231,9 +231,10 @@ void check_varlen_tiles() {
 // balanced_group_heads) against a brute-force walk: every tile of every CTA through
 // cta_tile_index and query_tile_at, with random key blocks per query block (zeros included),
 // heads, group sizes and CTA counts (every tile walked exactly once, whatever the group); the
-// chosen group within [ceil(max / 2), max] and never longer than the L2's.
+// chosen group within [ceil(max / 2), max] and never longer than the L2's; with a wider bound,
+// the bounded choice or a wider group whose weighed walk (kWalkL2Penalty) is lighter.
 void check_walk_balance() {
-  bool exact = true, chosen = true, covered = true;
+  bool exact = true, chosen = true, covered = true, wider = true;
   uint32_t rng = 777u;
   auto next = [&rng](int n) {
     rng = rng * 1664525u + 1013904223u;
@@ -271,10 +272,22 @@ void check_walk_balance() {
         flashattn_cu::grouped_walk_longest(blocks.data(), num_m, total, g, ctas, fixed, diff);
     chosen = chosen && g >= 1 && g <= group && (group == 1 || ctas == 1 || g >= (group + 1) / 2) &&
              with_g <= fast * (1.0 + 1e-9);
+    // With a wider bound (up to 4x): the bounded choice, or a wider size whose longest walk,
+    // weighed by kWalkL2Penalty per doubling past the L2's group, is lighter than it.
+    const int cap = group + next(3 * group + 1);
+    const int w = flashattn_cu::balanced_group_heads(blocks.data(), num_m, total, group, ctas,
+                                                     fixed, cap);
+    const double with_w =
+        flashattn_cu::grouped_walk_longest(blocks.data(), num_m, total, w, ctas, fixed, diff);
+    wider = wider && (w == g || (w > group && w <= std::min(cap, total) &&
+                                 with_w * (1.0 + flashattn_cu::kWalkL2Penalty *
+                                                     std::log2(static_cast<double>(w) / group)) <
+                                     with_g));
   }
   expect(covered, "cta_tile_index over query_tile_at's groups: every tile walked once");
   expect(exact, "grouped_walk_longest: the static walk's longest CTA, as a brute-force walk");
   expect(chosen, "balanced_group_heads: a group in [ceil(max / 2), max], never a longer walk");
+  expect(wider, "balanced_group_heads past the L2's group: the bounded one or a lighter weighed walk");
 }
 
 // The tile orders (query_tile_at, key_tile_at) and a left window's light blocks

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace flashattn_cu {
@@ -145,33 +147,61 @@ inline double grouped_walk_longest(const int* blocks, int num_m, int total_heads
   return longest;
 }
 
-// query_tile_at's group_heads for a causal call's persistent walk: of the group sizes from
-// max_group (the L2's bound: fwd_launch.h l2_head_group) down to half of it, the one whose
-// longest walk (grouped_walk_longest) is the shortest, the larger on a tie. Within a group the
-// snake pairs one round's heavy tiles with the next round's lighter ones; where a group ends
-// mid-round the next group's heaviest tiles fall on the CTAs that just took heavy ones, and with
-// the L2's group that left the longest walk 5-27% over the mean at some lengths (a simulation
-// of the bench's shapes at 1k-6k keys, 50 MB of L2, 132 CTAs: d 64 192 x 128 2k 1.23, 4k 1.24;
-// d 128 128 x 128 1k 1.10; benchmarks/NOTES.md 12.65), and 1-4% with the group chosen here.
-// Smaller groups keep their K / V in the L2 all the same. At most 24 sizes are tried, fewer
-// where a walk has many runs (10-20 us of a host at the bench's shapes, once per shape:
-// fwd_launch.h fwd_walk_group keeps the answers).
-inline int balanced_group_heads(const int* blocks, int num_m, int total_heads, int max_group,
-                                int ctas, double fixed) {
-  max_group = std::min(max_group, total_heads);
-  if (max_group <= 1 || ctas <= 1 || num_m <= 0) return max_group;
+// query_tile_at's group_heads for a causal call's persistent walk, from the L2's bound (l2_group:
+// fwd_launch.h l2_head_group) and a wider one (max_group, at least l2_group; the library's: 4x).
+// Of the sizes from l2_group down to half of it, the one whose longest walk (grouped_walk_longest)
+// is the shortest, the larger on a tie. Within a group the snake pairs one round's heavy tiles
+// with the next round's lighter ones; where a group ends mid-round the next group's heaviest
+// tiles fall on the CTAs that just took heavy ones, and with the L2's group that left the longest
+// walk 5-27% over the mean at some lengths (a simulation of the bench's shapes at 1k-6k keys,
+// 50 MB of L2, 132 CTAs: d 64 192 x 128 2k 1.23, 4k 1.24; d 128 128 x 128 1k 1.10;
+// benchmarks/NOTES.md 12.65), and 1-4% with the group chosen so. Smaller groups keep their K / V
+// in the L2 all the same. Some lengths have no size within the L2's bound that balances (d 128
+// 128 x 176 3k keys: 1.08 at best); the sizes past it, up to max_group, whose K / V no longer all
+// fit half the L2, are weighed by (1 + kWalkL2Penalty x log2(size / l2_group)) on their longest
+// walk, and the lightest of all is taken (the bounded one on a tie). kWalkL2Penalty from the H100
+// (tune_fwd90 `groupcap`, NOTES 12.67): at equal modelled balance 2.75x the L2's group ran 1-2%
+// slower than 1.4x (d 128 3k, 6k), and d 64 8k's 3.6x gained what the model said (1.1%) over 1.7x.
+// At most 24 sizes are tried within the bound and 48 past it, fewer where a walk has many runs
+// (10-60 us of a host at the bench's shapes, once per shape: fwd_launch.h fwd_walk_group keeps
+// the answers).
+constexpr double kWalkL2Penalty = 0.01;
+inline int balanced_group_heads(const int* blocks, int num_m, int total_heads, int l2_group,
+                                int ctas, double fixed, int max_group = 0) {
+  l2_group = std::min(l2_group, total_heads);
+  max_group = std::min(std::max(max_group, l2_group), total_heads);
+  if (l2_group < 1 || ctas <= 1 || num_m <= 0) return l2_group < 1 ? 1 : l2_group;
   std::vector<double> diff;
-  int best = max_group;
-  double best_len = grouped_walk_longest(blocks, num_m, total_heads, max_group, ctas, fixed, diff);
-  const int lowest = (max_group + 1) / 2;
-  const int64_t runs = (static_cast<int64_t>(total_heads) / lowest + 1) * num_m;
-  const int64_t tries = std::max<int64_t>(1, std::min<int64_t>(24, 400000 / (runs + ctas)));
-  const int stride = static_cast<int>(std::max<int64_t>(1, (max_group - lowest + tries - 1) / tries));
-  for (int g = max_group - stride; g >= lowest; g -= stride) {
-    const double len = grouped_walk_longest(blocks, num_m, total_heads, g, ctas, fixed, diff);
-    if (len < best_len * (1.0 - 1e-9)) {
-      best = g;
-      best_len = len;
+  auto longest = [&](int g) {
+    return grouped_walk_longest(blocks, num_m, total_heads, g, ctas, fixed, diff);
+  };
+  auto stride_over = [&](int lowest, int highest, int64_t most) {
+    const int64_t runs = (static_cast<int64_t>(total_heads) / lowest + 1) * num_m;
+    const int64_t tries = std::max<int64_t>(1, std::min<int64_t>(most, 400000 / (runs + ctas)));
+    return static_cast<int>(std::max<int64_t>(1, (highest - lowest + tries - 1) / tries));
+  };
+  int best = l2_group;
+  double best_len = longest(l2_group);
+  if (l2_group > 1) {
+    const int lowest = (l2_group + 1) / 2, stride = stride_over(lowest, l2_group, 24);
+    for (int g = l2_group - stride; g >= lowest; g -= stride) {
+      const double len = longest(g);
+      if (len < best_len * (1.0 - 1e-9)) {
+        best = g;
+        best_len = len;
+      }
+    }
+  }
+  if (max_group > l2_group) {
+    double best_weight = best_len;
+    const int stride = stride_over(l2_group + 1, max_group, 48);
+    for (int g = l2_group + 1; g <= max_group; g += stride) {
+      const double weight =
+          longest(g) * (1.0 + kWalkL2Penalty * std::log2(static_cast<double>(g) / l2_group));
+      if (weight < best_weight * (1.0 - 1e-9)) {
+        best = g;
+        best_weight = weight;
+      }
     }
   }
   return best;

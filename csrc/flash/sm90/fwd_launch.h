@@ -41,8 +41,8 @@ inline int fwd_defer_m(const FwdParams& p, int block_m) { return deferred_query_
 // seqlen_k (window (1024, 0) at 16k: every tile but the first few walks the same 9-10 blocks, so
 // the tiles are short and alike, the case the persistent grid wins).
 // A causal call without a window follows tiles.h fwd_causal_persistent_sm90 (up to 6k keys at
-// d 64 and 5k at d 128, with fwd_walk_group's balanced groups: past that one CTA per tile in a
-// tiles.h order won); a window keeps the 4k rule.
+// d <= 128 and 4k at d 256, with fwd_walk_group's balanced groups: past that one CTA per tile in
+// a tiles.h order won); a window keeps the 4k rule.
 inline bool causal_persistent(const FwdParams& p) {
   if (p.window_left >= 0 && p.window_left < p.seqlen_k) {
     return p.head_dim <= 128 && p.window_left + 1 <= 4096;
@@ -118,17 +118,18 @@ constexpr double kFwdTileFixedSteps = 1.5;
 
 // query_tile_at's group_heads for a causal call without a window on padded rows walked by a
 // persistent grid of `ctas` CTAs (problem/scheduler.h balanced_group_heads over the call's key
-// blocks per query block, with the instance's tile and the call's m_shift), at most max_group
-// (the L2's); any other call keeps max_group. The last 8 answers are kept per host thread and
-// per instance (Traits, kVariant: the cache is the template's own), so a repeated shape (a
-// training loop's) costs a lookup; a new one walks its groups x query blocks for each candidate
-// size (at most 24), 10-20 us at the bench's shapes. Any group size is correct (query_tile_at
-// covers every tile for each); this one only sets the balance.
+// blocks per query block, with the instance's tile and the call's m_shift): l2_group (the L2's
+// bound) or, where no size up to it balances the walk, one of at most max_group; any other call
+// keeps l2_group. The last 8 answers are kept per host thread and per instance (Traits, kVariant:
+// the cache is the template's own), so a repeated shape (a training loop's) costs a lookup; a
+// new one walks its groups x query blocks for each candidate size (at most 24 on each side of
+// the L2's), 10-40 us at the bench's shapes. Any group size is correct (query_tile_at covers
+// every tile for each); this one only sets the balance.
 template <typename Traits, int kVariant>
-int fwd_walk_group(const FwdParams& p, int ctas, int max_group, int m_shift) {
-  if (!plain_causal(p) || max_group <= 1) return max_group;
+int fwd_walk_group(const FwdParams& p, int ctas, int l2_group, int max_group, int m_shift) {
+  if (!plain_causal(p)) return l2_group;
   struct Entry {
-    int seqlen_q = -1, seqlen_k, m_shift, total_heads, max_group, ctas, group;
+    int seqlen_q = -1, seqlen_k, m_shift, total_heads, l2_group, max_group, ctas, group;
   };
   static thread_local Entry cache[8];
   static thread_local int next = 0;
@@ -137,7 +138,8 @@ int fwd_walk_group(const FwdParams& p, int ctas, int max_group, int m_shift) {
   const int total_heads = static_cast<int>(heads64);
   for (const Entry& e : cache) {
     if (e.seqlen_q == p.seqlen_q && e.seqlen_k == p.seqlen_k && e.m_shift == m_shift &&
-        e.total_heads == total_heads && e.max_group == max_group && e.ctas == ctas) {
+        e.total_heads == total_heads && e.l2_group == l2_group && e.max_group == max_group &&
+        e.ctas == ctas) {
       return e.group;
     }
   }
@@ -149,23 +151,25 @@ int fwd_walk_group(const FwdParams& p, int ctas, int max_group, int m_shift) {
     const KeyBlocks kb = mask.template key_blocks<Traits::kBlockM, Traits::kBlockN>(m_start);
     blocks[m] = m_start >= p.seqlen_q ? 0 : std::max(0, kb.end - kb.begin);
   }
-  const int group =
-      balanced_group_heads(blocks.data(), num_m, total_heads, max_group, ctas, kFwdTileFixedSteps);
-  cache[next] = Entry{p.seqlen_q, p.seqlen_k, m_shift, total_heads, max_group, ctas, group};
+  const int group = balanced_group_heads(blocks.data(), num_m, total_heads, l2_group, ctas,
+                                         kFwdTileFixedSteps, max_group);
+  cache[next] = Entry{p.seqlen_q, p.seqlen_k, m_shift, total_heads, l2_group, max_group, ctas,
+                      group};
   next = (next + 1) % 8;
   return group;
 }
 
 // The group a persistent causal walk of `ctas` CTAs takes (launch_fwd_config's, and what the
-// harness prints): the L2's (l2_group) when not `balanced`, else fwd_walk_group's of at most
-// group_cap x the L2's (the library's cap: 1).
+// harness prints): the L2's (l2_group) when not `balanced`, else fwd_walk_group's with sizes up
+// to group_cap x the L2's (the library's: kFwdWalkGroupCap).
+constexpr double kFwdWalkGroupCap = 4.0;
 template <typename Traits, int kVariant>
 int fwd_walk_group_of(const FwdParams& p, int ctas, int l2_group, int m_shift, bool balanced,
                       double group_cap) {
   if (!balanced) return l2_group;
   const double cap = group_cap * l2_group;
-  const int max_group = cap < 1.0 ? 1 : cap > INT_MAX ? INT_MAX : static_cast<int>(cap);
-  return fwd_walk_group<Traits, kVariant>(p, ctas, max_group, m_shift);
+  const int max_group = cap < l2_group ? l2_group : cap > INT_MAX ? INT_MAX : static_cast<int>(cap);
+  return fwd_walk_group<Traits, kVariant>(p, ctas, l2_group, max_group, m_shift);
 }
 
 // The launch of one compiled configuration (Traits, kernel variant kVariant of problem/mask.h)
@@ -176,14 +180,15 @@ int fwd_walk_group_of(const FwdParams& p, int ctas, int l2_group, int m_shift, b
 // last_aligned: fwd_m_shift's query blocks (off: blocks at multiples of the tile, likewise);
 // shift_tma: fwd_m_shift's, for the harness's A/B of tiles.h fwd_shift_tma_store_sm90.
 // balanced_groups: fwd_walk_group's groups for a persistent causal walk (off: the L2's);
-// group_cap: their bound as a multiple of the L2's group (the harness's `groupcap` A/B).
+// group_cap: their wider bound as a multiple of the L2's group (the harness's `groupcap` A/B).
 template <typename Element, typename Traits, int kVariant>
 Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_persistent,
                          cudaStream_t stream, unsigned long long* stamps = nullptr,
                          bool defer_light = true, int causal_order = 0,
                          bool last_aligned = true,
                          bool shift_tma = fwd_shift_tma_store_sm90(Traits::kHeadDim),
-                         bool balanced_groups = true, double group_cap = 1.0) {
+                         bool balanced_groups = true,
+                         double group_cap = kFwdWalkGroupCap) {
   if (Traits::kStamps != (stamps != nullptr)) return Status::kInvalidArgument;
   const TmaExtents e = tma_extents(p);
   FwdTmaParams tp;
