@@ -369,13 +369,18 @@ __host__ __device__ constexpr bool fwd_short_rows_sm90(int head_dim, bool causal
 // Session 55 (H100, two passes each, benchmarks/results/tune_fwd90_{persist256,groupcap}_h100_
 // 6a73fc8.txt): d 256's causal calls on that walk against one CTA per tile (tune_fwd90
 // `persist256`; time one CTA per tile / persistent) 1k 1.016-1.056, 1.5k 1.03, 2k 1.10, 3k 1.02,
-// 4k 1.05, 6k 0.95, so d 256 up to 4k keys; groups past the L2's bound where none within it
-// balances (problem/scheduler.h balanced_group_heads, sm90/fwd_launch.h kFwdWalkGroupCap; tune_fwd90
+// 4k 1.05, 6k 0.95; groups past the L2's bound where none within it balances
+// (problem/scheduler.h balanced_group_heads, sm90/fwd_launch.h kFwdWalkGroupCap; tune_fwd90
 // `groupcap`) took d 128 at 6k 5-6% below the orders' time (the persistent grid with the bounded
-// groups had been even with them), so d 128 up to 6k.
+// groups had been even with them), so d 128 up to 6k. The bench at 16d1429 (H100, d 256 causal
+// persistent up to 4k with those groups, against 6a73fc8's run; ratios to cuDNN in each run):
+// 2k 0.98 -> 1.02, 4k 1.07 -> 1.08, but 512 0.92 -> 0.87 and 1k 0.95 -> 0.89 (the H200's v3_snake
+// had d 256 1k persistent 11% slower too, with the L2's groups), against the harness's 1k
+// +1.6-5.6%: d 256 takes it above 1k keys, to 4k (1k's disagreement: NOTES 12.68).
 constexpr int kFwdCausalL2Groups = -2;  // fwd_schedule: groups of heads of half the L2 each
 __host__ __device__ constexpr bool fwd_causal_persistent_sm90(int head_dim, int seqlen_k) {
-  return head_dim <= 128 ? seqlen_k <= 6144 : head_dim > 192 && seqlen_k <= 4096;
+  return head_dim <= 128 ? seqlen_k <= 6144
+                         : head_dim > 192 && seqlen_k > 1024 && seqlen_k <= 4096;
 }
 // 0: head after head (each head's query blocks longest first); -1: longest first over all tiles;
 // kFwdCausalL2Groups: longest first within groups of heads whose K / V fit half the L2.
