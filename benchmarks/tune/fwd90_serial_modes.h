@@ -14,7 +14,8 @@
 // past the L2's bound; `groupcap2` (session 55), the library's groups (past the L2's where they
 // balance, problem/scheduler.h kWalkL2Penalty) against the bounded ones at the lengths where the
 // model has them differ; `persist8k`, the persistent grid against one CTA per tile past the
-// library's persistent range.
+// library's persistent range; `persist256f`, d 256's short causal calls timed as the bench
+// times them (the L2 emptied before each).
 // tune_fwd90.cu runs them
 // through run_serial_mode / run_order_mode;
 // -DTUNE_FWD90_SERIAL_ONLY builds these modes alone.
@@ -163,7 +164,9 @@ void library_order_ab(const char* name, const Buffers& b, const std::vector<int>
     fa::Status st_a, st_b;
     const float diff_a = checked_diff(b, p, before, &st_a);
     const float diff_b = checked_diff(b, p, library, &st_b);
-    const AbTimes t = ab_ms([&] { before(); }, [&] { library(); }, 30, 4);
+    const AbTimes t = g_ab_flush > 0 ? ab_ms_flushed([&] { before(); }, [&] { library(); }, 60,
+                                                     g_ab_flush)
+                                     : ab_ms([&] { before(); }, [&] { library(); }, 30, 4);
     const double flops = call_flops(p, kNoMods);
     const bool ok = st_a == fa::Status::kSuccess && st_b == fa::Status::kSuccess &&
                     diff_a < 2e-2f && diff_b < 2e-2f;
@@ -211,7 +214,10 @@ void walk_group_ab(const char* name, const Buffers& b, const std::vector<int>& s
     fa::Status st_a, st_b;
     const float diff_a = checked_diff(b, p, [&] { return launch(choice_a); }, &st_a);
     const float diff_b = checked_diff(b, p, [&] { return launch(choice_b); }, &st_b);
-    const AbTimes t = ab_ms([&] { launch(choice_a); }, [&] { launch(choice_b); }, 30, 4);
+    const AbTimes t =
+        g_ab_flush > 0
+            ? ab_ms_flushed([&] { launch(choice_a); }, [&] { launch(choice_b); }, 60, g_ab_flush)
+            : ab_ms([&] { launch(choice_a); }, [&] { launch(choice_b); }, 30, 4);
     const int l2_group = fa::sm90::l2_head_group(p, g_l2);
     const int m_shift = fa::sm90::fwd_m_shift<Traits, fa::kStaticVariant>(
         p, Traits::kTmaStoreO != 0, g_shift_tma);
@@ -268,6 +274,48 @@ void last_aligned_ab(const char* name, const Buffers& b, const std::vector<int>&
   }
   g_last_aligned = true;
   g_shift_tma = false;
+}
+
+// `persist256f`: one CTA per tile in head-after-head order (A) against the persistent grid with
+// the walk's groups bounded by cap x the L2's (B), whatever the library takes; timed as
+// g_ab_flush says; both outputs checked against the sm80 kernel.
+template <int kHeadDim, typename Traits>
+void persistent_ab(const char* name, const Buffers& b, const std::vector<int>& seqlens,
+                   double cap) {
+  g_library_schedule = false;
+  g_causal_order = 0;
+  g_group_cap = cap;
+  for (int seqlen : seqlens) {
+    const fa::FwdParams p = causal_case<kHeadDim>(b, seqlen);
+    auto launch = [&](bool persistent) {
+      g_causal_persistent = persistent;
+      return run_sm90<Traits>(p);
+    };
+    fa::Status st_a, st_b;
+    const float diff_a = checked_diff(b, p, [&] { return launch(false); }, &st_a);
+    const float diff_b = checked_diff(b, p, [&] { return launch(true); }, &st_b);
+    const AbTimes t =
+        g_ab_flush > 0
+            ? ab_ms_flushed([&] { launch(false); }, [&] { launch(true); }, 60, g_ab_flush)
+            : ab_ms([&] { launch(false); }, [&] { launch(true); }, 30, 4);
+    const int l2_group = fa::sm90::l2_head_group(p, g_l2);
+    const int m_shift = fa::sm90::fwd_m_shift<Traits, fa::kStaticVariant>(
+        p, Traits::kTmaStoreO != 0, g_shift_tma);
+    const int group = fa::sm90::fwd_walk_group_of<Traits, fa::kStaticVariant>(
+        p, g_sms, l2_group, m_shift, g_balanced, cap);
+    const double flops = call_flops(p, kNoMods);
+    const bool ok = st_a == fa::Status::kSuccess && st_b == fa::Status::kSuccess &&
+                    diff_a < 2e-2f && diff_b < 2e-2f;
+    std::printf("%-20s d=%3d s=%5d causal, %s, groups %3d (L2 %3d, cap %.0f): one CTA a tile "
+                "%6.1f  persistent %6.1f TFLOP/s  B/A time %.3f  max|diff| %.1e %.1e%s\n",
+                name, kHeadDim, seqlen, g_ab_flush > 0 ? "L2 flushed" : "back to back", group,
+                l2_group, cap, flops / t.a_ms * 1e-9, flops / t.b_ms * 1e-9, t.b_over_a, diff_a,
+                diff_b, ok ? "" : "  WRONG");
+    std::fflush(stdout);
+  }
+  g_library_schedule = true;
+  g_causal_persistent = true;
+  g_group_cap = fa::sm90::kFwdWalkGroupCap;
 }
 
 inline bool run_order_mode(const std::string& mode, const Buffers& b) {
@@ -355,6 +403,22 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
       library_order_ab<128, LibStatic<128>>("d128 128x176", b, {7168, 8192}, true);
       library_order_ab<256, LibStatic<256>>("d256 128x80", b, {5120, 6144}, true);
     }
+    return true;
+  }
+  if (mode == "persist256f") {
+    // `persist256` around the bench's disagreement (session 55: at d 256 causal 512 / 1k the
+    // bench had the persistent grid 5-7% slower, the harness's back-to-back A/B 1.6-5.6% faster):
+    // one CTA per tile head after head (A) against the persistent grid (B; the library's wider
+    // groups, then the L2-bounded ones), each call timed alone after a 256 MB memset of the L2
+    // (ab_ms_flushed, as the bench), then back to back for the same shapes.
+    for (size_t flush : {size_t(256) << 20, size_t(0)}) {
+      g_ab_flush = flush;
+      for (double cap : {fa::sm90::kFwdWalkGroupCap, 1.0}) {
+        persistent_ab<256, LibStatic<256, true>>("d256 128x64", b, {512, 768, 1024, 1536, 2048},
+                                                 cap);
+      }
+    }
+    g_ab_flush = 0;
     return true;
   }
   if (mode == "persist256") {

@@ -138,3 +138,45 @@ AbTimes ab_ms(const FnA& fa, const FnB& fb, int rounds, int inner) {
   CHECK(cudaEventDestroy(e2));
   return AbTimes{median_of(ta), median_of(tb), median_of(r)};
 }
+
+// ab_ms as the bench times a call (benchmarks/bench.py: triton's do_bench empties the L2 before
+// each call): each round times one call of A and one of B (B first on odd rounds), each between
+// its own events after flush_l2 of flush_bytes outside them, so neither starts on the other's
+// K / V in the L2 or under its tail. Session 55: the harness's back-to-back A/B had d 256 causal
+// 1k 1.6-5.6% faster on the persistent grid, the bench 7% slower (benchmarks/NOTES.md 12.67).
+template <typename FnA, typename FnB>
+AbTimes ab_ms_flushed(const FnA& fa, const FnB& fb, int rounds, size_t flush_bytes) {
+  void* const flush = flush_buffer(flush_bytes);
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  auto timed = [&](auto&& fn, int rep) {
+    flush_l2(flush, flush_bytes, rep);
+    CHECK(cudaEventRecord(e0));
+    fn();
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    float ms = 0.f;
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms;
+  };
+  std::vector<float> ta, tb, r;
+  for (int i = 0; i < rounds + 2; ++i) {
+    float a, b;
+    if (i % 2 == 1) {
+      b = timed(fb, 2 * i);
+      a = timed(fa, 2 * i + 1);
+    } else {
+      a = timed(fa, 2 * i);
+      b = timed(fb, 2 * i + 1);
+    }
+    if (i >= 2) {  // two warm-up rounds
+      ta.push_back(a);
+      tb.push_back(b);
+      r.push_back(b / a);
+    }
+  }
+  CHECK(cudaEventDestroy(e0));
+  CHECK(cudaEventDestroy(e1));
+  return AbTimes{median_of(ta), median_of(tb), median_of(r)};
+}

@@ -376,7 +376,7 @@ __host__ __device__ constexpr bool fwd_short_rows_sm90(int head_dim, bool causal
 // persistent up to 4k with those groups, against 6a73fc8's run; ratios to cuDNN in each run):
 // 2k 0.98 -> 1.02, 4k 1.07 -> 1.08, but 512 0.92 -> 0.87 and 1k 0.95 -> 0.89 (the H200's v3_snake
 // had d 256 1k persistent 11% slower too, with the L2's groups), against the harness's 1k
-// +1.6-5.6%: d 256 takes it above 1k keys, to 4k (1k's disagreement: NOTES 12.68).
+// +1.6-5.6%: d 256 takes it above 1k keys, to 4k (1k's disagreement: NOTES 12.67 item 4).
 constexpr int kFwdCausalL2Groups = -2;  // fwd_schedule: groups of heads of half the L2 each
 __host__ __device__ constexpr bool fwd_causal_persistent_sm90(int head_dim, int seqlen_k) {
   return head_dim <= 128 ? seqlen_k <= 6144
