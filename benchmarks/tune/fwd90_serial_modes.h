@@ -139,6 +139,40 @@ void order_ab(const char* name, const Buffers& b, const std::vector<int>& seqlen
   g_causal_order = 0;
 }
 
+// The walk modes' A/B of two launches of call p: both outputs checked against the sm80 kernel,
+// then timed back to back (ab_ms) or one call at a time after an L2 flush (g_ab_flush:
+// ab_ms_flushed, as the bench); `ok` when both ran and matched.
+struct WalkAb {
+  AbTimes t;
+  float diff_a, diff_b;
+  bool ok;
+};
+template <typename LaunchA, typename LaunchB>
+WalkAb walk_ab(const Buffers& b, const fa::FwdParams& p, const LaunchA& launch_a,
+               const LaunchB& launch_b) {
+  fa::Status st_a, st_b;
+  WalkAb r;
+  r.diff_a = checked_diff(b, p, launch_a, &st_a);
+  r.diff_b = checked_diff(b, p, launch_b, &st_b);
+  auto a = [&] { launch_a(); };
+  auto bb = [&] { launch_b(); };
+  r.t = g_ab_flush > 0 ? ab_ms_flushed(a, bb, 60, g_ab_flush) : ab_ms(a, bb, 30, 4);
+  r.ok = st_a == fa::Status::kSuccess && st_b == fa::Status::kSuccess && r.diff_a < 2e-2f &&
+         r.diff_b < 2e-2f;
+  return r;
+}
+
+// The group of heads a persistent walk of call p takes on instance Traits (fwd_walk_group_of with
+// the harness's m_shift) for `balanced` / `cap`; the L2's group in *l2_group.
+template <typename Traits>
+int walk_group(const fa::FwdParams& p, bool balanced, double cap, int* l2_group) {
+  *l2_group = fa::sm90::l2_head_group(p, g_l2);
+  const int m_shift = fa::sm90::fwd_m_shift<Traits, fa::kStaticVariant>(
+      p, Traits::kTmaStoreO != 0, g_shift_tma);
+  return fa::sm90::fwd_walk_group_of<Traits, fa::kStaticVariant>(p, g_sms, *l2_group, m_shift,
+                                                                 balanced, cap);
+}
+
 // `orders`: the library's causal schedule (tiles.h fwd_causal_persistent_sm90 /
 // fwd_causal_order_sm90, since session 50) against the one before it (B / A): the persistent
 // grid at d <= 128 up to 4k keys, else one CTA per tile head after head; interleaved (ab_ms),
@@ -161,21 +195,14 @@ void library_order_ab(const char* name, const Buffers& b, const std::vector<int>
       g_library_schedule = true;
       return run_sm90<Traits>(p);
     };
-    fa::Status st_a, st_b;
-    const float diff_a = checked_diff(b, p, before, &st_a);
-    const float diff_b = checked_diff(b, p, library, &st_b);
-    const AbTimes t = g_ab_flush > 0 ? ab_ms_flushed([&] { before(); }, [&] { library(); }, 60,
-                                                     g_ab_flush)
-                                     : ab_ms([&] { before(); }, [&] { library(); }, 30, 4);
+    const WalkAb r = walk_ab(b, p, before, library);
     const double flops = call_flops(p, kNoMods);
-    const bool ok = st_a == fa::Status::kSuccess && st_b == fa::Status::kSuccess &&
-                    diff_a < 2e-2f && diff_b < 2e-2f;
     std::printf("%-20s d=%3d s=%5d causal, order %2d%s: %s %6.1f  library %6.1f TFLOP/s  "
                 "B/A time %.3f  max|diff| %.1e %.1e%s\n",
                 name, kHeadDim, seqlen, fa::sm90::causal_order(p),
                 fa::sm90::causal_persistent(p) ? " (persistent)" : "",
-                persistent ? "persistent" : "before", flops / t.a_ms * 1e-9, flops / t.b_ms * 1e-9,
-                t.b_over_a, diff_a, diff_b, ok ? "" : "  WRONG");
+                persistent ? "persistent" : "before", flops / r.t.a_ms * 1e-9,
+                flops / r.t.b_ms * 1e-9, r.t.b_over_a, r.diff_a, r.diff_b, r.ok ? "" : "  WRONG");
     std::fflush(stdout);
   }
   g_library_schedule = true;
@@ -211,30 +238,21 @@ void walk_group_ab(const char* name, const Buffers& b, const std::vector<int>& s
       g_group_cap = c.cap;
       return run_sm90<Traits>(p);
     };
-    fa::Status st_a, st_b;
-    const float diff_a = checked_diff(b, p, [&] { return launch(choice_a); }, &st_a);
-    const float diff_b = checked_diff(b, p, [&] { return launch(choice_b); }, &st_b);
-    const AbTimes t =
-        g_ab_flush > 0
-            ? ab_ms_flushed([&] { launch(choice_a); }, [&] { launch(choice_b); }, 60, g_ab_flush)
-            : ab_ms([&] { launch(choice_a); }, [&] { launch(choice_b); }, 30, 4);
-    const int l2_group = fa::sm90::l2_head_group(p, g_l2);
-    const int m_shift = fa::sm90::fwd_m_shift<Traits, fa::kStaticVariant>(
-        p, Traits::kTmaStoreO != 0, g_shift_tma);
+    const WalkAb r =
+        walk_ab(b, p, [&] { return launch(choice_a); }, [&] { return launch(choice_b); });
+    int l2_group = 0;
     auto group_of = [&](WalkChoice c) {
-      return fa::sm90::fwd_walk_group_of<Traits, fa::kStaticVariant>(p, g_sms, l2_group, m_shift,
-                                                                     c.balanced, c.cap);
+      return walk_group<Traits>(p, c.balanced, c.cap, &l2_group);
     };
+    const int group_a = group_of(choice_a), group_b = group_of(choice_b);
     const bool persistent = !library_schedule || fa::sm90::causal_persistent(p);
     const double flops = call_flops(p, kNoMods);
-    const bool ok = st_a == fa::Status::kSuccess && st_b == fa::Status::kSuccess &&
-                    diff_a < 2e-2f && diff_b < 2e-2f;
     std::printf("%-20s d=%3d s=%5d causal%s, L2 group %3d, groups %3d -> %3d of %4d: A %6.1f  "
                 "B %6.1f TFLOP/s  B/A time %.3f  max|diff| %.1e %.1e%s\n",
                 name, kHeadDim, seqlen, persistent ? " (persistent)" : "", l2_group,
-                group_of(choice_a), group_of(choice_b), p.batch * p.num_heads,
-                flops / t.a_ms * 1e-9, flops / t.b_ms * 1e-9, t.b_over_a, diff_a, diff_b,
-                ok ? "" : "  WRONG");
+                group_a, group_b, p.batch * p.num_heads,
+                flops / r.t.a_ms * 1e-9, flops / r.t.b_ms * 1e-9, r.t.b_over_a, r.diff_a,
+                r.diff_b, r.ok ? "" : "  WRONG");
     std::fflush(stdout);
   }
   g_library_schedule = true;
@@ -291,26 +309,15 @@ void persistent_ab(const char* name, const Buffers& b, const std::vector<int>& s
       g_causal_persistent = persistent;
       return run_sm90<Traits>(p);
     };
-    fa::Status st_a, st_b;
-    const float diff_a = checked_diff(b, p, [&] { return launch(false); }, &st_a);
-    const float diff_b = checked_diff(b, p, [&] { return launch(true); }, &st_b);
-    const AbTimes t =
-        g_ab_flush > 0
-            ? ab_ms_flushed([&] { launch(false); }, [&] { launch(true); }, 60, g_ab_flush)
-            : ab_ms([&] { launch(false); }, [&] { launch(true); }, 30, 4);
-    const int l2_group = fa::sm90::l2_head_group(p, g_l2);
-    const int m_shift = fa::sm90::fwd_m_shift<Traits, fa::kStaticVariant>(
-        p, Traits::kTmaStoreO != 0, g_shift_tma);
-    const int group = fa::sm90::fwd_walk_group_of<Traits, fa::kStaticVariant>(
-        p, g_sms, l2_group, m_shift, g_balanced, cap);
+    const WalkAb r = walk_ab(b, p, [&] { return launch(false); }, [&] { return launch(true); });
+    int l2_group = 0;
+    const int group = walk_group<Traits>(p, g_balanced, cap, &l2_group);
     const double flops = call_flops(p, kNoMods);
-    const bool ok = st_a == fa::Status::kSuccess && st_b == fa::Status::kSuccess &&
-                    diff_a < 2e-2f && diff_b < 2e-2f;
     std::printf("%-20s d=%3d s=%5d causal, %s, groups %3d (L2 %3d, cap %.0f): one CTA a tile "
                 "%6.1f  persistent %6.1f TFLOP/s  B/A time %.3f  max|diff| %.1e %.1e%s\n",
                 name, kHeadDim, seqlen, g_ab_flush > 0 ? "L2 flushed" : "back to back", group,
-                l2_group, cap, flops / t.a_ms * 1e-9, flops / t.b_ms * 1e-9, t.b_over_a, diff_a,
-                diff_b, ok ? "" : "  WRONG");
+                l2_group, cap, flops / r.t.a_ms * 1e-9, flops / r.t.b_ms * 1e-9, r.t.b_over_a,
+                r.diff_a, r.diff_b, r.ok ? "" : "  WRONG");
     std::fflush(stdout);
   }
   g_library_schedule = true;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include <cuda_bf16.h>
@@ -102,20 +103,35 @@ float median_ms(const Fn& fn, int reps, size_t flush_bytes = 0) {
   return median_of(t);
 }
 
-// An A/B of two launches, interleaved so that clock and thermal drift fall on both alike: each
-// round times `inner` back-to-back calls of A, then of B (B first on odd rounds), between events.
+// An A/B of two launches, interleaved so that clock and thermal drift fall on both alike.
 // Gives each one's median time per call and the median over the rounds of B's time / A's.
 struct AbTimes {
   float a_ms, b_ms, b_over_a;
 };
+// The rounds of an A/B: round(i) gives round i's (A, B) times per call; two warm-up rounds.
+template <typename Round>
+AbTimes ab_rounds(int rounds, const Round& round) {
+  std::vector<float> ta, tb, r;
+  for (int i = 0; i < rounds + 2; ++i) {
+    const std::pair<float, float> t = round(i);
+    if (i >= 2) {
+      ta.push_back(t.first);
+      tb.push_back(t.second);
+      r.push_back(t.second / t.first);
+    }
+  }
+  return AbTimes{median_of(ta), median_of(tb), median_of(r)};
+}
+
+// Back to back: each round times `inner` calls of A in a row, then of B (B first on odd rounds),
+// between events.
 template <typename FnA, typename FnB>
 AbTimes ab_ms(const FnA& fa, const FnB& fb, int rounds, int inner) {
   cudaEvent_t e0, e1, e2;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
   CHECK(cudaEventCreate(&e2));
-  std::vector<float> ta, tb, r;
-  for (int i = 0; i < rounds + 2; ++i) {
+  const AbTimes t = ab_rounds(rounds, [&](int i) {
     const bool b_first = i % 2 == 1;
     CHECK(cudaEventRecord(e0));
     for (int k = 0; k < inner; ++k) b_first ? fb() : fa();
@@ -126,24 +142,20 @@ AbTimes ab_ms(const FnA& fa, const FnB& fb, int rounds, int inner) {
     float first = 0.f, second = 0.f;
     CHECK(cudaEventElapsedTime(&first, e0, e1));
     CHECK(cudaEventElapsedTime(&second, e1, e2));
-    const float a = (b_first ? second : first) / inner, b = (b_first ? first : second) / inner;
-    if (i >= 2) {  // two warm-up rounds
-      ta.push_back(a);
-      tb.push_back(b);
-      r.push_back(b / a);
-    }
-  }
+    return b_first ? std::make_pair(second / inner, first / inner)
+                   : std::make_pair(first / inner, second / inner);
+  });
   CHECK(cudaEventDestroy(e0));
   CHECK(cudaEventDestroy(e1));
   CHECK(cudaEventDestroy(e2));
-  return AbTimes{median_of(ta), median_of(tb), median_of(r)};
+  return t;
 }
 
-// ab_ms as the bench times a call (benchmarks/bench.py: triton's do_bench empties the L2 before
-// each call): each round times one call of A and one of B (B first on odd rounds), each between
-// its own events after flush_l2 of flush_bytes outside them, so neither starts on the other's
-// K / V in the L2 or under its tail. Session 55: the harness's back-to-back A/B had d 256 causal
-// 1k 1.6-5.6% faster on the persistent grid, the bench 7% slower (benchmarks/NOTES.md 12.67).
+// As the bench times a call (benchmarks/bench.py: triton's do_bench empties the L2 before each
+// call): each round times one call of A and one of B (B first on odd rounds), each between its
+// own events after flush_l2 of flush_bytes outside them, so neither starts on the other's K / V
+// in the L2 or under its tail. Session 55: the back-to-back A/B had d 256 causal 1k 1.6-5.6%
+// faster on the persistent grid, the bench 7% slower (benchmarks/NOTES.md 12.67).
 template <typename FnA, typename FnB>
 AbTimes ab_ms_flushed(const FnA& fa, const FnB& fb, int rounds, size_t flush_bytes) {
   void* const flush = flush_buffer(flush_bytes);
@@ -160,23 +172,15 @@ AbTimes ab_ms_flushed(const FnA& fa, const FnB& fb, int rounds, size_t flush_byt
     CHECK(cudaEventElapsedTime(&ms, e0, e1));
     return ms;
   };
-  std::vector<float> ta, tb, r;
-  for (int i = 0; i < rounds + 2; ++i) {
-    float a, b;
+  const AbTimes t = ab_rounds(rounds, [&](int i) {
     if (i % 2 == 1) {
-      b = timed(fb, 2 * i);
-      a = timed(fa, 2 * i + 1);
-    } else {
-      a = timed(fa, 2 * i);
-      b = timed(fb, 2 * i + 1);
+      const float b = timed(fb, 2 * i);
+      return std::make_pair(timed(fa, 2 * i + 1), b);
     }
-    if (i >= 2) {  // two warm-up rounds
-      ta.push_back(a);
-      tb.push_back(b);
-      r.push_back(b / a);
-    }
-  }
+    const float a = timed(fa, 2 * i);
+    return std::make_pair(a, timed(fb, 2 * i + 1));
+  });
   CHECK(cudaEventDestroy(e0));
   CHECK(cudaEventDestroy(e1));
-  return AbTimes{median_of(ta), median_of(tb), median_of(r)};
+  return t;
 }
