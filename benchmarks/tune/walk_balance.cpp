@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
                 "L2's [its group / the L2's]\n", l2_mib);
     for (const Tile& t : tiles) {
       std::printf("d %3d %dx%d:", t.d, t.bm, t.bn);
-      for (int s : {1024, 1536, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 6144, 7168, 8192}) {
+      for (int s : {1024, 1536, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 6144, 7168, 8192, 12288,
+                    16384}) {
         const int heads = (16384 / s) * (2048 / t.d);
         const int num_m = (s + t.bm - 1) / t.bm, shift = t.shift ? num_m * t.bm - s : 0;
         std::vector<int> blocks(num_m);
