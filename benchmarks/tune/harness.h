@@ -81,6 +81,18 @@ inline float median_of(std::vector<float>& v) {
   return v[v.size() / 2];
 }
 
+// One call of fn between events a and b (the default stream), in ms; waits for it.
+template <typename Fn>
+float call_ms(cudaEvent_t a, cudaEvent_t b, const Fn& fn) {
+  CHECK(cudaEventRecord(a));
+  fn();
+  CHECK(cudaEventRecord(b));
+  CHECK(cudaEventSynchronize(b));
+  float ms = 0.f;
+  CHECK(cudaEventElapsedTime(&ms, a, b));
+  return ms;
+}
+
 template <typename Fn>
 float median_ms(const Fn& fn, int reps, size_t flush_bytes = 0) {
   void* const flush = flush_bytes > 0 ? flush_buffer(flush_bytes) : nullptr;
@@ -90,12 +102,7 @@ float median_ms(const Fn& fn, int reps, size_t flush_bytes = 0) {
   std::vector<float> t;
   for (int i = 0; i < reps + 3; ++i) {
     if (flush_bytes > 0) flush_l2(flush, flush_bytes, i);
-    CHECK(cudaEventRecord(a));
-    fn();
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float ms = 0.f;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
+    const float ms = call_ms(a, b, fn);
     if (i >= 3) t.push_back(ms);
   }
   CHECK(cudaEventDestroy(a));
@@ -164,13 +171,7 @@ AbTimes ab_ms_flushed(const FnA& fa, const FnB& fb, int rounds, size_t flush_byt
   CHECK(cudaEventCreate(&e1));
   auto timed = [&](auto&& fn, int rep) {
     flush_l2(flush, flush_bytes, rep);
-    CHECK(cudaEventRecord(e0));
-    fn();
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    float ms = 0.f;
-    CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    return ms;
+    return call_ms(e0, e1, fn);
   };
   const AbTimes t = ab_rounds(rounds, [&](int i) {
     if (i % 2 == 1) {
