@@ -39,7 +39,7 @@ inline int g_causal_order = 0;     // launch_fwd_config's causal_order (fwd_sche
 inline bool g_last_aligned = true;  // launch_fwd_config's last_aligned (fwd_m_shift's blocks)
 inline bool g_shift_tma = false;    // and its shift_tma (tiles.h fwd_shift_tma_store_sm90)
 inline bool g_balanced = true;      // and its balanced_groups (fwd_launch.h fwd_walk_group)
-inline double g_group_cap = fa::sm90::kFwdWalkGroupCap;  // and its group_cap (their wider bound)
+inline double g_group_cap = fa::kWalkGroupCap;  // and its group_cap (their wider bound)
 // The walk modes' A/B (library_order_ab, walk_group_ab): back to back (ab_ms) when 0, else one
 // call at a time after emptying the L2 with a flush of this many bytes (ab_ms_flushed, as the
 // bench times them).

@@ -257,7 +257,7 @@ void walk_group_ab(const char* name, const Buffers& b, const std::vector<int>& s
   }
   g_library_schedule = true;
   g_balanced = true;
-  g_group_cap = fa::sm90::kFwdWalkGroupCap;
+  g_group_cap = fa::kWalkGroupCap;
 }
 
 // `lastaligned`: causal calls with the query blocks aligned to the last row (B: the library's,
@@ -322,7 +322,7 @@ void persistent_ab(const char* name, const Buffers& b, const std::vector<int>& s
   }
   g_library_schedule = true;
   g_causal_persistent = true;
-  g_group_cap = fa::sm90::kFwdWalkGroupCap;
+  g_group_cap = fa::kWalkGroupCap;
 }
 
 inline bool run_order_mode(const std::string& mode, const Buffers& b) {
@@ -384,11 +384,11 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
     return true;
   }
   if (mode == "groupcap2") {
-    // The library's groups (fwd_launch.h kFwdWalkGroupCap, B) against those within the L2's
+    // The library's groups (problem/scheduler.h kWalkGroupCap, B) against those within the L2's
     // bound (A), the library's schedule and tiles, at the lengths where
     // benchmarks/tune/walk_balance.cpp has them differ on a 50 MB L2 (equal groups: noise).
     for (int rep = 0; rep < 2; ++rep) {
-      const WalkChoice bounded{true, 1.0}, library{true, fa::sm90::kFwdWalkGroupCap};
+      const WalkChoice bounded{true, 1.0}, library{true, fa::kWalkGroupCap};
       walk_group_ab<64, LibStatic<64>>("d64 192x128", b, {3584, 4608, 6144}, bounded, library,
                                        true);
       walk_group_ab<128, LibStatic<128, true>>("d128 128x128", b, {1536, 2560, 3072}, bounded,
@@ -421,7 +421,7 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
     // (ab_ms_flushed, as the bench), then back to back for the same shapes.
     for (size_t flush : {size_t(256) << 20, size_t(0)}) {
       g_ab_flush = flush;
-      for (double cap : {fa::sm90::kFwdWalkGroupCap, 1.0}) {
+      for (double cap : {fa::kWalkGroupCap, 1.0}) {
         persistent_ab<256, LibStatic<256, true>>("d256 128x64", b, {512, 768, 1024, 1536, 2048},
                                                  cap);
       }

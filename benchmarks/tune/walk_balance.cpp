@@ -1,8 +1,8 @@
 // The persistent causal walk's balance at the bench's shapes (host only, no GPU): for each tile
 // and length, the busiest CTA's load over the mean with the L2's group of heads
 // (fwd_launch.h l2_head_group), with fwd_walk_group's bounded by it (problem/scheduler.h
-// balanced_group_heads) and with the library's wider bound (fwd_launch.h kFwdWalkGroupCap, 4x;
-// the group size where it differs), 132 CTAs, batch 16k / seqlen, 2048 / d heads, causal, query blocks
+// balanced_group_heads) and with the library's wider bound (kWalkGroupCap x the L2's; the group
+// size where it differs), 132 CTAs, batch 16k / seqlen, 2048 / d heads, causal, query blocks
 // aligned to the last row where the tile takes the shift. benchmarks/NOTES.md 12.65 has the
 // numbers. Its L2 group and causal key-block counts restate fwd_launch.h l2_head_group and
 // problem/mask.h's causal rule for seqlen_q == seqlen_k (that header needs the CUDA driver's).
@@ -29,8 +29,8 @@ int main(int argc, char** argv) {
   const Tile tiles[] = {{64, 128, 128, true},  {64, 192, 128, true}, {128, 128, 128, false},
                         {128, 128, 176, true}, {256, 128, 64, false}, {256, 128, 80, true}};
   for (int l2_mib : l2s) {
-    std::printf("L2 %d MiB: longest CTA / mean, the L2's group -> the balanced one -> up to 4x the "
-                "L2's [its group / the L2's]\n", l2_mib);
+    std::printf("L2 %d MiB: longest CTA / mean, the L2's group -> the balanced one -> up to %gx "
+                "the L2's [its group / the L2's]\n", l2_mib, flashattn_cu::kWalkGroupCap);
     for (const Tile& t : tiles) {
       std::printf("d %3d %dx%d:", t.d, t.bm, t.bn);
       for (int s : {1024, 1536, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 6144, 7168, 8192, 12288,
@@ -56,7 +56,8 @@ int main(int argc, char** argv) {
         const double after = flashattn_cu::grouped_walk_longest(blocks.data(), num_m, heads, group,
                                                                 132, kFixed, diff);
         const int wide = flashattn_cu::balanced_group_heads(blocks.data(), num_m, heads, l2_group,
-                                                            132, kFixed, 4 * l2_group);
+                                                            132, kFixed,
+            static_cast<int>(flashattn_cu::kWalkGroupCap * l2_group));
         const double wider = flashattn_cu::grouped_walk_longest(blocks.data(), num_m, heads, wide,
                                                                 132, kFixed, diff);
         std::printf(" %gk %.3f->%.3f", s / 1024.0, before / mean, after / mean);

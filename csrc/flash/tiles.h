@@ -370,7 +370,7 @@ __host__ __device__ constexpr bool fwd_short_rows_sm90(int head_dim, bool causal
 // 6a73fc8.txt): d 256's causal calls on that walk against one CTA per tile (tune_fwd90
 // `persist256`; time one CTA per tile / persistent) 1k 1.016-1.056, 1.5k 1.03, 2k 1.10, 3k 1.02,
 // 4k 1.05, 6k 0.95; groups past the L2's bound where none within it balances
-// (problem/scheduler.h balanced_group_heads, sm90/fwd_launch.h kFwdWalkGroupCap; tune_fwd90
+// (problem/scheduler.h balanced_group_heads, problem/scheduler.h kWalkGroupCap; tune_fwd90
 // `groupcap`) took d 128 at 6k 5-6% below the orders' time (the persistent grid with the bounded
 // groups had been even with them), so d 128 up to 6k. The bench at 16d1429 (H100, d 256 causal
 // persistent up to 4k with those groups, against 6a73fc8's run; ratios to cuDNN in each run):

@@ -287,7 +287,8 @@ void check_walk_balance() {
   expect(covered, "cta_tile_index over query_tile_at's groups: every tile walked once");
   expect(exact, "grouped_walk_longest: the static walk's longest CTA, as a brute-force walk");
   expect(chosen, "balanced_group_heads: a group in [ceil(max / 2), max], never a longer walk");
-  expect(wider, "balanced_group_heads past the L2's group: the bounded one or a lighter weighed walk");
+  expect(wider,
+         "balanced_group_heads past the L2's group: the bounded one or a lighter weighed walk");
 }
 
 // The tile orders (query_tile_at, key_tile_at) and a left window's light blocks

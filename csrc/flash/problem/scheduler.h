@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <utility>
 #include <vector>
 
 namespace flashattn_cu {
@@ -148,7 +147,8 @@ inline double grouped_walk_longest(const int* blocks, int num_m, int total_heads
 }
 
 // query_tile_at's group_heads for a causal call's persistent walk, from the L2's bound (l2_group:
-// fwd_launch.h l2_head_group) and a wider one (max_group, at least l2_group; the library's: 4x).
+// fwd_launch.h l2_head_group) and a wider one (max_group, at least l2_group; the library's:
+// kWalkGroupCap x l2_group).
 // Of the sizes from l2_group down to half of it, the one whose longest walk (grouped_walk_longest)
 // is the shortest, the larger on a tie. Within a group the snake pairs one round's heavy tiles
 // with the next round's lighter ones; where a group ends mid-round the next group's heaviest
@@ -166,6 +166,7 @@ inline double grouped_walk_longest(const int* blocks, int num_m, int total_heads
 // (10-60 us of a host at the bench's shapes, once per shape: fwd_launch.h fwd_walk_group keeps
 // the answers).
 constexpr double kWalkL2Penalty = 0.01;
+constexpr double kWalkGroupCap = 4.0;  // the library's max_group over l2_group
 inline int balanced_group_heads(const int* blocks, int num_m, int total_heads, int l2_group,
                                 int ctas, double fixed, int max_group = 0) {
   l2_group = std::min(l2_group, total_heads);

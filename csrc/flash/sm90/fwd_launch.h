@@ -122,9 +122,9 @@ constexpr double kFwdTileFixedSteps = 1.5;
 // bound) or, where no size up to it balances the walk, one of at most max_group; any other call
 // keeps l2_group. The last 8 answers are kept per host thread and per instance (Traits, kVariant:
 // the cache is the template's own), so a repeated shape (a training loop's) costs a lookup; a
-// new one walks its groups x query blocks for each candidate size (at most 24 on each side of
-// the L2's), 10-40 us at the bench's shapes. Any group size is correct (query_tile_at covers
-// every tile for each); this one only sets the balance.
+// new one walks its groups x query blocks for each candidate size balanced_group_heads tries.
+// Any group size is correct (query_tile_at covers every tile for each); this one only sets the
+// balance.
 template <typename Traits, int kVariant>
 int fwd_walk_group(const FwdParams& p, int ctas, int l2_group, int max_group, int m_shift) {
   if (!plain_causal(p)) return l2_group;
@@ -161,8 +161,7 @@ int fwd_walk_group(const FwdParams& p, int ctas, int l2_group, int max_group, in
 
 // The group a persistent causal walk of `ctas` CTAs takes (launch_fwd_config's, and what the
 // harness prints): the L2's (l2_group) when not `balanced`, else fwd_walk_group's with sizes up
-// to group_cap x the L2's (the library's: kFwdWalkGroupCap).
-constexpr double kFwdWalkGroupCap = 4.0;
+// to group_cap x the L2's (the library's: problem/scheduler.h kWalkGroupCap).
 template <typename Traits, int kVariant>
 int fwd_walk_group_of(const FwdParams& p, int ctas, int l2_group, int m_shift, bool balanced,
                       double group_cap) {
@@ -188,7 +187,7 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
                          bool last_aligned = true,
                          bool shift_tma = fwd_shift_tma_store_sm90(Traits::kHeadDim),
                          bool balanced_groups = true,
-                         double group_cap = kFwdWalkGroupCap) {
+                         double group_cap = kWalkGroupCap) {
   if (Traits::kStamps != (stamps != nullptr)) return Status::kInvalidArgument;
   const TmaExtents e = tma_extents(p);
   FwdTmaParams tp;
