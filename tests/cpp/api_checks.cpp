@@ -354,7 +354,7 @@ int main() {
 
   flashattn_cu_checks::run_problem_checks();    // problem_checks.cpp
   flashattn_cu_checks::run_scheduler_checks();  // scheduler_checks.cpp
-  flashattn_cu_checks::run_kvcache_checks();  // kvcache_checks.cpp
+  flashattn_cu_checks::run_kvcache_checks();    // kvcache_checks.cpp
   // fwd_kvcache's arguments (flashattn_cu.h: KvcacheParams), each rejected before the device.
   // cache_seqlens null means every entry holds seqlen_k keys: not with cache_leftpad (below, with
   // an append too); the no-GPU block at the end has the positive control.
