@@ -376,18 +376,24 @@ __host__ __device__ constexpr bool fwd_short_rows_sm90(int head_dim, bool causal
 // persistent up to 4k with those groups, against 6a73fc8's run; ratios to cuDNN in each run):
 // 2k 0.98 -> 1.02, 4k 1.07 -> 1.08, but 512 0.92 -> 0.87 and 1k 0.95 -> 0.89 (the H200's v3_snake
 // had d 256 1k persistent 11% slower too, with the L2's groups), against the harness's 1k
-// +1.6-5.6%: d 256 takes it above 1k keys, to 4k (1k's disagreement: NOTES 12.67 item 4).
+// +1.6-5.6%: d 256 took it above 1k keys, to 4k (1k's disagreement: NOTES 12.67 item 4).
+// Session 56, the first H200 run of these (tune_fwd90 `persist8k_flushed`, `persist256f`, L2
+// emptied before each call, benchmarks/results/tune_fwd90_{persist8k,persist256f}_h200_3a6d34b.txt;
+// time one CTA per tile in the orders below / persistent): d 64 7k / 8k / 12k 1.03 / 1.05 / 1.04,
+// d 128 1.06 / 1.05 / 1.07, d 256 5k / 6k 1.03 / 1.02 (the H100 had 6k 0.95); d 256 at 512 /
+// 768 / 1k / 1.5k / 2k 1.00 / 1.04 / 1.06 / 1.02 / 1.09 (back to back alike). So the persistent
+// grid up to 12k keys at d <= 128 (16k not measured on these groups) and from 513 keys at d 256.
 constexpr int kFwdCausalL2Groups = -2;  // fwd_schedule: groups of heads of half the L2 each
 __host__ __device__ constexpr bool fwd_causal_persistent_sm90(int head_dim, int seqlen_k) {
-  return head_dim <= 128 ? seqlen_k <= 6144
-                         : head_dim > 192 && seqlen_k > 1024 && seqlen_k <= 4096;
+  return head_dim <= 128 ? seqlen_k <= 12288
+                         : head_dim > 192 && seqlen_k > 512 && seqlen_k <= 4096;
 }
 // 0: head after head (each head's query blocks longest first); -1: longest first over all tiles;
 // kFwdCausalL2Groups: longest first within groups of heads whose K / V fit half the L2.
 __host__ __device__ constexpr int fwd_causal_order_sm90(int head_dim, int seqlen_k) {
   if (fwd_causal_persistent_sm90(head_dim, seqlen_k)) return 0;
-  if (head_dim <= 64) return seqlen_k <= 8192 ? kFwdCausalL2Groups : -1;
-  if (head_dim <= 128) return seqlen_k <= 8192 ? -1 : 0;  // (<= 6k: the persistent grid)
+  if (head_dim <= 64) return seqlen_k <= 8192 ? kFwdCausalL2Groups : -1;  // (<= 12k: persistent)
+  if (head_dim <= 128) return seqlen_k <= 8192 ? -1 : 0;  // (<= 12k: the persistent grid)
   if (head_dim > 192) return seqlen_k > 2048 && seqlen_k <= 8192 ? -1 : 0;
   return 0;
 }
