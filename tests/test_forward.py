@@ -98,11 +98,11 @@ def test_forward_tile_lengths(dtype, head_dim, causal, seqlen_q, seqlen_k):
 
 
 # The sm90a forward's causal schedules (tiles.h fwd_causal_persistent_sm90 / fwd_causal_order_sm90):
-# the persistent grid up to 12k keys at d 64 / 128 and from 513 up to 4k at d 256, in groups of
-# heads that fwd_launch.h fwd_walk_group sizes for the walk's balance (within the L2's bound, or
-# up to 4x it where none within balances); beyond, one CTA per tile longest first over all tiles
-# (d 64 past 12k, d 256 from 4k to 8k) or head after head (d 128 past 12k, d 256 up to 512 keys
-# and past 8k). Heads enough for several groups (40 heads: d 64 at 4.5k keys 2 L2 groups, d 128
+# the persistent grid up to 6k keys at d 64, 12k at d 128 and above 1k up to 4k at d 256, in
+# groups of heads that fwd_launch.h fwd_walk_group sizes for the walk's balance (within the L2's
+# bound, or up to 4x it where none within balances); beyond, one CTA per tile in groups of heads
+# whose K / V fit half the L2 (d 64 up to 8k keys), longest first over all tiles (d 64 past 8k,
+# d 256 from 4k to 8k) or head after head (d 128 past 12k, d 256 up to 1k keys and past 8k). Heads enough for several groups (40 heads: d 64 at 4.5k keys 2 L2 groups, d 128
 # at 3.5k 3, on a 50 MB L2; 64 heads: d 64 at 2k and d 128 at 1k, 50 the L2's group, fewer the
 # walk's; d 128 3k 80 heads and d 256 1.5k 32 heads: groups past the L2's on a 50 MB L2; d 128
 # 10k 8 heads: groups of 2-4 heads on long rows); every tile written once (outputs poisoned) and

@@ -381,18 +381,24 @@ __host__ __device__ constexpr bool fwd_short_rows_sm90(int head_dim, bool causal
 // emptied before each call, benchmarks/results/tune_fwd90_{persist8k,persist256f}_h200_3a6d34b.txt;
 // time one CTA per tile in the orders below / persistent): d 64 7k / 8k / 12k 1.03 / 1.05 / 1.04,
 // d 128 1.06 / 1.05 / 1.07, d 256 5k / 6k 1.03 / 1.02 (the H100 had 6k 0.95); d 256 at 512 /
-// 768 / 1k / 1.5k / 2k 1.00 / 1.04 / 1.06 / 1.02 / 1.09 (back to back alike). So the persistent
-// grid up to 12k keys at d <= 128 (16k not measured on these groups) and from 513 keys at d 256.
+// 768 / 1k / 1.5k / 2k 1.00 / 1.04 / 1.06 / 1.02 / 1.09 (back to back alike). The bench with the
+// persistent grid up to 12k at d <= 128 and from 513 keys at d 256 (4736334, an H100, FA4 beside
+// it, benchmarks/results/fa4_side_by_side_h100_4736334.md; ratios in each run, 6a73fc8 -> it):
+// d 128 causal 8k 0.96 -> 1.06x cuDNN, 0.86 -> 0.98x FA4; but d 64 8k 1.20 -> 1.16 / 1.04 ->
+// 1.00, and d 256 1k 0.96 -> 0.91 / 1.00 -> 0.92 (the third bench to time d 256 1k persistent
+// slower than the harness does; NOTES 12.69). So d 96 / 128 up to 12k keys (16k not measured on
+// these groups), d 64 up to 6k and d 256 above 1k up to 4k as before.
 constexpr int kFwdCausalL2Groups = -2;  // fwd_schedule: groups of heads of half the L2 each
 __host__ __device__ constexpr bool fwd_causal_persistent_sm90(int head_dim, int seqlen_k) {
-  return head_dim <= 128 ? seqlen_k <= 12288
-                         : head_dim > 192 && seqlen_k > 512 && seqlen_k <= 4096;
+  return head_dim <= 64    ? seqlen_k <= 6144
+         : head_dim <= 128 ? seqlen_k <= 12288
+                           : head_dim > 192 && seqlen_k > 1024 && seqlen_k <= 4096;
 }
 // 0: head after head (each head's query blocks longest first); -1: longest first over all tiles;
 // kFwdCausalL2Groups: longest first within groups of heads whose K / V fit half the L2.
 __host__ __device__ constexpr int fwd_causal_order_sm90(int head_dim, int seqlen_k) {
   if (fwd_causal_persistent_sm90(head_dim, seqlen_k)) return 0;
-  if (head_dim <= 64) return seqlen_k <= 8192 ? kFwdCausalL2Groups : -1;  // (<= 12k: persistent)
+  if (head_dim <= 64) return seqlen_k <= 8192 ? kFwdCausalL2Groups : -1;  // (<= 6k: persistent)
   if (head_dim <= 128) return seqlen_k <= 8192 ? -1 : 0;  // (<= 12k: the persistent grid)
   if (head_dim > 192) return seqlen_k > 2048 && seqlen_k <= 8192 ? -1 : 0;
   return 0;
