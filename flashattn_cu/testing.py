@@ -152,3 +152,13 @@ def kernel_path(path):
     from flashattn_cu import _C
 
     return _set_while_active(_C._kernel_path, _C._set_kernel_path, path)
+
+
+def fwd_causal_schedule(schedule):
+    """While active, the sm90a forward hands out a causal call's tiles as given: "auto" (by head
+    dim and keys, as measured fastest), "persistent" (a CTA per SM walking its share of the tiles)
+    or "per_tile" (a CTA per tile). Varlen calls and other GPUs are unaffected; the results are
+    the same. Process-wide, so tests and benchmarks can run both schedules on one shape."""
+    from flashattn_cu import _C
+
+    return _set_while_active(_C._fwd_causal_schedule, _C._set_fwd_causal_schedule, schedule)

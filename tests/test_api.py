@@ -108,6 +108,19 @@ def test_kernel_path_switch():
         _C._set_kernel_path("sm90")
 
 
+def test_fwd_causal_schedule_switch():
+    from flashattn_cu.testing import fwd_causal_schedule
+
+    assert _C._fwd_causal_schedule() == "auto"
+    for schedule in ("persistent", "per_tile"):
+        with fwd_causal_schedule(schedule):
+            assert _C._fwd_causal_schedule() == schedule
+        assert _C._fwd_causal_schedule() == "auto"
+    with pytest.raises(ValueError, match="'auto', 'persistent' or 'per_tile', got 'dynamic'"):
+        _C._set_fwd_causal_schedule("dynamic")
+    assert _C._fwd_causal_schedule() == "auto"
+
+
 def test_op_schemas():
     assert str(torch.ops.flashattn_cu.fwd.default._schema) == (
         "flashattn_cu::fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, "

@@ -10,7 +10,7 @@ import torch
 
 import attn_helpers
 from attn_helpers import (DTYPES, HEAD_DIMS, HEADS, SEQLEN_PAIRS, assert_lse_rule, assert_rule,
-                          instance_for, make_qkv)
+                          attention_fp32_scores, instance_for, make_qkv)
 from flashattn_cu import _C, flash_attn_func
 from flashattn_cu.testing import attention_ref, kernel_path
 
@@ -120,6 +120,43 @@ def test_forward_causal_schedules(head_dim, seqlen, nheads):
     skip_unless_built(head_dim)
     q, k, v = make_qkv(1, seqlen, seqlen, nheads, nheads, head_dim, torch.bfloat16)
     check_forward(q, k, v, True)
+
+
+# Both schedules of a causal call (flashattn_cu.testing.fwd_causal_schedule: the persistent grid's
+# walk and one CTA per tile, in whatever order tiles.h fwd_causal_order_sm90 gives the lengths)
+# on shapes where the library takes either, with a left window, softcap and ALiBi (their own
+# instances): each right against the reference, and the two bitwise equal (every tile is the same
+# code on the same data; only who computes it and when differs).
+@pytest.mark.parametrize("head_dim, seqlen, nheads, mods", [
+    (64, 1000, 12, {}), (64, 3000, 6, {}), (64, 7000, 2, {}),
+    (128, 1000, 12, {}), (128, 3000, 6, {}), (128, 3000, 4, {"window_size": (700, 0)}),
+    (128, 2500, 4, {"softcap": 30.0}), (64, 2500, 4, {"alibi": True}),
+    (256, 1000, 8, {}), (256, 2000, 6, {}), (256, 5000, 2, {})])
+def test_forward_causal_schedules_agree(head_dim, seqlen, nheads, mods):
+    from flashattn_cu.testing import fwd_causal_schedule
+
+    skip_unless_built(head_dim)
+    q, k, v = make_qkv(1, seqlen, seqlen, nheads, nheads, head_dim, torch.bfloat16)
+    kw, ulps = dict(mods), 0
+    if kw.pop("alibi", False):  # float64 reference, fp32 scores as the baseline (test_alibi.py)
+        slopes = torch.rand(nheads, device=q.device, dtype=torch.float32)
+        kw["alibi_slopes"], ulps = slopes, 8
+        ref, lse_ref = attention_ref(q.double(), k.double(), v.double(), causal=True,
+                                     alibi_slopes=slopes.double())
+        pt, lse_pt = attention_fp32_scores(q, k, v, causal=True, alibi_slopes=slopes,
+                                           return_lse=True)
+    else:
+        ref, lse_ref = attention_ref(q, k, v, causal=True, **kw)
+        pt, lse_pt = attention_ref(q, k, v, causal=True, upcast=False, **kw)
+    outs = {}
+    for schedule in ("persistent", "per_tile"):
+        with fwd_causal_schedule(schedule):
+            out, lse, _ = flash_attn_func(q, k, v, causal=True, return_attn_probs=True, **kw)
+        assert_rule(out, ref, pt, 2, 1e-5, f"out ({schedule})")
+        assert_lse_rule(lse, lse_ref, lse_pt, f"lse ({schedule})", fp32_ulps=ulps)
+        outs[schedule] = (out, lse)
+    assert torch.equal(outs["persistent"][0], outs["per_tile"][0]), "out differs by schedule"
+    assert torch.equal(outs["persistent"][1], outs["per_tile"][1]), "lse differs by schedule"
 
 
 # The sm90a forward aligns a causal call's query blocks to the last row (problem/mask.h

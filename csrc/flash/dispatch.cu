@@ -197,6 +197,14 @@ void set_kernel_path(KernelPath path) { g_kernel_path.store(static_cast<int>(pat
 
 KernelPath kernel_path() { return static_cast<KernelPath>(g_kernel_path.load()); }
 
+void set_fwd_causal_schedule(FwdCausalSchedule schedule) {
+  g_fwd_causal_schedule.store(static_cast<int>(schedule));
+}
+
+FwdCausalSchedule fwd_causal_schedule() {
+  return static_cast<FwdCausalSchedule>(g_fwd_causal_schedule.load());
+}
+
 int built_archs(int* out, int max) {
   static const int kArchs[] = {FLASHATTN_CU_BUILT_ARCHS};
   const int n = static_cast<int>(sizeof(kArchs) / sizeof(kArchs[0]));

@@ -19,6 +19,7 @@
 #include "fwd/combine_launch.h"
 #include "head_dims.h"
 #include "problem/score_mod.h"
+#include "switches.h"
 #include "tiles.h"
 
 
@@ -38,7 +39,6 @@
 namespace flashattn_cu::detail {
 
 inline thread_local cudaError_t g_last_error = cudaSuccess;
-inline std::atomic<int> g_kernel_path{static_cast<int>(KernelPath::kAuto)};
 
 struct DeviceInfo {
   int major = 0;

@@ -396,10 +396,13 @@ __host__ __device__ constexpr bool fwd_causal_persistent_sm90(int head_dim, int 
 }
 // 0: head after head (each head's query blocks longest first); -1: longest first over all tiles;
 // kFwdCausalL2Groups: longest first within groups of heads whose K / V fit half the L2.
+// Where the rule above takes the persistent grid, these are the orders a call forced onto one CTA
+// per tile (flashattn_cu.h set_fwd_causal_schedule) takes: head after head up to 2k keys (the
+// `lpt` sweep's 1k / 2k), else what the lengths past the persistent range measured.
 __host__ __device__ constexpr int fwd_causal_order_sm90(int head_dim, int seqlen_k) {
-  if (fwd_causal_persistent_sm90(head_dim, seqlen_k)) return 0;
-  if (head_dim <= 64) return seqlen_k <= 8192 ? kFwdCausalL2Groups : -1;  // (<= 6k: persistent)
-  if (head_dim <= 128) return seqlen_k <= 8192 ? -1 : 0;  // (<= 12k: the persistent grid)
+  if (seqlen_k <= 2048) return 0;
+  if (head_dim <= 64) return seqlen_k <= 8192 ? kFwdCausalL2Groups : -1;
+  if (head_dim <= 128) return seqlen_k <= 8192 ? -1 : 0;
   if (head_dim > 192) return seqlen_k > 2048 && seqlen_k <= 8192 ? -1 : 0;
   return 0;
 }

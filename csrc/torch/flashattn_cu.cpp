@@ -183,6 +183,31 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                                                                                       : "auto");
   });
   m.def(
+      "_set_fwd_causal_schedule",
+      [](const std::string& schedule) {
+        using flashattn_cu::FwdCausalSchedule;
+        if (schedule == "auto") {
+          flashattn_cu::set_fwd_causal_schedule(FwdCausalSchedule::kAuto);
+        } else if (schedule == "persistent") {
+          flashattn_cu::set_fwd_causal_schedule(FwdCausalSchedule::kPersistent);
+        } else if (schedule == "per_tile") {
+          flashattn_cu::set_fwd_causal_schedule(FwdCausalSchedule::kPerTile);
+        } else {
+          throw std::invalid_argument(
+              "_set_fwd_causal_schedule: schedule must be 'auto', 'persistent' or 'per_tile', "
+              "got '" + schedule + "'");
+        }
+      },
+      "Test/benchmark: the sm90a forward's causal schedule: 'auto' (the measured rule), "
+      "'persistent' (a CTA per SM walking tiles) or 'per_tile' (a CTA per tile)");
+  m.def("_fwd_causal_schedule", []() {
+    switch (flashattn_cu::fwd_causal_schedule()) {
+      case flashattn_cu::FwdCausalSchedule::kPersistent: return std::string("persistent");
+      case flashattn_cu::FwdCausalSchedule::kPerTile: return std::string("per_tile");
+      default: return std::string("auto");
+    }
+  });
+  m.def(
       "_tma_copy_selftest",
       [](const at::Tensor& src, at::Tensor& dst) {
 #if FLASHATTN_CU_HAS_SM90A

@@ -12,6 +12,7 @@
 #include "../launch.h"
 #include "../problem/params.h"
 #include "../problem/scheduler.h"
+#include "../switches.h"
 #include "../tiles.h"
 #include "../tma_host.h"
 #include "fwd_kernel.h"
@@ -42,8 +43,13 @@ inline int fwd_defer_m(const FwdParams& p, int block_m) { return deferred_query_
 // the tiles are short and alike, the case the persistent grid wins).
 // A causal call without a window follows tiles.h fwd_causal_persistent_sm90 (up to 6k keys at
 // d 64, 12k at d 96 / 128 and above 1k to 4k at d 256, with fwd_walk_group's balanced groups:
-// past that one CTA per tile in a tiles.h order won); a window keeps the 4k rule.
+// past that one CTA per tile in a tiles.h order won); a window keeps the 4k rule. The API's
+// set_fwd_causal_schedule (switches.h) overrides the rule, for tests and benchmarks.
 inline bool causal_persistent(const FwdParams& p) {
+  const int forced = detail::g_fwd_causal_schedule.load(std::memory_order_relaxed);
+  if (forced != static_cast<int>(FwdCausalSchedule::kAuto)) {
+    return forced == static_cast<int>(FwdCausalSchedule::kPersistent);
+  }
   if (p.window_left >= 0 && p.window_left < p.seqlen_k) {
     return p.head_dim <= 128 && p.window_left + 1 <= 4096;
   }

@@ -315,6 +315,15 @@ enum class KernelPath : int { kAuto = 0, kSm80 = 1 };
 void set_kernel_path(KernelPath path);
 KernelPath kernel_path();
 
+// How the sm_90a forward hands out the tiles of a causal call on padded rows (varlen calls keep
+// one CTA per tile). kAuto: by head dim and keys, as measured fastest (tiles.h
+// fwd_causal_persistent_sm90); kPersistent: a CTA per SM walking its share of the tiles;
+// kPerTile: a CTA per tile, handed out by the hardware. For tests and benchmarks (both schedules
+// on one shape); the results are the same. Process-wide; takes effect at the next call.
+enum class FwdCausalSchedule : int { kAuto = 0, kPersistent = 1, kPerTile = 2 };
+void set_fwd_causal_schedule(FwdCausalSchedule schedule);
+FwdCausalSchedule fwd_causal_schedule();
+
 // Compute capabilities this build has machine code for (e.g. 80, 90), and whether PTX for
 // newer GPUs is embedded. Filled into `out` (up to `max`); returns how many.
 int built_archs(int* out, int max);
