@@ -37,3 +37,21 @@ def test_bench_rounds_are_kept_and_their_median_reported(rounds):
     header = (out_dir / f"{name}.md").read_text()
     shutil.rmtree(out_dir, ignore_errors=True)  # --cpu-smoke writes to a fresh temporary folder
     assert f"the median of {rounds} interleaved rounds" in header
+
+
+@pytest.mark.gpu
+def test_bench_schedule_runs_and_checks_both_schedules(tmp_path):
+    """benchmarks/bench_schedule.py on one small shape, every flush: a row per flush whose two
+    schedules agreed bitwise and with cuDNN ('ok'), and its SUMMARY lines."""
+    out = tmp_path / "schedule.md"
+    res = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bench_schedule.py"), "--shapes", "64:2048",
+         "--flush", "memset,read,none", "--rounds", "2", "--reps", "3", "--warmup", "1",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| ") and
+            line.split("|")[1].strip() in ("memset", "read", "none")]
+    assert [r.split("|")[1].strip() for r in rows] == ["memset", "read", "none"], rows
+    assert all(r.rstrip(" |").endswith("ok") for r in rows), rows
+    assert res.stdout.count("SUMMARY") == 3, res.stdout[-2000:]
