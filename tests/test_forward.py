@@ -131,7 +131,8 @@ def test_forward_causal_schedules(head_dim, seqlen, nheads):
     (64, 1000, 12, {}), (64, 3000, 6, {}), (64, 7000, 2, {}),
     (128, 1000, 12, {}), (128, 3000, 6, {}), (128, 3000, 4, {"window_size": (700, 0)}),
     (128, 2500, 4, {"softcap": 30.0}), (64, 2500, 4, {"alibi": True}),
-    (256, 1000, 8, {}), (256, 2000, 6, {}), (256, 5000, 2, {})])
+    (256, 1000, 8, {}), (256, 2000, 6, {}), (256, 5000, 2, {}),
+    (256, 2000, 4, {"window_size": (500, 0)})])
 def test_forward_causal_schedules_agree(head_dim, seqlen, nheads, mods):
     from flashattn_cu.testing import fwd_causal_schedule
 
