@@ -37,13 +37,20 @@ inline bool g_causal_persistent = true;  // fwd_schedule's causal choice (run_fw
 inline bool g_defer_light = true;  // launch_fwd_config's defer_light (fwd_defer_m's tile order)
 inline int g_causal_order = 0;     // launch_fwd_config's causal_order (fwd_schedule)
 inline bool g_last_aligned = true;  // launch_fwd_config's last_aligned (fwd_m_shift's blocks)
-inline bool g_shift_tma = false;    // and its shift_tma (tiles.h fwd_shift_tma_store_sm90)
+inline int g_shift_tma = -1;  // and its shift_tma: -1 the library's (tiles.h
+                              // fwd_shift_tma_store_sm90, shift_tma_of), 0 / 1 forced
 inline bool g_balanced = true;      // and its balanced_groups (fwd_launch.h fwd_walk_group)
 inline double g_group_cap = fa::kWalkGroupCap;  // and its group_cap (their wider bound)
 // The walk modes' A/B (library_order_ab, walk_group_ab): back to back (ab_ms) when 0, else one
 // call at a time after emptying the L2 with a flush of this many bytes (ab_ms_flushed, as the
 // bench times them).
 inline size_t g_ab_flush = 0;
+
+// launch_fwd_config's shift_tma for instance Traits under g_shift_tma.
+template <typename Traits>
+bool shift_tma_of() {
+  return g_shift_tma < 0 ? fa::fwd_shift_tma_store_sm90(Traits::kHeadDim) : g_shift_tma != 0;
+}
 
 // The static-variant instance of one sm90 configuration (no other variant is compiled here),
 // launched as the library launches it, with the causal schedule of this sweep pass.
@@ -52,7 +59,7 @@ fa::Status run_sm90(const fa::FwdParams& p) {
   return fa::sm90::launch_fwd_config<__nv_bfloat16, Traits, kVariant>(
       p, g_sms, g_l2, g_library_schedule ? fa::sm90::causal_persistent(p) : g_causal_persistent, 0,
       nullptr, g_defer_light, g_library_schedule ? fa::sm90::causal_order(p) : g_causal_order,
-      g_last_aligned, g_shift_tma, g_balanced, g_group_cap);
+      g_last_aligned, shift_tma_of<Traits>(), g_balanced, g_group_cap);
 }
 
 // The reference: the sm80 kernel of the sweep's head dim, launched as the library launches it

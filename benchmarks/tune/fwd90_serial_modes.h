@@ -168,7 +168,7 @@ template <typename Traits>
 int walk_group(const fa::FwdParams& p, bool balanced, double cap, int* l2_group) {
   *l2_group = fa::sm90::l2_head_group(p, g_l2);
   const int m_shift = fa::sm90::fwd_m_shift<Traits, fa::kStaticVariant>(
-      p, Traits::kTmaStoreO != 0, g_shift_tma);
+      p, Traits::kTmaStoreO != 0, shift_tma_of<Traits>());
   return fa::sm90::fwd_walk_group_of<Traits, fa::kStaticVariant>(p, g_sms, *l2_group, m_shift,
                                                                  balanced, cap);
 }
@@ -270,7 +270,7 @@ template <int kHeadDim, typename Traits>
 void last_aligned_ab(const char* name, const Buffers& b, const std::vector<int>& seqlens,
                      bool shift_tma = false) {
   g_library_schedule = true;
-  g_shift_tma = shift_tma;
+  g_shift_tma = shift_tma ? 1 : 0;
   for (int seqlen : seqlens) {
     const fa::FwdParams p = causal_case<kHeadDim>(b, seqlen);
     auto launch = [&](bool aligned) {
@@ -291,7 +291,7 @@ void last_aligned_ab(const char* name, const Buffers& b, const std::vector<int>&
     std::fflush(stdout);
   }
   g_last_aligned = true;
-  g_shift_tma = false;
+  g_shift_tma = -1;
 }
 
 // `persist256f`: one CTA per tile in head-after-head order (A) against the persistent grid with
