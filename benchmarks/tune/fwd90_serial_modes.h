@@ -15,7 +15,8 @@
 // balance, problem/scheduler.h kWalkL2Penalty) against the bounded ones at the lengths where the
 // model has them differ; `persist8k`, the persistent grid against one CTA per tile past the
 // library's persistent range; `persist256f`, d 256's short causal calls timed as the bench
-// times them (the L2 emptied before each).
+// times them (the L2 emptied before each); `persist16k` (session 56), the persistent grid on the
+// longest causal rows with the walk's groups up to every head.
 // tune_fwd90.cu runs them
 // through run_serial_mode / run_order_mode;
 // -DTUNE_FWD90_SERIAL_ONLY builds these modes alone.
@@ -398,6 +399,37 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
       walk_group_ab<256, LibStatic<256, true>>("d256 128x64", b, {1024, 1536, 2048}, bounded,
                                                library, true);
       walk_group_ab<256, LibStatic<256>>("d256 128x80", b, {3072, 4096}, bounded, library, true);
+    }
+    return true;
+  }
+  if (mode == "persist16k") {
+    // The persistent grid (A) against the library's one CTA per tile (B) on the long causal rows
+    // past the persistent range, with the walk's groups up to the library's bound (kWalkGroupCap
+    // x the L2's) and then up to every head (cap 64): walk_balance's model has the library's
+    // groups 5% over the mean at d 128 16k (7 of 16 heads) and every head in one group within
+    // 0.3-0.4% at d 64 16k, d 128 16k, d 256 8k / 16k, where longest first over all tiles cost
+    // one CTA per tile 0.5% at 16k (tiles.h, the `lpt` sweep): the L2 against the balance.
+    for (int rep = 0; rep < 2; ++rep) {
+      for (double cap : {fa::kWalkGroupCap, 64.0}) {
+        g_group_cap = cap;
+        auto groups = [&](auto tag, int d, int seqlen) {
+          using Traits = decltype(tag);
+          const fa::FwdParams p = make_params(b, d, seqlen, true);
+          int l2_group = 0;
+          const int group = walk_group<Traits>(p, true, cap, &l2_group);
+          std::printf("cap %4.0f: d %3d s %5d walks groups of %d heads (L2's %d, of %d)\n", cap, d,
+                      seqlen, group, l2_group, p.batch * p.num_heads);
+        };
+        groups(LibStatic<64>{}, 64, 12288);
+        groups(LibStatic<64>{}, 64, 16384);
+        groups(LibStatic<128>{}, 128, 16384);
+        groups(LibStatic<256>{}, 256, 8192);
+        groups(LibStatic<256>{}, 256, 16384);
+        library_order_ab<64, LibStatic<64>>("d64 192x128", b, {12288, 16384}, true);
+        library_order_ab<128, LibStatic<128>>("d128 128x176", b, {16384}, true);
+        library_order_ab<256, LibStatic<256>>("d256 128x80", b, {8192, 16384}, true);
+      }
+      g_group_cap = fa::kWalkGroupCap;
     }
     return true;
   }
