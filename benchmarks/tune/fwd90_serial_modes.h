@@ -16,7 +16,8 @@
 // model has them differ; `persist8k`, the persistent grid against one CTA per tile past the
 // library's persistent range; `persist256f`, d 256's short causal calls timed as the bench
 // times them (the L2 emptied before each); `persist16k` (session 56), the persistent grid on the
-// longest causal rows with the walk's groups up to every head.
+// longest causal rows with the walk's groups up to every head; `splitq`, Q in one part per
+// consumer (FwdTraits kSplitQ).
 // tune_fwd90.cu runs them
 // through run_serial_mode / run_order_mode;
 // -DTUNE_FWD90_SERIAL_ONLY builds these modes alone.
@@ -37,11 +38,11 @@
 #include "fwd90_harness.h"
 
 // The library's static-variant (plain attention) configuration at a head dim: its long-row tile,
-// or with kShort its short-row one (tiles.h fwd_short_rows_sm90); kDoubleQ: with FwdTraits
-// kDoubleQ on (`doubleq`).
-template <int kHeadDim, bool kShort = false, bool kDoubleQ = false>
+// or with kShort its short-row one (tiles.h fwd_short_rows_sm90); kDoubleQ / kSplitQ: with
+// FwdTraits kDoubleQ (`doubleq`) / kSplitQ (`splitq`) on.
+template <int kHeadDim, bool kShort = false, bool kDoubleQ = false, bool kSplitQ = false>
 using LibStatic = typename fa::sm90::LibraryFwdTraits<kHeadDim, fa::kStaticVariant, kShort, false,
-                                                      kDoubleQ>::Type;
+                                                      kDoubleQ, kSplitQ>::Type;
 
 // Runs `mode` if it is this file's; false otherwise.
 inline bool run_serial_mode(const std::string& mode, const Buffers& b) {
@@ -341,6 +342,37 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
       ab_sweep<128, LibStatic<128, true>, LibStatic<128, true, true>>("d128 128x128 2Q", b, true,
                                                                       {1024, 2048});
     }
+    return true;
+  }
+  if (mode == "splitq") {
+    // Q in one part per consumer (B: FwdTraits kSplitQ, each part's own barriers, so a consumer
+    // starts its next tile once its own rows of Q are in) against the library's one Q (A), the
+    // library's schedule, interleaved, two passes; then d 256's short causal tiles on the
+    // persistent grid (the bench's d 256 1k, where that grid has lost: NOTES 12.69), where the
+    // phase clocks had a tile's Q wait at ~3,500 cycles with O staged in Q's buffer.
+    g_library_schedule = true;
+    for (int rep = 0; rep < 2; ++rep) {
+      ab_sweep<256, LibStatic<256>, LibStatic<256, false, false, true>>("d256 128x80 splitQ", b,
+                                                                        true, {1024, 2048, 4096});
+      ab_sweep<256, LibStatic<256, true>, LibStatic<256, true, false, true>>(
+          "d256 128x64 splitQ", b, false, {1024, 2048});
+      ab_sweep<128, LibStatic<128>, LibStatic<128, false, false, true>>("d128 128x176 splitQ", b,
+                                                                        true, {1024, 4096});
+      ab_sweep<128, LibStatic<128, true>, LibStatic<128, true, false, true>>(
+          "d128 128x128 splitQ", b, true, {1024, 2048});
+      ab_sweep<64, LibStatic<64, true>, LibStatic<64, true, false, true>>("d64 128x128 splitQ", b,
+                                                                          true, {1024});
+      ab_sweep<64, LibStatic<64>, LibStatic<64, false, false, true>>("d64 192x128 splitQ", b,
+                                                                     true, {2048, 4096});
+    }
+    g_library_schedule = false;
+    g_causal_persistent = true;
+    g_causal_order = 0;
+    for (int rep = 0; rep < 2; ++rep) {
+      ab_sweep<256, LibStatic<256, true>, LibStatic<256, true, false, true>>(
+          "d256 128x64 splitQ pers", b, false, {512, 1024});
+    }
+    g_library_schedule = true;
     return true;
   }
   if (mode == "shortlongnc") {

@@ -312,6 +312,14 @@ __host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90_short(int head_dim) {
 #endif
 __host__ __device__ constexpr bool fwd_double_q_sm90() { return FLASHATTN_CU_FWD_DOUBLE_Q != 0; }
 
+// Whether the sm90a forward's instances load Q in one part per consumer, each with its own
+// barriers (FwdTraits kSplitQ): a build flag, off by default, for the whole suite and the bench
+// with it on (tune_fwd90 `splitq` A/Bs it without a build of the library).
+#ifndef FLASHATTN_CU_FWD_SPLIT_Q
+#define FLASHATTN_CU_FWD_SPLIT_Q 0
+#endif
+__host__ __device__ constexpr bool fwd_split_q_sm90() { return FLASHATTN_CU_FWD_SPLIT_Q != 0; }
+
 // Whether a static-variant call of the head-dim instance `head_dim` takes fwd_tile_sm90_short's
 // tile (the measurements above: the last lengths at which it won). `plain`: a call without score
 // modifiers (the static variant itself); d = 128's plain causal calls keep the short tile up to

@@ -129,7 +129,8 @@ __device__ __forceinline__ void store_tile_output(const FwdTmaParams& tp, const 
   // (whichever epilogue ran: the barrier counts one arrival per consumer of a tile with Q).
   if (Traits::kOInQ && w.num_blocks > 0 && leader) {
     if (via_tma) ptx::tma_store_wait<0>();
-    ptx::mbarrier_arrive(bars + 8 * (Traits::kBarQEmpty + qs.stage));
+    ptx::mbarrier_arrive(
+        bars + 8 * Traits::q_bar(Traits::kBarQEmpty, qs.stage, Traits::q_part(consumer)));
   }
 }
 

@@ -105,6 +105,8 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   const uint32_t bars = s_base + Traits::kOffBarriers;
   const QSlot<Traits> qs(q_tiles);
   const uint32_t sQ = s_base + Traits::kOffQ + qs.stage * Traits::kQBytes;
+  // The empty barrier of the Q part this consumer reads (FwdTraits kSplitQ: its own rows).
+  const int q_empty = Traits::q_bar(Traits::kBarQEmpty, qs.stage, Traits::q_part(consumer));
   auto k_tile = [&](int stage) { return s_base + Traits::kOffK + stage * Traits::kKVBytes; };
   auto v_tile = [&](int stage) { return s_base + Traits::kOffV + stage * Traits::kKVBytes; };
   // One arrival per consumer warp releases a buffer (its warpgroup's wgmmas reading it are done).
@@ -324,7 +326,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       after_s();
       release(Traits::kBarKEmpty + slot.stage);
       // The tile's last S has landed (kOInQ: Q's buffer is released by the epilogue's stores).
-      if (!Traits::kOInQ && i == w.num_blocks - 1) release(Traits::kBarQEmpty + qs.stage);
+      if (!Traits::kOInQ && i == w.num_blocks - 1) release(q_empty);
       scores_to_p(w.blocks.end - 1 - i, ref, rescale);
       drop_p(w.blocks.end - 1 - i);
     };
@@ -343,7 +345,9 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       ptx::fence_operand(acc_o[0]);
       release(Traits::kBarVEmpty + slot.stage);
     };
-    ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarQFull + qs.stage), qs.parity);
+    ptx::mbarrier_wait_parity(
+        bars + 8 * Traits::q_bar(Traits::kBarQFull, qs.stage, Traits::q_part(consumer)),
+        qs.parity);
     clock.mark(kPhaseQWait);
     // The walk's first block is the tile's last key block. With sequence arrays its rows past
     // the entry's keys lie inside the tensor maps (which end at total_k, or at seqlen_k past a
@@ -424,7 +428,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         ptx::fence_operand(acc_s[0]);
         clock.step(kStepS);
         release(Traits::kBarKEmpty + slot.stage);
-        if (!Traits::kOInQ && i == w.num_blocks - 1) release(Traits::kBarQEmpty + qs.stage);
+        if (!Traits::kOInQ && i == w.num_blocks - 1) release(q_empty);
         scores_to_p(w.blocks.end - 1 - i, ref, rescale);
         drop_p(w.blocks.end - 1 - i);
         clock.step(kStepExp);
@@ -485,7 +489,7 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   const uint32_t bars = s_base + Traits::kOffBarriers;
   if (tid == 0) {
 #pragma unroll
-    for (int s = 0; s < Traits::kQStages; ++s) {
+    for (int s = 0; s < Traits::kQStages * Traits::kQParts; ++s) {
       ptx::mbarrier_init(bars + 8 * (Traits::kBarQFull + s), 1);
       ptx::mbarrier_init(bars + 8 * (Traits::kBarQEmpty + s), Traits::kQEmptyArrivals);
     }

@@ -205,7 +205,7 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   }
   Status st = encode_rows_map(&tp.q_map, p.dtype, p.q, p.head_dim, e.q_rows, p.num_heads,
                               e.batch, p.q_row_stride, p.q_head_stride, p.q_batch_stride,
-                              Traits::kBlockM);
+                              Traits::kQPartRows);
   if (st == Status::kSuccess) {
     st = encode_rows_map(&tp.k_map, p.dtype, p.k, p.head_dim, e.k_rows, p.num_heads_k, e.batch,
                          p.k_row_stride, p.k_head_stride, p.k_batch_stride, Traits::kBlockN);
@@ -276,9 +276,10 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
 }
 
 // The configuration tiles.h picks for kernel variant kVariant (kShort: fwd_tile_sm90_short's;
-// kBounded: the bounded reference's instance, FwdTraits kBoundedRef; kDoubleQ: FwdTraits
-// kDoubleQ, the harness's A/Bs only).
-template <int kHeadDim, int kVariant, bool kShort, bool kBounded, bool kDoubleQ = false>
+// kBounded: the bounded reference's instance, FwdTraits kBoundedRef; kDoubleQ / kSplitQ:
+// FwdTraits kDoubleQ / kSplitQ, the harness's A/Bs only).
+template <int kHeadDim, int kVariant, bool kShort, bool kBounded, bool kDoubleQ = false,
+          bool kSplitQ = false>
 struct LibraryFwdTraits {
   static constexpr FwdTileSm90 kTile =
       fwd_serial_sm90(kHeadDim, kVariant == kStaticVariant && !kShort)
@@ -303,7 +304,7 @@ struct LibraryFwdTraits {
                          fwd_sum_tree_sm90(kHeadDim, variant_softcap(kVariant)),
                          fwd_mods_per_tile_sm90(kHeadDim, kStaticAlibi),
                          fwd_cap_interleave_sm90(kHeadDim, kCapVariant, kStaticSoftcap), kBounded,
-                         false, kTile.serial, kTwoQ>;
+                         false, kTile.serial, kTwoQ, kSplitQ || fwd_split_q_sm90()>;
   using Single = With<false>;
   // tiles.h fwd_double_q_sm90 (a build flag, off by default): the static variant's tiles, a
   // second Q where the shared memory holds it (with the barriers' and the O

@@ -34,17 +34,24 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
     const MapRows km = map_rows(w.seq.start_k, w.seq.batch);
     const int head_k = w.tile.head / group;
 
+    // Q's parts (FwdTraits kSplitQ: one per consumer, each loaded once its consumer is done
+    // with its rows of the last tile), the map's boxes kQPartRows rows high (fwd_launch.h).
     auto load_q = [&] {
       const QSlot<Traits> qs(q_tiles);
-      const uint32_t q_full = bars + 8 * (Traits::kBarQFull + qs.stage);
-      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarQEmpty + qs.stage), qs.parity ^ 1);
-      ptx::mbarrier_arrive_expect_tx(q_full, Traits::kQBytes);
+#pragma unroll 1
+      for (int part = 0; part < Traits::kQParts; ++part) {
+        const uint32_t q_full = bars + 8 * Traits::q_bar(Traits::kBarQFull, qs.stage, part);
+        ptx::mbarrier_wait_parity(bars + 8 * Traits::q_bar(Traits::kBarQEmpty, qs.stage, part),
+                                  qs.parity ^ 1);
+        ptx::mbarrier_arrive_expect_tx(q_full, Traits::kQBytes / Traits::kQParts);
 #pragma unroll
-      for (int a = 0; a < Traits::kAtoms; ++a) {
-        const int32_t c[4] = {a * 64, qm.row0 + w.m_start, w.tile.head, qm.batch};
-        ptx::tma_load<4>(s_base + Traits::kOffQ + qs.stage * Traits::kQBytes +
-                             a * Traits::kBlockM * 128,
-                         &tp.q_map, q_full, c);
+        for (int a = 0; a < Traits::kAtoms; ++a) {
+          const int32_t c[4] = {a * 64, qm.row0 + w.m_start + part * Traits::kQPartRows,
+                                w.tile.head, qm.batch};
+          ptx::tma_load<4>(s_base + Traits::kOffQ + qs.stage * Traits::kQBytes +
+                               a * Traits::kBlockM * 128 + part * Traits::kQPartRows * 128,
+                           &tp.q_map, q_full, c);
+        }
       }
     };
     // With O staged in Q's buffer (Traits::kOInQ) Q is free only after the last tile's stores:

@@ -39,9 +39,17 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           bool kEarlyRescale_ = false, bool kMaxTree_ = false, bool kSumTree_ = false,
           bool kModsPerTile_ = true, bool kCapInterleave_ = false,
           bool kBoundedRef_ = false, bool kSumsUnderS_ = false, bool kSerialPV_ = false,
-          bool kDoubleQ_ = false>
+          bool kDoubleQ_ = false, bool kSplitQ_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // Q in one part per consumer (its 64 rows), each with its own full and empty barriers: the
+  // producer loads a consumer's part of the next tile's Q as soon as that consumer is done with
+  // its part of this one (its last S GEMM, or with kOInQ its O store), so the consumer a
+  // ping-pong turn ahead starts its next tile without waiting for the other's epilogue. The
+  // phase clocks (benchmarks/NOTES.md 12.9) had a tile's first GEMM wait 2,000-3,700 cycles
+  // for its Q where O is staged in Q's buffer (d = 256), 250-480 elsewhere. A tuning knob
+  // (tune_fwd90 `splitq`; tiles.h fwd_split_q_sm90, a build flag, off by default).
+  static constexpr bool kSplitQ = kSplitQ_;
   // Two Q buffers, which the CTA's tiles with key blocks take in turn (fwd_work.h QSlot), so the
   // producer loads the next tile's Q while this one runs instead of once its last S GEMMs are
   // done: the phase clocks (benchmarks/NOTES.md 12.9) had a tile's first GEMM wait 250-480
@@ -117,9 +125,13 @@ struct FwdTraits {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
   static constexpr int kConsumers = kBlockM / 64;  // consumer warpgroups, 64 query rows each
-  // Arrivals that complete Q's empty barrier: every consumer warp after its last S GEMM, or
-  // (kOInQ) each consumer's one storing thread once its store has read the staged rows.
-  static constexpr int kQEmptyArrivals = kOInQ ? kConsumers : 4 * kConsumers;
+  // Q's parts (kSplitQ: one per consumer, its rows; else the whole tile) and their rows.
+  static constexpr int kQParts = kSplitQ ? kBlockM / 64 : 1;
+  static constexpr int kQPartRows = kBlockM / kQParts;
+  // Arrivals that complete a Q part's empty barrier: every warp of the consumers reading it after
+  // their last S GEMM, or (kOInQ) each such consumer's one storing thread once its store has
+  // read the staged rows.
+  static constexpr int kQEmptyArrivals = (kOInQ ? 1 : 4) * (kBlockM / 64) / kQParts;
   // Two consumers take turns issuing their GEMMs (named barriers kPingPong0/1), so one
   // warpgroup's softmax runs while the other's GEMMs keep the tensor cores busy.
   static constexpr bool kPingPong = kPingPong_ && kConsumers == 2;
@@ -148,15 +160,21 @@ struct FwdTraits {
   static constexpr uint32_t kOffK = kOffQ + kQStages * kQBytes;
   static constexpr uint32_t kOffV = kOffK + kStages * kKVBytes;
   static constexpr uint32_t kOffBarriers = kOffV + kStages * kKVBytes;
-  // Barrier indices: Q full and Q empty per Q buffer, then per stage K full, V full, K empty,
-  // V empty.
+  // Barrier indices: Q full and Q empty per Q buffer and part (q_bar), then per stage K full,
+  // V full, K empty, V empty.
   static constexpr int kBarQFull = 0;
-  static constexpr int kBarQEmpty = kQStages;
-  static constexpr int kBarKFull = 2 * kQStages;
+  static constexpr int kBarQEmpty = kQStages * kQParts;
+  static constexpr int kBarKFull = 2 * kQStages * kQParts;
   static constexpr int kBarVFull = kBarKFull + kStages;
   static constexpr int kBarKEmpty = kBarKFull + 2 * kStages;
   static constexpr int kBarVEmpty = kBarKFull + 3 * kStages;
-  static constexpr int kNumBarriers = 2 * kQStages + 4 * kStages;
+  static constexpr int kNumBarriers = 2 * kQStages * kQParts + 4 * kStages;
+  // The index of Q buffer `stage`'s part `part` barrier of kind `base` (kBarQFull / kBarQEmpty).
+  static constexpr int q_bar(int base, int stage, int part) {
+    return base + stage * kQParts + part;
+  }
+  // The Q part consumer `consumer` reads.
+  static constexpr int q_part(int consumer) { return kSplitQ ? consumer : 0; }
   // kTmaStoreO 1: each consumer's O staging, kAtoms boxes of 64 rows x 128 bytes, after the
   // barriers (1024-byte aligned: sw128).
   static constexpr uint32_t kOBoxBytes = 64 * 128;
