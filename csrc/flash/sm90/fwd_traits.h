@@ -126,12 +126,12 @@ struct FwdTraits {
   static constexpr int kStages = kStages_;
   static constexpr int kConsumers = kBlockM / 64;  // consumer warpgroups, 64 query rows each
   // Q's parts (kSplitQ: one per consumer, its rows; else the whole tile) and their rows.
-  static constexpr int kQParts = kSplitQ ? kBlockM / 64 : 1;
+  static constexpr int kQParts = kSplitQ ? kConsumers : 1;
   static constexpr int kQPartRows = kBlockM / kQParts;
   // Arrivals that complete a Q part's empty barrier: every warp of the consumers reading it after
   // their last S GEMM, or (kOInQ) each such consumer's one storing thread once its store has
   // read the staged rows.
-  static constexpr int kQEmptyArrivals = (kOInQ ? 1 : 4) * (kBlockM / 64) / kQParts;
+  static constexpr int kQEmptyArrivals = (kOInQ ? 1 : 4) * kConsumers / kQParts;
   // Two consumers take turns issuing their GEMMs (named barriers kPingPong0/1), so one
   // warpgroup's softmax runs while the other's GEMMs keep the tensor cores busy.
   static constexpr bool kPingPong = kPingPong_ && kConsumers == 2;
