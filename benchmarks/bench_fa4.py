@@ -8,8 +8,9 @@ flashattn_cu (default path: the sm90a forward on an H200), SDPA cuDNN, SDPA flas
 where `from flash_attn.cute import flash_attn_func` imports (../shared/tools/fa4_anchor.sh brings
 it to the device; never a dependency of the project), FlashAttention-4. flash_attn's benchmark
 shapes: 16k tokens (batch = 16384 // seqlen), hidden 2048 (nheads = 2048 // d), d 64/128/256,
-seqlen 1k-16k, causal and not. TFLOP/s = 4 b h s^2 d (halved when causal) / median time of
-triton.testing.do_bench. Each backend's result is checked first: up to --ref-max-seqlen (4096)
+seqlen 1k-16k, causal and not. TFLOP/s = 4 b h s^2 d (halved when causal) / the median over
+--rounds interleaved rounds (each backend timed once a round, in turn, so a drift of the clocks
+or the memory moves every backend alike) of triton.testing.do_bench's median. Each backend's result is checked first: up to --ref-max-seqlen (4096)
 against an fp32 reference on the same inputs (math attention in fp32; the backward's gradients
 with the same dout), and a backend whose largest error exceeds the test suite's rule (2x cuDNN's
 own error for the forward, 3x for the gradients, + 1e-4) is marked '!'; longer rows, where the
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -103,6 +105,10 @@ def main():
     ap.add_argument("--dtypes", default="bf16")
     ap.add_argument("--out", default=None)
     ap.add_argument("--modes", default="fwd", help="fwd and/or bwd")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="interleaved rounds (each backend once a round, in turn); median")
+    ap.add_argument("--warmup-ms", type=int, default=10, help="do_bench warmup a round")
+    ap.add_argument("--rep-ms", type=int, default=40, help="do_bench rep a round")
     ap.add_argument("--ref-max-seqlen", type=int, default=4096,
                     help="longest rows checked against the fp32 reference (else against cuDNN)")
     args = ap.parse_args()
@@ -111,6 +117,8 @@ def main():
     modes = args.modes.split(",")
     lines = [f"# Side by side ({', '.join(modes)}), {torch.cuda.get_device_name()}, torch {torch.__version__}",
              "", f"FA4: {'flash_attn.cute ' + 'imported' if fa4_func else 'not available (' + str(FA4_ERROR) + ')'}",
+             "", f"Timing: the median of {args.rounds} interleaved rounds of triton.testing.do_bench "
+             f"(warmup {args.warmup_ms} ms, rep {args.rep_ms} ms, L2 flushed before each call).",
              "", "| mode | dtype | d | seqlen | causal | " + " | ".join(names) + " | ours/cuDNN | ours/FA4 |",
              "|" + "---|" * (len(names) + 7)]
     ratios = {(m, key): [] for m in modes for key in ("cuDNN", "FA4")}
@@ -134,20 +142,32 @@ def main():
                     else:
                         ref, cudnn_err, limit = fns["cuDNN"]().float(), None, 2e-2
                     flops = 4 * b * h * s * s * d / (2 if causal else 1) * (2.5 if mode == "bwd" else 1)
-                    tf = {}
+                    checked = {}
                     for name, fn in fns.items():
                         try:
                             err = (fn().float() - ref).abs().max().item()
-                            bad = err > limit
+                            checked[name] = err > limit
                             if name == "flashattn_cu" and cudnn_err:
                                 err_ratios[mode].append(err / cudnn_err)
                                 print(f"check {mode} d={d} s={s} causal={int(causal)}: ours "
                                       f"{err:.3e}, cuDNN {cudnn_err:.3e} (fp32 reference)",
                                       flush=True)
-                            ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
-                            tf[name] = (flops / ms * 1e-9, bad)
                         except Exception as exc:  # noqa: BLE001
                             print(f"{name} d={d} s={s} causal={int(causal)}: {type(exc).__name__}: {exc}")
+                    # Interleaved rounds: each round times every backend once, in turn; a
+                    # backend's time is the median of its rounds' medians.
+                    times = {name: [] for name in checked}
+                    for _ in range(args.rounds):
+                        for name in list(times):
+                            try:
+                                times[name].append(do_bench(fns[name], warmup=args.warmup_ms,
+                                                            rep=args.rep_ms, return_mode="median"))
+                            except Exception as exc:  # noqa: BLE001
+                                print(f"{name} d={d} s={s} causal={int(causal)}: timing: "
+                                      f"{type(exc).__name__}: {exc}")
+                                del times[name]
+                    tf = {name: (flops / statistics.median(ms) * 1e-9, checked[name])
+                          for name, ms in times.items()}
                     cells = [f"{tf[n][0]:.0f}{'!' if tf[n][1] else ''}" if n in tf else "-" for n in names]
                     ours = tf.get("flashattn_cu", (math.nan, True))[0]
                     rc = ours / tf["cuDNN"][0] if "cuDNN" in tf else math.nan
