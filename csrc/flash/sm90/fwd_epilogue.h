@@ -126,7 +126,8 @@ __device__ __forceinline__ void store_tile_output(const FwdTmaParams& tp, const 
     }
   }
   // kOInQ: Q's buffer is the producer's again once this consumer's store has read its rows
-  // (whichever epilogue ran: the barrier counts one arrival per consumer of a tile with Q).
+  // (whichever epilogue ran: the barrier counts one arrival per consumer of a tile with Q, or
+  // with FwdTraits kSplitQ this consumer's part's one arrival).
   if (Traits::kOInQ && w.num_blocks > 0 && leader) {
     if (via_tma) ptx::tma_store_wait<0>();
     ptx::mbarrier_arrive(

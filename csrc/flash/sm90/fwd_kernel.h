@@ -7,7 +7,8 @@
 // varlen), in kConsumers + 1 warpgroups:
 //  * the producer (warpgroup 0) gives its registers back (setmaxnreg) and one elected thread
 //    issues every load: per tile Q (once the consumers are done with the Q before it in its
-//    buffer: the previous tile's, or with FwdTraits kDoubleQ the one two tiles back),
+//    buffer: the previous tile's, or with FwdTraits kDoubleQ the one two tiles back; with
+//    FwdTraits kSplitQ each consumer's rows on their own, once that consumer is done with them),
 //    then the K and V tiles of each visited key block, last block first (the masked boundary
 //    blocks first, then the unmasked bulk), into a ring of kStages buffers that runs on across
 //    tiles, so the next tile's first loads overlap this tile's last steps and epilogue; a

@@ -13,7 +13,8 @@ namespace flashattn_cu::sm90 {
 
 // The producer: one thread issues, tile after tile, Q's load (once the consumers are done with
 // the Q before it in its buffer: the last tile's, or with FwdTraits kDoubleQ the one before),
-// then K and V of each visited key block, last first, into the ring.
+// then K and V of each visited key block, last first, into the ring. FwdTraits kSplitQ: Q's
+// parts one by one between the key blocks, each once its own consumer is done with it.
 template <typename Traits, bool kDynamic, bool kSeqlens, bool kCompact, bool kEntryShift>
 __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s_base, int num_m,
                                               int num_tiles) {
@@ -34,31 +35,35 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
     const MapRows km = map_rows(w.seq.start_k, w.seq.batch);
     const int head_k = w.tile.head / group;
 
-    // Q's parts (FwdTraits kSplitQ: one per consumer, each loaded once its consumer is done
-    // with its rows of the last tile), the map's boxes kQPartRows rows high (fwd_launch.h).
-    auto load_q = [&] {
+    // Part `part` of Q (the whole tile unless FwdTraits kSplitQ: consumer `part`'s rows), once
+    // the consumers reading it are done with it; the map's boxes are kQPartRows rows high
+    // (fwd_launch.h).
+    auto load_q_part = [&](int part) {
       const QSlot<Traits> qs(q_tiles);
-#pragma unroll 1
-      for (int part = 0; part < Traits::kQParts; ++part) {
-        const uint32_t q_full = bars + 8 * Traits::q_bar(Traits::kBarQFull, qs.stage, part);
-        ptx::mbarrier_wait_parity(bars + 8 * Traits::q_bar(Traits::kBarQEmpty, qs.stage, part),
-                                  qs.parity ^ 1);
-        ptx::mbarrier_arrive_expect_tx(q_full, Traits::kQBytes / Traits::kQParts);
+      const uint32_t q_full = bars + 8 * Traits::q_bar(Traits::kBarQFull, qs.stage, part);
+      ptx::mbarrier_wait_parity(bars + 8 * Traits::q_bar(Traits::kBarQEmpty, qs.stage, part),
+                                qs.parity ^ 1);
+      ptx::mbarrier_arrive_expect_tx(q_full, Traits::kQBytes / Traits::kQParts);
 #pragma unroll
-        for (int a = 0; a < Traits::kAtoms; ++a) {
-          const int32_t c[4] = {a * 64, qm.row0 + w.m_start + part * Traits::kQPartRows,
-                                w.tile.head, qm.batch};
-          ptx::tma_load<4>(s_base + Traits::kOffQ + qs.stage * Traits::kQBytes +
-                               a * Traits::kBlockM * 128 + part * Traits::kQPartRows * 128,
-                           &tp.q_map, q_full, c);
-        }
+      for (int a = 0; a < Traits::kAtoms; ++a) {
+        const int32_t c[4] = {a * 64, qm.row0 + w.m_start + part * Traits::kQPartRows,
+                              w.tile.head, qm.batch};
+        ptx::tma_load<4>(s_base + Traits::kOffQ + qs.stage * Traits::kQBytes +
+                             a * Traits::kBlockM * 128 + part * Traits::kQPartRows * 128,
+                         &tp.q_map, q_full, c);
       }
     };
     // With O staged in Q's buffer (Traits::kOInQ) Q is free only after the last tile's stores:
     // the first K / V block goes first, so that it lands during the last tile's epilogue.
-    if constexpr (!Traits::kOInQ) load_q();
+    // kSplitQ: part i goes with key block i (before its K / V, or with kOInQ after them), so a
+    // consumer that is done waits neither for the other consumers' parts nor for key blocks
+    // queued behind them; parts past the tile's key blocks follow the last block.
+    if constexpr (!Traits::kOInQ && !Traits::kSplitQ) load_q_part(0);
 #pragma unroll 1
     for (int i = 0; i < w.num_blocks; ++i) {
+      if constexpr (Traits::kSplitQ && !Traits::kOInQ) {
+        if (i < Traits::kQParts) load_q_part(i);
+      }
       const int n = w.blocks.end - 1 - i;
       const RingSlot<Traits> slot(ring + i);
       const uint32_t parity = slot.parity ^ 1;  // a fresh barrier's previous phase is complete
@@ -80,7 +85,15 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
         ptx::tma_load<4>(s_base + Traits::kOffV + slot.stage * Traits::kKVBytes + a * kBlockN * 128,
                          &tp.v_map, v_full, c);
       }
-      if (Traits::kOInQ && i == 0) load_q();
+      if constexpr (Traits::kSplitQ) {
+        if (Traits::kOInQ && i < Traits::kQParts) load_q_part(i);
+      } else {
+        if (Traits::kOInQ && i == 0) load_q_part(0);
+      }
+    }
+    if constexpr (Traits::kSplitQ) {
+#pragma unroll 1
+      for (int part = w.num_blocks; part < Traits::kQParts; ++part) load_q_part(part);
     }
     ring += w.num_blocks;
     ++q_tiles;

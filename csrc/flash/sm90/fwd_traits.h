@@ -14,7 +14,7 @@ namespace flashattn_cu::sm90 {
 // The forward's kernel parameters on this path: the arch-neutral ones and the TMA maps of q, k
 // and v (encoded per call on the host, fwd_launch.h).
 struct FwdTmaParams {
-  CUtensorMap q_map;  // boxes of 64 columns x kBlockM rows
+  CUtensorMap q_map;  // boxes of 64 columns x kQPartRows rows (kBlockM unless kSplitQ)
   CUtensorMap k_map;  // 64 columns x kBlockN rows
   CUtensorMap v_map;
   FwdKernelParams kp;
