@@ -17,7 +17,7 @@
 // library's persistent range; `persist256f`, d 256's short causal calls timed as the bench
 // times them (the L2 emptied before each); `persist16k` (session 56), the persistent grid on the
 // longest causal rows with the walk's groups up to every head; `splitq`, Q in one part per
-// consumer (FwdTraits kSplitQ).
+// consumer (FwdTraits kSplitQ); `prefetch`, the TMA descriptors prefetched (kPrefetchMaps).
 // tune_fwd90.cu runs them
 // through run_serial_mode / run_order_mode;
 // -DTUNE_FWD90_SERIAL_ONLY builds these modes alone.
@@ -38,11 +38,13 @@
 #include "fwd90_harness.h"
 
 // The library's static-variant (plain attention) configuration at a head dim: its long-row tile,
-// or with kShort its short-row one (tiles.h fwd_short_rows_sm90); kDoubleQ / kSplitQ: with
-// FwdTraits kDoubleQ (`doubleq`) / kSplitQ (`splitq`) on.
-template <int kHeadDim, bool kShort = false, bool kDoubleQ = false, bool kSplitQ = false>
+// or with kShort its short-row one (tiles.h fwd_short_rows_sm90); kDoubleQ / kSplitQ /
+// kPrefetch: with FwdTraits kDoubleQ (`doubleq`) / kSplitQ (`splitq`) / kPrefetchMaps
+// (`prefetch`) on.
+template <int kHeadDim, bool kShort = false, bool kDoubleQ = false, bool kSplitQ = false,
+          bool kPrefetch = false>
 using LibStatic = typename fa::sm90::LibraryFwdTraits<kHeadDim, fa::kStaticVariant, kShort, false,
-                                                      kDoubleQ, kSplitQ>::Type;
+                                                      kDoubleQ, kSplitQ, kPrefetch>::Type;
 
 // Runs `mode` if it is this file's; false otherwise.
 inline bool run_serial_mode(const std::string& mode, const Buffers& b) {
@@ -373,6 +375,24 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
           "d256 128x64 splitQ pers", b, false, {512, 1024});
     }
     g_library_schedule = true;
+    return true;
+  }
+  if (mode == "prefetch") {
+    // The TMA maps' descriptors prefetched at the CTA's start (B: FwdTraits kPrefetchMaps)
+    // against the library's (A), the library's schedule, interleaved, two passes: mostly the
+    // grids of one CTA per tile (d 256 causal <= 1k and >= 6k, d 64 / d 128 causal 16k), then
+    // persistent grids, where a CTA fetches them once for many tiles (the control).
+    g_library_schedule = true;
+    for (int rep = 0; rep < 2; ++rep) {
+      ab_sweep<256, LibStatic<256, true>, LibStatic<256, true, false, false, true>>(
+          "d256 128x64 prefetch", b, false, {512, 1024});
+      ab_sweep<256, LibStatic<256>, LibStatic<256, false, false, false, true>>(
+          "d256 128x80 prefetch", b, false, {8192});
+      ab_sweep<128, LibStatic<128>, LibStatic<128, false, false, false, true>>(
+          "d128 128x176 prefetch", b, true, {16384});
+      ab_sweep<64, LibStatic<64>, LibStatic<64, false, false, false, true>>(
+          "d64 192x128 prefetch", b, true, {16384});
+    }
     return true;
   }
   if (mode == "shortlongnc") {

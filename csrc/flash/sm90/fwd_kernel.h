@@ -489,6 +489,12 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   const uint32_t s_base = (ptx::smem_u32(smem_raw) + 1023u) & ~1023u;  // sw128 atoms
   const uint32_t bars = s_base + Traits::kOffBarriers;
   if (tid == 0) {
+    if constexpr (Traits::kPrefetchMaps) {
+      ptx::tma_prefetch_map(&tp.q_map);
+      ptx::tma_prefetch_map(&tp.k_map);
+      ptx::tma_prefetch_map(&tp.v_map);
+      if (Traits::kTmaStoreO != 0 && tp.o_tma) ptx::tma_prefetch_map(&tp.o_map);
+    }
 #pragma unroll
     for (int s = 0; s < Traits::kQStages * Traits::kQParts; ++s) {
       ptx::mbarrier_init(bars + 8 * (Traits::kBarQFull + s), 1);

@@ -276,10 +276,10 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
 }
 
 // The configuration tiles.h picks for kernel variant kVariant (kShort: fwd_tile_sm90_short's;
-// kBounded: the bounded reference's instance, FwdTraits kBoundedRef; kDoubleQ / kSplitQ:
-// FwdTraits kDoubleQ / kSplitQ, the harness's A/Bs only).
+// kBounded: the bounded reference's instance, FwdTraits kBoundedRef; kDoubleQ / kSplitQ /
+// kPrefetchMaps: those FwdTraits knobs, the harness's A/Bs only).
 template <int kHeadDim, int kVariant, bool kShort, bool kBounded, bool kDoubleQ = false,
-          bool kSplitQ = false>
+          bool kSplitQ = false, bool kPrefetchMaps = false>
 struct LibraryFwdTraits {
   static constexpr FwdTileSm90 kTile =
       fwd_serial_sm90(kHeadDim, kVariant == kStaticVariant && !kShort)
@@ -304,7 +304,8 @@ struct LibraryFwdTraits {
                          fwd_sum_tree_sm90(kHeadDim, variant_softcap(kVariant)),
                          fwd_mods_per_tile_sm90(kHeadDim, kStaticAlibi),
                          fwd_cap_interleave_sm90(kHeadDim, kCapVariant, kStaticSoftcap), kBounded,
-                         false, kTile.serial, kTwoQ, kSplitQ || fwd_split_q_sm90()>;
+                         false, kTile.serial, kTwoQ, kSplitQ || fwd_split_q_sm90(),
+                         kPrefetchMaps>;
   using Single = With<false>;
   // tiles.h fwd_double_q_sm90 (a build flag, off by default): the static variant's tiles, a
   // second Q where the shared memory holds it (with the barriers' and the O

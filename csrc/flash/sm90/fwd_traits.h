@@ -39,9 +39,15 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           bool kEarlyRescale_ = false, bool kMaxTree_ = false, bool kSumTree_ = false,
           bool kModsPerTile_ = true, bool kCapInterleave_ = false,
           bool kBoundedRef_ = false, bool kSumsUnderS_ = false, bool kSerialPV_ = false,
-          bool kDoubleQ_ = false, bool kSplitQ_ = false>
+          bool kDoubleQ_ = false, bool kSplitQ_ = false, bool kPrefetchMaps_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // The CTA's first thread prefetches the TMA maps' descriptors (prefetch.tensormap) before
+  // the barriers' init, so the producer's first loads do not wait for them: a CTA that runs one
+  // tile (the grid of one CTA per tile: long causal rows, varlen, d = 256 short causal rows)
+  // pays that fetch once per tile. A tuning knob (tune_fwd90 `prefetch`); the decode kernel's
+  // timeline had no gain from it (benchmarks/NOTES.md 12.9 item 3).
+  static constexpr bool kPrefetchMaps = kPrefetchMaps_;
   // Q in one part per consumer (its 64 rows), each with its own full and empty barriers: the
   // producer loads a consumer's part of the next tile's Q as soon as that consumer is done with
   // its part of this one (its last S GEMM, or with kOInQ its O store), so the consumer a
