@@ -1,7 +1,8 @@
-"""CPU tests of the Python API: signature, validation messages, unsupported features, the fake
-(meta) implementations and torch.compile tracing. None of these needs a GPU."""
+"""CPU tests of the Python API: signature, build queries and switches, op schemas, validation
+messages, unsupported features, device checks on fake CUDA tensors, the command line (the fake
+implementations' shapes and torch.compile tracing: test_api_fake.py). None of these needs a
+GPU."""
 
-import contextlib
 import inspect
 import re
 import subprocess
@@ -14,20 +15,9 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import flashattn_cu
-from attn_helpers import layouts
+from api_helpers import F16, capture_apply, cpu_qkv, fake_cuda_qkv, no_device_check, pretend_gpu
 from flashattn_cu import _arguments, _C, _ops, flash_attn_func, flash_attn_with_kvcache
 from flashattn_cu import flash_attn_interface as fai
-
-F16 = torch.float16
-
-
-def _no_device_check(q, k, v):
-    """Stands in for the CUDA-only device checks when meta tensors carry the call."""
-
-
-def cpu_qkv(b=2, sq=5, sk=7, h=4, hk=2, d=64, dtype=F16):
-    return (torch.randn(b, sq, h, d, dtype=dtype), torch.randn(b, sk, hk, d, dtype=dtype),
-            torch.randn(b, sk, hk, d, dtype=dtype))
 
 
 def test_version_and_exports():
@@ -261,9 +251,9 @@ def test_non_contiguous_last_dim_is_copied():
     """flash_attn copies a q, k or v whose last dimension is not contiguous (maybe_contiguous);
     so does flash_attn_func: the op gets the same values with stride 1 (the op itself still
     refuses such tensors, test_op_errors.py)."""
-    calls, spy = _capture_apply()
-    with _pretend_gpu((8, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
-        q, k, v = _fake_cuda_qkv()
+    calls, spy = capture_apply()
+    with pretend_gpu((8, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
+        q, k, v = fake_cuda_qkv()
         q_t = q.transpose(-1, -2).contiguous().transpose(-1, -2)  # last-dim stride 5
         k_s = torch.empty(2, 7, 2, 128, dtype=F16, device="cuda:0")[..., ::2]  # stride 2
         assert q_t.stride(-1) != 1 and k_s.stride(-1) != 1
@@ -288,7 +278,7 @@ def test_non_contiguous_last_dim_values_and_gradient():
 @pytest.mark.parametrize("scale", [0.0, -0.125, float("inf"), float("nan")])
 def test_bad_softmax_scale(scale):
     q, k, v = (t.to("meta") for t in cpu_qkv())
-    with mock.patch.object(fai, "_check_devices", _no_device_check):
+    with mock.patch.object(fai, "_check_devices", no_device_check):
         _raises(ValueError, "softmax_scale must be a positive finite number", q, k, v,
                 softmax_scale=scale)
 
@@ -299,21 +289,21 @@ def test_softmax_scale_not_a_normal_float32(scale):
     use, or so large that softmax_scale * log2(e) is (2.4e38: every output NaN before): rejected
     by name before anything runs."""
     q, k, v = (t.to("meta") for t in cpu_qkv())
-    with mock.patch.object(fai, "_check_devices", _no_device_check):
+    with mock.patch.object(fai, "_check_devices", no_device_check):
         _raises(ValueError, "is not a normal positive float32", q, k, v, softmax_scale=scale)
 
 
 @pytest.mark.parametrize("scale", [2.0 ** -126, 1e-30, 2.29e38])
 def test_softmax_scale_extremes_that_float32_holds(scale):
     q, k, v = (t.to("meta") for t in cpu_qkv())
-    with mock.patch.object(fai, "_check_devices", _no_device_check):
+    with mock.patch.object(fai, "_check_devices", no_device_check):
         assert flash_attn_func(q, k, v, softmax_scale=scale).shape == q.shape
 
 
 @pytest.mark.parametrize("scale", [True, "0.1", torch.tensor(0.1)])
 def test_softmax_scale_type(scale):
     q, k, v = (t.to("meta") for t in cpu_qkv())
-    with mock.patch.object(fai, "_check_devices", _no_device_check):
+    with mock.patch.object(fai, "_check_devices", no_device_check):
         _raises(TypeError, "softmax_scale must be None or a Python number", q, k, v,
                 softmax_scale=scale)
 
@@ -321,38 +311,19 @@ def test_softmax_scale_type(scale):
 # Device checks with fake CUDA tensors (no GPU needed).
 
 
-def _fake_cuda_qkv(devices=("cuda:0", "cuda:0", "cuda:0"), d=64, grad=True):
-    """Fake CUDA q, k, v; grad=True records autograd, so flash_attn_func takes FlashAttnFunc
-    (without it these short rows would take the split-KV route, _split_kv_route)."""
-    shapes = [(2, 5, 4, d), (2, 7, 2, d), (2, 7, 2, d)]
-    return [torch.empty(s, dtype=F16, device=dev, requires_grad=grad)
-            for s, dev in zip(shapes, devices)]
-
-
-@contextlib.contextmanager
-def _pretend_gpu(capability, built=None):
-    """FakeTensorMode on a pretend GPU of compute capability `capability`, with a build that has
-    the head-dim instances `built` (default: every one, whatever this build holds)."""
-    built = tuple(_C.head_dim_instances() if built is None else built)
-    with FakeTensorMode(), \
-            mock.patch.object(fai, "_device_capability", return_value=capability), \
-            mock.patch.object(fai, "_built_head_dims", return_value=built):
-        yield
-
-
 @pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.device_count() < 2,
                     reason="FakeTensorMode cannot fake cuda:1 next to a real single GPU")
 def test_different_gpus_rejected():
     with FakeTensorMode():
-        q, k, v = _fake_cuda_qkv(("cuda:0", "cuda:1", "cuda:0"))
+        q, k, v = fake_cuda_qkv(("cuda:0", "cuda:1", "cuda:0"))
         _raises(ValueError, "k is on cuda:1 but q is on cuda:0; q, k, v must be on the same GPU",
                 q, k, v)
 
 
 def test_pre_ampere_gpu_rejected():
-    with _pretend_gpu((7, 5)), \
+    with pretend_gpu((7, 5)), \
             mock.patch.object(torch.cuda, "get_device_name", return_value="Tesla T4"):
-        q, k, v = _fake_cuda_qkv()
+        q, k, v = fake_cuda_qkv()
         _raises(RuntimeError, r"cuda:0 \(Tesla T4\) is sm_75; flashattn_cu needs sm_80 or newer",
                 q, k, v)
 
@@ -366,188 +337,15 @@ def test_head_dim_not_built_message(missing):
     instances = _C.head_dim_instances()
     built = [d for d in instances if d != missing]
     below = ([0] + instances)[instances.index(missing)]  # the next smaller instance, or 0
-    with _pretend_gpu((8, 0), built):
+    with pretend_gpu((8, 0), built):
         for d in sorted({below + 1, missing - 3, missing}):
             _raises(RuntimeError, rf"flash_attn_func: unsupported head dim {d}: it runs on the "
                     rf"head-dim instance {missing}, which this build does not have \(built: "
                     rf"{', '.join(map(str, built))}\); rebuild flashattn_cu with {missing} in "
-                    "FLASHATTN_CU_HEAD_DIMS", *_fake_cuda_qkv(d=d))
+                    "FLASHATTN_CU_HEAD_DIMS", *fake_cuda_qkv(d=d))
         for d in built:
-            q, k, v = _fake_cuda_qkv(d=d)
+            q, k, v = fake_cuda_qkv(d=d)
             assert flash_attn_func(q, k, v).shape == q.shape
-
-
-# --------------------------------------------------------------------------------------------
-# Shapes through the fake implementations (FakeTensorMode on a pretend sm_90 GPU).
-
-
-@pytest.mark.parametrize("d", [32, 59, 111, 256])
-def test_fake_cuda_shapes_and_padding(d):
-    with _pretend_gpu((9, 0)):
-        q, k, v = _fake_cuda_qkv(d=d)
-        out, lse, s_dmask = flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
-        assert out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
-        assert lse.shape == (2, 4, 5) and lse.dtype == torch.float32
-        assert s_dmask is None
-        assert flash_attn_func(q, k, v).shape == q.shape
-
-
-def _capture_apply():
-    calls = []
-    real = fai.FlashAttnFunc.apply
-
-    def spy(*args):
-        calls.append(args)
-        return real(*args)
-    return calls, spy
-
-
-@pytest.mark.parametrize("d, scale", [(64, None), (59, None), (64, 0.3)])
-def test_default_scale_uses_original_head_dim(d, scale):
-    calls, spy = _capture_apply()
-    with _pretend_gpu((8, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
-        q, k, v = _fake_cuda_qkv(d=d)
-        flash_attn_func(q, k, v, softmax_scale=scale)
-    (q_arg, _, _, scale_arg, causal_arg, det_arg, *_), = calls
-    assert q_arg.shape[-1] == -(-d // 8) * 8  # padded to a multiple of 8
-    assert scale_arg == pytest.approx(d ** -0.5 if scale is None else scale)
-    assert causal_arg is False and det_arg is False
-
-
-@pytest.mark.parametrize("window, causal, passed", [
-    ((-1, 0), True, (-1, 0)), ([-1, -1], False, (-1, -1)), ((-7, -2), False, (-1, -1)),
-    ((3, 5), False, (3, 5)), ((0, 0), False, (0, 0)), ((6, 0), False, (6, 0)),
-    # seqlen_k is 7 here: flash_attn's normalization (_arguments._flash_attn_window).
-    ((128, 0), True, (-1, 0)), ((7, 0), True, (-1, 0)), ((-1, 16), False, (-1, -1)),
-    ((2**40, 7), False, (-1, -1)), ((3, -1), False, (3, 7)), ((3, 2**40), False, (3, 7)),
-])
-def test_window_sizes_reach_the_kernel(window, causal, passed):
-    """flash_attn's window_size: negative sides are unbounded, (-1, 0) is causal; a side >=
-    seqlen_k is unbounded, and a bounded left with an unbounded right takes right = seqlen_k
-    (flash_attn's flash_api.cpp); the rest reach the op as (window_left, window_right)."""
-    calls, spy = _capture_apply()
-    with _pretend_gpu((8, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
-        q, k, v = _fake_cuda_qkv()
-        flash_attn_func(q, k, v, window_size=window, deterministic=True)
-    assert calls[0][4] is causal and calls[0][5] is True
-    assert tuple(calls[0][6:8]) == passed
-
-
-@pytest.mark.parametrize("causal, window, seqlen_k, expected", [
-    (False, (-1, -1), 100, (False, -1, -1)), (True, (-1, -1), 100, (True, -1, 0)),
-    (True, (50, 7), 100, (True, 50, 0)), (False, (50, 7), 100, (False, 50, 7)),
-    (False, (99, 99), 100, (False, 99, 99)), (False, (100, 99), 100, (False, -1, 99)),
-    (False, (100, 0), 100, (True, -1, 0)), (True, (100, 30), 100, (True, -1, 0)),
-    (False, (100, 100), 100, (False, -1, -1)), (False, (-1, 100), 100, (False, -1, -1)),
-    (False, (20, -1), 100, (False, 20, 100)), (False, (20, 500), 100, (False, 20, 100)),
-    (False, (0, -1), 0, (False, -1, -1)), (True, (5, 5), 0, (True, -1, 0)),
-])
-def test_flash_attn_window_normalization(causal, window, seqlen_k, expected):
-    """flash_api.cpp's rules: sides >= seqlen_k unbounded, then causal (or (-1, 0)) with right
-    0, then a bounded left with an unbounded right at right = seqlen_k."""
-    assert _arguments._flash_attn_window(causal, *window, seqlen_k) == expected
-
-
-def test_inference_route_passes_the_same_arguments():
-    """Without autograd the call takes fwd_splitkv (flash_attn_interface._split_kv_route) with
-    the scale, causal flag, window, ALiBi slopes and softcap the autograd path passes on; the
-    output is cut back to the caller's head dim."""
-    calls = []
-    real = fai._fwd_splitkv
-
-    def spy(*args):
-        calls.append(args)
-        return real(*args)
-    with _pretend_gpu((9, 0)), mock.patch.object(fai, "_fwd_splitkv", spy):
-        q, k, v = _fake_cuda_qkv(d=59, grad=False)
-        slopes = torch.ones(4, device="cuda:0")
-        out, lse, probs = flash_attn_func(q, k, v, causal=True, window_size=(5, 4), softcap=5.0,
-                                          alibi_slopes=slopes, return_attn_probs=True)
-    (q_arg, k_arg, _, scale, causal, left, right, alibi, softcap), = calls
-    assert q_arg.shape[-1] == k_arg.shape[-1] == 64  # padded to a multiple of 8
-    assert scale == pytest.approx(59 ** -0.5) and causal is True and (left, right) == (5, 0)
-    assert alibi is not None and softcap == 5.0
-    assert out.shape == q.shape and lse.shape == (2, 4, 5) and probs is None
-
-
-def test_causal_sets_the_window_right_side_to_zero():
-    calls, spy = _capture_apply()
-    with _pretend_gpu((8, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
-        q, k, v = _fake_cuda_qkv()
-        flash_attn_func(q, k, v, window_size=(5, 4), causal=True)  # seqlen_k 7
-    assert calls[0][4] is True and tuple(calls[0][6:8]) == (5, 0)
-
-
-@pytest.mark.parametrize("window", [(1.5, 0), ("a", 1), (True, 0)])
-def test_window_size_must_be_ints(window):
-    q, k, v = cpu_qkv()
-    with pytest.raises(ValueError, match="window_size must be a pair of ints"):
-        flash_attn_func(q, k, v, window_size=window)
-
-
-def test_fake_impls_on_meta():
-    q = torch.empty(3, 9, 8, 128, device="meta", dtype=torch.bfloat16)
-    k = torch.empty(3, 17, 2, 128, device="meta", dtype=torch.bfloat16)
-    out, lse, stats, *_ = torch.ops.flashattn_cu.fwd(q, k, k, 0.1, False)
-    assert out.shape == q.shape and out.is_contiguous() and out.dtype == q.dtype
-    assert lse.shape == (3, 8, 9) and lse.dtype == torch.float32 and lse.is_contiguous()
-    assert stats.shape == (3, 8, 9, 2) and stats.dtype == torch.float32 and stats.is_contiguous()
-    for extra in ((), (stats,)):
-        dq, dk, dv = torch.ops.flashattn_cu.bwd(out, q, k, k, out, lse, 0.1, False, True, *extra)
-        assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == k.shape
-        assert all(t.is_contiguous() and t.dtype == q.dtype for t in (dq, dk, dv))
-
-
-@pytest.mark.parametrize("layout", ["contiguous", "transposed", "packed"])
-def test_fake_output_layout_follows_q(layout):
-    """Outputs and gradients take q's (k's, v's) strides where the input is dense, as
-    flash_attn's torch.empty_like(q) does (and SDPA's meta functions); fresh contiguous
-    otherwise."""
-    q = layouts("meta")[layout]
-    out, lse, *_ = torch.ops.flashattn_cu.fwd(q, q, q, 0.1, False)
-    dense = layout != "packed"
-    expected = q.stride() if dense else q.contiguous().stride()
-    assert out.stride() == expected
-    dq, dk, dv = torch.ops.flashattn_cu.bwd(out, q, q, q, out, lse, 0.1, False, False)
-    assert dq.stride() == dk.stride() == dv.stride() == expected
-
-
-@pytest.mark.parametrize("d", [64, 59])
-def test_compile_fullgraph_traces_forward_and_backward(d):
-    """torch.compile(fullgraph=True) traces validation, padding, the autograd Function and both
-    ops with no graph break. Run on meta tensors (fake impls), device check patched out."""
-    torch._dynamo.reset()
-    q = torch.randn(2, 5, 4, d, device="meta", dtype=F16, requires_grad=True)
-    k = torch.randn(2, 7, 2, d, device="meta", dtype=F16, requires_grad=True)
-    v = torch.randn(2, 7, 2, d, device="meta", dtype=F16, requires_grad=True)
-
-    def step(q, k, v):
-        out, lse, _ = flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
-        return out.float().sum() + lse.sum() * 0
-
-    with mock.patch.object(fai, "_check_devices", _no_device_check):
-        loss = torch.compile(step, fullgraph=True, backend="aot_eager")(q, k, v)
-        loss.backward()
-    assert q.grad.shape == q.shape and k.grad.shape == k.shape and v.grad.shape == v.shape
-
-
-def test_compile_fullgraph_traces_the_inference_route():
-    """Without autograd (a decode step) the traced graph holds fwd_splitkv, no graph break."""
-    torch._dynamo.reset()
-    q = torch.randn(2, 1, 8, 64, device="meta", dtype=F16)
-    k = torch.randn(2, 300, 2, 64, device="meta", dtype=F16)
-    ops = []
-
-    def backend(gm, example_inputs):
-        ops.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
-        return gm.forward
-
-    with mock.patch.object(fai, "_check_devices", _no_device_check), torch.no_grad():
-        out = torch.compile(lambda q, k, v: flash_attn_func(q, k, v, causal=True),
-                            fullgraph=True, backend=backend)(q, k, k)
-    assert out.shape == q.shape
-    assert any("fwd_splitkv" in name for name in ops) and not any(
-        "flashattn_cu.fwd." in name or name.endswith("flashattn_cu.fwd") for name in ops), ops
 
 
 # --------------------------------------------------------------------------------------------
@@ -605,16 +403,16 @@ def test_non_overlapping_and_dense_matches_aten(shape, stride):
     (lambda: [0.5] * 4, TypeError, "must be a torch.Tensor"),
 ])
 def test_alibi_slopes_checked(slopes, error, message):
-    with _pretend_gpu((9, 0)):
-        q, k, v = _fake_cuda_qkv()
+    with pretend_gpu((9, 0)):
+        q, k, v = fake_cuda_qkv()
         with pytest.raises(error, match=message):
             flash_attn_func(q, k, v, alibi_slopes=slopes())
 
 
 def test_alibi_slopes_reach_the_kernel():
-    calls, spy = _capture_apply()
-    with _pretend_gpu((9, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
-        q, k, v = _fake_cuda_qkv()
+    calls, spy = capture_apply()
+    with pretend_gpu((9, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
+        q, k, v = fake_cuda_qkv()
         for shape in ((4,), (2, 4)):
             flash_attn_func(q, k, v, alibi_slopes=torch.ones(shape, device="cuda"))
             assert tuple(calls[-1][8].shape) == shape
@@ -630,16 +428,16 @@ def test_alibi_slopes_reach_the_kernel():
     ("30", TypeError, "softcap must be a Python number, got str"),
 ])
 def test_softcap_checked(softcap, error, message):
-    with _pretend_gpu((9, 0)):
-        q, k, v = _fake_cuda_qkv()
+    with pretend_gpu((9, 0)):
+        q, k, v = fake_cuda_qkv()
         with pytest.raises(error, match=message):
             flash_attn_func(q, k, v, softcap=softcap)
 
 
 def test_softcap_reaches_the_kernel():
-    calls, spy = _capture_apply()
-    with _pretend_gpu((9, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
-        q, k, v = _fake_cuda_qkv()
+    calls, spy = capture_apply()
+    with pretend_gpu((9, 0)), mock.patch.object(fai.FlashAttnFunc, "apply", side_effect=spy):
+        q, k, v = fake_cuda_qkv()
         for softcap, expected in ((30, 30.0), (0.5, 0.5), (0, 0.0), (0.0, 0.0)):
             flash_attn_func(q, k, v, softcap=softcap)
             assert calls[-1][9] == expected and type(calls[-1][9]) is float

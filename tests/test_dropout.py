@@ -5,13 +5,12 @@ forward's mask) and the deterministic dQ kernel, with causal masks, windows, sof
 and varlen; reproducibility under torch.cuda.manual_seed, a fresh mask per call, and CUDA graph
 capture and replay. CPU tests: argument checks and the fake (meta) implementations."""
 
-import contextlib
 from unittest import mock
 
 import pytest
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 
+from api_helpers import cpu_qkv, pretend_gpu
 from attn_helpers import (HEADS, assert_lse_rule, assert_rule, cu_seqlens, fa_grads,
                           farther_each, instance_for, kernel_paths, make_qkv)
 from flashattn_cu import _C, flash_attn_func, flash_attn_varlen_func
@@ -283,11 +282,6 @@ def test_cuda_graph_replays_draw_fresh_masks():
 # CPU: argument checks and the fake implementations
 
 
-def cpu_qkv(b=2, sq=5, sk=7, h=4, hk=2, d=64):
-    return (torch.randn(b, sq, h, d, dtype=F16), torch.randn(b, sk, hk, d, dtype=F16),
-            torch.randn(b, sk, hk, d, dtype=F16))
-
-
 @pytest.mark.parametrize("p, error, message", [
     (-0.1, ValueError, r"dropout_p must be a probability in \[0, 1\), got -0.1"),
     (1.0, ValueError, r"dropout_p must be a probability in \[0, 1\), got 1.0"),
@@ -304,14 +298,6 @@ def test_dropout_p_checked(p, error, message):
                                torch.tensor([0, 7], dtype=torch.int32), 5, 7, dropout_p=p)
 
 
-@contextlib.contextmanager
-def _pretend_gpu():
-    with FakeTensorMode(), \
-            mock.patch.object(fai, "_device_capability", return_value=(9, 0)), \
-            mock.patch.object(fai, "_built_head_dims", return_value=tuple(_C.head_dim_instances())):
-        yield
-
-
 def _fake_qkv(b=2, sq=5, sk=130, h=4, hk=2, d=64):
     return (torch.empty(b, sq, h, d, dtype=F16, device="cuda"),
             torch.empty(b, sk, hk, d, dtype=F16, device="cuda"),
@@ -321,7 +307,7 @@ def _fake_qkv(b=2, sq=5, sk=130, h=4, hk=2, d=64):
 def test_fake_shapes_of_the_attention_probs():
     """return_attn_probs: S_dmask (batch, nheads, seqlen_q, seqlen_k rounded up to 128) in q's
     dtype with dropout, None without (flash_attn up to 2.6); the padded head dim too."""
-    with _pretend_gpu():
+    with pretend_gpu():
         for d in (64, 59):
             q, k, v = _fake_qkv(d=d)
             out, lse, s_dmask = flash_attn_func(q, k, v, dropout_p=0.1, return_attn_probs=True)

@@ -10,6 +10,7 @@ from unittest import mock
 import pytest
 import torch
 
+from api_helpers import pretend_gpu
 from flashattn_cu import _C, flash_attn_with_kvcache
 from flashattn_cu import flash_attn_interface as fai
 from flashattn_cu import kvcache as kvc
@@ -29,28 +30,6 @@ def test_signature_is_flash_attns():
     assert fai.flash_attn_with_kvcache is flash_attn_with_kvcache
 
 
-def fake_env():
-    """Fake CUDA tensors on a machine without a GPU: the arch query and the build's head dims
-    patched as in the other CPU tests."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    stack = [FakeTensorMode(), mock.patch.object(fai, "_device_capability", return_value=(9, 0)),
-             mock.patch.object(fai, "_built_head_dims",
-                               return_value=tuple(_C.head_dim_instances()))]
-    return stack
-
-
-class _Env:
-    def __enter__(self):
-        self.cms = fake_env()
-        for cm in self.cms:
-            cm.__enter__()
-
-    def __exit__(self, *exc):
-        for cm in reversed(self.cms):
-            cm.__exit__(*exc)
-
-
 def make_args(batch=2, seqlen_q=1, nheads=8, nheads_k=2, d=64, capacity=256, paged=None,
               dtype=torch.float16):
     q = torch.empty(batch, seqlen_q, nheads, d, dtype=dtype, device="cuda")
@@ -66,7 +45,7 @@ def make_args(batch=2, seqlen_q=1, nheads=8, nheads_k=2, d=64, capacity=256, pag
 
 @pytest.mark.parametrize("paged", [None, 16, 100])
 def test_shapes_on_fake_tensors(paged):
-    with _Env():
+    with pretend_gpu():
         q, kc, vc, table = make_args(paged=paged)
         k = torch.empty(2, 1, 2, 64, dtype=torch.float16, device="cuda")
         seqlens = torch.empty(2, dtype=torch.int32, device="cuda")
@@ -144,7 +123,7 @@ def _error_case(change):
     (dict(leftpad_shape=True), ValueError, r"cache_leftpad must have shape \(2,\)"),
 ])
 def test_argument_errors(change, error, message):
-    with _Env():
+    with pretend_gpu():
         args, kwargs = _error_case(change)
         with pytest.raises(error, match=message):
             flash_attn_with_kvcache(*args, **kwargs)
@@ -152,7 +131,7 @@ def test_argument_errors(change, error, message):
 
 def test_shared_checks_name_flash_attn_with_kvcache():
     """The checks flash_attn_with_kvcache shares with flash_attn_func name the function called."""
-    with _Env():
+    with pretend_gpu():
         q, kc, vc, _ = make_args()
         with pytest.raises(ValueError, match=r"^flash_attn_with_kvcache: softcap must be 0.0"):
             flash_attn_with_kvcache(q, kc, vc, cache_seqlens=3, softcap=-1.0)
@@ -161,7 +140,7 @@ def test_shared_checks_name_flash_attn_with_kvcache():
 
 
 def test_rotary_without_new_keys_is_an_error():
-    with _Env():
+    with pretend_gpu():
         q, kc, vc, _ = make_args()
         cos = torch.empty(256, 16, dtype=torch.float16, device="cuda")
         with pytest.raises(ValueError, match="rotary_cos / rotary_sin need the new k and v"):

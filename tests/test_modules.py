@@ -11,7 +11,6 @@ GPU: the attention modules are bitwise the packed functions; MultiheadAttention 
 PyTorch module (scaled_dot_product_attention, float32) on the same weights, and its backward.
 """
 
-import contextlib
 import inspect
 import math
 import os
@@ -22,10 +21,10 @@ from unittest import mock
 import pytest
 import torch
 import torch.nn.functional as F
-from torch._subclasses.fake_tensor import FakeTensorMode
 
 import attn_helpers
 import flashattn_cu
+from api_helpers import pretend_gpu
 from flashattn_cu import _C
 from flashattn_cu import flash_attn_interface as fai
 from flashattn_cu.modules import (FlashCrossAttention, FlashSelfAttention, MultiheadAttention,
@@ -36,16 +35,6 @@ F16, F64 = torch.float16, torch.float64
 VARLEN_NAMES = ("flash_attn_varlen_func", "flash_attn_varlen_qkvpacked_func",
                 "flash_attn_varlen_kvpacked_func")
 EMPTY = inspect.Parameter.empty
-
-
-@contextlib.contextmanager
-def _pretend_gpu():
-    """FakeTensorMode on a pretend sm_90 GPU whose build has every head-dim instance."""
-    with FakeTensorMode(), \
-            mock.patch.object(fai, "_device_capability", return_value=(9, 0)), \
-            mock.patch.object(fai, "_built_head_dims",
-                              return_value=tuple(_C.head_dim_instances())):
-        yield
 
 
 def _params(fn):
@@ -200,7 +189,7 @@ def test_cu_seqlens_argument_errors(module, args, exc, message):
 
 
 def test_fake_shapes_self_and_cross():
-    with _pretend_gpu():
+    with pretend_gpu():
         qkv = torch.empty(2, 9, 3, 4, 64, dtype=F16, device="cuda")
         for attn in (FlashSelfAttention(), FlashSelfAttention(causal=True)):
             out = attn(qkv)
@@ -216,7 +205,7 @@ def test_fake_shapes_self_and_cross():
                                                    ((8, 1), 64, False), ((4, 4), 32, True)])
 def test_fake_shapes_mha(heads, rotary, causal):
     h, hk = heads
-    with _pretend_gpu():
+    with pretend_gpu():
         mha = MultiheadAttention(h * 64, h, hk, causal=causal, rotary_emb_dim=rotary,
                                  device="cuda", dtype=torch.bfloat16)
         x = torch.empty(3, 17, h * 64, dtype=torch.bfloat16, device="cuda")
@@ -316,7 +305,7 @@ def test_varlen_arguments_reach_the_functions():
 def test_dropout_runs_in_training_only():
     """attention_dropout > 0 reaches the kernels in training mode (through the fake ops here);
     eval mode passes 0.0."""
-    with _pretend_gpu():
+    with pretend_gpu():
         qkv = torch.empty(2, 9, 3, 4, 64, dtype=F16, device="cuda")
         attn = FlashSelfAttention(attention_dropout=0.1)
         assert attn.eval()(qkv).shape == (2, 9, 4, 64)
@@ -331,7 +320,7 @@ def test_dropout_runs_in_training_only():
 
 def test_window_and_alibi_reach_the_interface():
     """Sliding windows and ALiBi are the interface's (tested there): the module hands them on."""
-    with _pretend_gpu():
+    with pretend_gpu():
         qkv = torch.empty(2, 9, 3, 4, 64, dtype=F16, device="cuda")
         slopes = torch.ones(4, device="cuda")
         with _spy("flash_attn_qkvpacked_func") as fn:

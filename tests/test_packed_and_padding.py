@@ -2,15 +2,12 @@
 flash_attn_qkvpacked_func / flash_attn_kvpacked_func (argument checks on CPU, results on the GPU).
 """
 
-from unittest import mock
-
 import pytest
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 
 import attn_helpers
+from api_helpers import pretend_gpu
 from flashattn_cu import _C, flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func
-from flashattn_cu import flash_attn_interface as fai
 from flashattn_cu.bert_padding import (index_first_axis, index_first_axis_residual,
                                        index_put_first_axis, pad_input, unpad_input,
                                        unpad_input_for_concatenated_sequences)
@@ -137,9 +134,7 @@ def test_index_first_axis_residual():
 
 
 def test_packed_shapes_on_fake_tensors():
-    with FakeTensorMode(), mock.patch.object(fai, "_device_capability", return_value=(9, 0)), \
-            mock.patch.object(fai, "_built_head_dims",
-                              return_value=tuple(_C.head_dim_instances())):
+    with pretend_gpu():
         qkv = torch.empty(2, 9, 3, 4, 64, dtype=torch.float16, device="cuda")
         out, lse, _ = flash_attn_qkvpacked_func(qkv, causal=True, return_attn_probs=True)
         assert out.shape == (2, 9, 4, 64) and lse.shape == (2, 4, 9)

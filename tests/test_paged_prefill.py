@@ -20,10 +20,10 @@ from unittest import mock
 import pytest
 import torch
 
+from api_helpers import pretend_gpu
 from attn_helpers import assert_lse_rule, assert_rule
 from attn_helpers import cu_seqlens as cu
 from flashattn_cu import _C, flash_attn_varlen_func
-from flashattn_cu import flash_attn_interface as fai
 from flashattn_cu import kvcache as kvc
 from flashattn_cu.testing import attention_ref
 
@@ -217,25 +217,6 @@ def test_paged_prefill_backward_raises():
 # CPU: arguments, fake shapes, tracing
 
 
-class _FakeEnv:
-    """FakeTensorMode with the arch query and the build's head dims patched (as the other CPU
-    tests): fake CUDA tensors on a machine without a GPU."""
-
-    def __enter__(self):
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        self.cms = [FakeTensorMode(),
-                    mock.patch.object(fai, "_device_capability", return_value=(9, 0)),
-                    mock.patch.object(fai, "_built_head_dims",
-                                      return_value=tuple(_C.head_dim_instances()))]
-        for cm in self.cms:
-            cm.__enter__()
-
-    def __exit__(self, *exc):
-        for cm in reversed(self.cms):
-            cm.__exit__(*exc)
-
-
 def make_args(total_q=70, nheads=8, nheads_k=2, d=64, pages=40, page=16, batch=3, width=5):
     q = torch.empty(total_q, nheads, d, dtype=torch.float16, device="cuda")
     k = torch.empty(pages, page, nheads_k, d, dtype=torch.float16, device="cuda")
@@ -246,7 +227,7 @@ def make_args(total_q=70, nheads=8, nheads_k=2, d=64, pages=40, page=16, batch=3
 
 @pytest.mark.parametrize("return_attn_probs", [False, True])
 def test_shapes_on_fake_tensors(return_attn_probs):
-    with _FakeEnv():
+    with pretend_gpu():
         q, k, v, cq, ck, table = make_args()
         res = flash_attn_varlen_func(q, k, v, cq, ck, 40, 80, causal=True, block_table=table,
                                      return_attn_probs=return_attn_probs)
@@ -287,7 +268,7 @@ def test_op_fake_shapes():
     (dict(alibi_shape=True), ValueError, r"alibi_slopes"),
 ])
 def test_argument_errors(change, error, message):
-    with _FakeEnv():
+    with pretend_gpu():
         q, k, v, cq, ck, table = make_args(
             d=60 if "head_dim" in change else 64,
             nheads_k=change.get("heads_k", 2))
