@@ -38,6 +38,8 @@ if list((REPO_ROOT / "flashattn_cu").glob("_C*.so")) and str(REPO_ROOT) not in s
 
 from flashattn_cu import flash_attn_with_kvcache  # noqa: E402
 
+from bench_timing import flushed_median_ms  # noqa: E402
+
 from triton.testing import do_bench  # noqa: E402
 
 HEADS, HEADS_K, DTYPE = 32, 8, torch.bfloat16
@@ -63,25 +65,7 @@ def graph_of(fn):
     return graph
 
 
-_FLUSH = {"mode": "read", "buffer": None}
-
-
-def read_flush_ms(fn, reps=100, warmup=10):
-    """Median ms of fn over `reps` calls, each after a read of a 256 MB buffer (clean L2 lines)."""
-    if _FLUSH["buffer"] is None:
-        _FLUSH["buffer"] = torch.ones(2 ** 26, dtype=torch.int32, device="cuda")
-    buf = _FLUSH["buffer"]
-    times = []
-    for i in range(warmup + reps):
-        buf.amax()  # reads 256 MB, writes one element
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        if i >= warmup:
-            times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+_FLUSH = {"mode": "read"}
 
 
 def time_ms(fn, direct):
@@ -89,7 +73,7 @@ def time_ms(fn, direct):
     fn()  # the first call of a configuration (launch attributes, plans) outside timing
     torch.cuda.synchronize()
     timed = fn if direct else graph_of(fn).replay
-    return read_flush_ms(timed) if _FLUSH["mode"] == "read" else do_bench(timed)
+    return flushed_median_ms(timed, "read") if _FLUSH["mode"] == "read" else do_bench(timed)
 
 
 def sdpa_ms(backend, q, k, v, direct):

@@ -36,6 +36,8 @@ if list((REPO_ROOT / "flashattn_cu").glob("_C*.so")) and str(REPO_ROOT) not in s
 from flashattn_cu import flash_attn_func  # noqa: E402
 from flashattn_cu.testing import fwd_causal_schedule  # noqa: E402
 
+from bench_timing import flushed_median_ms  # noqa: E402
+
 DEFAULT_SHAPES = ("64:1024,64:2048,64:4096,64:6144,64:8192,64:12288,64:16384,"
                   "128:1024,128:2048,128:4096,128:8192,128:12288,128:16384,"
                   "256:512,256:1024,256:2048,256:4096,256:6144,256:8192")
@@ -57,25 +59,6 @@ def make_fn(variant, q, k, v):
     return run
 
 
-def time_round(fn, reps, warmup, flush, buf):
-    """Median ms of `reps` calls of fn, each between events after emptying the L2 by `flush`."""
-    for _ in range(warmup):
-        fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    sink = torch.empty((), device="cuda", dtype=torch.float32)
-    for i in range(reps):
-        if flush == "memset":
-            buf.zero_()
-        elif flush == "read":
-            torch.sum(buf, dtype=torch.float32, out=sink)
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="d:seqlen,... (causal)")
@@ -95,8 +78,6 @@ def main(argv=None):
     for f in flushes:
         if f not in ("memset", "read", "none"):
             ap.error(f"--flush: 'memset', 'read' or 'none', got '{f}'")
-    # 256 MB: past the L2 of every GPU this runs on (50 MB H100, 60 MB H200). Read as bf16.
-    buf = torch.ones(128 * 2**20, device="cuda", dtype=torch.bfloat16)
     lines = [f"# Causal schedules, {torch.cuda.get_device_name()}, torch {torch.__version__}, "
              f"{args.dtype}", "",
              f"Median of {args.rounds} rounds of the median of {args.reps} calls; TFLOP/s "
@@ -123,7 +104,7 @@ def main(argv=None):
             per_round = {name: [] for name in VARIANTS}
             for _ in range(args.rounds):
                 for name, fn in fns.items():
-                    per_round[name].append(time_round(fn, args.reps, args.warmup, flush, buf))
+                    per_round[name].append(flushed_median_ms(fn, flush, args.reps, args.warmup))
             ms = {name: statistics.median(vals) for name, vals in per_round.items()}
             tf = {name: flops / t * 1e-9 for name, t in ms.items()}
             ratio = ms["persistent"] / ms["per_tile"]
