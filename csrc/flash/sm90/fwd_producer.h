@@ -53,17 +53,15 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
                          &tp.q_map, q_full, c);
       }
     };
-    // With O staged in Q's buffer (Traits::kOInQ) Q is free only after the last tile's stores:
-    // the first K / V block goes first, so that it lands during the last tile's epilogue.
-    // kSplitQ: part i goes with key block i (before its K / V, or with kOInQ after them), so a
-    // consumer that is done waits neither for the other consumers' parts nor for key blocks
-    // queued behind them; parts past the tile's key blocks follow the last block.
-    if constexpr (!Traits::kOInQ && !Traits::kSplitQ) load_q_part(0);
+    // Part i goes with key block i: before its K / V, or with O staged in Q's buffer
+    // (Traits::kOInQ, where Q is free only after the last tile's stores) after them, so that the
+    // first K / V block lands during the last tile's epilogue. With kSplitQ a consumer that is
+    // done then waits neither for the other consumers' parts nor for key blocks queued behind
+    // them; parts past the tile's key blocks follow the last block.
+    if constexpr (!Traits::kOInQ) load_q_part(0);
 #pragma unroll 1
     for (int i = 0; i < w.num_blocks; ++i) {
-      if constexpr (Traits::kSplitQ && !Traits::kOInQ) {
-        if (i < Traits::kQParts) load_q_part(i);
-      }
+      if (!Traits::kOInQ && i > 0 && i < Traits::kQParts) load_q_part(i);
       const int n = w.blocks.end - 1 - i;
       const RingSlot<Traits> slot(ring + i);
       const uint32_t parity = slot.parity ^ 1;  // a fresh barrier's previous phase is complete
@@ -85,13 +83,9 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
         ptx::tma_load<4>(s_base + Traits::kOffV + slot.stage * Traits::kKVBytes + a * kBlockN * 128,
                          &tp.v_map, v_full, c);
       }
-      if constexpr (Traits::kSplitQ) {
-        if (Traits::kOInQ && i < Traits::kQParts) load_q_part(i);
-      } else {
-        if (Traits::kOInQ && i == 0) load_q_part(0);
-      }
+      if (Traits::kOInQ && i < Traits::kQParts) load_q_part(i);
     }
-    if constexpr (Traits::kSplitQ) {
+    if constexpr (Traits::kQParts > 1) {  // (a tile here has a key block: part 0 is in)
 #pragma unroll 1
       for (int part = w.num_blocks; part < Traits::kQParts; ++part) load_q_part(part);
     }
