@@ -98,11 +98,11 @@ def test_forward_tile_lengths(dtype, head_dim, causal, seqlen_q, seqlen_k):
 
 
 # The sm90a forward's causal schedules (tiles.h fwd_causal_persistent_sm90 / fwd_causal_order_sm90):
-# the persistent grid up to 6k keys at d 64, 12k at d 128 and above 1k up to 4k at d 256, in
+# the persistent grid up to 16k keys at d 64, 12k at d 128 and above 1k up to 4k at d 256, in
 # groups of heads that fwd_launch.h fwd_walk_group sizes for the walk's balance (within the L2's
 # bound, or up to 4x it where none within balances); beyond, one CTA per tile in groups of heads
-# whose K / V fit half the L2 (d 64 up to 8k keys), longest first over all tiles (d 64 past 8k,
-# d 256 from 4k to 8k) or head after head (d 128 past 12k, d 256 up to 1k keys and past 8k). Heads enough for several groups (40 heads: d 64 at 4.5k keys 2 L2 groups, d 128
+# whose K / V fit half the L2 (d 64 only where forced), longest first over all tiles (d 64 past
+# 16k, d 256 from 4k to 8k) or head after head (d 128 past 12k, d 256 up to 1k keys and past 8k). Heads enough for several groups (40 heads: d 64 at 4.5k keys 2 L2 groups, d 128
 # at 3.5k 3, on a 50 MB L2; 64 heads: d 64 at 2k and d 128 at 1k, 50 the L2's group, fewer the
 # walk's; d 128 3k 80 heads and d 256 1.5k 32 heads: groups past the L2's on a 50 MB L2; d 128
 # 10k 8 heads: groups of 2-4 heads on long rows); every tile written once (outputs poisoned) and
@@ -128,7 +128,7 @@ def test_forward_causal_schedules(head_dim, seqlen, nheads):
 # instances): each right against the reference, and the two bitwise equal (every tile is the same
 # code on the same data; only who computes it and when differs).
 @pytest.mark.parametrize("head_dim, seqlen, nheads, mods", [
-    (64, 1000, 12, {}), (64, 3000, 6, {}), (64, 7000, 2, {}),
+    (64, 1000, 12, {}), (64, 3000, 6, {}), (64, 7000, 2, {}), (64, 9000, 2, {}),
     (128, 1000, 12, {}), (128, 3000, 6, {}), (128, 3000, 4, {"window_size": (700, 0)}),
     (128, 2500, 4, {"softcap": 30.0}), (64, 2500, 4, {"alibi": True}),
     (256, 1000, 8, {}), (256, 2000, 6, {}), (256, 5000, 2, {}),

@@ -396,9 +396,18 @@ __host__ __device__ constexpr bool fwd_short_rows_sm90(int head_dim, bool causal
 // 1.00, and d 256 1k 0.96 -> 0.91 / 1.00 -> 0.92 (the third bench to time d 256 1k persistent
 // slower than the harness does; NOTES 12.69). So d 96 / 128 up to 12k keys (16k not measured on
 // these groups), d 64 up to 6k and d 256 above 1k up to 4k as before.
+// Session 57 (H100; benchmarks/bench_schedule.py, the library's two schedules interleaved, L2
+// emptied by a memset and by a read before each call, benchmarks/results/
+// schedule_h100_defe98e.md; time persistent / one CTA per tile, memset / read): d 64 8k 0.949 /
+// 0.919, 12k 0.965 / 0.977, 16k 0.968 / 1.003; tune_fwd90 `persist16k_flushed` (time one CTA per
+// tile / persistent) d 64 12k 1.037-1.040, 16k 1.024-1.025. With the H200's 7k / 8k / 12k above,
+// d 64 takes the persistent grid up to 16k keys (past that not measured). The same run kept the
+// rest: d 128 16k 1.038 / 1.046 (one CTA per tile), d 256 512 / 1k 1.06 / 1.08 (one CTA per
+// tile; the harness's 1k disagrees again), 6k 0.973 / 0.980 (within the run's ~3% between two
+// timings of one kernel), 8k 1.034 / 1.037.
 constexpr int kFwdCausalL2Groups = -2;  // fwd_schedule: groups of heads of half the L2 each
 __host__ __device__ constexpr bool fwd_causal_persistent_sm90(int head_dim, int seqlen_k) {
-  return head_dim <= 64    ? seqlen_k <= 6144
+  return head_dim <= 64    ? seqlen_k <= 16384
          : head_dim <= 128 ? seqlen_k <= 12288
                            : head_dim > 192 && seqlen_k > 1024 && seqlen_k <= 4096;
 }

@@ -41,7 +41,7 @@ inline int fwd_defer_m(const FwdParams& p, int block_m) { return deferred_query_
 // get one CTA each too. What counts is the keys a row can see: a left window bounds them whatever
 // seqlen_k (window (1024, 0) at 16k: every tile but the first few walks the same 9-10 blocks, so
 // the tiles are short and alike, the case the persistent grid wins).
-// A causal call without a window follows tiles.h fwd_causal_persistent_sm90 (up to 6k keys at
+// A causal call without a window follows tiles.h fwd_causal_persistent_sm90 (up to 16k keys at
 // d 64, 12k at d 96 / 128 and above 1k to 4k at d 256, with fwd_walk_group's balanced groups:
 // past that one CTA per tile in a tiles.h order won); a window keeps the 4k rule. The API's
 // set_fwd_causal_schedule (switches.h) overrides the rule, for tests and benchmarks.
