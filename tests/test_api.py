@@ -111,6 +111,15 @@ def test_fwd_causal_schedule_switch():
     assert _C._fwd_causal_schedule() == "auto"
 
 
+def test_fwd_dynamic_tiles_switch():
+    from flashattn_cu.testing import fwd_dynamic_tiles
+
+    assert _C._fwd_dynamic_tiles() is True
+    with fwd_dynamic_tiles(False):
+        assert _C._fwd_dynamic_tiles() is False
+    assert _C._fwd_dynamic_tiles() is True
+
+
 def test_op_schemas():
     assert str(torch.ops.flashattn_cu.fwd.default._schema) == (
         "flashattn_cu::fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, "

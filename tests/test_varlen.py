@@ -390,6 +390,94 @@ def test_compact_and_padded_grids_agree_bitwise(name, d, path):
             f"{what}: compact and padded grids differ by {(compact - padded).abs().max()}")
 
 
+def skewed_lengths(seed, entries=40, long=1500):
+    """A pack with more compact tiles than an H100 / H200 has SMs at 4 heads (block 128: ~100 a
+    head): `entries` entries of 0-300 tokens (keys drawn apart) and one long one."""
+    rng = random.Random(seed)
+    lq = [rng.randint(0, 300) for _ in range(entries)] + [long]
+    lk = [n if rng.random() < 0.5 else rng.randint(0, 300) for n in lq[:-1]] + [long]
+    order = list(range(len(lq)))
+    rng.shuffle(order)
+    return [lq[i] for i in order], [lk[i] for i in order]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(GRID_CASES))
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_dynamic_and_static_schedules_agree_bitwise(name, d, path):
+    """The sm90a forward's dynamic tile scheduler (sm90/fwd_launch.h: a CTA per SM taking the
+    next tile from a counter in the call's workspace, on the kernels whose producer hands out the
+    tiles, fwd_work.h fwd_published_tiles) against the static schedule (one CTA per tile,
+    flashattn_cu.testing.fwd_dynamic_tiles(False)) on varlen calls with more tiles than SMs: each
+    tile runs the same code on the same rows whichever CTA takes it, so out and lse are bitwise
+    equal (dropout too: the mask is a function of the generator state and the element); the
+    dynamic call's entries are right against their references (the causal case, with the
+    gradients); a second dynamic call equals the first (the counter is zeroed per call). Where no
+    kernel takes it (d 256, the sm80 path) both calls are the static one."""
+    skip_unless_built(d)
+    from flashattn_cu.testing import fwd_dynamic_tiles
+
+    lq, lk = skewed_lengths(f"dyn-{name}-{d}")
+    if name == "causal":
+        lk = list(lq)
+    nheads, nheads_k = 4, 2
+    q, k, v = varlen_inputs(lq + [29], lk + [3], nheads, nheads_k, d, torch.bfloat16)
+    kw = dict(GRID_CASES[name], return_attn_probs=True)
+    if kw.pop("alibi", False):
+        kw["alibi_slopes"] = torch.rand(nheads, device="cuda") * 0.5
+    cu_q, cu_k = cu(lq), cu(lk)
+    runs = []
+    for dynamic in (True, False, True):
+        torch.cuda.manual_seed(20261206)
+        with fwd_dynamic_tiles(dynamic):
+            out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), **kw)
+        runs.append((out, lse))
+    for (out_a, lse_a), (out_b, lse_b), what in ((runs[0], runs[1], "static"),
+                                                 (runs[0], runs[2], "the second dynamic call")):
+        tq = sum(lq)
+        assert torch.equal(out_a[:tq], out_b[:tq]), (
+            f"out: dynamic and {what} differ by {(out_a[:tq] - out_b[:tq]).abs().max()}")
+        assert torch.equal(lse_a[:, :tq], lse_b[:, :tq]), f"lse: dynamic and {what} differ"
+    if name == "causal":
+        dout = torch.randn_like(q)
+        out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=True,
+                                             return_attn_probs=True)
+        assert torch.equal(out, runs[0][0])
+        dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
+        check_each_sequence((q, k, v, out, lse), (dq, dk, dv), dout, lq, lk, True)
+
+
+@pytest.mark.gpu
+def test_dynamic_schedule_in_a_cuda_graph_and_on_another_stream():
+    """The dynamic scheduler's counter is zeroed on the call's stream (a memset node under
+    capture): a captured varlen forward replayed twice, and the same call on a side stream,
+    equal the eager call on the default stream bitwise."""
+    skip_unless_built(128)
+    lq, lk = skewed_lengths("dyn-graph")
+    q, k, v = (t.detach() for t in varlen_inputs(lq, lk, 4, 2, 128, torch.bfloat16))
+    cu_q, cu_k = cu(lq), cu(lk)
+
+    def call():
+        return flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=True)
+
+    eager = call()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # warm up the op on the capture's side stream
+            on_side = call()
+    torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(on_side, eager), "the side stream's call differs"
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = call()
+    for _ in range(2):
+        captured.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, eager), "a replay differs from the eager call"
+
+
 # --------------------------------------------------------------------------------------------
 # CPU: arguments and shapes
 

@@ -141,6 +141,13 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
   if (!pointer_ok(p.lse, has_q_rows(p)) || !pointer_ok(p.softmax_stats, false)) {
     return Status::kInvalidArgument;
   }
+  // The workspace is optional (null: the static schedules); one given must be big enough and
+  // aligned for the tile counter.
+  if (p.workspace != nullptr &&
+      ((p.workspace_bytes != 0 && p.workspace_bytes < fwd_workspace_bytes(p)) ||
+       reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0)) {
+    return Status::kInvalidArgument;
+  }
   // No tile to compute (a keyless row is written: 0, +inf); cu_seqlens still checked, and a
   // varlen call's rows outside every entry cleared by their own kernel (problem/seqlen.h).
   if (!has_q_rows(p)) return varlen_without_tiles(p, stream);
@@ -203,6 +210,19 @@ void set_fwd_causal_schedule(FwdCausalSchedule schedule) {
 
 FwdCausalSchedule fwd_causal_schedule() {
   return static_cast<FwdCausalSchedule>(g_fwd_causal_schedule.load());
+}
+
+void set_fwd_dynamic_tiles(bool enabled) { g_fwd_dynamic_tiles.store(enabled); }
+
+bool fwd_dynamic_tiles() { return g_fwd_dynamic_tiles.load(); }
+
+// The calls whose tiles may cost unlike amounts (sm90/fwd_launch.h: the dynamic scheduler runs
+// only where the static schedule would be one CTA per tile): varlen, seqused_k, causal, windows.
+size_t fwd_workspace_bytes(const FwdParams& p) {
+  const bool uneven = p.cu_seqlens_q != nullptr || p.cu_seqlens_k != nullptr ||
+                      p.seqused_k != nullptr || p.is_causal || p.window_left >= 0 ||
+                      p.window_right >= 0;
+  return has_q_rows(p) && uneven ? kFwdWorkspaceBytes : 0;
 }
 
 int built_archs(int* out, int max) {

@@ -75,6 +75,10 @@ __host__ __device__ constexpr int fwd_smem_bytes(FwdTile tile, int head_dim) {
 // Threshold for the `small_smem` configs above.
 constexpr int kLargeSmemBytes = 128 * 1024;
 
+// fwd()'s optional workspace (flashattn_cu.h FwdParams::workspace, fwd_workspace_bytes()): the
+// sm_90a forward's tile counter (sm90/fwd_launch.h), an int, in 16 aligned bytes.
+constexpr int kFwdWorkspaceBytes = 16;
+
 // ---------------------------------------------------------------------------------------------
 // Backward (sm80/bwd_kernel.h; the pipeline around it in bwd/). The main kernel gives each thread
 // block block_n keys of one kv head; its warps own 16 keys each and loop over the query blocks

@@ -64,6 +64,8 @@ FwdResult fwd_cuda(const at::Tensor& q_in, const at::Tensor& k_in, const at::Ten
   set_softcap(p, softcap);
   const at::Tensor slopes = set_alibi(p, alibi, q_in, s.batch, s.num_heads);
   set_dropout(p, dropout_p, d, gen, q);
+  p.workspace_bytes = flashattn_cu::fwd_workspace_bytes(p);
+  const at::Tensor workspace = make_workspace(p.workspace_bytes, q, p.workspace);
   check_status(flashattn_cu::fwd(p, c10::cuda::getCurrentCUDAStream()), "fwd");
   return {out, lse, stats, d.rng_state, d.s_dmask};
 }
@@ -222,6 +224,8 @@ FwdResult fwd_varlen_cuda(
   set_dropout(p, dropout_p, d, gen, q);
   // No key rows at all: the S_dmask kernel sees max_seqlen_k 0 and writes no column.
   if (a.max_k == 0 && d.s_dmask.numel() > 0) d.s_dmask.zero_();
+  p.workspace_bytes = flashattn_cu::fwd_workspace_bytes(p);
+  const at::Tensor workspace = make_workspace(p.workspace_bytes, q, p.workspace);
   check_status(flashattn_cu::fwd(p, c10::cuda::getCurrentCUDAStream()), "fwd_varlen");
   return {out, lse, stats, d.rng_state, d.s_dmask};
 }

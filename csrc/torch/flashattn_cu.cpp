@@ -207,6 +207,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       default: return std::string("auto");
     }
   });
+  m.def("_set_fwd_dynamic_tiles", [](bool enabled) { flashattn_cu::set_fwd_dynamic_tiles(enabled); },
+        "Test/benchmark: whether the sm90a forward may take its dynamic tile scheduler where a "
+        "call would run one CTA per tile (default true)");
+  m.def("_fwd_dynamic_tiles", []() { return flashattn_cu::fwd_dynamic_tiles(); });
   m.def(
       "_tma_copy_selftest",
       [](const at::Tensor& src, at::Tensor& dst) {

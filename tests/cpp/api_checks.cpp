@@ -288,6 +288,27 @@ int main() {
   expect_status<BwdParams>("bwd: workspace_bytes below bwd_workspace_bytes", [](BwdParams& p) {
     p.workspace_bytes = flashattn_cu::bwd_workspace_bytes(p) - 256;
   }, S::kInvalidArgument);
+  // fwd()'s optional workspace (the sm90a forward's tile counter): its size by call, and one
+  // given too small or misaligned refused; null stays valid (the static schedules).
+  {
+    FwdParams f = valid_fwd();
+    f.is_causal = false;
+    f.window_left = f.window_right = -1;
+    expect(flashattn_cu::fwd_workspace_bytes(f) == 0, "fwd workspace: 0 padded, not causal");
+    f.is_causal = true;
+    expect(flashattn_cu::fwd_workspace_bytes(f) == 16, "fwd workspace: 16 bytes causal");
+    f.is_causal = false;
+    f.window_left = 8;
+    expect(flashattn_cu::fwd_workspace_bytes(f) == 16, "fwd workspace: 16 bytes with a window");
+    f.batch = 0;
+    expect(flashattn_cu::fwd_workspace_bytes(f) == 0, "fwd workspace: 0 without query rows");
+  }
+  expect_status<FwdParams>("fwd: workspace_bytes below fwd_workspace_bytes", [](FwdParams& p) {
+    p.is_causal = true, p.workspace = fake(12), p.workspace_bytes = 8;
+  }, S::kInvalidArgument);
+  expect_status<FwdParams>("fwd: misaligned workspace", [](FwdParams& p) {
+    p.is_causal = true, p.workspace = static_cast<char*>(fake(12)) + 4;
+  }, S::kInvalidArgument);
   // Offsets are torch's, multiples of 4: a call owns offset / 4 + batch * num_heads + head as
   // its counters' lower half (common/philox.h), so offsets 0 .. 3 would share one mask.
   expect_status<FwdParams>("fwd: philox_offset 6", [](FwdParams& p) {

@@ -4,7 +4,9 @@
 // A CTA walks query tiles (kBlockM rows of one (batch, head)) in the scheduler's order
 // (problem/scheduler.h: query_tile_at), one CTA per SM (persistent) when the tiles cost the same,
 // else one tile per CTA so the hardware hands the next tile to whichever SM is free (causal,
-// varlen), in kConsumers + 1 warpgroups:
+// varlen), or, on the kernels whose producer hands out the tiles (fwd_work.h
+// fwd_published_tiles), one CTA per SM taking the next tile from a counter as it frees up (the
+// dynamic scheduler, fwd_launch.h), in kConsumers + 1 warpgroups:
 //  * the producer (warpgroup 0) gives its registers back (setmaxnreg) and one elected thread
 //    issues every load: per tile Q (once the consumers are done with the Q before it in its
 //    buffer: the previous tile's, or with FwdTraits kDoubleQ the one two tiles back; with
@@ -476,6 +478,8 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   // The host's count (fwd_launch.h; below 2^31 there): compact for a varlen call on the
   // instances that decode them (fwd_work.h fwd_compact_in_walk, kCompactOnly).
   constexpr bool kCompact = kCompactOnly || fwd_compact_in_walk<Traits, kVariant>();
+  // The producer hands out the walk's tiles (fwd_work.h fwd_published_tiles).
+  constexpr bool kPublished = !kCompactOnly && fwd_published_tiles<Traits, kVariant>();
   const int num_tiles = static_cast<int>(fwd_tile_count<Traits, kVariant, kCompact>(p));
 
   if constexpr (variant_dropout(kVariant)) {
@@ -507,6 +511,14 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
       ptx::mbarrier_init(bars + 8 * (Traits::kBarKEmpty + s), 4 * Traits::kConsumers);
       ptx::mbarrier_init(bars + 8 * (Traits::kBarVEmpty + s), 4 * Traits::kConsumers);
     }
+    if constexpr (kPublished) {
+#pragma unroll
+      for (int s = 0; s < Traits::kTileSlots; ++s) {
+        const TileSlot<Traits> slot(s_base, s);
+        ptx::mbarrier_init(slot.full, 1);
+        ptx::mbarrier_init(slot.empty, 4 * Traits::kConsumers);
+      }
+    }
     ptx::fence_mbarrier_init();
   }
   __syncthreads();  // the last barrier of all warpgroups: the roles split here
@@ -514,8 +526,8 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   if (wg == 0) {
     ptx::setmaxnreg_dec<Traits::kProducerRegs>();
     if (warp == 0 && ptx::elect_one_sync()) {
-      produce_tiles<Traits, kDynamic, kSeqlens, kCompact, kEntryShift>(tp, s_base, num_m,
-                                                                        num_tiles);
+      produce_tiles<Traits, kDynamic, kSeqlens, kCompact, kEntryShift, kPublished>(
+          tp, s_base, num_m, num_tiles);
     }
     return;
   }
@@ -542,6 +554,46 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
         consume_tile<Element, Traits, kVariant>(tp, w, s_base, consumer, ring, q_tiles, turns,
                                                 clock, [] {});
       }
+    }
+    finish();
+    return;
+  }
+  if constexpr (kPublished) {
+    // The walk as the producer hands it out (produce_tiles): tile slot k's index and tile, read
+    // by every consumer thread, then released by each consumer warp; the next tile's is read
+    // during this one (consume_tile's `ahead`, under the last P V).
+    auto take = [&](int k, int& index, FwdTileSeq& ts) {
+      const TileSlot<Traits> slot(s_base, k);
+      ptx::mbarrier_wait_parity(slot.full, slot.parity);
+      const uint4 a = ptx::ld_shared_v4(slot.data);
+      const uint4 b = ptx::ld_shared_v4(slot.data + 16);
+      __syncwarp();
+      if (tid % 32 == 0) ptx::mbarrier_arrive(slot.empty);
+      index = static_cast<int>(a.x);
+      ts.tile = QueryTile{static_cast<int>(a.y), static_cast<int>(a.z), static_cast<int>(a.w)};
+      ts.seq = SeqInfo{static_cast<int>(a.y), static_cast<int>(b.x), static_cast<int>(b.y),
+                       static_cast<int>(b.z), static_cast<int>(b.w)};
+    };
+    int index = 0;
+    FwdTileSeq ts;
+    take(0, index, ts);
+#pragma unroll 1
+    for (int k = 0; index >= 0; ++k) {  // -1: the walk's end
+      const FwdWork w =
+          fwd_work<kDynamic, Traits::kBlockM, Traits::kBlockN, kEntryShift>(p, ts, tp.m_shift);
+      int next_index = -1;
+      auto ahead = [&] { take(k + 1, next_index, ts); };
+      if (w.skip) {
+        ahead();
+      } else {
+        consume_tile<Element, Traits, kVariant>(tp, w, s_base, consumer, ring, q_tiles, turns,
+                                                clock, ahead);
+        if (w.num_blocks > 0) {
+          ring += w.num_blocks;
+          ++q_tiles;
+        }
+      }
+      index = next_index;
     }
     finish();
     return;

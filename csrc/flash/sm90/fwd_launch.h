@@ -252,8 +252,10 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   // grid of one CTA per tile that is 3 x tiles, so past ~7 x 10^8 tiles the call is refused.
   if (tiles + 2 * schedule.grid > INT_MAX) return Status::kInvalidArgument;
   // Compact varlen tiles are decoded once, at a CTA's start (fwd_work.h fwd_tile_seq): one CTA
-  // per tile, whose walk ends after it, or the kernel would decode its next tiles as padded ones.
-  if (compact && schedule.grid != tiles) return Status::kInvalidArgument;
+  // per tile, whose walk ends after it, or the kernel would decode its next tiles as padded ones;
+  // unless its producer hands out every tile (fwd_work.h fwd_published_tiles).
+  constexpr bool kPublished = fwd_published_tiles<Traits, kVariant>();
+  if (compact && !kPublished && schedule.grid != tiles) return Status::kInvalidArgument;
   // A persistent causal walk's groups sized for its balance (fwd_walk_group_of; off: the
   // L2's, for the harness's A/B).
   if (schedule.grid < tiles && schedule.group_heads > 0 && schedule.defer_m == 0) {
@@ -263,6 +265,21 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   }
   tp.group_heads = schedule.group_heads;
   tp.defer_m = schedule.defer_m;  // the kernels that walk it: fwd_work.h kernel_defer_m
+  // The dynamic scheduler (FwdTmaParams::tile_counter): where the call would run one CTA per
+  // tile on more tiles than SMs (varlen, causal rows past the persistent grid's lengths), a CTA
+  // per SM taking the tiles in the same order as each frees up, as the hardware hands out CTAs,
+  // without a CTA's start and end between tiles, and the next tile's first loads under this
+  // one's last steps. Needs the call's workspace (flashattn_cu.h FwdParams::workspace) and the
+  // ring counter's bound over every tile (a CTA may walk them all).
+  if (kPublished && p.workspace != nullptr &&
+      detail::g_fwd_dynamic_tiles.load(std::memory_order_relaxed) && schedule.grid == tiles &&
+      tiles > sms &&
+      tiles * ceil_div<int64_t>(p.seqlen_k, Traits::kBlockN) <= INT_MAX) {
+    tp.tile_counter = static_cast<int*>(p.workspace);
+    const cudaError_t err = cudaMemsetAsync(p.workspace, 0, sizeof(int), stream);
+    if (err != cudaSuccess) return cuda_status(err);
+    schedule.grid = sms;
+  }
   if constexpr (kCompactTiles && !fwd_compact_in_walk<Traits, kVariant>()) {
     if (compact) {
       return launch_kernel<fwd_kernel<Element, Traits, kVariant, true>>(

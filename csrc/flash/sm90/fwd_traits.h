@@ -31,6 +31,10 @@ struct FwdTmaParams {
   // Traits::kTmaStoreO: o_map describes o (fwd_launch.h: a padded call whose o TMA can write);
   // otherwise the kernel stores O from the registers.
   bool o_tma = false;
+  // The kernels whose producer hands out the tiles (fwd_work.h fwd_published_tiles): non-null,
+  // the dynamic scheduler's counter (zeroed before the launch; a CTA's first tile is its index,
+  // each next one gridDim.x + the counter's next value); null, cta_tile_index's static walk.
+  int* tile_counter = nullptr;
 };
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true,
@@ -181,12 +185,20 @@ struct FwdTraits {
   }
   // The Q part consumer `consumer` reads.
   static constexpr int q_part(int consumer) { return kSplitQ ? consumer : 0; }
+  // The producer's published tiles (fwd_work.h fwd_published_tiles; fwd_producer.h): a ring of
+  // kTileSlots slots of kTileSlotBytes (the tile's index, QueryTile, then SeqInfo's lengths and
+  // starts: 8 ints) after the barriers, then each slot's full and empty barrier.
+  static constexpr int kTileSlots = 2;
+  static constexpr uint32_t kTileSlotBytes = 32;
+  static constexpr uint32_t kOffTileSlots = (kOffBarriers + 8 * kNumBarriers + 15) / 16 * 16;
+  static constexpr uint32_t kOffTileBars = kOffTileSlots + kTileSlots * kTileSlotBytes;
+  static constexpr uint32_t kTileEnd = kOffTileBars + 8 * 2 * kTileSlots;
   // kTmaStoreO 1: each consumer's O staging, kAtoms boxes of 64 rows x 128 bytes, after the
-  // barriers (1024-byte aligned: sw128).
+  // barriers and the tile slots (1024-byte aligned: sw128).
   static constexpr uint32_t kOBoxBytes = 64 * 128;
-  static constexpr uint32_t kOffO = (kOffBarriers + 8 * kNumBarriers + 1023) / 1024 * 1024;
+  static constexpr uint32_t kOffO = (kTileEnd + 1023) / 1024 * 1024;
   static constexpr int kSmemBytes =
-      (kTmaStoreO == 1 ? kOffO + kConsumers * kAtoms * kOBoxBytes : kOffBarriers + 8 * kNumBarriers) +
+      (kTmaStoreO == 1 ? kOffO + kConsumers * kAtoms * kOBoxBytes : kTileEnd) +
       1024;  // + alignment slack
   // Register budgets (setmaxnreg): the producer needs few; the consumers take the rest of the
   // 64K registers (2 consumers: 128 x 24 + 256 x 240; 3: 128 x 32 + 384 x 160).

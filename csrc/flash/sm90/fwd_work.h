@@ -65,6 +65,17 @@ __host__ __device__ constexpr bool fwd_compact_in_walk() {
          Traits::kBlockN != 176;
 }
 
+// Whether configuration (Traits, kVariant)'s producer works out each tile of the CTA's walk and
+// hands it to the consumers through shared memory (FwdTraits kOffTileSlots; fwd_producer.h
+// produce_tiles kPublished), instead of both roles deriving the walk from cta_tile_index: the
+// walk may then come from a counter (FwdTmaParams::tile_counter, the dynamic scheduler), and a
+// varlen call's compact tiles are decoded for every tile of it (by the producer), not only a
+// CTA's first. The instances that decode compact tiles in the walk (fwd_compact_in_walk).
+template <typename Traits, int kVariant>
+__host__ __device__ constexpr bool fwd_published_tiles() {
+  return fwd_compact_in_walk<Traits, kVariant>();
+}
+
 // The tiles of a call for kernel instance (Traits, kVariant, kCompact: it decodes compact
 // tiles) (the host's grid, the kernel's walk).
 template <typename Traits, int kVariant, bool kCompact>
@@ -75,9 +86,11 @@ __host__ __device__ __forceinline__ int64_t fwd_tile_count(const FwdParams& p) {
 }
 
 // Tile `index`'s entry, head and query block. kCompact (the kernel decodes them): a varlen call's
-// compact tiles, one CTA each (fwd_launch.h refuses any other grid for them; group_heads and
-// defer_m are 0): a CTA's walk is its one tile, so the decoding a walk does ahead (kCompact
-// false) never needs the search, which stays out of the consumers' loop.
+// compact tiles (group_heads and defer_m are 0), one CTA each where the consumers walk on their
+// own (fwd_launch.h refuses any other grid for them): a CTA's walk is its one tile, so the
+// decoding a walk does ahead (kCompact false) never needs the search, which stays out of the
+// consumers' loop; where the producer hands out the tiles (fwd_published_tiles) it decodes every
+// one, on any grid.
 template <bool kSeqlens, int kBlockM, bool kCompact>
 __device__ __forceinline__ FwdTileSeq fwd_tile_seq(const FwdParams& p, int index, int num_m,
                                                    int group_heads, int defer_m) {

@@ -153,6 +153,16 @@ struct FwdParams : AttnParams {
   // element is dropped (the sign bit is set for a dropped 0), 0 past an entry's lengths and in
   // the rounding padding. With cu_seqlens, entry b's rows and keys start at 0 of its slab.
   void* s_dmask = nullptr;
+  // Scratch memory in device memory, contents need not be initialised. fwd(): optional, of
+  // fwd_workspace_bytes(params) bytes (16-byte aligned): the tile counter of the sm_90a forward's
+  // dynamic scheduler (a CTA per SM taking the next tile as it frees up, where the tiles cost
+  // unlike amounts: varlen, long causal rows), which the call zeroes on its stream; null: the
+  // static schedules (one CTA per tile there), with the same results bit for bit.
+  // fwd_kvcache(): see KvcacheParams.
+  void* workspace = nullptr;
+  // The workspace's size in bytes, optional: when nonzero, a workspace smaller than the call
+  // needs is refused (kInvalidArgument) instead of written past.
+  size_t workspace_bytes = 0;
 };
 
 // flash_attn_with_kvcache's attention (fwd_kvcache()): q attends to a KV cache. The FwdParams
@@ -211,13 +221,9 @@ struct KvcacheParams : FwdParams {
   // the cache length (fwd_kvcache_num_splits()); 1 .. 128 otherwise (clamped to the key
   // blocks). More than one split writes fp32 partial outputs to `workspace`, then merges them.
   int num_splits = 0;
-  // Scratch memory of fwd_kvcache_workspace_bytes(params) bytes (may be 0: then null is fine),
-  // 256-byte aligned; contents need not be initialised.
-  void* workspace = nullptr;
-  // The workspace's size in bytes, optional: when nonzero, a workspace smaller than the call
-  // needs is refused (kInvalidArgument) instead of written past. The need depends on the device
-  // and on set_kernel_path() at the call, which may differ from the sizing query's.
-  size_t workspace_bytes = 0;
+  // workspace / workspace_bytes (FwdParams): fwd_kvcache_workspace_bytes(params) bytes (may be
+  // 0: then null is fine), 256-byte aligned; contents need not be initialised. The need depends
+  // on the device and on set_kernel_path() at the call, which may differ from the sizing query's.
 
   // Optional append of new keys / values (see above), both or neither: (batch, seqlen_new,
   // num_heads_k, head_dim) with these strides (elements; the last dim contiguous, the other
@@ -278,6 +284,9 @@ cudaError_t last_cuda_error();
 
 // Forward: writes o and lse. Asynchronous on `stream`; never synchronizes.
 Status fwd(const FwdParams& params, cudaStream_t stream);
+// Bytes of the optional scratch memory fwd() takes for these sizes (FwdParams::workspace; 0:
+// none is used). Host only, no device query.
+size_t fwd_workspace_bytes(const FwdParams& params);
 
 // The split count fwd_kvcache() runs with on the current device (resolves num_splits = 0), and
 // the bytes of scratch memory it needs for it: ask for every call, since one split needs some
@@ -323,6 +332,13 @@ KernelPath kernel_path();
 enum class FwdCausalSchedule : int { kAuto = 0, kPersistent = 1, kPerTile = 2 };
 void set_fwd_causal_schedule(FwdCausalSchedule schedule);
 FwdCausalSchedule fwd_causal_schedule();
+
+// Whether the sm_90a forward may take its dynamic tile scheduler (FwdParams::workspace) where a
+// call would otherwise run one CTA per tile (true, the default); false keeps the static
+// schedules. For tests and benchmarks; the results are the same. Process-wide; takes effect at
+// the next call.
+void set_fwd_dynamic_tiles(bool enabled);
+bool fwd_dynamic_tiles();
 
 // Compute capabilities this build has machine code for (e.g. 80, 90), and whether PTX for
 // newer GPUs is embedded. Filled into `out` (up to `max`); returns how many.
