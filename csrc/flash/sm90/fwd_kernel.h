@@ -516,7 +516,7 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
       for (int s = 0; s < Traits::kTileSlots; ++s) {
         const TileSlot<Traits> slot(s_base, s);
         ptx::mbarrier_init(slot.full, 1);
-        ptx::mbarrier_init(slot.empty, 4 * Traits::kConsumers);
+        ptx::mbarrier_init(slot.empty, 128 * Traits::kConsumers);
       }
     }
     ptx::fence_mbarrier_init();
@@ -560,15 +560,17 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   }
   if constexpr (kPublished) {
     // The walk as the producer hands it out (produce_tiles): tile slot k's index and tile, read
-    // by every consumer thread, then released by each consumer warp; the next tile's is read
-    // during this one (consume_tile's `ahead`, under the last P V).
+    // by every consumer thread, each of which then arrives on the slot's empty barrier (its
+    // release orders that thread's own reads before the producer's next write of the slot; a
+    // warp's one arrival after __syncwarp, which racecheck does not credit with the other lanes'
+    // reads, had it report the slot's reuse); the next tile's is read during this one
+    // (consume_tile's `ahead`, under the last P V).
     auto take = [&](int k, int& index, FwdTileSeq& ts) {
       const TileSlot<Traits> slot(s_base, k);
       ptx::mbarrier_wait_parity(slot.full, slot.parity);
       const uint4 a = ptx::ld_shared_v4(slot.data);
       const uint4 b = ptx::ld_shared_v4(slot.data + 16);
-      __syncwarp();
-      if (tid % 32 == 0) ptx::mbarrier_arrive(slot.empty);
+      ptx::mbarrier_arrive(slot.empty);
       index = static_cast<int>(a.x);
       ts.tile = QueryTile{static_cast<int>(a.y), static_cast<int>(a.z), static_cast<int>(a.w)};
       ts.seq = SeqInfo{static_cast<int>(a.y), static_cast<int>(b.x), static_cast<int>(b.y),
