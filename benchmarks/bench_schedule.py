@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The sm90a forward's two causal schedules timed as the bench times them, in one process.
+"""The sm90a forward's causal schedules timed as the bench times them, in one process.
 
     python benchmarks/bench_schedule.py [--shapes 64:4096,128:8192,...] [--flush memset,read]
         [--rounds 5] [--reps 30] [--dtype bf16] [--out table.md]
@@ -34,14 +34,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if list((REPO_ROOT / "flashattn_cu").glob("_C*.so")) and str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))  # an in-place build (scripts/device_run.sh's)
 from flashattn_cu import flash_attn_func  # noqa: E402
-from flashattn_cu.testing import fwd_causal_schedule  # noqa: E402
+from flashattn_cu.testing import fwd_causal_schedule, fwd_dynamic_tiles  # noqa: E402
 
 from bench_timing import flushed_median_ms  # noqa: E402
 
 DEFAULT_SHAPES = ("64:1024,64:2048,64:4096,64:6144,64:8192,64:12288,64:16384,"
                   "128:1024,128:2048,128:4096,128:8192,128:12288,128:16384,"
                   "256:512,256:1024,256:2048,256:4096,256:6144,256:8192")
-VARIANTS = ("auto", "persistent", "per_tile", "cuDNN")
+VARIANTS = ("auto", "persistent", "per_tile", "dynamic", "cuDNN")
 
 
 def make_fn(variant, q, k, v):
@@ -53,8 +53,14 @@ def make_fn(variant, q, k, v):
                 return F.scaled_dot_product_attention(qt, kt, vt, is_causal=True).transpose(1, 2)
         return run
 
+    # per_tile: one CTA per tile handed out by the hardware (the dynamic scheduler off);
+    # dynamic: the same tiles in the same order taken from a counter by a CTA per SM, on the
+    # kernels whose producer hands out the tiles (sm90/fwd_work.h fwd_published_tiles; elsewhere
+    # it is per_tile again).
+    schedule = "per_tile" if variant == "dynamic" else variant
+
     def run():
-        with fwd_causal_schedule(variant):
+        with fwd_causal_schedule(schedule), fwd_dynamic_tiles(variant != "per_tile"):
             return flash_attn_func(q, k, v, causal=True)
     return run
 
@@ -82,20 +88,23 @@ def main(argv=None):
              f"{args.dtype}", "",
              f"Median of {args.rounds} rounds of the median of {args.reps} calls; TFLOP/s "
              "(2 b h s^2 d for causal). 'pers/tile' = time persistent / time one CTA per tile "
-             "(< 1: the persistent grid faster); 'auto/cuDNN' = TFLOP/s ratio of the library's "
-             "choice to cuDNN.", "",
-             "| flush | d | seqlen | auto | persistent | per tile | cuDNN | pers/tile | "
-             "auto/cuDNN | check |", "|" + "---|" * 10]
+             "(< 1: the persistent grid faster); 'dyn/best' = time of the dynamic scheduler (one "
+             "CTA per SM taking the per-tile order's tiles from a counter) / the faster of the "
+             "two static ones; 'auto/cuDNN' = TFLOP/s ratio of the library's choice to cuDNN.", "",
+             "| flush | d | seqlen | auto | persistent | per tile | dynamic | cuDNN | pers/tile | "
+             "dyn/best | auto/cuDNN | check |", "|" + "---|" * 12]
     print("\n".join(lines), flush=True)
     geo = {f: [] for f in flushes}
+    geo_dyn = {f: [] for f in flushes}
     for d, s in shapes:
         b, h = 16384 // s, 2048 // d
         q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(3))
         fns = {name: make_fn(name, q, k, v) for name in VARIANTS}
         outs = {name: fn() for name, fn in fns.items()}
-        same = torch.equal(outs["persistent"], outs["per_tile"])
+        same = (torch.equal(outs["persistent"], outs["per_tile"]) and
+                torch.equal(outs["dynamic"], outs["per_tile"]))
         worst = max((outs[n].float() - outs["cuDNN"].float()).abs().max().item()
-                    for n in ("auto", "persistent", "per_tile"))
+                    for n in ("auto", "persistent", "per_tile", "dynamic"))
         check = ("ok" if same and worst < 2e-2 else
                  f"{'schedules differ ' if not same else ''}max|diff| {worst:.1e}")
         del outs
@@ -108,10 +117,12 @@ def main(argv=None):
             ms = {name: statistics.median(vals) for name, vals in per_round.items()}
             tf = {name: flops / t * 1e-9 for name, t in ms.items()}
             ratio = ms["persistent"] / ms["per_tile"]
+            dyn = ms["dynamic"] / min(ms["persistent"], ms["per_tile"])
             geo[flush].append(ratio)
+            geo_dyn[flush].append(dyn)
             lines.append(f"| {flush} | {d} | {s} | {tf['auto']:.0f} | {tf['persistent']:.0f} | "
-                         f"{tf['per_tile']:.0f} | {tf['cuDNN']:.0f} | {ratio:.3f} | "
-                         f"{tf['auto'] / tf['cuDNN']:.2f} | {check} |")
+                         f"{tf['per_tile']:.0f} | {tf['dynamic']:.0f} | {tf['cuDNN']:.0f} | "
+                         f"{ratio:.3f} | {dyn:.3f} | {tf['auto'] / tf['cuDNN']:.2f} | {check} |")
             print(lines[-1], flush=True)
         del q, k, v, fns
     for flush, vals in geo.items():
@@ -119,6 +130,11 @@ def main(argv=None):
             g = math.exp(sum(math.log(x) for x in vals) / len(vals))
             lines += ["", f"SUMMARY {flush}: time persistent / per tile geo {g:.3f} "
                           f"[{min(vals):.3f}..{max(vals):.3f}] over {len(vals)} shapes"]
+            print(lines[-1], flush=True)
+            dv = geo_dyn[flush]
+            g = math.exp(sum(math.log(x) for x in dv) / len(dv))
+            lines += ["", f"SUMMARY {flush}: time dynamic / the faster static geo {g:.3f} "
+                          f"[{min(dv):.3f}..{max(dv):.3f}] over {len(dv)} shapes"]
             print(lines[-1], flush=True)
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")

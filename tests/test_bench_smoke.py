@@ -41,8 +41,9 @@ def test_bench_rounds_are_kept_and_their_median_reported(rounds):
 
 @pytest.mark.gpu
 def test_bench_schedule_runs_and_checks_both_schedules(tmp_path):
-    """benchmarks/bench_schedule.py on one small shape, every flush: a row per flush whose two
-    schedules agreed bitwise and with cuDNN ('ok'), and its SUMMARY lines."""
+    """benchmarks/bench_schedule.py on one small shape, every flush: a row per flush whose
+    schedules (persistent, per tile, dynamic) agreed bitwise and with cuDNN ('ok'), and its
+    SUMMARY lines (two a flush)."""
     out = tmp_path / "schedule.md"
     res = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "bench_schedule.py"), "--shapes", "64:2048",
@@ -54,4 +55,4 @@ def test_bench_schedule_runs_and_checks_both_schedules(tmp_path):
             line.split("|")[1].strip() in ("memset", "read", "none")]
     assert [r.split("|")[1].strip() for r in rows] == ["memset", "read", "none"], rows
     assert all(r.rstrip(" |").endswith("ok") for r in rows), rows
-    assert res.stdout.count("SUMMARY") == 3, res.stdout[-2000:]
+    assert res.stdout.count("SUMMARY") == 6, res.stdout[-2000:]

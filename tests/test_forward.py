@@ -122,19 +122,21 @@ def test_forward_causal_schedules(head_dim, seqlen, nheads):
     check_forward(q, k, v, True)
 
 
-# Both schedules of a causal call (flashattn_cu.testing.fwd_causal_schedule: the persistent grid's
-# walk and one CTA per tile, in whatever order tiles.h fwd_causal_order_sm90 gives the lengths)
+# The schedules of a causal call (flashattn_cu.testing.fwd_causal_schedule: the persistent grid's
+# walk and one CTA per tile, in whatever order tiles.h fwd_causal_order_sm90 gives the lengths,
+# and that order through the dynamic scheduler, testing.fwd_dynamic_tiles, where the static
+# variant's kernel takes it: d 64 3k, d 128 3k, d 256 2k have more tiles than an H100's SMs)
 # on shapes where the library takes either, with a left window, softcap and ALiBi (their own
-# instances): each right against the reference, and the two bitwise equal (every tile is the same
+# instances): each right against the reference, and all bitwise equal (every tile is the same
 # code on the same data; only who computes it and when differs).
 @pytest.mark.parametrize("head_dim, seqlen, nheads, mods", [
     (64, 1000, 12, {}), (64, 3000, 6, {}), (64, 7000, 2, {}), (64, 9000, 2, {}),
     (128, 1000, 12, {}), (128, 3000, 6, {}), (128, 3000, 4, {"window_size": (700, 0)}),
     (128, 2500, 4, {"softcap": 30.0}), (64, 2500, 4, {"alibi": True}),
-    (256, 1000, 8, {}), (256, 2000, 6, {}), (256, 5000, 2, {}),
+    (256, 1000, 8, {}), (256, 2000, 10, {}), (256, 5000, 2, {}),
     (256, 2000, 4, {"window_size": (500, 0)})])
 def test_forward_causal_schedules_agree(head_dim, seqlen, nheads, mods):
-    from flashattn_cu.testing import fwd_causal_schedule
+    from flashattn_cu.testing import fwd_causal_schedule, fwd_dynamic_tiles
 
     skip_unless_built(head_dim)
     q, k, v = make_qkv(1, seqlen, seqlen, nheads, nheads, head_dim, torch.bfloat16)
@@ -150,14 +152,18 @@ def test_forward_causal_schedules_agree(head_dim, seqlen, nheads, mods):
         ref, lse_ref = attention_ref(q, k, v, causal=True, **kw)
         pt, lse_pt = attention_ref(q, k, v, causal=True, upcast=False, **kw)
     outs = {}
-    for schedule in ("persistent", "per_tile"):
-        with fwd_causal_schedule(schedule):
+    for schedule in ("persistent", "per_tile", "dynamic"):
+        # dynamic: the per-tile order through the dynamic scheduler (a CTA per SM taking tiles
+        # from a counter) where the kernel has it and the tiles outnumber the SMs
+        with fwd_causal_schedule("per_tile" if schedule == "dynamic" else schedule), \
+                fwd_dynamic_tiles(schedule == "dynamic"):
             out, lse, _ = flash_attn_func(q, k, v, causal=True, return_attn_probs=True, **kw)
         assert_rule(out, ref, pt, 2, 1e-5, f"out ({schedule})")
         assert_lse_rule(lse, lse_ref, lse_pt, f"lse ({schedule})", fp32_ulps=ulps)
         outs[schedule] = (out, lse)
-    assert torch.equal(outs["persistent"][0], outs["per_tile"][0]), "out differs by schedule"
-    assert torch.equal(outs["persistent"][1], outs["per_tile"][1]), "lse differs by schedule"
+    for other in ("per_tile", "dynamic"):
+        assert torch.equal(outs["persistent"][0], outs[other][0]), f"out differs ({other})"
+        assert torch.equal(outs["persistent"][1], outs[other][1]), f"lse differs ({other})"
 
 
 # The sm90a forward aligns a causal call's query blocks to the last row (problem/mask.h

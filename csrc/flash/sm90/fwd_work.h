@@ -70,10 +70,17 @@ __host__ __device__ constexpr bool fwd_compact_in_walk() {
 // produce_tiles kPublished), instead of both roles deriving the walk from cta_tile_index: the
 // walk may then come from a counter (FwdTmaParams::tile_counter, the dynamic scheduler), and a
 // varlen call's compact tiles are decoded for every tile of it (by the producer), not only a
-// CTA's first. The instances that decode compact tiles in the walk (fwd_compact_in_walk).
+// CTA's first, and the consumers' next tile is two shared-memory loads instead of the walk's
+// index arithmetic under the last P V. The instances that decode compact tiles in the walk
+// (fwd_compact_in_walk) and the static variant's (plain padded calls: causal rows past the
+// persistent grid's lengths go dynamic). ptxas (sm_90a) at d 64 / 128 / 256 bf16: the static
+// instances' spills unchanged but d 256's 128 x 80 tile, 8 / 48 -> 12 / 4 bytes (its consumers'
+// 12 spill loads down to 1; 3,802 -> 3,394 instructions); the compact ones 0 -> 8-16 bytes, in
+// the producer. The other variants keep the walk: published, d 128's static softcap instance
+// (128 x 176) went 0 -> 96 / 84 bytes, d 256's static ALiBi 0 -> 32 / 20.
 template <typename Traits, int kVariant>
 __host__ __device__ constexpr bool fwd_published_tiles() {
-  return fwd_compact_in_walk<Traits, kVariant>();
+  return fwd_compact_in_walk<Traits, kVariant>() || kVariant == kStaticVariant;
 }
 
 // The tiles of a call for kernel instance (Traits, kVariant, kCompact: it decodes compact

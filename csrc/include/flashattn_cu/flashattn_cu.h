@@ -324,11 +324,13 @@ enum class KernelPath : int { kAuto = 0, kSm80 = 1 };
 void set_kernel_path(KernelPath path);
 KernelPath kernel_path();
 
-// How the sm_90a forward hands out the tiles of a causal call on padded rows (varlen calls keep
-// one CTA per tile). kAuto: by head dim and keys, as measured fastest (tiles.h
+// How the sm_90a forward hands out the tiles of a causal call on padded rows (varlen calls take
+// kPerTile's). kAuto: by head dim and keys, as measured fastest (tiles.h
 // fwd_causal_persistent_sm90); kPersistent: a CTA per SM walking its share of the tiles;
-// kPerTile: a CTA per tile, handed out by the hardware. For tests and benchmarks (both schedules
-// on one shape); the results are the same. Process-wide; takes effect at the next call.
+// kPerTile: the tiles in one order as SMs free up: with a workspace (FwdParams::workspace) and
+// set_fwd_dynamic_tiles(true), on the kernels that have it, a CTA per SM taking the next from a
+// counter, else a CTA per tile handed out by the hardware. For tests and benchmarks (every
+// schedule on one shape); the results are the same. Process-wide; takes effect at the next call.
 enum class FwdCausalSchedule : int { kAuto = 0, kPersistent = 1, kPerTile = 2 };
 void set_fwd_causal_schedule(FwdCausalSchedule schedule);
 FwdCausalSchedule fwd_causal_schedule();
