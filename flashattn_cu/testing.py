@@ -166,10 +166,10 @@ def fwd_causal_schedule(schedule):
 
 def fwd_dynamic_tiles(enabled):
     """While active, the sm90a forward may (True, the default) or may not (False) hand out the
-    tiles of a call it would run one CTA per tile (varlen; causal rows past the persistent grid's
-    lengths, on the kernels that take it) through its dynamic scheduler: a CTA per SM taking the
-    next tile from a counter. The results are the same. Process-wide, so tests and benchmarks can
-    run both on one call."""
+    tiles of a call it would run one CTA per tile through its dynamic scheduler, a CTA per SM
+    taking the next tile from a counter: varlen calls (and calls with softcap, ALiBi, dropout or
+    seqused_k) on the kernels that take it (head dims up to 128 but the 128 x 176 tile). The
+    results are the same. Process-wide, so tests and benchmarks can run both on one call."""
     from flashattn_cu import _C
 
     return _set_while_active(_C._fwd_dynamic_tiles, _C._set_fwd_dynamic_tiles, enabled)

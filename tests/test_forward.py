@@ -124,8 +124,9 @@ def test_forward_causal_schedules(head_dim, seqlen, nheads):
 
 # The schedules of a causal call (flashattn_cu.testing.fwd_causal_schedule: the persistent grid's
 # walk and one CTA per tile, in whatever order tiles.h fwd_causal_order_sm90 gives the lengths,
-# and that order through the dynamic scheduler, testing.fwd_dynamic_tiles, where the static
-# variant's kernel takes it: d 64 3k, d 128 3k, d 256 2k have more tiles than an H100's SMs)
+# and that order with the dynamic scheduler allowed, testing.fwd_dynamic_tiles, which these
+# padded calls' kernels do not take: the same per-tile grid; test_varlen.py has it against the
+# static schedule)
 # on shapes where the library takes either, with a left window, softcap and ALiBi (their own
 # instances): each right against the reference, and all bitwise equal (every tile is the same
 # code on the same data; only who computes it and when differs).

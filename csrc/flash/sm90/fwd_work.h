@@ -70,17 +70,19 @@ __host__ __device__ constexpr bool fwd_compact_in_walk() {
 // produce_tiles kPublished), instead of both roles deriving the walk from cta_tile_index: the
 // walk may then come from a counter (FwdTmaParams::tile_counter, the dynamic scheduler), and a
 // varlen call's compact tiles are decoded for every tile of it (by the producer), not only a
-// CTA's first, and the consumers' next tile is two shared-memory loads instead of the walk's
-// index arithmetic under the last P V. The instances that decode compact tiles in the walk
-// (fwd_compact_in_walk) and the static variant's (plain padded calls: causal rows past the
-// persistent grid's lengths go dynamic). ptxas (sm_90a) at d 64 / 128 / 256 bf16: the static
-// instances' spills unchanged but d 256's 128 x 80 tile, 8 / 48 -> 12 / 4 bytes (its consumers'
-// 12 spill loads down to 1; 3,802 -> 3,394 instructions); the compact ones 0 -> 8-16 bytes, in
-// the producer. The other variants keep the walk: published, d 128's static softcap instance
-// (128 x 176) went 0 -> 96 / 84 bytes, d 256's static ALiBi 0 -> 32 / 20.
+// CTA's first. The instances that decode compact tiles in the walk (fwd_compact_in_walk): a
+// varlen call there on the dynamic scheduler against one CTA per tile (H100, bench_features,
+// benchmarks/results/features_h100_469b33f.md): 6 causal entries of 64-4k tokens (the issue's
+// batch) -6% time, a pack of 266 documents -8%. Not the static variant's: published, its padded
+// causal calls past the persistent grid's lengths on the dynamic scheduler against one CTA per
+// tile (benchmarks/bench_schedule.py, benchmarks/results/schedule_h100_469b33f.md, time) had
+// d 128 16k 1.00, d 256 6k / 8k 0.99-1.00, but d 256 512 / 1k / 2k 1.06-1.08 slower (its O
+// staged in Q's buffer: a CTA's next Q waits for the stores, where a new CTA's loads all start
+// at once), and ptxas (sm_90a) gave its d 128 static softcap instance 0 -> 96 / 84 bytes of
+// spills had the other variants followed.
 template <typename Traits, int kVariant>
 __host__ __device__ constexpr bool fwd_published_tiles() {
-  return fwd_compact_in_walk<Traits, kVariant>() || kVariant == kStaticVariant;
+  return fwd_compact_in_walk<Traits, kVariant>();
 }
 
 // The tiles of a call for kernel instance (Traits, kVariant, kCompact: it decodes compact
