@@ -156,8 +156,9 @@ struct FwdParams : AttnParams {
   // Scratch memory in device memory, contents need not be initialised. fwd(): optional, of
   // fwd_workspace_bytes(params) bytes (16-byte aligned): the tile counter of the sm_90a forward's
   // dynamic scheduler (a CTA per SM taking the next tile as it frees up, where the tiles cost
-  // unlike amounts: varlen, long causal rows), which the call zeroes on its stream; null: the
-  // static schedules (one CTA per tile there), with the same results bit for bit.
+  // unlike amounts: varlen), which the call zeroes on its stream (so one call at a time per
+  // workspace); null: the static schedules (one CTA per tile there), with the same results bit
+  // for bit.
   // fwd_kvcache(): see KvcacheParams.
   void* workspace = nullptr;
   // The workspace's size in bytes, optional: when nonzero, a workspace smaller than the call
