@@ -294,9 +294,11 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
 
 // The configuration tiles.h picks for kernel variant kVariant (kShort: fwd_tile_sm90_short's;
 // kBounded: the bounded reference's instance, FwdTraits kBoundedRef; kDoubleQ / kSplitQ /
-// kPrefetchMaps: those FwdTraits knobs, the harness's A/Bs only).
+// kPrefetchMaps / kPublishTiles: those FwdTraits knobs, and kOStore >= 0 its kTmaStoreO in place
+// of the tile's, the harness's A/Bs only).
 template <int kHeadDim, int kVariant, bool kShort, bool kBounded, bool kDoubleQ = false,
-          bool kSplitQ = false, bool kPrefetchMaps = false>
+          bool kSplitQ = false, bool kPrefetchMaps = false, int kOStore = -1,
+          bool kPublishTiles = false>
 struct LibraryFwdTraits {
   static constexpr FwdTileSm90 kTile =
       fwd_serial_sm90(kHeadDim, kVariant == kStaticVariant && !kShort)
@@ -314,7 +316,7 @@ struct LibraryFwdTraits {
   template <bool kTwoQ>
   using With = FwdTraits<kHeadDim, kTile.block_m, kTile.block_n, kTile.stages, true,
                          fwd_poly_eighths_sm90(kHeadDim, variant_softcap(kVariant)), 0, true,
-                         false, kTile.o_store,
+                         false, kOStore < 0 ? kTile.o_store : kOStore,
                          fwd_cap_after_max_sm90(kHeadDim, kCapVariant, kStaticSoftcap),
                          fwd_early_rescale_sm90(kHeadDim, kLongRows, kStaticAlibi),
                          fwd_max_tree_sm90(kHeadDim, kLongRows, kStaticAlibi),
@@ -322,7 +324,7 @@ struct LibraryFwdTraits {
                          fwd_mods_per_tile_sm90(kHeadDim, kStaticAlibi),
                          fwd_cap_interleave_sm90(kHeadDim, kCapVariant, kStaticSoftcap), kBounded,
                          false, kTile.serial, kTwoQ, kSplitQ || fwd_split_q_sm90(),
-                         kPrefetchMaps>;
+                         kPrefetchMaps, kPublishTiles>;
   using Single = With<false>;
   // tiles.h fwd_double_q_sm90 (a build flag, off by default): the static variant's tiles, a
   // second Q where the shared memory holds it (with the barriers' and the O

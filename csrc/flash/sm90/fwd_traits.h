@@ -43,9 +43,14 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           bool kEarlyRescale_ = false, bool kMaxTree_ = false, bool kSumTree_ = false,
           bool kModsPerTile_ = true, bool kCapInterleave_ = false,
           bool kBoundedRef_ = false, bool kSumsUnderS_ = false, bool kSerialPV_ = false,
-          bool kDoubleQ_ = false, bool kSplitQ_ = false, bool kPrefetchMaps_ = false>
+          bool kDoubleQ_ = false, bool kSplitQ_ = false, bool kPrefetchMaps_ = false,
+          bool kPublishTiles_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // The producer hands out the walk's tiles through shared memory (fwd_work.h
+  // fwd_published_tiles, which also takes them for the varlen-decoding instances), so the call
+  // may run on the dynamic scheduler: a tuning knob (tune_fwd90 `dyn256`).
+  static constexpr bool kPublishTiles = kPublishTiles_;
   // The CTA's first thread prefetches the TMA maps' descriptors (prefetch.tensormap) before
   // the barriers' init, so the producer's first loads do not wait for them: a CTA that runs one
   // tile (the grid of one CTA per tile: long causal rows, varlen, d = 256 short causal rows)

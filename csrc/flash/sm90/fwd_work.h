@@ -80,9 +80,10 @@ __host__ __device__ constexpr bool fwd_compact_in_walk() {
 // staged in Q's buffer: a CTA's next Q waits for the stores, where a new CTA's loads all start
 // at once), and ptxas (sm_90a) gave its d 128 static softcap instance 0 -> 96 / 84 bytes of
 // spills had the other variants followed.
+// FwdTraits kPublishTiles: any instance, for the harness's A/Bs.
 template <typename Traits, int kVariant>
 __host__ __device__ constexpr bool fwd_published_tiles() {
-  return fwd_compact_in_walk<Traits, kVariant>();
+  return fwd_compact_in_walk<Traits, kVariant>() || Traits::kPublishTiles;
 }
 
 // The tiles of a call for kernel instance (Traits, kVariant, kCompact: it decodes compact
