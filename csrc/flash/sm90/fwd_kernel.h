@@ -564,7 +564,9 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
     // release orders that thread's own reads before the producer's next write of the slot; a
     // warp's one arrival after __syncwarp, which racecheck does not credit with the other lanes'
     // reads, had it report the slot's reuse); the next tile's is read during this one
-    // (consume_tile's `ahead`, under the last P V).
+    // (consume_tile's `ahead`, under the last P V). The loop below repeats the static walk's
+    // tile step instead of sharing it through a lambda: shared, ptxas (sm_90a) gave d 128's
+    // static softcap instance (128 x 176) 84 / 76 bytes of spills.
     auto take = [&](int k, int& index, FwdTileSeq& ts) {
       const TileSlot<Traits> slot(s_base, k);
       ptx::mbarrier_wait_parity(slot.full, slot.parity);
