@@ -384,6 +384,27 @@ def kernel_names(fn):
     return [e.name for e in prof.events() if e.device_type.name == "CUDA"]
 
 
+def kernel_grids(fn, name_part):
+    """The grids ([x, y, z]) of the CUDA kernels fn() launches whose names contain name_part, in
+    launch order (torch's profiler, through its trace's kernel records)."""
+    import json
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    kernels = sorted((e for e in events if e.get("cat") == "kernel" and name_part in e["name"]),
+                     key=lambda e: e["ts"])
+    return [e["args"]["grid"] for e in kernels]
+
+
 class ChildRuns:
     """Child processes started together (at most `workers` at a time) and read back by name:
     the tests that run a call in a child of its own (a crash or a device trap ends only that

@@ -167,6 +167,44 @@ def test_forward_causal_schedules_agree(head_dim, seqlen, nheads, mods):
         assert torch.equal(outs["persistent"][1], outs[other][1]), f"lse differs ({other})"
 
 
+# Padded calls on the kernels that take the dynamic tile scheduler (those with sequence arrays,
+# sm90/fwd_work.h fwd_published_tiles: dropout; softcap with ALiBi; softcap with a window),
+# forced to one CTA per tile (flashattn_cu.testing.fwd_causal_schedule) on more tiles than SMs:
+# with the scheduler (a CTA per SM, grid = the SM count, seen through torch's profiler) and
+# without (grid = the tiles), out and lse bitwise equal (dropout from the same generator state);
+# the window's and ALiBi's tiles store O from the registers over several tiles a CTA.
+@pytest.mark.parametrize("head_dim, seqlen, nheads, mods", [
+    (64, 2048, 16, {"dropout_p": 0.1}),
+    (128, 3000, 8, {"softcap": 20.0, "alibi": True}),
+    (128, 4000, 8, {"softcap": 30.0, "window_size": (500, 0)}),
+])
+def test_dynamic_schedule_on_padded_calls(head_dim, seqlen, nheads, mods, path):
+    from flashattn_cu.testing import fwd_causal_schedule, fwd_dynamic_tiles
+
+    skip_unless_built(head_dim)
+    q, k, v = make_qkv(1, seqlen, seqlen, nheads, nheads, head_dim, torch.bfloat16)
+    kw = dict(mods)
+    if kw.pop("alibi", False):
+        kw["alibi_slopes"] = torch.rand(nheads, device=q.device, dtype=torch.float32)
+    outs, grids = [], []
+    for dynamic in (True, False):
+        def call():
+            torch.cuda.manual_seed(20261206)
+            with fwd_causal_schedule("per_tile"), fwd_dynamic_tiles(dynamic):
+                outs.append(flash_attn_func(q, k, v, causal=True, return_attn_probs=True,
+                                            **kw)[:2])
+        grids.append(attn_helpers.kernel_grids(call, "sm90::fwd_kernel"))
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    if path == "auto" and attn_helpers.sm90_built():
+        assert [g[0] for g in grids[0]] == [sms], f"dynamic call's grids {grids[0]}, {sms} SMs"
+        assert len(grids[1]) == 1 and grids[1][0][0] > sms, f"static call's grids {grids[1]}"
+    else:
+        assert grids[0] == grids[1] == [], (grids[0], grids[1])
+    assert torch.equal(outs[0][0], outs[1][0]), (
+        f"out differs by schedule: {(outs[0][0] - outs[1][0]).abs().max()}")
+    assert torch.equal(outs[0][1], outs[1][1]), "lse differs by schedule"
+
+
 # The sm90a forward aligns a causal call's query blocks to the last row (problem/mask.h
 # Mask::query_block_shift: where every row's keys run from key 0 to an end growing with the row):
 # the partial block is the first, starting up to 191 rows above row 0 (those rows load as zeros and

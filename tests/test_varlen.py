@@ -392,10 +392,11 @@ def test_compact_and_padded_grids_agree_bitwise(name, d, path):
 
 def skewed_lengths(seed, entries=40, long=1500):
     """A pack with more compact tiles than an H100 / H200 has SMs at 4 heads (block 128: ~100 a
-    head): `entries` entries of 0-300 tokens (keys drawn apart) and one long one."""
+    head): `entries` entries of 0-300 tokens (keys drawn apart), one without queries, one
+    without keys (rows that see no key), and one long one."""
     rng = random.Random(seed)
-    lq = [rng.randint(0, 300) for _ in range(entries)] + [long]
-    lk = [n if rng.random() < 0.5 else rng.randint(0, 300) for n in lq[:-1]] + [long]
+    lq = [rng.randint(0, 300) for _ in range(entries)] + [0, 37, long]
+    lk = [n if rng.random() < 0.5 else rng.randint(0, 300) for n in lq[:-3]] + [45, 0, long]
     order = list(range(len(lq)))
     rng.shuffle(order)
     return [lq[i] for i in order], [lk[i] for i in order]
@@ -412,8 +413,10 @@ def test_dynamic_and_static_schedules_agree_bitwise(name, d, path):
     tile runs the same code on the same rows whichever CTA takes it, so out and lse are bitwise
     equal (dropout too: the mask is a function of the generator state and the element); the
     dynamic call's entries are right against their references (the causal case, with the
-    gradients); a second dynamic call equals the first (the counter is zeroed per call). Where no
-    kernel takes it (d 256, the sm80 path) both calls are the static one."""
+    gradients); a second dynamic call equals the first (the counter is zeroed per call). The
+    kernels' grids (torch's profiler) show which ran: on the sm90a path at d 64 / 128 a CTA per
+    SM against one per tile; where no kernel takes it (d 256, the sm80 path) both calls are the
+    static one."""
     skip_unless_built(d)
     from flashattn_cu.testing import fwd_dynamic_tiles
 
@@ -426,12 +429,20 @@ def test_dynamic_and_static_schedules_agree_bitwise(name, d, path):
     if kw.pop("alibi", False):
         kw["alibi_slopes"] = torch.rand(nheads, device="cuda") * 0.5
     cu_q, cu_k = cu(lq), cu(lk)
-    runs = []
+    runs, grids = [], []
     for dynamic in (True, False, True):
-        torch.cuda.manual_seed(20261206)
-        with fwd_dynamic_tiles(dynamic):
-            out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), **kw)
-        runs.append((out, lse))
+        def call():
+            torch.cuda.manual_seed(20261206)
+            with fwd_dynamic_tiles(dynamic):
+                runs.append(flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk),
+                                                   **kw)[:2])
+        grids.append(attn_helpers.kernel_grids(call, "sm90::fwd_kernel"))
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    if path == "auto" and attn_helpers.sm90_built() and d <= 128:
+        assert [g[0] for g in grids[0]] == [sms], f"dynamic call's grids {grids[0]}, {sms} SMs"
+        assert len(grids[1]) == 1 and grids[1][0][0] > sms, f"static call's grids {grids[1]}"
+    else:
+        assert grids[0] == grids[1], (grids[0], grids[1])
     for (out_a, lse_a), (out_b, lse_b), what in ((runs[0], runs[1], "static"),
                                                  (runs[0], runs[2], "the second dynamic call")):
         tq = sum(lq)
@@ -464,7 +475,7 @@ def test_dynamic_schedule_in_a_cuda_graph_and_on_another_stream():
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        for _ in range(2):  # warm up the op on the capture's side stream
+        for _ in range(2):  # the op on a stream of its own (also its warm-up before capture)
             on_side = call()
     torch.cuda.current_stream().wait_stream(side)
     assert torch.equal(on_side, eager), "the side stream's call differs"

@@ -254,8 +254,11 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   // Compact varlen tiles are decoded once, at a CTA's start (fwd_work.h fwd_tile_seq): one CTA
   // per tile, whose walk ends after it, or the kernel would decode its next tiles as padded ones;
   // unless its producer hands out every tile (fwd_work.h fwd_published_tiles).
-  constexpr bool kPublished = fwd_published_tiles<Traits, kVariant>();
-  if (compact && !kPublished && schedule.grid != tiles) return Status::kInvalidArgument;
+  // (The kCompactOnly kernel below, for a compact call on an instance that does not decode them
+  // in its walk, never publishes.)
+  const bool compact_only = kCompactTiles && !fwd_compact_in_walk<Traits, kVariant>() && compact;
+  const bool published = fwd_published_tiles<Traits, kVariant>() && !compact_only;
+  if (compact && !published && schedule.grid != tiles) return Status::kInvalidArgument;
   // A persistent causal walk's groups sized for its balance (fwd_walk_group_of; off: the
   // L2's, for the harness's A/B).
   if (schedule.grid < tiles && schedule.group_heads > 0 && schedule.defer_m == 0) {
@@ -271,7 +274,7 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   // without a CTA's start and end between tiles, and the next tile's first loads under this
   // one's last steps. Needs the call's workspace (flashattn_cu.h FwdParams::workspace) and the
   // ring counter's bound over every tile (a CTA may walk them all).
-  if (kPublished && p.workspace != nullptr &&
+  if (published && p.workspace != nullptr &&
       detail::g_fwd_dynamic_tiles.load(std::memory_order_relaxed) && schedule.grid == tiles &&
       tiles > sms &&
       tiles * ceil_div<int64_t>(p.seqlen_k, Traits::kBlockN) <= INT_MAX) {
