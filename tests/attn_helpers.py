@@ -384,9 +384,12 @@ def kernel_names(fn):
     return [e.name for e in prof.events() if e.device_type.name == "CUDA"]
 
 
-def kernel_grids(fn, name_part):
-    """The grids ([x, y, z]) of the CUDA kernels fn() launches whose names contain name_part, in
-    launch order (torch's profiler, through its trace's kernel records)."""
+SM90_FWD_KERNEL = ("sm90::fwd_kernel", "4sm9010fwd_kernel")  # demangled, mangled
+
+
+def kernel_grids(fn, name_parts):
+    """The grids ([x, y, z]) of the CUDA kernels fn() launches whose names contain one of
+    name_parts, in launch order (torch's profiler, through its trace's kernel records)."""
     import json
     import tempfile
 
@@ -400,8 +403,8 @@ def kernel_grids(fn, name_part):
         prof.export_chrome_trace(path)
         with open(path) as f:
             events = json.load(f)["traceEvents"]
-    kernels = sorted((e for e in events if e.get("cat") == "kernel" and name_part in e["name"]),
-                     key=lambda e: e["ts"])
+    kernels = sorted((e for e in events if e.get("cat") == "kernel" and
+                      any(part in e["name"] for part in name_parts)), key=lambda e: e["ts"])
     return [e["args"]["grid"] for e in kernels]
 
 

@@ -193,7 +193,7 @@ def test_dynamic_schedule_on_padded_calls(head_dim, seqlen, nheads, mods, path):
             with fwd_causal_schedule("per_tile"), fwd_dynamic_tiles(dynamic):
                 outs.append(flash_attn_func(q, k, v, causal=True, return_attn_probs=True,
                                             **kw)[:2])
-        grids.append(attn_helpers.kernel_grids(call, "sm90::fwd_kernel"))
+        grids.append(attn_helpers.kernel_grids(call, attn_helpers.SM90_FWD_KERNEL))
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
     if path == "auto" and attn_helpers.sm90_built():
         assert [g[0] for g in grids[0]] == [sms], f"dynamic call's grids {grids[0]}, {sms} SMs"

@@ -436,7 +436,7 @@ def test_dynamic_and_static_schedules_agree_bitwise(name, d, path):
             with fwd_dynamic_tiles(dynamic):
                 runs.append(flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk),
                                                    **kw)[:2])
-        grids.append(attn_helpers.kernel_grids(call, "sm90::fwd_kernel"))
+        grids.append(attn_helpers.kernel_grids(call, attn_helpers.SM90_FWD_KERNEL))
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
     if path == "auto" and attn_helpers.sm90_built() and d <= 128:
         assert [g[0] for g in grids[0]] == [sms], f"dynamic call's grids {grids[0]}, {sms} SMs"
