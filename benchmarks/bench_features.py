@@ -38,7 +38,7 @@ if list((REPO_ROOT / "flashattn_cu").glob("_C*.so")) and str(REPO_ROOT) not in s
     sys.path.insert(0, str(REPO_ROOT))
 
 from flashattn_cu import flash_attn_func, flash_attn_varlen_func  # noqa: E402
-from flashattn_cu.testing import fwd_dynamic_tiles, kernel_path  # noqa: E402
+from flashattn_cu.testing import fwd_dynamic_tiles, fwd_varlen_order, kernel_path  # noqa: E402
 
 try:
     from triton.testing import do_bench
@@ -115,10 +115,11 @@ def varlen_batch(lengths):
 
 
 def varlen_calls(q, k, v, cu, longest, mode):
-    """(ours, ours on the static schedule, torch's varlen_attn, why not) for a causal varlen
-    batch in `mode`: torch's is None where this torch lacks it or refuses the shapes, with the
-    reason. The static schedule: the sm90a forward without its dynamic tile scheduler
-    (flashattn_cu.testing.fwd_dynamic_tiles(False): one CTA per tile), for its A/B."""
+    """(ours, ours on the static schedule, ours in block order, torch's varlen_attn, why not)
+    for a causal varlen batch in `mode`: torch's is None where this torch lacks it or refuses
+    the shapes, with the reason. The static schedule: the sm90a forward without its dynamic tile
+    scheduler (flashattn_cu.testing.fwd_dynamic_tiles(False): one CTA per tile); block order: the
+    tiles within an entry block after block (testing.fwd_varlen_order("blocks")); their A/Bs."""
     def wrap(fn):
         return fn if mode == "fwd" else fwd_bwd(fn, (q, k, v), torch.randn_like(q))
 
@@ -128,6 +129,10 @@ def varlen_calls(q, k, v, cu, longest, mode):
     def ours_static():
         with fwd_dynamic_tiles(False):
             return ours()
+
+    def ours_blocks():
+        with fwd_varlen_order("blocks"):
+            return ours()
     try:
         from torch.nn.attention.varlen import varlen_attn
 
@@ -136,9 +141,9 @@ def varlen_calls(q, k, v, cu, longest, mode):
         fn = wrap(theirs)
         fn()  # raises here if this torch refuses the shapes
         torch.cuda.synchronize()
-        return wrap(ours), wrap(ours_static), fn, None
+        return wrap(ours), wrap(ours_static), wrap(ours_blocks), fn, None
     except Exception as exc:  # not in this torch, or it refuses the shapes
-        return (wrap(ours), wrap(ours_static), None,
+        return (wrap(ours), wrap(ours_static), wrap(ours_blocks), None,
                 f"{type(exc).__name__}: {str(exc).splitlines()[0][:80]}")
 
 
@@ -153,28 +158,33 @@ def bench_varlen(lines):
     for mode in ("fwd", "fwd+bwd"):
         def padded():
             return flash_attn_func(qp, kp, vp, causal=True)
-        ours, ours_static, theirs, torch_error = varlen_calls(q, k, v, cu, longest, mode)
+        ours, ours_static, ours_blocks, theirs, torch_error = varlen_calls(q, k, v, cu, longest,
+                                                                           mode)
         fns = [ours, padded if mode == "fwd" else
-               fwd_bwd(padded, (qp, kp, vp), torch.randn_like(qp)), ours_static]
+               fwd_bwd(padded, (qp, kp, vp), torch.randn_like(qp)), ours_static, ours_blocks]
         times = interleaved_ms(fns + ([theirs] if theirs else []))
-        t_var, t_pad, t_static = times[0], times[1], times[2]
-        t_torch = times[3] if len(times) > 3 else None
-        rows.append((mode, t_var, t_pad, t_static, t_torch))
+        t_var, t_pad, t_static, t_blocks = times[:4]
+        t_torch = times[4] if len(times) > 4 else None
+        rows.append((mode, t_var, t_pad, t_static, t_blocks, t_torch))
         print(f"RESULT varlen {mode}: ours {t_var:.3f} ms ({tflops(entries, 1, t_var, mode):.0f} "
               f"TFLOP/s), padded {t_pad:.3f} ms -> {t_pad / t_var:.2f}x, static schedule "
-              f"{t_static:.3f} ms -> {t_static / t_var:.3f}x"
+              f"{t_static:.3f} ms -> {t_static / t_var:.3f}x, block order {t_blocks:.3f} ms -> "
+              f"{t_blocks / t_var:.3f}x"
               + (f", torch varlen_attn {t_torch:.3f} ms -> {t_torch / t_var:.2f}x"
                  if t_torch else f", torch varlen_attn n/a ({torch_error})"), flush=True)
     lines += ["## Variable-length batch", "",
               f"6 causal sequences {lengths} ({total} tokens), bf16, d {D}, {HEADS} heads. "
               "'padded' = the same batch padded to the longest sequence through "
               "flash_attn_func (bar: varlen >= 1.5x padded; FlashAttention-4: 1.54x). 'static' = "
-              "our varlen call without the sm90a forward's dynamic tile scheduler.", "",
+              "our varlen call without the sm90a forward's dynamic tile scheduler; 'blocks' = "
+              "with the tiles within an entry block after block.", "",
               "| mode | varlen ms | padded ms | padded / varlen | static ms | static / varlen | "
-              "torch varlen_attn ms | torch / ours |", "|---|---|---|---|---|---|---|---|"]
-    for mode, t_var, t_pad, t_static, t_torch in rows:
+              "blocks ms | blocks / varlen | torch varlen_attn ms | torch / ours |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for mode, t_var, t_pad, t_static, t_blocks, t_torch in rows:
         lines.append(f"| {mode} | {t_var:.3f} | {t_pad:.3f} | {t_pad / t_var:.2f}x | "
                      f"{t_static:.3f} | {t_static / t_var:.3f}x | "
+                     f"{t_blocks:.3f} | {t_blocks / t_var:.3f}x | "
                      + (f"{t_torch:.3f} | {t_torch / t_var:.2f}x |" if t_torch else "- | - |"))
     lines.append("")
 
@@ -202,24 +212,28 @@ def bench_varlen_skewed(lines):
     entries = sum(n * (n + 1) // 2 for n in lengths)  # causal: covered_entries(n, n, True, ..)
     rows = []
     for mode in ("fwd", "fwd+bwd"):
-        ours, ours_static, theirs, torch_error = varlen_calls(q, k, v, cu, longest, mode)
-        times = interleaved_ms([ours, ours_static] + ([theirs] if theirs else []))
-        t_ours, t_static = times[0], times[1]
-        t_torch = times[2] if len(times) > 2 else None
-        rows.append((mode, t_ours, t_static, t_torch))
+        ours, ours_static, ours_blocks, theirs, torch_error = varlen_calls(q, k, v, cu, longest,
+                                                                           mode)
+        times = interleaved_ms([ours, ours_static, ours_blocks] + ([theirs] if theirs else []))
+        t_ours, t_static, t_blocks = times[:3]
+        t_torch = times[3] if len(times) > 3 else None
+        rows.append((mode, t_ours, t_static, t_blocks, t_torch))
         print(f"RESULT varlen_skewed {mode}: {len(lengths)} entries, ours {t_ours:.3f} ms "
               f"({tflops(entries, 1, t_ours, mode):.0f} TFLOP/s), static schedule "
-              f"{t_static:.3f} ms -> {t_static / t_ours:.3f}x"
+              f"{t_static:.3f} ms -> {t_static / t_ours:.3f}x, block order {t_blocks:.3f} ms -> "
+              f"{t_blocks / t_ours:.3f}x"
               + (f", torch varlen_attn {t_torch:.3f} ms -> {t_torch / t_ours:.2f}x" if t_torch
                  else f", torch varlen_attn n/a ({torch_error})"), flush=True)
     lines += ["## Variable-length batch, skewed (a document-masked pretraining pack)", "",
               f"{len(lengths)} causal documents in 16 contexts of 8192 tokens ({total} tokens, "
               f"the longest {longest}), bf16, d {D}, {HEADS} heads.", "",
-              "| mode | ours ms | ours TFLOP/s | static ms | static / ours | torch varlen_attn ms "
-              "| torch / ours |", "|---|---|---|---|---|---|---|"]
-    for mode, t_ours, t_static, t_torch in rows:
+              "| mode | ours ms | ours TFLOP/s | static ms | static / ours | blocks ms | "
+              "blocks / ours | torch varlen_attn ms | torch / ours |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for mode, t_ours, t_static, t_blocks, t_torch in rows:
         lines.append(f"| {mode} | {t_ours:.3f} | {tflops(entries, 1, t_ours, mode):.0f} | "
                      f"{t_static:.3f} | {t_static / t_ours:.3f}x | "
+                     f"{t_blocks:.3f} | {t_blocks / t_ours:.3f}x | "
                      + (f"{t_torch:.3f} | {t_torch / t_ours:.2f}x |" if t_torch else "- | - |"))
     lines.append("")
 

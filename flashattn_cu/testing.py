@@ -173,3 +173,14 @@ def fwd_dynamic_tiles(enabled):
     from flashattn_cu import _C
 
     return _set_while_active(_C._fwd_dynamic_tiles, _C._set_fwd_dynamic_tiles, enabled)
+
+
+def fwd_varlen_order(order):
+    """While active, the sm90a forward orders a varlen call's tiles within each entry as given:
+    "heads" (head after head, each head's query blocks longest first; the default) or "blocks"
+    (block after block, every head's longest query block first). The order in which the
+    dynamic scheduler (or the hardware) hands out the tiles; the results are the same.
+    Process-wide, so tests and benchmarks can run both on one call."""
+    from flashattn_cu import _C
+
+    return _set_while_active(_C._fwd_varlen_order, _C._set_fwd_varlen_order, order)

@@ -120,6 +120,18 @@ def test_fwd_dynamic_tiles_switch():
     assert _C._fwd_dynamic_tiles() is True
 
 
+def test_fwd_varlen_order_switch():
+    from flashattn_cu.testing import fwd_varlen_order
+
+    assert _C._fwd_varlen_order() == "heads"
+    with fwd_varlen_order("blocks"):
+        assert _C._fwd_varlen_order() == "blocks"
+    assert _C._fwd_varlen_order() == "heads"
+    with pytest.raises(ValueError, match="'heads' or 'blocks', got 'rows'"):
+        _C._set_fwd_varlen_order("rows")
+    assert _C._fwd_varlen_order() == "heads"
+
+
 def test_op_schemas():
     assert str(torch.ops.flashattn_cu.fwd.default._schema) == (
         "flashattn_cu::fwd(Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, "

@@ -413,12 +413,13 @@ def test_dynamic_and_static_schedules_agree_bitwise(name, d, path):
     tile runs the same code on the same rows whichever CTA takes it, so out and lse are bitwise
     equal (dropout too: the mask is a function of the generator state and the element); the
     dynamic call's entries are right against their references (the causal case, with the
-    gradients); a second dynamic call equals the first (the counter is zeroed per call). The
-    kernels' grids (torch's profiler) show which ran: on the sm90a path at d 64 / 128 a CTA per
-    SM against one per tile; where no kernel takes it (d 256, the sm80 path) both calls are the
-    static one."""
+    gradients); a second dynamic call equals the first (the counter is zeroed per call); so do
+    both schedules with the tiles within an entry block after block (testing.fwd_varlen_order).
+    The kernels' grids (torch's profiler) show which ran: on the sm90a path at d 64 / 128 a CTA
+    per SM against one per tile; where no kernel takes it (d 256, the sm80 path) all calls are
+    the static one."""
     skip_unless_built(d)
-    from flashattn_cu.testing import fwd_dynamic_tiles
+    from flashattn_cu.testing import fwd_dynamic_tiles, fwd_varlen_order
 
     lq, lk = skewed_lengths(f"dyn-{name}-{d}")
     if name == "causal":
@@ -429,26 +430,33 @@ def test_dynamic_and_static_schedules_agree_bitwise(name, d, path):
     if kw.pop("alibi", False):
         kw["alibi_slopes"] = torch.rand(nheads, device="cuda") * 0.5
     cu_q, cu_k = cu(lq), cu(lk)
+    # (dynamic, the tile order within an entry: testing.fwd_varlen_order)
+    configs = [(True, "heads"), (False, "heads"), (True, "heads"), (True, "blocks"),
+               (False, "blocks")]
     runs, grids = [], []
-    for dynamic in (True, False, True):
+    for dynamic, order in configs:
         def call():
             torch.cuda.manual_seed(20261206)
-            with fwd_dynamic_tiles(dynamic):
+            with fwd_dynamic_tiles(dynamic), fwd_varlen_order(order):
                 runs.append(flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk),
                                                    **kw)[:2])
         grids.append(attn_helpers.kernel_grids(call, attn_helpers.SM90_FWD_KERNEL))
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    if path == "auto" and attn_helpers.sm90_built() and d <= 128:
-        assert [g[0] for g in grids[0]] == [sms], f"dynamic call's grids {grids[0]}, {sms} SMs"
-        assert len(grids[1]) == 1 and grids[1][0][0] > sms, f"static call's grids {grids[1]}"
-    else:
-        assert grids[0] == grids[1], (grids[0], grids[1])
-    for (out_a, lse_a), (out_b, lse_b), what in ((runs[0], runs[1], "static"),
-                                                 (runs[0], runs[2], "the second dynamic call")):
-        tq = sum(lq)
+    for (dynamic, order), g in zip(configs, grids):
+        if path == "auto" and attn_helpers.sm90_built() and d <= 128:
+            want_sms = dynamic
+            assert len(g) == 1 and (g[0][0] == sms) == want_sms and g[0][0] >= sms, (
+                f"{'dynamic' if dynamic else 'static'} call ({order}): grids {g}, {sms} SMs")
+        else:
+            assert g == grids[1], (g, grids[1])
+    tq = sum(lq)
+    for (dynamic, order), (out_b, lse_b) in zip(configs[1:], runs[1:]):
+        what = f"{'dynamic' if dynamic else 'static'} ({order})"
+        out_a, lse_a = runs[0]
         assert torch.equal(out_a[:tq], out_b[:tq]), (
-            f"out: dynamic and {what} differ by {(out_a[:tq] - out_b[:tq]).abs().max()}")
-        assert torch.equal(lse_a[:, :tq], lse_b[:, :tq]), f"lse: dynamic and {what} differ"
+            f"out: the first dynamic call and {what} differ by "
+            f"{(out_a[:tq] - out_b[:tq]).abs().max()}")
+        assert torch.equal(lse_a[:, :tq], lse_b[:, :tq]), f"lse: the first call and {what} differ"
     if name == "causal":
         dout = torch.randn_like(q)
         out, lse, _ = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lq), max(lk), causal=True,

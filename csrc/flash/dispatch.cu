@@ -216,6 +216,14 @@ void set_fwd_dynamic_tiles(bool enabled) { g_fwd_dynamic_tiles.store(enabled); }
 
 bool fwd_dynamic_tiles() { return g_fwd_dynamic_tiles.load(); }
 
+void set_fwd_varlen_order(FwdVarlenOrder order) {
+  g_fwd_varlen_order.store(static_cast<int>(order));
+}
+
+FwdVarlenOrder fwd_varlen_order() {
+  return static_cast<FwdVarlenOrder>(g_fwd_varlen_order.load());
+}
+
 // The calls whose tiles may cost unlike amounts (sm90/fwd_launch.h: the dynamic scheduler runs
 // only where the static schedule would be one CTA per tile): varlen, seqused_k, causal, windows.
 size_t fwd_workspace_bytes(const FwdParams& p) {

@@ -1,5 +1,5 @@
 // The process-wide switches of the public API (flashattn_cu.h set_kernel_path,
-// set_fwd_causal_schedule, set_fwd_dynamic_tiles), for tests and benchmarks: set by dispatch.cu, read where a launch
+// set_fwd_causal_schedule, set_fwd_dynamic_tiles, set_fwd_varlen_order), for tests and benchmarks: set by dispatch.cu, read where a launch
 // decides (dispatch_common.h use_sm90a, sm90/fwd_launch.h causal_persistent). Inline variables:
 // one object in the whole library. Torch-free.
 #pragma once
@@ -13,5 +13,6 @@ namespace flashattn_cu::detail {
 inline std::atomic<int> g_kernel_path{static_cast<int>(KernelPath::kAuto)};
 inline std::atomic<int> g_fwd_causal_schedule{static_cast<int>(FwdCausalSchedule::kAuto)};
 inline std::atomic<bool> g_fwd_dynamic_tiles{true};
+inline std::atomic<int> g_fwd_varlen_order{static_cast<int>(FwdVarlenOrder::kHeads)};
 
 }  // namespace flashattn_cu::detail

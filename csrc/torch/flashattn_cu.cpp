@@ -212,6 +212,26 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "call would run one CTA per tile (default true)");
   m.def("_fwd_dynamic_tiles", []() { return flashattn_cu::fwd_dynamic_tiles(); });
   m.def(
+      "_set_fwd_varlen_order",
+      [](const std::string& order) {
+        using flashattn_cu::FwdVarlenOrder;
+        if (order == "heads") {
+          flashattn_cu::set_fwd_varlen_order(FwdVarlenOrder::kHeads);
+        } else if (order == "blocks") {
+          flashattn_cu::set_fwd_varlen_order(FwdVarlenOrder::kBlocks);
+        } else {
+          throw std::invalid_argument(
+              "_set_fwd_varlen_order: order must be 'heads' or 'blocks', got '" + order + "'");
+        }
+      },
+      "Test/benchmark: the sm90a forward's varlen tile order within an entry: 'heads' (head "
+      "after head, the default) or 'blocks' (every head's longest query block first)");
+  m.def("_fwd_varlen_order", []() {
+    return std::string(flashattn_cu::fwd_varlen_order() == flashattn_cu::FwdVarlenOrder::kBlocks
+                           ? "blocks"
+                           : "heads");
+  });
+  m.def(
       "_tma_copy_selftest",
       [](const at::Tensor& src, at::Tensor& dst) {
 #if FLASHATTN_CU_HAS_SM90A

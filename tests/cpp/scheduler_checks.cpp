@@ -95,6 +95,32 @@ void check_varlen_tiles() {
       prev = key;
     }
     for (int c : seen) cover = cover && c == 1;
+    // The block-major order (query_tile_of block_major: FwdVarlenOrder::kBlocks): the same tiles
+    // exactly once, within an entry block after block (every head's block m before any head's
+    // m - 1); the padded layout ignores it.
+    seen.assign(count, 0);
+    prev = -1;
+    for (int64_t i = 0; i < tiles; ++i) {
+      const flashattn_cu::QueryTile t = flashattn_cu::query_tile_of<true>(p, block, i, true);
+      if (t.batch < 0 || t.batch >= batch || t.head < 0 || t.head >= heads || t.m_block < 0) {
+        cover = false;
+        break;
+      }
+      const int len = cu[t.batch + 1] - cu[t.batch];
+      if (!compact) {
+        const flashattn_cu::QueryTile u = flashattn_cu::query_tile_of<true>(p, block, i);
+        order = order && u.batch == t.batch && u.head == t.head && u.m_block == t.m_block;
+      }
+      if (static_cast<int64_t>(t.m_block) * block >= len) continue;
+      ++seen[id(t.batch, heads, t.head, t.m_block)];
+      if (compact) {
+        const int64_t key = (static_cast<int64_t>(t.batch) * (num_m + 1) + (num_m - t.m_block)) *
+                                heads + t.head;
+        if (key <= prev) order = false;
+        prev = key;
+      }
+    }
+    for (int c : seen) cover = cover && c == 1;
     // The backward preprocess's blocks (bwd/params.h prep_block_at): every row of every (entry,
     // head) below its length rounded up to kBwdRowPad (the P = 0 padding the main kernels read)
     // exactly once, in either grid.

@@ -269,9 +269,12 @@ struct VarlenTile {
   bool valid;                    // false: the tile holds no slot of any entry
 };
 
+// slot_major: within an entry, slot after slot (every slice's slot s before any slice's s + 1)
+// instead of slice after slice.
 __host__ __device__ __forceinline__ VarlenTile varlen_tile_at(const int* cu, int batch,
                                                               int block, int slices,
-                                                              int64_t index) {
+                                                              int64_t index,
+                                                              bool slot_major = false) {
   VarlenTile t{0, 0, 0, 0, false};
   if (batch <= 0 || slices <= 0 || index < 0) return t;
   const int b = varlen_slot_entry(cu, batch, block, index / slices);
@@ -281,8 +284,11 @@ __host__ __device__ __forceinline__ VarlenTile varlen_tile_at(const int* cu, int
   const int64_t local = index - first * slices;
   if (span <= 0 || local < 0 || local >= span * slices) return t;
   t.entry = b;
-  t.slice = static_cast<int>(local / span);
-  t.slot = static_cast<int>(local % span);
+  // One division either way (slot_major: by the slices, the quotient the slot).
+  const int64_t divisor = slot_major ? slices : span;
+  const int64_t quotient = local / divisor, rest = local - quotient * divisor;
+  t.slice = static_cast<int>(slot_major ? rest : quotient);
+  t.slot = static_cast<int>(slot_major ? quotient : rest);
   t.span = static_cast<int>(span);
   t.valid = true;
   return t;
@@ -319,14 +325,17 @@ __host__ __device__ __forceinline__ int64_t query_tiles_of(const Params& p, int 
              : query_tile_count((p.seqlen_q + block_m - 1) / block_m, p.batch, p.num_heads);
 }
 
+// block_major: a compact entry's tiles block after block (every head's longest query block,
+// then every head's next, ...: varlen_tile_at's slot_major) instead of head after head.
 template <bool kSeqlens, typename Params>
 __host__ __device__ __forceinline__ QueryTile query_tile_of(const Params& p, int block_m,
-                                                            int64_t index) {
+                                                            int64_t index,
+                                                            bool block_major = false) {
   const int num_m = (p.seqlen_q + block_m - 1) / block_m;
   if constexpr (kSeqlens) {
     if (compact_query_tiles(p, block_m)) {
-      const VarlenTile v =
-          varlen_tile_at(p.cu_seqlens_q, p.batch, block_m, p.num_heads, index);
+      const VarlenTile v = varlen_tile_at(p.cu_seqlens_q, p.batch, block_m, p.num_heads, index,
+                                          block_major);
       if (!v.valid) return QueryTile{0, 0, num_m};
       return QueryTile{v.entry, v.slice, v.span - 1 - v.slot};
     }

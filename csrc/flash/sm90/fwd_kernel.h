@@ -549,7 +549,7 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
     if (static_cast<int>(blockIdx.x) < num_tiles) {
       const FwdWork w =
           fwd_work<kDynamic, kSeqlens, Traits::kBlockM, Traits::kBlockN, true, kEntryShift>(
-              p, static_cast<int>(blockIdx.x), num_m, 0, 0, tp.m_shift);
+              p, static_cast<int>(blockIdx.x), num_m, 0, 0, tp.m_shift, tp.varlen_block_major);
       if (!w.skip) {
         consume_tile<Element, Traits, kVariant>(tp, w, s_base, consumer, ring, q_tiles, turns,
                                                 clock, [] {});
@@ -609,7 +609,7 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   if (static_cast<int>(blockIdx.x) < num_tiles) {
     ts = fwd_tile_seq<kSeqlens, Traits::kBlockM, kCompact>(
         p, static_cast<int>(blockIdx.x), num_m, tp.group_heads,
-        kernel_defer_m<Traits, kDynamic>(tp));
+        kernel_defer_m<Traits, kDynamic>(tp), tp.varlen_block_major);
   }
 #pragma unroll 1
   for (int k = 0, index = blockIdx.x; index < num_tiles; ++k) {

@@ -266,6 +266,9 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
         p, static_cast<int>(schedule.grid), schedule.group_heads, tp.m_shift, balanced_groups,
         group_cap);
   }
+  tp.varlen_block_major =
+      detail::g_fwd_varlen_order.load(std::memory_order_relaxed) ==
+      static_cast<int>(FwdVarlenOrder::kBlocks);
   tp.group_heads = schedule.group_heads;
   tp.defer_m = schedule.defer_m;  // the kernels that walk it: fwd_work.h kernel_defer_m
   // The dynamic scheduler (FwdTmaParams::tile_counter): where the call would run one CTA per

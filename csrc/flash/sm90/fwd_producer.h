@@ -121,7 +121,7 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
       FwdTileSeq ts{};
       if (index < num_tiles) {
         ts = fwd_tile_seq<kSeqlens, Traits::kBlockM, kCompact>(p, index, num_m, tp.group_heads,
-                                                               defer_m);
+                                                               defer_m, tp.varlen_block_major);
       }
       const TileSlot<Traits> slot(s_base, k);
       ptx::mbarrier_wait_parity(slot.empty, slot.parity ^ 1);
@@ -154,7 +154,8 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
          index = cta_tile_index(++k, blockIdx.x, gridDim.x)) {
       const FwdWork w =
           fwd_work<kDynamic, kSeqlens, Traits::kBlockM, kBlockN, kCompact, kEntryShift>(
-              p, index, num_m, tp.group_heads, kernel_defer_m<Traits, kDynamic>(tp), tp.m_shift);
+              p, index, num_m, tp.group_heads, kernel_defer_m<Traits, kDynamic>(tp), tp.m_shift,
+              tp.varlen_block_major);
       if (w.num_blocks <= 0) continue;  // the consumers wait for nothing either
       const MapRows qm = map_rows(w.seq.start_q, w.seq.batch);
       const MapRows km = map_rows(w.seq.start_k, w.seq.batch);

@@ -35,6 +35,9 @@ struct FwdTmaParams {
   // the dynamic scheduler's counter (zeroed before the launch; a CTA's first tile is its index,
   // each next one gridDim.x + the counter's next value); null, cta_tile_index's static walk.
   int* tile_counter = nullptr;
+  // A varlen call's compact tiles within an entry block after block (problem/scheduler.h
+  // query_tile_of block_major) instead of head after head (fwd_launch.h: set_fwd_varlen_order).
+  bool varlen_block_major = false;
 };
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPong_ = true,

@@ -101,12 +101,14 @@ __host__ __device__ __forceinline__ int64_t fwd_tile_count(const FwdParams& p) {
 // decoding a walk does ahead (kCompact false) never needs the search, which stays out of the
 // consumers' loop; where the producer hands out the tiles (fwd_published_tiles) it decodes every
 // one, on any grid.
+// block_major: the compact tiles' order within an entry (FwdTmaParams::varlen_block_major).
 template <bool kSeqlens, int kBlockM, bool kCompact>
 __device__ __forceinline__ FwdTileSeq fwd_tile_seq(const FwdParams& p, int index, int num_m,
-                                                   int group_heads, int defer_m) {
+                                                   int group_heads, int defer_m,
+                                                   bool block_major = false) {
   FwdTileSeq ts;
   if (kSeqlens && kCompact && compact_query_tiles(p, kBlockM)) {
-    ts.tile = query_tile_of<kSeqlens>(p, kBlockM, index);
+    ts.tile = query_tile_of<kSeqlens>(p, kBlockM, index, block_major);
   } else {
     ts.tile =
         query_tile_at(index, num_m, p.num_heads, group_heads, p.batch * p.num_heads, defer_m);
@@ -159,9 +161,12 @@ __device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, const FwdTileSeq
 template <bool kDynamic, bool kSeqlens, int kBlockM, int kBlockN, bool kCompact,
           bool kEntryShift = false>
 __device__ __forceinline__ FwdWork fwd_work(const FwdParams& p, int index, int num_m,
-                                            int group_heads, int defer_m, int m_shift) {
+                                            int group_heads, int defer_m, int m_shift,
+                                            bool block_major = false) {
   return fwd_work<kDynamic, kBlockM, kBlockN, kEntryShift>(
-      p, fwd_tile_seq<kSeqlens, kBlockM, kCompact>(p, index, num_m, group_heads, defer_m),
+      p,
+      fwd_tile_seq<kSeqlens, kBlockM, kCompact>(p, index, num_m, group_heads, defer_m,
+                                                block_major),
       m_shift);
 }
 

@@ -343,6 +343,15 @@ FwdCausalSchedule fwd_causal_schedule();
 void set_fwd_dynamic_tiles(bool enabled);
 bool fwd_dynamic_tiles();
 
+// The order of a varlen call's tiles within each entry on the sm_90a forward, which is the order
+// its dynamic scheduler (or the hardware) hands them out in: kHeads, head after head, each
+// head's query blocks longest first (the default); kBlocks, block after block, every head's
+// longest query block first. For tests and benchmarks (its A/B); the results are the same.
+// Process-wide; takes effect at the next call.
+enum class FwdVarlenOrder : int { kHeads = 0, kBlocks = 1 };
+void set_fwd_varlen_order(FwdVarlenOrder order);
+FwdVarlenOrder fwd_varlen_order();
+
 // Compute capabilities this build has machine code for (e.g. 80, 90), and whether PTX for
 // newer GPUs is embedded. Filled into `out` (up to `max`); returns how many.
 int built_archs(int* out, int max);
