@@ -141,11 +141,11 @@ Status fwd(const FwdParams& p, cudaStream_t stream) {
   if (!pointer_ok(p.lse, has_q_rows(p)) || !pointer_ok(p.softmax_stats, false)) {
     return Status::kInvalidArgument;
   }
-  // The workspace is optional (null: the static schedules); one given must be big enough and
-  // aligned for the tile counter.
-  if (p.workspace != nullptr &&
-      ((p.workspace_bytes != 0 && p.workspace_bytes < fwd_workspace_bytes(p)) ||
-       reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0)) {
+  // The workspace is optional (null: the static schedules); one given must be aligned, and big
+  // enough for the tile counter where the call may use it.
+  if (!pointer_ok(p.workspace, false) ||
+      (p.workspace != nullptr &&
+       !workspace_ok(p.workspace, p.workspace_bytes, fwd_workspace_bytes(p)))) {
     return Status::kInvalidArgument;
   }
   // No tile to compute (a keyless row is written: 0, +inf); cu_seqlens still checked, and a

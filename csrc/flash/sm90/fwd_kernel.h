@@ -602,14 +602,14 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
     finish();
     return;
   }
-  // The next tile's costly part is worked out during this one (consume_tile's `ahead`).
-  // The first tile (compact for a varlen call, whose grid of one CTA per tile ends every walk
-  // there: fwd_launch.h), then each next one ahead (never compact).
+  // The next tile's costly part is worked out during this one (consume_tile's `ahead`). This
+  // walk never meets compact tiles: the instances that decode them publish their tiles
+  // (fwd_work.h fwd_published_tiles) or run one per CTA (kCompactOnly), both returned above.
   FwdTileSeq ts;
   if (static_cast<int>(blockIdx.x) < num_tiles) {
-    ts = fwd_tile_seq<kSeqlens, Traits::kBlockM, kCompact>(
-        p, static_cast<int>(blockIdx.x), num_m, tp.group_heads,
-        kernel_defer_m<Traits, kDynamic>(tp), tp.varlen_block_major);
+    ts = fwd_tile_seq<kSeqlens, Traits::kBlockM, false>(p, static_cast<int>(blockIdx.x), num_m,
+                                                        tp.group_heads,
+                                                        kernel_defer_m<Traits, kDynamic>(tp));
   }
 #pragma unroll 1
   for (int k = 0, index = blockIdx.x; index < num_tiles; ++k) {

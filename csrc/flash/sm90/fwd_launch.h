@@ -272,8 +272,10 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   tp.group_heads = schedule.group_heads;
   tp.defer_m = schedule.defer_m;  // the kernels that walk it: fwd_work.h kernel_defer_m
   // The dynamic scheduler (FwdTmaParams::tile_counter): where the call would run one CTA per
-  // tile on more tiles than SMs (varlen, causal rows past the persistent grid's lengths), a CTA
-  // per SM taking the tiles in the same order as each frees up, as the hardware hands out CTAs,
+  // tile on more tiles than SMs on a kernel that publishes its tiles (varlen, and padded calls
+  // of the variants with sequence arrays: dropout, mixed score modifiers, a window with one),
+  // a CTA per SM taking the tiles in the same order as each frees up, as the hardware hands out
+  // CTAs,
   // without a CTA's start and end between tiles, and the next tile's first loads under this
   // one's last steps. Needs the call's workspace (flashattn_cu.h FwdParams::workspace) and the
   // ring counter's bound over every tile (a CTA may walk them all).
