@@ -38,7 +38,8 @@ if list((REPO_ROOT / "flashattn_cu").glob("_C*.so")) and str(REPO_ROOT) not in s
     sys.path.insert(0, str(REPO_ROOT))
 
 from flashattn_cu import flash_attn_func, flash_attn_varlen_func  # noqa: E402
-from flashattn_cu.testing import fwd_dynamic_tiles, fwd_varlen_order, kernel_path  # noqa: E402
+from flashattn_cu.testing import (bwd_streamed_dq, fwd_dynamic_tiles, fwd_varlen_order,  # noqa: E402
+                                  kernel_path)
 
 try:
     from triton.testing import do_bench
@@ -241,28 +242,53 @@ def bench_varlen_skewed(lines):
 def bench_window(lines, seqlens):
     lines += ["## Sliding window", "",
               f"bf16, d {D}, {HEADS} heads, batch = 16k / seqlen; speedup = causal time / window "
-              "time (bar: (1024, 0) at 16k >= 6x; FlashAttention-4: 6.1x).", "",
-              "| seqlen | window | mode | ms | TFLOP/s | causal ms | speedup |",
-              "|---|---|---|---|---|---|---|"]
+              "time (bar: (1024, 0) at 16k >= 6x; FlashAttention-4: 6.1x). 'dQ after main': "
+              "fwd+bwd with the sm90a backward's dQ converted after its main kernel instead of "
+              "streamed (flashattn_cu.testing.bwd_streamed_dq(False)), window and causal alike.",
+              "",
+              "| seqlen | window | mode | ms | TFLOP/s | causal ms | speedup | dQ after main: ms "
+              "| causal ms | speedup |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for s in seqlens:
         batch = max(1, 16384 // s)
         q, k, v = (torch.randn(batch, s, HEADS, D, device="cuda", dtype=DTYPE, requires_grad=True)
                    for _ in range(3))
         dout = torch.randn_like(q)
         for mode in ("fwd", "fwd+bwd"):
-            def call(window):
+            def call(window, streamed=True):
                 fn = lambda: flash_attn_func(q, k, v, causal=True, window_size=window)  # noqa
-                return fn if mode == "fwd" else fwd_bwd(fn, (q, k, v), dout)
+                if mode == "fwd":
+                    return fn
+                run = fwd_bwd(fn, (q, k, v), dout)
+                if streamed:
+                    return run
+
+                def after_main():
+                    with bwd_streamed_dq(False):
+                        run()
+                return after_main
             windows = [w for w in ((1024, 0), (4096, 0)) if w[0] < s]
-            times = interleaved_ms([call(w) for w in [(-1, -1)] + windows])
+            calls = [call(w) for w in [(-1, -1)] + windows]
+            if mode == "fwd+bwd":
+                calls += [call(w, streamed=False) for w in [(-1, -1)] + windows]
+            times = interleaved_ms(calls)
             t_causal = times[0]
-            for window, t in zip(windows, times[1:]):
+            n = 1 + len(windows)
+            for i, window in enumerate(windows):
+                t = times[1 + i]
                 entries = covered_entries(s, s, True, window)
+                after = ""
+                if mode == "fwd+bwd":
+                    a_causal, a = times[n], times[n + 1 + i]
+                    after = f" (dQ after main: {a:.3f} ms, causal {a_causal:.3f} -> {a_causal / a:.2f}x)"
+                    cols = f"{a:.3f} | {a_causal:.3f} | {a_causal / a:.2f}x"
+                else:
+                    cols = "- | - | -"
                 print(f"RESULT window {window} s={s} {mode}: {t:.3f} ms, causal {t_causal:.3f} ms "
-                      f"-> {t_causal / t:.2f}x", flush=True)
+                      f"-> {t_causal / t:.2f}x{after}", flush=True)
                 lines.append(f"| {s} | {window} | {mode} | {t:.3f} | "
                              f"{tflops(entries, batch, t, mode):.0f} | {t_causal:.3f} | "
-                             f"{t_causal / t:.2f}x |")
+                             f"{t_causal / t:.2f}x | {cols} |")
         del q, k, v, dout
         torch.cuda.empty_cache()
     lines.append("")

@@ -120,6 +120,15 @@ def test_fwd_dynamic_tiles_switch():
     assert _C._fwd_dynamic_tiles() is True
 
 
+def test_bwd_streamed_dq_switch():
+    from flashattn_cu.testing import bwd_streamed_dq
+
+    assert _C._bwd_streamed_dq() is True
+    with bwd_streamed_dq(False):
+        assert _C._bwd_streamed_dq() is False
+    assert _C._bwd_streamed_dq() is True
+
+
 def test_fwd_varlen_order_switch():
     from flashattn_cu.testing import fwd_varlen_order
 

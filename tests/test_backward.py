@@ -395,6 +395,57 @@ def test_backward_runs_on_current_stream():
 
 
 # --------------------------------------------------------------------------------------------
+# The sm90a backward's streamed dQ convert (bwd/pipeline.h): each 64-row block of the fp32
+# accumulator goes to dq once every key tile that may add to it has set its flag, on the SMs the
+# main kernel's last tiles leave idle. Shapes with many more tiles than SMs (the convert runs
+# under the main kernel), both tile orders (head after head; a causal call's longest first,
+# block after block), windows on one or both sides, GQA with head splits, sq != sk both ways,
+# against the reference and against the convert after the main kernel (dK / dV bitwise: the
+# convert does not touch them). The workspace is poisoned (conftest): flags read before the
+# preprocess cleared them would convert early and fail the rule.
+
+STREAM_CASES = {
+    # name: (batch, seqlen_q, seqlen_k, nheads, nheads_k, causal, window_size)
+    "window_many_tiles": (2, 3000, 3000, 8, 8, True, (300, 0)),
+    "window_both_sides": (2, 1500, 1300, 4, 4, False, (200, 100)),
+    "causal_longest_first": (1, 8200, 8200, 4, 2, True, (-1, -1)),
+    "causal_many_tiles": (4, 2048, 2048, 16, 16, True, (-1, -1)),
+    "noncausal_gqa": (3, 1000, 1500, 6, 2, False, (-1, -1)),
+    "gqa_head_splits": (1, 190, 8192, 8, 2, False, (-1, -1)),
+    "short_q_long_k": (2, 65, 4000, 4, 4, True, (-1, -1)),
+    "long_q_short_k": (2, 4000, 100, 4, 4, True, (-1, -1)),
+}
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("case", list(STREAM_CASES))
+def test_streamed_dq_convert(case, head_dim, path):
+    from flashattn_cu.testing import bwd_streamed_dq
+
+    if path != "auto" or torch.cuda.get_device_capability() != (9, 0) or \
+            90 not in _C.built_archs():
+        pytest.skip("the sm90a backward's postprocess (an sm_90 GPU, the default path)")
+    skip_unless_bwd(head_dim)
+    batch, sq, sk, h, hk, causal, window = STREAM_CASES[case]
+    q, k, v = make_qkv(batch, sq, sk, h, hk, head_dim, torch.bfloat16, requires_grad=True)
+    out = flash_attn_func(q, k, v, causal=causal, window_size=window)
+    dout = torch.randn_like(out)
+    got = {}
+    for streamed in (False, True):
+        with bwd_streamed_dq(streamed):
+            got[streamed] = torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+    for name, a, b in zip(("dk", "dv"), got[False][1:], got[True][1:]):
+        assert torch.equal(a, b), f"{name} differs with the streamed dQ convert"
+    ref, _ = attention_ref(q, k, v, causal=causal, window_size=window)
+    pt, _ = attention_ref(q, k, v, causal=causal, window_size=window, upcast=False)
+    refs = grads(ref, (q, k, v), dout.float())
+    pts = grads(pt, (q, k, v), dout)
+    for streamed in (False, True):
+        for name, g, r, p in zip(("dq", "dk", "dv"), got[streamed], refs, pts):
+            assert_rule(g, r, p, 3, 1e-4, f"{name} (streamed {streamed})")
+
+
+# --------------------------------------------------------------------------------------------
 # Double backward: not supported, and never silently wrong.
 
 

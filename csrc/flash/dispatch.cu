@@ -224,6 +224,10 @@ FwdVarlenOrder fwd_varlen_order() {
   return static_cast<FwdVarlenOrder>(g_fwd_varlen_order.load());
 }
 
+void set_bwd_streamed_dq(bool enabled) { g_bwd_streamed_dq.store(enabled); }
+
+bool bwd_streamed_dq() { return g_bwd_streamed_dq.load(); }
+
 // The calls whose tiles may cost unlike amounts (sm90/fwd_launch.h: the dynamic scheduler runs
 // only where the static schedule would be one CTA per tile): varlen, seqused_k, causal, windows.
 size_t fwd_workspace_bytes(const FwdParams& p) {

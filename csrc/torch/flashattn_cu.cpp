@@ -231,6 +231,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                            ? "blocks"
                            : "heads");
   });
+  m.def("_set_bwd_streamed_dq", [](bool enabled) { flashattn_cu::set_bwd_streamed_dq(enabled); },
+        "Test/benchmark: whether the sm90a backward converts dQ streamed, block by block as the "
+        "main kernel's key tiles finish (default true), or after the main kernel");
+  m.def("_bwd_streamed_dq", []() { return flashattn_cu::bwd_streamed_dq(); });
   m.def(
       "_tma_copy_selftest",
       [](const at::Tensor& src, at::Tensor& dst) {

@@ -77,6 +77,101 @@ void check_dq_frag_layout() {
 namespace flashattn_cu_checks {
 
 // Every check of this file (api_checks.cpp's main calls it).
+// The streamed dQ convert's waits (bwd/params.h dq_stream_key_tiles, dq_stream_block) against
+// the sm90 main kernel's walks (sm90/bwd_common.h bwd_work: key tile n of a slice walks the query
+// blocks problem/mask.h query_blocks gives, m_end num_m without a window): a key tile that adds a
+// nonzero term to query block m (some row of the block sees some key of the tile, brute force)
+// is among the tiles the block waits for; every tile it waits for exists (a flag some main-kernel
+// block sets); each block of every (batch, head) is converted once in both orders; and the slice
+// a head's flags are read from is the slice whose tile walks that head (head_first ..
+// + heads_per_split). Shapes: short, long, ragged, sq != sk both ways; causal, none, windows on
+// either side or both, a window wider than the keys.
+void check_dq_stream_waits() {
+  namespace bw = flashattn_cu::backward;
+  bool covers = true, exists = true, once = true, slices = true;
+  int cases = 0;
+  const int lens[] = {1, 63, 64, 65, 128, 129, 200, 513, 1152, 1300};
+  const int windows[][2] = {{-1, -1}, {-1, 0}, {1024, 0}, {100, 0}, {5, 3},
+                            {0, -1},  {-1, 7}, {0, 0},    {2000, 2000}};
+  for (int sq : lens) {
+    for (int sk : lens) {
+      for (int c = 0; c < 2; ++c) {
+        for (const auto& wnd : windows) {
+          flashattn_cu::BwdParams p;
+          p.batch = 2;
+          p.num_heads = 6;
+          p.num_heads_k = (sq + sk) % 2 == 0 ? 2 : 6;
+          p.head_dim = 128;
+          p.seqlen_q = sq;
+          p.seqlen_k = sk;
+          p.is_causal = c == 1;
+          p.window_left = wnd[0];
+          p.window_right = c == 1 ? 0 : wnd[1];
+          p.workspace = reinterpret_cast<void*>(uintptr_t{4096});  // carved, never read here
+          const bw::BwdWorkspaceLayout ws = bw::bwd_workspace_layout(p);
+          bw::BwdKernelParams kp = bw::make_bwd_kernel_params(p, ws);
+          kp.key_done = reinterpret_cast<int*>(uintptr_t{8192});
+          const bw::BwdConvertParams cp = bw::make_bwd_convert_params(kp, true);
+          const bw::BwdConvertJob& job = cp.jobs[0];
+          if (job.key_done == nullptr) {
+            covers = false;
+            continue;
+          }
+          ++cases;
+          const int num_m = (sq + 63) / 64, num_n = (sk + 127) / 128;
+          const flashattn_cu::SeqInfo seq{0, sq, sk, -1, -1};
+          const flashattn_cu::Mask mask(seq, p);
+          for (int n = 0; n < num_n; ++n) {
+            const int n_start = n * 128, keys_valid = std::min(128, sk - n_start);
+            const flashattn_cu::QueryBlocks qb = mask.query_blocks<64, 128>(n_start, keys_valid, num_m);
+            for (int m = 0; m < num_m; ++m) {
+              bool adds = false;
+              for (int r = m * 64; r < std::min(sq, m * 64 + 64) && !adds; ++r) {
+                const int b = std::max(mask.key_begin(r), n_start);
+                const int e = std::min(mask.key_end(r), n_start + keys_valid);
+                adds = b < e;
+              }
+              if (adds && (m < qb.begin || m >= qb.end)) covers = false;  // the walk itself
+              const flashattn_cu::KeyBlocks kb = bw::dq_stream_key_tiles(job, 0, m);
+              if (adds && (n < kb.begin || n >= kb.end)) covers = false;
+              if (kb.begin < 0 || (kb.end > kb.begin && kb.end > num_n)) exists = false;
+            }
+          }
+          for (const bool block_major : {false, true}) {
+            bw::BwdConvertJob j = job;
+            j.block_major = block_major;
+            std::vector<int> seen(static_cast<size_t>(p.batch) * p.num_heads * num_m, 0);
+            for (int64_t i = 0; i < static_cast<int64_t>(seen.size()); ++i) {
+              const bw::DqStreamBlock blk = bw::dq_stream_block(j, p.batch, i);
+              if (blk.batch < 0 || blk.batch >= p.batch || blk.head < 0 ||
+                  blk.head >= p.num_heads || blk.m < 0 || blk.m >= num_m) {
+                once = false;
+                continue;
+              }
+              ++seen[(static_cast<size_t>(blk.batch) * p.num_heads + blk.head) * num_m + blk.m];
+            }
+            once = once && std::all_of(seen.begin(), seen.end(), [](int x) { return x == 1; });
+          }
+          const int group = p.num_heads / p.num_heads_k;
+          for (int hk = 0; hk < p.num_heads_k; ++hk) {
+            for (int split = 0; split < kp.kv_splits; ++split) {
+              const int head_first = hk * group + split * kp.heads_per_split;
+              for (int h = head_first; h < head_first + kp.heads_per_split; ++h) {
+                slices = slices && h / group == hk && (h % group) / job.heads_per_split == split;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  expect(cases > 1000 && covers,
+         "dq_stream_key_tiles: a streamed dQ block waits for every key tile that adds to it");
+  expect(exists, "dq_stream_key_tiles: only key tiles that exist (and set their flags)");
+  expect(once, "dq_stream_block: every (batch, head, query block) once, both orders");
+  expect(slices, "streamed dQ: a head's flags are those of the slice whose tiles walk it");
+}
+
 void run_problem_checks() {
   // Philox4x32-10 against the Random123 known-answer vectors (also torch's philox_engine).
   {
@@ -312,6 +407,7 @@ void run_problem_checks() {
   }
 
   check_dq_frag_layout();
+  check_dq_stream_waits();
 }
 
 }  // namespace flashattn_cu_checks

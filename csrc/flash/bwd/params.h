@@ -9,6 +9,9 @@
 //   dpsum     [batch * num_heads][rows]           D = rowsum(dO * O); 0 on padding rows
 //   dq_accum  [batch * num_heads][rows][d]        fp32 dQ (unscaled), non-deterministic only
 //   dk_part, dv_part [kv_splits][batch * num_heads_k][seqlen_k][d]   only when kv_splits > 1
+//   key_done  int32 [batch * num_heads_k * kv_splits][ceil(seqlen_k / kDqStreamBlockN)]
+//             one flag per key tile of the sm90 main kernel: its dQ additions are in memory
+//             (the streamed dQ convert, bwd/pipeline.h); non-deterministic padded calls only
 // rows = seqlen_q rounded up to kBwdRowPad and d = round_head_dim(head_dim), so the kernels read
 // whole query blocks of M/L/D (and add whole blocks into dq_accum) without bounds checks: a
 // padding row has P = exp2((s - inf) * scale_log2) = 0 and contributes nothing.
@@ -20,6 +23,7 @@
 #include "flashattn_cu/flashattn_cu.h"
 
 #include "../problem/dropout.h"
+#include "../problem/mask.h"
 #include "../problem/scheduler.h"
 #include "../problem/score_mod.h"
 #include "../problem/seqlen.h"
@@ -63,11 +67,22 @@ inline int bwd_kv_splits(const BwdParams& p) {
 //    main kernels copy M/L/D in 16-byte chunks) without a prefix sum over rounded lengths.
 constexpr int kVarlenSlack = kBwdRowPad + 4;
 
+// The key tile of the sm90 main kernel (sm90/bwd_kernel.h kBlockN), the unit of key_done.
+constexpr int kDqStreamBlockN = 128;
+
+// Whether a call's workspace has the key_done flags (the calls whose dQ the sm90 path may
+// convert streamed: an accumulator in the padded layout).
+inline bool bwd_has_key_done(const BwdParams& p) {
+  return !p.deterministic && p.cu_seqlens_q == nullptr && p.seqused_k == nullptr;
+}
+
 struct BwdWorkspaceLayout {
   int64_t rows = 0;      // padded layout: rows per (entry, head) slot (max_seqlen_q rounded up)
   int64_t ws_plane = 0;  // varlen: rows per head (0 in the padded layout)
   int kv_splits = 1;
   size_t row_max = 0, row_log2sum = 0, dpsum = 0, dq_accum = 0, dk_part = 0, dv_part = 0;  // bytes
+  size_t key_done = 0;        // bytes
+  int64_t key_done_count = 0;  // flags (0: none)
   size_t bytes = 0;
 };
 
@@ -100,6 +115,12 @@ inline BwdWorkspaceLayout bwd_workspace_layout(const BwdParams& p) {
                         static_cast<size_t>(p.seqlen_k) * d * sizeof(float);
     w.dv_part = align(off + part);
     off = align(w.dv_part + part);
+  }
+  w.key_done = off;
+  if (bwd_has_key_done(p)) {
+    w.key_done_count = static_cast<int64_t>(p.batch) * p.num_heads_k * w.kv_splits *
+                       ((static_cast<int64_t>(p.seqlen_k) + kDqStreamBlockN - 1) / kDqStreamBlockN);
+    off = align(off + static_cast<size_t>(w.key_done_count) * sizeof(int));
   }
   w.bytes = off;
   return w;
@@ -157,6 +178,14 @@ struct BwdKernelParams {
   // The light trailing key blocks of a window that the sm90 main kernels' tile order walks last
   // (problem/scheduler.h key_tile_at; set by sm90/bwd_launch.h; 0: key_tile's order).
   int defer_n = 0;
+  // The streamed dQ convert (bwd/pipeline.h; null: off): the main kernel sets its key tile's
+  // flag, [(batch * num_heads_k + head_k) * kv_splits + split][n_block] (blocks of
+  // kDqStreamBlockN keys), once its dQ additions are complete; the preprocess clears them.
+  int* key_done = nullptr;
+  int64_t key_done_count = 0;
+  // The order in which the main kernel's tiles complete query blocks: block after block over all
+  // heads (a causal call's tiles longest first: every key block deferred) or head after head.
+  bool key_done_block_major = false;
 };
 
 // Kernel parameters over the workspace carved as `ws` describes.
@@ -220,7 +249,53 @@ struct BwdConvertJob {
   // A varlen dQ job (src_plane, cu_seqlens_q): the rows cu_seqlens index (total_q), so the
   // postprocess walks the compact tiles (bwd_convert_kernel); 0: every entry's `rows`.
   int total = 0;
+  // Streamed (a padded dQ job of the sm90 path; key_done null: off): the postprocess converts
+  // each kDqFragRows-row block as soon as every key tile that may add to it has set its flag
+  // (BwdKernelParams key_done), instead of after the whole main kernel. The mask and the tiles'
+  // shape it needs for that: which key tiles (problem/mask.h key_blocks_of_queries) of which
+  // (kv head, split) slice.
+  const int* key_done = nullptr;
+  bool block_major = false;  // the blocks' order (BwdKernelParams key_done_block_major)
+  int seqlen_k = 0;
+  int heads_k = 0, key_splits = 1, heads_per_split = 1;
+  bool causal = false;
+  int window_left = -1, window_right = -1;
 };
+
+// The streamed dQ job (BwdConvertJob key_done): block `index` of kDqFragRows rows in the order
+// the main kernel completes them, (batch, head, m) with m fastest, or m slowest (block_major).
+struct DqStreamBlock {
+  int batch, head, m;
+};
+__host__ __device__ __forceinline__ DqStreamBlock dq_stream_block(const BwdConvertJob& job,
+                                                                  int batch, int64_t index) {
+  const int num_m = (job.rows + kDqFragRows - 1) / kDqFragRows;
+  const int64_t slices = static_cast<int64_t>(batch) * job.heads;
+  DqStreamBlock b;
+  int64_t bh;
+  if (job.block_major) {
+    b.m = static_cast<int>(index / slices);
+    bh = index % slices;
+  } else {
+    b.m = static_cast<int>(index % num_m);
+    bh = index / num_m;
+  }
+  b.batch = static_cast<int>(bh / job.heads);
+  b.head = static_cast<int>(bh % job.heads);
+  return b;
+}
+
+// The key tiles [begin, end) (blocks of kDqStreamBlockN) whose flags query block m of `batch`
+// waits for: those with a key some row of the block sees (problem/mask.h, the main kernel's own
+// mask; rows past seqlen_q only widen the range). A key tile outside it adds only zeros to the
+// block (every score of it masked), which may land after the conversion without changing it.
+__host__ __device__ __forceinline__ KeyBlocks dq_stream_key_tiles(const BwdConvertJob& job,
+                                                                  int batch, int m) {
+  const SeqInfo seq{batch, job.rows, job.seqlen_k, -1, -1};
+  const Mask mask(seq, job.causal, job.window_left, job.window_right);
+  return mask.key_blocks_of_queries<kDqStreamBlockN>(m * kDqFragRows,
+                                                     m * kDqFragRows + kDqFragRows - 1);
+}
 
 // The preprocess's blocks (bwd/preprocess.h): kPrepRowsPerBlock rows of one (entry, head) each,
 // kPrepBlocksPerSlot of them a workspace slot of kBwdRowPad rows. Grid (prep_blocks):
@@ -312,6 +387,17 @@ inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp, bool 
     job.scale = p.softmax_scale;  // the main kernel accumulates dS K without it
     job.frag_d = dq_frag ? static_cast<int>(d) : 0;
     job.total = kp.ws_plane != 0 && compact_query_tiles(p, kBwdRowPad) ? p.total_q : 0;
+    if (kp.key_done != nullptr && dq_frag) {
+      job.key_done = kp.key_done;
+      job.block_major = kp.key_done_block_major;
+      job.seqlen_k = p.seqlen_k;
+      job.heads_k = p.num_heads_k;
+      job.key_splits = kp.kv_splits;
+      job.heads_per_split = kp.heads_per_split;
+      job.causal = p.is_causal;
+      job.window_left = p.window_left;
+      job.window_right = p.window_right;
+    }
     add(job);
   }
   if (kp.kv_splits > 1 && p.seqlen_k > 0) {

@@ -4,7 +4,8 @@
 //    magnitude), else (0, lse * log2(e)); padding rows get D = 0, (M, L) = (+inf, 0), so they
 //    produce P = 0. Clears the fp32 dQ accumulator when dQ is accumulated with atomics;
 //  * postprocess: sums fp32 partials (dQ accumulator, or the dK/dV head-split partials in split
-//    order) times a scale into the output dtype.
+//    order) times a scale into the output dtype; a streamed dQ job converts each block of rows as
+//    soon as the main kernel's key tiles that add to it say they are done (bwd/pipeline.h).
 #pragma once
 
 #include <math.h>
@@ -17,6 +18,7 @@
 #include "../problem/scheduler.h"
 #include "../problem/score_mod.h"
 #include "../problem/seqlen.h"
+#include "../ptx/atomic.h"
 #include "../ptx/cp_async.h"
 #include "../ptx/sync.h"
 #include "params.h"
@@ -40,6 +42,15 @@ __global__ void __launch_bounds__(kPrepThreads)
   // against the bounds, and the dq / dk / dv rows outside every entry (the main kernels and the
   // postprocess write only the entries' rows).
   if constexpr (kDynamic) varlen_kernel_start(p);
+  // The streamed dQ convert's flags (bwd/params.h key_done), cleared grid-stride: the main
+  // kernel sets them only after its wait for this grid, the postprocess reads them only after
+  // every main-kernel block has passed that wait (sm90/bwd_kernel.h's launch_dependents).
+  if (kp.key_done != nullptr) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(kPrepThreads) + threadIdx.x;
+         i < kp.key_done_count; i += static_cast<int64_t>(gridDim.x) * kPrepThreads) {
+      kp.key_done[i] = 0;
+    }
+  }
   const int sub = threadIdx.x % kPrepRowThreads;
   const PrepBlock blk = prep_block_at<kDynamic>(p, kp.rows, blockIdx.x);
   if (!blk.valid) return;  // the whole block: no slot of any entry
@@ -144,8 +155,10 @@ __device__ __forceinline__ void convert_chunk(const BwdConvertJob& job, int batc
 #pragma unroll
   for (int i = 0; i < 8; ++i) acc[i] = 0.f;
   for (int s = 0; s < job.splits; ++s) {
-    const float4 lo = *reinterpret_cast<const float4*>(src + s * job.split_stride);
-    const float4 hi = *reinterpret_cast<const float4*>(src + s * job.split_stride + 4);
+    // L2 only (.cg): each float is read once, and a streamed dQ block is read while other blocks
+    // of the accumulator still receive additions.
+    const float4 lo = __ldcg(reinterpret_cast<const float4*>(src + s * job.split_stride));
+    const float4 hi = __ldcg(reinterpret_cast<const float4*>(src + s * job.split_stride + 4));
     acc[0] += lo.x; acc[1] += lo.y; acc[2] += lo.z; acc[3] += lo.w;
     acc[4] += hi.x; acc[5] += hi.y; acc[6] += hi.z; acc[7] += hi.w;
   }
@@ -165,13 +178,54 @@ __device__ __forceinline__ void convert_chunk(const BwdConvertJob& job, int batc
 // a job with frag_d reads dq_frag_ws_offset's order (sm90/bwd_ws_kernel.h) instead of
 // dq_frag_offset's. A job with `total` (a varlen dQ) walks the compact tiles of kBwdRowPad rows
 // (problem/scheduler.h), a tile per block in turn, instead of every entry's max_seqlen rows.
+// Grid-stride over the blocks: waits (every thread a share of the flags, acquire, then the
+// block's barrier) and converts the block's rows.
+template <typename Element>
+__device__ __forceinline__ void convert_streamed_dq(const BwdConvertParams& cp,
+                                                    const BwdConvertJob& job) {
+  const int chunks = cp.head_dim / 8;
+  const int num_m = (job.rows + kDqFragRows - 1) / kDqFragRows;
+  const int num_n = (job.seqlen_k + kDqStreamBlockN - 1) / kDqStreamBlockN;
+  const int group = job.heads / job.heads_k;
+  const int64_t blocks = static_cast<int64_t>(cp.batch) * job.heads * num_m;
+  for (int64_t index = blockIdx.x; index < blocks; index += gridDim.x) {
+    const DqStreamBlock b = dq_stream_block(job, cp.batch, index);
+    const KeyBlocks keys = dq_stream_key_tiles(job, b.batch, b.m);
+    const int head_k = b.head / group, split = (b.head % group) / job.heads_per_split;
+    const int* flags = job.key_done +
+                       ((static_cast<int64_t>(b.batch) * job.heads_k + head_k) * job.key_splits +
+                        split) * num_n;
+    for (int n = keys.begin + static_cast<int>(threadIdx.x); n < keys.end; n += kConvertThreads) {
+      unsigned ns = 64;
+      while (ptx::ld_acquire_gpu(flags + n) == 0) {
+        ptx::nanosleep(ns);
+        if (ns < 2048) ns *= 2;
+      }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < kDqFragRows * chunks; e += kConvertThreads) {
+      const int row = b.m * kDqFragRows + e / chunks;
+      if (row < job.rows) convert_chunk<Element, false>(job, b.batch, b.head, row, e % chunks, -1);
+    }
+  }
+}
+
 template <typename Element, bool kFragWs = false>
 __global__ void __launch_bounds__(kConvertThreads)
     bwd_convert_kernel(const __grid_constant__ BwdConvertParams cp) {
+  const BwdConvertJob& job = cp.jobs[blockIdx.y];
+  if constexpr (!kFragWs) {
+    // A streamed dQ job waits for the main kernel's flags instead of its end: this grid is
+    // scheduled once every main-kernel block has passed its wait for the preprocess, whose
+    // clearing of the flags is then visible (bwd/pipeline.h).
+    if (job.key_done != nullptr) {
+      convert_streamed_dq<Element>(cp, job);
+      return;
+    }
+  }
   // Launched programmatically after the sm90 main kernel (bwd/pipeline.h): nothing is read before
   // it has completed. (Returns at once after a kernel launched whole, and is empty before sm_90.)
   ptx::grid_dependency_wait();
-  const BwdConvertJob& job = cp.jobs[blockIdx.y];
   const int chunks = cp.head_dim / 8;
   if (job.total > 0) {
     const int64_t tiles = job.heads * varlen_slot_count(job.total, cp.batch, kBwdRowPad);

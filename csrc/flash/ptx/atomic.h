@@ -1,5 +1,6 @@
 // Fire-and-forget reductions into global memory (red: an atomic without a return value, so the
-// issuing warp never waits for L2). Used to accumulate fp32 dQ across key blocks.
+// issuing warp never waits for L2), used to accumulate fp32 dQ across key blocks; and the flags
+// by which one grid's blocks tell another's that their results are in memory.
 #pragma once
 
 #include "arch.h"
@@ -20,6 +21,49 @@ FLASHATTN_CU_DEVICE void red_add_f32(float* addr, float v) {
 FLASHATTN_CU_DEVICE void red_add_v2_f32(float* addr, float a, float b) {
 #if FLASHATTN_CU_SM90_OR_NEWER
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
+#else
+  unsupported_arch();
+#endif
+}
+
+// A flag published by one thread and waited for by others (the backward's streamed dQ convert,
+// bwd/preprocess.h): *addr = v with release semantics at gpu scope (every write this thread
+// performed or observed before it is visible to a thread that acquires the value).
+FLASHATTN_CU_DEVICE void st_release_gpu(int* addr, int v) {
+#if FLASHATTN_CU_SM80_OR_NEWER
+  asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(addr), "r"(v) : "memory");
+#else
+  unsupported_arch();
+#endif
+}
+
+// *addr with acquire semantics at gpu scope (pairs with st_release_gpu).
+FLASHATTN_CU_DEVICE int ld_acquire_gpu(const int* addr) {
+#if FLASHATTN_CU_SM80_OR_NEWER
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(addr) : "memory");
+  return v;
+#else
+  unsupported_arch();
+  return 0;
+#endif
+}
+
+// Orders this thread's async-proxy accesses of global memory (bulk copies and reductions it saw
+// complete: cp.async.bulk.wait_group) with its later generic-proxy ones, such as a release store
+// that publishes them (sm_90+).
+FLASHATTN_CU_DEVICE void fence_proxy_async_global() {
+#if FLASHATTN_CU_SM90_OR_NEWER
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#else
+  unsupported_arch();
+#endif
+}
+
+// Suspends the thread for about `ns` nanoseconds (a polling loop's back-off; sm_70+).
+FLASHATTN_CU_DEVICE void nanosleep(unsigned ns) {
+#if FLASHATTN_CU_SM80_OR_NEWER
+  asm volatile("nanosleep.u32 %0;\n" ::"r"(ns));
 #else
   unsupported_arch();
 #endif

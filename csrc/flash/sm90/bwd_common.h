@@ -18,6 +18,7 @@
 #include "../problem/scheduler.h"
 #include "../problem/score_mod.h"
 #include "../problem/seqlen.h"
+#include "../ptx/atomic.h"
 #include "../ptx/cp_async.h"
 #include "../ptx/ldmatrix.h"
 #include "../ptx/mbarrier.h"
@@ -143,6 +144,22 @@ __device__ __forceinline__ void load_kv(const BwdKernelParams& kp, const Work& w
 __device__ __forceinline__ char* align_smem_1024(char* smem_raw, uint32_t& s_base) {
   s_base = (ptx::smem_u32(smem_raw) + 1023u) & ~1023u;
   return smem_raw + (s_base - ptx::smem_u32(smem_raw));
+}
+
+// The streamed dQ convert's flag of this block's key tile (bwd/params.h key_done; none: a no-op),
+// set by thread 0, the thread that issued the block's dQ bulk reductions and waited for their
+// completion (bulk_wait_all): the proxy fence orders those async-proxy writes before the
+// release store that publishes them. Every block sets it, also one that walks no step.
+template <int kBlockN, typename Work>
+__device__ __forceinline__ void key_tile_done(const BwdKernelParams& kp, const Work& w, int tid) {
+  static_assert(kBlockN == backward::kDqStreamBlockN, "key_done counts blocks of this kernel");
+  if (kp.key_done != nullptr && tid == 0) {
+    const int num_n = (kp.p.seqlen_k + kBlockN - 1) / kBlockN, n_block = w.n_start / kBlockN;
+    const int64_t slice =
+        (static_cast<int64_t>(w.batch) * kp.p.num_heads_k + w.head_k) * kp.kv_splits + w.hsplit;
+    ptx::fence_proxy_async_global();
+    if (n_block < num_n) ptx::st_release_gpu(kp.key_done + slice * num_n + n_block, 1);
+  }
 }
 
 // Query head and query block of one step of the block's walk: query blocks m_begin .. m_end - 1

@@ -318,13 +318,14 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   const int warp_key0 = warp * 16;  // this warp's 16 keys (rows of S^T, dK, dV)
   const auto w =
       bwd_work<kBlockM, kBlockN, kVariant, bwd_compact_tiles<Traits::kHeadDim, kVariant>()>(kp);
-  // Launched programmatically after the preprocess (bwd/pipeline.h): the postprocess, launched so
-  // after this kernel, may be scheduled once every block here has started (it waits for this
-  // grid's end). Every block waits for the preprocess before it exits (below), so that this grid
-  // never ends before it.
-  ptx::launch_dependents();
+  // Launched programmatically after the preprocess (bwd/pipeline.h). Every block waits for the
+  // preprocess before it exits (below), so that this grid never ends before it; the postprocess,
+  // launched so after this kernel, may be scheduled once every block here has passed that wait
+  // (launch_dependents after it): a streamed dQ convert then reads the key_done flags the
+  // preprocess cleared (otherwise it waits for this grid's end).
   if (w.keys_valid <= 0) {  // varlen: a key block past this entry's length
     ptx::grid_dependency_wait();
+    key_tile_done<kBlockN>(kp, w, tid);
     return;
   }
 
@@ -335,6 +336,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
   const uint32_t sDS = s_base + Traits::kOffDS;
   // K / V by cp.async, the first step's Q / dO / rows into buffer 0; the preprocess waited for.
   begin_block<Traits, Element>(kp, w, q_map, do_map, s_base, tid);
+  ptx::launch_dependents();
 
   float acc_dk[kColTiles][4], acc_dv[kColTiles][4];
 #pragma unroll
@@ -521,8 +523,10 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, const void*
 
   // dK = softmax_scale * dS^T Q (the scale of S was left out of dS), dV as accumulated.
   store_dkdv<Element, Traits, kColTiles>(kp, w, smem, acc_dk, acc_dv, warp_key0, 0, tid);
-  // The block's reduction done (shared memory read, global memory written) before it exits.
+  // The block's reduction done (shared memory read, global memory written) before it exits,
+  // then published to a streamed dQ convert.
   if (dq_issuer) ptx::bulk_wait_all<0>();
+  key_tile_done<kBlockN>(kp, w, tid);
 }
 
 template <typename Element, typename Traits, int kVariant>

@@ -6,6 +6,7 @@
 
 #include "../bwd/pipeline.h"
 #include "../launch.h"
+#include "../switches.h"
 #include "../problem/scheduler.h"
 #include "../tiles.h"
 #include "../tma_host.h"
@@ -94,7 +95,13 @@ Status run_bwd_with(const BwdParams& p, cudaStream_t stream, bool defer_light, b
     return backward::run_bwd_pipeline<Element, kHeadDim, Traits::kBulkDq>(p, stream, main, pdl,
                                                                          Traits::kBulkDq);
   } else {
-    return backward::run_bwd_pipeline<Element, kHeadDim, kWs>(p, stream, main, pdl, true);
+    // dQ streamed (bwd/pipeline.h) behind bwd_kernel.h, whose blocks set the key_done flags, in
+    // the order its tiles complete query blocks: longest first over all tiles (causal_lpt) block
+    // after block, else head after head.
+    const bool stream_dq =
+        !kWs && detail::g_bwd_streamed_dq.load(std::memory_order_relaxed);
+    return backward::run_bwd_pipeline<Element, kHeadDim, kWs>(
+        p, stream, main, pdl, true, stream_dq, causal_lpt && plain_causal(p));
   }
 }
 
