@@ -178,8 +178,11 @@ __device__ __forceinline__ void convert_chunk(const BwdConvertJob& job, int batc
 // a job with frag_d reads dq_frag_ws_offset's order (sm90/bwd_ws_kernel.h) instead of
 // dq_frag_offset's. A job with `total` (a varlen dQ) walks the compact tiles of kBwdRowPad rows
 // (problem/scheduler.h), a tile per block in turn, instead of every entry's max_seqlen rows.
-// Grid-stride over the blocks: waits (every thread a share of the flags, acquire, then the
-// block's barrier) and converts the block's rows.
+// Grid-stride over the blocks: waits (warp 0, 32 flags a load, one cache line; relaxed loads
+// with a growing sleep until all are set, then the acquire fence and the block's barrier) and
+// converts the block's rows. One warp's line a poll keeps the waiting blocks' traffic off the
+// L2 the main kernel's last tiles use (every thread polling its own flag with acquire loads
+// measured slower than converting after the main kernel).
 template <typename Element>
 __device__ __forceinline__ void convert_streamed_dq(const BwdConvertParams& cp,
                                                     const BwdConvertJob& job) {
@@ -195,12 +198,16 @@ __device__ __forceinline__ void convert_streamed_dq(const BwdConvertParams& cp,
     const int* flags = job.key_done +
                        ((static_cast<int64_t>(b.batch) * job.heads_k + head_k) * job.key_splits +
                         split) * num_n;
-    for (int n = keys.begin + static_cast<int>(threadIdx.x); n < keys.end; n += kConvertThreads) {
-      unsigned ns = 64;
-      while (ptx::ld_acquire_gpu(flags + n) == 0) {
-        ptx::nanosleep(ns);
-        if (ns < 2048) ns *= 2;
+    if (threadIdx.x < 32) {
+      for (int n0 = keys.begin; n0 < keys.end; n0 += 32) {
+        const int n = n0 + static_cast<int>(threadIdx.x);
+        unsigned ns = 256;
+        while (!__all_sync(0xffffffffu, n >= keys.end || ptx::ld_relaxed_gpu(flags + n) != 0)) {
+          ptx::nanosleep(ns);
+          if (ns < 4096) ns *= 2;
+        }
       }
+      ptx::fence_acq_rel_gpu();
     }
     __syncthreads();
     for (int e = threadIdx.x; e < kDqFragRows * chunks; e += kConvertThreads) {

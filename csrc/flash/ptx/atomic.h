@@ -37,15 +37,26 @@ FLASHATTN_CU_DEVICE void st_release_gpu(int* addr, int v) {
 #endif
 }
 
-// *addr with acquire semantics at gpu scope (pairs with st_release_gpu).
-FLASHATTN_CU_DEVICE int ld_acquire_gpu(const int* addr) {
+// *addr, a strong (relaxed, gpu scope) load for polling a flag: followed by fence_acq_rel_gpu
+// it is an acquire pattern that pairs with st_release_gpu.
+FLASHATTN_CU_DEVICE int ld_relaxed_gpu(const int* addr) {
 #if FLASHATTN_CU_SM80_OR_NEWER
   int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(addr) : "memory");
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(addr) : "memory");
   return v;
 #else
   unsupported_arch();
   return 0;
+#endif
+}
+
+// fence.acq_rel.gpu: after ld_relaxed_gpu saw a flag, this thread's later accesses are ordered
+// after the writes its release published.
+FLASHATTN_CU_DEVICE void fence_acq_rel_gpu() {
+#if FLASHATTN_CU_SM80_OR_NEWER
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+#else
+  unsupported_arch();
 #endif
 }
 
