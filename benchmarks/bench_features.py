@@ -240,13 +240,22 @@ def bench_varlen_skewed(lines):
 
 
 def bench_window(lines, seqlens):
+    from flashattn_cu import _C
+
+    # The library's default for the sm90a backward's dQ convert, and the other setting, timed
+    # beside it (flashattn_cu.testing.bwd_streamed_dq) for the A/B.
+    default_streamed = _C._bwd_streamed_dq()
+    other = "dQ after main" if default_streamed else "dQ streamed"
     lines += ["## Sliding window", "",
               f"bf16, d {D}, {HEADS} heads, batch = 16k / seqlen; speedup = causal time / window "
-              "time (bar: (1024, 0) at 16k >= 6x; FlashAttention-4: 6.1x). 'dQ after main': "
-              "fwd+bwd with the sm90a backward's dQ converted after its main kernel instead of "
-              "streamed (flashattn_cu.testing.bwd_streamed_dq(False)), window and causal alike.",
-              "",
-              "| seqlen | window | mode | ms | TFLOP/s | causal ms | speedup | dQ after main: ms "
+              f"time (bar: (1024, 0) at 16k >= 6x; FlashAttention-4: 6.1x). '{other}': fwd+bwd "
+              "with the sm90a backward's dQ converted "
+              + ("after its main kernel instead of streamed" if default_streamed else
+                 "streamed, block by block as its main kernel's key tiles finish, instead of "
+                 "after it")
+              + f" (flashattn_cu.testing.bwd_streamed_dq({not default_streamed})), window and "
+              "causal alike.", "",
+              f"| seqlen | window | mode | ms | TFLOP/s | causal ms | speedup | {other}: ms "
               "| causal ms | speedup |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for s in seqlens:
@@ -255,22 +264,22 @@ def bench_window(lines, seqlens):
                    for _ in range(3))
         dout = torch.randn_like(q)
         for mode in ("fwd", "fwd+bwd"):
-            def call(window, streamed=True):
+            def call(window, switched=False):
                 fn = lambda: flash_attn_func(q, k, v, causal=True, window_size=window)  # noqa
                 if mode == "fwd":
                     return fn
                 run = fwd_bwd(fn, (q, k, v), dout)
-                if streamed:
+                if not switched:
                     return run
 
-                def after_main():
-                    with bwd_streamed_dq(False):
+                def with_other():
+                    with bwd_streamed_dq(not default_streamed):
                         run()
-                return after_main
+                return with_other
             windows = [w for w in ((1024, 0), (4096, 0)) if w[0] < s]
             calls = [call(w) for w in [(-1, -1)] + windows]
             if mode == "fwd+bwd":
-                calls += [call(w, streamed=False) for w in [(-1, -1)] + windows]
+                calls += [call(w, switched=True) for w in [(-1, -1)] + windows]
             times = interleaved_ms(calls)
             t_causal = times[0]
             n = 1 + len(windows)
@@ -280,7 +289,7 @@ def bench_window(lines, seqlens):
                 after = ""
                 if mode == "fwd+bwd":
                     a_causal, a = times[n], times[n + 1 + i]
-                    after = f" (dQ after main: {a:.3f} ms, causal {a_causal:.3f} -> {a_causal / a:.2f}x)"
+                    after = f" ({other}: {a:.3f} ms, causal {a_causal:.3f} -> {a_causal / a:.2f}x)"
                     cols = f"{a:.3f} | {a_causal:.3f} | {a_causal / a:.2f}x"
                 else:
                     cols = "- | - | -"

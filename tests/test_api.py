@@ -123,10 +123,10 @@ def test_fwd_dynamic_tiles_switch():
 def test_bwd_streamed_dq_switch():
     from flashattn_cu.testing import bwd_streamed_dq
 
-    assert _C._bwd_streamed_dq() is True
-    with bwd_streamed_dq(False):
-        assert _C._bwd_streamed_dq() is False
-    assert _C._bwd_streamed_dq() is True
+    assert _C._bwd_streamed_dq() is False
+    with bwd_streamed_dq(True):
+        assert _C._bwd_streamed_dq() is True
+    assert _C._bwd_streamed_dq() is False
 
 
 def test_fwd_varlen_order_switch():

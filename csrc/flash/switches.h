@@ -15,6 +15,6 @@ inline std::atomic<int> g_kernel_path{static_cast<int>(KernelPath::kAuto)};
 inline std::atomic<int> g_fwd_causal_schedule{static_cast<int>(FwdCausalSchedule::kAuto)};
 inline std::atomic<bool> g_fwd_dynamic_tiles{true};
 inline std::atomic<int> g_fwd_varlen_order{static_cast<int>(FwdVarlenOrder::kHeads)};
-inline std::atomic<bool> g_bwd_streamed_dq{true};
+inline std::atomic<bool> g_bwd_streamed_dq{false};
 
 }  // namespace flashattn_cu::detail

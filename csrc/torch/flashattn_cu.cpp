@@ -233,7 +233,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("_set_bwd_streamed_dq", [](bool enabled) { flashattn_cu::set_bwd_streamed_dq(enabled); },
         "Test/benchmark: whether the sm90a backward converts dQ streamed, block by block as the "
-        "main kernel's key tiles finish (default true), or after the main kernel");
+        "main kernel's key tiles finish, or after the main kernel (default false)");
   m.def("_bwd_streamed_dq", []() { return flashattn_cu::bwd_streamed_dq(); });
   m.def(
       "_tma_copy_selftest",

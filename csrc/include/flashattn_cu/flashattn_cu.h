@@ -352,11 +352,12 @@ enum class FwdVarlenOrder : int { kHeads = 0, kBlocks = 1 };
 void set_fwd_varlen_order(FwdVarlenOrder order);
 FwdVarlenOrder fwd_varlen_order();
 
-// Whether the sm_90a backward converts dQ streamed (true, the default): the fp32 accumulator's
-// blocks of rows go to dq as soon as every key tile that adds to them is done, under the main
-// kernel's last tiles, instead of after it (non-deterministic calls on padded rows, head dims
-// 64 and 128). false: after the main kernel. For tests and benchmarks (its A/B); the results are
-// the same up to the order of the fp32 additions. Process-wide; takes effect at the next call.
+// Whether the sm_90a backward converts dQ streamed (true): the fp32 accumulator's blocks of rows
+// go to dq as soon as every key tile that adds to them is done, under the main kernel's last
+// tiles, instead of after it (non-deterministic calls on padded rows, head dims 64 and 128).
+// false, the default until it measures faster: after the main kernel. For tests and benchmarks
+// (its A/B); the results are the same up to the order of the fp32 additions. Process-wide;
+// takes effect at the next call.
 void set_bwd_streamed_dq(bool enabled);
 bool bwd_streamed_dq();
 
