@@ -3,7 +3,7 @@
 #
 #   bash scripts/device_run.sh                                  # every step
 #   STEPS=build,check,test bash scripts/device_run.sh           # a subset, in this fixed order:
-#                                                               #   env,diag,build,check,test,bench,features,schedule,decode,example,cp,sanitize,sanitize_kv,tune_decode,tune_bwd,tune
+#                                                               #   env,diag,build,check,test,bench,features,schedule,bwdstream,decode,example,cp,sanitize,sanitize_kv,tune_decode,tune_bwd,tune
 #                                                               # (diag, not in the default set: the TORCH_CHECK
 #                                                               #  crash diagnosis, scripts/diag_torch_check.py)
 #   FLASHATTN_CU_COMMIT=abc1234 STEPS=build,bench BENCH_ARGS="--quick" bash scripts/device_run.sh
@@ -39,6 +39,9 @@
 #   SCHEDULE_ARGS         flags for benchmarks/bench_schedule.py (step "schedule", not in the default
 #                         set: the sm90a forward's causal schedules, persistent and one CTA per tile,
 #                         through the library against cuDNN); table in extras
+#   BWDSTREAM_ARGS        flags for benchmarks/bench_bwd_stream.py (step "bwdstream", not in the default
+#                         set: the sm90a backward with its dQ converted streamed against after the
+#                         main kernel); table in extras
 #   DECODE_SEQLEN_Q       seqlen_q values for benchmarks/bench_decode.py (step "decode", not in the default
 #                         set; default "1"); tables (and benchmarks/plot_decode.py charts) in extras;
 #                         DECODE_TIMEOUT bounds each run; DECODE_ARGS extra bench_decode.py flags
@@ -319,6 +322,13 @@ main() {
             --out "$LOGS/schedule.md" "${schedule_args[@]}"
     fi
 
+    if want bwdstream; then
+        local -a bwdstream_args
+        read -r -a bwdstream_args <<< "${BWDSTREAM_ARGS:-}"
+        run_step bwdstream "$LOGS/bwd_stream.log" "$PY" benchmarks/bench_bwd_stream.py \
+            --out "$LOGS/bwd_stream.md" "${bwdstream_args[@]}"
+    fi
+
     if want decode; then
         local sq
         for sq in ${DECODE_SEQLEN_Q:-1}; do
@@ -454,6 +464,7 @@ main() {
     [ -f "$LOGS/check.log" ] && tail -n 3 "$LOGS/check.log"
     [ -f "$LOGS/bench.log" ] && grep '^SUMMARY' "$LOGS/bench.log" | grep -v '^SUMMARY key' | head -n 30
     [ -f "$LOGS/schedule.log" ] && grep '^SUMMARY' "$LOGS/schedule.log"
+    [ -f "$LOGS/bwd_stream.log" ] && grep '^SUMMARY' "$LOGS/bwd_stream.log"
     grep -h '^RESULT' "$LOGS"/train_gpt.log "$LOGS"/long_context.log "$LOGS"/generate.log "$LOGS"/context_parallel.log \
         "$LOGS"/features.log 2>/dev/null
     for f in "$LOGS"/sanitize_*.log; do

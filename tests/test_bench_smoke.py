@@ -56,3 +56,21 @@ def test_bench_schedule_runs_and_checks_both_schedules(tmp_path):
     assert [r.split("|")[1].strip() for r in rows] == ["memset", "read", "none"], rows
     assert all(r.rstrip(" |").endswith("ok") for r in rows), rows
     assert res.stdout.count("SUMMARY") == 6, res.stdout[-2000:]
+
+
+@pytest.mark.gpu
+def test_bench_bwd_stream_runs_and_checks_both_converts(tmp_path):
+    """benchmarks/bench_bwd_stream.py on two small shapes (causal, a window): a row each whose
+    two dQ converts agreed (dK / dV bitwise, dQ within the atomics' order: 'ok'), and its
+    SUMMARY line."""
+    out = tmp_path / "bwd_stream.md"
+    res = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bench_bwd_stream.py"), "--shapes",
+         "64:2048:1,128:2048:w256", "--rounds", "2", "--reps", "3", "--warmup", "1",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| ") and
+            line.split("|")[1].strip() in ("64", "128")]
+    assert len(rows) == 2 and all(r.rstrip(" |").endswith("ok") for r in rows), rows
+    assert res.stdout.count("SUMMARY") == 1, res.stdout[-2000:]
