@@ -364,10 +364,14 @@ inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp, bool 
   cp.head_dim = p.head_dim;
   auto add = [&](const BwdConvertJob& job) {
     cp.jobs[cp.num_jobs++] = job;
-    // A compact job takes a block per tile (a grid of tiles x kConvertThreads "chunks").
+    // A compact job takes a block per tile (a grid of tiles x kConvertThreads "chunks"), a
+    // streamed one a block per kDqFragRows rows.
     const int64_t chunks =
         job.total > 0
             ? job.heads * varlen_slot_count(job.total, p.batch, kBwdRowPad) * kConvertThreads
+        : job.key_done != nullptr
+            ? static_cast<int64_t>(p.batch) * job.heads *
+                  ((job.rows + kDqFragRows - 1) / kDqFragRows) * kConvertThreads
             : static_cast<int64_t>(p.batch) * job.heads * job.rows * (p.head_dim / 8);
     if (chunks > cp.max_chunks) cp.max_chunks = chunks;
   };

@@ -224,9 +224,12 @@ __global__ void __launch_bounds__(kConvertThreads)
   if constexpr (!kFragWs) {
     // A streamed dQ job waits for the main kernel's flags instead of its end: this grid is
     // scheduled once every main-kernel block has passed its wait for the preprocess, whose
-    // clearing of the flags is then visible (bwd/pipeline.h).
+    // clearing of the flags is then visible (bwd/pipeline.h). Each block still waits for the
+    // main kernel's end before it exits: the stream (or a captured graph's plain edge) orders
+    // the work after this grid only after this grid's end, and that work may read dk / dv.
     if (job.key_done != nullptr) {
       convert_streamed_dq<Element>(cp, job);
+      ptx::grid_dependency_wait();
       return;
     }
   }

@@ -114,7 +114,10 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
   const int col0 = wg * kHalf;            // this warpgroup's dK/dV/dQ columns
   const auto w =
       bwd_work<kBlockM, kBlockN, kVariant, bwd_compact_tiles<Traits::kHeadDim, kVariant>()>(kp);
-  ptx::launch_dependents();  // as sm90/bwd_kernel.h
+  // The postprocess may be scheduled once every block here has started (it waits for this
+  // grid's end; sm90/bwd_kernel.h triggers after its wait for the preprocess instead, for its
+  // streamed dQ convert, which this kernel does not feed).
+  ptx::launch_dependents();
   if (w.keys_valid <= 0) {   // varlen: a key block past this entry's length
     ptx::grid_dependency_wait();
     return;
