@@ -445,6 +445,66 @@ def test_streamed_dq_convert(case, head_dim, path):
             assert_rule(g, r, p, 3, 1e-4, f"{name} (streamed {streamed})")
 
 
+def test_streamed_dq_convert_in_a_cuda_graph(path):
+    """The streamed dQ convert captured in a CUDA graph (the main kernel -> postprocess edge
+    programmatic, the flags cleared by the captured preprocess on every replay): two replays on
+    new data equal the eager streamed backward (dK / dV bitwise, dQ within the fp32 additions'
+    order), and a reduction of dK captured right behind the backward sees the finished dK (the
+    convert's blocks wait for the main kernel's end before they exit)."""
+    from flashattn_cu.testing import bwd_streamed_dq
+
+    if path != "auto" or torch.cuda.get_device_capability() != (9, 0) or \
+            90 not in _C.built_archs():
+        pytest.skip("the sm90a backward's postprocess (an sm_90 GPU, the default path)")
+    skip_unless_bwd(128)
+    shape = (2, 2048, 8, 4, 128)
+    q, k, v = make_qkv(shape[0], shape[1], shape[1], shape[2], shape[3], shape[4],
+                       torch.bfloat16, requires_grad=True)
+    dout = torch.randn(shape[0], shape[1], shape[2], shape[4], device=attn_helpers.DEVICE,
+                       dtype=torch.bfloat16)
+
+    def step():
+        out = flash_attn_func(q, k, v, causal=True, window_size=(300, 0))
+        out.backward(dout)
+        return out, k.grad.float().sum(dim=(0, 1))
+
+    with bwd_streamed_dq(True):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                for t in (q, k, v):
+                    t.grad = None
+                step()
+        torch.cuda.current_stream().wait_stream(side)
+        for t in (q, k, v):
+            t.grad = None
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out, static_dk_sum = step()
+        for _ in range(2):
+            new = make_qkv(shape[0], shape[1], shape[1], shape[2], shape[3], shape[4],
+                           torch.bfloat16)
+            with torch.no_grad():
+                for t, n in zip((q, k, v), new):
+                    t.copy_(n)
+            dout.copy_(torch.randn_like(dout))
+            graph.replay()
+            torch.cuda.synchronize()
+            replayed = [static_out.clone()] + [t.grad.clone() for t in (q, k, v)]
+            assert torch.equal(static_dk_sum, replayed[2].float().sum(dim=(0, 1))), \
+                "a kernel captured behind the backward read dK before it was finished"
+            qe, ke, ve = (t.detach().clone().requires_grad_() for t in (q, k, v))
+            out_e = flash_attn_func(qe, ke, ve, causal=True, window_size=(300, 0))
+            out_e.backward(dout)
+            for name, r, e in zip(("out", "dk", "dv"), (replayed[0], replayed[2], replayed[3]),
+                                  (out_e, ke.grad, ve.grad)):
+                assert torch.equal(r, e), f"{name}: graph replay differs from eager"
+            scale = qe.grad.float().abs().max().item()
+            assert (replayed[1].float() - qe.grad.float()).abs().max().item() <= 1e-2 * scale, \
+                "dq: graph replay differs from eager beyond the additions' order"
+
+
 # --------------------------------------------------------------------------------------------
 # Double backward: not supported, and never silently wrong.
 
