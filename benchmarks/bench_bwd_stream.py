@@ -20,7 +20,6 @@ ways, dQ within 1e-2 of each other (the fp32 additions' order differs from run t
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -33,7 +32,7 @@ if list((REPO_ROOT / "flashattn_cu").glob("_C*.so")) and str(REPO_ROOT) not in s
 import flashattn_cu  # noqa: E402,F401  (registers torch.ops.flashattn_cu)
 from flashattn_cu.testing import bwd_streamed_dq  # noqa: E402
 
-from bench_timing import flushed_median_ms  # noqa: E402
+from bench_timing import flushed_median_ms, geo_summary  # noqa: E402
 
 DEFAULT_SHAPES = ("64:1024:0,64:1024:1,64:4096:1,64:16384:0,64:16384:1,"
                   "128:1024:0,128:1024:1,128:2048:1,128:4096:0,128:4096:1,128:8192:1,"
@@ -110,9 +109,7 @@ def main(argv=None):
         del q, k, v, out, lse, stats, dout, fns
         torch.cuda.empty_cache()
     if ratios:
-        g = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
-        lines += ["", f"SUMMARY time streamed / after main: geo {g:.3f} "
-                      f"[{min(ratios):.3f}..{max(ratios):.3f}] over {len(ratios)} shapes"]
+        lines += ["", geo_summary("time streamed / after main:", ratios)]
         print(lines[-1], flush=True)
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")

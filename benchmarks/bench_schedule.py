@@ -21,7 +21,6 @@ Outputs are checked: the two schedules bitwise equal, each within 2e-2 of cuDNN'
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -36,7 +35,7 @@ if list((REPO_ROOT / "flashattn_cu").glob("_C*.so")) and str(REPO_ROOT) not in s
 from flashattn_cu import flash_attn_func  # noqa: E402
 from flashattn_cu.testing import fwd_causal_schedule, fwd_dynamic_tiles  # noqa: E402
 
-from bench_timing import flushed_median_ms  # noqa: E402
+from bench_timing import flushed_median_ms, geo_summary  # noqa: E402
 
 DEFAULT_SHAPES = ("64:1024,64:2048,64:4096,64:6144,64:8192,64:12288,64:16384,"
                   "128:1024,128:2048,128:4096,128:8192,128:12288,128:16384,"
@@ -127,14 +126,9 @@ def main(argv=None):
         del q, k, v, fns
     for flush, vals in geo.items():
         if vals:
-            g = math.exp(sum(math.log(x) for x in vals) / len(vals))
-            lines += ["", f"SUMMARY {flush}: time persistent / per tile geo {g:.3f} "
-                          f"[{min(vals):.3f}..{max(vals):.3f}] over {len(vals)} shapes"]
+            lines += ["", geo_summary(f"{flush}: time persistent / per tile", vals)]
             print(lines[-1], flush=True)
-            dv = geo_dyn[flush]
-            g = math.exp(sum(math.log(x) for x in dv) / len(dv))
-            lines += ["", f"SUMMARY {flush}: time dynamic / the faster static geo {g:.3f} "
-                          f"[{min(dv):.3f}..{max(dv):.3f}] over {len(dv)} shapes"]
+            lines += ["", geo_summary(f"{flush}: time dynamic / the faster static", geo_dyn[flush])]
             print(lines[-1], flush=True)
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")

@@ -1,5 +1,8 @@
-"""Call timing that the GPU benchmark scripts share (bench_decode.py, bench_schedule.py): each call
-between CUDA events after the L2 is emptied, the median of the calls."""
+"""Call timing that the GPU benchmark scripts share (bench_decode.py, bench_schedule.py,
+bench_bwd_stream.py): each call between CUDA events after the L2 is emptied, the median of the
+calls; and their SUMMARY lines' geometric means."""
+
+import math
 
 import torch
 
@@ -35,3 +38,10 @@ def flushed_median_ms(fn, flush="read", reps=100, warmup=10):
         if i >= warmup:
             times.append(start.elapsed_time(end))
     return sorted(times)[len(times) // 2]
+
+
+def geo_summary(label, ratios):
+    """A SUMMARY line: the geometric mean of `ratios` with their range and count."""
+    g = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+    return (f"SUMMARY {label} geo {g:.3f} [{min(ratios):.3f}..{max(ratios):.3f}] over "
+            f"{len(ratios)} shapes")

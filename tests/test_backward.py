@@ -178,6 +178,25 @@ def test_compile_forward_backward(dtype, head_dim):
         assert_rule(c, r, p, 3, 1e-4, f"compiled {name}")
 
 
+def capture_training_step(step, leaves):
+    """step() (a forward + backward into leaves' .grad) warmed up on a side stream, as CUDA
+    graphs require, then captured: (graph, step's captured return value)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            for t in leaves:
+                t.grad = None
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    for t in leaves:
+        t.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = step()
+    return graph, static
+
+
 def test_cuda_graph_training_step():
     """Forward + backward captured in a CUDA graph and replayed on new data equals eager."""
     skip_unless_bwd(128)
@@ -189,19 +208,7 @@ def test_cuda_graph_training_step():
         out.backward(dout)
         return out
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up outside the capture, as CUDA graphs require
-        for _ in range(3):
-            for t in (q, k, v):
-                t.grad = None
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    for t in (q, k, v):
-        t.grad = None
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = step()
+    graph, static_out = capture_training_step(step, (q, k, v))
 
     new = make_qkv(2, 512, 512, 8, 2, 128, torch.bfloat16)
     with torch.no_grad():
@@ -469,19 +476,7 @@ def test_streamed_dq_convert_in_a_cuda_graph(path):
         return out, k.grad.float().sum(dim=(0, 1))
 
     with bwd_streamed_dq(True):
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                for t in (q, k, v):
-                    t.grad = None
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        for t in (q, k, v):
-            t.grad = None
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_out, static_dk_sum = step()
+        graph, (static_out, static_dk_sum) = capture_training_step(step, (q, k, v))
         for _ in range(2):
             new = make_qkv(shape[0], shape[1], shape[1], shape[2], shape[3], shape[4],
                            torch.bfloat16)
