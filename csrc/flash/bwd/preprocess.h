@@ -174,15 +174,11 @@ __device__ __forceinline__ void convert_chunk(const BwdConvertJob& job, int batc
   *reinterpret_cast<uint4*>(dst) = out;
 }
 
-// Grid (x, number of jobs): each thread converts 16-byte chunks of output, grid-stride. kFragWs:
-// a job with frag_d reads dq_frag_ws_offset's order (sm90/bwd_ws_kernel.h) instead of
-// dq_frag_offset's. A job with `total` (a varlen dQ) walks the compact tiles of kBwdRowPad rows
-// (problem/scheduler.h), a tile per block in turn, instead of every entry's max_seqlen rows.
 // Grid-stride over the blocks: waits (warp 0, 32 flags a load, one cache line; relaxed loads
 // with a growing sleep until all are set, then the acquire fence and the block's barrier) and
 // converts the block's rows. One warp's line a poll keeps the waiting blocks' traffic off the
-// L2 the main kernel's last tiles use (every thread polling its own flag with acquire loads
-// measured slower than converting after the main kernel).
+// L2 the main kernel's last tiles use (the first version, every thread polling its own flag with
+// acquire loads, measured slower than converting after the main kernel: NOTES 12.73).
 template <typename Element>
 __device__ __forceinline__ void convert_streamed_dq(const BwdConvertParams& cp,
                                                     const BwdConvertJob& job) {
@@ -217,6 +213,10 @@ __device__ __forceinline__ void convert_streamed_dq(const BwdConvertParams& cp,
   }
 }
 
+// Grid (x, number of jobs): each thread converts 16-byte chunks of output, grid-stride. kFragWs:
+// a job with frag_d reads dq_frag_ws_offset's order (sm90/bwd_ws_kernel.h) instead of
+// dq_frag_offset's. A job with `total` (a varlen dQ) walks the compact tiles of kBwdRowPad rows
+// (problem/scheduler.h), a tile per block in turn, instead of every entry's max_seqlen rows.
 template <typename Element, bool kFragWs = false>
 __global__ void __launch_bounds__(kConvertThreads)
     bwd_convert_kernel(const __grid_constant__ BwdConvertParams cp) {
