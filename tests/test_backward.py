@@ -197,6 +197,18 @@ def capture_training_step(step, leaves):
     return graph, static
 
 
+def replay_on_new_inputs(graph, static_out, leaves, dout):
+    """Fresh random values into the captured leaves and dout, one replay: [out] + the leaves'
+    gradients, cloned."""
+    with torch.no_grad():
+        for t in leaves:
+            t.copy_(torch.randn_like(t))
+    dout.copy_(torch.randn_like(dout))
+    graph.replay()
+    torch.cuda.synchronize()
+    return [static_out.clone()] + [t.grad.clone() for t in leaves]
+
+
 def test_cuda_graph_training_step():
     """Forward + backward captured in a CUDA graph and replayed on new data equals eager."""
     skip_unless_bwd(128)
@@ -209,15 +221,7 @@ def test_cuda_graph_training_step():
         return out
 
     graph, static_out = capture_training_step(step, (q, k, v))
-
-    new = make_qkv(2, 512, 512, 8, 2, 128, torch.bfloat16)
-    with torch.no_grad():
-        for t, n in zip((q, k, v), new):
-            t.copy_(n)
-    dout.copy_(torch.randn_like(dout))
-    graph.replay()
-    torch.cuda.synchronize()
-    replayed = [static_out.clone()] + [t.grad.clone() for t in (q, k, v)]
+    replayed = replay_on_new_inputs(graph, static_out, (q, k, v), dout)
 
     qe, ke, ve = (t.detach().clone().requires_grad_() for t in (q, k, v))
     out_e = flash_attn_func(qe, ke, ve, causal=True, deterministic=True)
@@ -464,11 +468,12 @@ def test_streamed_dq_convert_in_a_cuda_graph(path):
             90 not in _C.built_archs():
         pytest.skip("the sm90a backward's postprocess (an sm_90 GPU, the default path)")
     skip_unless_bwd(128)
-    shape = (2, 2048, 8, 4, 128)
-    q, k, v = make_qkv(shape[0], shape[1], shape[1], shape[2], shape[3], shape[4],
-                       torch.bfloat16, requires_grad=True)
-    dout = torch.randn(shape[0], shape[1], shape[2], shape[4], device=attn_helpers.DEVICE,
-                       dtype=torch.bfloat16)
+    # MHA with 256 key tiles: kv_splits 1, so the postprocess has no dK / dV job whose blocks
+    # would wait for the main kernel anyway (bwd/params.h bwd_kv_splits).
+    batch, seqlen, heads, d = 2, 2048, 8, 128
+    assert kv_splits(batch, heads, heads, seqlen) == 1
+    q, k, v = make_qkv(batch, seqlen, seqlen, heads, heads, d, torch.bfloat16, requires_grad=True)
+    dout = torch.randn(batch, seqlen, heads, d, device=attn_helpers.DEVICE, dtype=torch.bfloat16)
 
     def step():
         out = flash_attn_func(q, k, v, causal=True, window_size=(300, 0))
@@ -478,15 +483,7 @@ def test_streamed_dq_convert_in_a_cuda_graph(path):
     with bwd_streamed_dq(True):
         graph, (static_out, static_dk_sum) = capture_training_step(step, (q, k, v))
         for _ in range(2):
-            new = make_qkv(shape[0], shape[1], shape[1], shape[2], shape[3], shape[4],
-                           torch.bfloat16)
-            with torch.no_grad():
-                for t, n in zip((q, k, v), new):
-                    t.copy_(n)
-            dout.copy_(torch.randn_like(dout))
-            graph.replay()
-            torch.cuda.synchronize()
-            replayed = [static_out.clone()] + [t.grad.clone() for t in (q, k, v)]
+            replayed = replay_on_new_inputs(graph, static_out, (q, k, v), dout)
             assert torch.equal(static_dk_sum, replayed[2].float().sum(dim=(0, 1))), \
                 "a kernel captured behind the backward read dK before it was finished"
             qe, ke, ve = (t.detach().clone().requires_grad_() for t in (q, k, v))
