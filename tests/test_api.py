@@ -111,22 +111,18 @@ def test_fwd_causal_schedule_switch():
     assert _C._fwd_causal_schedule() == "auto"
 
 
-def test_fwd_dynamic_tiles_switch():
-    from flashattn_cu.testing import fwd_dynamic_tiles
+@pytest.mark.parametrize("name, default", [("fwd_dynamic_tiles", True),
+                                           ("bwd_streamed_dq", False)])
+def test_on_off_switch(name, default):
+    """A process-wide on / off switch: its default, the other setting while
+    flashattn_cu.testing's context is active, the default again after it."""
+    from flashattn_cu import testing
 
-    assert _C._fwd_dynamic_tiles() is True
-    with fwd_dynamic_tiles(False):
-        assert _C._fwd_dynamic_tiles() is False
-    assert _C._fwd_dynamic_tiles() is True
-
-
-def test_bwd_streamed_dq_switch():
-    from flashattn_cu.testing import bwd_streamed_dq
-
-    assert _C._bwd_streamed_dq() is False
-    with bwd_streamed_dq(True):
-        assert _C._bwd_streamed_dq() is True
-    assert _C._bwd_streamed_dq() is False
+    get = getattr(_C, f"_{name}")
+    assert get() is default
+    with getattr(testing, name)(not default):
+        assert get() is (not default)
+    assert get() is default
 
 
 def test_fwd_varlen_order_switch():

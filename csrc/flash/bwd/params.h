@@ -76,6 +76,20 @@ inline bool bwd_has_key_done(const BwdParams& p) {
   return !p.deterministic && p.cu_seqlens_q == nullptr && p.seqused_k == nullptr;
 }
 
+// The key_done flags: key_done_blocks(seqlen_k) of them per (batch, kv head, split) slice, the
+// slices in that order; key_done_slice is a slice's first flag (batch = the call's batch: the
+// flag count). Written by the main kernel (sm90/bwd_common.h key_tile_done), read by the
+// streamed convert (bwd/preprocess.h), sized here (bwd_workspace_layout).
+__host__ __device__ __forceinline__ int key_done_blocks(int seqlen_k) {
+  return (seqlen_k + kDqStreamBlockN - 1) / kDqStreamBlockN;
+}
+__host__ __device__ __forceinline__ int64_t key_done_slice(int batch, int head_k, int split,
+                                                           int num_heads_k, int kv_splits,
+                                                           int seqlen_k) {
+  return ((static_cast<int64_t>(batch) * num_heads_k + head_k) * kv_splits + split) *
+         key_done_blocks(seqlen_k);
+}
+
 struct BwdWorkspaceLayout {
   int64_t rows = 0;      // padded layout: rows per (entry, head) slot (max_seqlen_q rounded up)
   int64_t ws_plane = 0;  // varlen: rows per head (0 in the padded layout)
@@ -118,8 +132,7 @@ inline BwdWorkspaceLayout bwd_workspace_layout(const BwdParams& p) {
   }
   w.key_done = off;
   if (bwd_has_key_done(p)) {
-    w.key_done_count = static_cast<int64_t>(p.batch) * p.num_heads_k * w.kv_splits *
-                       ((static_cast<int64_t>(p.seqlen_k) + kDqStreamBlockN - 1) / kDqStreamBlockN);
+    w.key_done_count = key_done_slice(p.batch, 0, 0, p.num_heads_k, w.kv_splits, p.seqlen_k);
     off = align(off + static_cast<size_t>(w.key_done_count) * sizeof(int));
   }
   w.bytes = off;
@@ -179,10 +192,9 @@ struct BwdKernelParams {
   // (problem/scheduler.h key_tile_at; set by sm90/bwd_launch.h; 0: key_tile's order).
   int defer_n = 0;
   // The streamed dQ convert (bwd/pipeline.h; null: off): the main kernel sets its key tile's
-  // flag, [(batch * num_heads_k + head_k) * kv_splits + split][n_block] (blocks of
-  // kDqStreamBlockN keys), once its dQ additions are complete; the preprocess clears them.
+  // flag (key_done_slice + n_block) once its dQ additions are complete; the preprocess clears
+  // them.
   int* key_done = nullptr;
-  int64_t key_done_count = 0;
   // The order in which the main kernel's tiles complete query blocks: block after block over all
   // heads (a causal call's tiles longest first: every key block deferred) or head after head.
   bool key_done_block_major = false;
@@ -262,14 +274,18 @@ struct BwdConvertJob {
   int window_left = -1, window_right = -1;
 };
 
-// The streamed dQ job (BwdConvertJob key_done): block `index` of kDqFragRows rows in the order
-// the main kernel completes them, (batch, head, m) with m fastest, or m slowest (block_major).
+// The streamed dQ job (BwdConvertJob key_done): its blocks of kDqFragRows rows per (batch,
+// head), and block `index` of them in the order the main kernel completes them, (batch, head, m)
+// with m fastest, or m slowest (block_major).
+__host__ __device__ __forceinline__ int dq_stream_num_m(const BwdConvertJob& job) {
+  return (job.rows + kDqFragRows - 1) / kDqFragRows;
+}
 struct DqStreamBlock {
   int batch, head, m;
 };
 __host__ __device__ __forceinline__ DqStreamBlock dq_stream_block(const BwdConvertJob& job,
                                                                   int batch, int64_t index) {
-  const int num_m = (job.rows + kDqFragRows - 1) / kDqFragRows;
+  const int num_m = dq_stream_num_m(job);
   const int64_t slices = static_cast<int64_t>(batch) * job.heads;
   DqStreamBlock b;
   int64_t bh;
@@ -370,8 +386,7 @@ inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp, bool 
         job.total > 0
             ? job.heads * varlen_slot_count(job.total, p.batch, kBwdRowPad) * kConvertThreads
         : job.key_done != nullptr
-            ? static_cast<int64_t>(p.batch) * job.heads *
-                  ((job.rows + kDqFragRows - 1) / kDqFragRows) * kConvertThreads
+            ? static_cast<int64_t>(p.batch) * job.heads * dq_stream_num_m(job) * kConvertThreads
             : static_cast<int64_t>(p.batch) * job.heads * job.rows * (p.head_dim / 8);
     if (chunks > cp.max_chunks) cp.max_chunks = chunks;
   };
@@ -391,7 +406,7 @@ inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp, bool 
     job.scale = p.softmax_scale;  // the main kernel accumulates dS K without it
     job.frag_d = dq_frag ? static_cast<int>(d) : 0;
     job.total = kp.ws_plane != 0 && compact_query_tiles(p, kBwdRowPad) ? p.total_q : 0;
-    if (kp.key_done != nullptr && dq_frag) {
+    if (kp.key_done != nullptr) {
       job.key_done = kp.key_done;
       job.block_major = kp.key_done_block_major;
       job.seqlen_k = p.seqlen_k;

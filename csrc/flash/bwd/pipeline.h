@@ -41,8 +41,8 @@ Status launch_bwd_dq_for(const BwdKernelParams& kp, cudaStream_t stream) {
 // is launched whole when there is no preprocess to start under (its early loads are safe only
 // behind a kernel that itself started after everything before it in the stream). `dq_frag`: the
 // main kernel accumulates dQ in bwd/params.h dq_frag_offset's layout (the postprocess reads it so;
-// with kFragWs, dq_frag_ws_offset's: sm90/bwd_ws_kernel.h). `stream_dq` (with pdl and dq_frag,
-// not kFragWs; a main kernel that sets bwd/params.h's key_done flags: sm90/bwd_kernel.h): the
+// with kFragWs, dq_frag_ws_offset's: sm90/bwd_ws_kernel.h). `stream_dq` (with pdl; only behind a
+// main kernel that sets bwd/params.h's key_done flags: sm90/bwd_kernel.h): the
 // postprocess converts dQ streamed, each block of rows once the key tiles that add to it are
 // done, in the order they complete (`block_major`: block after block over every head, else head
 // after head), on the SMs the main kernel's last tiles leave idle; a call whose workspace has no
@@ -57,11 +57,9 @@ Status run_bwd_pipeline(const BwdParams& p, cudaStream_t stream, const MainFn& m
   // 1. Preprocess.
   const int64_t prep = prep_blocks(p, ws.rows);
   // The flags are cleared by the preprocess and read after the main kernel's wait for it: only
-  // with a preprocess and the programmatic chain.
-  if (!kFragWs && stream_dq && pdl && dq_frag && prep > 0 && ws.key_done_count > 0 &&
-      kp.dq_accum != nullptr) {
+  // with a preprocess and the programmatic chain (a workspace with flags has a dQ accumulator).
+  if (stream_dq && pdl && prep > 0 && ws.key_done_count > 0) {
     kp.key_done = reinterpret_cast<int*>(static_cast<char*>(p.workspace) + ws.key_done);
-    kp.key_done_count = ws.key_done_count;
     kp.key_done_block_major = block_major;
   }
   Status st = dynamic_instance(p)

@@ -46,8 +46,9 @@ __global__ void __launch_bounds__(kPrepThreads)
   // kernel sets them only after its wait for this grid, the postprocess reads them only after
   // every main-kernel block has passed that wait (sm90/bwd_kernel.h's launch_dependents).
   if (kp.key_done != nullptr) {
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(kPrepThreads) + threadIdx.x;
-         i < kp.key_done_count; i += static_cast<int64_t>(gridDim.x) * kPrepThreads) {
+    const int64_t count = key_done_slice(p.batch, 0, 0, p.num_heads_k, kp.kv_splits, p.seqlen_k);
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(kPrepThreads) + threadIdx.x; i < count;
+         i += static_cast<int64_t>(gridDim.x) * kPrepThreads) {
       kp.key_done[i] = 0;
     }
   }
@@ -183,17 +184,14 @@ template <typename Element>
 __device__ __forceinline__ void convert_streamed_dq(const BwdConvertParams& cp,
                                                     const BwdConvertJob& job) {
   const int chunks = cp.head_dim / 8;
-  const int num_m = (job.rows + kDqFragRows - 1) / kDqFragRows;
-  const int num_n = (job.seqlen_k + kDqStreamBlockN - 1) / kDqStreamBlockN;
   const int group = job.heads / job.heads_k;
-  const int64_t blocks = static_cast<int64_t>(cp.batch) * job.heads * num_m;
+  const int64_t blocks = static_cast<int64_t>(cp.batch) * job.heads * dq_stream_num_m(job);
   for (int64_t index = blockIdx.x; index < blocks; index += gridDim.x) {
     const DqStreamBlock b = dq_stream_block(job, cp.batch, index);
     const KeyBlocks keys = dq_stream_key_tiles(job, b.batch, b.m);
     const int head_k = b.head / group, split = (b.head % group) / job.heads_per_split;
-    const int* flags = job.key_done +
-                       ((static_cast<int64_t>(b.batch) * job.heads_k + head_k) * job.key_splits +
-                        split) * num_n;
+    const int* flags = job.key_done + key_done_slice(b.batch, head_k, split, job.heads_k,
+                                                     job.key_splits, job.seqlen_k);
     if (threadIdx.x < 32) {
       for (int n0 = keys.begin; n0 < keys.end; n0 += 32) {
         const int n = n0 + static_cast<int>(threadIdx.x);

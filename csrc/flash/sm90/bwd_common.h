@@ -154,11 +154,15 @@ template <int kBlockN, typename Work>
 __device__ __forceinline__ void key_tile_done(const BwdKernelParams& kp, const Work& w, int tid) {
   static_assert(kBlockN == backward::kDqStreamBlockN, "key_done counts blocks of this kernel");
   if (kp.key_done != nullptr && tid == 0) {
-    const int num_n = (kp.p.seqlen_k + kBlockN - 1) / kBlockN, n_block = w.n_start / kBlockN;
-    const int64_t slice =
-        (static_cast<int64_t>(w.batch) * kp.p.num_heads_k + w.head_k) * kp.kv_splits + w.hsplit;
+    const int n_block = w.n_start / kBlockN;
     ptx::fence_proxy_async_global();
-    if (n_block < num_n) ptx::st_release_gpu(kp.key_done + slice * num_n + n_block, 1);
+    if (n_block < backward::key_done_blocks(kp.p.seqlen_k)) {
+      ptx::st_release_gpu(kp.key_done + n_block +
+                              backward::key_done_slice(w.batch, w.head_k, w.hsplit,
+                                                       kp.p.num_heads_k, kp.kv_splits,
+                                                       kp.p.seqlen_k),
+                          1);
+    }
   }
 }
 
