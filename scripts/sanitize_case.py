@@ -67,6 +67,9 @@ def main(argv=None) -> int:
     p.add_argument("--dtypes", default="bf16,fp16")
     p.add_argument("--no-bwd", action="store_true", help="forward only")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--only-dynamic", action="store_true",
+                   help="only the varlen forwards on more tiles than SMs (the sm90 forward's "
+                        "dynamic tile scheduler: CTAs claiming tiles from a ring counter)")
     args = p.parse_args(argv)
 
     if not torch.cuda.is_available():
@@ -129,7 +132,7 @@ def main(argv=None) -> int:
     # Every (path, dtype, head dim) instance, each case once, causal and deterministic mixed
     # over the cases so each kernel (main, dQ, preprocess, convert) runs on partial tiles.
     modes = [(True, False), (False, True), (True, True)]
-    for path in paths:
+    for path in ([] if args.only_dynamic else paths):
         with kernel_path(path):
             for dtype in dtype_list:
                 for d in dims:
@@ -206,9 +209,56 @@ def main(argv=None) -> int:
             forward_only(f"auto padded window d={d} causal={int(causal)} b=2 sq=300 sk=330 h=40/8",
                          bf16(2, 300, 40, d), bf16(2, 330, 8, d), bf16(2, 330, 8, d), causal,
                          window=(45, -1 if causal else 20))
+    from flashattn_cu import flash_attn_varlen_func
+
+    def varlen_forward_check(tag, q, k, v, cu_q, cu_k, lens_q, lens_k, causal, window, det):
+        """One varlen forward against the CPU reference entry by entry; returns the output."""
+        nonlocal calls
+        out = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k),
+                                     causal=causal, deterministic=det, window_size=window)
+        torch.cuda.synchronize()
+        calls += 1
+        err = 0.0
+        for i in range(len(lens_q)):
+            sq = slice(int(cu_q[i]), int(cu_q[i + 1]))
+            sk = slice(int(cu_k[i]), int(cu_k[i + 1]))
+            ref = reference(q[sq].unsqueeze(0), k[sk].unsqueeze(0), v[sk].unsqueeze(0), causal,
+                            window)
+            if ref.numel():
+                err = max(err, (out[sq].detach().float().cpu() - ref[0]).abs().max().item())
+        if not torch.isfinite(out).all().item() or err > 0.1:
+            problems.append(f"{tag}: forward wrong (max err {err:.3g})")
+        if not args.quiet:
+            print(f"{tag}: fwd err {err:.2e}")
+        return out
+
+    def cumulative(lens):
+        return torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32,
+                            device="cuda")
+
+    # Varlen on more tiles than the GPU has SMs: the sm90 forward's dynamic scheduler (one CTA
+    # per SM claiming tiles from the workspace's ring counter, the next tile's first loads under
+    # this one's last steps; sm90/fwd_launch.h), causal and not, with a window, GQA 6:1, lengths
+    # 0 and 1 and partial tiles: 48 heads x 9 query tiles of 128 rows = 432 tiles.
+    dyn_q, dyn_k = [37, 0, 1, 130, 300, 260], [50, 3, 0, 129, 300, 301]
+    for path in paths[:1]:
+        with kernel_path(path):
+            for d in dims:
+                for causal, window in ((True, (-1, -1)), (False, (-1, -1)), (True, (70, -1))):
+                    q = torch.randn(sum(dyn_q), 48, d, device="cuda", dtype=torch.bfloat16)
+                    k = torch.randn(sum(dyn_k), 8, d, device="cuda", dtype=torch.bfloat16)
+                    v = torch.randn_like(k)
+                    tag = f"{path} varlen dynamic d={d} causal={int(causal)} window={window}"
+                    try:
+                        varlen_forward_check(tag, q, k, v, cumulative(dyn_q), cumulative(dyn_k),
+                                             dyn_q, dyn_k, causal, window, False)
+                    except Exception as exc:  # noqa: BLE001
+                        problems.append(f"{tag}: raised {type(exc).__name__}: {exc}")
+    if args.only_dynamic:
+        paths = []
+
     # Varlen (the dynamic kernel instances, the per-entry workspace slots) and sliding windows:
     # lengths 0, 1 and partial tiles, a window on each side.
-    from flashattn_cu import flash_attn_varlen_func
 
     lens_q, lens_k = [37, 0, 1, 130], [50, 3, 0, 129]
     cu_q = torch.tensor([0] + torch.tensor(lens_q).cumsum(0).tolist(), dtype=torch.int32,
@@ -231,30 +281,14 @@ def main(argv=None) -> int:
                     for t in (q, k, v):
                         t.requires_grad_(not args.no_bwd)
                     try:
-                        out = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q),
-                                                     max(lens_k), causal=causal,
-                                                     deterministic=det, window_size=window)
-                        torch.cuda.synchronize()
-                        calls += 1
-                        err = 0.0
-                        for i in range(len(lens_q)):
-                            sq = slice(int(cu_q[i]), int(cu_q[i + 1]))
-                            sk = slice(int(cu_k[i]), int(cu_k[i + 1]))
-                            ref = reference(q[sq].unsqueeze(0), k[sk].unsqueeze(0),
-                                            v[sk].unsqueeze(0), causal, window)
-                            if ref.numel():
-                                err = max(err, (out[sq].detach().float().cpu() - ref[0])
-                                          .abs().max().item())
-                        if not torch.isfinite(out).all().item() or err > 0.1:
-                            problems.append(f"{tag}: forward wrong (max err {err:.3g})")
+                        out = varlen_forward_check(tag, q, k, v, cu_q, cu_k, lens_q, lens_k,
+                                                   causal, window, det)
                         if not args.no_bwd:
                             out.backward(torch.randn_like(out))
                             torch.cuda.synchronize()
                             calls += 1
                             if not all(torch.isfinite(t.grad).all().item() for t in (q, k, v)):
                                 problems.append(f"{tag}: non-finite gradients")
-                        if not args.quiet:
-                            print(f"{tag}: fwd err {err:.2e}")
                     except Exception as exc:  # noqa: BLE001
                         problems.append(f"{tag}: raised {type(exc).__name__}: {exc}")
     print(f"sanitize_case: {calls} kernel calls, paths {paths}, head dims {dims}; "

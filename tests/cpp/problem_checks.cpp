@@ -35,8 +35,8 @@ void check_dq_frag_layout() {
     const auto offset = [ws](int r, int col, int d) {
       return ws ? bw::dq_frag_ws_offset(r, col, d) : bw::dq_frag_offset(r, col, d);
     };
-    bool perm = true, chunks = true, kernel = true;
-    for (int d : {64, 128, 256}) {
+    bool perm = true, chunks = true, kernel = true, pieces = true;
+    for (int d : {64, 96, 128, 256}) {
       const int rows = bw::kDqFragRows, half = d / 2;
       std::vector<int> seen(static_cast<size_t>(rows) * d, 0);
       for (int r = 0; r < rows; ++r) {
@@ -51,6 +51,17 @@ void check_dq_frag_layout() {
         }
       }
       perm = perm && std::all_of(seen.begin(), seen.end(), [](int x) { return x == 1; });
+      // The postprocess's inverse by 8-float pieces (bw::dq_frag_piece, convert_frag_blocks).
+      for (int piece = 0; piece < rows * d / 8; ++piece) {
+        int r = -1, col = -1;
+        if (ws) {
+          bw::dq_frag_piece<true>(piece, d, r, col);
+        } else {
+          bw::dq_frag_piece<false>(piece, d, r, col);
+        }
+        pieces = pieces && r >= 0 && r < rows && col >= 0 && col < d && col % 8 == 0 &&
+                 offset(r, col, d) == static_cast<int64_t>(piece) * 8;
+      }
       for (int w = 0; w < 8; ++w) {
         for (int l = 0; l < 32; ++l) {
           for (int hr = 0; hr < 2; ++hr) {
@@ -66,9 +77,10 @@ void check_dq_frag_layout() {
       }
     }
     const std::string name = ws ? "dq_frag_ws_offset" : "dq_frag_offset";
-    expect(perm, (name + ": a permutation of each 64-row block (d 64, 128, 256)").c_str());
+    expect(perm, (name + ": a permutation of each 64-row block (d 64, 96, 128, 256)").c_str());
     expect(chunks, (name + ": columns 8c .. 8c + 7 of a row contiguous").c_str());
     expect(kernel, (name + ": the sm90 kernels' staged pairs where the layout puts them").c_str());
+    expect(pieces, (name + ": dq_frag_piece gives each 8-float piece's row and columns").c_str());
   }
 }
 

@@ -173,6 +173,27 @@ __host__ __device__ __forceinline__ int64_t dq_frag_ws_offset(int r, int col, in
   return ((static_cast<int64_t>(f.w) * 2 + f.hr) * f.tiles + f.nt) * 64 + f.lane_float;
 }
 
+// The inverse of both layouts by pieces: the floats 8 piece .. 8 piece + 7 of a block are the 8
+// columns col .. col + 7 of one row (the lane_float run of a g), g the fastest of the indices in
+// either order; returns (row, col) of piece `piece` (0 <= piece < kDqFragRows d / 8).
+template <bool kFragWs>
+__host__ __device__ __forceinline__ void dq_frag_piece(int piece, int d, int& row, int& col) {
+  const int tiles = d / 16;  // 8-column tiles of a warpgroup's half
+  const int g = piece % 8;
+  int w, hr, nt;
+  if constexpr (kFragWs) {  // ((w 2 + hr) tiles + nt) 8 + g
+    nt = (piece / 8) % tiles;
+    hr = (piece / (8 * tiles)) % 2;
+    w = piece / (16 * tiles);
+  } else {  // ((hr tiles + nt) 8 + w) 8 + g
+    w = (piece / 8) % 8;
+    nt = (piece / 64) % tiles;
+    hr = piece / (64 * tiles);
+  }
+  row = 16 * (w % 4) + 8 * hr + g;
+  col = (w / 4) * (d / 2) + 8 * nt;
+}
+
 // What every backward kernel receives (as a __grid_constant__ parameter).
 struct BwdKernelParams {
   BwdParams p;
@@ -258,6 +279,11 @@ struct BwdConvertJob {
   int64_t dst_batch_stride = 0, dst_row_stride = 0, dst_head_stride = 0;
   float scale = 1.f;
   int frag_d = 0;
+  // A frag_d job converted a kDqFragRows-row block at a time through shared memory (padded, or
+  // varlen without compact tiles; one split, frag_d <= kConvertFragMaxD, not streamed):
+  // bwd/preprocess.h convert_frag_blocks, set by make_bwd_convert_params. false: 16-byte chunks
+  // (convert_chunk), which read this layout 32 bytes at a time at 2 KB strides.
+  bool frag_blocks = false;
   // A varlen dQ job (src_plane, cu_seqlens_q): the rows cu_seqlens index (total_q), so the
   // postprocess walks the compact tiles (bwd_convert_kernel); 0: every entry's `rows`.
   int total = 0;
@@ -274,10 +300,10 @@ struct BwdConvertJob {
   int window_left = -1, window_right = -1;
 };
 
-// The streamed dQ job (BwdConvertJob key_done): its blocks of kDqFragRows rows per (batch,
-// head), and block `index` of them in the order the main kernel completes them, (batch, head, m)
-// with m fastest, or m slowest (block_major).
-__host__ __device__ __forceinline__ int dq_stream_num_m(const BwdConvertJob& job) {
+// A streamed or frag_blocks job's blocks of kDqFragRows rows per (batch, head); for the
+// streamed dQ job (BwdConvertJob key_done), block `index` of them in the order the main kernel
+// completes them, (batch, head, m) with m fastest, or m slowest (block_major).
+__host__ __device__ __forceinline__ int dq_block_num_m(const BwdConvertJob& job) {
   return (job.rows + kDqFragRows - 1) / kDqFragRows;
 }
 struct DqStreamBlock {
@@ -285,7 +311,7 @@ struct DqStreamBlock {
 };
 __host__ __device__ __forceinline__ DqStreamBlock dq_stream_block(const BwdConvertJob& job,
                                                                   int batch, int64_t index) {
-  const int num_m = dq_stream_num_m(job);
+  const int num_m = dq_block_num_m(job);
   const int64_t slices = static_cast<int64_t>(batch) * job.heads;
   DqStreamBlock b;
   int64_t bh;
@@ -359,6 +385,10 @@ __host__ __device__ __forceinline__ PrepBlock prep_block_at(const Params& p, int
 }
 
 constexpr int kConvertThreads = 256;  // the postprocess's block (bwd/preprocess.h)
+constexpr int kConvertFragMaxD = 128;  // convert_frag_blocks' staging tile: kDqFragRows x this
+// Blocks of the postprocess an SM holds at least (its registers bounded to 64 a thread: the
+// chunk path's loads in flight need the threads, the blocked path's 32 floats a thread fit).
+constexpr int kConvertBlocksPerSm = 4;
 
 struct BwdConvertParams {
   BwdConvertJob jobs[3];
@@ -385,8 +415,8 @@ inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp, bool 
     const int64_t chunks =
         job.total > 0
             ? job.heads * varlen_slot_count(job.total, p.batch, kBwdRowPad) * kConvertThreads
-        : job.key_done != nullptr
-            ? static_cast<int64_t>(p.batch) * job.heads * dq_stream_num_m(job) * kConvertThreads
+        : job.key_done != nullptr || job.frag_blocks
+            ? static_cast<int64_t>(p.batch) * job.heads * dq_block_num_m(job) * kConvertThreads
             : static_cast<int64_t>(p.batch) * job.heads * job.rows * (p.head_dim / 8);
     if (chunks > cp.max_chunks) cp.max_chunks = chunks;
   };
@@ -417,6 +447,8 @@ inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp, bool 
       job.window_left = p.window_left;
       job.window_right = p.window_right;
     }
+    job.frag_blocks = job.frag_d > 0 && job.frag_d <= kConvertFragMaxD && job.total == 0 &&
+                      job.key_done == nullptr;
     add(job);
   }
   if (kp.kv_splits > 1 && p.seqlen_k > 0) {

@@ -134,6 +134,20 @@ __device__ __forceinline__ void load_row_stats_async(const BwdKernelParams& kp, 
   }
 }
 
+// The float offset of (entry batch, head)'s slot in a job's src (start: the entry's first row,
+// varlen; -1 padded), and of its output row `row` in dst (Element).
+__device__ __forceinline__ int64_t convert_src_slot(const BwdConvertJob& job, int batch, int head,
+                                                    int start) {
+  return job.src_plane != 0 ? varlen_ws_row0(job.src_plane, batch, start, head) * job.row_stride
+                            : (static_cast<int64_t>(batch) * job.heads + head) * job.bh_stride;
+}
+__device__ __forceinline__ int64_t convert_dst_row(const BwdConvertJob& job, int batch, int head,
+                                                   int row, int start) {
+  const int64_t row0 = start >= 0 ? static_cast<int64_t>(start) * job.dst_row_stride
+                                  : batch * job.dst_batch_stride;
+  return row0 + row * job.dst_row_stride + head * job.dst_head_stride;
+}
+
 // One 16-byte chunk (columns c * 8 ..) of output row `row` of (entry batch, head) of a job:
 // the splits' fp32 sums times the scale, packed. start: the entry's first row (varlen; -1
 // padded).
@@ -142,9 +156,7 @@ __device__ __forceinline__ void convert_chunk(const BwdConvertJob& job, int batc
                                               int row, int c, int start) {
   using Ops = ElementOps<Element>;
   // The row's slot, then the row in it (plain, or in the fragment layout's blocks).
-  const int64_t slot = job.src_plane != 0
-                           ? varlen_ws_row0(job.src_plane, batch, start, head) * job.row_stride
-                           : (static_cast<int64_t>(batch) * job.heads + head) * job.bh_stride;
+  const int64_t slot = convert_src_slot(job, batch, head, start);
   const int64_t in_slot =
       job.frag_d > 0
           ? static_cast<int64_t>(row - row % kDqFragRows) * job.row_stride +
@@ -168,11 +180,83 @@ __device__ __forceinline__ void convert_chunk(const BwdConvertJob& job, int batc
   out.y = Ops::pack(acc[2] * job.scale, acc[3] * job.scale);
   out.z = Ops::pack(acc[4] * job.scale, acc[5] * job.scale);
   out.w = Ops::pack(acc[6] * job.scale, acc[7] * job.scale);
-  const int64_t dst_row0 = start >= 0 ? static_cast<int64_t>(start) * job.dst_row_stride
-                                      : batch * job.dst_batch_stride;
-  Element* dst = static_cast<Element*>(job.dst) + dst_row0 + row * job.dst_row_stride +
-                 head * job.dst_head_stride + c * 8;
+  Element* dst = static_cast<Element*>(job.dst) + convert_dst_row(job, batch, head, row, start) +
+                 c * 8;
   *reinterpret_cast<uint4*>(dst) = out;
+}
+
+// A frag_blocks job (BwdConvertJob): grid-stride over its blocks of kDqFragRows rows of
+// (entry, head), m fastest. A block's floats are read in memory order (a thread 8 contiguous
+// floats a piece, one row's 8 columns: a warp reads 1 KB), scaled, packed and staged as Element
+// rows in shared memory (16-byte chunk c of row r at chunk c ^ (r % 8): the 8 rows of a quarter
+// warp's pieces land in 8 distinct bank groups, and a row's 8 consecutive chunks read back
+// conflict-free), then stored row after row (a warp 512 contiguous bytes, two rows at d 128).
+template <typename Element, bool kFragWs>
+__device__ __forceinline__ void convert_frag_blocks(const BwdConvertParams& cp,
+                                                    const BwdConvertJob& job) {
+  using Ops = ElementOps<Element>;
+  constexpr int kMaxPieces = kDqFragRows * kConvertFragMaxD / 8;
+  constexpr int kLoads = kMaxPieces / kConvertThreads;
+  static_assert(kMaxPieces % (2 * kConvertThreads) == 0, "two whole rounds of pieces");
+  __shared__ uint4 tile[kMaxPieces];
+  const int d = job.frag_d;
+  const int chunks = d / 8, out_chunks = cp.head_dim / 8;
+  const int pieces = kDqFragRows * chunks;
+  const int num_m = dq_block_num_m(job);
+  const int64_t blocks = static_cast<int64_t>(cp.batch) * job.heads * num_m;
+  for (int64_t index = blockIdx.x; index < blocks; index += gridDim.x) {
+    const int m = static_cast<int>(index % num_m);
+    const int64_t bh = index / num_m;
+    const int head = static_cast<int>(bh % job.heads), batch = static_cast<int>(bh / job.heads);
+    int start = -1, len = job.rows;
+    if (job.cu_seqlens != nullptr) {  // varlen: this entry's rows only (as seq_info clamps)
+      start = job.cu_seqlens[batch];
+      const int n = job.cu_seqlens[batch + 1] - start;
+      len = n <= 0 ? 0 : n < job.rows ? n : job.rows;
+    }
+    const int row0 = m * kDqFragRows;
+    if (row0 >= len) continue;  // the whole block alike
+    const float* src =
+        job.src + convert_src_slot(job, batch, head, start) + row0 * job.row_stride;
+    __syncthreads();  // the previous block's stores have read the tile
+    // Two rounds of kLoads / 2 pieces a thread (16 floats in flight: the kernel's 64 registers).
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float4 lo[kLoads / 2], hi[kLoads / 2];
+#pragma unroll
+      for (int i = 0; i < kLoads / 2; ++i) {
+        const int piece = static_cast<int>(threadIdx.x) + (half * kLoads / 2 + i) * kConvertThreads;
+        if (piece < pieces) {
+          // L2 only (.cg), as convert_chunk: each float is read once.
+          lo[i] = __ldcg(reinterpret_cast<const float4*>(src + piece * 8));
+          hi[i] = __ldcg(reinterpret_cast<const float4*>(src + piece * 8 + 4));
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kLoads / 2; ++i) {
+        const int piece = static_cast<int>(threadIdx.x) + (half * kLoads / 2 + i) * kConvertThreads;
+        if (piece < pieces) {
+          int r, col;
+          dq_frag_piece<kFragWs>(piece, d, r, col);
+          uint4 out;
+          out.x = Ops::pack(lo[i].x * job.scale, lo[i].y * job.scale);
+          out.y = Ops::pack(lo[i].z * job.scale, lo[i].w * job.scale);
+          out.z = Ops::pack(hi[i].x * job.scale, hi[i].y * job.scale);
+          out.w = Ops::pack(hi[i].z * job.scale, hi[i].w * job.scale);
+          tile[r * chunks + ((col / 8) ^ (r % 8))] = out;
+        }
+      }
+    }
+    __syncthreads();
+    Element* dst = static_cast<Element*>(job.dst);
+    for (int e = threadIdx.x; e < kDqFragRows * out_chunks; e += kConvertThreads) {
+      const int r = e / out_chunks, c = e % out_chunks;
+      if (row0 + r < len) {
+        *reinterpret_cast<uint4*>(dst + convert_dst_row(job, batch, head, row0 + r, start) +
+                                  c * 8) = tile[r * chunks + (c ^ (r % 8))];
+      }
+    }
+  }
 }
 
 // Grid-stride over the blocks: waits (warp 0, 32 flags a load, one cache line; relaxed loads
@@ -185,7 +269,7 @@ __device__ __forceinline__ void convert_streamed_dq(const BwdConvertParams& cp,
                                                     const BwdConvertJob& job) {
   const int chunks = cp.head_dim / 8;
   const int group = job.heads / job.heads_k;
-  const int64_t blocks = static_cast<int64_t>(cp.batch) * job.heads * dq_stream_num_m(job);
+  const int64_t blocks = static_cast<int64_t>(cp.batch) * job.heads * dq_block_num_m(job);
   for (int64_t index = blockIdx.x; index < blocks; index += gridDim.x) {
     const DqStreamBlock b = dq_stream_block(job, cp.batch, index);
     const KeyBlocks keys = dq_stream_key_tiles(job, b.batch, b.m);
@@ -216,7 +300,7 @@ __device__ __forceinline__ void convert_streamed_dq(const BwdConvertParams& cp,
 // dq_frag_offset's. A job with `total` (a varlen dQ) walks the compact tiles of kBwdRowPad rows
 // (problem/scheduler.h), a tile per block in turn, instead of every entry's max_seqlen rows.
 template <typename Element, bool kFragWs = false>
-__global__ void __launch_bounds__(kConvertThreads)
+__global__ void __launch_bounds__(kConvertThreads, kConvertBlocksPerSm)
     bwd_convert_kernel(const __grid_constant__ BwdConvertParams cp) {
   const BwdConvertJob& job = cp.jobs[blockIdx.y];
   if constexpr (!kFragWs) {
@@ -234,6 +318,10 @@ __global__ void __launch_bounds__(kConvertThreads)
   // Launched programmatically after the sm90 main kernel (bwd/pipeline.h): nothing is read before
   // it has completed. (Returns at once after a kernel launched whole, and is empty before sm_90.)
   ptx::grid_dependency_wait();
+  if (job.frag_blocks) {
+    convert_frag_blocks<Element, kFragWs>(cp, job);
+    return;
+  }
   const int chunks = cp.head_dim / 8;
   if (job.total > 0) {
     const int64_t tiles = job.heads * varlen_slot_count(job.total, cp.batch, kBwdRowPad);
