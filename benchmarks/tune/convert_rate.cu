@@ -57,7 +57,7 @@ int main() {
               "chunks (plain layout)\n", prop.name);
   const std::vector<Shape> shapes = {{1, 16384, 16, 128}, {1, 16384, 32, 64}, {16, 1024, 16, 128},
                                      {4, 4096, 16, 128},  {16, 1024, 32, 64}, {2, 3000, 12, 128},
-                                     {1, 8192, 16, 96}};
+                                     {1, 8192, 16, 96},   {2, 8192, 8, 256}};
   for (const Shape& s : shapes) {
     const int rows = (s.seqlen + 127) / 128 * 128;  // kBwdRowPad
     const size_t acc_n = size_t(s.batch) * s.heads * rows * s.d;

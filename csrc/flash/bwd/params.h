@@ -385,7 +385,7 @@ __host__ __device__ __forceinline__ PrepBlock prep_block_at(const Params& p, int
 }
 
 constexpr int kConvertThreads = 256;  // the postprocess's block (bwd/preprocess.h)
-constexpr int kConvertFragMaxD = 128;  // convert_frag_blocks' staging tile: kDqFragRows x this
+constexpr int kConvertFragMaxD = 256;  // convert_frag_blocks' staging tile: kDqFragRows x this
 // Blocks of the postprocess an SM holds at least (its registers bounded to 64 a thread: the
 // chunk path's loads in flight need the threads, the blocked path's 32 floats a thread fit).
 constexpr int kConvertBlocksPerSm = 4;

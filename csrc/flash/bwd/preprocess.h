@@ -196,8 +196,9 @@ __device__ __forceinline__ void convert_frag_blocks(const BwdConvertParams& cp,
                                                     const BwdConvertJob& job) {
   using Ops = ElementOps<Element>;
   constexpr int kMaxPieces = kDqFragRows * kConvertFragMaxD / 8;
-  constexpr int kLoads = kMaxPieces / kConvertThreads;
-  static_assert(kMaxPieces % (2 * kConvertThreads) == 0, "two whole rounds of pieces");
+  constexpr int kPerRound = 2;  // pieces a thread loads at once (16 floats: 64 registers)
+  constexpr int kRounds = kMaxPieces / (kPerRound * kConvertThreads);
+  static_assert(kMaxPieces % (kPerRound * kConvertThreads) == 0, "whole rounds of pieces");
   __shared__ uint4 tile[kMaxPieces];
   const int d = job.frag_d;
   const int chunks = d / 8, out_chunks = cp.head_dim / 8;
@@ -219,13 +220,14 @@ __device__ __forceinline__ void convert_frag_blocks(const BwdConvertParams& cp,
     const float* src =
         job.src + convert_src_slot(job, batch, head, start) + row0 * job.row_stride;
     __syncthreads();  // the previous block's stores have read the tile
-    // Two rounds of kLoads / 2 pieces a thread (16 floats in flight: the kernel's 64 registers).
+#pragma unroll 1
+    for (int round = 0; round < kRounds; ++round) {
+      const int first = static_cast<int>(threadIdx.x) + round * kPerRound * kConvertThreads;
+      if (first >= pieces) break;  // (pieces is a multiple of kConvertThreads)
+      float4 lo[kPerRound], hi[kPerRound];
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float4 lo[kLoads / 2], hi[kLoads / 2];
-#pragma unroll
-      for (int i = 0; i < kLoads / 2; ++i) {
-        const int piece = static_cast<int>(threadIdx.x) + (half * kLoads / 2 + i) * kConvertThreads;
+      for (int i = 0; i < kPerRound; ++i) {
+        const int piece = first + i * kConvertThreads;
         if (piece < pieces) {
           // L2 only (.cg), as convert_chunk: each float is read once.
           lo[i] = __ldcg(reinterpret_cast<const float4*>(src + piece * 8));
@@ -233,8 +235,8 @@ __device__ __forceinline__ void convert_frag_blocks(const BwdConvertParams& cp,
         }
       }
 #pragma unroll
-      for (int i = 0; i < kLoads / 2; ++i) {
-        const int piece = static_cast<int>(threadIdx.x) + (half * kLoads / 2 + i) * kConvertThreads;
+      for (int i = 0; i < kPerRound; ++i) {
+        const int piece = first + i * kConvertThreads;
         if (piece < pieces) {
           int r, col;
           dq_frag_piece<kFragWs>(piece, d, r, col);
