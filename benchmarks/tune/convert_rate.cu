@@ -90,7 +90,9 @@ int main() {
     chunks_cp.max_chunks = int64_t(s.batch) * s.heads * s.seqlen * (s.d / 8);
     blocks_cp.jobs[0] = job;
     blocks_cp.jobs[0].dst = out_b;
-    blocks_cp.jobs[0].frag_blocks = true;
+    // As make_bwd_convert_params decides (the staging's swizzle wants d a multiple of 64; the
+    // d 96 shape then times the chunk path twice).
+    blocks_cp.jobs[0].frag_blocks = s.d % 64 == 0;
     blocks_cp.max_chunks =
         int64_t(s.batch) * s.heads * bw::dq_block_num_m(job) * bw::kConvertThreads;
     plain_cp = chunks_cp;

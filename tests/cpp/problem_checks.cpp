@@ -84,6 +84,48 @@ void check_dq_frag_layout() {
   }
 }
 
+// Which dQ jobs the postprocess converts a block at a time through shared memory
+// (bwd/params.h make_bwd_convert_params' frag_blocks): the fragment layout at d 64 / 128 / 256
+// (its staging swizzles whole groups of 8 chunks a row), padded or varlen without compact tiles,
+// not streamed; never plain rows, d 96, a compact varlen dQ or a streamed one.
+void check_convert_frag_blocks() {
+  namespace bw = flashattn_cu::backward;
+  float dummy[4] = {};
+  int flags[4] = {};
+  const int cu[3] = {0, 100, 100};  // two entries, one long: max_seqlen 100, no compact tiles
+  const int cu_compact[5] = {0, 1, 2, 3, 500};  // compact tiles: 4 slots < 4 x 4 blocks
+  struct Case {
+    int head_dim;
+    bool dq_frag, varlen, compact, streamed, want;
+  };
+  const Case cases[] = {
+      {64, true, false, false, false, true},   {128, true, false, false, false, true},
+      {256, true, false, false, false, true},  {96, true, false, false, false, false},
+      {128, false, false, false, false, false}, {128, true, true, false, false, true},
+      {128, true, true, true, false, false},   {128, true, false, false, true, false},
+  };
+  bool ok = true;
+  for (const Case& c : cases) {
+    bw::BwdKernelParams kp{};
+    kp.p.head_dim = c.head_dim;
+    kp.p.batch = c.varlen ? (c.compact ? 4 : 2) : 2;
+    kp.p.num_heads = kp.p.num_heads_k = 2;
+    kp.p.seqlen_q = kp.p.seqlen_k = c.compact ? 497 : 100;
+    kp.dq_accum = dummy;
+    kp.rows = 512;
+    kp.kv_splits = 1;
+    if (c.varlen) {
+      kp.p.cu_seqlens_q = kp.p.cu_seqlens_k = c.compact ? cu_compact : cu;
+      kp.p.total_q = kp.p.total_k = c.compact ? 500 : 100;
+      kp.ws_plane = 1024;
+    }
+    if (c.streamed) kp.key_done = flags;
+    const bw::BwdConvertParams cp = bw::make_bwd_convert_params(kp, c.dq_frag);
+    ok = ok && cp.num_jobs == 1 && cp.jobs[0].frag_blocks == c.want;
+  }
+  expect(ok, "postprocess: the dQ jobs converted by blocks (frag layout d 64 / 128 / 256 only)");
+}
+
 }  // namespace
 
 namespace flashattn_cu_checks {
@@ -420,6 +462,7 @@ void run_problem_checks() {
 
   check_dq_frag_layout();
   check_dq_stream_waits();
+  check_convert_frag_blocks();
 }
 
 }  // namespace flashattn_cu_checks

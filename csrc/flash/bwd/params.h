@@ -280,7 +280,7 @@ struct BwdConvertJob {
   float scale = 1.f;
   int frag_d = 0;
   // A frag_d job converted a kDqFragRows-row block at a time through shared memory (padded, or
-  // varlen without compact tiles; one split, frag_d <= kConvertFragMaxD, not streamed):
+  // varlen without compact tiles; one split, frag_d 64, 128 or 256, not streamed):
   // bwd/preprocess.h convert_frag_blocks, set by make_bwd_convert_params. false: 16-byte chunks
   // (convert_chunk), which read this layout 32 bytes at a time at 2 KB strides.
   bool frag_blocks = false;
@@ -447,8 +447,9 @@ inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp, bool 
       job.window_left = p.window_left;
       job.window_right = p.window_right;
     }
-    job.frag_blocks = job.frag_d > 0 && job.frag_d <= kConvertFragMaxD && job.total == 0 &&
-                      job.key_done == nullptr;
+    // (frag_d a multiple of 64: whole groups of 8 chunks a row for the staging's swizzle.)
+    job.frag_blocks = job.frag_d > 0 && job.frag_d % 64 == 0 && job.frag_d <= kConvertFragMaxD &&
+                      job.total == 0 && job.key_done == nullptr;
     add(job);
   }
   if (kp.kv_splits > 1 && p.seqlen_k > 0) {
