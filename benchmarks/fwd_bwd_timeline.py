@@ -3,7 +3,8 @@
 flash_attn_func timed eagerly (autograd, as bench_features.py times it), as the sum of its parts
 (forward alone, backward alone through torch.ops), replayed from a CUDA graph (no host work), and
 its kernels' timeline from the profiler (each kernel's start, duration and the idle gap before
-it), with the host's time to issue each part while the GPU is kept busy.
+it) and its host-side operators (self CPU time), with the host's time to issue each part while
+the GPU is kept busy.
 
     python benchmarks/fwd_bwd_timeline.py [--shapes 128:16384:w1024,128:16384:1] [--flush memset]
 
@@ -73,6 +74,7 @@ def timeline(step):
         torch.cuda._sleep(20_000_000)
         step()
         torch.cuda.synchronize()
+    host = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=ARGS.host_rows)
     events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     events.sort(key=lambda e: e.time_range.start)
     events = [e for e in events if "sleep" not in e.name.lower()]
@@ -82,6 +84,9 @@ def timeline(step):
         gap = "" if prev_end is None else f"{start - prev_end:8.1f}"
         lines.append(f"  {start - t0:9.1f} {end - start:9.1f} {gap:>8}  {e.name[:90]}")
         prev_end = end if prev_end is None else max(prev_end, end)
+    if ARGS.host_rows > 0:
+        lines += ["  host-side operators of the step (profiler, self CPU time first):"]
+        lines += ["  " + line for line in host.splitlines()]
     return lines
 
 
@@ -91,6 +96,8 @@ def main(argv=None):
     parser.add_argument("--shapes", default="128:16384:w1024,128:16384:1,128:4096:w1024")
     parser.add_argument("--flush", default="memset", choices=("read", "memset", "none"))
     parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--host-rows", type=int, default=20,
+                        help="rows of the step's host-side operator table (0: none)")
     ARGS = parser.parse_args(argv)
     dt = torch.bfloat16
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, flush {ARGS.flush}")
