@@ -387,7 +387,7 @@ __host__ __device__ __forceinline__ PrepBlock prep_block_at(const Params& p, int
 constexpr int kConvertThreads = 256;  // the postprocess's block (bwd/preprocess.h)
 constexpr int kConvertFragMaxD = 256;  // convert_frag_blocks' staging tile: kDqFragRows x this
 // Blocks of the postprocess an SM holds at least (its registers bounded to 64 a thread: the
-// chunk path's loads in flight need the threads, the blocked path's 32 floats a thread fit).
+// chunk path's loads in flight need the threads; the block path loads 16 floats a round).
 constexpr int kConvertBlocksPerSm = 4;
 
 struct BwdConvertParams {

@@ -297,10 +297,12 @@ __device__ __forceinline__ void convert_streamed_dq(const BwdConvertParams& cp,
   }
 }
 
-// Grid (x, number of jobs): each thread converts 16-byte chunks of output, grid-stride. kFragWs:
-// a job with frag_d reads dq_frag_ws_offset's order (sm90/bwd_ws_kernel.h) instead of
-// dq_frag_offset's. A job with `total` (a varlen dQ) walks the compact tiles of kBwdRowPad rows
-// (problem/scheduler.h), a tile per block in turn, instead of every entry's max_seqlen rows.
+// Grid (x, number of jobs): each thread converts 16-byte chunks of output, grid-stride, or a
+// frag_blocks job's blocks go through shared memory a block at a time (convert_frag_blocks).
+// kFragWs: a job with frag_d reads dq_frag_ws_offset's order (sm90/bwd_ws_kernel.h and the split
+// kernel) instead of dq_frag_offset's. A job with `total` (a varlen dQ) walks the compact tiles
+// of kBwdRowPad rows (problem/scheduler.h), a tile per block in turn, instead of every entry's
+// max_seqlen rows.
 template <typename Element, bool kFragWs = false>
 __global__ void __launch_bounds__(kConvertThreads, kConvertBlocksPerSm)
     bwd_convert_kernel(const __grid_constant__ BwdConvertParams cp) {
