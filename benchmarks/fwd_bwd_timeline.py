@@ -28,16 +28,10 @@ if list((REPO_ROOT / "flashattn_cu").glob("_C*.so")) and str(REPO_ROOT) not in s
     sys.path.insert(0, str(REPO_ROOT))  # an in-place build (scripts/device_run.sh's)
 from flashattn_cu import flash_attn_func  # noqa: E402
 
+from bench_bwd_stream import parse_shape  # noqa: E402  (its d:seqlen:mask shapes)
 from bench_timing import flushed_median_ms  # noqa: E402
 
 HEADS = 16
-
-
-def parse_shape(item):
-    d, s, mask = item.split(":")
-    if mask.startswith("w"):
-        return int(d), int(s), True, (int(mask[1:]), 0)
-    return int(d), int(s), mask == "1", (-1, -1)
 
 
 def host_us(fn, reps=20):
@@ -52,7 +46,7 @@ def host_us(fn, reps=20):
     return statistics.median(times)
 
 
-def graph_ms(step, reps=50):
+def graph_ms(step, flush, reps=50):
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -62,10 +56,10 @@ def graph_ms(step, reps=50):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
-    return flushed_median_ms(graph.replay, flush=ARGS.flush, reps=reps)
+    return flushed_median_ms(graph.replay, flush=flush, reps=reps)
 
 
-def timeline(step):
+def timeline(step, host_rows):
     from torch.profiler import ProfilerActivity, profile
     for _ in range(3):
         step()
@@ -74,7 +68,6 @@ def timeline(step):
         torch.cuda._sleep(20_000_000)
         step()
         torch.cuda.synchronize()
-    host = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=ARGS.host_rows)
     events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     events.sort(key=lambda e: e.time_range.start)
     events = [e for e in events if "sleep" not in e.name.lower()]
@@ -84,24 +77,24 @@ def timeline(step):
         gap = "" if prev_end is None else f"{start - prev_end:8.1f}"
         lines.append(f"  {start - t0:9.1f} {end - start:9.1f} {gap:>8}  {e.name[:90]}")
         prev_end = end if prev_end is None else max(prev_end, end)
-    if ARGS.host_rows > 0:
+    if host_rows > 0:
+        host = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=host_rows)
         lines += ["  host-side operators of the step (profiler, self CPU time first):"]
         lines += ["  " + line for line in host.splitlines()]
     return lines
 
 
 def main(argv=None):
-    global ARGS
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shapes", default="128:16384:w1024,128:16384:1,128:4096:w1024")
     parser.add_argument("--flush", default="memset", choices=("read", "memset", "none"))
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--host-rows", type=int, default=20,
                         help="rows of the step's host-side operator table (0: none)")
-    ARGS = parser.parse_args(argv)
+    args = parser.parse_args(argv)
     dt = torch.bfloat16
-    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, flush {ARGS.flush}")
-    for item in ARGS.shapes.split(","):
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, flush {args.flush}")
+    for item in args.shapes.split(","):
         d, s, causal, window = parse_shape(item)
         batch = max(1, 16384 // s)
         q, k, v = (torch.randn(batch, s, HEADS, d, device="cuda", dtype=dt, requires_grad=True)
@@ -124,10 +117,10 @@ def main(argv=None):
             torch.ops.flashattn_cu.bwd(dout, qd, kd, vd, o, lse, d ** -0.5, causal, False, stats,
                                        window[0], window[1], None, 0.0, 0.0, None)
 
-        t_fwd = flushed_median_ms(fwd, flush=ARGS.flush, reps=ARGS.reps)
-        t_bwd = flushed_median_ms(bwd, flush=ARGS.flush, reps=ARGS.reps)
-        t_step = flushed_median_ms(step, flush=ARGS.flush, reps=ARGS.reps)
-        t_graph = graph_ms(step, reps=ARGS.reps)
+        t_fwd = flushed_median_ms(fwd, flush=args.flush, reps=args.reps)
+        t_bwd = flushed_median_ms(bwd, flush=args.flush, reps=args.reps)
+        t_step = flushed_median_ms(step, flush=args.flush, reps=args.reps)
+        t_graph = graph_ms(step, args.flush, reps=args.reps)
         h_fwd = host_us(fwd)
         h_grad = host_us(lambda: torch.autograd.grad(fwd(), (q, k, v), dout)) - h_fwd
         h_bwd = host_us(bwd)
@@ -151,7 +144,7 @@ def main(argv=None):
               f"ms; host us: fwd {h_fwd:.0f}, autograd.grad {h_grad:.0f}, bwd op {h_bwd:.0f}{sdpa}",
               flush=True)
         print("  start_us   dur_us   gap_us  kernel")
-        for line in timeline(step):
+        for line in timeline(step, args.host_rows):
             print(line)
         del q, k, v, qd, kd, vd, dout, o, lse, stats
         torch.cuda.empty_cache()

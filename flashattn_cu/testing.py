@@ -189,9 +189,9 @@ def fwd_varlen_order(order):
 def bwd_streamed_dq(enabled):
     """While active, the sm90a backward converts dQ streamed (True: each block of rows as soon as
     every key tile that adds to it is done, under the main kernel's last tiles) or after the main
-    kernel (False, the default until streaming measures faster). Non-deterministic calls on padded rows at head dims 64 and
-    128; the results are the same up to the order of the fp32 dQ additions (dK, dV bitwise).
-    Process-wide, so tests and benchmarks can run both on one call."""
+    kernel (False, the default until streaming measures faster). Non-deterministic calls on
+    padded rows at head dims 64 and 128; the results are the same up to the order of the fp32 dQ
+    additions (dK, dV bitwise). Process-wide, so tests and benchmarks can run both on one call."""
     from flashattn_cu import _C
 
     return _set_while_active(_C._bwd_streamed_dq, _C._set_bwd_streamed_dq, enabled)

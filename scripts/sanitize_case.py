@@ -90,6 +90,8 @@ def main(argv=None) -> int:
         paths.append("sm80")
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     dtype_list = [dtypes[x] for x in args.dtypes.split(",") if x]
+    # The paths of every case but the dynamic scheduler's (--only-dynamic: none).
+    full_paths = [] if args.only_dynamic else paths
 
     torch.manual_seed(0)
     problems, calls = [], 0
@@ -132,7 +134,7 @@ def main(argv=None) -> int:
     # Every (path, dtype, head dim) instance, each case once, causal and deterministic mixed
     # over the cases so each kernel (main, dQ, preprocess, convert) runs on partial tiles.
     modes = [(True, False), (False, True), (True, True)]
-    for path in ([] if args.only_dynamic else paths):
+    for path in full_paths:
         with kernel_path(path):
             for dtype in dtype_list:
                 for d in dims:
@@ -239,7 +241,7 @@ def main(argv=None) -> int:
     # Varlen on more tiles than the GPU has SMs: the sm90 forward's dynamic scheduler (one CTA
     # per SM claiming tiles from the workspace's ring counter, the next tile's first loads under
     # this one's last steps; sm90/fwd_launch.h), causal and not, with a window, GQA 6:1, lengths
-    # 0 and 1 and partial tiles: 48 heads x 9 query tiles of 128 rows = 432 tiles.
+    # 0 and 1 and partial tiles: 48 heads x 10 query tiles of 128 rows = 480 tiles.
     dyn_q, dyn_k = [37, 0, 1, 130, 300, 260], [50, 3, 0, 129, 300, 301]
     for path in paths[:1]:
         with kernel_path(path):
@@ -254,18 +256,13 @@ def main(argv=None) -> int:
                                              dyn_q, dyn_k, causal, window, False)
                     except Exception as exc:  # noqa: BLE001
                         problems.append(f"{tag}: raised {type(exc).__name__}: {exc}")
-    if args.only_dynamic:
-        paths = []
 
     # Varlen (the dynamic kernel instances, the per-entry workspace slots) and sliding windows:
     # lengths 0, 1 and partial tiles, a window on each side.
 
     lens_q, lens_k = [37, 0, 1, 130], [50, 3, 0, 129]
-    cu_q = torch.tensor([0] + torch.tensor(lens_q).cumsum(0).tolist(), dtype=torch.int32,
-                        device="cuda")
-    cu_k = torch.tensor([0] + torch.tensor(lens_k).cumsum(0).tolist(), dtype=torch.int32,
-                        device="cuda")
-    for path in paths:
+    cu_q, cu_k = cumulative(lens_q), cumulative(lens_k)
+    for path in full_paths:
         with kernel_path(path):
             for d in dims:
                 for causal, det, window in ((True, False, (-1, -1)), (False, True, (9, 4)),

@@ -84,7 +84,7 @@ int main() {
     cp.batch = s.batch;
     cp.head_dim = s.d;
     cp.num_jobs = 1;
-    bw::BwdConvertParams chunks_cp = cp, blocks_cp = cp, plain_cp = cp;
+    bw::BwdConvertParams chunks_cp = cp, blocks_cp = cp;
     chunks_cp.jobs[0] = job;
     chunks_cp.jobs[0].dst = out_a;
     chunks_cp.max_chunks = int64_t(s.batch) * s.heads * s.seqlen * (s.d / 8);
@@ -95,7 +95,7 @@ int main() {
     blocks_cp.jobs[0].frag_blocks = s.d % 64 == 0;
     blocks_cp.max_chunks =
         int64_t(s.batch) * s.heads * bw::dq_block_num_m(job) * bw::kConvertThreads;
-    plain_cp = chunks_cp;
+    bw::BwdConvertParams plain_cp = chunks_cp;
     plain_cp.jobs[0].dst = out_c;
     plain_cp.jobs[0].frag_d = 0;
     std::vector<float> ta, tb, tc;

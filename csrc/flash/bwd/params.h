@@ -411,7 +411,7 @@ inline BwdConvertParams make_bwd_convert_params(const BwdKernelParams& kp, bool 
   auto add = [&](const BwdConvertJob& job) {
     cp.jobs[cp.num_jobs++] = job;
     // A compact job takes a block per tile (a grid of tiles x kConvertThreads "chunks"), a
-    // streamed one a block per kDqFragRows rows.
+    // streamed or frag_blocks one a block per kDqFragRows rows.
     const int64_t chunks =
         job.total > 0
             ? job.heads * varlen_slot_count(job.total, p.batch, kBwdRowPad) * kConvertThreads

@@ -276,8 +276,8 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   // of the variants with sequence arrays: dropout, mixed score modifiers, a window with one),
   // a CTA per SM taking the tiles in the same order as each frees up, as the hardware hands out
   // CTAs, without a CTA's start and end between tiles, and the next tile's first loads under
-  // this one's last steps. Needs the call's workspace (flashattn_cu.h FwdParams::workspace) and the
-  // ring counter's bound over every tile (a CTA may walk them all).
+  // this one's last steps. Needs the call's workspace (flashattn_cu.h FwdParams::workspace) and
+  // the ring counter's bound over every tile (a CTA may walk them all).
   if (published && p.workspace != nullptr &&
       detail::g_fwd_dynamic_tiles.load(std::memory_order_relaxed) && schedule.grid == tiles &&
       tiles > sms &&
