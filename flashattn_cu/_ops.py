@@ -146,6 +146,15 @@ def _no_double_backward(grads, inputs):
     return tuple(err_fn(*aliases))
 
 
+def _skip_zero_grads(ctx):
+    """softmax_lse and S_dmask are not differentiable, yet autograd materializes a zero gradient
+    for each before the backward (a fill kernel and its launch on every training step). Without
+    that, the backward gets None for them, and for out only if no gradient reached it. Eager
+    only: dynamo does not trace set_materialize_grads (a graph break under fullgraph)."""
+    if not torch.compiler.is_compiling():
+        ctx.set_materialize_grads(False)
+
+
 class FlashAttnFunc(torch.autograd.Function):
     """Attention on (batch, seqlen, nheads, headdim) tensors whose head dim is already a multiple
     of 8 and <= 256. Returns (out, softmax_lse, S_dmask); softmax_lse and S_dmask are not
@@ -173,10 +182,13 @@ class FlashAttnFunc(torch.autograd.Function):
         ctx.deterministic = deterministic
         ctx.window = (window_left, window_right)
         ctx.mark_non_differentiable(softmax_lse, s_dmask)
+        _skip_zero_grads(ctx)
         return out, softmax_lse, s_dmask
 
     @staticmethod
     def backward(ctx, dout, _dlse, _ds_dmask):
+        if dout is None:  # no gradient reached out (_skip_zero_grads): none for the inputs
+            return (None,) * 12
         q, k, v, out, softmax_lse, softmax_stats, rng_state = ctx.saved_tensors
         with torch.no_grad():
             # dout may be any layout (out.sum() gives a stride-0 expand); the op copies if it must.
@@ -213,10 +225,13 @@ class FlashAttnVarlenFunc(torch.autograd.Function):
         ctx.causal = causal
         ctx.deterministic = deterministic
         ctx.mark_non_differentiable(softmax_lse, s_dmask)
+        _skip_zero_grads(ctx)
         return out, softmax_lse, s_dmask
 
     @staticmethod
     def backward(ctx, dout, _dlse, _ds_dmask):
+        if dout is None:  # as FlashAttnFunc.backward
+            return (None,) * 16
         (q, k, v, out, softmax_lse, softmax_stats, cu_seqlens_q, cu_seqlens_k,
          rng_state) = ctx.saved_tensors
         with torch.no_grad():

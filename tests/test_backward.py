@@ -12,7 +12,7 @@ import attn_helpers
 from attn_helpers import (DTYPES, HEAD_DIMS, HEADS, assert_rule, instance_for, kv_splits,
                           make_qkv)
 from flashattn_cu import _C, flash_attn_func
-from flashattn_cu.testing import attention_ref, kernel_path
+from flashattn_cu.testing import attention_ref, kernel_path, poison_outputs
 
 pytestmark = pytest.mark.gpu
 
@@ -242,6 +242,40 @@ def test_empty_and_keyless_grads():
     dq, dk, dv = grads(flash_attn_func(q, k, v), (q, k, v),
                        torch.randn(2, 30, 4, 64, device=attn_helpers.DEVICE, dtype=torch.float16))
     assert (dq == 0).all() and dk.shape == k.shape and dv.shape == v.shape
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_no_zero_gradient_for_the_lse(varlen):
+    """softmax_lse is not differentiable: autograd must not fill a zero gradient for it before
+    the backward (a fill kernel on every training step), and the gradients stay right."""
+    skip_unless_bwd(64)
+    q, k, v = make_qkv(2, 200, 200, 4, 2, 64, torch.bfloat16, requires_grad=True)
+    dout = torch.randn_like(q)
+    if varlen:
+        from flashattn_cu import flash_attn_varlen_func
+        cu = torch.tensor([0, 200, 400], dtype=torch.int32, device=q.device)
+        flat = [t.reshape(400, *t.shape[2:]) for t in (q, k, v)]
+
+        def step():
+            out, lse, _ = flash_attn_varlen_func(*flat, cu, cu, 200, 200, causal=True,
+                                                 return_attn_probs=True)
+            return torch.autograd.grad(out, (q, k, v), dout.reshape(400, 4, 64))
+    else:
+        def step():
+            out, lse, _ = flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+            return torch.autograd.grad(out, (q, k, v), dout)
+
+    with poison_outputs(False):  # the poisoning's own fills
+        step()
+        names = attn_helpers.kernel_names(step)
+    assert names and not [n for n in names if "FillFunctor" in n], names
+    ours = step()
+    ref, _ = attention_ref(q, k, v, causal=True)
+    pt, _ = attention_ref(q, k, v, causal=True, upcast=False)
+    refs = grads(ref, (q, k, v), dout.float())
+    pts = grads(pt, (q, k, v), dout)
+    for name, g, r, p in zip(("dq", "dk", "dv"), ours, refs, pts):
+        assert_rule(g, r, p, 3, 1e-4, name)
 
 
 @pytest.mark.parametrize("with_stats", [False, True])
