@@ -35,10 +35,16 @@ _MAX_HEAD_DIM = 256
 _NAMES = ("q", "k", "v")
 
 
+# The exact types a number check passes without the numbers ABCs' slower isinstance (bool is
+# its own type, so it still takes the full check, which refuses it).
+_PLAIN_REALS = (float, int)
+
+
 def _check_softcap(softcap, fn="flash_attn_func"):
     """softcap as a float: 0.0 (none) or a positive normal float32 (the kernels compute in
     float32)."""
-    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
+    if type(softcap) not in _PLAIN_REALS and (isinstance(softcap, bool) or
+                                              not isinstance(softcap, numbers.Real)):
         raise ArgumentTypeError(
             f"{fn}: softcap must be a Python number, got "
             f"{type(softcap).__name__}")
@@ -58,7 +64,8 @@ def _check_softcap(softcap, fn="flash_attn_func"):
 
 def _check_dropout(dropout_p, fn="flash_attn_func"):
     """dropout_p as a float in [0, 1) (the kernels keep each probability with 1 - dropout_p)."""
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, numbers.Real):
+    if type(dropout_p) not in _PLAIN_REALS and (isinstance(dropout_p, bool) or
+                                                not isinstance(dropout_p, numbers.Real)):
         raise ArgumentTypeError(
             f"{fn}: dropout_p must be a Python number, got "
             f"{type(dropout_p).__name__}")
@@ -81,7 +88,8 @@ def _check_features(dropout_p, window_size, softcap, alibi_slopes, fn="flash_att
             f"{fn}: window_size must be a pair (left, right), got {window_size!r}"
         ) from None
     for side in (left, right):
-        if isinstance(side, bool) or not isinstance(side, numbers.Integral):
+        if type(side) is not int and (isinstance(side, bool) or
+                                      not isinstance(side, numbers.Integral)):
             raise ArgumentValueError(
                 f"{fn}: window_size must be a pair of ints, got "
                 f"{window_size!r}")
@@ -150,7 +158,8 @@ def _check_alibi(alibi_slopes, batch, nheads, device, fn="flash_attn_func"):
 
 
 def _check_scale(softmax_scale, fn="flash_attn_func"):
-    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
+    if type(softmax_scale) not in _PLAIN_REALS and (
+            isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real)):
         raise ArgumentTypeError(
             f"{fn}: softmax_scale must be None or a Python number, got "
             f"{type(softmax_scale).__name__}"
@@ -186,6 +195,8 @@ def _as_float32(x):
 
 
 def _check_tensors(q, k, v, fn="flash_attn_func"):
+    if _tensors_ok(q, k, v):
+        return
     tensors = (q, k, v)
     for name, t in zip(_NAMES, tensors):
         if not isinstance(t, torch.Tensor):
@@ -241,6 +252,20 @@ def _check_tensors(q, k, v, fn="flash_attn_func"):
             f"{fn}: head dim {head_dim} is not supported; supported: 1 to "
             f"{_MAX_HEAD_DIM} (multiples of 8 run natively, others are zero-padded)"
         )
+
+
+def _tensors_ok(q, k, v):
+    """Whether q, k, v pass every check of _check_tensors, in one expression (its common case,
+    a few attribute reads instead of its loops; the host time of every call). False sends the
+    call through those checks, which raise naming what is wrong."""
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and
+            isinstance(v, torch.Tensor)):
+        return False
+    qs, ks, dtype = q.shape, k.shape, q.dtype
+    return (dtype in _SUPPORTED_DTYPES and k.dtype == dtype and v.dtype == dtype and
+            len(qs) == 4 and len(ks) == 4 and v.shape == ks and ks[0] == qs[0] and
+            ks[3] == qs[3] and 1 <= qs[3] <= _MAX_HEAD_DIM and qs[2] >= 1 and ks[2] >= 1 and
+            qs[2] % ks[2] == 0)
 
 
 def _check_packed(name, t, dim, count, what):

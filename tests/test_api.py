@@ -532,3 +532,45 @@ def test_argument_errors_are_also_runtime_errors_as_flash_attns():
         with pytest.raises(RuntimeError) as info:
             call()
         assert isinstance(info.value, base), info.value
+
+
+def _tensor_cases():
+    """q, k, v triples around every check of _check_tensors: valid ones (MHA, GQA, MQA, head
+    dims 1 / 256) and one of each way to fail it."""
+    def t(*shape, dtype=torch.float16):
+        return torch.empty(shape, dtype=dtype)
+    ok = (t(2, 5, 4, 64), t(2, 7, 2, 64), t(2, 7, 2, 64))
+    yield ok
+    yield t(1, 3, 8, 1), t(1, 9, 1, 1), t(1, 9, 1, 1)
+    yield t(1, 3, 4, 256, dtype=torch.bfloat16), t(1, 3, 4, 256, dtype=torch.bfloat16), \
+        t(1, 3, 4, 256, dtype=torch.bfloat16)
+    q, k, v = ok
+    yield q.numpy(), k, v
+    yield q, k, [1.0]
+    yield q.float(), k.float(), v.float()
+    yield q, k.bfloat16(), v
+    yield q, k, v.bfloat16()
+    yield q[0], k, v
+    yield q, k[0], v[0]
+    yield q, k, v[:, :6]
+    yield q, k, t(2, 7, 1, 64)
+    yield q, k, t(2, 7, 2, 32)
+    yield q, t(2, 7, 3, 64), t(2, 7, 3, 64)
+    yield t(3, 5, 4, 64), k, v
+    yield t(2, 5, 4, 32), k, v
+    yield t(2, 5, 0, 64), t(2, 7, 0, 64), t(2, 7, 0, 64)
+    yield t(2, 5, 4, 0), t(2, 7, 2, 0), t(2, 7, 2, 0)
+    yield t(1, 2, 2, 264), t(1, 2, 2, 264), t(1, 2, 2, 264)
+
+
+def test_tensor_fast_check_agrees_with_the_full_checks():
+    """_check_tensors's one-expression common case (_tensors_ok) accepts exactly what its full
+    checks accept: never a call those would refuse."""
+    for case in _tensor_cases():
+        with mock.patch.object(_arguments, "_tensors_ok", return_value=False):
+            try:
+                _arguments._check_tensors(*case)
+                full = True
+            except (TypeError, ValueError):
+                full = False
+        assert _arguments._tensors_ok(*case) == full, [getattr(x, "shape", x) for x in case]
