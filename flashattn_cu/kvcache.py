@@ -16,8 +16,6 @@ with cu_seqlens_q, each sequence's keys counted by cu_seqlens_k, lse (nheads, to
 only, as in flash_attn.
 """
 
-import numbers
-
 import torch
 
 from flashattn_cu import _C  # noqa: F401  (loads the library that defines torch.ops.flashattn_cu)
@@ -31,6 +29,7 @@ from flashattn_cu._arguments import (
     _check_seqlens_values,
     _check_softcap,
     _flash_attn_window,
+    _is_int,
     _SUPPORTED_DTYPES,
     _softmax_scale,
     _window_and_causal,
@@ -270,7 +269,7 @@ def _with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
         # cache_leftpad needs the lengths beside it (k / v need cache_seqlens: checked above).
         if cache_leftpad is not None:
             cache_seqlens = torch.full((batch,), capacity, dtype=torch.int32, device=device)
-    elif isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, bool):
+    elif _is_int(cache_seqlens):
         if not 0 <= cache_seqlens <= capacity - seqlen_new:
             raise ArgumentValueError(
                 f"{_FN}: cache_seqlens={cache_seqlens} with {seqlen_new} new keys "
@@ -284,8 +283,7 @@ def _with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqle
     causal, window_left, window_right, softmax_scale, softcap, alibi_slopes = _score_args(
         causal, window_size, softcap, alibi_slopes, softmax_scale, head_dim, capacity, batch,
         nheads, device, _FN)
-    if isinstance(num_splits, bool) or not isinstance(num_splits, numbers.Integral) or \
-            not 0 <= num_splits <= _MAX_SPLITS:
+    if not _is_int(num_splits) or not 0 <= num_splits <= _MAX_SPLITS:
         raise ArgumentValueError(
             f"{_FN}: num_splits must be an int in [0, {_MAX_SPLITS}] (0: "
             f"heuristic), got {num_splits!r}")

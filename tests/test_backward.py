@@ -41,17 +41,22 @@ def grads(out, inputs, dout):
     return torch.autograd.grad(out, inputs, dout)
 
 
+def reference_grads(q, k, v, dout, **mask):
+    """The rule's references: attention_ref's output in fp32 (ref) and in the input dtype (pt),
+    and the gradients of each for dout (refs, pts); mask: attention_ref's causal / window_size."""
+    ref, _ = attention_ref(q, k, v, **mask)
+    pt, _ = attention_ref(q, k, v, upcast=False, **mask)
+    return ref, pt, grads(ref, (q, k, v), dout.float()), grads(pt, (q, k, v), dout)
+
+
 def check_backward(q, k, v, causal, dout=None, deterministic=False):
     """Forward + backward through flash_attn_func; checks dq, dk, dv (and out) by the rule."""
     out = flash_attn_func(q, k, v, causal=causal, deterministic=deterministic)
     if dout is None:
         dout = torch.randn_like(out)
-    ref, _ = attention_ref(q, k, v, causal=causal)
-    pt, _ = attention_ref(q, k, v, causal=causal, upcast=False)
+    ref, pt, refs, pts = reference_grads(q, k, v, dout, causal=causal)
     assert_rule(out, ref, pt, 2, 1e-5, "out")
     ours = grads(out, (q, k, v), dout)
-    refs = grads(ref, (q, k, v), dout.float())
-    pts = grads(pt, (q, k, v), dout)
     for name, g, r, p, x in zip(("dq", "dk", "dv"), ours, refs, pts, (q, k, v)):
         assert g.shape == x.shape and g.dtype == x.dtype, name
         assert_rule(g, r, p, 3, 1e-4, name)
@@ -171,10 +176,8 @@ def test_compile_forward_backward(dtype, head_dim):
     assert torch.equal(out_c, out_e)
     for name, c, e in zip(("dq", "dk", "dv"), grads_c, grads_e):
         torch.testing.assert_close(c, e, atol=1e-3, rtol=1e-3, msg=lambda m: f"{name}: {m}")
-    ref, _ = attention_ref(q, k, v, causal=True)
-    pt, _ = attention_ref(q, k, v, causal=True, upcast=False)
-    for name, c, r, p in zip(("dq", "dk", "dv"), grads_c, grads(ref, (q, k, v), dout.float()),
-                             grads(pt, (q, k, v), dout)):
+    _, _, refs, pts = reference_grads(q, k, v, dout, causal=True)
+    for name, c, r, p in zip(("dq", "dk", "dv"), grads_c, refs, pts):
         assert_rule(c, r, p, 3, 1e-4, f"compiled {name}")
 
 
@@ -257,12 +260,12 @@ def test_no_zero_gradient_for_the_lse(varlen):
         flat = [t.reshape(400, *t.shape[2:]) for t in (q, k, v)]
 
         def step():
-            out, lse, _ = flash_attn_varlen_func(*flat, cu, cu, 200, 200, causal=True,
-                                                 return_attn_probs=True)
+            out, _lse, _ = flash_attn_varlen_func(*flat, cu, cu, 200, 200, causal=True,
+                                                  return_attn_probs=True)
             return torch.autograd.grad(out, (q, k, v), dout.reshape(400, 4, 64))
     else:
         def step():
-            out, lse, _ = flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+            out, _lse, _ = flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
             return torch.autograd.grad(out, (q, k, v), dout)
 
     with poison_outputs(False):  # the poisoning's own fills
@@ -270,10 +273,7 @@ def test_no_zero_gradient_for_the_lse(varlen):
         names = attn_helpers.kernel_names(step)
     assert names and not [n for n in names if "FillFunctor" in n], names
     ours = step()
-    ref, _ = attention_ref(q, k, v, causal=True)
-    pt, _ = attention_ref(q, k, v, causal=True, upcast=False)
-    refs = grads(ref, (q, k, v), dout.float())
-    pts = grads(pt, (q, k, v), dout)
+    _, _, refs, pts = reference_grads(q, k, v, dout, causal=True)
     for name, g, r, p in zip(("dq", "dk", "dv"), ours, refs, pts):
         assert_rule(g, r, p, 3, 1e-4, name)
 
@@ -481,10 +481,7 @@ def test_streamed_dq_convert(case, head_dim, path):
             got[streamed] = torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
     for name, a, b in zip(("dk", "dv"), got[False][1:], got[True][1:]):
         assert torch.equal(a, b), f"{name} differs with the streamed dQ convert"
-    ref, _ = attention_ref(q, k, v, causal=causal, window_size=window)
-    pt, _ = attention_ref(q, k, v, causal=causal, window_size=window, upcast=False)
-    refs = grads(ref, (q, k, v), dout.float())
-    pts = grads(pt, (q, k, v), dout)
+    _, _, refs, pts = reference_grads(q, k, v, dout, causal=causal, window_size=window)
     for streamed in (False, True):
         for name, g, r, p in zip(("dq", "dk", "dv"), got[streamed], refs, pts):
             assert_rule(g, r, p, 3, 1e-4, f"{name} (streamed {streamed})")

@@ -58,13 +58,13 @@ left-padded greedy generation) pass on the H200 (benchmarks/NOTES.md 12.37's sui
 """
 
 import logging
-import numbers
 import os
 import sys
 
 import torch
 import torch.nn.functional as F
 
+from flashattn_cu._arguments import _is_int
 from flashattn_cu.bert_padding import index_first_axis, pad_input, unpad_input
 from flashattn_cu.flash_attn_interface import flash_attn_func, flash_attn_varlen_func
 
@@ -166,8 +166,7 @@ def _window(sliding_window, key_length):
     they pass to this convention (e.g. ModernBERT passes its half-window + 1)."""
     if sliding_window is None:
         return (-1, -1)
-    if isinstance(sliding_window, bool) or not isinstance(sliding_window, numbers.Integral) or \
-            sliding_window < 1:
+    if not _is_int(sliding_window) or sliding_window < 1:
         raise ValueError(f"{_where}: sliding_window must be None or a positive int, got "
                          f"{sliding_window!r}")
     if key_length <= sliding_window:
