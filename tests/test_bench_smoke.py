@@ -74,3 +74,64 @@ def test_bench_bwd_stream_runs_and_checks_both_converts(tmp_path):
             line.split("|")[1].strip() in ("64", "128")]
     assert len(rows) == 2 and all(r.rstrip(" |").endswith("ok") for r in rows), rows
     assert res.stdout.count("SUMMARY") == 1, res.stdout[-2000:]
+
+
+def _details(kernel, grid, duration_us, tensor, stalls):
+    """A kernel's part of `ncu --print-details all` text, in ncu's layout (dashed column rules)."""
+    rows = "\n".join(f"    Stall {name:<20} inst {value:>12}" for name, value in stalls)
+    return f"""  void {kernel}(Params) ({grid}, 1, 1)x(256, 1, 1), Context 1, Stream 7, Device 0, CC 9.0
+    Section: GPU Speed Of Light Throughput
+    ----------------------- ----------- ------------
+    Metric Name             Metric Unit Metric Value
+    ----------------------- ----------- ------------
+    Elapsed Cycles                cycle    1,305,008
+    Duration                         us     {duration_us:>8}
+    ----------------------- ----------- ------------
+
+    Table Name : Compute Throughput Breakdown
+    ----------------------------- ----------- ------------
+    Metric Name                   Metric Unit Metric Value
+    ----------------------------- ----------- ------------
+    SM: Pipe Tensor Cycles Active           %        {tensor:>5}
+    ----------------------------- ----------- ------------
+
+    Table Name : Warp State (All Cycles)
+    -------------------------- ---- ------------
+    Metric Name                Metric Unit Metric Value
+    -------------------------- ---- ------------
+{rows}
+    -------------------------- ---- ------------
+"""
+
+
+def test_ncu_digest_takes_each_reports_longest_kernel(tmp_path):
+    """scripts/ncu_digest.py (the ncu pair's side-by-side table): per report the longest kernel
+    (or the longest matching --kernel), its metrics read by ncu's column rules."""
+    a = tmp_path / "a.txt"
+    a.write_text("[1] python3@host\n" + _details("prep_kernel", 512, "101.40", "0.00", [("Wait", "9.00")])
+                 + _details("main_kernel", 2048, "702.15", "66.45", [("Wait", "1.22"), ("Barrier", "0.40")]))
+    b = tmp_path / "b.txt"
+    b.write_text(_details("fa4_main", 132, "650.00", "77.17", [("Wait", "0.98")]))
+    run = lambda *args: subprocess.run(  # noqa: E731
+        [sys.executable, str(REPO / "scripts" / "ncu_digest.py"), *args],
+        capture_output=True, text=True, timeout=60, cwd=REPO)
+    res = run(f"ours={a}", f"fa4={b}")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert "main_kernel" in lines[0] and "(702.15 us)" in lines[0] and "fa4_main" in lines[0], lines[0]
+    assert lines[1] == "section | metric | unit | ours | fa4"
+    assert "GPU Speed Of Light Throughpu | Duration | us | 702.15 | 650.00" in lines
+    assert "Compute Throughput Breakdown | SM: Pipe Tensor Cycles Active | % | 66.45 | 77.17" in lines
+    assert "Warp State (All Cycles) | Stall Barrier | inst | 0.40 | -" in lines
+    assert "Warp State (All Cycles) | Stall Wait | inst | 1.22 | 0.98" in lines
+    res = run("--kernel", "prep", str(a))
+    assert res.returncode == 0 and "Stall Wait | inst | 9.00" in res.stdout, res.stdout + res.stderr
+    res = run("--kernel", "nothing_like_it", str(a))
+    assert res.returncode == 2 and "no kernel matching" in res.stderr
+    # A real report (the sm90 backward at 476cf67 on the H200): its main kernel and warp states.
+    real = REPO / "benchmarks" / "results" / "ncu_bwd90_h200_476cf67_details.txt"
+    res = run(str(real))
+    assert res.returncode == 0, res.stderr
+    assert "bwd_kernel" in res.stdout.splitlines()[0]
+    assert re.search(r"\| Stall Wait \| inst \| \d", res.stdout), res.stdout
+    assert re.search(r"\| Registers Per Thread \| register/thread \| \d+", res.stdout), res.stdout
