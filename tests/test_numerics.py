@@ -316,6 +316,42 @@ def test_large_logits(dtype, head_dim, causal):
         assert_rule(g, r, b, 3, 1e-4, name)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_row_max_that_climbs_along_the_keys(dtype, head_dim, causal):
+    """Rows whose largest logit grows block after block, by less and by more than 2^8 in p per
+    key block, and rows with one jump of 40 (log2 units) midway: where the sm90 forward runs its
+    exponents against a lazy reference (tiles.h fwd_lazy_rescale_sm90, a build flag: the reference
+    moves only past 2^8, P up to 2^8 otherwise) and where it follows the running max (every key
+    block a rescale of O), output, LSE and gradients against float64 with the fp32-scores
+    baseline. Heads 0 / 1 / 2 / 3: a climb of 0.045 / 0.2 log2 units a key (7.9 / 35 over a
+    176-key block), the jump at key 1,000, and a descent (the first block holds the max)."""
+    skip_unless_built(head_dim)
+    sq, sk, a = 192, 2048, 8.0
+    q, k, v = attn_helpers.make_qkv(1, sq, sk, 4, 4, head_dim, dtype)
+    q, k = q * 0.5, k * 0.5
+    keys = torch.arange(sk, device=DEV, dtype=torch.float64)
+    log2_logits = torch.stack([0.045 * keys, 0.2 * keys, 40.0 * (keys >= 1000),
+                               -0.05 * keys])  # (heads, keys), log2 units
+    scale = head_dim ** -0.5
+    q[..., 0] = a
+    k[0, :, :, 0] = (log2_logits.T * math.log(2) / (a * scale)).to(dtype)
+    with torch.no_grad():
+        climb = torch.einsum("bqhd,bkhd->bhqk", q[:, :1].float(), k.float())[0, :, 0] * scale
+    assert climb[1, -1] - climb[1, 0] > 250, "head 1's last logit ~280 nats above its first"
+    dout = torch.randn_like(q)
+    out, lse, grads = ours(q, k, v, causal, dout)
+    assert_finite(out, lse, *grads)
+    out64, lse64, g64 = ref64(q, k, v, causal, dout)
+    outb, gbase = fp32_scores_baseline(q, k, v, causal, dout)
+    assert_rule(out, out64, outb, 2, 1e-5, "out")
+    # The fp32 LSE of logits up to ~300 nats: a few ulp of 300 and the score sums' rounding.
+    assert max_abs_diff(lse, lse64) <= 5e-4
+    for name, g, r, b in zip(("dq", "dk", "dv"), grads, g64, gbase):
+        assert_rule(g, r, b, 3, 1e-4, name)
+
+
 # --------------------------------------------------------------------------------------------
 # The backward from softmax_lse alone (what PyTorch's SDPA interface hands a flash backend)
 

@@ -17,7 +17,8 @@
 // library's persistent range; `persist256f`, d 256's short causal calls timed as the bench
 // times them (the L2 emptied before each); `persist16k` (session 56), the persistent grid on the
 // longest causal rows with the walk's groups up to every head; `splitq`, Q in one part per
-// consumer (FwdTraits kSplitQ); `prefetch`, the TMA descriptors prefetched (kPrefetchMaps).
+// consumer (FwdTraits kSplitQ); `prefetch`, the TMA descriptors prefetched (kPrefetchMaps);
+// `lazy` (session 61), the rows' lazy reference and O's skipped rescale (kLazyRescale).
 // tune_fwd90.cu runs them
 // through run_serial_mode / run_order_mode;
 // -DTUNE_FWD90_SERIAL_ONLY builds these modes alone.
@@ -375,6 +376,38 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
           "d256 128x64 splitQ pers", b, false, {512, 1024});
     }
     g_library_schedule = true;
+    return true;
+  }
+  if (mode == "lazy") {
+    // A lazy reference (B: FwdTraits kLazyRescale 8, common/softmax.h new_max kLazyLog2: a row's
+    // reference moves only where a key block's max passes it by 2^8 in P, and a warp whose rows
+    // all keep theirs skips O's rescale) against the library's running max (A), the library's
+    // tiles and schedule, interleaved, two passes: the long-row tiles at 4k / 8k / 16k, the
+    // short ones at 1k, and ALiBi's static instance (its bias moves the max along a row).
+    g_library_schedule = true;
+    using fa::sm90::LibraryFwdTraits;
+    constexpr int kS = fa::kStaticVariant, kA = fa::kStaticAlibiVariant;
+    for (int rep = 0; rep < 2; ++rep) {
+      const std::vector<int> sl = {4096, 8192, 16384};
+      ab_sweep<128, LibStatic<128>,
+               LibraryFwdTraits<128, kS, false, false, false, false, false, -1, false, 8>::Type>(
+          "d128 128x176 lazy", b, true, sl);
+      ab_sweep<64, LibStatic<64>,
+               LibraryFwdTraits<64, kS, false, false, false, false, false, -1, false, 8>::Type>(
+          "d64 192x128 lazy", b, true, sl);
+      ab_sweep<256, LibStatic<256>,
+               LibraryFwdTraits<256, kS, false, false, false, false, false, -1, false, 8>::Type>(
+          "d256 128x80 lazy", b, true, sl);
+      ab_sweep<128, LibStatic<128, true>,
+               LibraryFwdTraits<128, kS, true, false, false, false, false, -1, false, 8>::Type>(
+          "d128 128x128 lazy", b, true, {1024});
+      ab_sweep<64, LibStatic<64, true>,
+               LibraryFwdTraits<64, kS, true, false, false, false, false, -1, false, 8>::Type>(
+          "d64 128x128 lazy", b, true, {1024});
+      ab_sweep<64, LibraryFwdTraits<64, kA, false, false>::Type,
+               LibraryFwdTraits<64, kA, false, false, false, false, false, -1, false, 8>::Type,
+               kAlibi | kStaticMask>("d64 alibi lazy", b, true, {4096, 16384});
+    }
     return true;
   }
   if (mode == "prefetch") {

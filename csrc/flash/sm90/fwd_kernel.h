@@ -277,7 +277,8 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         }
       } else {
         score_tile(n);
-        softmax.template new_max<Traits::kMaxTree>(acc_s, scale_log2, ref, rescale);
+        softmax.template new_max<Traits::kMaxTree, Traits::kLazyRescale>(acc_s, scale_log2, ref,
+                                                                          rescale);
       }
       // The phase clocks' split of a step's softmax (harness builds only; steps loop only).
       if constexpr (Traits::kStamps) clock.step(kStepMax);
@@ -310,6 +311,15 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     };
 
     float ref[1][2], rescale[1][2];
+    // O *= the step's rescale factors; behind a lazy reference (Traits::kLazyRescale) skipped by
+    // a warp whose factors are all exactly 1.
+    auto rescale_o = [&] {
+      if constexpr (Traits::kLazyRescale > 0) {
+        OnlineSoftmax<1>::rescale_output_lazy(acc_o, rescale);
+      } else {
+        OnlineSoftmax<1>::rescale_output(acc_o, rescale);
+      }
+    };
     BlockHalf half;  // the keys of the step's S (the next step's P V)
     // Step i's S GEMM with nothing else in flight, from its K wait to its softmax: step 0, and
     // every step of the serial order (Traits::kSerialPV). after_wait / after_s: the phase
@@ -398,7 +408,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         clock.step(kStepWaitPV);
         s_alone(i, [&] { clock.step(kStepWaitKV); }, [&] { clock.step(kStepS); }, [] {});
         clock.step(kStepExp);
-        if constexpr (!kBounded) OnlineSoftmax<1>::rescale_output(acc_o, rescale);
+        if constexpr (!kBounded) rescale_o();
         pack_p();
         clock.step(kStepPack);
       }
@@ -419,7 +429,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
           // O (P V of step i - 2 has landed) to the row max of step i - 1, whose P the P V below
           // adds, while S_i runs on the tensor cores (step 0's factor is 0 on an O of 0).
           ptx::fence_operand(acc_o[0]);
-          OnlineSoftmax<1>::rescale_output(acc_o, rescale);
+          rescale_o();
           ptx::fence_operand(acc_o[0]);
           ptx::wgmma_fence();  // the FMULs' writes before the wgmma reads O
         }
@@ -440,7 +450,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         clock.step(kStepWaitPV);
         release(Traits::kBarVEmpty + prev.stage);
         if constexpr (!Traits::kEarlyRescale && !kBounded) {
-          OnlineSoftmax<1>::rescale_output(acc_o, rescale);
+          rescale_o();
         }
         pack_p();
         clock.step(kStepPack);
@@ -448,7 +458,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     }
     clock.mark(kPhaseSteps);
     // The last block's P V.
-    if constexpr (Traits::kEarlyRescale) OnlineSoftmax<1>::rescale_output(acc_o, rescale);
+    if constexpr (Traits::kEarlyRescale) rescale_o();
     pv_alone(w.num_blocks - 1, [&] {
       if constexpr (kBounded && Traits::kSumsUnderS) sum_used();
       ahead();  // under the GEMM

@@ -301,11 +301,12 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
 
 // The configuration tiles.h picks for kernel variant kVariant (kShort: fwd_tile_sm90_short's;
 // kBounded: the bounded reference's instance, FwdTraits kBoundedRef; kDoubleQ / kSplitQ /
-// kPrefetchMaps / kPublishTiles: those FwdTraits knobs, and kOStore >= 0 its kTmaStoreO in place
-// of the tile's, the harness's A/Bs only).
+// kPrefetchMaps / kPublishTiles: those FwdTraits knobs, kOStore >= 0 its kTmaStoreO in place of
+// the tile's and kLazy >= 0 its kLazyRescale in place of tiles.h fwd_lazy_rescale_sm90's, the
+// harness's A/Bs only).
 template <int kHeadDim, int kVariant, bool kShort, bool kBounded, bool kDoubleQ = false,
           bool kSplitQ = false, bool kPrefetchMaps = false, int kOStore = -1,
-          bool kPublishTiles = false>
+          bool kPublishTiles = false, int kLazy = -1>
 struct LibraryFwdTraits {
   static constexpr FwdTileSm90 kTile =
       fwd_serial_sm90(kHeadDim, kVariant == kStaticVariant && !kShort)
@@ -331,7 +332,9 @@ struct LibraryFwdTraits {
                          fwd_mods_per_tile_sm90(kHeadDim, kStaticAlibi),
                          fwd_cap_interleave_sm90(kHeadDim, kCapVariant, kStaticSoftcap), kBounded,
                          false, kTile.serial, kTwoQ, kSplitQ || fwd_split_q_sm90(),
-                         kPrefetchMaps, kPublishTiles>;
+                         kPrefetchMaps, kPublishTiles,
+                         kLazy >= 0 ? kLazy
+                                    : fwd_lazy_rescale_sm90(kHeadDim, variant_softcap(kVariant))>;
   using Single = With<false>;
   // tiles.h fwd_double_q_sm90 (a build flag, off by default): the static variant's tiles, a
   // second Q where the shared memory holds it (with the barriers' and the O

@@ -47,9 +47,15 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           bool kModsPerTile_ = true, bool kCapInterleave_ = false,
           bool kBoundedRef_ = false, bool kSumsUnderS_ = false, bool kSerialPV_ = false,
           bool kDoubleQ_ = false, bool kSplitQ_ = false, bool kPrefetchMaps_ = false,
-          bool kPublishTiles_ = false>
+          bool kPublishTiles_ = false, int kLazyRescale_ = 0>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // b > 0: each row's exponents against a lazy reference (common/softmax.h new_max kLazyLog2),
+  // which moves, rescaling O, only where a key block's max passes it by more than 2^b in P; a
+  // warp whose rows all keep theirs skips O's rescale (d / 2 FMULs a thread on a consumer's path
+  // between its P V landing and its next turn, benchmarks/NOTES.md 12.79). 0: the running max,
+  // O rescaled at every step. A tuning knob (tune_fwd90 `lazy`; tiles.h fwd_lazy_rescale_sm90).
+  static constexpr int kLazyRescale = kLazyRescale_;
   // The producer hands out the walk's tiles through shared memory (fwd_work.h
   // fwd_published_tiles, which also takes them for the varlen-decoding instances), so the call
   // may run on the dynamic scheduler: a tuning knob (tune_fwd90 `dyn256`).
