@@ -103,6 +103,21 @@ def assert_grads_on_offset_inputs(q1, k1, v, causal, dout, out1, grads1, what):
             f"{name} {what}: max|ours - ref| = {err:.3e} > 3 * {base:.3e} + 1e-4")
 
 
+def assert_large_logits_against_float64(q, k, v, causal):
+    """Output, LSE and gradients of inputs with logits up to a few hundred nats against float64,
+    with the fp32-scores baseline (pt's 16-bit scores are off by whole nats there)."""
+    dout = torch.randn_like(q)
+    out, lse, grads = ours(q, k, v, causal, dout)
+    assert_finite(out, lse, *grads)
+    out64, lse64, g64 = ref64(q, k, v, causal, dout)
+    outb, gbase = fp32_scores_baseline(q, k, v, causal, dout)
+    assert_rule(out, out64, outb, 2, 1e-5, "out")
+    # The fp32 LSE of logits ~300: a few ulp of 300 plus the rounding of the score sums.
+    assert max_abs_diff(lse, lse64) <= 5e-4
+    for name, g, r, b in zip(("dq", "dk", "dv"), grads, g64, gbase):
+        assert_rule(g, r, b, 3, 1e-4, name)
+
+
 def assert_finite(*tensors):
     for t in tensors:
         assert torch.isfinite(t).all(), "non-finite values"
@@ -304,16 +319,7 @@ def test_large_logits(dtype, head_dim, causal):
     with torch.no_grad():
         logits = torch.einsum("bqhd,bkhd->bhqk", q[:, :, :2].float(), k.float()) / head_dim ** 0.5
     assert logits.abs().max() > 100
-    dout = torch.randn_like(q)
-    out, lse, grads = ours(q, k, v, causal, dout)
-    assert_finite(out, lse, *grads)
-    out64, lse64, g64 = ref64(q, k, v, causal, dout)
-    outb, gbase = fp32_scores_baseline(q, k, v, causal, dout)
-    assert_rule(out, out64, outb, 2, 1e-5, "out")
-    # The fp32 LSE of logits ~300: a few ulp of 300 plus the rounding of the score sums.
-    assert max_abs_diff(lse, lse64) <= 5e-4
-    for name, g, r, b in zip(("dq", "dk", "dv"), grads, g64, gbase):
-        assert_rule(g, r, b, 3, 1e-4, name)
+    assert_large_logits_against_float64(q, k, v, causal)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -340,16 +346,7 @@ def test_row_max_that_climbs_along_the_keys(dtype, head_dim, causal):
     with torch.no_grad():
         climb = torch.einsum("bqhd,bkhd->bhqk", q[:, :1].float(), k.float())[0, :, 0] * scale
     assert climb[1, -1] - climb[1, 0] > 250, "head 1's last logit ~280 nats above its first"
-    dout = torch.randn_like(q)
-    out, lse, grads = ours(q, k, v, causal, dout)
-    assert_finite(out, lse, *grads)
-    out64, lse64, g64 = ref64(q, k, v, causal, dout)
-    outb, gbase = fp32_scores_baseline(q, k, v, causal, dout)
-    assert_rule(out, out64, outb, 2, 1e-5, "out")
-    # The fp32 LSE of logits up to ~300 nats: a few ulp of 300 and the score sums' rounding.
-    assert max_abs_diff(lse, lse64) <= 5e-4
-    for name, g, r, b in zip(("dq", "dk", "dv"), grads, g64, gbase):
-        assert_rule(g, r, b, 3, 1e-4, name)
+    assert_large_logits_against_float64(q, k, v, causal)
 
 
 # --------------------------------------------------------------------------------------------
