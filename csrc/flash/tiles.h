@@ -636,17 +636,19 @@ __host__ __device__ constexpr bool fwd_early_rescale_sm90(int head_dim, bool sta
 // kLazyLog2): each row's exponents against a reference that moves only where a key block's max
 // passes it by more than 2^b in P, O rescaled only by a warp with a row that moved. A build
 // flag, 0 (off) by default, until measured: -DFLASHATTN_CU_FWD_LAZY_RESCALE=8 gives every
-// instance whose row max is not softcap's (the plain, ALiBi, window and varlen variants) b = 8
-// at d <= 192, for the whole suite and the bench with it on (tune_fwd90 `lazy` A/Bs it without
-// a build of the library, d = 256's static tile included). Not at d = 256, where it moved
-// ptxas's allocation (sm_90a fp16: four instances 0 -> 4-12 bytes of spills; d = 64 / 128
-// unchanged). Why it may pay (benchmarks/NOTES.md 12.79): the d = 128 step's SASS spends 64 of
-// its ~615 instructions a warp on O's rescale, between the P V wait and the next turn.
+// instance whose row max is not softcap's b = 8, for the whole suite and the bench with it on
+// (tune_fwd90 `lazy` A/Bs it without a build of the library), but d = 256's dynamic and dropout
+// instances (`spills_at_256`), where it moved ptxas's allocation (sm_90a fp16: 0 -> 8-12 bytes
+// of spills, 4 / 8 -> 12 / 20; the static, static ALiBi and padded window instances and every
+// d = 64 / 128 one unchanged). Why it may pay (benchmarks/NOTES.md 12.79): O's rescale is d / 2
+// FMULs a thread at every key block, between the P V wait and the next turn: 64 of the d = 128
+// step's ~615 instructions a warp, 128 of d = 256's ~400.
 #ifndef FLASHATTN_CU_FWD_LAZY_RESCALE
 #define FLASHATTN_CU_FWD_LAZY_RESCALE 0
 #endif
-__host__ __device__ constexpr int fwd_lazy_rescale_sm90(int head_dim, bool softcap) {
-  return softcap || head_dim > 192 ? 0 : FLASHATTN_CU_FWD_LAZY_RESCALE;
+__host__ __device__ constexpr int fwd_lazy_rescale_sm90(int head_dim, bool softcap,
+                                                        bool spills_at_256) {
+  return softcap || (head_dim > 192 && spills_at_256) ? 0 : FLASHATTN_CU_FWD_LAZY_RESCALE;
 }
 __host__ __device__ constexpr bool fwd_sum_tree_sm90(int head_dim, bool softcap) {
   return !(softcap && head_dim == 64);

@@ -334,7 +334,9 @@ struct LibraryFwdTraits {
                          false, kTile.serial, kTwoQ, kSplitQ || fwd_split_q_sm90(),
                          kPrefetchMaps, kPublishTiles,
                          kLazy >= 0 ? kLazy
-                                    : fwd_lazy_rescale_sm90(kHeadDim, variant_softcap(kVariant))>;
+                                    : fwd_lazy_rescale_sm90(kHeadDim, variant_softcap(kVariant),
+                                                            kVariant == kDynamicVariant ||
+                                                                kVariant == kDropoutVariant)>;
   using Single = With<false>;
   // tiles.h fwd_double_q_sm90 (a build flag, off by default): the static variant's tiles, a
   // second Q where the shared memory holds it (with the barriers' and the O
