@@ -154,6 +154,58 @@ void sweep(const char* tag) {
     for (bool c : {false, true}) run<D, M, N, W, U>(s, c, tag);
 }
 
+// `lazy`: one library tile with a lazy row reference (B: FwdTraits kLazyRescale 8, common/
+// softmax.h new_max kLazyLog2) against the running max (A) on the benchmark's shape, both
+// outputs checked against each other (they differ by rounding only), then timed interleaved
+// (harness.h ab_ms: 30 rounds of 4 calls): B / A time < 1 means the lazy reference is faster.
+template <int D, int M, int N, int W, bool U = false>
+void lazy_ab(int seqlen, bool causal) {
+  using A = fa::sm80::FwdTraits<D, M, N, W, U, 0>;
+  using B = fa::sm80::FwdTraits<D, M, N, W, U, 8>;
+  const int batch = 16384 / seqlen, heads = 2048 / D;
+  const size_t n = static_cast<size_t>(batch) * seqlen * heads * D;
+  __nv_bfloat16 *q, *k, *v, *oa, *ob;
+  float* lse;
+  CHECK(cudaMalloc(&q, n * 2)); CHECK(cudaMalloc(&k, n * 2)); CHECK(cudaMalloc(&v, n * 2));
+  CHECK(cudaMalloc(&oa, n * 2)); CHECK(cudaMalloc(&ob, n * 2));
+  CHECK(cudaMalloc(&lse, sizeof(float) * batch * heads * seqlen));
+  fill_random<<<1024, 256>>>(q, n, 1); fill_random<<<1024, 256>>>(k, n, 2); fill_random<<<1024, 256>>>(v, n, 3);
+  fa::FwdParams p;
+  p.q = q; p.k = k; p.v = v; p.lse = lse;
+  const int64_t rs = heads * D, bs = rs * seqlen;
+  p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = bs;
+  p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = rs;
+  p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = D;
+  p.batch = batch; p.seqlen_q = p.seqlen_k = seqlen; p.num_heads = p.num_heads_k = heads;
+  p.head_dim = D; p.softmax_scale = 1.f / sqrtf(D); p.is_causal = causal;
+  p.dtype = fa::DType::kBFloat16;
+  fa::FwdParams pa = p, pb = p;
+  pa.o = oa;
+  pb.o = ob;
+  CHECK(cudaMemset(ob, 0xff, n * 2));  // NaN poison
+  fa::sm80::launch_fwd<__nv_bfloat16, A>(pa, 0);
+  fa::sm80::launch_fwd<__nv_bfloat16, B>(pb, 0);
+  CHECK(cudaDeviceSynchronize());
+  CHECK(cudaGetLastError());
+  std::vector<__nv_bfloat16> ha(n), hb(n);
+  CHECK(cudaMemcpy(ha.data(), oa, n * 2, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(hb.data(), ob, n * 2, cudaMemcpyDeviceToHost));
+  float diff = 0.f;
+  for (size_t i = 0; i < n; ++i) {
+    const float d = std::fabs(__bfloat162float(ha[i]) - __bfloat162float(hb[i]));
+    diff = d > diff || std::isnan(d) ? (std::isnan(d) ? INFINITY : d) : diff;
+  }
+  const AbTimes t = ab_ms([&] { fa::sm80::launch_fwd<__nv_bfloat16, A>(pa, 0); },
+                          [&] { fa::sm80::launch_fwd<__nv_bfloat16, B>(pb, 0); }, 30, 4);
+  const double flops = 4.0 * batch * heads * seqlen * seqlen * D / (causal ? 2 : 1);
+  std::printf("lazy d=%3d seqlen=%5d causal=%d %3dx%3d w%d: A %6.1f  B %6.1f TFLOP/s  B/A time %.3f"
+              "  max|A - B| %.1e%s\n", D, seqlen, causal, M, N, W, flops / t.a_ms * 1e-9,
+              flops / t.b_ms * 1e-9, t.b_over_a, diff, diff < 2e-2f ? "" : "  WRONG");
+  std::fflush(stdout);
+  CHECK(cudaFree(q)); CHECK(cudaFree(k)); CHECK(cudaFree(v)); CHECK(cudaFree(oa));
+  CHECK(cudaFree(ob)); CHECK(cudaFree(lse));
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "all";
   if (mode == "ab") {  // the shipped configs of d = 64, 128, 256 at 8k, for A/B of code changes
@@ -163,6 +215,16 @@ int main(int argc, char** argv) {
       run<256, 64, 64, 4>(8192, c, "ab");
       run<256, 64, 64, 4>(2048, c, "ab");
     }
+    return 0;
+  }
+  if (mode == "lazy") {  // the shipped d = 64 / 128 / 256 tiles, two passes
+    for (int rep = 0; rep < 2; ++rep)
+      for (int s : {2048, 8192})
+        for (bool c : {false, true}) {
+          lazy_ab<64, 128, 128, 4>(s, c);
+          lazy_ab<128, 128, 64, 4, true>(s, c);
+          lazy_ab<256, 64, 64, 4>(s, c);
+        }
     return 0;
   }
   if (mode == "quick") {

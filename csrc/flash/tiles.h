@@ -650,6 +650,11 @@ __host__ __device__ constexpr int fwd_lazy_rescale_sm90(int head_dim, bool softc
                                                         bool spills_at_256) {
   return softcap || (head_dim > 192 && spills_at_256) ? 0 : FLASHATTN_CU_FWD_LAZY_RESCALE;
 }
+// The sm80 forward's lazy reference (sm80/fwd_kernel.h FwdTraits kLazyRescale): the same build
+// flag, off by default, for every sm80 forward instance (its kvcache ones included) until
+// tune_fwd `lazy` has measured it (on an H100 through the sm80 kernels; Ampere not measured).
+__host__ __device__ constexpr int fwd_lazy_rescale_sm80() { return FLASHATTN_CU_FWD_LAZY_RESCALE; }
+
 __host__ __device__ constexpr bool fwd_sum_tree_sm90(int head_dim, bool softcap) {
   return !(softcap && head_dim == 64);
 }

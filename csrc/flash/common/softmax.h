@@ -117,12 +117,18 @@ struct OnlineSoftmax {
   // -inf (masked) uses 0 as its reference, so no inf - inf appears; its p are exp2(-inf) = 0.
   // In three steps, for kernels whose o is in flight on the tensor cores while the exponentials
   // run (sm90/fwd_kernel.h: new_max and exponentiate, then rescale_output once o has landed).
-  template <typename Exp = DefaultExp, int kNTiles, int kDTiles>
+  // kLazyLog2 > 0: against a lazy reference (new_max), o's rescale skipped by a warp whose rows
+  // all kept theirs (rescale_output_lazy).
+  template <typename Exp = DefaultExp, int kLazyLog2 = 0, int kNTiles, int kDTiles>
   __device__ __forceinline__ void update(float (&s)[kMTiles][kNTiles][4],
                                          float (&o)[kMTiles][kDTiles][4], float scale_log2) {
     float ref[kMTiles][2], rescale[kMTiles][2];
-    new_max(s, scale_log2, ref, rescale);
-    rescale_output(o, rescale);
+    new_max<false, kLazyLog2>(s, scale_log2, ref, rescale);
+    if constexpr (kLazyLog2 > 0) {
+      rescale_output_lazy(o, rescale);
+    } else {
+      rescale_output(o, rescale);
+    }
     exponentiate<Exp>(s, ref, rescale, scale_log2);
   }
 

@@ -50,25 +50,28 @@ Status run_fwd_kvcache(const FwdKvcacheKernelParams& kp, bool small_smem, cudaSt
                 big.warps != small.warps) {
     if (small_smem) {
       return launch_fwd_kvcache<Element, FwdTraits<kHeadDim, small.block_m, small.block_n,
-                                                   small.warps, small.unpredicated_bulk_loads>>(
+                                                   small.warps, small.unpredicated_bulk_loads,
+                                                   fwd_lazy_rescale_sm80()>>(
           kp, stream);
     }
   }
   return launch_fwd_kvcache<Element, FwdTraits<kHeadDim, big.block_m, big.block_n, big.warps,
-                                               big.unpredicated_bulk_loads>>(kp, stream);
+                                               big.unpredicated_bulk_loads,
+                                               fwd_lazy_rescale_sm80()>>(kp, stream);
 }
 
 template <typename Element, int kHeadDim>
 Status run_fwd(const FwdParams& p, bool small_smem, cudaStream_t stream) {
   constexpr FwdTile big = fwd_tile_sm80(kHeadDim, false);
   constexpr FwdTile small = fwd_tile_sm80(kHeadDim, true);
-  using BigTraits =
-      FwdTraits<kHeadDim, big.block_m, big.block_n, big.warps, big.unpredicated_bulk_loads>;
+  using BigTraits = FwdTraits<kHeadDim, big.block_m, big.block_n, big.warps,
+                              big.unpredicated_bulk_loads, fwd_lazy_rescale_sm80()>;
   if constexpr (big.block_m != small.block_m || big.block_n != small.block_n ||
                 big.warps != small.warps) {
     if (small_smem) {
       return launch_fwd<Element, FwdTraits<kHeadDim, small.block_m, small.block_n, small.warps,
-                                           small.unpredicated_bulk_loads>>(p, stream);
+                                           small.unpredicated_bulk_loads,
+                                           fwd_lazy_rescale_sm80()>>(p, stream);
     }
   }
   return launch_fwd<Element, BigTraits>(p, stream);
