@@ -121,6 +121,23 @@ float time_config(fa::FwdParams p) {
   return ms[ms.size() / 2];
 }
 
+// The benchmark's shape (flash_attn's: batch 16384 / seqlen, heads 2048 / d, bf16) over dense
+// (batch, seqlen, heads, d) tensors.
+fa::FwdParams bench_params(void* q, void* k, void* v, void* o, float* lse, int d, int seqlen,
+                           bool causal) {
+  const int batch = 16384 / seqlen, heads = 2048 / d;
+  fa::FwdParams p;
+  p.q = q; p.k = k; p.v = v; p.o = o; p.lse = lse;
+  const int64_t rs = static_cast<int64_t>(heads) * d, bs = rs * seqlen;
+  p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = bs;
+  p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = rs;
+  p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = d;
+  p.batch = batch; p.seqlen_q = p.seqlen_k = seqlen; p.num_heads = p.num_heads_k = heads;
+  p.head_dim = d; p.softmax_scale = 1.f / sqrtf(d); p.is_causal = causal;
+  p.dtype = fa::DType::kBFloat16;
+  return p;
+}
+
 template <int D, int M, int N, int W, bool U = false>
 void run(int seqlen, bool causal, const char* tag) {
   using Traits = fa::sm80::FwdTraits<D, M, N, W, U>;
@@ -132,15 +149,7 @@ void run(int seqlen, bool causal, const char* tag) {
   CHECK(cudaMalloc(&o, n * 2));
   CHECK(cudaMalloc(&lse, sizeof(float) * batch * heads * seqlen));
   fill_random<<<1024, 256>>>(q, n, 1); fill_random<<<1024, 256>>>(k, n, 2); fill_random<<<1024, 256>>>(v, n, 3);
-  fa::FwdParams p;
-  p.q = q; p.k = k; p.v = v; p.o = o; p.lse = lse;
-  const int64_t rs = heads * D, bs = rs * seqlen;
-  p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = bs;
-  p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = rs;
-  p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = D;
-  p.batch = batch; p.seqlen_q = p.seqlen_k = seqlen; p.num_heads = p.num_heads_k = heads;
-  p.head_dim = D; p.softmax_scale = 1.f / sqrtf(D); p.is_causal = causal;
-  p.dtype = fa::DType::kBFloat16;
+  const fa::FwdParams p = bench_params(q, k, v, o, lse, D, seqlen, causal);
   const float ms = time_config<Traits>(p);
   const double flops = 4.0 * batch * heads * seqlen * seqlen * D / (causal ? 2 : 1);
   std::printf("%-4s d=%3d seqlen=%5d causal=%d  %3dx%3d w%d  %7.3f ms  %6.1f TFLOP/s\n", tag, D,
@@ -170,18 +179,8 @@ void lazy_ab(int seqlen, bool causal) {
   CHECK(cudaMalloc(&oa, n * 2)); CHECK(cudaMalloc(&ob, n * 2));
   CHECK(cudaMalloc(&lse, sizeof(float) * batch * heads * seqlen));
   fill_random<<<1024, 256>>>(q, n, 1); fill_random<<<1024, 256>>>(k, n, 2); fill_random<<<1024, 256>>>(v, n, 3);
-  fa::FwdParams p;
-  p.q = q; p.k = k; p.v = v; p.lse = lse;
-  const int64_t rs = heads * D, bs = rs * seqlen;
-  p.q_batch_stride = p.k_batch_stride = p.v_batch_stride = p.o_batch_stride = bs;
-  p.q_row_stride = p.k_row_stride = p.v_row_stride = p.o_row_stride = rs;
-  p.q_head_stride = p.k_head_stride = p.v_head_stride = p.o_head_stride = D;
-  p.batch = batch; p.seqlen_q = p.seqlen_k = seqlen; p.num_heads = p.num_heads_k = heads;
-  p.head_dim = D; p.softmax_scale = 1.f / sqrtf(D); p.is_causal = causal;
-  p.dtype = fa::DType::kBFloat16;
-  fa::FwdParams pa = p, pb = p;
-  pa.o = oa;
-  pb.o = ob;
+  const fa::FwdParams pa = bench_params(q, k, v, oa, lse, D, seqlen, causal);
+  const fa::FwdParams pb = bench_params(q, k, v, ob, lse, D, seqlen, causal);
   CHECK(cudaMemset(ob, 0xff, n * 2));  // NaN poison
   fa::sm80::launch_fwd<__nv_bfloat16, A>(pa, 0);
   fa::sm80::launch_fwd<__nv_bfloat16, B>(pb, 0);
