@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The lazy row reference's A/Bs in one device call (benchmarks/NOTES.md 12.79 item 8, 12.80
+# item 0): the two torch-free harnesses built side by side, then each one's `lazy` mode, the
+# library's running max (A) against the lazy reference (B) on the same calls, interleaved:
+#   benchmarks/tune/tune_fwd90.cu (sm90a forward; d 64 / 128 / 256 long tiles at 4k-16k, the
+#   short tiles at 1k, d 64's static ALiBi), outputs checked against the sm80 kernel;
+#   benchmarks/tune/tune_fwd.cu (sm80 forward; the shipped d 64 / 128 / 256 tiles at 2k / 8k),
+#   the two outputs compared.
+# B / A time < 1: the lazy reference is faster. Device only, from the repository root:
+#   OUT=/tmp/o bash scripts/device_lazy_ab.sh
+set -u -o pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+OUT=${OUT:-$PWD/device_out}
+WORK=${WORK:-/tmp/lazy_ab}
+mkdir -p "$OUT" "$WORK"
+t0=$SECONDS
+nv=(nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1
+    -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash)
+"${nv[@]}" -DTUNE_FWD90_SERIAL_ONLY benchmarks/tune/tune_fwd90.cu csrc/flash/tma_host.cu \
+    -o "$WORK/tune_fwd90" > "$OUT/tune_fwd90_build.log" 2>&1 &
+pid90=$!
+"${nv[@]}" benchmarks/tune/tune_fwd.cu csrc/flash/tma_host.cu -o "$WORK/tune_fwd" \
+    > "$OUT/tune_fwd_build.log" 2>&1 &
+pid80=$!
+rc=0
+wait $pid90 || { echo "tune_fwd90 build failed:"; grep -m 20 error "$OUT/tune_fwd90_build.log"; rc=1; }
+wait $pid80 || { echo "tune_fwd build failed:"; grep -m 20 error "$OUT/tune_fwd_build.log"; rc=1; }
+echo "builds done after $((SECONDS - t0)) s"
+if [ -x "$WORK/tune_fwd90" ]; then
+    timeout "${LAZY_TIMEOUT:-240}" "$WORK/tune_fwd90" lazy 2>&1 | tee "$OUT/tune_fwd90_lazy.txt" |
+        grep -E "B/A|WRONG|failed"
+    echo "tune_fwd90 lazy: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
+fi
+if [ -x "$WORK/tune_fwd" ]; then
+    timeout "${LAZY_TIMEOUT:-240}" "$WORK/tune_fwd" lazy 2>&1 | tee "$OUT/tune_fwd_lazy.txt"
+    echo "tune_fwd lazy: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
+fi
+exit $rc
