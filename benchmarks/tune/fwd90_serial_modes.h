@@ -41,11 +41,12 @@
 // The library's static-variant (plain attention) configuration at a head dim: its long-row tile,
 // or with kShort its short-row one (tiles.h fwd_short_rows_sm90); kDoubleQ / kSplitQ /
 // kPrefetch: with FwdTraits kDoubleQ (`doubleq`) / kSplitQ (`splitq`) / kPrefetchMaps
-// (`prefetch`) on.
+// (`prefetch`) on; kLazy >= 0: FwdTraits kLazyRescale (`lazy`) in place of the library's.
 template <int kHeadDim, bool kShort = false, bool kDoubleQ = false, bool kSplitQ = false,
-          bool kPrefetch = false>
-using LibStatic = typename fa::sm90::LibraryFwdTraits<kHeadDim, fa::kStaticVariant, kShort, false,
-                                                      kDoubleQ, kSplitQ, kPrefetch>::Type;
+          bool kPrefetch = false, int kLazy = -1>
+using LibStatic =
+    typename fa::sm90::LibraryFwdTraits<kHeadDim, fa::kStaticVariant, kShort, false, kDoubleQ,
+                                        kSplitQ, kPrefetch, -1, false, kLazy>::Type;
 
 // Runs `mode` if it is this file's; false otherwise.
 inline bool run_serial_mode(const std::string& mode, const Buffers& b) {
@@ -386,23 +387,18 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
     // short ones at 1k, and ALiBi's static instance (its bias moves the max along a row).
     g_library_schedule = true;
     using fa::sm90::LibraryFwdTraits;
-    constexpr int kS = fa::kStaticVariant, kA = fa::kStaticAlibiVariant;
+    constexpr int kA = fa::kStaticAlibiVariant;
     for (int rep = 0; rep < 2; ++rep) {
       const std::vector<int> sl = {4096, 8192, 16384};
-      ab_sweep<128, LibStatic<128>,
-               LibraryFwdTraits<128, kS, false, false, false, false, false, -1, false, 8>::Type>(
+      ab_sweep<128, LibStatic<128>, LibStatic<128, false, false, false, false, 8>>(
           "d128 128x176 lazy", b, true, sl);
-      ab_sweep<64, LibStatic<64>,
-               LibraryFwdTraits<64, kS, false, false, false, false, false, -1, false, 8>::Type>(
+      ab_sweep<64, LibStatic<64>, LibStatic<64, false, false, false, false, 8>>(
           "d64 192x128 lazy", b, true, sl);
-      ab_sweep<256, LibStatic<256>,
-               LibraryFwdTraits<256, kS, false, false, false, false, false, -1, false, 8>::Type>(
+      ab_sweep<256, LibStatic<256>, LibStatic<256, false, false, false, false, 8>>(
           "d256 128x80 lazy", b, true, sl);
-      ab_sweep<128, LibStatic<128, true>,
-               LibraryFwdTraits<128, kS, true, false, false, false, false, -1, false, 8>::Type>(
+      ab_sweep<128, LibStatic<128, true>, LibStatic<128, true, false, false, false, 8>>(
           "d128 128x128 lazy", b, true, {1024});
-      ab_sweep<64, LibStatic<64, true>,
-               LibraryFwdTraits<64, kS, true, false, false, false, false, -1, false, 8>::Type>(
+      ab_sweep<64, LibStatic<64, true>, LibStatic<64, true, false, false, false, 8>>(
           "d64 128x128 lazy", b, true, {1024});
       ab_sweep<64, LibraryFwdTraits<64, kA, false, false>::Type,
                LibraryFwdTraits<64, kA, false, false, false, false, false, -1, false, 8>::Type,

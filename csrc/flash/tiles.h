@@ -618,20 +618,6 @@ __host__ __device__ constexpr bool fwd_early_rescale_sm90(int head_dim, bool sta
   return (head_dim == 256 && static_long_rows) || (head_dim == 64 && static_alibi);
 }
 
-// The sm90a forward's softmax reductions as trees (common/softmax.h; FwdTraits kSumTree, kMaxTree)
-// instead of serial chains. The library's SASS (d = 128) fed one FADD chain per row from each
-// MUFU.EX2 in turn (MUFU, FADD, MUFU, FADD: the next MUFU issues behind a FADD that waits on the
-// one before), and the phase clocks had the exponentials at 1,230 cycles of a 3,618-cycle step
-// for 704 of SFU work. Measured on the H200 (tune_fwd90 `maxtree`,
-// benchmarks/results/tune_fwd90_v23_trees_h200.txt; interleaved A/B, time with / without, 4k /
-// 16k non-causal then causal): the sum tree d = 128 0.992 0.991 0.996 0.989 (its steps 3,618 ->
-// 3,560 cycles, the exponentials 1,230 -> 1,176), d = 64 0.984 0.976 0.987 0.979, d = 256 0.996
-// 0.996 0.995 0.996, softcap d = 128 0.947 0.940 0.967 0.949, ALiBi d = 128 0.987 0.980 0.984
-// 0.981, window (1024, 0) d = 128 0.973 at 8k and 16k; softcap d = 64 1.027-1.031 (60 bytes of
-// spills against 16): everywhere but softcap at d = 64 (d = 96 / 192 by analogy, not measured).
-// The max tree: d = 256 (static long-row tile) 0.988-0.991; d = 128 0.996-1.005, d = 64
-// 1.007-1.010: at d = 256's static long-row tile, and on the static ALiBi instance at d = 64
-// (with the early rescale: fwd_early_rescale_sm90 above).
 // The sm90a forward's lazy reference (sm90/fwd_traits.h kLazyRescale, common/softmax.h new_max
 // kLazyLog2): each row's exponents against a reference that moves only where a key block's max
 // passes it by more than 2^b in P, O rescaled only by a warp with a row that moved. A build
@@ -655,6 +641,20 @@ __host__ __device__ constexpr int fwd_lazy_rescale_sm90(int head_dim, bool softc
 // tune_fwd `lazy` has measured it (on an H100 through the sm80 kernels; Ampere not measured).
 __host__ __device__ constexpr int fwd_lazy_rescale_sm80() { return FLASHATTN_CU_FWD_LAZY_RESCALE; }
 
+// The sm90a forward's softmax reductions as trees (common/softmax.h; FwdTraits kSumTree, kMaxTree)
+// instead of serial chains. The library's SASS (d = 128) fed one FADD chain per row from each
+// MUFU.EX2 in turn (MUFU, FADD, MUFU, FADD: the next MUFU issues behind a FADD that waits on the
+// one before), and the phase clocks had the exponentials at 1,230 cycles of a 3,618-cycle step
+// for 704 of SFU work. Measured on the H200 (tune_fwd90 `maxtree`,
+// benchmarks/results/tune_fwd90_v23_trees_h200.txt; interleaved A/B, time with / without, 4k /
+// 16k non-causal then causal): the sum tree d = 128 0.992 0.991 0.996 0.989 (its steps 3,618 ->
+// 3,560 cycles, the exponentials 1,230 -> 1,176), d = 64 0.984 0.976 0.987 0.979, d = 256 0.996
+// 0.996 0.995 0.996, softcap d = 128 0.947 0.940 0.967 0.949, ALiBi d = 128 0.987 0.980 0.984
+// 0.981, window (1024, 0) d = 128 0.973 at 8k and 16k; softcap d = 64 1.027-1.031 (60 bytes of
+// spills against 16): everywhere but softcap at d = 64 (d = 96 / 192 by analogy, not measured).
+// The max tree: d = 256 (static long-row tile) 0.988-0.991; d = 128 0.996-1.005, d = 64
+// 1.007-1.010: at d = 256's static long-row tile, and on the static ALiBi instance at d = 64
+// (with the early rescale: fwd_early_rescale_sm90 above).
 __host__ __device__ constexpr bool fwd_sum_tree_sm90(int head_dim, bool softcap) {
   return !(softcap && head_dim == 64);
 }

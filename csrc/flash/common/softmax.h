@@ -118,17 +118,13 @@ struct OnlineSoftmax {
   // In three steps, for kernels whose o is in flight on the tensor cores while the exponentials
   // run (sm90/fwd_kernel.h: new_max and exponentiate, then rescale_output once o has landed).
   // kLazyLog2 > 0: against a lazy reference (new_max), o's rescale skipped by a warp whose rows
-  // all kept theirs (rescale_output_lazy).
+  // all kept theirs (rescale_output_for).
   template <typename Exp = DefaultExp, int kLazyLog2 = 0, int kNTiles, int kDTiles>
   __device__ __forceinline__ void update(float (&s)[kMTiles][kNTiles][4],
                                          float (&o)[kMTiles][kDTiles][4], float scale_log2) {
     float ref[kMTiles][2], rescale[kMTiles][2];
     new_max<false, kLazyLog2>(s, scale_log2, ref, rescale);
-    if constexpr (kLazyLog2 > 0) {
-      rescale_output_lazy(o, rescale);
-    } else {
-      rescale_output(o, rescale);
-    }
+    rescale_output_for<kLazyLog2>(o, rescale);
     exponentiate<Exp>(s, ref, rescale, scale_log2);
   }
 
@@ -146,13 +142,15 @@ struct OnlineSoftmax {
   // and the fp32 sums hold them; l and o grow by the same factor, so o / l and the log-sum-exp
   // m scale_log2 + log2 l are the same numbers up to rounding). Once a row's first key blocks
   // have set it, later blocks rarely pass it by 2^b, so a warp whose rows all keep theirs skips
-  // the rescale of o (rescale_output_lazy). A row's largest p is then 2^r, 0 <= r <= b, instead
+  // the rescale of o (rescale_output_for). A row's largest p is then 2^r, 0 <= r <= b, instead
   // of exactly 1: exactness (the header's) holds as before, every exponent still a difference of
   // two raw scores.
   template <bool kTree = false, int kLazyLog2 = 0, int kNTiles>
   __device__ __forceinline__ void new_max(const float (&s)[kMTiles][kNTiles][4], float scale_log2,
                                           float (&ref)[kMTiles][2],
                                           float (&rescale)[kMTiles][2]) {
+    static_assert(kLazyLog2 >= 0 && kLazyLog2 <= 15,
+                  "p below 2^15: 16-bit P and fp32 sums hold it");
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -177,20 +175,15 @@ struct OnlineSoftmax {
           }
         }
         m_new = quad_max(m_new);
-        if constexpr (kLazyLog2 > 0) {
-          static_assert(kLazyLog2 <= 15, "p below 2^15: 16-bit P and fp32 sums hold it");
-          // m_new = max(m, tile's max) > m + 2^b in p; false for a row with no key so far
-          // (-inf - -inf is NaN), which keeps m = -inf and the reference 0 as below.
-          const bool move = (m_new - m[mt][hr]) * scale_log2 > static_cast<float>(kLazyLog2);
-          const float m_ref = move ? m_new : m[mt][hr];
-          ref[mt][hr] = m_ref == -INFINITY ? 0.f : m_ref;
-          rescale[mt][hr] = move ? ptx::ex2_approx((m[mt][hr] - ref[mt][hr]) * scale_log2) : 1.f;
-          m[mt][hr] = m_ref;
-        } else {
-          ref[mt][hr] = m_new == -INFINITY ? 0.f : m_new;
-          rescale[mt][hr] = ptx::ex2_approx((m[mt][hr] - ref[mt][hr]) * scale_log2);
-          m[mt][hr] = m_new;
-        }
+        // Always to the running max; lazily only where m_new = max(m, tile's max) passes m by
+        // more than 2^b in p (false for a row with no key so far: -inf - -inf is NaN, which
+        // keeps m = -inf and the reference 0).
+        const bool move =
+            kLazyLog2 == 0 || (m_new - m[mt][hr]) * scale_log2 > static_cast<float>(kLazyLog2);
+        const float m_ref = move ? m_new : m[mt][hr];
+        ref[mt][hr] = m_ref == -INFINITY ? 0.f : m_ref;
+        rescale[mt][hr] = move ? ptx::ex2_approx((m[mt][hr] - ref[mt][hr]) * scale_log2) : 1.f;
+        m[mt][hr] = m_ref;
       }
     }
   }
@@ -237,16 +230,21 @@ struct OnlineSoftmax {
         for (int e = 0; e < 4; ++e) o[mt][dt][e] *= rescale[mt][e / 2];
   }
 
-  // Step 2 behind a lazy reference (new_max kLazyLog2): skipped by a warp whose rows all kept
-  // theirs (every factor exactly 1, so the multiplies would change nothing). The whole warp
-  // must call it (a vote).
-  template <int kDTiles>
-  __device__ __forceinline__ static void rescale_output_lazy(float (&o)[kMTiles][kDTiles][4],
-                                                             const float (&rescale)[kMTiles][2]) {
-    bool any = false;
+  // Step 2 for new_max's kLazyLog2: behind a lazy reference (> 0) skipped by a warp whose rows
+  // all kept theirs (every factor exactly 1, so the multiplies would change nothing; the whole
+  // warp must call it: a vote); else rescale_output.
+  template <int kLazyLog2, int kDTiles>
+  __device__ __forceinline__ static void rescale_output_for(float (&o)[kMTiles][kDTiles][4],
+                                                            const float (&rescale)[kMTiles][2]) {
+    if constexpr (kLazyLog2 > 0) {
+      bool any = false;
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) any = any || rescale[mt][0] != 1.f || rescale[mt][1] != 1.f;
-    if (__any_sync(0xffffffffu, any)) rescale_output(o, rescale);
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        any = any || rescale[mt][0] != 1.f || rescale[mt][1] != 1.f;
+      }
+      if (!__any_sync(0xffffffffu, any)) return;
+    }
+    rescale_output(o, rescale);
   }
 
   // Step 3: s -> p in place against ref; l = l * rescale + the tile's row sums.

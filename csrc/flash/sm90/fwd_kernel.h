@@ -311,14 +311,10 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     };
 
     float ref[1][2], rescale[1][2];
-    // O *= the step's rescale factors; behind a lazy reference (Traits::kLazyRescale) skipped by
-    // a warp whose factors are all exactly 1.
+    // O *= the step's rescale factors (behind a lazy reference, Traits::kLazyRescale, skipped by
+    // a warp whose factors are all exactly 1).
     auto rescale_o = [&] {
-      if constexpr (Traits::kLazyRescale > 0) {
-        OnlineSoftmax<1>::rescale_output_lazy(acc_o, rescale);
-      } else {
-        OnlineSoftmax<1>::rescale_output(acc_o, rescale);
-      }
+      OnlineSoftmax<1>::rescale_output_for<Traits::kLazyRescale>(acc_o, rescale);
     };
     BlockHalf half;  // the keys of the step's S (the next step's P V)
     // Step i's S GEMM with nothing else in flight, from its K wait to its softmax: step 0, and
