@@ -11,7 +11,8 @@
 //        benchmarks/tune/tune_decode90.cu csrc/flash/tma_host.cu csrc/flash/fwd/combine.cu \
 //        -o /tmp/tune_decode90 && /tmp/tune_decode90
 // `/tmp/tune_decode90 timeline` instead prints where one call's time goes, CTA by CTA (timeline()
-// below; device_run.sh: STEPS=tune_decode TUNE_DECODE_ARGS=timeline).
+// below; device_run.sh: STEPS=tune_decode TUNE_DECODE_ARGS=timeline); `persistent` A/Bs the
+// persistent grid (DecodeTraits kPersistent) against the library's (TUNE_DECODE_ARGS=persistent).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -399,6 +400,34 @@ int main(int argc, char** argv) {
   using namespace fa::sm90;
   using Lib128 = DecodeTraits<128, fa::decode_tile_sm90(128).block_n, fa::decode_tile_sm90(128).stages>;
   using Lib64 = DecodeTraits<64, fa::decode_tile_sm90(64).block_n, fa::decode_tile_sm90(64).stages>;
+  if (mode == "persistent") {
+    // The persistent grid (DecodeTraits kPersistent: a CTA per SM slot walking tiles blockIdx.x,
+    // + gridDim.x, ..., the ring running on across tiles) against the library's one CTA per tile,
+    // interleaved, each output checked against the library's: where the tiles outnumber the
+    // slots (batch 64; the splits fill one wave elsewhere, where both grids are the same).
+    using Per128 = DecodeTraits<128, 32, 4, true, 1, false, true>;
+    using Per64 = DecodeTraits<64, 64, 4, true, 1, false, true>;
+    using Two64 = DecodeTraits<64, 64, 4, true, 2>;
+    using PerTwo64 = DecodeTraits<64, 64, 4, true, 2, false, true>;
+    for (int pass = 0; pass < 2; ++pass) {
+      std::printf("pass %d\n", pass + 1);
+      sweep<128, Lib128, Lib128>("d128 library contiguous", b, copy_gbs);
+      sweep<128, Per128, Lib128>("d128 persistent contig", b, copy_gbs);
+      sweep_paged<128, Lib128, Lib128>("d128 library p256", b, copy_gbs, 256, true);
+      sweep_paged<128, Per128, Lib128>("d128 persistent p256", b, copy_gbs, 256, true);
+      sweep_paged<128, Lib128, Lib128>("d128 library p16", b, copy_gbs, 16, true);
+      sweep_paged<128, Per128, Lib128>("d128 persistent p16", b, copy_gbs, 16, true);
+      sweep<64, Lib64, Lib64>("d64 library contiguous", b, copy_gbs);
+      sweep<64, Per64, Lib64>("d64 persistent contig", b, copy_gbs);
+      sweep<64, Two64, Lib64>("d64 2 ctas contiguous", b, copy_gbs);
+      sweep<64, PerTwo64, Lib64>("d64 2 ctas persistent", b, copy_gbs);
+      sweep_paged<64, Lib64, Lib64>("d64 library p256", b, copy_gbs, 256, true);
+      sweep_paged<64, Per64, Lib64>("d64 persistent p256", b, copy_gbs, 256, true);
+      sweep_paged<64, Two64, Lib64>("d64 2 ctas p16", b, copy_gbs, 16, true);
+      sweep_paged<64, PerTwo64, Lib64>("d64 2 ctas persistent p16", b, copy_gbs, 16, true);
+    }
+    return 0;
+  }
   // Session 20 (benchmarks/results/tune_decode90_v1-v3): 4 stages (64 KB in flight) won over 8
   // on every shape on a contiguous cache; the split rules; 16-key tiles on the contiguous cache.
   // Session 21 (tune_decode90_v4_paged_h200.txt): paged caches, the block table shuffled (pages

@@ -275,12 +275,15 @@ struct KvcacheRunner {
   const FwdKvcacheKernelParams& kp;
   bool small_smem;
   int decode_ctas;  // decode_ctas_of: CTAs per SM on the sm90a decode kernel, 0 for the sm80 one
+  bool decode_persistent;  // the decode kernel on a persistent grid (decode_persistent_sm90)
   cudaStream_t stream;
   template <typename Element, int kHeadDim>
   Status run() const {
 #if FLASHATTN_CU_HAS_SM90A
     if constexpr (decode_tile_sm90(kHeadDim).supported) {
-      if (decode_ctas > 0) return sm90::run_decode<Element, kHeadDim>(kp, decode_ctas, stream);
+      if (decode_ctas > 0) {
+        return sm90::run_decode<Element, kHeadDim>(kp, decode_ctas, decode_persistent, stream);
+      }
     }
 #endif
     return sm80::run_fwd_kvcache<Element, kHeadDim>(kp, small_smem, stream);
@@ -376,7 +379,15 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
     kp.kv.rotary_cos = nullptr;
     kp.kv.rotary_sin = nullptr;
   }
-  st = dispatch_instance(p.dtype, p.head_dim, KvcacheRunner{kp, small_smem, decode_ctas, stream});
+  // The decode kernel's tiles after splitting against its slots: a persistent grid where they
+  // are more (tiles.h decode_persistent_sm90, off unless built with it).
+  const bool decode_persistent =
+      decode90 && decode_persistent_sm90(
+                      split_query_tile_count(ceil_div(p.seqlen_q, kDecodeRowsSm90), p.batch,
+                                             p.num_heads, splits),
+                      static_cast<long long>(decode_ctas) * dev.sm_count);
+  st = dispatch_instance(p.dtype, p.head_dim,
+                         KvcacheRunner{kp, small_smem, decode_ctas, decode_persistent, stream});
   if (st == Status::kSuccess && splits > 1) {
     // The partials' rows are the call's lse rows (batch, heads, seqlen_q), unpacked.
     FwdKvcacheKernelParams combine = kp;

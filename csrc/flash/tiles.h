@@ -515,6 +515,21 @@ __host__ __device__ constexpr int decode_ctas_sm90(int head_dim, int page_size, 
   return 4 * tiles >= sms ? 2 : 1;
 }
 
+// A persistent grid for the decode kernel (DecodeTraits kPersistent: a CTA per SM slot, each
+// walking several tiles, its ring running on from one tile into the next) on calls with more
+// tiles (after splitting) than slots. The timeline (tune_decode90, H200, read flush) has a
+// CTA's start (lengths, Q, the first tile: ~2.5-3 us) and its merge and stores (~1.5 us) beside
+// a walk of ~30 us at d 64 batch 64 4k (512 tiles on 132 SMs: 85-90% of the copy rate, cuDNN
+// ~100%) and ~60 us at d 128. Off until measured (tune_decode90 `persistent`): the build flag
+// FLASHATTN_CU_DECODE_PERSISTENT=1 turns it on.
+#ifndef FLASHATTN_CU_DECODE_PERSISTENT
+#define FLASHATTN_CU_DECODE_PERSISTENT 0
+#endif
+constexpr bool kDecodePersistentBuilt = FLASHATTN_CU_DECODE_PERSISTENT != 0;
+__host__ __device__ constexpr bool decode_persistent_sm90(long long tiles, long long slots) {
+  return kDecodePersistentBuilt && tiles > slots;
+}
+
 // Eighths of S's 8-key tiles the sm90a forward exponentiates on the FMA pipe (common/softmax.h
 // ExpPolicy, exp2_fma), per head dim and kernel variant: 2 for softcap at d = 64, else none, as
 // measured. Softcap spends two MUFU per score (tanh and exp2). ncu at 81d0a3a

@@ -45,7 +45,8 @@ __host__ __device__ __forceinline__ int64_t split_query_tile_count(int num_m_blo
   return query_tile_count(num_m_blocks, batch, num_heads) * splits;
 }
 
-// Tile `index` of split_query_tile_count (host checks; the kernel passes blockIdx.x).
+// Tile `index` of split_query_tile_count (host checks; a kernel passes blockIdx.x, or each of a
+// persistent CTA's tiles: sm90/decode_kernel.h).
 __host__ __device__ __forceinline__ SplitQueryTile split_query_tile_at(int64_t index,
                                                                        int num_m_blocks,
                                                                        int num_heads,

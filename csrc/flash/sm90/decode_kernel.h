@@ -4,7 +4,8 @@
 // (the sm80 kvcache kernel has one or two per block; decoding is bound by the bytes in flight:
 // benchmarks/NOTES.md section 13).
 //
-// One CTA per (entry, kv head, 16-row query block, split), five warps:
+// One CTA per (entry, kv head, 16-row query block, split), or (DecodeTraits kPersistent) a CTA
+// per SM slot walking such tiles one after the other; five warps:
 //  * warp 4, the producer: its lane 0 issues, key block after key block (last first, as every
 //    forward walks them), the K and V tile of the block into a stage of the warp that will read
 //    it (DecodeSlot), once that warp has released the stage's previous tile ("empty" mbarrier);
@@ -43,6 +44,7 @@
 #include "../problem/scheduler.h"
 #include "../problem/score_mod.h"
 #include "../problem/seqlen.h"
+#include "../ptx/cp_async.h"
 #include "../ptx/ldmatrix.h"
 #include "../ptx/mbarrier.h"
 #include "../ptx/shared.h"
@@ -62,6 +64,9 @@ struct DecodeTmaParams {
   // Paged: TMA boxes of kBlockN >> box_shift rows, 2^box_shift per tile (tiles.h
   // decode_box_rows_sm90: 0 where pages hold whole tiles, else a divisor of tile and page).
   int box_shift;
+  // Tiles of the call (split_query_tile_count): CTA c walks tiles c, c + gridDim.x, ... (one per
+  // CTA unless Traits::kPersistent).
+  int num_tiles;
   // Traits::kStamps kernels only (benchmarks/tune/tune_decode90.cu `timeline`): per CTA
   // kDecodeStamps %globaltimer values (ns, comparable across SMs, coarse), then as many clock64
   // values (SM cycles, fine), at stamps[(2 * blockIdx.x + {0, 1}) * kDecodeStamps + DecodeStamp].
@@ -82,7 +87,7 @@ enum DecodeStamp : int {
 };
 
 template <int kHeadDim_, int kBlockN_, int kStages_, bool kTableEarly_ = true, int kMinCtas_ = 1,
-          bool kStamps_ = false>
+          bool kStamps_ = false, bool kPersistent_ = false>
 struct DecodeTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockN_;
@@ -97,6 +102,14 @@ struct DecodeTraits {
   static constexpr int kMinCtas = kMinCtas_;
   // Harness only: record DecodeStamp times to DecodeTmaParams::stamps (off in the library).
   static constexpr bool kStamps = kStamps_;
+  // A persistent grid (decode_launch.h: CTAs for every SM's slots, each walking the tiles
+  // blockIdx.x, + gridDim.x, ...): the producer's ring runs on from one tile into the next while
+  // the consumers merge and store the previous one and load the next Q, so a CTA's start (lengths,
+  // Q, the first tile's latency: ~2.5-3 us, tune_decode90 timeline) and its merge (~1.5 us) are
+  // paid once per SM slot rather than once per tile. The merge then needs its own shared memory
+  // (the ring holds the next tile's K and V). false: one CTA per tile (the kernel's loop runs
+  // once), the merge over the ring.
+  static constexpr bool kPersistent = kPersistent_;
   static constexpr int kBlockM = kDecodeRowsSm90;  // query rows of a CTA (tiles.h)
   static constexpr int kConsumerWarps = 4;
   static constexpr int kProducerWarp = kConsumerWarps;
@@ -123,19 +136,27 @@ struct DecodeTraits {
   static constexpr uint32_t kMergeO = kConsumerWarps * kBlockM * kHeadDim * 4;
   static constexpr uint32_t kMergeLse = kConsumerWarps * kBlockM * 4;
   static constexpr uint32_t kMergeBytes = kMergeO + kMergeLse;
-  // The barriers after the ring, or after the merge where it is the larger (short rings).
-  static constexpr uint32_t kOffBarriers = kRingBytes > kMergeBytes ? kRingBytes : kMergeBytes;
+  // The merge's buffer: the ring (one tile per CTA), or after it (kPersistent).
+  static constexpr uint32_t kOffMerge = kPersistent ? kRingBytes : 0;
+  // The barriers after the ring and the merge (kPersistent), or after the larger of the two.
+  static constexpr uint32_t kOffBarriers = kPersistent ? kRingBytes + kMergeBytes
+                                           : kRingBytes > kMergeBytes ? kRingBytes
+                                                                      : kMergeBytes;
   // Q: 16 rows of d columns, rows padded by 16 bytes (ldmatrix without bank conflicts), written
   // by the consumers once, read by every consumer warp's ldmatrix at every key block.
+  // kPersistent: two buffers, the next tile's Q copied (cp.async) during this tile's walk.
   static constexpr int kQRowBytes = kHeadDim * 2 + 16;
+  static constexpr uint32_t kQBytes = kBlockM * kQRowBytes;
   static constexpr uint32_t kOffQ = kOffBarriers + 8 * kNumBarriers;
-  static constexpr int kSmemBytes = kOffQ + kBlockM * kQRowBytes + 1024;  // + alignment slack
+  static constexpr int kSmemBytes = kOffQ + (kPersistent ? 2 : 1) * kQBytes + 1024;  // + alignment slack
 
   static_assert(kHeadDim % 64 == 0, "whole 64-column atoms");
   static_assert(kStages % kConsumerWarps == 0, "whole stages per consumer warp");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "key blocks of whole k16 steps, box rows <= 256");
   static_assert((kBlockN & (kBlockN - 1)) == 0, "a power of two: paged boxes split it by shifts");
   static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
+  static_assert(kMergeBytes % 8 == 0, "8-byte aligned barriers after the merge");
+  static_assert(!(kStamps && kPersistent), "the timeline stamps one tile per CTA");
 };
 
 // Byte offset of 16-byte chunk `chunk` (columns 8 chunk ..) of row `row` in a 128-byte-swizzled
@@ -147,9 +168,10 @@ __device__ __forceinline__ uint32_t sw128_offset(int row, int chunk) {
                                (((chunk % 8) ^ (row % 8)) * 16));
 }
 
-// Where key block i of the CTA's walk (i = 0 the last block) lives: consumer warp i % 4 reads
-// it, from that warp's stage (i / 4) % kWarpStages, in phase (i / 4) / kWarpStages of the
-// stage's barriers; the producer fills it in the same order.
+// Where key block i of the CTA's walk lives (i counts the key blocks of the CTA's tiles, each
+// tile's last block first, one tile after the other): consumer warp i % 4 reads it, from that
+// warp's stage (i / 4) % kWarpStages, in phase (i / 4) / kWarpStages of the stage's barriers;
+// the producer fills it in the same order.
 template <typename Traits>
 struct DecodeSlot {
   int warp;
@@ -163,7 +185,7 @@ struct DecodeSlot {
   }
 };
 
-// What both roles derive from the CTA index: its tile, entry, key blocks and cache addressing.
+// What both roles derive from a tile index: its tile, entry, key blocks and cache addressing.
 struct DecodeWork {
   SplitQueryTile tile;
   SeqInfo seq;
@@ -183,10 +205,10 @@ __device__ __forceinline__ Mask decode_mask(SeqInfo s, const FwdParams& p, const
 }
 
 template <int kBlockM, int kBlockN>
-__device__ __forceinline__ DecodeWork decode_work(const FwdKvcacheKernelParams& kp) {
+__device__ __forceinline__ DecodeWork decode_work(const FwdKvcacheKernelParams& kp, int index) {
   const FwdParams& p = kp.p;
   DecodeWork w;
-  w.tile = split_query_tile_at(blockIdx.x, ceil_div(p.seqlen_q, kBlockM), p.num_heads,
+  w.tile = split_query_tile_at(index, ceil_div(p.seqlen_q, kBlockM), p.num_heads,
                                kp.kv.num_splits);
   w.pack = GqaPack{kp.kv.pack_group};
   w.seq = packed_seq_info(p, w.tile.batch, w.pack.group);
@@ -233,7 +255,8 @@ __device__ __forceinline__ void decode_issue(const DecodeTmaParams& tp, uint32_t
   }
 }
 
-// The producer warp: its lane 0 issues K and V of each of the CTA's key blocks, last first, into
+// The producer warp, for one tile whose first key block is block `base` of the CTA's walk
+// (DecodeSlot): its lane 0 issues K and V of each of the tile's key blocks, last first, into
 // the ring, one TMA box per tile and matrix (and 64-column atom), or on pages that do not hold
 // whole tiles 2^tp.box_shift boxes per tile, each from its own page. With a paged cache the whole
 // warp works out 32 boxes at a time, one per lane (its table slot, page and row in the page),
@@ -241,15 +264,15 @@ __device__ __forceinline__ void decode_issue(const DecodeTmaParams& tp, uint32_t
 // issues every box, so its issue loop holds no division and no table latency (session 21: with
 // them, one warp issued a 16-row box every ~1000 cycles, 2200 GB/s at d 128; a loop per box
 // ~370 cycles, 2570 GB/s at d 64). kTableEarly reads the next 32 boxes' table slots a round
-// before they are issued.
+// before they are issued. A contiguous cache's tiles are issued by lane 0 alone (the kernel
+// calls this on lane 0 only), a paged cache's by the whole warp.
 template <typename Traits>
 __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const DecodeWork& w,
-                                               uint32_t s_base) {
+                                               uint32_t s_base, int base) {
   constexpr int kBlockN = Traits::kBlockN;
   const FwdKvcacheKernelParams& kp = tp.kp;
   const bool paged = kp.kv.block_table != nullptr;
   const int lane = threadIdx.x % 32;
-  if (!paged && lane != 0) return;
   const uint32_t bars = s_base + Traits::kOffBarriers;
   // The tile's kv head (a packed call's heads are its kv heads).
   const int kv_head = w.tile.head / (kp.p.num_heads / kp.p.num_heads_k);
@@ -257,7 +280,7 @@ __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const 
   if (!paged) {  // a contiguous cache: cache_leftpad and cache_batch_idx folded into row, entry
 #pragma unroll 1
     for (int i = 0; i < num_blocks; ++i) {
-      const DecodeSlot<Traits> slot(i);
+      const DecodeSlot<Traits> slot(base + i);
       decode_acquire<Traits>(bars, slot);
       decode_issue<Traits>(tp, s_base, slot, 0, kBlockN, w.cache_row0 + (w.n_end - 1 - i) * kBlockN,
                            kv_head, w.entry);
@@ -314,7 +337,7 @@ __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const 
         }
       }
       if (lane == 0) {
-        const DecodeSlot<Traits> slot((g0 >> shift) + t);
+        const DecodeSlot<Traits> slot(base + (g0 >> shift) + t);
         decode_acquire<Traits>(bars, slot);
 #pragma unroll
         for (int b = 0; b < kMaxBoxes; ++b) {
@@ -339,38 +362,10 @@ __device__ __forceinline__ void decode_stamp(const DecodeTmaParams& tp, DecodeSt
   }
 }
 
-template <typename Element, typename Traits>
-__global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
-    decode_kernel(const __grid_constant__ DecodeTmaParams tp) {
-  extern __shared__ __align__(1024) char smem_raw[];
-  using Ops = ElementOps<Element>;
-  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
-  constexpr int kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
-  constexpr int kWarps = Traits::kConsumerWarps;
-  const FwdKvcacheKernelParams& kp = tp.kp;
-  const FwdParams& p = kp.p;
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  // The swizzled tiles need 1024-byte alignment.
-  const uint32_t s_raw = ptx::smem_u32(smem_raw);
-  const uint32_t s_base = (s_raw + 1023u) & ~1023u;
-  char* const smem = smem_raw + (s_base - s_raw);
-  const uint32_t bars = s_base + Traits::kOffBarriers;
-
-  // Launched programmatically (decode_launch.h): nothing global is read before the previous
-  // kernel in the stream (an append, or the caller's) has finished.
-  decode_stamp<Traits>(tp, kStampEntry);
-  // The maps are kernel parameters, not the previous kernel's output: their descriptors are
-  // fetched while this CTA waits for it and reads its lengths (the first tile's TMA loads
-  // landed ~3.3 us after the CTA's start at batch 1, tune_decode90 timeline).
-  if (tid == 32 * Traits::kProducerWarp) {
-    ptx::tma_prefetch_map(&tp.k_map);
-    ptx::tma_prefetch_map(&tp.v_map);
-  }
-  ptx::grid_dependency_wait();
-  decode_stamp<Traits>(tp, kStampWaited);
-  const DecodeWork w = decode_work<kBlockM, kBlockN>(kp);
-  if (w.rows_q <= 0) return;  // varlen: a query block past this entry's rows (whole CTA)
-  if (tid == 0) {
+// Thread 0 initialises the ring's barriers; the whole CTA waits for it.
+template <typename Traits>
+__device__ __forceinline__ void decode_init_barriers(uint32_t bars) {
+  if (threadIdx.x == 0) {
     for (int s = 0; s < Traits::kStages; ++s) {
       ptx::mbarrier_init(bars + 8 * (Traits::kBarFull + s), 1);
       ptx::mbarrier_init(bars + 8 * (Traits::kBarEmpty + s), 1);
@@ -378,37 +373,63 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
     ptx::fence_mbarrier_init();
   }
   __syncthreads();
+}
 
-  if (warp == Traits::kProducerWarp) {
-    decode_produce<Traits>(tp, w, s_base);
-    return;
+// The 16-byte chunks of a tile's Q in shared memory (rows padded to kQRowBytes), this consumer
+// thread's share: fn(byte offset in the Q buffer, the chunk's source in q, or nullptr for a row
+// past the tile's rows or columns past head_dim, which are zero).
+template <typename Element, typename Traits, typename Fn>
+__device__ __forceinline__ void decode_q_chunks(const FwdKvcacheKernelParams& kp,
+                                                const DecodeWork& w, Fn&& fn) {
+  const FwdParams& p = kp.p;
+  const Element* q = static_cast<const Element*>(p.q) +
+                     w.seq.q_offset(p.q_batch_stride, p.q_row_stride) +
+                     static_cast<int64_t>(w.tile.head) * w.pack.group * p.q_head_stride;
+  constexpr int kRowChunks = Traits::kHeadDim / 8;
+#pragma unroll 1
+  for (int c = threadIdx.x; c < Traits::kBlockM * kRowChunks; c += 32 * Traits::kConsumerWarps) {
+    const int r = c / kRowChunks, col = (c % kRowChunks) * 8;
+    const bool valid = r < w.rows_q && col < p.head_dim;
+    fn(static_cast<uint32_t>(r * Traits::kQRowBytes + col * 2),
+       valid ? q + w.pack.offset(w.m_start + r, p.q_row_stride, p.q_head_stride) + col : nullptr);
   }
+}
 
-  // ---- consumers
+// The consumer warps' work on one tile, whose first key block is block `base` of the CTA's walk
+// (DecodeSlot): Q into shared memory at sQ, the warp's key blocks, the merge of the four warps,
+// the stores. `last`: the CTA's last tile (the split combine may then be scheduled). after_q()
+// runs once every consumer thread has Q (kPersistent: the next tile's Q copy is issued there).
+template <typename Element, typename Traits, typename AfterQ>
+__device__ __forceinline__ void decode_consume(const DecodeTmaParams& tp, const DecodeWork& w,
+                                               uint32_t s_base, char* smem, uint32_t sQ, int base,
+                                               bool last, AfterQ&& after_q) {
+  using Ops = ElementOps<Element>;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  constexpr int kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
+  constexpr int kWarps = Traits::kConsumerWarps;
+  const FwdKvcacheKernelParams& kp = tp.kp;
+  const FwdParams& p = kp.p;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const uint32_t bars = s_base + Traits::kOffBarriers;
   const int g = lane / 4, t = lane % 4;
   const int head = w.tile.head;
-  // Q into shared memory (16-byte chunks; rows past the tile's and columns past head_dim zero),
-  // read by ldmatrix at every key block: Q's A fragments held in registers for the whole walk
-  // pushed ptxas to 255 registers and spills at d = 128.
-  const uint32_t sQ = s_base + Traits::kOffQ;
-  {
-    const Element* q = static_cast<const Element*>(p.q) +
-                       w.seq.q_offset(p.q_batch_stride, p.q_row_stride) +
-                       static_cast<int64_t>(head) * w.pack.group * p.q_head_stride;
-    constexpr int kRowChunks = Traits::kHeadDim / 8;
-#pragma unroll 1
-    for (int c = tid; c < kBlockM * kRowChunks; c += 32 * kWarps) {
-      const int r = c / kRowChunks, col = (c % kRowChunks) * 8;
+  // Q in shared memory (decode_q_chunks), read by ldmatrix at every key block: Q's A fragments
+  // held in registers for the whole walk pushed ptxas to 255 registers and spills at d = 128.
+  // One tile per CTA: loaded here. kPersistent: copied by cp.async during the previous tile's
+  // walk (or before the first), waited for here.
+  if constexpr (Traits::kPersistent) {
+    ptx::cp_async_wait<0>();
+  } else {
+    decode_q_chunks<Element, Traits>(kp, w, [&](uint32_t offset, const Element* src) {
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (r < w.rows_q && col < p.head_dim) {
-        v = *reinterpret_cast<const uint4*>(
-            q + w.pack.offset(w.m_start + r, p.q_row_stride, p.q_head_stride) + col);
-      }
-      ptx::st_shared_v4(sQ + r * Traits::kQRowBytes + col * 2, v);
-    }
+      if (src != nullptr) v = *reinterpret_cast<const uint4*>(src);
+      ptx::st_shared_v4(sQ + offset, v);
+    });
   }
+  // Also: every thread is past the previous tile's stores, which read the merge buffer.
   ptx::named_barrier_sync(ptx::NamedBarrier::kWarpgroup0, 32 * kWarps);
   decode_stamp<Traits>(tp, kStampQ);
+  after_q();
   const uint32_t q_lane = sQ + (lane % 16) * Traits::kQRowBytes + (lane / 16) * 16;
 
   float acc_o[1][kDTiles][4];
@@ -427,10 +448,11 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
   const int k_row = (lane / 16) * 8 + lane % 8, k_chunk = (lane / 8) % 2;
   const int v_row = lane % 16, v_chunk = lane / 16;
   const int num_blocks = w.n_end - w.n_begin;
+  // This warp's blocks: i with (base + i) % kWarps == warp.
 #pragma unroll 1
-  for (int i = warp; i < num_blocks; i += kWarps) {
+  for (int i = (warp - base % kWarps + kWarps) % kWarps; i < num_blocks; i += kWarps) {
     const int n = w.n_end - 1 - i;
-    const DecodeSlot<Traits> slot(i);
+    const DecodeSlot<Traits> slot(base + i);
     const int stage = slot.stage;
     const uint32_t sK = s_base + Traits::kOffK + stage * Traits::kTileBytes;
     const uint32_t sV = s_base + Traits::kOffV + stage * Traits::kTileBytes;
@@ -493,18 +515,19 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
     if (lane == 0) ptx::mbarrier_arrive(bars + 8 * (Traits::kBarEmpty + stage));
   }
 
-  // The walk is done (the producer warp has exited): the split combine, launched after this
-  // kernel programmatically, may be scheduled during the merge and the stores; it waits for
+  // The CTA's walk is done (the producer warp has exited): the split combine, launched after
+  // this kernel programmatically, may be scheduled during the merge and the stores; it waits for
   // this grid to finish before it reads a partial (fwd/combine.h).
-  ptx::launch_dependents();
+  if (last) ptx::launch_dependents();
   float inv_l[1][2], row_lse[1][2];
   RowStats row_stats[1][2];
   softmax.finalize(kp.score.score_scale, inv_l, row_lse, row_stats);
 
-  // ---- the merge of the four warps (the ring is free: every tile has been waited for and read).
+  // ---- the merge of the four warps: over the ring (one tile per CTA: every tile has been
+  // waited for and read) or its own buffer (kPersistent: the ring holds the next tile's).
   ptx::named_barrier_sync(ptx::NamedBarrier::kWarpgroup0, 32 * kWarps);
   decode_stamp<Traits>(tp, kStampWalked);
-  float* const merge_o = reinterpret_cast<float*>(smem);  // [warp][row][d]
+  float* const merge_o = reinterpret_cast<float*>(smem + Traits::kOffMerge);  // [warp][row][d]
   float* const merge_lse = merge_o + kWarps * kBlockM * Traits::kHeadDim;  // [warp][row]
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
@@ -574,6 +597,93 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
     }
   }
   decode_stamp<Traits>(tp, kStampStored);
+}
+
+template <typename Element, typename Traits>
+__global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
+    decode_kernel(const __grid_constant__ DecodeTmaParams tp) {
+  extern __shared__ __align__(1024) char smem_raw[];
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  const FwdKvcacheKernelParams& kp = tp.kp;
+  const int tid = threadIdx.x, warp = tid / 32;
+  // The swizzled tiles need 1024-byte alignment.
+  const uint32_t s_raw = ptx::smem_u32(smem_raw);
+  const uint32_t s_base = (s_raw + 1023u) & ~1023u;
+  char* const smem = smem_raw + (s_base - s_raw);
+  const uint32_t bars = s_base + Traits::kOffBarriers;
+
+  // Launched programmatically (decode_launch.h): nothing global is read before the previous
+  // kernel in the stream (an append, or the caller's) has finished.
+  decode_stamp<Traits>(tp, kStampEntry);
+  // The maps are kernel parameters, not the previous kernel's output: their descriptors are
+  // fetched while this CTA waits for it and reads its lengths (the first tile's TMA loads
+  // landed ~3.3 us after the CTA's start at batch 1, tune_decode90 timeline).
+  if (tid == 32 * Traits::kProducerWarp) {
+    ptx::tma_prefetch_map(&tp.k_map);
+    ptx::tma_prefetch_map(&tp.v_map);
+  }
+  ptx::grid_dependency_wait();
+  decode_stamp<Traits>(tp, kStampWaited);
+  const bool contiguous = kp.kv.block_table == nullptr;
+  if constexpr (!Traits::kPersistent) {  // one tile: blockIdx.x
+    const DecodeWork w = decode_work<kBlockM, kBlockN>(kp, blockIdx.x);
+    if (w.rows_q <= 0) return;  // varlen: a query block past this entry's rows (whole CTA)
+    decode_init_barriers<Traits>(bars);
+    if (warp == Traits::kProducerWarp) {
+      if (contiguous && tid % 32 != 0) return;  // decode_produce: lane 0 alone
+      decode_produce<Traits>(tp, w, s_base, 0);
+      return;
+    }
+    decode_consume<Element, Traits>(tp, w, s_base, smem, s_base + Traits::kOffQ, 0, true, [] {});
+    return;
+  }
+  // Persistent: tiles blockIdx.x, + gridDim.x, ... Both roles derive each tile's work alike,
+  // skip the same ones (varlen: a query block past its entry's rows) and count the same key
+  // blocks (base: the ring's slots, DecodeSlot).
+  decode_init_barriers<Traits>(bars);
+  if (warp == Traits::kProducerWarp) {
+    if (contiguous && tid % 32 != 0) return;  // decode_produce: lane 0 alone
+    int base = 0;
+#pragma unroll 1
+    for (int index = blockIdx.x; index < tp.num_tiles; index += gridDim.x) {
+      const DecodeWork w = decode_work<kBlockM, kBlockN>(kp, index);
+      if (w.rows_q <= 0) continue;
+      decode_produce<Traits>(tp, w, s_base, base);
+      base += w.n_end - w.n_begin;
+    }
+    return;
+  }
+  // Q of tile k in buffer k % 2: the next tile's copy is issued once every consumer thread has
+  // this tile's (decode_consume's after_q), into the buffer the previous tile's walk read, which
+  // every consumer warp had finished at that tile's merge barrier.
+  auto next_tile = [&](int index) {
+    for (; index < tp.num_tiles; index += gridDim.x) {
+      const DecodeWork w = decode_work<kBlockM, kBlockN>(kp, index);
+      if (w.rows_q > 0) break;
+    }
+    return index;
+  };
+  auto copy_q = [&](int index, uint32_t sQ) {
+    const DecodeWork w = decode_work<kBlockM, kBlockN>(kp, index);
+    decode_q_chunks<Element, Traits>(kp, w, [&](uint32_t offset, const Element* src) {
+      ptx::cp_async_16_zfill(sQ + offset, src != nullptr ? src : kp.p.q, src != nullptr);
+    });
+    ptx::cp_async_commit();
+  };
+  int base = 0, k = 0;
+  int index = next_tile(blockIdx.x);
+  if (index < tp.num_tiles) copy_q(index, s_base + Traits::kOffQ);
+#pragma unroll 1
+  for (; index < tp.num_tiles; ++k) {
+    const DecodeWork w = decode_work<kBlockM, kBlockN>(kp, index);
+    const int next = next_tile(index + gridDim.x);
+    const uint32_t sQ = s_base + Traits::kOffQ + (k % 2) * Traits::kQBytes;
+    decode_consume<Element, Traits>(tp, w, s_base, smem, sQ, base, next >= tp.num_tiles, [&] {
+      if (next < tp.num_tiles) copy_q(next, s_base + Traits::kOffQ + ((k + 1) % 2) * Traits::kQBytes);
+    });
+    base += w.n_end - w.n_begin;
+    index = next;
+  }
 }
 
 }  // namespace flashattn_cu::sm90

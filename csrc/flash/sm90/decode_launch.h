@@ -44,20 +44,51 @@ Status launch_decode_config(const FwdKvcacheKernelParams& kp, cudaStream_t strea
   if (st != Status::kSuccess) return st;
   const int64_t tiles = split_query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch,
                                                p.num_heads, kp.kv.num_splits);
+  if (tiles > INT_MAX) return Status::kInvalidArgument;
+  tp.num_tiles = static_cast<int>(tiles);
+  // One CTA per tile, or (kPersistent) at most kMinCtas per SM, each walking several tiles.
+  int64_t ctas = tiles;
+  if constexpr (Traits::kPersistent) {
+    int device = 0, sms = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (err != cudaSuccess) return cuda_status(err);
+    const int64_t slots = static_cast<int64_t>(sms) * Traits::kMinCtas;
+    ctas = tiles < slots ? tiles : slots;
+  }
   // Programmatic (launch.h): the CTAs may be scheduled while the previous kernel in the stream
   // finishes; the kernel waits for it before its first global access (decode_kernel.h).
   return launch_tiles_ordered<decode_kernel<Element, Traits>>(
-      StreamOrder::kProgrammatic, tiles, Traits::kNThreads, Traits::kSmemBytes, stream, tp);
+      StreamOrder::kProgrammatic, ctas, Traits::kNThreads, Traits::kSmemBytes, stream, tp);
 }
 
 // The configuration tiles.h picks for the head dim (decode_tile_sm90; every supported page
 // takes it: decode_tile_sm90_for, the rule dispatch_kvcache.cu routes by; launch_decode_config
 // refuses the other pages), budgeted for ctas_per_sm CTAs per SM (decode_ctas_sm90: 2 only at
-// d 64, the one head dim with an instance for two).
+// d 64, the one head dim with an instance for two), on a persistent grid where `persistent`
+// (decode_persistent_sm90; only in builds with it on).
 template <typename Element, int kHeadDim>
-Status run_decode(const FwdKvcacheKernelParams& kp, int ctas_per_sm, cudaStream_t stream) {
+Status run_decode(const FwdKvcacheKernelParams& kp, int ctas_per_sm, bool persistent,
+                  cudaStream_t stream) {
   constexpr DecodeTileSm90 tile = decode_tile_sm90(kHeadDim);
   static_assert(tile.supported, "an sm90 decode tile for this head dim");
+  if (ctas_per_sm != 1 && !(kHeadDim == 64 && ctas_per_sm == 2)) return Status::kInvalidArgument;
+  if constexpr (kDecodePersistentBuilt) {
+    if (persistent) {
+      if constexpr (kHeadDim == 64) {
+        if (ctas_per_sm == 2) {
+          return launch_decode_config<
+              Element, DecodeTraits<kHeadDim, tile.block_n, tile.stages, true, 2, false, true>>(
+              kp, stream);
+        }
+      }
+      return launch_decode_config<
+          Element, DecodeTraits<kHeadDim, tile.block_n, tile.stages, true, 1, false, true>>(kp,
+                                                                                          stream);
+    }
+  } else if (persistent) {
+    return Status::kInvalidArgument;  // not in this build (dispatch never asks for it then)
+  }
   if constexpr (kHeadDim == 64) {
     if (ctas_per_sm == 2) {
       return launch_decode_config<Element,
@@ -65,7 +96,6 @@ Status run_decode(const FwdKvcacheKernelParams& kp, int ctas_per_sm, cudaStream_
           kp, stream);
     }
   }
-  if (ctas_per_sm != 1) return Status::kInvalidArgument;
   return launch_decode_config<Element, DecodeTraits<kHeadDim, tile.block_n, tile.stages>>(kp,
                                                                                         stream);
 }

@@ -26,9 +26,11 @@ Status run_fwd(const FwdParams& params, cudaStream_t stream);
 // The decode kernel (decode_kernel.h; decode_tile_sm90(d).supported head dims), for the
 // kvcache calls dispatch.cu's decode_sm90_ok admits: kp as the sm80 kvcache kernel takes it
 // (GQA-packed, splits and workspace set); ctas_per_sm: tiles.h decode_ctas_sm90 of the call
-// (the splits are sized for it), which picks the instance.
+// (the splits are sized for it), which picks the instance; persistent: tiles.h
+// decode_persistent_sm90 of the call (a grid of ctas_per_sm CTAs per SM walking the tiles).
 template <typename Element, int kHeadDim>
-Status run_decode(const FwdKvcacheKernelParams& kp, int ctas_per_sm, cudaStream_t stream);
+Status run_decode(const FwdKvcacheKernelParams& kp, int ctas_per_sm, bool persistent,
+                  cudaStream_t stream);
 
 // Whether the sm90 forward's TMA maps can describe this call's q, k and v (fwd_launch.h): keys
 // to read (a varlen call with its total_k), and every stride that is stepped positive and below
