@@ -171,8 +171,10 @@ Measured check_and_time(const Buffers& b, fa::FwdKvcacheKernelParams ref,
   return {true, diff, median_ms([&] { run<Traits>(kp, batch); }, kReps, kFlushBytes)};
 }
 
+// split_scale: the rule's split count times this (at most the key blocks, fa::kMaxSplits).
 template <int kHeadDim, typename Traits, typename LibTraits>
-void sweep(const char* name, const Buffers& b, double copy_gbs, Rule rule = Rule::kOneWave) {
+void sweep(const char* name, const Buffers& b, double copy_gbs, Rule rule = Rule::kOneWave,
+           int split_scale = 1) {
   const int per_sm = ctas_per_sm<Traits>();
   for (int batch : {1, 8, 64}) {
     for (int keys : {4096, 32768, 131072}) {
@@ -180,7 +182,8 @@ void sweep(const char* name, const Buffers& b, double copy_gbs, Rule rule = Rule
       if (size_t{1} * batch * keys * kHeadsK * kHeadDim > g_kv_elems) continue;  // too large
       fill_int<<<(batch + 127) / 128, 128>>>(b.seqlens, batch, keys);
       const int n_blocks = (keys + Traits::kBlockN - 1) / Traits::kBlockN;
-      const int splits = splits_by(rule, int64_t{batch} * kHeadsK, per_sm * g_sms, n_blocks);
+      const int splits = std::min({splits_by(rule, int64_t{batch} * kHeadsK, per_sm * g_sms, n_blocks) *
+                                       split_scale, n_blocks, fa::kMaxSplits});
       const int lib_blocks = (keys + LibTraits::kBlockN - 1) / LibTraits::kBlockN;
       const int lib_splits = splits_by(Rule::kOneWave, int64_t{batch} * kHeadsK, g_sms, lib_blocks);
       const fa::FwdKvcacheKernelParams kp = make_params(b, kHeadDim, batch, keys, splits);
@@ -419,6 +422,12 @@ int main(int argc, char** argv) {
       sweep_paged<128, Per128, Lib128>("d128 persistent p16", b, copy_gbs, 16, true);
       sweep<64, Lib64, Lib64>("d64 library contiguous", b, copy_gbs);
       sweep<64, Per64, Lib64>("d64 persistent contig", b, copy_gbs);
+      // More splits than one wave's: tiles a persistent CTA walks one after the other (batch 1
+      // and 8, where the one-wave splits leave each CTA a short walk beside its fixed costs).
+      sweep<64, Per64, Lib64>("d64 persistent x2 splits", b, copy_gbs, Rule::kOneWave, 2);
+      sweep<64, Per64, Lib64>("d64 persistent x4 splits", b, copy_gbs, Rule::kOneWave, 4);
+      sweep<128, Per128, Lib128>("d128 persistent x2 split", b, copy_gbs, Rule::kOneWave, 2);
+      sweep<128, Per128, Lib128>("d128 persistent x4 split", b, copy_gbs, Rule::kOneWave, 4);
       sweep<64, Two64, Lib64>("d64 2 ctas contiguous", b, copy_gbs);
       sweep<64, PerTwo64, Lib64>("d64 2 ctas persistent", b, copy_gbs);
       sweep_paged<64, Lib64, Lib64>("d64 library p256", b, copy_gbs, 256, true);
