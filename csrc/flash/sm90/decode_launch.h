@@ -44,7 +44,8 @@ Status launch_decode_config(const FwdKvcacheKernelParams& kp, cudaStream_t strea
   if (st != Status::kSuccess) return st;
   const int64_t tiles = split_query_tile_count(ceil_div(p.seqlen_q, Traits::kBlockM), p.batch,
                                                p.num_heads, kp.kv.num_splits);
-  if (tiles > INT_MAX) return Status::kInvalidArgument;
+  // (Persistent CTAs step their tile index by the grid: room above the count for one step.)
+  if (tiles > INT_MAX - (Traits::kPersistent ? 65536 : 0)) return Status::kInvalidArgument;
   tp.num_tiles = static_cast<int>(tiles);
   // One CTA per tile, or (kPersistent) at most kMinCtas per SM, each walking several tiles.
   int64_t ctas = tiles;
