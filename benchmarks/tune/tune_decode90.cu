@@ -351,6 +351,7 @@ int main(int argc, char** argv) {
   // "timeline_readflush": the timeline with the L2 emptied by a read instead of a memset
   // (harness.h g_flush_by_read; NOTES 13.16: whether the slow first megabyte of each CTA is
   // the flush's dirty lines being written back during the walk).
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line by line: a run cut by a timeout keeps its rows
   const std::string mode = argc > 1 ? argv[1] : "";
   const bool timeline_only = mode == "timeline" || mode == "timeline_readflush";
   g_flush_by_read = mode == "timeline_readflush";
