@@ -263,6 +263,21 @@ void sweep_paged(const char* name, const Buffers& b, double copy_gbs, int page, 
   }
 }
 
+// One pass of an A/B: configuration A, then B, on the same shapes (a contiguous cache, or
+// `page`-row pages in a shuffled table), each output checked against the library's.
+template <int kHeadDim, typename A, typename B>
+void ab(const char* name_a, const char* name_b, const Buffers& b, double copy_gbs, int page) {
+  using Lib = fa::sm90::DecodeTraits<kHeadDim, fa::decode_tile_sm90(kHeadDim).block_n,
+                                     fa::decode_tile_sm90(kHeadDim).stages>;
+  if (page == 0) {
+    sweep<kHeadDim, A, Lib>(name_a, b, copy_gbs);
+    sweep<kHeadDim, B, Lib>(name_b, b, copy_gbs);
+  } else {
+    sweep_paged<kHeadDim, A, Lib>(name_a, b, copy_gbs, page, true);
+    sweep_paged<kHeadDim, B, Lib>(name_b, b, copy_gbs, page, true);
+  }
+}
+
 // The per-CTA timeline of one call (NOTES 13.13: time per CTA against its bytes is not linear):
 // the library configuration built with kStamps (DecodeStamp: at entry, past the PDL wait, Q
 // loaded, the first tile landed, the walk done, the stores issued; %globaltimer across SMs,
@@ -415,26 +430,19 @@ int main(int argc, char** argv) {
     using PerTwo64 = DecodeTraits<64, 64, 4, true, 2, false, true>;
     for (int pass = 0; pass < 2; ++pass) {
       std::printf("pass %d\n", pass + 1);
-      sweep<128, Lib128, Lib128>("d128 library contiguous", b, copy_gbs);
-      sweep<128, Per128, Lib128>("d128 persistent contig", b, copy_gbs);
-      sweep_paged<128, Lib128, Lib128>("d128 library p256", b, copy_gbs, 256, true);
-      sweep_paged<128, Per128, Lib128>("d128 persistent p256", b, copy_gbs, 256, true);
-      sweep_paged<128, Lib128, Lib128>("d128 library p16", b, copy_gbs, 16, true);
-      sweep_paged<128, Per128, Lib128>("d128 persistent p16", b, copy_gbs, 16, true);
-      sweep<64, Lib64, Lib64>("d64 library contiguous", b, copy_gbs);
-      sweep<64, Per64, Lib64>("d64 persistent contig", b, copy_gbs);
+      ab<128, Lib128, Per128>("d128 library contiguous", "d128 persistent contig", b, copy_gbs, 0);
+      ab<128, Lib128, Per128>("d128 library p256", "d128 persistent p256", b, copy_gbs, 256);
+      ab<128, Lib128, Per128>("d128 library p16", "d128 persistent p16", b, copy_gbs, 16);
+      ab<64, Lib64, Per64>("d64 library contiguous", "d64 persistent contig", b, copy_gbs, 0);
       // More splits than one wave's: tiles a persistent CTA walks one after the other (batch 1
       // and 8, where the one-wave splits leave each CTA a short walk beside its fixed costs).
       sweep<64, Per64, Lib64>("d64 persistent x2 splits", b, copy_gbs, Rule::kOneWave, 2);
       sweep<64, Per64, Lib64>("d64 persistent x4 splits", b, copy_gbs, Rule::kOneWave, 4);
       sweep<128, Per128, Lib128>("d128 persistent x2 split", b, copy_gbs, Rule::kOneWave, 2);
       sweep<128, Per128, Lib128>("d128 persistent x4 split", b, copy_gbs, Rule::kOneWave, 4);
-      sweep<64, Two64, Lib64>("d64 2 ctas contiguous", b, copy_gbs);
-      sweep<64, PerTwo64, Lib64>("d64 2 ctas persistent", b, copy_gbs);
-      sweep_paged<64, Lib64, Lib64>("d64 library p256", b, copy_gbs, 256, true);
-      sweep_paged<64, Per64, Lib64>("d64 persistent p256", b, copy_gbs, 256, true);
-      sweep_paged<64, Two64, Lib64>("d64 2 ctas p16", b, copy_gbs, 16, true);
-      sweep_paged<64, PerTwo64, Lib64>("d64 2 ctas persistent p16", b, copy_gbs, 16, true);
+      ab<64, Two64, PerTwo64>("d64 2 ctas contiguous", "d64 2 ctas persistent", b, copy_gbs, 0);
+      ab<64, Lib64, Per64>("d64 library p256", "d64 persistent p256", b, copy_gbs, 256);
+      ab<64, Two64, PerTwo64>("d64 2 ctas p16", "d64 2 ctas persistent p16", b, copy_gbs, 16);
     }
     return 0;
   }
