@@ -397,12 +397,13 @@ __device__ __forceinline__ void decode_q_chunks(const FwdKvcacheKernelParams& kp
 
 // The consumer warps' work on one tile, whose first key block is block `base` of the CTA's walk
 // (DecodeSlot): Q into shared memory at sQ, the warp's key blocks, the merge of the four warps,
-// the stores. `last`: the CTA's last tile (the split combine may then be scheduled). after_q()
-// runs once every consumer thread has Q (kPersistent: the next tile's Q copy is issued there).
-template <typename Element, typename Traits, typename AfterQ>
+// the stores. after_walk() runs once the warp's key blocks are done (kPersistent: the next
+// tile's Q copy is issued there, under the other warps' last blocks and the merge) and returns
+// whether this was the CTA's last tile (the split combine may then be scheduled).
+template <typename Element, typename Traits, typename AfterWalk>
 __device__ __forceinline__ void decode_consume(const DecodeTmaParams& tp, const DecodeWork& w,
                                                uint32_t s_base, char* smem, uint32_t sQ, int base,
-                                               bool last, AfterQ&& after_q) {
+                                               AfterWalk&& after_walk) {
   using Ops = ElementOps<Element>;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kNTiles = Traits::kNTiles, kDTiles = Traits::kDTiles;
@@ -429,7 +430,6 @@ __device__ __forceinline__ void decode_consume(const DecodeTmaParams& tp, const 
   // Also: every thread is past the previous tile's stores, which read the merge buffer.
   ptx::named_barrier_sync(ptx::NamedBarrier::kWarpgroup0, 32 * kWarps);
   decode_stamp<Traits>(tp, kStampQ);
-  after_q();
   const uint32_t q_lane = sQ + (lane % 16) * Traits::kQRowBytes + (lane / 16) * 16;
 
   float acc_o[1][kDTiles][4];
@@ -515,10 +515,10 @@ __device__ __forceinline__ void decode_consume(const DecodeTmaParams& tp, const 
     if (lane == 0) ptx::mbarrier_arrive(bars + 8 * (Traits::kBarEmpty + stage));
   }
 
-  // The CTA's walk is done (the producer warp has exited): the split combine, launched after
-  // this kernel programmatically, may be scheduled during the merge and the stores; it waits for
-  // this grid to finish before it reads a partial (fwd/combine.h).
-  if (last) ptx::launch_dependents();
+  // At the CTA's last tile the walk is done (the producer warp has exited): the split combine,
+  // launched after this kernel programmatically, may be scheduled during the merge and the
+  // stores; it waits for this grid to finish before it reads a partial (fwd/combine.h).
+  if (after_walk()) ptx::launch_dependents();
   float inv_l[1][2], row_lse[1][2];
   RowStats row_stats[1][2];
   softmax.finalize(kp.score.score_scale, inv_l, row_lse, row_stats);
@@ -634,7 +634,8 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
       decode_produce<Traits>(tp, w, s_base, 0);
       return;
     }
-    decode_consume<Element, Traits>(tp, w, s_base, smem, s_base + Traits::kOffQ, 0, true, [] {});
+    decode_consume<Element, Traits>(tp, w, s_base, smem, s_base + Traits::kOffQ, 0,
+                                    [] { return true; });
     return;
   }
   // Persistent: tiles blockIdx.x, + gridDim.x, ... Both roles derive each tile's work alike,
@@ -653,9 +654,10 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
     }
     return;
   }
-  // Q of tile k in buffer k % 2: the next tile's copy is issued once every consumer thread has
-  // this tile's (decode_consume's after_q), into the buffer the previous tile's walk read, which
-  // every consumer warp had finished at that tile's merge barrier.
+  // Q of tile k in buffer k % 2: the next tile's copy is issued once the warp's walk of this
+  // tile is done (decode_consume's after_walk), into the buffer the previous tile's walk read,
+  // which every consumer warp had finished at that tile's merge barrier (before this tile's Q
+  // barrier).
   auto next_tile = [&](int index) {
     for (; index < tp.num_tiles; index += gridDim.x) {
       const DecodeWork w = decode_work<kBlockM, kBlockN>(kp, index);
@@ -676,10 +678,12 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
 #pragma unroll 1
   for (; index < tp.num_tiles; ++k) {
     const DecodeWork w = decode_work<kBlockM, kBlockN>(kp, index);
-    const int next = next_tile(index + gridDim.x);
     const uint32_t sQ = s_base + Traits::kOffQ + (k % 2) * Traits::kQBytes;
-    decode_consume<Element, Traits>(tp, w, s_base, smem, sQ, base, next >= tp.num_tiles, [&] {
+    int next = tp.num_tiles;
+    decode_consume<Element, Traits>(tp, w, s_base, smem, sQ, base, [&] {
+      next = next_tile(index + gridDim.x);
       if (next < tp.num_tiles) copy_q(next, s_base + Traits::kOffQ + ((k + 1) % 2) * Traits::kQBytes);
+      return next >= tp.num_tiles;
     });
     base += w.n_end - w.n_begin;
     index = next;
