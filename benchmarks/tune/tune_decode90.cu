@@ -182,8 +182,8 @@ void sweep(const char* name, const Buffers& b, double copy_gbs, Rule rule = Rule
       if (size_t{1} * batch * keys * kHeadsK * kHeadDim > g_kv_elems) continue;  // too large
       fill_int<<<(batch + 127) / 128, 128>>>(b.seqlens, batch, keys);
       const int n_blocks = (keys + Traits::kBlockN - 1) / Traits::kBlockN;
-      const int splits = std::min({splits_by(rule, int64_t{batch} * kHeadsK, per_sm * g_sms, n_blocks) *
-                                       split_scale, n_blocks, fa::kMaxSplits});
+      const int one_wave = splits_by(rule, int64_t{batch} * kHeadsK, per_sm * g_sms, n_blocks);
+      const int splits = std::min({one_wave * split_scale, n_blocks, fa::kMaxSplits});
       const int lib_blocks = (keys + LibTraits::kBlockN - 1) / LibTraits::kBlockN;
       const int lib_splits = splits_by(Rule::kOneWave, int64_t{batch} * kHeadsK, g_sms, lib_blocks);
       const fa::FwdKvcacheKernelParams kp = make_params(b, kHeadDim, batch, keys, splits);

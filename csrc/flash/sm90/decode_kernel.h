@@ -144,11 +144,12 @@ struct DecodeTraits {
                                                                       : kMergeBytes;
   // Q: 16 rows of d columns, rows padded by 16 bytes (ldmatrix without bank conflicts), written
   // by the consumers once, read by every consumer warp's ldmatrix at every key block.
-  // kPersistent: two buffers, the next tile's Q copied (cp.async) during this tile's walk.
+  // kPersistent: two buffers, the next tile's Q copied (cp.async) while this tile ends.
   static constexpr int kQRowBytes = kHeadDim * 2 + 16;
   static constexpr uint32_t kQBytes = kBlockM * kQRowBytes;
   static constexpr uint32_t kOffQ = kOffBarriers + 8 * kNumBarriers;
-  static constexpr int kSmemBytes = kOffQ + (kPersistent ? 2 : 1) * kQBytes + 1024;  // + alignment slack
+  // + 1024 bytes of alignment slack
+  static constexpr int kSmemBytes = kOffQ + (kPersistent ? 2 : 1) * kQBytes + 1024;
 
   static_assert(kHeadDim % 64 == 0, "whole 64-column atoms");
   static_assert(kStages % kConsumerWarps == 0, "whole stages per consumer warp");
@@ -682,7 +683,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
     int next = tp.num_tiles;
     decode_consume<Element, Traits>(tp, w, s_base, smem, sQ, base, [&] {
       next = next_tile(index + gridDim.x);
-      if (next < tp.num_tiles) copy_q(next, s_base + Traits::kOffQ + ((k + 1) % 2) * Traits::kQBytes);
+      if (next < tp.num_tiles) {
+        copy_q(next, s_base + Traits::kOffQ + ((k + 1) % 2) * Traits::kQBytes);
+      }
       return next >= tp.num_tiles;
     });
     base += w.n_end - w.n_begin;

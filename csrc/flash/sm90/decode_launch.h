@@ -52,7 +52,9 @@ Status launch_decode_config(const FwdKvcacheKernelParams& kp, cudaStream_t strea
   if constexpr (Traits::kPersistent) {
     int device = 0, sms = 0;
     cudaError_t err = cudaGetDevice(&device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (err == cudaSuccess) {
+      err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    }
     if (err != cudaSuccess) return cuda_status(err);
     const int64_t slots = static_cast<int64_t>(sms) * Traits::kMinCtas;
     ctas = tiles < slots ? tiles : slots;
