@@ -18,16 +18,6 @@
 
 namespace fa = flashattn_cu;
 
-__global__ inline void max_abs_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n,
-                             float* out) {
-  float m = 0.f;
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    const float d = fabsf(__bfloat162float(a[i]) - __bfloat162float(b[i]));
-    m = d != d ? INFINITY : fmaxf(m, d);  // NaN counts as infinitely wrong
-  }
-  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));  // non-negative floats order as ints
-}
-
 inline int g_sms = 132;  // the device's, set in main
 inline int g_l2 = 50 << 20;
 inline int g_reps = 20;  // timed repetitions (0: one checked launch, for profiling)
@@ -164,11 +154,7 @@ float checked_diff(const Buffers& b, const fa::FwdParams& p, const Run& run, fa:
   *st = run();
   CHECK(cudaDeviceSynchronize());
   if (*st != fa::Status::kSuccess) return INFINITY;
-  CHECK(cudaMemset(b.diff, 0, 4));
-  max_abs_diff<<<264, 256>>>(b.o, b.o_ref, n, b.diff);
-  float diff = 0.f;
-  CHECK(cudaMemcpy(&diff, b.diff, 4, cudaMemcpyDeviceToHost));
-  return diff;
+  return max_diff(b.o, b.o_ref, n, b.diff);
 }
 
 template <int kHeadDim, typename Traits, int kMods = kNoMods>

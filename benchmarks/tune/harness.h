@@ -1,9 +1,11 @@
 // What the torch-free tuning harnesses (tune_fwd.cu, tune_fwd90.cu, tune_decode90.cu) share: a
 // CUDA-call check that exits with the error, reproducible bf16 inputs uniform in [-1, 1) (never
-// zeros: zeros run faster than real data and hide unwritten outputs), and the timer.
+// zeros: zeros run faster than real data and hide unwritten outputs), the largest difference of
+// two outputs, and the timer.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -32,6 +34,25 @@ __global__ inline void fill_random(__nv_bfloat16* x, size_t n, uint32_t seed) {
     h ^= h >> 16;
     x[i] = __float2bfloat16((h & 0xffff) / 32768.f - 1.f);
   }
+}
+
+__global__ inline void max_abs_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n,
+                                    float* out) {
+  float m = 0.f;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const float d = fabsf(__bfloat162float(a[i]) - __bfloat162float(b[i]));
+    m = d != d ? INFINITY : fmaxf(m, d);  // NaN counts as infinitely wrong
+  }
+  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));  // non-negative floats order as ints
+}
+
+// max |a - b| over n bf16 elements on the device (NaN: infinity); scratch: one device float.
+inline float max_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n, float* scratch) {
+  CHECK(cudaMemset(scratch, 0, 4));
+  max_abs_diff<<<264, 256>>>(a, b, n, scratch);
+  float d = 0.f;
+  CHECK(cudaMemcpy(&d, scratch, 4, cudaMemcpyDeviceToHost));
+  return d;
 }
 
 // Median ms of `reps` calls of fn, each between two CUDA events on the default stream, after 3

@@ -73,14 +73,6 @@ fa::BwdParams bwd_params(const fa::FwdParams& fp, BwdBuffers& g) {
   return p;
 }
 
-float max_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n, float* scratch) {
-  CHECK(cudaMemset(scratch, 0, 4));
-  max_abs_diff<<<264, 256>>>(a, b, n, scratch);
-  float d = 0.f;
-  CHECK(cudaMemcpy(&d, scratch, 4, cudaMemcpyDeviceToHost));
-  return d;
-}
-
 // A timing probe of a main kernel's traits (modes dqprobe): bwd_kernel.h / bwd_split_kernel.h
 // kProbeDq.
 template <typename Lib, int kProbe>

@@ -33,16 +33,6 @@ namespace {
 
 constexpr int kHeads = 32, kHeadsK = 8, kGroup = kHeads / kHeadsK;
 
-__global__ void max_abs_diff(const __nv_bfloat16* a, const __nv_bfloat16* b, size_t n,
-                             float* out) {
-  float m = 0.f;
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-    const float d = fabsf(__bfloat162float(a[i]) - __bfloat162float(b[i]));
-    m = d != d ? INFINITY : fmaxf(m, d);  // NaN counts as infinitely wrong
-  }
-  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));
-}
-
 __global__ void fill_int(int* x, int n, int value) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] = value;
@@ -164,10 +154,7 @@ Measured check_and_time(const Buffers& b, fa::FwdKvcacheKernelParams ref,
   if (run<LibTraits>(ref, batch) != fa::Status::kSuccess) std::printf("library launch failed\n");
   CHECK(cudaMemset(b.o, 0xff, out_elems * 2));
   if (run<Traits>(kp, batch) != fa::Status::kSuccess) return {false, 0.f, 0.f};
-  CHECK(cudaMemset(b.diff, 0, 4));
-  max_abs_diff<<<64, 256>>>(b.o, b.o_ref, out_elems, b.diff);
-  float diff = 0.f;
-  CHECK(cudaMemcpy(&diff, b.diff, 4, cudaMemcpyDeviceToHost));
+  const float diff = max_diff(b.o, b.o_ref, out_elems, b.diff);
   return {true, diff, median_ms([&] { run<Traits>(kp, batch); }, kReps, kFlushBytes)};
 }
 
