@@ -270,11 +270,15 @@ def _tensors_ok(q, k, v):
             qs[2] % ks[2] == 0)
 
 
-def _check_packed(name, t, dim, count, what):
+def _check_packed(fn, name, t, what):
+    """A packed projection: `what` spells its shape, e.g. "(total, 3, nheads, headdim)"; the
+    axis and size of the packed dimension are read from it (the one number in it)."""
+    parts = what.strip("()").split(", ")
+    axis = next(i for i, x in enumerate(parts) if x.isdigit())
     if not isinstance(t, torch.Tensor):
-        raise ArgumentTypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != dim or t.shape[2] != count:
-        raise ArgumentValueError(f"{name} must be {what}, got shape {tuple(t.shape)}")
+        raise ArgumentTypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != len(parts) or t.shape[axis] != int(parts[axis]):
+        raise ArgumentValueError(f"{fn}: {name} must be {what}, got shape {tuple(t.shape)}")
 
 
 def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, fn):

@@ -7,7 +7,8 @@ import torch
 
 import attn_helpers
 from api_helpers import pretend_gpu
-from flashattn_cu import _C, flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func
+from flashattn_cu import (_C, flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
+                          flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func)
 from flashattn_cu.bert_padding import (index_first_axis, index_first_axis_residual,
                                        index_put_first_axis, pad_input, unpad_input,
                                        unpad_input_for_concatenated_sequences)
@@ -144,15 +145,32 @@ def test_packed_shapes_on_fake_tensors():
 
 
 @pytest.mark.parametrize("fn, args, message", [
-    (flash_attn_qkvpacked_func, ((2, 9, 4, 64),), r"qkv must be \(batch, seqlen, 3, nheads"),
+    (flash_attn_qkvpacked_func, ((2, 9, 4, 64),),
+     r"^flash_attn_qkvpacked_func: qkv must be \(batch, seqlen, 3, nheads, headdim\), got shape "
+     r"\(2, 9, 4, 64\)"),
     (flash_attn_qkvpacked_func, ((2, 9, 2, 4, 64),), r"qkv must be \(batch, seqlen, 3, nheads"),
     (flash_attn_kvpacked_func, ((2, 9, 4, 64), (2, 9, 3, 4, 64)),
-     r"kv must be \(batch, seqlen_k, 2, nheads_k"),
+     r"^flash_attn_kvpacked_func: kv must be \(batch, seqlen_k, 2, nheads_k"),
+    (flash_attn_varlen_qkvpacked_func, ((9, 2, 4, 64), (3,), 5),
+     r"^flash_attn_varlen_qkvpacked_func: qkv must be \(total, 3, nheads, headdim\), got shape "
+     r"\(9, 2, 4, 64\)"),
+    (flash_attn_varlen_qkvpacked_func, ((9, 3, 4, 64, 1), (3,), 5), r"qkv must be \(total, 3"),
+    (flash_attn_varlen_kvpacked_func, ((9, 4, 64), (9, 3, 4, 64), (3,), (3,), 5, 5),
+     r"^flash_attn_varlen_kvpacked_func: kv must be \(total_k, 2, nheads_k, headdim\)"),
 ])
 def test_packed_shape_errors(fn, args, message):
-    tensors = [torch.empty(shape, dtype=torch.float16) for shape in args]
+    tensors = [torch.empty(a, dtype=torch.float16) if isinstance(a, tuple) else a for a in args]
     with pytest.raises(ValueError, match=message):
         fn(*tensors)
+
+
+@pytest.mark.parametrize("fn, args", [
+    (flash_attn_qkvpacked_func, ([1, 2, 3],)),
+    (flash_attn_varlen_kvpacked_func, (torch.empty(9, 4, 64), "kv", None, None, 5, 5)),
+])
+def test_packed_type_errors(fn, args):
+    with pytest.raises(TypeError, match=rf"^{fn.__name__}: q?kv must be a torch.Tensor, got "):
+        fn(*args)
 
 
 # --------------------------------------------------------------------------------------------
