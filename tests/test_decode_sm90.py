@@ -188,6 +188,30 @@ def test_decode_kernel_is_the_one_that_runs():
         assert any("decode_kernel" in n for n in names) == sm90, f"page {page}"
 
 
+def decode_traits_of(head_dim, batch, page, seqlen=4096):
+    """The DecodeTraits arguments of the decode kernel one call runs (d 128 / 64 ..., 32 query
+    heads over 8): (head_dim, block_n, stages, table_early, ctas_per_sm, stamps, persistent)."""
+    q = torch.randn(batch, 1, 32, head_dim, device="cuda", dtype=torch.bfloat16)
+    seqlens = torch.full((batch,), seqlen - 1000, device="cuda", dtype=torch.int32)
+    if page is None:
+        k = torch.randn(batch, seqlen, 8, head_dim, device="cuda", dtype=torch.bfloat16)
+        table = None
+    else:
+        k = torch.randn(batch * -(-seqlen // page), page, 8, head_dim, device="cuda",
+                        dtype=torch.bfloat16)
+        table = torch.arange(k.shape[0], device="cuda", dtype=torch.int32).view(batch, -1)
+    names = [n for n in kernel_names(lambda: flash_attn_with_kvcache(
+        q, k, k, cache_seqlens=seqlens, block_table=table)) if "decode_kernel" in n]
+    assert len(names) == 1, names
+    # Demangled (bool as true / false or 1 / 0) or mangled.
+    b = r"(true|false|1|0)"
+    found = re.search(rf"DecodeTraits<(\d+), (\d+), (\d+), {b}, (\d+), {b}, {b}>", names[0]) or \
+        re.search(r"DecodeTraitsILi(\d+)ELi(\d+)ELi(\d+)ELb([01])ELi(\d+)ELb([01])ELb([01])E",
+                  names[0])
+    assert found, f"no DecodeTraits arguments in {names[0]}"
+    return tuple(int(x) if x.isdigit() else x == "true" for x in found.groups())
+
+
 def test_two_ctas_per_sm_instance_is_the_one_that_runs():
     """d 64 calls on 16-row pages with query tiles for >= a quarter of the SMs run the decode
     instance budgeted for two CTAs per SM (tiles.h decode_ctas_sm90); fewer tiles, 256-row
@@ -198,24 +222,7 @@ def test_two_ctas_per_sm_instance_is_the_one_that_runs():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     def ctas_of(head_dim, batch, page):
-        q = torch.randn(batch, 1, 32, head_dim, device="cuda", dtype=torch.bfloat16)
-        seqlens = torch.full((batch,), 3000, device="cuda", dtype=torch.int32)
-        if page is None:
-            k = torch.randn(batch, 4096, 8, head_dim, device="cuda", dtype=torch.bfloat16)
-            table = None
-        else:
-            k = torch.randn(batch * -(-4096 // page), page, 8, head_dim, device="cuda",
-                            dtype=torch.bfloat16)
-            table = torch.arange(k.shape[0], device="cuda", dtype=torch.int32).view(batch, -1)
-        names = [n for n in kernel_names(lambda: flash_attn_with_kvcache(
-            q, k, k, cache_seqlens=seqlens, block_table=table)) if "decode_kernel" in n]
-        assert len(names) == 1, names
-        # DecodeTraits<d, block_n, stages, table_early, ctas, ...>, demangled (bool as true or 1)
-        # or mangled.
-        found = re.search(r"DecodeTraits<\d+, \d+, \d+, (?:true|1), (\d+)[,>]", names[0]) or \
-            re.search(r"DecodeTraitsILi\d+ELi\d+ELi\d+ELb1ELi(\d+)E", names[0])
-        assert found, f"no CTA count in {names[0]}"
-        return int(found.group(1))
+        return decode_traits_of(head_dim, batch, page)[4]
 
     many = -(-sms // (4 * 8))  # batches whose 8 kv heads give >= sms / 4 tiles
     assert ctas_of(64, many, 16) == 2
@@ -226,6 +233,26 @@ def test_two_ctas_per_sm_instance_is_the_one_that_runs():
     assert ctas_of(64, many, None) == 1
     if 128 in _C.built_head_dims():
         assert ctas_of(128, many, 16) == 1
+
+
+def test_persistent_instance_is_the_one_that_runs():
+    """d 64 calls with more query tiles than the decode kernel's SM slots run its persistent
+    grid (tiles.h decode_persistent_sm90, the default build's FLASHATTN_CU_DECODE_PERSISTENT=1),
+    on every cache; fewer tiles and d 128 run one CTA per tile."""
+    if not sm90_built():
+        pytest.skip("needs an sm_90 GPU and sm_90a code")
+    skip_unless_built(64)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    over = sms // 8 + 1  # batches whose 8 kv heads give more tiles than one CTA per SM
+    for page in (None, 256):
+        traits = decode_traits_of(64, over, page, seqlen=1024)
+        assert traits[4] == 1 and traits[6], (page, traits)
+    # Two CTAs per SM: more tiles than 2 x SMs.
+    traits = decode_traits_of(64, 2 * sms // 8 + 1, 16, seqlen=1024)
+    assert traits[4] == 2 and traits[6], traits
+    assert not decode_traits_of(64, 1, None, seqlen=1024)[6]
+    if 128 in _C.built_head_dims():
+        assert not decode_traits_of(128, over, None, seqlen=1024)[6]
 
 
 def test_cuda_graph_replay():

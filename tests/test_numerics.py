@@ -114,8 +114,9 @@ def assert_large_logits_against_float64(q, k, v, causal):
     assert_rule(out, out64, outb, 2, 1e-5, "out")
     # The fp32 LSE of logits ~300: a few ulp of 300 plus the rounding of the score sums.
     assert max_abs_diff(lse, lse64) <= 5e-4
-    for name, g, r, b in zip(("dq", "dk", "dv"), grads, g64, gbase):
-        assert_rule(g, r, b, 3, 1e-4, name)
+    # Gradients with both baselines: a large k column (the climbing test's) amplifies D's
+    # rounding from the 16-bit output, which every FlashAttention backward carries.
+    assert_grads_on_offset_inputs(q, k, v, causal, dout, out, grads, "large logits")
 
 
 def assert_finite(*tensors):
@@ -328,13 +329,14 @@ def test_large_logits(dtype, head_dim, causal):
 def test_row_max_that_climbs_along_the_keys(dtype, head_dim, causal):
     """Rows whose largest logit grows block after block, by less and by more than 2^8 in p per
     key block, and rows with one jump of 40 (log2 units) midway: where the sm90 forward runs its
-    exponents against a lazy reference (tiles.h fwd_lazy_rescale_sm90, a build flag: the reference
-    moves only past 2^8, P up to 2^8 otherwise) and where it follows the running max (every key
-    block a rescale of O), output, LSE and gradients against float64 with the fp32-scores
-    baseline. Heads 0 / 1 / 2 / 3: a climb of 0.045 / 0.2 log2 units a key (7.9 / 35 over a
-    176-key block), the jump at key 1,000, and a descent (the first block holds the max)."""
+    exponents against a lazy reference (tiles.h fwd_lazy_rescale_sm90: the reference moves only
+    past 2^8, P up to 2^8 otherwise; 1,088 x 2,048 takes it at every head dim here but d 256
+    causal, on the short tile) and where it follows the running max (every key block a rescale of
+    O), output, LSE and gradients against float64 with both gradient baselines. Heads 0 / 1 / 2
+    / 3: a climb of 0.045 / 0.2 log2 units a key (7.9 / 35 over a 176-key block), the jump at key
+    1,000, and a descent (the first block holds the max)."""
     skip_unless_built(head_dim)
-    sq, sk, a = 192, 2048, 8.0
+    sq, sk, a = 1088, 2048, 8.0
     q, k, v = attn_helpers.make_qkv(1, sq, sk, 4, 4, head_dim, dtype)
     q, k = q * 0.5, k * 0.5
     keys = torch.arange(sk, device=DEV, dtype=torch.float64)

@@ -48,6 +48,10 @@ using LibStatic =
     typename fa::sm90::LibraryFwdTraits<kHeadDim, fa::kStaticVariant, kShort, false, kDoubleQ,
                                         kSplitQ, kPrefetch, -1, false, kLazy>::Type;
 
+// The library's static configuration with FwdTraits kLazyRescale b (`lazy`).
+template <int kHeadDim, bool kShort, int kLazy>
+using LazyStatic = LibStatic<kHeadDim, kShort, false, false, false, kLazy>;
+
 // Runs `mode` if it is this file's; false otherwise.
 inline bool run_serial_mode(const std::string& mode, const Buffers& b) {
   if (mode != "serial3") return false;
@@ -382,7 +386,7 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
   if (mode == "lazy") {
     // A lazy reference (B: FwdTraits kLazyRescale 8, common/softmax.h new_max kLazyLog2: a row's
     // reference moves only where a key block's max passes it by 2^8 in P, and a warp whose rows
-    // all keep theirs skips O's rescale) against the library's running max (A), the library's
+    // all keep theirs skips O's rescale) against the running max (A: kLazyRescale 0), the library's
     // tiles and schedule, interleaved, two passes: the long-row tiles at 4k / 8k / 16k, the
     // short ones at 1k, and ALiBi's static instance (its bias moves the max along a row).
     g_library_schedule = true;
@@ -390,17 +394,17 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
     constexpr int kA = fa::kStaticAlibiVariant;
     for (int rep = 0; rep < 2; ++rep) {
       const std::vector<int> sl = {4096, 8192, 16384};
-      ab_sweep<128, LibStatic<128>, LibStatic<128, false, false, false, false, 8>>(
+      ab_sweep<128, LazyStatic<128, false, 0>, LazyStatic<128, false, 8>>(
           "d128 128x176 lazy", b, true, sl);
-      ab_sweep<64, LibStatic<64>, LibStatic<64, false, false, false, false, 8>>(
+      ab_sweep<64, LazyStatic<64, false, 0>, LazyStatic<64, false, 8>>(
           "d64 192x128 lazy", b, true, sl);
-      ab_sweep<256, LibStatic<256>, LibStatic<256, false, false, false, false, 8>>(
+      ab_sweep<256, LazyStatic<256, false, 0>, LazyStatic<256, false, 8>>(
           "d256 128x80 lazy", b, true, sl);
-      ab_sweep<128, LibStatic<128, true>, LibStatic<128, true, false, false, false, 8>>(
+      ab_sweep<128, LazyStatic<128, true, 0>, LazyStatic<128, true, 8>>(
           "d128 128x128 lazy", b, true, {1024});
-      ab_sweep<64, LibStatic<64, true>, LibStatic<64, true, false, false, false, 8>>(
+      ab_sweep<64, LazyStatic<64, true, 0>, LazyStatic<64, true, 8>>(
           "d64 128x128 lazy", b, true, {1024});
-      ab_sweep<64, LibraryFwdTraits<64, kA, false, false>::Type,
+      ab_sweep<64, LibraryFwdTraits<64, kA, false, false, false, false, false, -1, false, 0>::Type,
                LibraryFwdTraits<64, kA, false, false, false, false, false, -1, false, 8>::Type,
                kAlibi | kStaticMask>("d64 alibi lazy", b, true, {4096, 16384});
     }

@@ -380,9 +380,10 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
     kp.kv.rotary_sin = nullptr;
   }
   // The decode kernel's tiles after splitting against its slots: a persistent grid where they
-  // are more (tiles.h decode_persistent_sm90, off unless built with it).
+  // are more, at d 64 (tiles.h decode_persistent_sm90).
   const bool decode_persistent =
       decode90 && decode_persistent_sm90(
+                      round_head_dim(p.head_dim),
                       split_query_tile_count(ceil_div(p.seqlen_q, kDecodeRowsSm90), p.batch,
                                              p.num_heads, splits),
                       static_cast<long long>(decode_ctas) * dev.sm_count);

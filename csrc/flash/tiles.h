@@ -519,15 +519,20 @@ __host__ __device__ constexpr int decode_ctas_sm90(int head_dim, int page_size, 
 // walking several tiles, its ring running on from one tile into the next) on calls with more
 // tiles (after splitting) than slots. The timeline (tune_decode90, H200, read flush) has a
 // CTA's start (lengths, Q, the first tile: ~2.5-3 us) and its merge and stores (~1.5 us) beside
-// a walk of ~30 us at d 64 batch 64 4k (512 tiles on 132 SMs: 85-90% of the copy rate, cuDNN
-// ~100%) and ~60 us at d 128. Off until measured (tune_decode90 `persistent`): the build flag
-// FLASHATTN_CU_DECODE_PERSISTENT=1 turns it on.
+// a walk of ~30 us at d 64 batch 64 4k and ~60 us at d 128. Measured (tune_decode90
+// `persistent`, H100, two passes alike; benchmarks/NOTES.md 13.18): at d 64 batch 64 the
+// persistent grid is faster on every cache (4k / 32k: contiguous 2.8% / 1.6%, 256-row pages
+// 2.2% / 0.2%, the two-CTA instance on 16-row pages 1.6% / 4.0%); at d 128 mixed (4k 0.6-0.8%
+// faster, 32k 0.4-0.9% slower): on at d 64 only (`head_dim`: the instance's). More splits than
+// one wave's on it lose (batch 1 / 8: 2x splits 2-22% slower). FLASHATTN_CU_DECODE_PERSISTENT=0
+// builds without it.
 #ifndef FLASHATTN_CU_DECODE_PERSISTENT
-#define FLASHATTN_CU_DECODE_PERSISTENT 0
+#define FLASHATTN_CU_DECODE_PERSISTENT 1
 #endif
 constexpr bool kDecodePersistentBuilt = FLASHATTN_CU_DECODE_PERSISTENT != 0;
-__host__ __device__ constexpr bool decode_persistent_sm90(long long tiles, long long slots) {
-  return kDecodePersistentBuilt && tiles > slots;
+__host__ __device__ constexpr bool decode_persistent_sm90(int head_dim, long long tiles,
+                                                          long long slots) {
+  return kDecodePersistentBuilt && head_dim == 64 && tiles > slots;
 }
 
 // Eighths of S's 8-key tiles the sm90a forward exponentiates on the FMA pipe (common/softmax.h
@@ -635,26 +640,39 @@ __host__ __device__ constexpr bool fwd_early_rescale_sm90(int head_dim, bool sta
 
 // The sm90a forward's lazy reference (sm90/fwd_traits.h kLazyRescale, common/softmax.h new_max
 // kLazyLog2): each row's exponents against a reference that moves only where a key block's max
-// passes it by more than 2^b in P, O rescaled only by a warp with a row that moved. A build
-// flag, 0 (off) by default, until measured: -DFLASHATTN_CU_FWD_LAZY_RESCALE=8 gives every
-// instance whose row max is not softcap's b = 8, for the whole suite and the bench with it on
-// (tune_fwd90 `lazy` A/Bs it without a build of the library), but d = 256's dynamic and dropout
-// instances (`spills_at_256`), where it moved ptxas's allocation (sm_90a fp16: 0 -> 8-12 bytes
-// of spills, 4 / 8 -> 12 / 20; the static, static ALiBi and padded window instances and every
-// d = 64 / 128 one unchanged). Why it may pay (benchmarks/NOTES.md 12.79): O's rescale is d / 2
-// FMULs a thread at every key block, between the P V wait and the next turn: 64 of the d = 128
-// step's ~615 instructions a warp, 128 of d = 256's ~400.
+// passes it by more than 2^b in P, O rescaled only by a warp with a row that moved. Why it pays
+// (benchmarks/NOTES.md 12.79): O's rescale is d / 2 FMULs a thread at every key block, between
+// the P V wait and the next turn: 64 of the d = 128 step's ~615 instructions a warp, 128 of
+// d = 256's ~400. Measured (tune_fwd90 `lazy`, H100 at c09dfe7, bf16, the library's tiles and
+// schedule, interleaved, two passes alike; benchmarks/NOTES.md 12.83, results/
+// tune_fwd90_lazy_h100_c09dfe7.txt; time b = 8 / running max, 4k / 8k / 16k non-causal, then
+// causal): the static variant's long rows d = 64 192 x 128 0.970-0.974, 0.973-0.982; d = 128
+// 128 x 176 0.991-0.995, 0.989-0.995; d = 256 128 x 80 0.979-0.981, 0.982-0.993; the short rows
+// (1k) d = 128 128 x 128 0.965 / 0.968, 0.979 / 0.980, but d = 64 128 x 128 1.003 / 1.008, 1.006 /
+// 1.011; d = 64's static ALiBi instance 1.028-1.030, 1.013-1.016 (its bias moves the max along
+// the row). So b = 8 where it won, the running max elsewhere (the dynamic, window, varlen,
+// dropout, ALiBi and d 96 / 192 instances are not measured; softcap's bounded max has no use for
+// it). The build flag FLASHATTN_CU_FWD_LAZY_RESCALE = b >= 0 gives b to every instance but
+// softcap's and d = 256's dynamic and dropout ones (`spills_at_256`: there it moved ptxas's
+// allocation, sm_90a fp16 0 -> 8-12 bytes of spills, 4 / 8 -> 12 / 20), 0 none.
 #ifndef FLASHATTN_CU_FWD_LAZY_RESCALE
-#define FLASHATTN_CU_FWD_LAZY_RESCALE 0
+#define FLASHATTN_CU_FWD_LAZY_RESCALE -1
 #endif
 __host__ __device__ constexpr int fwd_lazy_rescale_sm90(int head_dim, bool softcap,
-                                                        bool spills_at_256) {
-  return softcap || (head_dim > 192 && spills_at_256) ? 0 : FLASHATTN_CU_FWD_LAZY_RESCALE;
+                                                        bool spills_at_256, bool static_plain,
+                                                        bool short_rows) {
+  if (softcap || (head_dim > 192 && spills_at_256)) return 0;
+  if (FLASHATTN_CU_FWD_LAZY_RESCALE >= 0) return FLASHATTN_CU_FWD_LAZY_RESCALE;
+  const bool won = short_rows ? head_dim == 128
+                              : head_dim == 64 || head_dim == 128 || head_dim == 256;
+  return static_plain && won ? 8 : 0;
 }
 // The sm80 forward's lazy reference (sm80/fwd_kernel.h FwdTraits kLazyRescale): the same build
-// flag, off by default, for every sm80 forward instance (its kvcache ones included) until
+// flag for every sm80 forward instance (its kvcache ones included), off unless set, until
 // tune_fwd `lazy` has measured it (on an H100 through the sm80 kernels; Ampere not measured).
-__host__ __device__ constexpr int fwd_lazy_rescale_sm80() { return FLASHATTN_CU_FWD_LAZY_RESCALE; }
+__host__ __device__ constexpr int fwd_lazy_rescale_sm80() {
+  return FLASHATTN_CU_FWD_LAZY_RESCALE > 0 ? FLASHATTN_CU_FWD_LAZY_RESCALE : 0;
+}
 
 // The sm90a forward's softmax reductions as trees (common/softmax.h; FwdTraits kSumTree, kMaxTree)
 // instead of serial chains. The library's SASS (d = 128) fed one FADD chain per row from each

@@ -336,7 +336,8 @@ struct LibraryFwdTraits {
                          kLazy >= 0 ? kLazy
                                     : fwd_lazy_rescale_sm90(kHeadDim, variant_softcap(kVariant),
                                                             kVariant == kDynamicVariant ||
-                                                                kVariant == kDropoutVariant)>;
+                                                                kVariant == kDropoutVariant,
+                                                            kVariant == kStaticVariant, kShort)>;
   using Single = With<false>;
   // tiles.h fwd_double_q_sm90 (a build flag, off by default): the static variant's tiles, a
   // second Q where the shared memory holds it (with the barriers' and the O
