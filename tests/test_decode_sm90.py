@@ -132,9 +132,9 @@ CASES = {
     "paged16_many_tiles": dict(seqlen_q=1, heads=(32, 8), page_size=16, batch=6),
     "paged48_many_tiles_splits7": dict(seqlen_q=1, heads=(16, 4), page_size=48, batch=9,
                                        num_splits=7),
-    # More tiles than SM slots (6 x 8 x 13 = 624), entries of mixed lengths: a build with the
+    # More tiles than SM slots (6 x 8 x 13 = 624), entries of mixed lengths: at d 64 the
     # persistent grid (tiles.h decode_persistent_sm90) walks several per CTA, the ring running on
-    # from one tile's key blocks into the next's.
+    # from one tile's key blocks into the next's (d 128 / 120: one CTA a tile).
     "many_tiles_splits13": dict(seqlen_q=1, heads=(32, 8), batch=6, num_splits=13),
     "paged16_many_tiles_splits11": dict(seqlen_q=2, heads=(16, 4), page_size=16, batch=7,
                                         num_splits=11, causal=True),
