@@ -7,7 +7,8 @@
 #   benchmarks/tune/tune_fwd.cu (sm80 forward; the shipped d 64 / 128 / 256 tiles at 2k / 8k),
 #   the two outputs compared.
 # B / A time < 1: the lazy reference is faster. Device only, from the repository root:
-#   OUT=/tmp/o bash scripts/device_lazy_ab.sh   (LAZY_SM80=0: the sm90a A/B alone; LAZY_TIMEOUT)
+#   OUT=/tmp/o bash scripts/device_lazy_ab.sh   (LAZY_SM80=0: the sm90a A/B alone; LAZY_TIMEOUT;
+#   LAZY_MODES="lazy lazydyn": tune_fwd90's modes, `lazy` alone by default)
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 OUT=${OUT:-$PWD/device_out}
@@ -32,9 +33,11 @@ if [ -n "$pid80" ]; then
 fi
 echo "builds done after $((SECONDS - t0)) s"
 if [ -x "$WORK/tune_fwd90" ]; then
-    timeout "${LAZY_TIMEOUT:-240}" "$WORK/tune_fwd90" lazy 2>&1 | tee "$OUT/tune_fwd90_lazy.txt" |
-        grep -E "B/A|WRONG|failed"
-    echo "tune_fwd90 lazy: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
+    for mode in ${LAZY_MODES:-lazy}; do  # LAZY_MODES="lazy lazydyn": the other instances too
+        timeout "${LAZY_TIMEOUT:-240}" "$WORK/tune_fwd90" "$mode" 2>&1 |
+            tee "$OUT/tune_fwd90_$mode.txt" | grep -E "B/A|WRONG|failed"
+        echo "tune_fwd90 $mode: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
+    done
 fi
 if [ -n "$pid80" ] && [ -x "$WORK/tune_fwd" ]; then
     timeout "${LAZY_TIMEOUT:-240}" "$WORK/tune_fwd" lazy 2>&1 | tee "$OUT/tune_fwd_lazy.txt"

@@ -18,7 +18,9 @@
 // times them (the L2 emptied before each); `persist16k` (session 56), the persistent grid on the
 // longest causal rows with the walk's groups up to every head; `splitq`, Q in one part per
 // consumer (FwdTraits kSplitQ); `prefetch`, the TMA descriptors prefetched (kPrefetchMaps);
-// `lazy` (session 61), the rows' lazy reference and O's skipped rescale (kLazyRescale).
+// `lazy` (session 61), the rows' lazy reference and O's skipped rescale (kLazyRescale);
+// `lazydyn` (session 63), the same on the instances `lazy` left out (windows, the dynamic
+// variant, static ALiBi at d = 128 / 256).
 // tune_fwd90.cu runs them
 // through run_serial_mode / run_order_mode;
 // -DTUNE_FWD90_SERIAL_ONLY builds these modes alone.
@@ -51,6 +53,11 @@ using LibStatic =
 // The library's static configuration with FwdTraits kLazyRescale b (`lazy`).
 template <int kHeadDim, bool kShort, int kLazy>
 using LazyStatic = LibStatic<kHeadDim, kShort, false, false, false, kLazy>;
+
+// The library's configuration of variant kVariant (long rows) with FwdTraits kLazyRescale b.
+template <int kHeadDim, int kVariant, int kLazy>
+using LazyOf = typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, false, false, false, false,
+                                                   false, -1, false, kLazy>::Type;
 
 // Runs `mode` if it is this file's; false otherwise.
 inline bool run_serial_mode(const std::string& mode, const Buffers& b) {
@@ -407,6 +414,31 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
       ab_sweep<64, LibraryFwdTraits<64, kA, false, false, false, false, false, -1, false, 0>::Type,
                LibraryFwdTraits<64, kA, false, false, false, false, false, -1, false, 8>::Type,
                kAlibi | kStaticMask>("d64 alibi lazy", b, true, {4096, 16384});
+    }
+    return true;
+  }
+  if (mode == "lazydyn") {
+    // `lazy` (b = 8 against the running max, interleaved, two passes) on the instances the
+    // library's rule leaves on the running max because they were not measured (tiles.h
+    // fwd_lazy_rescale_sm90): the padded window (1024, 0) at 8k / 16k, the dynamic variant on
+    // padded rows (the instance of varlen and seqused_k calls) at 4k / 16k, and the static ALiBi
+    // instance at d = 128 / 256 (d = 64's lost in `lazy`). Not d = 256's dynamic instance (ptxas
+    // spilled it with the lazy reference).
+    g_library_schedule = true;
+    constexpr int kW = fa::kPaddedWindowVariant, kD = fa::kDynamicVariant;
+    constexpr int kA = fa::kStaticAlibiVariant;
+    constexpr int kWin = kWindow1k | kStaticMask, kAl = kAlibi | kStaticMask;
+    for (int rep = 0; rep < 2; ++rep) {
+      const std::vector<int> wl = {8192, 16384}, sl = {4096, 16384};
+      ab_sweep<128, LazyOf<128, kW, 0>, LazyOf<128, kW, 8>, kWin>("d128 window lazy", b, false, wl);
+      ab_sweep<64, LazyOf<64, kW, 0>, LazyOf<64, kW, 8>, kWin>("d64 window lazy", b, false, wl);
+      ab_sweep<256, LazyOf<256, kW, 0>, LazyOf<256, kW, 8>, kWin>("d256 window lazy", b, false, wl);
+      ab_sweep<128, LazyOf<128, kD, 0>, LazyOf<128, kD, 8>, kDynamicPlain>("d128 dynamic lazy", b,
+                                                                            true, sl);
+      ab_sweep<64, LazyOf<64, kD, 0>, LazyOf<64, kD, 8>, kDynamicPlain>("d64 dynamic lazy", b,
+                                                                         true, sl);
+      ab_sweep<128, LazyOf<128, kA, 0>, LazyOf<128, kA, 8>, kAl>("d128 alibi lazy", b, true, sl);
+      ab_sweep<256, LazyOf<256, kA, 0>, LazyOf<256, kA, 8>, kAl>("d256 alibi lazy", b, true, sl);
     }
     return true;
   }
