@@ -192,7 +192,7 @@ def decode_traits_of(head_dim, batch, page, seqlen=4096):
     """The DecodeTraits arguments of the decode kernel one call runs (d 128 / 64 ..., 32 query
     heads over 8): (head_dim, block_n, stages, table_early, ctas_per_sm, stamps, persistent)."""
     q = torch.randn(batch, 1, 32, head_dim, device="cuda", dtype=torch.bfloat16)
-    seqlens = torch.full((batch,), seqlen - 1000, device="cuda", dtype=torch.int32)
+    seqlens = torch.full((batch,), seqlen * 3000 // 4096, device="cuda", dtype=torch.int32)
     if page is None:
         k = torch.randn(batch, seqlen, 8, head_dim, device="cuda", dtype=torch.bfloat16)
         table = None
