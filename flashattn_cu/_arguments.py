@@ -270,14 +270,14 @@ def _tensors_ok(q, k, v):
             qs[2] % ks[2] == 0)
 
 
-def _check_packed(fn, name, t, what):
-    """A packed projection: `what` spells its shape, e.g. "(total, 3, nheads, headdim)"; the
-    axis and size of the packed dimension are read from it (the one number in it)."""
-    parts = what.strip("()").split(", ")
-    axis = next(i for i, x in enumerate(parts) if x.isdigit())
+def _check_packed(fn, name, t, shape):
+    """A packed projection of `shape`, e.g. ("total", 3, "nheads", "headdim"): the one int is the
+    packed dimension's size."""
+    what = f"({', '.join(map(str, shape))})"
+    axis = next(i for i, x in enumerate(shape) if isinstance(x, int))
     if not isinstance(t, torch.Tensor):
         raise ArgumentTypeError(f"{fn}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != len(parts) or t.shape[axis] != int(parts[axis]):
+    if t.dim() != len(shape) or t.shape[axis] != shape[axis]:
         raise ArgumentValueError(f"{fn}: {name} must be {what}, got shape {tuple(t.shape)}")
 
 

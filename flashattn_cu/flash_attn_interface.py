@@ -245,7 +245,8 @@ def flash_attn_qkvpacked_func(
     headdim) holds q, k and v (self-attention, so nheads_k == nheads); the other arguments and
     the returns are flash_attn_func's. The gradient reaches qkv as one (batch, seqlen, 3, nheads,
     headdim) tensor."""
-    _check_packed("flash_attn_qkvpacked_func", "qkv", qkv, "(batch, seqlen, 3, nheads, headdim)")
+    _check_packed("flash_attn_qkvpacked_func", "qkv", qkv,
+                  ("batch", "seqlen", 3, "nheads", "headdim"))
     q, k, v = qkv.unbind(dim=2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
                            alibi_slopes, deterministic, return_attn_probs)
@@ -266,7 +267,8 @@ def flash_attn_kvpacked_func(
     """flash_attn_func with k and v packed, as flash_attn 2.x: q (batch, seqlen_q, nheads,
     headdim), kv (batch, seqlen_k, 2, nheads_k, headdim); nheads % nheads_k == 0. The other
     arguments and the returns are flash_attn_func's."""
-    _check_packed("flash_attn_kvpacked_func", "kv", kv, "(batch, seqlen_k, 2, nheads_k, headdim)")
+    _check_packed("flash_attn_kvpacked_func", "kv", kv,
+                  ("batch", "seqlen_k", 2, "nheads_k", "headdim"))
     k, v = kv.unbind(dim=2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
                            alibi_slopes, deterministic, return_attn_probs)
@@ -375,7 +377,7 @@ def flash_attn_varlen_qkvpacked_func(
 ):
     """flash_attn_varlen_func on a packed projection, as flash_attn 2.x: qkv (total, 3, nheads,
     headdim); cu_seqlens and max_seqlen serve queries and keys alike."""
-    _check_packed("flash_attn_varlen_qkvpacked_func", "qkv", qkv, "(total, 3, nheads, headdim)")
+    _check_packed("flash_attn_varlen_qkvpacked_func", "qkv", qkv, ("total", 3, "nheads", "headdim"))
     q, k, v = qkv.unbind(dim=1)
     return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                   dropout_p, softmax_scale, causal, window_size, softcap,
@@ -400,7 +402,8 @@ def flash_attn_varlen_kvpacked_func(
 ):
     """flash_attn_varlen_func with k and v packed, as flash_attn 2.x: kv (total_k, 2, nheads_k,
     headdim)."""
-    _check_packed("flash_attn_varlen_kvpacked_func", "kv", kv, "(total_k, 2, nheads_k, headdim)")
+    _check_packed("flash_attn_varlen_kvpacked_func", "kv", kv,
+                  ("total_k", 2, "nheads_k", "headdim"))
     k, v = kv.unbind(dim=1)
     return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
