@@ -530,9 +530,14 @@ __host__ __device__ constexpr int decode_ctas_sm90(int head_dim, int page_size, 
 #define FLASHATTN_CU_DECODE_PERSISTENT 1
 #endif
 constexpr bool kDecodePersistentBuilt = FLASHATTN_CU_DECODE_PERSISTENT != 0;
+// Whether the head-dim instance has a persistent decode kernel (sm90/decode_launch.h compiles it
+// where this says so).
+__host__ __device__ constexpr bool decode_persistent_instance_sm90(int head_dim) {
+  return kDecodePersistentBuilt && head_dim == 64;
+}
 __host__ __device__ constexpr bool decode_persistent_sm90(int head_dim, long long tiles,
                                                           long long slots) {
-  return kDecodePersistentBuilt && head_dim == 64 && tiles > slots;
+  return decode_persistent_instance_sm90(head_dim) && tiles > slots;
 }
 
 // Eighths of S's 8-key tiles the sm90a forward exponentiates on the FMA pipe (common/softmax.h

@@ -69,14 +69,14 @@ Status launch_decode_config(const FwdKvcacheKernelParams& kp, cudaStream_t strea
 // takes it: decode_tile_sm90_for, the rule dispatch_kvcache.cu routes by; launch_decode_config
 // refuses the other pages), budgeted for ctas_per_sm CTAs per SM (decode_ctas_sm90: 2 only at
 // d 64, the one head dim with an instance for two), on a persistent grid where `persistent`
-// (decode_persistent_sm90: d 64, in builds with it; no other head dim has the instance).
+// (decode_persistent_sm90; the instances decode_persistent_instance_sm90 names: d 64).
 template <typename Element, int kHeadDim>
 Status run_decode(const FwdKvcacheKernelParams& kp, int ctas_per_sm, bool persistent,
                   cudaStream_t stream) {
   constexpr DecodeTileSm90 tile = decode_tile_sm90(kHeadDim);
   static_assert(tile.supported, "an sm90 decode tile for this head dim");
   if (ctas_per_sm != 1 && !(kHeadDim == 64 && ctas_per_sm == 2)) return Status::kInvalidArgument;
-  if constexpr (kDecodePersistentBuilt && kHeadDim == 64) {
+  if constexpr (decode_persistent_instance_sm90(kHeadDim)) {
     if (persistent) {
       if (ctas_per_sm == 2) {
         return launch_decode_config<
