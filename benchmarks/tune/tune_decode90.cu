@@ -12,7 +12,8 @@
 //        -o /tmp/tune_decode90 && /tmp/tune_decode90
 // `/tmp/tune_decode90 timeline` instead prints where one call's time goes, CTA by CTA (timeline()
 // below; device_run.sh: STEPS=tune_decode TUNE_DECODE_ARGS=timeline); `persistent` A/Bs the
-// persistent grid (DecodeTraits kPersistent) against the library's (TUNE_DECODE_ARGS=persistent).
+// persistent grid (DecodeTraits kPersistent) against the library's (TUNE_DECODE_ARGS=persistent);
+// `producers` A/Bs several producer warps (DecodeTraits kProducerWarps) on 16-row pages.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -430,6 +431,31 @@ int main(int argc, char** argv) {
       ab<64, Two64, PerTwo64>("d64 2 ctas contiguous", "d64 2 ctas persistent", b, copy_gbs, 0);
       ab<64, Lib64, Per64>("d64 library p256", "d64 persistent p256", b, copy_gbs, 256);
       ab<64, Two64, PerTwo64>("d64 2 ctas p16", "d64 2 ctas persistent p16", b, copy_gbs, 16);
+    }
+    return 0;
+  }
+  if (mode == "producers") {
+    // Several producer warps (DecodeTraits kProducerWarps: producer p issues the blocks of
+    // consumer warps p, p + P, ...) against the library's one, on 16-row pages (shuffled), where
+    // a tile is 2^k TMA boxes and one warp's issue rate bounds the walk (NOTES 13.8 / 13.9: d 64
+    // 84% of copy against 98% contiguous at batch 8 128k, d 128 93% against 103%); the
+    // contiguous d 64 cache and 256-row pages as controls. Two passes, each output checked
+    // against the library's.
+    using P2x128 = DecodeTraits<128, 32, 4, true, 1, false, false, 2>;
+    using P4x128 = DecodeTraits<128, 32, 4, true, 1, false, false, 4>;
+    using P2x64 = DecodeTraits<64, 64, 4, true, 1, false, false, 2>;
+    using P4x64 = DecodeTraits<64, 64, 4, true, 1, false, false, 4>;
+    using Two64 = DecodeTraits<64, 64, 4, true, 2>;
+    using TwoP2x64 = DecodeTraits<64, 64, 4, true, 2, false, false, 2>;
+    for (int pass = 0; pass < 2; ++pass) {
+      std::printf("pass %d\n", pass + 1);
+      ab<64, Lib64, P2x64>("d64 library p16", "d64 2 producers p16", b, copy_gbs, 16);
+      sweep_paged<64, P4x64, Lib64>("d64 4 producers p16", b, copy_gbs, 16, true);
+      ab<64, Two64, TwoP2x64>("d64 2 ctas p16", "d64 2 ctas 2 prod p16", b, copy_gbs, 16);
+      ab<128, Lib128, P2x128>("d128 library p16", "d128 2 producers p16", b, copy_gbs, 16);
+      sweep_paged<128, P4x128, Lib128>("d128 4 producers p16", b, copy_gbs, 16, true);
+      ab<64, Lib64, P2x64>("d64 library contiguous", "d64 2 producers contig", b, copy_gbs, 0);
+      ab<64, Lib64, P2x64>("d64 library p256", "d64 2 producers p256", b, copy_gbs, 256);
     }
     return 0;
   }

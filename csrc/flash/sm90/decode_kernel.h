@@ -5,7 +5,8 @@
 // benchmarks/NOTES.md section 13).
 //
 // One CTA per (entry, kv head, 16-row query block, split), or (DecodeTraits kPersistent) a CTA
-// per SM slot walking such tiles one after the other; five warps:
+// per SM slot walking such tiles one after the other; five warps (more with DecodeTraits
+// kProducerWarps > 1, each producer issuing the blocks of its share of the consumer warps):
 //  * warp 4, the producer: its lane 0 issues, key block after key block (last first, as every
 //    forward walks them), the K and V tile of the block into a stage of the warp that will read
 //    it (DecodeSlot), once that warp has released the stage's previous tile ("empty" mbarrier);
@@ -87,7 +88,7 @@ enum DecodeStamp : int {
 };
 
 template <int kHeadDim_, int kBlockN_, int kStages_, bool kTableEarly_ = true, int kMinCtas_ = 1,
-          bool kStamps_ = false, bool kPersistent_ = false>
+          bool kStamps_ = false, bool kPersistent_ = false, int kProducerWarps_ = 1>
 struct DecodeTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockN_;
@@ -112,8 +113,14 @@ struct DecodeTraits {
   static constexpr bool kPersistent = kPersistent_;
   static constexpr int kBlockM = kDecodeRowsSm90;  // query rows of a CTA (tiles.h)
   static constexpr int kConsumerWarps = 4;
-  static constexpr int kProducerWarp = kConsumerWarps;
-  static constexpr int kNThreads = 32 * (kConsumerWarps + 1);
+  // Producer warps (1, 2 or 4; benchmarks/tune/tune_decode90.cu `producers`): producer p issues
+  // the key blocks of consumer warps p, p + kProducerWarps, ... (DecodeSlot::warp), so each
+  // issues 1 / kProducerWarps of the walk's TMA boxes and waits only on its own warps' stages.
+  // Pages read in 16-row boxes issue four times the TMA copies a contiguous cache does (d 64),
+  // and there one producer's issue rate is the bound (NOTES 13.8 / 13.9).
+  static constexpr int kProducerWarps = kProducerWarps_;
+  static constexpr int kProducerWarp = kConsumerWarps;  // the first producer warp
+  static constexpr int kNThreads = 32 * (kConsumerWarps + kProducerWarps);
   // Each consumer warp owns kStages / kConsumerWarps stages of the ring (DecodeSlot below): with
   // stages shared round-robin, a warp could reach tile i while tile i - kStages, another warp's,
   // had not landed yet (TMA copies complete out of order), and the one-bit phase parity of the
@@ -158,6 +165,8 @@ struct DecodeTraits {
   static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
   static_assert(kMergeBytes % 8 == 0, "8-byte aligned barriers after the merge");
   static_assert(!(kStamps && kPersistent), "the timeline stamps one tile per CTA");
+  static_assert(kProducerWarps >= 1 && kConsumerWarps % kProducerWarps == 0,
+                "every producer warp serves whole consumer warps");
 };
 
 // Byte offset of 16-byte chunk `chunk` (columns 8 chunk ..) of row `row` in a 128-byte-swizzled
@@ -267,10 +276,14 @@ __device__ __forceinline__ void decode_issue(const DecodeTmaParams& tp, uint32_t
 // ~370 cycles, 2570 GB/s at d 64). kTableEarly reads the next 32 boxes' table slots a round
 // before they are issued. A contiguous cache's tiles are issued by lane 0 alone (the kernel
 // calls this on lane 0 only), a paged cache's by the whole warp.
+// With several producer warps (Traits::kProducerWarps = P), producer `producer` takes the
+// tile's key blocks i with (base + i) % P == producer: those of consumer warps producer,
+// producer + P, ... (DecodeSlot), i = i0 + u P for its u-th.
 template <typename Traits>
 __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const DecodeWork& w,
-                                               uint32_t s_base, int base) {
+                                               uint32_t s_base, int base, int producer) {
   constexpr int kBlockN = Traits::kBlockN;
+  constexpr int kP = Traits::kProducerWarps;
   const FwdKvcacheKernelParams& kp = tp.kp;
   const bool paged = kp.kv.block_table != nullptr;
   const int lane = threadIdx.x % 32;
@@ -278,9 +291,10 @@ __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const 
   // The tile's kv head (a packed call's heads are its kv heads).
   const int kv_head = w.tile.head / (kp.p.num_heads / kp.p.num_heads_k);
   const int num_blocks = w.n_end - w.n_begin;
+  const int i0 = (producer - base % kP + kP) % kP;  // this producer's first block of the tile
   if (!paged) {  // a contiguous cache: cache_leftpad and cache_batch_idx folded into row, entry
 #pragma unroll 1
-    for (int i = 0; i < num_blocks; ++i) {
+    for (int i = i0; i < num_blocks; i += kP) {
       const DecodeSlot<Traits> slot(base + i);
       decode_acquire<Traits>(bars, slot);
       decode_issue<Traits>(tp, s_base, slot, 0, kBlockN, w.cache_row0 + (w.n_end - 1 - i) * kBlockN,
@@ -296,16 +310,19 @@ __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const 
   const int last_slot = w.seq.seqlen_k > 0 ? (w.seq.seqlen_k - 1) / page_size : 0;
   const int shift = tp.box_shift, box_rows = kBlockN >> shift;
   constexpr int kMaxBoxes = kBlockN / 16;  // boxes are >= 16 rows (decode_tile_sm90_for)
-  const int total = num_blocks << shift;  // boxes of the walk
-  // Box g of the walk: box g % 2^shift of tile g >> shift (last tile first; no leftpad when
-  // paged). Lane's box of the round at g0: its first key, table slot, and the slot's page.
+  const int own_blocks = num_blocks > i0 ? (num_blocks - i0 + kP - 1) / kP : 0;
+  const int total = own_blocks << shift;  // boxes of this producer's share of the walk
+  // Box g of the share: box g % 2^shift of its block g >> shift, the tile's block
+  // i0 + (g >> shift) P (last first; no leftpad when paged). Lane's box of the round at g0: its
+  // first key, table slot, and the slot's page.
   struct LaneBox {
     int key, slot, page;
   };
   auto lane_box = [&](int g0) {
     LaneBox b;
     const int g = g0 + lane;
-    b.key = (w.n_end - 1 - (g >> shift)) * kBlockN + (g & ((1 << shift) - 1)) * box_rows;
+    b.key = (w.n_end - 1 - (i0 + (g >> shift) * kP)) * kBlockN +
+            (g & ((1 << shift) - 1)) * box_rows;
     b.slot = min(b.key / page_size, last_slot);
     b.page = g < total ? table[b.slot] : 0;
     return b;
@@ -338,7 +355,7 @@ __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const 
         }
       }
       if (lane == 0) {
-        const DecodeSlot<Traits> slot(base + (g0 >> shift) + t);
+        const DecodeSlot<Traits> slot(base + i0 + ((g0 >> shift) + t) * kP);
         decode_acquire<Traits>(bars, slot);
 #pragma unroll
         for (int b = 0; b < kMaxBoxes; ++b) {
@@ -600,6 +617,13 @@ __device__ __forceinline__ void decode_consume(const DecodeTmaParams& tp, const 
   decode_stamp<Traits>(tp, kStampStored);
 }
 
+// Whether warp `warp` of the CTA is a producer (the last kProducerWarps warps).
+template <typename Traits>
+__device__ __forceinline__ bool decode_is_producer(int warp) {
+  if constexpr (Traits::kProducerWarps == 1) return warp == Traits::kProducerWarp;
+  return warp >= Traits::kProducerWarp;
+}
+
 template <typename Element, typename Traits>
 __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
     decode_kernel(const __grid_constant__ DecodeTmaParams tp) {
@@ -630,9 +654,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
     const DecodeWork w = decode_work<kBlockM, kBlockN>(kp, blockIdx.x);
     if (w.rows_q <= 0) return;  // varlen: a query block past this entry's rows (whole CTA)
     decode_init_barriers<Traits>(bars);
-    if (warp == Traits::kProducerWarp) {
+    if (decode_is_producer<Traits>(warp)) {
       if (contiguous && tid % 32 != 0) return;  // decode_produce: lane 0 alone
-      decode_produce<Traits>(tp, w, s_base, 0);
+      decode_produce<Traits>(tp, w, s_base, 0, warp - Traits::kProducerWarp);
       return;
     }
     decode_consume<Element, Traits>(tp, w, s_base, smem, s_base + Traits::kOffQ, 0,
@@ -643,14 +667,14 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
   // skip the same ones (varlen: a query block past its entry's rows) and count the same key
   // blocks (base: the ring's slots, DecodeSlot).
   decode_init_barriers<Traits>(bars);
-  if (warp == Traits::kProducerWarp) {
+  if (decode_is_producer<Traits>(warp)) {
     if (contiguous && tid % 32 != 0) return;  // decode_produce: lane 0 alone
     int base = 0;
 #pragma unroll 1
     for (int index = blockIdx.x; index < tp.num_tiles; index += gridDim.x) {
       const DecodeWork w = decode_work<kBlockM, kBlockN>(kp, index);
       if (w.rows_q <= 0) continue;
-      decode_produce<Traits>(tp, w, s_base, base);
+      decode_produce<Traits>(tp, w, s_base, base, warp - Traits::kProducerWarp);
       base += w.n_end - w.n_begin;
     }
     return;
