@@ -200,6 +200,20 @@ void sweep(const char* name, const Buffers& b, double copy_gbs, Rule rule = Rule
   }
 }
 
+// b.table: batch x slots page ids, in order or shuffled (a fixed permutation of the pool).
+void fill_table(const Buffers& b, int batch, int slots, bool shuffled) {
+  std::vector<int> ids(static_cast<size_t>(batch) * slots);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int>(i);
+  if (shuffled) {
+    uint64_t x = 0x9e3779b97f4a7c15ull;  // a fixed xorshift sequence: the same table every run
+    for (size_t i = ids.size() - 1; i > 0; --i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      std::swap(ids[i], ids[x % (i + 1)]);
+    }
+  }
+  CHECK(cudaMemcpy(b.table, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+}
+
 // Paged caches of `page`-row pages, the block table in order (the contiguous cache's bytes) or
 // shuffled (pages scattered over the whole pool, as a serving engine's free list leaves them):
 // each configuration's output against LibTraits on the contiguous copy of the same cache.
@@ -214,16 +228,7 @@ void sweep_paged(const char* name, const Buffers& b, double copy_gbs, int page, 
           size_t{1} * batch * keys * kHeadsK * kHeadDim > g_kv_elems) {
         continue;  // too large
       }
-      std::vector<int> ids(static_cast<size_t>(batch) * slots);
-      for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int>(i);
-      if (shuffled) {
-        uint64_t x = 0x9e3779b97f4a7c15ull;  // a fixed xorshift sequence: the same table every run
-        for (size_t i = ids.size() - 1; i > 0; --i) {
-          x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-          std::swap(ids[i], ids[x % (i + 1)]);
-        }
-      }
-      CHECK(cudaMemcpy(b.table, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+      fill_table(b, batch, slots, shuffled);
       gather_pages<<<batch * keys, 128>>>(b.k, b.k2, b.table, keys, page, slots, kHeadsK * kHeadDim);
       gather_pages<<<batch * keys, 128>>>(b.v, b.v2, b.table, keys, page, slots, kHeadsK * kHeadDim);
       fill_int<<<(batch + 127) / 128, 128>>>(b.seqlens, batch, keys);
@@ -274,14 +279,16 @@ void ab(const char* name_a, const char* name_b, const Buffers& b, double copy_gb
 // entry to the last CTA's stores, the spread of the entries, and per phase the median and the
 // largest over the CTAs; then the median of each over the calls, beside the event-timed call.
 template <int kHeadDim, typename Traits>
-void timeline(const char* name, const Buffers& b, unsigned long long* stamps, int batch, int keys) {
+void timeline(const char* name, const Buffers& b, unsigned long long* stamps, int batch, int keys,
+              int page = 0) {
   static_assert(Traits::kStamps, "a configuration that records its stamps");
   if (size_t{1} * batch * keys * kHeadsK * kHeadDim > g_kv_elems) return;
   fill_int<<<(batch + 127) / 128, 128>>>(b.seqlens, batch, keys);
+  if (page > 0) fill_table(b, batch, (keys + page - 1) / page, true);  // shuffled
   const int n_blocks = (keys + Traits::kBlockN - 1) / Traits::kBlockN;
   const int splits =
       splits_by(Rule::kOneWave, int64_t{batch} * kHeadsK, ctas_per_sm<Traits>() * g_sms, n_blocks);
-  const fa::FwdKvcacheKernelParams kp = make_params(b, kHeadDim, batch, keys, splits);
+  const fa::FwdKvcacheKernelParams kp = make_params(b, kHeadDim, batch, keys, splits, page);
   const int ctas = batch * kHeadsK * splits;
   void* const flush = flush_buffer(kFlushBytes);
   constexpr int kPhases = fa::sm90::kDecodeStamps;
@@ -401,6 +408,16 @@ int main(int argc, char** argv) {
       }
     }
     for (int keys : {4096, 32768, 131072}) timeline<64, Stamped64>("d64 timeline", b, stamps, 1, keys);
+    // The d 64 two-CTA instance on 16-row pages (shuffled), the library's choice there: batch 8
+    // read 32k / 128k at 77% / 76% of the H100's copy, batch 64 at 94% (NOTES 13.18), where the
+    // one-CTA instance reads a contiguous cache at 92% / 101%: where batch 8's time goes.
+    using StampedTwo64 = fa::sm90::DecodeTraits<64, fa::decode_tile_sm90(64).block_n,
+                                                fa::decode_tile_sm90(64).stages, true, 2, true>;
+    for (int keys : {32768, 131072}) {
+      timeline<64, Stamped64>("d64 contiguous", b, stamps, 8, keys);
+      timeline<64, StampedTwo64>("d64 2cta p16", b, stamps, 8, keys, 16);
+    }
+    timeline<64, StampedTwo64>("d64 2cta p16", b, stamps, 64, 4096, 16);
     return 0;
   }
 
