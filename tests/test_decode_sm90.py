@@ -190,7 +190,8 @@ def test_decode_kernel_is_the_one_that_runs():
 
 def decode_traits_of(head_dim, batch, page, seqlen=4096):
     """The DecodeTraits arguments of the decode kernel one call runs (d 128 / 64 ..., 32 query
-    heads over 8): (head_dim, block_n, stages, table_early, ctas_per_sm, stamps, persistent)."""
+    heads over 8): (head_dim, block_n, stages, table_early, ctas_per_sm, stamps, persistent,
+    producer_warps)."""
     q = torch.randn(batch, 1, 32, head_dim, device="cuda", dtype=torch.bfloat16)
     seqlens = torch.full((batch,), seqlen * 3000 // 4096, device="cuda", dtype=torch.int32)
     if page is None:
@@ -205,9 +206,10 @@ def decode_traits_of(head_dim, batch, page, seqlen=4096):
     assert len(names) == 1, names
     # Demangled (bool as true / false or 1 / 0) or mangled.
     b = r"(true|false|1|0)"
-    found = re.search(rf"DecodeTraits<(\d+), (\d+), (\d+), {b}, (\d+), {b}, {b}>", names[0]) or \
-        re.search(r"DecodeTraitsILi(\d+)ELi(\d+)ELi(\d+)ELb([01])ELi(\d+)ELb([01])ELb([01])E",
-                  names[0])
+    found = re.search(rf"DecodeTraits<(\d+), (\d+), (\d+), {b}, (\d+), {b}, {b}, (\d+)>",
+                      names[0]) or \
+        re.search(r"DecodeTraitsILi(\d+)ELi(\d+)ELi(\d+)ELb([01])ELi(\d+)ELb([01])ELb([01])"
+                  r"ELi(\d+)E", names[0])
     assert found, f"no DecodeTraits arguments in {names[0]}"
     return tuple(int(x) if x.isdigit() else x == "true" for x in found.groups())
 
