@@ -257,6 +257,26 @@ def test_persistent_instance_is_the_one_that_runs():
         assert not decode_traits_of(128, over, None, seqlen=1024)[6]
 
 
+def test_producer_warps_only_on_boxed_pages():
+    """The decode kernel's producer warps (DecodeTraits kProducerWarps, tiles.h
+    decode_producers_sm90): one on contiguous caches and on pages that hold whole tiles (256
+    rows); on 16-row pages (read in boxes) the build's count (FLASHATTN_CU_DECODE_PRODUCERS: 1 by
+    default, 2 or 4), the same at every head dim and CTA count."""
+    if not sm90_built():
+        pytest.skip("needs an sm_90 GPU and sm_90a code")
+    dims = [d for d in (64, 128) if d in _C.built_head_dims()]
+    if not dims:
+        pytest.skip("needs head dim 64 or 128 built")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    boxed = set()
+    for d in dims:
+        for batch in (1, 2 * sms // 8 + 1):
+            for page in (None, 256):
+                assert decode_traits_of(d, batch, page, seqlen=1024)[7] == 1, (d, batch, page)
+            boxed.add(decode_traits_of(d, batch, 16, seqlen=1024)[7])
+    assert len(boxed) == 1 and boxed <= {1, 2, 4}, boxed
+
+
 def test_cuda_graph_replay():
     """A captured decode step replays with new cache lengths and queries (no host reads)."""
     if not sm90_built():

@@ -515,6 +515,25 @@ __host__ __device__ constexpr int decode_ctas_sm90(int head_dim, int page_size, 
   return 4 * tiles >= sms ? 2 : 1;
 }
 
+// Producer warps of the decode kernel (DecodeTraits kProducerWarps: producer p issues the key
+// blocks of consumer warps p, p + P, ...) for a call on pages read in boxes below the tile (16-
+// or 48-row pages: a d 64 tile is four 16-row boxes, eight TMA copies, where a contiguous cache
+// issues two; one warp's issue rate bounds those walks, NOTES 13.8 / 13.9). A build flag until
+// benchmarks/tune/tune_decode90.cu `producers` has measured it: FLASHATTN_CU_DECODE_PRODUCERS
+// (default 1: one producer on every call; 2 or 4: that many on boxed pages, compiled beside the
+// one-producer instances), so that the suite and bench_decode can run with it before a rule.
+#ifndef FLASHATTN_CU_DECODE_PRODUCERS
+#define FLASHATTN_CU_DECODE_PRODUCERS 1
+#endif
+constexpr int kDecodeProducersBuilt = FLASHATTN_CU_DECODE_PRODUCERS;
+static_assert(kDecodeProducersBuilt == 1 || kDecodeProducersBuilt == 2 || kDecodeProducersBuilt == 4,
+              "FLASHATTN_CU_DECODE_PRODUCERS: 1, 2 or 4 producer warps");
+__host__ __device__ constexpr int decode_producers_sm90(int head_dim, int page_size) {
+  const DecodeTileSm90 tile = decode_tile_sm90_for(head_dim, page_size);
+  if (!tile.supported || page_size <= 0) return 1;
+  return decode_box_rows_sm90(tile.block_n, page_size) < tile.block_n ? kDecodeProducersBuilt : 1;
+}
+
 // A persistent grid for the decode kernel (DecodeTraits kPersistent: a CTA per SM slot, each
 // walking several tiles, its ring running on from one tile into the next) on calls with more
 // tiles (after splitting) than slots. The timeline (tune_decode90, H200, read flush) has a

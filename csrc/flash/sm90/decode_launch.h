@@ -65,40 +65,56 @@ Status launch_decode_config(const FwdKvcacheKernelParams& kp, cudaStream_t strea
       StreamOrder::kProgrammatic, ctas, Traits::kNThreads, Traits::kSmemBytes, stream, tp);
 }
 
-// The configuration tiles.h picks for the head dim (decode_tile_sm90; every supported page
-// takes it: decode_tile_sm90_for, the rule dispatch_kvcache.cu routes by; launch_decode_config
-// refuses the other pages), budgeted for ctas_per_sm CTAs per SM (decode_ctas_sm90: 2 only at
-// d 64, the one head dim with an instance for two), on a persistent grid where `persistent`
-// (decode_persistent_sm90; the instances decode_persistent_instance_sm90 names: d 64).
-template <typename Element, int kHeadDim>
-Status run_decode(const FwdKvcacheKernelParams& kp, int ctas_per_sm, bool persistent,
-                  cudaStream_t stream) {
+// The instances of one producer count (DecodeTraits kProducerWarps): the configuration tiles.h
+// picks for the head dim (decode_tile_sm90; every supported page takes it: decode_tile_sm90_for,
+// the rule dispatch_kvcache.cu routes by; launch_decode_config refuses the other pages),
+// budgeted for ctas_per_sm CTAs per SM (decode_ctas_sm90: 2 only at d 64, the one head dim with
+// an instance for two), on a persistent grid where `persistent` (decode_persistent_sm90; the
+// instances decode_persistent_instance_sm90 names: d 64).
+template <typename Element, int kHeadDim, int kProducers>
+Status run_decode_instances(const FwdKvcacheKernelParams& kp, int ctas_per_sm, bool persistent,
+                            cudaStream_t stream) {
   constexpr DecodeTileSm90 tile = decode_tile_sm90(kHeadDim);
   static_assert(tile.supported, "an sm90 decode tile for this head dim");
   if (ctas_per_sm != 1 && !(kHeadDim == 64 && ctas_per_sm == 2)) return Status::kInvalidArgument;
   if constexpr (decode_persistent_instance_sm90(kHeadDim)) {
     if (persistent) {
       if (ctas_per_sm == 2) {
-        return launch_decode_config<
-            Element, DecodeTraits<kHeadDim, tile.block_n, tile.stages, true, 2, false, true>>(
-            kp, stream);
+        return launch_decode_config<Element, DecodeTraits<kHeadDim, tile.block_n, tile.stages, true,
+                                                          2, false, true, kProducers>>(kp, stream);
       }
-      return launch_decode_config<
-          Element, DecodeTraits<kHeadDim, tile.block_n, tile.stages, true, 1, false, true>>(kp,
-                                                                                          stream);
+      return launch_decode_config<Element, DecodeTraits<kHeadDim, tile.block_n, tile.stages, true,
+                                                        1, false, true, kProducers>>(kp, stream);
     }
   } else if (persistent) {
     return Status::kInvalidArgument;  // not this instance (dispatch never asks for it then)
   }
   if constexpr (kHeadDim == 64) {
     if (ctas_per_sm == 2) {
-      return launch_decode_config<Element,
-                                  DecodeTraits<kHeadDim, tile.block_n, tile.stages, true, 2>>(
-          kp, stream);
+      return launch_decode_config<Element, DecodeTraits<kHeadDim, tile.block_n, tile.stages, true,
+                                                        2, false, false, kProducers>>(kp, stream);
     }
   }
-  return launch_decode_config<Element, DecodeTraits<kHeadDim, tile.block_n, tile.stages>>(kp,
-                                                                                        stream);
+  return launch_decode_config<Element, DecodeTraits<kHeadDim, tile.block_n, tile.stages, true, 1,
+                                                    false, false, kProducers>>(kp, stream);
+}
+
+// The decode kernel for a call: its producer count from the cache (tiles.h
+// decode_producers_sm90: more than one only in a build with FLASHATTN_CU_DECODE_PRODUCERS > 1, on
+// pages read in boxes), then run_decode_instances.
+template <typename Element, int kHeadDim>
+Status run_decode(const FwdKvcacheKernelParams& kp, int ctas_per_sm, bool persistent,
+                  cudaStream_t stream) {
+  const int producers =
+      decode_producers_sm90(kHeadDim, kp.kv.block_table != nullptr ? kp.kv.page_size : 0);
+  if constexpr (kDecodeProducersBuilt > 1) {
+    if (producers == kDecodeProducersBuilt) {
+      return run_decode_instances<Element, kHeadDim, kDecodeProducersBuilt>(kp, ctas_per_sm,
+                                                                           persistent, stream);
+    }
+  }
+  if (producers != 1) return Status::kInvalidArgument;
+  return run_decode_instances<Element, kHeadDim, 1>(kp, ctas_per_sm, persistent, stream);
 }
 
 }  // namespace flashattn_cu::sm90
