@@ -291,7 +291,8 @@ __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const 
   // The tile's kv head (a packed call's heads are its kv heads).
   const int kv_head = w.tile.head / (kp.p.num_heads / kp.p.num_heads_k);
   const int num_blocks = w.n_end - w.n_begin;
-  const int i0 = (producer - base % kP + kP) % kP;  // this producer's first block of the tile
+  // This producer's first block of the tile (0 for one producer, folded at compile time).
+  const int i0 = kP == 1 ? 0 : (producer - base % kP + kP) % kP;
   if (!paged) {  // a contiguous cache: cache_leftpad and cache_batch_idx folded into row, entry
 #pragma unroll 1
     for (int i = i0; i < num_blocks; i += kP) {
@@ -310,7 +311,8 @@ __device__ __forceinline__ void decode_produce(const DecodeTmaParams& tp, const 
   const int last_slot = w.seq.seqlen_k > 0 ? (w.seq.seqlen_k - 1) / page_size : 0;
   const int shift = tp.box_shift, box_rows = kBlockN >> shift;
   constexpr int kMaxBoxes = kBlockN / 16;  // boxes are >= 16 rows (decode_tile_sm90_for)
-  const int own_blocks = num_blocks > i0 ? (num_blocks - i0 + kP - 1) / kP : 0;
+  const int own_blocks =
+      kP == 1 ? num_blocks : num_blocks > i0 ? (num_blocks - i0 + kP - 1) / kP : 0;
   const int total = own_blocks << shift;  // boxes of this producer's share of the walk
   // Box g of the share: box g % 2^shift of its block g >> shift, the tile's block
   // i0 + (g >> shift) P (last first; no leftpad when paged). Lane's box of the round at g0: its
@@ -617,13 +619,6 @@ __device__ __forceinline__ void decode_consume(const DecodeTmaParams& tp, const 
   decode_stamp<Traits>(tp, kStampStored);
 }
 
-// Whether warp `warp` of the CTA is a producer (the last kProducerWarps warps).
-template <typename Traits>
-__device__ __forceinline__ bool decode_is_producer(int warp) {
-  if constexpr (Traits::kProducerWarps == 1) return warp == Traits::kProducerWarp;
-  return warp >= Traits::kProducerWarp;
-}
-
 template <typename Element, typename Traits>
 __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
     decode_kernel(const __grid_constant__ DecodeTmaParams tp) {
@@ -654,7 +649,9 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
     const DecodeWork w = decode_work<kBlockM, kBlockN>(kp, blockIdx.x);
     if (w.rows_q <= 0) return;  // varlen: a query block past this entry's rows (whole CTA)
     decode_init_barriers<Traits>(bars);
-    if (decode_is_producer<Traits>(warp)) {
+    // The producers: the last kProducerWarps warps (tested as a range in place: a helper
+    // function for it changed the one-producer instances' SASS, scripts/sass_compare.sh).
+    if (warp >= Traits::kProducerWarp && warp < Traits::kProducerWarp + Traits::kProducerWarps) {
       if (contiguous && tid % 32 != 0) return;  // decode_produce: lane 0 alone
       decode_produce<Traits>(tp, w, s_base, 0, warp - Traits::kProducerWarp);
       return;
@@ -667,7 +664,7 @@ __global__ void __launch_bounds__(Traits::kNThreads, Traits::kMinCtas)
   // skip the same ones (varlen: a query block past its entry's rows) and count the same key
   // blocks (base: the ring's slots, DecodeSlot).
   decode_init_barriers<Traits>(bars);
-  if (decode_is_producer<Traits>(warp)) {
+  if (warp >= Traits::kProducerWarp && warp < Traits::kProducerWarp + Traits::kProducerWarps) {
     if (contiguous && tid % 32 != 0) return;  // decode_produce: lane 0 alone
     int base = 0;
 #pragma unroll 1
