@@ -57,7 +57,7 @@
 #   step "tune_decode"    (not in the default set): builds and runs benchmarks/tune/tune_decode90.cu (the
 #                         sm90 decode kernel's configurations; TUNE_TIMEOUT bounds it); log in extras;
 #                         TUNE_DECODE_ARGS: its arguments ("timeline": the per-CTA stamps of the library
-#                         configurations instead of the sweep)
+#                         configurations instead of the sweep; "persistent", "producers": A/Bs)
 #   TUNE_MODES            step "tune" (not in the default set): builds benchmarks/tune/tune_fwd90.cu and
 #                         mufu_rate.cu with nvcc (no torch) and runs tune_fwd90 once per mode (default
 #                         "mods"; "-" runs only mufu_rate); outputs in extras (tune_<mode>.log);
