@@ -5,7 +5,7 @@ TMA (dispatch.cu decode_sm90_ok); an append (k, v, rotary) runs first as its own
 (profiler), and its results against the fp32 reference by the rule over what such calls take:
 contiguous caches (with cache_batch_idx, cache_leftpad) and paged ones whose pages hold whole
 key blocks (32 .. 512 rows) and pages of a multiple of 16 rows that do not (each tile read in
-boxes from several pages: tiles.h decode_box_rows_sm90; pages of 8 rows run the sm80 kernel), GQA / MQA / MHA, causal and windows, softcap, ALiBi
+boxes from several pages: decode_tiles.h decode_box_rows_sm90; pages of 8 rows run the sm80 kernel), GQA / MQA / MHA, causal and windows, softcap, ALiBi
 (unpacked), head dims 64 / 128 and 120 (the 128 instance, columns past 120 zero), every split
 count, NaN in every cache row a call must not read. The same calls with the sm80 kernels
 forced (kernel_path) give the same answers by the same rule.
@@ -128,12 +128,12 @@ CASES = {
                                    softcap=30.0),
     "paged48_splits3": dict(seqlen_q=1, heads=(8, 2), page_size=48, num_splits=3),
     # Enough query tiles (>= SMs / 4) that d 64 pages below the tile take the two-CTA-per-SM
-    # instance (tiles.h decode_ctas_sm90), with its own split count and a given one.
+    # instance (decode_tiles.h decode_ctas_sm90), with its own split count and a given one.
     "paged16_many_tiles": dict(seqlen_q=1, heads=(32, 8), page_size=16, batch=6),
     "paged48_many_tiles_splits7": dict(seqlen_q=1, heads=(16, 4), page_size=48, batch=9,
                                        num_splits=7),
     # More tiles than SM slots (6 x 8 x 13 = 624), entries of mixed lengths: at d 64 the
-    # persistent grid (tiles.h decode_persistent_sm90) walks several per CTA, the ring running on
+    # persistent grid (decode_tiles.h decode_persistent_sm90) walks several per CTA, the ring running on
     # from one tile's key blocks into the next's (d 128 / 120: one CTA a tile).
     "many_tiles_splits13": dict(seqlen_q=1, heads=(32, 8), batch=6, num_splits=13),
     "paged16_many_tiles_splits11": dict(seqlen_q=2, heads=(16, 4), page_size=16, batch=7,
@@ -216,7 +216,7 @@ def decode_traits_of(head_dim, batch, page, seqlen=4096):
 
 def test_two_ctas_per_sm_instance_is_the_one_that_runs():
     """d 64 calls on 16-row pages with query tiles for >= a quarter of the SMs run the decode
-    instance budgeted for two CTAs per SM (tiles.h decode_ctas_sm90); fewer tiles, 256-row
+    instance budgeted for two CTAs per SM (decode_tiles.h decode_ctas_sm90); fewer tiles, 256-row
     pages, contiguous caches and d 128 run the one-CTA instance."""
     if not sm90_built():
         pytest.skip("needs an sm_90 GPU and sm_90a code")
@@ -239,7 +239,7 @@ def test_two_ctas_per_sm_instance_is_the_one_that_runs():
 
 def test_persistent_instance_is_the_one_that_runs():
     """d 64 calls with more query tiles than the decode kernel's SM slots run its persistent
-    grid (tiles.h decode_persistent_sm90, the default build's FLASHATTN_CU_DECODE_PERSISTENT=1),
+    grid (decode_tiles.h decode_persistent_sm90, the default build's FLASHATTN_CU_DECODE_PERSISTENT=1),
     on every cache; fewer tiles and d 128 run one CTA per tile."""
     if not sm90_built():
         pytest.skip("needs an sm_90 GPU and sm_90a code")
@@ -258,7 +258,7 @@ def test_persistent_instance_is_the_one_that_runs():
 
 
 def test_producer_warps_only_on_boxed_pages():
-    """The decode kernel's producer warps (DecodeTraits kProducerWarps, tiles.h
+    """The decode kernel's producer warps (DecodeTraits kProducerWarps, decode_tiles.h
     decode_producers_sm90): one on contiguous caches and on pages that hold whole tiles (256
     rows); on 16-row pages (read in boxes) the build's count (FLASHATTN_CU_DECODE_PRODUCERS: 1 by
     default, 2 or 4), the same at every head dim and CTA count."""

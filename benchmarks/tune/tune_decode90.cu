@@ -482,7 +482,7 @@ int main(int argc, char** argv) {
   // scattered over the pool, as a serving engine's free list leaves them) or in order. 16-key
   // tiles for 16-row pages (session 20's branch) lost: about 2400 GB/s at d 128 and 1450 at d 64
   // per CTA per SM whatever the stages; so the library tiles, with 16-row boxes from as many
-  // pages (tiles.h decode_box_rows_sm90), the table read a round early or not.
+  // pages (decode_tiles.h decode_box_rows_sm90), the table read a round early or not.
   sweep<128, Lib128, Lib128>("d128 library contiguous", b, copy_gbs);
   sweep_paged<128, Lib128, Lib128>("d128 p16", b, copy_gbs, 16, false);
   sweep_paged<128, Lib128, Lib128>("d128 p16", b, copy_gbs, 16, true);

@@ -47,12 +47,12 @@ KvcacheParams pack_gqa(const KvcacheParams& in) {
 }
 
 // Whether the (packed) call p runs the sm90a decode kernel (sm90/decode_kernel.h): an sm_90
-// device on the default path, a head-dim instance it has (tiles.h decode_tile_sm90), at most 16
+// device on the default path, a head-dim instance it has (decode_tiles.h decode_tile_sm90), at most 16
 // packed query rows of a padded batch, and a cache its TMA maps can describe: a
 // contiguous one, or pages of a multiple of 16 rows (without cache_leftpad, whose offset would
 // cut pages). Everything else runs the sm80 kvcache kernel. An append (k_new, rotary) runs as its
 // own kernel first (fwd/append.h), which writes q rotated to the workspace (rotated_q_copy).
-// The decode kernel's tile for the (packed) call p: tiles.h decode_tile_sm90_for, on the rule
+// The decode kernel's tile for the (packed) call p: decode_tiles.h decode_tile_sm90_for, on the rule
 // run_decode (sm90/decode_launch.h) launches by.
 DecodeTileSm90 decode_tile_of(const KvcacheParams& p) {
   return decode_tile_sm90_for(round_head_dim(p.head_dim),
@@ -73,7 +73,7 @@ bool decode_sm90_ok(const KvcacheParams& p, const DeviceInfo& dev) {
 }
 
 // CTAs per SM of the (packed) call p on the sm90a decode kernel when decode_sm90_ok takes it
-// (tiles.h decode_ctas_sm90: two for d 64 pages read in boxes below the tile, when the call has
+// (decode_tiles.h decode_ctas_sm90: two for d 64 pages read in boxes below the tile, when the call has
 // enough query tiles), else 0: the sm80 kvcache kernel runs it.
 int decode_ctas_of(const KvcacheParams& p, const DeviceInfo& dev) {
   if (!decode_sm90_ok(p, dev)) return 0;
@@ -380,7 +380,7 @@ Status fwd_kvcache(const KvcacheParams& params, cudaStream_t stream) {
     kp.kv.rotary_sin = nullptr;
   }
   // The decode kernel's tiles after splitting against its slots: a persistent grid where they
-  // are more, at d 64 (tiles.h decode_persistent_sm90).
+  // are more, at d 64 (decode_tiles.h decode_persistent_sm90).
   const bool decode_persistent =
       decode90 && decode_persistent_sm90(
                       round_head_dim(p.head_dim),

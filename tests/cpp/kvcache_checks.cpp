@@ -44,7 +44,7 @@ void check_decode_page_boxes() {
   expect(ok, "decode_box_rows_sm90: whole boxes per tile, none across a page, pages of 16k rows only");
 }
 
-// The decode kernel's CTAs per SM (tiles.h decode_ctas_sm90): two exactly for d 64 pages read in
+// The decode kernel's CTAs per SM (decode_tiles.h decode_ctas_sm90): two exactly for d 64 pages read in
 // boxes below the tile with query tiles for >= a quarter of the SMs; one otherwise (contiguous
 // caches, pages holding whole tiles, d 128, few tiles).
 void check_decode_ctas() {

@@ -26,7 +26,7 @@ Status launch_decode_config(const FwdKvcacheKernelParams& kp, cudaStream_t strea
   tp.kp = kp;
   tp.stamps = stamps;
   // A paged cache is (pages, page_size, heads_k, d): its pages are the map's entries, read in
-  // boxes of the rows that divide both tile and page (tiles.h decode_box_rows_sm90). A
+  // boxes of the rows that divide both tile and page (decode_tiles.h decode_box_rows_sm90). A
   // contiguous one is (entries, capacity, heads_k, d), one box per tile.
   const bool paged = kp.kv.block_table != nullptr;
   const int64_t rows = paged ? kp.kv.page_size : p.seqlen_k;
@@ -65,10 +65,10 @@ Status launch_decode_config(const FwdKvcacheKernelParams& kp, cudaStream_t strea
       StreamOrder::kProgrammatic, ctas, Traits::kNThreads, Traits::kSmemBytes, stream, tp);
 }
 
-// The instances of one producer count (DecodeTraits kProducerWarps): the configuration tiles.h
-// picks for the head dim (decode_tile_sm90; every supported page takes it: decode_tile_sm90_for,
-// the rule dispatch_kvcache.cu routes by; launch_decode_config refuses the other pages),
-// budgeted for ctas_per_sm CTAs per SM (decode_ctas_sm90: 2 only at d 64, the one head dim with
+// The instances of one producer count (DecodeTraits kProducerWarps): the configuration
+// decode_tiles.h picks for the head dim (decode_tile_sm90; every supported page takes it:
+// decode_tile_sm90_for, the rule dispatch_kvcache.cu routes by; launch_decode_config refuses the
+// other pages), budgeted for ctas_per_sm CTAs per SM (decode_ctas_sm90: 2 only at d 64, the one head dim with
 // an instance for two), on a persistent grid where `persistent` (decode_persistent_sm90; the
 // instances decode_persistent_instance_sm90 names: d 64).
 template <typename Element, int kHeadDim, int kProducers>
@@ -99,7 +99,7 @@ Status run_decode_instances(const FwdKvcacheKernelParams& kp, int ctas_per_sm, b
                                                     false, false, kProducers>>(kp, stream);
 }
 
-// The decode kernel for a call: its producer count from the cache (tiles.h
+// The decode kernel for a call: its producer count from the cache (decode_tiles.h
 // decode_producers_sm90: more than one only in a build with FLASHATTN_CU_DECODE_PRODUCERS > 1, on
 // pages read in boxes), then run_decode_instances.
 template <typename Element, int kHeadDim>

@@ -25,7 +25,7 @@ Status run_fwd(const FwdParams& params, cudaStream_t stream);
 
 // The decode kernel (decode_kernel.h; decode_tile_sm90(d).supported head dims), for the
 // kvcache calls dispatch.cu's decode_sm90_ok admits: kp as the sm80 kvcache kernel takes it
-// (GQA-packed, splits and workspace set); ctas_per_sm: tiles.h decode_ctas_sm90 of the call
+// (GQA-packed, splits and workspace set); ctas_per_sm: decode_tiles.h decode_ctas_sm90 of the call
 // (the splits are sized for it), which picks the instance; persistent: tiles.h
 // decode_persistent_sm90 of the call (a grid of ctas_per_sm CTAs per SM walking the tiles).
 template <typename Element, int kHeadDim>
