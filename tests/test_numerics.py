@@ -344,19 +344,87 @@ def test_row_max_that_climbs_along_the_keys(dtype, head_dim, causal):
     / 3: a climb of 0.045 / 0.2 log2 units a key (7.9 / 35 over a 176-key block), the jump at key
     1,000, and a descent (the first block holds the max)."""
     skip_unless_built(head_dim)
+    q, k, v = climbing_inputs(dtype, head_dim)
+    with torch.no_grad():
+        climb = torch.einsum("bqhd,bkhd->bhqk", q[:, :1].float(), k.float())[0, :, 0]
+    assert (climb[1, -1] - climb[1, 0]) * head_dim ** -0.5 > 250, (
+        "head 1's last logit ~280 nats above its first")
+    assert_large_logits_against_float64(q, k, v, causal)
+
+
+def climbing_inputs(dtype, head_dim):
+    """test_row_max_that_climbs_along_the_keys's q, k, v (1 x 1,088 queries x 2,048 keys x 4
+    heads): q's column 0 is 8 and k's column 0 makes head h's logits climb (or jump, or fall)
+    along the keys as that test's docstring says; the other columns are N(0, 1/4)."""
     sq, sk, a = 1088, 2048, 8.0
     q, k, v = attn_helpers.make_qkv(1, sq, sk, 4, 4, head_dim, dtype)
     q, k = q * 0.5, k * 0.5
     keys = torch.arange(sk, device=DEV, dtype=torch.float64)
     log2_logits = torch.stack([0.045 * keys, 0.2 * keys, 40.0 * (keys >= 1000),
                                -0.05 * keys])  # (heads, keys), log2 units
-    scale = head_dim ** -0.5
     q[..., 0] = a
-    k[0, :, :, 0] = (log2_logits.T * math.log(2) / (a * scale)).to(dtype)
-    with torch.no_grad():
-        climb = torch.einsum("bqhd,bkhd->bhqk", q[:, :1].float(), k.float())[0, :, 0] * scale
-    assert climb[1, -1] - climb[1, 0] > 250, "head 1's last logit ~280 nats above its first"
-    assert_large_logits_against_float64(q, k, v, causal)
+    k[0, :, :, 0] = (log2_logits.T * math.log(2) / (a * head_dim ** -0.5)).to(dtype)
+    return q, k, v
+
+
+def dk_of_rounding(q, k, v, dout, out, p_rounded):
+    """dK as the FlashAttention backward forms it, in float32 on the 16-bit inputs: P from the
+    fp32 scores, D = rowsum(dO * out), dS = P (dP - D) rounded to the input dtype, dK = dS^T Q
+    scale in fp32 rounded to the input dtype; p_rounded: P rounded to the input dtype before dS
+    (the second rounding that the kernels carried until 0.2). One batch entry, equal heads."""
+    dt = q.dtype
+    scale = q.shape[-1] ** -0.5
+    qf, kf, vf, dof = (t[0].float() for t in (q, k, v, dout))
+    p = torch.softmax(torch.einsum("qhd,khd->hqk", qf, kf) * scale, dim=-1)
+    if p_rounded:
+        p = p.to(dt).float()
+    dp = torch.einsum("qhd,khd->hqk", dof, vf)
+    dsum = (dof * out[0].float()).sum(-1).T.unsqueeze(-1)  # (h, q, 1)
+    ds = (p * (dp - dsum)).to(dt).float()
+    return (torch.einsum("hqk,qhd->khd", ds, qf) * scale).to(dt).unsqueeze(0)
+
+
+# The two inputs on which test_row_max_that_climbs_along_the_keys found dS^T rounded twice:
+# that test's inputs under these node ids (tests/conftest.py seeds a test with its id's CRC-32).
+DS_ROUNDING_INPUTS = [
+    ("tests/test_numerics.py::test_row_max_that_climbs_along_the_keys[auto-bf16-128-False]",
+     torch.bfloat16, 128),
+    ("tests/test_numerics.py::test_row_max_that_climbs_along_the_keys[sm80-fp16-64-False]",
+     torch.float16, 64),
+]
+
+
+@pytest.mark.parametrize("node_id,dtype,head_dim", DS_ROUNDING_INPUTS,
+                         ids=["bf16-128", "fp16-64"])
+def test_ds_rounded_once(node_id, dtype, head_dim):
+    """dS^T = P^T (dP^T - D) is rounded to 16 bits once, from the fp32 P^T, as FlashAttention-2
+    rounds it: until 0.2 every backward kernel formed it from P^T already rounded to 16 bits, and
+    on these inputs dK's error at its worst element (key 2047 / 2046 of head 1, |dK| ~13-15) was
+    8x FlashAttention-2's (bit for bit the two roundings' emulation, NOTES 12.87). Here: our dK
+    error against float64, element by element, at most 1.5x the largest error of the one-rounding
+    emulation (dk_of_rounding) plus one 16-bit ulp of the element (the kernels and the emulation
+    round dK's fp32 sums to 16 bits on either side of a rounding boundary); and, so that the check
+    can fail, the two-rounding emulation must exceed that bound on the same input."""
+    skip_unless_built(head_dim)
+    import zlib
+
+    torch.manual_seed(zlib.crc32(node_id.encode()))
+    q, k, v = climbing_inputs(dtype, head_dim)
+    dout = torch.randn_like(q)
+    out, _, (_, dk, _) = ours(q, k, v, False, dout)
+    _, _, (_, dk64, _) = ref64(q, k, v, False, dout)
+    once = dk_of_rounding(q, k, v, dout, out, p_rounded=False)
+    twice = dk_of_rounding(q, k, v, dout, out, p_rounded=True)
+    ulp = 2 * EPS[dtype] * torch.exp2(torch.floor(torch.log2(dk64.abs().clamp_min(1e-30))))
+    bound = 1.5 * max_abs_diff(once, dk64) + ulp
+
+    def excess(g):  # the largest amount by which g's error exceeds the bound
+        return ((g.double() - dk64).abs() - bound).max().item()
+
+    assert excess(twice) > 0, "these inputs no longer tell one rounding of dS from two"
+    assert excess(dk) <= 0, (
+        f"dk: max|ours - ref| = {max_abs_diff(dk, dk64):.3e}, beyond 1.5 x the one-rounding "
+        f"error {max_abs_diff(once, dk64):.3e} + one ulp by {excess(dk):.3e}")
 
 
 # --------------------------------------------------------------------------------------------

@@ -106,15 +106,59 @@ __device__ __forceinline__ void probs_from_scores(float (&s)[kQTiles][4], const 
   }
 }
 
-// dP^T -> dS^T = P^T (dP^T - D) in place for the C tiles 2kk, 2kk + 1, with P^T taken from its
-// 16-bit A fragment p of k-step kk (tile 2kk + half, row hr is p[half * 2 + hr]). s_d points at
-// D of the warp's first query. grad(p, nt, hr, e): the score modifier's factor on dS
-// (problem/score_mod.h: UnitGrad, SoftcapGradT). kBitUnpack: P^T unpacked by
-// ElementOps::unpack_bits (the same values; the sm90 kernels' form).
+// P^T's 16-bit A fragment of k-step kk (hi, as pack_a_frag) and the 16-bit rounding of what hi
+// leaves out (lo = P^T - hi): hi + lo holds P^T to about twice the 16-bit type's precision, for
+// a consumer that receives P^T through shared memory (the sm90 split kernel's warpgroup 1, which
+// forms dS^T from it: ds_from_split_probs) without the fp32 tile's bytes.
+template <typename Element, int kTiles>
+__device__ __forceinline__ void pack_a_frag_split(const float (&c)[kTiles][4], int kk,
+                                                  uint32_t (&hi)[4], uint32_t (&lo)[4]) {
+  using Ops = ElementOps<Element>;
+  pack_a_frag<Element>(c, kk, hi);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float* e = &c[2 * kk + j / 2][(j % 2) * 2];
+    const float2 h = Ops::unpack(hi[j]);
+    lo[j] = Ops::pack(e[0] - h.x, e[1] - h.y);
+  }
+}
+
+// dP^T -> dS^T = P^T (dP^T - D) in place for the C tiles 2kk, 2kk + 1 of dp, from the fp32 P^T
+// (s, after probs_from_scores) whose tiles tile0 + 2kk, tile0 + 2kk + 1 they are (dp a part of
+// the step's queries: tile0 its first tile in s; the whole: 0). The kernels' form: dS^T is then
+// rounded to 16 bits once, as FlashAttention-2 and -3 round it. Formed from P^T rounded to 16
+// bits first (the kernels' form until 0.2), dS^T carries two roundings whose sum over the
+// queries can be far larger than either's: dK's error on the climbing-logit test's input
+// (tests/test_numerics.py test_row_max_that_climbs_along_the_keys) was 8x FlashAttention-2's at
+// its worst element, bit for bit what an fp64 emulation of the two roundings gives (NOTES 12.87).
+// s_d points at D of the warp's first query. grad(p, nt, hr, e), nt s's tile: the score
+// modifier's factor on dS (problem/score_mod.h: UnitGrad, SoftcapGradT).
+template <int kDpTiles, int kQTiles, typename Grad = UnitGrad>
+__device__ __forceinline__ void ds_from_probs(float (&dp)[kDpTiles][4], int kk,
+                                              const float (&s)[kQTiles][4], int tile0,
+                                              const char* s_d, int t, const Grad& grad = Grad{}) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int nt = 2 * kk + half, ns = tile0 + nt;
+    const float2 dsum = *reinterpret_cast<const float2*>(s_d + (ns * 8 + 2 * t) * 4);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const float p0 = s[ns][hr * 2], p1 = s[ns][hr * 2 + 1];
+      dp[nt][hr * 2] = p0 * (dp[nt][hr * 2] - dsum.x) * grad(p0, ns, hr, 0);
+      dp[nt][hr * 2 + 1] = p1 * (dp[nt][hr * 2 + 1] - dsum.y) * grad(p1, ns, hr, 1);
+    }
+  }
+}
+
+// The same as ds_from_probs (tile0 = 0) with P^T = hi + lo, pack_a_frag_split's fragments of
+// k-step kk (tile 2kk + half, row hr: element half * 2 + hr); kBitUnpack: unpacked by
+// ElementOps::unpack_bits (the same values; the sm90 kernels' form). The product is rounded once,
+// to 16 bits, as with the fp32 P^T.
 template <typename Element, bool kBitUnpack = false, int kQTiles, typename Grad = UnitGrad>
-__device__ __forceinline__ void ds_from_packed_probs(float (&dp)[kQTiles][4], int kk,
-                                                     const uint32_t (&p)[4], const char* s_d,
-                                                     int t, const Grad& grad = Grad{}) {
+__device__ __forceinline__ void ds_from_split_probs(float (&dp)[kQTiles][4], int kk,
+                                                    const uint32_t (&hi)[4],
+                                                    const uint32_t (&lo)[4], const char* s_d,
+                                                    int t, const Grad& grad = Grad{}) {
   using Ops = ElementOps<Element>;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -122,10 +166,12 @@ __device__ __forceinline__ void ds_from_packed_probs(float (&dp)[kQTiles][4], in
     const float2 dsum = *reinterpret_cast<const float2*>(s_d + (nt * 8 + 2 * t) * 4);
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const float2 pr =
-          kBitUnpack ? Ops::unpack_bits(p[half * 2 + hr]) : Ops::unpack(p[half * 2 + hr]);
-      dp[nt][hr * 2] = pr.x * (dp[nt][hr * 2] - dsum.x) * grad(pr.x, nt, hr, 0);
-      dp[nt][hr * 2 + 1] = pr.y * (dp[nt][hr * 2 + 1] - dsum.y) * grad(pr.y, nt, hr, 1);
+      const int j = half * 2 + hr;
+      const float2 h = kBitUnpack ? Ops::unpack_bits(hi[j]) : Ops::unpack(hi[j]);
+      const float2 l = kBitUnpack ? Ops::unpack_bits(lo[j]) : Ops::unpack(lo[j]);
+      const float p0 = h.x + l.x, p1 = h.y + l.y;
+      dp[nt][hr * 2] = p0 * (dp[nt][hr * 2] - dsum.x) * grad(p0, nt, hr, 0);
+      dp[nt][hr * 2 + 1] = p1 * (dp[nt][hr * 2 + 1] - dsum.y) * grad(p1, nt, hr, 1);
     }
   }
 }

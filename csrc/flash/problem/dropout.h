@@ -199,6 +199,20 @@ __device__ __forceinline__ void apply_keep_bits(float (&x)[kTiles][4],
     }
 }
 
+// The same on kTiles tiles that are tiles tile0.. of the bits' kBitTiles (a part of a step's
+// queries: the sm80 register path forms dP^T half at a time).
+template <int kTiles, int kBitTiles>
+__device__ __forceinline__ void apply_keep_bits_at(
+    float (&x)[kTiles][4], const uint32_t (&bits)[keep_words(kBitTiles * 4)], int tile0, float rp) {
+#pragma unroll
+  for (int nt = 0; nt < kTiles; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int bit = (tile0 + nt) * 4 + i;
+      x[nt][i] = (bits[bit / 32] >> (bit % 32)) & 1u ? x[nt][i] * rp : 0.f;
+    }
+}
+
 // A 16-bit A fragment of k-step kk (C tiles 2kk, 2kk + 1, common/bwd_math.h: pack_a_frag) with
 // its dropped elements zeroed: a[j] holds tile 2kk + j / 2, row half j % 2, elements e = 0, 1.
 template <int kWords>

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "flashattn_cu/flashattn_cu.h"
 
@@ -263,6 +264,27 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
         }
       }
     };
+    // The same for the kTiles query tiles tile0.. of the warp's (tile0 even).
+    auto gemm_t_part = [&](auto& acc, uint32_t a_lane, uint32_t b_base, int tile0) {
+      constexpr int kTiles = std::extent_v<std::remove_reference_t<decltype(acc)>>;
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        uint32_t a[4];
+        ptx::ldmatrix_x4(a, a_lane + ks * 32);
+#pragma unroll
+        for (int np = 0; np < kTiles / 2; ++np) {
+          uint32_t b[4];
+          ptx::ldmatrix_x4(b, b_base + q_b_off +
+                                  ((tile0 / 2 + np) * 16 * kRowChunks + ks * 2) * 16);
+          Ops::mma(acc[2 * np], a, b[0], b[1]);
+          Ops::mma(acc[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+    };
     // Stores an A fragment of P^T/dS^T at [key][query] (keys warp_key0.., queries of step kk):
     // a0 -> (g, 2t), a1 -> (g + 8, 2t), a2 -> (g, 8 + 2t), a3 -> (g + 8, 8 + 2t).
     auto store_a = [&](int off_bytes, int kk, const uint32_t (&a)[4]) {
@@ -295,7 +317,7 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
           .template keep_bits_transposed<kQTiles>(keep, n_start + warp_key0,
                                                   m * kBlockM + warp_query0, lane);
     }
-    float acc_s[kQTiles][4], acc_dp[kQTiles][4];
+    float acc_s[kQTiles][4];
     gemm_t(acc_s, k_a_lane, sQs);
     // The softcap variants of the register path keep 1 - t^2 from the capped scores in the lane's
     // dS^T slots (common/bwd_math.h, StoredSoftcapGradT) instead of recovering t from P.
@@ -328,60 +350,58 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
     const auto grad = ds_grad_t<kVariant>(
         kp, batch, head, s_max + warp_query0 * 4, s_log2sum + warp_query0 * 4,
         n_start + warp_key0 + g, m * kBlockM + warp_query0, t);
-    // dS^T = P^T (dP^T - D), in place in acc_dp.
-    auto make_ds = [&]() {
-#pragma unroll
-      for (int nt = 0; nt < kQTiles; ++nt) {
-        const float2 dsum =
-            *reinterpret_cast<const float2*>(s_d + (warp_query0 + nt * 8 + 2 * t) * 4);
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          acc_dp[nt][hr * 2] = acc_s[nt][hr * 2] * (acc_dp[nt][hr * 2] - dsum.x) *
-                               grad(acc_s[nt][hr * 2], nt, hr, 0);
-          acc_dp[nt][hr * 2 + 1] = acc_s[nt][hr * 2 + 1] * (acc_dp[nt][hr * 2 + 1] - dsum.y) *
-                                   grad(acc_s[nt][hr * 2 + 1], nt, hr, 1);
-        }
-      }
-    };
-
     if constexpr (kSplit == 1) {
-      // P^T leaves fp32 here: packed to 16 bits it is the A operand of dV += P^T dO, and dS^T is
-      // formed from the packed values (the fp32 P^T and dP^T are never live together).
-      uint32_t p16[kBlockM / 16][4];
+      // Half of the queries at a time: dP^T of the half, dS^T = P^T (dP^T - D) from the fp32
+      // P^T (common/bwd_math.h ds_from_probs: one rounding of dS^T, as FlashAttention-2's;
+      // warp_query0 = 0 on this path), then the half's P^T packed to 16 bits as the A operand
+      // of dV += P^T dO and its dS^T as dK's. By halves the fp32 P^T (all queries) and the
+      // half's dP^T take the registers that the 16-bit P^T and the whole dP^T took when dS^T
+      // was formed from the packed P^T (ptxas, sm_80: d 64 / 128 spills of 56-136 bytes with
+      // the whole dP^T).
+      constexpr int kHalf = kQTiles / 2;
+      static_assert(kHalf % 2 == 0, "whole 16-query k-steps per half");
 #pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        pack_a_frag<Element>(acc_s, kk, p16[kk]);
+      for (int h = 0; h < 2; ++h) {
+        float acc_dph[kHalf][4];
+        gemm_t_part(acc_dph, v_a_lane, sDOs, h * kHalf);
         if constexpr (kDropout) {
-          uint32_t kept[4] = {p16[kk][0], p16[kk][1], p16[kk][2], p16[kk][3]};
-          drop_a_frag(kept, keep, kk);
-          mma_kv(acc_dv, kept, sDOs, kk);
-        } else {
-          mma_kv(acc_dv, p16[kk], sDOs, kk);
+          apply_keep_bits_at<kHalf, kQTiles>(acc_dph, keep, h * kHalf, kp.dropout.rp);
         }
-      }
-      gemm_t(acc_dp, v_a_lane, sDOs);
-      if constexpr (kDropout) apply_keep_bits(acc_dp, keep, kp.dropout.rp);
-      // dS^T = P^T (dP^T - D) from the 16-bit P^T (warp_query0 = 0 on this path).
 #pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        if constexpr (kStoredSoftcapGrad) {
-          ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t, stored_grad);
-        } else {
-          ds_from_packed_probs<Element>(acc_dp, kk, p16[kk], s_d, t, grad);
+        for (int kk = 0; kk < kHalf / 2; ++kk) {
+          if constexpr (kStoredSoftcapGrad) {
+            ds_from_probs(acc_dph, kk, acc_s, h * kHalf, s_d, t, stored_grad);
+          } else {
+            ds_from_probs(acc_dph, kk, acc_s, h * kHalf, s_d, t, grad);
+          }
         }
-      }
 #pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        uint32_t a[4];
-        pack_a_frag<Element>(acc_dp, kk, a);
-        if (compute_dq) store_a(Traits::kOffDS, kk, a);
-        mma_kv(acc_dk, a, sQs, kk);
+        for (int kk = 0; kk < kHalf / 2; ++kk) {
+          const int kq = h * kHalf / 2 + kk;  // the k-step among the step's queries
+          uint32_t a[4];
+          pack_a_frag<Element>(acc_s, kq, a);
+          if constexpr (kDropout) drop_a_frag(a, keep, kq);
+          mma_kv(acc_dv, a, sDOs, kq);
+        }
+#pragma unroll
+        for (int kk = 0; kk < kHalf / 2; ++kk) {
+          const int kq = h * kHalf / 2 + kk;
+          uint32_t a[4];
+          pack_a_frag<Element>(acc_dph, kk, a);
+          if (compute_dq) store_a(Traits::kOffDS, kq, a);
+          mma_kv(acc_dk, a, sQs, kq);
+        }
       }
       if (kStages == 1 || compute_dq) __syncthreads();  // dS^T complete; Q/dO free (1 stage)
     } else {
+      float acc_dp[kQTiles][4];
       gemm_t(acc_dp, v_a_lane, sDOs);
       if constexpr (kDropout) apply_keep_bits(acc_dp, keep, kp.dropout.rp);
-      make_ds();
+      // dS^T = P^T (dP^T - D), in place in acc_dp, from the fp32 P^T (ds_from_probs).
+#pragma unroll
+      for (int kk = 0; kk < kQTiles / 2; ++kk) {
+        ds_from_probs(acc_dp, kk, acc_s, 0, s_d + warp_query0 * 4, t, grad);
+      }
 #pragma unroll
       for (int kk = 0; kk < Traits::kWarpQueries / 16; ++kk) {
         uint32_t a[4];

@@ -376,7 +376,7 @@ __device__ __forceinline__ auto capped_hook(const Stored& stored) {
   }
 }
 
-// The dS factor of a step (ds_from_packed_probs's `grad`): the kept 1 - t^2 in the softcap
+// The dS factor of a step (common/bwd_math.h ds_from_probs's `grad`): the kept 1 - t^2 in the softcap
 // variants, else problem/score_mod.h ds_grad_t (1, or t recovered from P in the dropout variant).
 template <int kVariant, typename Stored>
 __device__ __forceinline__ auto step_ds_grad(const Stored& stored, const BwdKernelParams& kp,

@@ -275,9 +275,9 @@ __device__ __forceinline__ void probs_and_grads(
     dropout_of(kp, w.batch, head)
         .template keep_bits_transposed<kQTiles>(keep, w.n_start + warp_key0, m * kBlockM, lane);
   }
-#pragma unroll
-  for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_s, kk, p16[kk]);
   if constexpr (kEarly) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_s, kk, p16[kk]);
     early();
     ptx::wgmma_wait<1>();  // dP^T done, the early group in flight
   } else {
@@ -286,13 +286,18 @@ __device__ __forceinline__ void probs_and_grads(
   ptx::fence_operand(acc_dp);
   if constexpr (variant_dropout(kVariant)) apply_keep_bits(acc_dp, keep, kp.dropout.rp);
 
-  // dS^T = P^T (dP^T - D), in place in acc_dp, from the 16-bit P^T (as sm80: the fp32 P^T dies
-  // once packed, which keeps d = 128 within 255 registers).
+  // dS^T = P^T (dP^T - D), in place in acc_dp, from the fp32 P^T (common/bwd_math.h
+  // ds_from_probs: one rounding of dS^T, as FlashAttention-2's). The fp32 P^T and dP^T are
+  // live together here as they already were while the exponentials ran under dP^T's wgmma, so
+  // the peak is unchanged; P^T is packed for dV after this (with kEarly, before the wait and
+  // kept besides: 16 more registers, the knob's cost).
   const auto grad = step_ds_grad<kVariant>(stored_grad, kp, w.batch, head, s_max, s_log2sum,
                                             w.n_start + warp_key0 + lane / 4, m * kBlockM, t);
 #pragma unroll
-  for (int kk = 0; kk < kBlockM / 16; ++kk) {
-    ds_from_packed_probs<Element, true>(acc_dp, kk, p16[kk], s_d, t, grad);
+  for (int kk = 0; kk < kBlockM / 16; ++kk) ds_from_probs(acc_dp, kk, acc_s, 0, s_d, t, grad);
+  if constexpr (!kEarly) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_s, kk, p16[kk]);
   }
 #pragma unroll
   for (int kk = 0; kk < kBlockM / 16; ++kk) pack_a_frag<Element>(acc_dp, kk, ds16[kk]);

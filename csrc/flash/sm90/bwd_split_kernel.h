@@ -83,7 +83,11 @@ struct BwdSplitTraits {
   static constexpr int kOffDO = kOffQ + 2 * kQBytes;
   static constexpr int kOffP = kOffDO + 2 * kQBytes;
   static constexpr int kOffDS = kOffP + kPBytes;
-  static constexpr int kOffMax = kOffDS + kPBytes;
+  // What P^T's 16 bits leave out (common/bwd_math.h pack_a_frag_split), from warpgroup 0 to
+  // warpgroup 1 beside P^T, so that dS^T is formed from P^T at about twice the 16-bit precision
+  // and rounded once (8 KB; d 256: 219 KB in all).
+  static constexpr int kOffPLow = kOffDS + kPBytes;
+  static constexpr int kOffMax = kOffPLow + kPBytes;
   static constexpr int kOffLog2Sum = kOffMax + 2 * kBlockM * 4;
   static constexpr int kOffD = kOffLog2Sum + 2 * kBlockM * 4;
   static constexpr int kStages = 2;                          // Q / dO / M / L / D buffers
@@ -234,8 +238,9 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
       probs_from_scores(acc, s_max, s_log2sum, 0, scale_log2, t);  // P^T, in place
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        uint32_t a[4];
-        pack_a_frag<Element>(acc, kk, a);
+        uint32_t a[4], lo[4];
+        pack_a_frag_split<Element>(acc, kk, a, lo);
+        store_a_frag_sw128<kBlockN>(smem + Traits::kOffPLow, warp_key0, kk * 16, lo, lane);
         if constexpr (kDropout) {
           store_a_frag_sw128<kBlockN>(smem + Traits::kOffDS, warp_key0, kk * 16, a, lane);
           drop_a_frag(a, keep, kk);
@@ -261,17 +266,19 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
     if (wg == 0) {
       issue_dv();
     } else {
-      // dS^T = P^T (dP^T - D) from the 16-bit P^T warpgroup 0 stored (same fragment positions;
-      // with dropout the undropped P^T, in sDS, which dS^T then overwrites element by element).
+      // dS^T = P^T (dP^T - D) from the 16-bit P^T warpgroup 0 stored and what its 16 bits left
+      // out (same fragment positions; with dropout the undropped P^T, in sDS, which dS^T then
+      // overwrites element by element): one rounding of dS^T, as FlashAttention-2's.
       if constexpr (kDropout) apply_keep_bits(acc, keep, kp.dropout.rp);
       constexpr int kOffProbs = kDropout ? Traits::kOffDS : Traits::kOffP;
       const auto grad = step_ds_grad<kVariant>(stored_grad, kp, w.batch, head, s_max, s_log2sum,
                                                 w.n_start + warp_key0 + lane / 4, m * kBlockM, t);
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        uint32_t pa[4];
+        uint32_t pa[4], lo[4];
         load_a_frag_sw128<kBlockN>(smem + kOffProbs, warp_key0, kk * 16, pa, lane);
-        ds_from_packed_probs<Element, true>(acc, kk, pa, s_d, t, grad);
+        load_a_frag_sw128<kBlockN>(smem + Traits::kOffPLow, warp_key0, kk * 16, lo, lane);
+        ds_from_split_probs<Element, true>(acc, kk, pa, lo, s_d, t, grad);
         uint32_t a[4];
         pack_a_frag<Element>(acc, kk, a);
         store_a_frag_sw128<kBlockN, variant_softcap(kVariant) || kDropout>(
