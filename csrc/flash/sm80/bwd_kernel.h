@@ -244,27 +244,8 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
     const char* s_log2sum = smem + Traits::kOffLog2Sum + stage * kBlockM * 4;
     const char* s_d = smem + Traits::kOffD + stage * kBlockM * 4;
 
-    // 16 keys x kWarpQueries of S^T = K Q^T (or dP^T = V dO^T): A = this warp's K (V) rows,
-    // B = Q (dO) rows of its queries.
-    auto gemm_t = [&](float (&acc)[kQTiles][4], uint32_t a_lane, uint32_t b_base) {
-#pragma unroll
-      for (int i = 0; i < kQTiles; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
-#pragma unroll
-      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-        uint32_t a[4];
-        ptx::ldmatrix_x4(a, a_lane + ks * 32);
-#pragma unroll
-        for (int np = 0; np < kQTiles / 2; ++np) {
-          uint32_t b[4];
-          ptx::ldmatrix_x4(b, b_base + q_b_off + (np * 16 * kRowChunks + ks * 2) * 16);
-          Ops::mma(acc[2 * np], a, b[0], b[1]);
-          Ops::mma(acc[2 * np + 1], a, b[2], b[3]);
-        }
-      }
-    };
-    // The same for the kTiles query tiles tile0.. of the warp's (tile0 even).
+    // 16 keys x kTiles query tiles of S^T = K Q^T (or dP^T = V dO^T), the warp's tiles
+    // tile0.. (tile0 even): A = this warp's K (V) rows, B = Q (dO) rows of those queries.
     auto gemm_t_part = [&](auto& acc, uint32_t a_lane, uint32_t b_base, int tile0) {
       constexpr int kTiles = std::extent_v<std::remove_reference_t<decltype(acc)>>;
 #pragma unroll
@@ -284,6 +265,10 @@ __device__ __forceinline__ void bwd_block(const BwdKernelParams& kp, char* smem)
           Ops::mma(acc[2 * np + 1], a, b[2], b[3]);
         }
       }
+    };
+    // All kWarpQueries of the warp.
+    auto gemm_t = [&](float (&acc)[kQTiles][4], uint32_t a_lane, uint32_t b_base) {
+      gemm_t_part(acc, a_lane, b_base, 0);
     };
     // Stores an A fragment of P^T/dS^T at [key][query] (keys warp_key0.., queries of step kk):
     // a0 -> (g, 2t), a1 -> (g + 8, 2t), a2 -> (g, 8 + 2t), a3 -> (g + 8, 8 + 2t).
