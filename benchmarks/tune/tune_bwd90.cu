@@ -20,8 +20,9 @@
 // against the library's, which holds them as register A fragments (B); kvregs also times
 // softcap 30 and ALiBi (their static-mask instances) causal at 16k and non-causal at 4k. Mode
 // `dqone` (d 64, kvregs' shapes): the library against its main kernel with each step's dQ GEMM
-// by one warpgroup (B; BwdTraits kDqOneWg). Modes `dqprobe`, `stagger` and `earlydv` (dV issued
-// before the wait for dP^T; -DTUNE_BWD90_EARLYDV_ONLY builds it alone): variant_cases below.
+// by one warpgroup (B; BwdTraits kDqOneWg). Modes `dqprobe`, `stagger`, `residual` (d 256: P^T's
+// residual in e4m3 and none) and `earlydv` (dV issued before the wait for dP^T;
+// -DTUNE_BWD90_EARLYDV_ONLY builds it alone): variant_cases below.
 // Mode `lpt` (head dims as the second argument, default 64,128,256; 64,128 in the
 // -DTUNE_BWD90_EARLYDV_ONLY build, 256 in the -DTUNE_BWD90_D256_ONLY one): causal key tiles
 // head after head against longest first over all tiles (lpt_cases below).
@@ -227,6 +228,10 @@ void ab_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
 // library again (C: an A / A pair, the noise). (Modes rotate and pair, the split kernel's rotated
 // walk and two-CTA dQ exchange, were dropped unrun after benchmarks/tune/reduce_rate.cu measured
 // the exchange slower than the adds it saves, NOTES 12.43; in the history before this note.)
+// residual (d 256): the split kernel with what P^T's 16 bits leave out passed in e4m3 (B;
+// BwdSplitTraits kPLowBits 8: 4 KB a step instead of 8) and not at all (C; 0: dS^T from the
+// 16-bit P^T, the library before f057217); dk / dq differ from A's by the residual's rounding
+// (B) or by the second rounding of dS^T (C), dv bitwise equal.
 template <int D>
 void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) {
   namespace sm90 = fa::sm90;
@@ -238,6 +243,7 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
   const bool bulkdq = std::strcmp(mode, "bulkdq") == 0;
   const bool issuer = std::strcmp(mode, "issuer") == 0;
   const bool earlydv = std::strcmp(mode, "earlydv") == 0;
+  const bool residual = std::strcmp(mode, "residual") == 0;
   struct Case {
     const char* name;
     int seqlen, left;  // left -1: causal, -2: neither
@@ -267,6 +273,7 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
       if constexpr (kSplit) {
         if (stagger) return run_split(sm90::BwdSplitTraits<D, kBlockM, 1>{});
         if (bulkdq || issuer) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, false>{});
+        if (residual) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true, 1, 8>{});
       } else {
         if (earlydv) {
           using Early = sm90::BwdTraits<D, kBlockM, Lib::kDkNext, Lib::kKvRegs, Lib::kDqOneWg, true>;
@@ -280,6 +287,7 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
         if (stagger) return run_split(sm90::BwdSplitTraits<D, kBlockM, 2>{});
         if (bulkdq) return run_split(sm90::BwdSplitTraits<D, kBlockM, 1, true>{});
         if (issuer) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true, 1>{});
+        if (residual) return run_split(sm90::BwdSplitTraits<D, kBlockM, 0, true, 1, 0>{});
       } else {
         if (earlydv) return check(sm90::run_bwd_with<__nv_bfloat16, D, Lib, false>(p, 0, true, true));
       }
@@ -294,12 +302,14 @@ void variant_cases(const char* mode, const Buffers& b, BwdBuffers& g, size_t n) 
                 stagger  ? "dP^T after S^T retired"
                 : bulkdq || issuer ? "dQ by red.adds"
                 : earlydv          ? "dV before dP^T's wait"
+                : residual         ? "P's residual in e4m3"
                          : "no dQ reductions",
                 rb.t.b_ms, rb.t.b_over_a, rb.ddk, rb.ddv, rb.ddq,
                 stagger  ? "dP^T after S^T issued"
                 : bulkdq ? "bulk, dP^T after S^T retired"
                 : issuer ? "bulk, issued by warpgroup 1"
                 : earlydv ? "library again"
+                : residual ? "no residual (dS rounded twice)"
                          : "no dQ",
                 rc.t.b_ms, rc.t.b_over_a, rc.ddk,
                 rc.ddv, rc.ddq);
@@ -389,7 +399,7 @@ int main(int argc, char** argv) {
   return 1;
 #else
   if (std::strcmp(mode, "stagger") == 0 || std::strcmp(mode, "bulkdq") == 0 ||
-      std::strcmp(mode, "issuer") == 0) {
+      std::strcmp(mode, "issuer") == 0 || std::strcmp(mode, "residual") == 0) {
     variant_cases<256>(mode, b, g, n);
     return 0;
   }

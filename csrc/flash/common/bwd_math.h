@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../problem/score_mod.h"
 #include "softmax.h"
@@ -150,15 +151,14 @@ __device__ __forceinline__ void ds_from_probs(float (&dp)[kDpTiles][4], int kk,
   }
 }
 
-// The same as ds_from_probs (tile0 = 0) with P^T = hi + lo, pack_a_frag_split's fragments of
-// k-step kk (tile 2kk + half, row hr: element half * 2 + hr); kBitUnpack: unpacked by
-// ElementOps::unpack_bits (the same values; the sm90 kernels' form). The product is rounded once,
-// to 16 bits, as with the fp32 P^T.
-template <typename Element, bool kBitUnpack = false, int kQTiles, typename Grad = UnitGrad>
-__device__ __forceinline__ void ds_from_split_probs(float (&dp)[kQTiles][4], int kk,
-                                                    const uint32_t (&hi)[4],
-                                                    const uint32_t (&lo)[4], const char* s_d,
-                                                    int t, const Grad& grad = Grad{}) {
+// The same as ds_from_probs (tile0 = 0) with P^T = hi + lo: hi pack_a_frag's 16-bit fragment of
+// k-step kk (tile 2kk + half, row hr: element half * 2 + hr), lo(j) what the 16 bits of hi[j]
+// leave out as a float pair. kBitUnpack: hi unpacked by ElementOps::unpack_bits (the same values;
+// the sm90 kernels' form). The product is rounded once, to 16 bits, as with the fp32 P^T.
+template <typename Element, bool kBitUnpack, int kQTiles, typename Lo, typename Grad>
+__device__ __forceinline__ void ds_from_hi_lo(float (&dp)[kQTiles][4], int kk,
+                                              const uint32_t (&hi)[4], const Lo& lo,
+                                              const char* s_d, int t, const Grad& grad) {
   using Ops = ElementOps<Element>;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -168,11 +168,60 @@ __device__ __forceinline__ void ds_from_split_probs(float (&dp)[kQTiles][4], int
     for (int hr = 0; hr < 2; ++hr) {
       const int j = half * 2 + hr;
       const float2 h = kBitUnpack ? Ops::unpack_bits(hi[j]) : Ops::unpack(hi[j]);
-      const float2 l = kBitUnpack ? Ops::unpack_bits(lo[j]) : Ops::unpack(lo[j]);
+      const float2 l = lo(j);
       const float p0 = h.x + l.x, p1 = h.y + l.y;
       dp[nt][hr * 2] = p0 * (dp[nt][hr * 2] - dsum.x) * grad(p0, nt, hr, 0);
       dp[nt][hr * 2 + 1] = p1 * (dp[nt][hr * 2 + 1] - dsum.y) * grad(p1, nt, hr, 1);
     }
+  }
+}
+
+// ds_from_hi_lo with lo as pack_a_frag_split's 16-bit fragment.
+template <typename Element, bool kBitUnpack = false, int kQTiles, typename Grad = UnitGrad>
+__device__ __forceinline__ void ds_from_split_probs(float (&dp)[kQTiles][4], int kk,
+                                                    const uint32_t (&hi)[4],
+                                                    const uint32_t (&lo)[4], const char* s_d,
+                                                    int t, const Grad& grad = Grad{}) {
+  using Ops = ElementOps<Element>;
+  ds_from_hi_lo<Element, kBitUnpack>(
+      dp, kk, hi,
+      [&](int j) { return kBitUnpack ? Ops::unpack_bits(lo[j]) : Ops::unpack(lo[j]); }, s_d, t,
+      grad);
+}
+
+// What P^T's 16 bits leave out in e4m3 instead of 16 bits (half the bytes): lo = P^T - hi scaled
+// by kE4m3LoScale (2^9 for bf16, whose |lo| <= 2^-8 p; 2^12 for fp16, |lo| <= 2^-11 p), so that
+// lo of the elements that weigh in dS^T (p above ~2^-6) lands in e4m3's normal range, 3 bits of
+// it kept: hi + lo then carries P^T to ~2^-12 relative there. Word w of the result holds the
+// fragment's registers 2w, 2w + 1, each as two bytes (element e = 1 the upper byte).
+template <typename Element>
+constexpr float kE4m3LoScale = std::is_same_v<Element, __half> ? 4096.f : 512.f;
+
+template <typename Element, int kTiles>
+__device__ __forceinline__ uint2 pack_e4m3_residual(const float (&c)[kTiles][4], int kk,
+                                                    const uint32_t (&hi)[4]) {
+  using Ops = ElementOps<Element>;
+  uint32_t w[2];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float* e = &c[2 * kk + j / 2][(j % 2) * 2];
+    const float2 h = Ops::unpack(hi[j]);
+    const uint32_t b = ptx::cvt_e4m3x2((e[1] - h.y) * kE4m3LoScale<Element>,
+                                       (e[0] - h.x) * kE4m3LoScale<Element>);
+    w[j / 2] = j % 2 == 0 ? b : w[j / 2] | (b << 16);
+  }
+  return make_uint2(w[0], w[1]);
+}
+
+// pack_e4m3_residual's inverse, as the float pairs ds_from_hi_lo takes.
+template <typename Element>
+__device__ __forceinline__ void unpack_e4m3_residual(uint2 r, float2 (&lo)[4]) {
+  const uint32_t w[2] = {r.x, r.y};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t h2 = ptx::cvt_f16x2_from_e4m3x2(w[j / 2] >> (16 * (j % 2)));
+    const float2 f = ElementOps<__half>::unpack(h2);
+    lo[j] = make_float2(f.x * (1.f / kE4m3LoScale<Element>), f.y * (1.f / kE4m3LoScale<Element>));
   }
 }
 

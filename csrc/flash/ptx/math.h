@@ -49,4 +49,32 @@ FLASHATTN_CU_DEVICE float sub_rn(float a, float b) {
   return r;
 }
 
+// Two floats to two e4m3 bytes (cvt.rn.satfinite.e4m3x2.f32, sm_89 and newer): `a` in the upper
+// byte of the low 16 bits, `b` in the lower (the PTX ISA's order), round to nearest, saturated to
+// +-448.
+FLASHATTN_CU_DEVICE uint32_t cvt_e4m3x2(float a, float b) {
+#if FLASHATTN_CU_SM90_OR_NEWER
+  uint16_t d;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(d) : "f"(a), "f"(b));
+  return d;
+#else
+  unsupported_arch();
+  return 0;
+#endif
+}
+
+// Two e4m3 bytes (the low 16 bits of x) to two fp16 (cvt.rn.f16x2.e4m3x2): the upper byte to
+// the upper half, exactly (every e4m3 value is an fp16 value).
+FLASHATTN_CU_DEVICE uint32_t cvt_f16x2_from_e4m3x2(uint32_t x) {
+#if FLASHATTN_CU_SM90_OR_NEWER
+  uint32_t d;
+  const uint16_t a = static_cast<uint16_t>(x);
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(d) : "h"(a));
+  return d;
+#else
+  unsupported_arch();
+  return 0;
+#endif
+}
+
 }  // namespace flashattn_cu::ptx

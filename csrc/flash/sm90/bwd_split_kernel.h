@@ -40,9 +40,16 @@
 namespace flashattn_cu::sm90 {
 
 template <int kHeadDim_, int kBlockM_, int kStagger_ = 0, bool kBulkDq_ = true,
-          int kIssuerWg_ = 1>
+          int kIssuerWg_ = 1, int kPLowBits_ = 16>
 struct BwdSplitTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // What P^T's 16 bits leave out, passed from warpgroup 0 to warpgroup 1 beside P^T so that dS^T
+  // is rounded once (common/bwd_math.h ds_from_probs): 16 (the library) a 16-bit tile, 8 e4m3
+  // bytes in a plain [warp][k-step][lane] array (bwd_math.h pack_e4m3_residual: half the bytes,
+  // ~2^-12 of P^T where it weighs), 0 nothing (dS^T from the 16-bit P^T: two roundings, the
+  // library until f057217). A tuning knob (benchmarks/tune/tune_bwd90.cu mode `residual`).
+  static constexpr int kPLowBits = kPLowBits_;
+  static_assert(kPLowBits == 16 || kPLowBits == 8 || kPLowBits == 0, "16, 8 or 0 bits");
   // dQ into the accumulator by bulk reductions (cp.reduce.async.bulk) of the block staged in
   // shared memory, instead of every thread's red.global.add of its fragments, which stall on the
   // load / store unit's queue (the bulk reductions: 0.911-0.916x the backward's time on the H200,
@@ -83,11 +90,12 @@ struct BwdSplitTraits {
   static constexpr int kOffDO = kOffQ + 2 * kQBytes;
   static constexpr int kOffP = kOffDO + 2 * kQBytes;
   static constexpr int kOffDS = kOffP + kPBytes;
-  // What P^T's 16 bits leave out (common/bwd_math.h pack_a_frag_split), from warpgroup 0 to
-  // warpgroup 1 beside P^T, so that dS^T is formed from P^T at about twice the 16-bit precision
-  // and rounded once (8 KB; d 256: 219 KB in all).
+  // What P^T's 16 bits leave out (kPLowBits; common/bwd_math.h pack_a_frag_split), from
+  // warpgroup 0 to warpgroup 1 beside P^T, so that dS^T is formed from P^T at about twice the
+  // 16-bit precision and rounded once (8 KB; d 256: 219 KB in all).
   static constexpr int kOffPLow = kOffDS + kPBytes;
-  static constexpr int kOffMax = kOffPLow + kPBytes;
+  static constexpr int kPLowBytes = kPBytes * kPLowBits / 16;
+  static constexpr int kOffMax = kOffPLow + kPLowBytes;
   static constexpr int kOffLog2Sum = kOffMax + 2 * kBlockM * 4;
   static constexpr int kOffD = kOffLog2Sum + 2 * kBlockM * 4;
   static constexpr int kStages = 2;                          // Q / dO / M / L / D buffers
@@ -116,6 +124,11 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
   const int t = lane % 4;
   const int warp_key0 = (warp % 4) * 16;  // both warpgroups cover keys 0..63
   const int col0 = wg * kHalf;            // this warpgroup's dK/dV/dQ columns
+  // kPLowBits 8: the byte offset of this lane's 8 bytes of k-step kk (the same lane of either
+  // warpgroup holds the same fragment positions).
+  [[maybe_unused]] const auto e4m3_low_offset = [&](int kk) {
+    return Traits::kOffPLow + (((warp % 4) * (kBlockM / 16) + kk) * 32 + lane) * 8;
+  };
   const auto w =
       bwd_work<kBlockM, kBlockN, kVariant, bwd_compact_tiles<Traits::kHeadDim, kVariant>()>(kp);
   // The postprocess may be scheduled once every block here has started (it waits for this
@@ -238,9 +251,18 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
       probs_from_scores(acc, s_max, s_log2sum, 0, scale_log2, t);  // P^T, in place
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        uint32_t a[4], lo[4];
-        pack_a_frag_split<Element>(acc, kk, a, lo);
-        store_a_frag_sw128<kBlockN>(smem + Traits::kOffPLow, warp_key0, kk * 16, lo, lane);
+        uint32_t a[4];
+        if constexpr (Traits::kPLowBits == 16) {
+          uint32_t lo[4];
+          pack_a_frag_split<Element>(acc, kk, a, lo);
+          store_a_frag_sw128<kBlockN>(smem + Traits::kOffPLow, warp_key0, kk * 16, lo, lane);
+        } else {
+          pack_a_frag<Element>(acc, kk, a);
+          if constexpr (Traits::kPLowBits == 8) {
+            *reinterpret_cast<uint2*>(smem + e4m3_low_offset(kk)) =
+                pack_e4m3_residual<Element>(acc, kk, a);
+          }
+        }
         if constexpr (kDropout) {
           store_a_frag_sw128<kBlockN>(smem + Traits::kOffDS, warp_key0, kk * 16, a, lane);
           drop_a_frag(a, keep, kk);
@@ -275,10 +297,20 @@ __device__ __forceinline__ void bwd_split_block(const BwdKernelParams& kp, const
                                                 w.n_start + warp_key0 + lane / 4, m * kBlockM, t);
 #pragma unroll
       for (int kk = 0; kk < kBlockM / 16; ++kk) {
-        uint32_t pa[4], lo[4];
+        uint32_t pa[4];
         load_a_frag_sw128<kBlockN>(smem + kOffProbs, warp_key0, kk * 16, pa, lane);
-        load_a_frag_sw128<kBlockN>(smem + Traits::kOffPLow, warp_key0, kk * 16, lo, lane);
-        ds_from_split_probs<Element, true>(acc, kk, pa, lo, s_d, t, grad);
+        if constexpr (Traits::kPLowBits == 16) {
+          uint32_t lo[4];
+          load_a_frag_sw128<kBlockN>(smem + Traits::kOffPLow, warp_key0, kk * 16, lo, lane);
+          ds_from_split_probs<Element, true>(acc, kk, pa, lo, s_d, t, grad);
+        } else {
+          float2 lo[4] = {};
+          if constexpr (Traits::kPLowBits == 8) {
+            unpack_e4m3_residual<Element>(
+                *reinterpret_cast<const uint2*>(smem + e4m3_low_offset(kk)), lo);
+          }
+          ds_from_hi_lo<Element, true>(acc, kk, pa, [&](int j) { return lo[j]; }, s_d, t, grad);
+        }
         uint32_t a[4];
         pack_a_frag<Element>(acc, kk, a);
         store_a_frag_sw128<kBlockN, variant_softcap(kVariant) || kDropout>(
