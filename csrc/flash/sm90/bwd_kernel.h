@@ -109,7 +109,8 @@ struct BwdTraits : BwdBlockShape<kHeadDim_, kBlockM_> {
   // dV += P^T dO issued as soon as P^T is packed, before the wait for dP^T, so that it runs on
   // the tensor cores while dS^T is formed (and stored), instead of after dS^T's store (the
   // variants without dropout: dropout's dV operand, P^T o M, comes after dS^T). A tuning knob
-  // (benchmarks/tune/tune_bwd90.cu mode `earlydv`).
+  // (benchmarks/tune/tune_bwd90.cu mode `earlydv`); since dS^T is formed from the fp32 P^T
+  // (probs_and_grads), it keeps the 16-bit P^T beside it through the wait: 16 more registers.
   static constexpr bool kEarlyDv = kEarlyDv_;
   // Q / dO / M / L / D buffers, each loaded by one thread (TMA for Q / dO, bulk copies for the
   // rows) completing its mbarrier; three, as dK runs on into the next step (header).
