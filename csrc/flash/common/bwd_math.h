@@ -124,56 +124,59 @@ __device__ __forceinline__ void pack_a_frag_split(const float (&c)[kTiles][4], i
   }
 }
 
-// dP^T -> dS^T = P^T (dP^T - D) in place for the C tiles 2kk, 2kk + 1 of dp, from the fp32 P^T
-// (s, after probs_from_scores) whose tiles tile0 + 2kk, tile0 + 2kk + 1 they are (dp a part of
-// the step's queries: tile0 its first tile in s; the whole: 0). The kernels' form: dS^T is then
-// rounded to 16 bits once, as FlashAttention-2 and -3 round it. Formed from P^T rounded to 16
-// bits first (the kernels' form until 0.2), dS^T carries two roundings whose sum over the
-// queries can be far larger than either's: dK's error on the climbing-logit test's input
-// (tests/test_numerics.py test_row_max_that_climbs_along_the_keys) was 8x FlashAttention-2's at
-// its worst element, bit for bit what an fp64 emulation of the two roundings gives (NOTES 12.87).
-// s_d points at D of the warp's first query. grad(p, nt, hr, e), nt s's tile: the score
-// modifier's factor on dS (problem/score_mod.h: UnitGrad, SoftcapGradT).
-template <int kDpTiles, int kQTiles, typename Grad = UnitGrad>
-__device__ __forceinline__ void ds_from_probs(float (&dp)[kDpTiles][4], int kk,
-                                              const float (&s)[kQTiles][4], int tile0,
-                                              const char* s_d, int t, const Grad& grad = Grad{}) {
+// dP^T -> dS^T = P^T (dP^T - D) in place for the C tiles 2kk, 2kk + 1 of dp, which are tiles
+// tile0 + 2kk, tile0 + 2kk + 1 of the step's queries (dp a part of them: tile0 its first tile;
+// the whole: 0), with P^T's pair of element (tile ns, row hr) from probs(ns, j), j = half * 2 +
+// hr (the A fragment's register order). s_d points at D of the warp's first query. grad(p, ns,
+// hr, e): the score modifier's factor on dS (problem/score_mod.h: UnitGrad, SoftcapGradT). The
+// forms below give P^T at fp32 precision or near it, so dS^T is rounded to 16 bits once, as
+// FlashAttention-2 and -3 round it. Formed from P^T rounded to 16 bits first (the kernels' form
+// until 0.2), dS^T carries two roundings whose sum over the queries can be far larger than
+// either's: dK's error on the climbing-logit test's input (tests/test_numerics.py
+// test_row_max_that_climbs_along_the_keys) was 8x FlashAttention-2's at its worst element, bit
+// for bit what an fp64 emulation of the two roundings gives (NOTES 12.87).
+template <int kDpTiles, typename Probs, typename Grad>
+__device__ __forceinline__ void ds_from(float (&dp)[kDpTiles][4], int kk, int tile0,
+                                        const Probs& probs, const char* s_d, int t,
+                                        const Grad& grad) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int nt = 2 * kk + half, ns = tile0 + nt;
     const float2 dsum = *reinterpret_cast<const float2*>(s_d + (ns * 8 + 2 * t) * 4);
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const float p0 = s[ns][hr * 2], p1 = s[ns][hr * 2 + 1];
-      dp[nt][hr * 2] = p0 * (dp[nt][hr * 2] - dsum.x) * grad(p0, ns, hr, 0);
-      dp[nt][hr * 2 + 1] = p1 * (dp[nt][hr * 2 + 1] - dsum.y) * grad(p1, ns, hr, 1);
+      const float2 p = probs(ns, half * 2 + hr);
+      dp[nt][hr * 2] = p.x * (dp[nt][hr * 2] - dsum.x) * grad(p.x, ns, hr, 0);
+      dp[nt][hr * 2 + 1] = p.y * (dp[nt][hr * 2 + 1] - dsum.y) * grad(p.y, ns, hr, 1);
     }
   }
 }
 
-// The same as ds_from_probs (tile0 = 0) with P^T = hi + lo: hi pack_a_frag's 16-bit fragment of
-// k-step kk (tile 2kk + half, row hr: element half * 2 + hr), lo(j) what the 16 bits of hi[j]
-// leave out as a float pair. kBitUnpack: hi unpacked by ElementOps::unpack_bits (the same values;
-// the sm90 kernels' form). The product is rounded once, to 16 bits, as with the fp32 P^T.
+// ds_from with the fp32 P^T (s, after probs_from_scores; all the step's tiles).
+template <int kDpTiles, int kQTiles, typename Grad = UnitGrad>
+__device__ __forceinline__ void ds_from_probs(float (&dp)[kDpTiles][4], int kk,
+                                              const float (&s)[kQTiles][4], int tile0,
+                                              const char* s_d, int t, const Grad& grad = Grad{}) {
+  ds_from(dp, kk, tile0,
+          [&](int ns, int j) { return make_float2(s[ns][(j % 2) * 2], s[ns][(j % 2) * 2 + 1]); },
+          s_d, t, grad);
+}
+
+// ds_from (tile0 = 0) with P^T = hi + lo: hi pack_a_frag's 16-bit fragment of k-step kk, lo(j)
+// what the 16 bits of hi[j] leave out as a float pair. kBitUnpack: hi unpacked by
+// ElementOps::unpack_bits (the same values; the sm90 kernels' form).
 template <typename Element, bool kBitUnpack, int kQTiles, typename Lo, typename Grad>
 __device__ __forceinline__ void ds_from_hi_lo(float (&dp)[kQTiles][4], int kk,
                                               const uint32_t (&hi)[4], const Lo& lo,
                                               const char* s_d, int t, const Grad& grad) {
   using Ops = ElementOps<Element>;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int nt = 2 * kk + half;
-    const float2 dsum = *reinterpret_cast<const float2*>(s_d + (nt * 8 + 2 * t) * 4);
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int j = half * 2 + hr;
-      const float2 h = kBitUnpack ? Ops::unpack_bits(hi[j]) : Ops::unpack(hi[j]);
-      const float2 l = lo(j);
-      const float p0 = h.x + l.x, p1 = h.y + l.y;
-      dp[nt][hr * 2] = p0 * (dp[nt][hr * 2] - dsum.x) * grad(p0, nt, hr, 0);
-      dp[nt][hr * 2 + 1] = p1 * (dp[nt][hr * 2 + 1] - dsum.y) * grad(p1, nt, hr, 1);
-    }
-  }
+  ds_from(dp, kk, 0,
+          [&](int, int j) {
+            const float2 h = kBitUnpack ? Ops::unpack_bits(hi[j]) : Ops::unpack(hi[j]);
+            const float2 l = lo(j);
+            return make_float2(h.x + l.x, h.y + l.y);
+          },
+          s_d, t, grad);
 }
 
 // ds_from_hi_lo with lo as pack_a_frag_split's 16-bit fragment.

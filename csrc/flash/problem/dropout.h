@@ -184,23 +184,10 @@ __host__ __device__ __forceinline__ Dropout dropout_of(const KP& kp, int batch, 
   return d;
 }
 
-// x <- kept ? x * rp : 0 on a tile of kTiles C fragments with bits nt * 4 + i (a transposed
-// tile's dP^T, or the dQ kernel's one 16-row dP tile): the gradient reaching the undropped P.
-template <int kTiles>
-__device__ __forceinline__ void apply_keep_bits(float (&x)[kTiles][4],
-                                                const uint32_t (&bits)[keep_words(kTiles * 4)],
-                                                float rp) {
-#pragma unroll
-  for (int nt = 0; nt < kTiles; ++nt)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int bit = nt * 4 + i;
-      x[nt][i] = (bits[bit / 32] >> (bit % 32)) & 1u ? x[nt][i] * rp : 0.f;
-    }
-}
-
-// The same on kTiles tiles that are tiles tile0.. of the bits' kBitTiles (a part of a step's
-// queries: the sm80 register path forms dP^T half at a time).
+// x <- kept ? x * rp : 0 on kTiles C fragments that are tiles tile0.. of kBitTiles whose bits
+// are nt * 4 + i (a transposed tile's dP^T, or the dQ kernel's one 16-row dP tile): the gradient
+// reaching the undropped P. tile0 > 0: a part of a step's queries (the sm80 register path forms
+// dP^T half at a time).
 template <int kTiles, int kBitTiles>
 __device__ __forceinline__ void apply_keep_bits_at(
     float (&x)[kTiles][4], const uint32_t (&bits)[keep_words(kBitTiles * 4)], int tile0, float rp) {
@@ -211,6 +198,14 @@ __device__ __forceinline__ void apply_keep_bits_at(
       const int bit = (tile0 + nt) * 4 + i;
       x[nt][i] = (bits[bit / 32] >> (bit % 32)) & 1u ? x[nt][i] * rp : 0.f;
     }
+}
+
+// The whole tile's bits.
+template <int kTiles>
+__device__ __forceinline__ void apply_keep_bits(float (&x)[kTiles][4],
+                                                const uint32_t (&bits)[keep_words(kTiles * 4)],
+                                                float rp) {
+  apply_keep_bits_at<kTiles, kTiles>(x, bits, 0, rp);
 }
 
 // A 16-bit A fragment of k-step kk (C tiles 2kk, 2kk + 1, common/bwd_math.h: pack_a_frag) with
