@@ -4,7 +4,6 @@ ours (stats path and LSE-only path), of FlashAttention-2 (torch SDPA's flash bac
 fp32-scores baseline and of an fp32 emulation of the FlashAttention backward's precision points
 (P from the LSE in fp32, D from the 16-bit output, dS rounded to the input dtype, dK in fp32
 then rounded). Run on a GPU: python3 scripts/diag_climb.py"""
-import math
 import re
 import sys
 import zlib
@@ -16,19 +15,13 @@ sys.path.insert(0, "tests")
 import attn_helpers  # noqa: E402
 from flashattn_cu import flash_attn_func  # noqa: E402
 from flashattn_cu.testing import attention_ref, kernel_path  # noqa: E402
+from test_numerics import climbing_inputs  # noqa: E402
 
-DEV = "cuda"
 
-
-def inputs(seed, dtype, hd, causal=False):
+def inputs(seed, dtype, hd):
+    """The climbing test's q, k, v (test_numerics.climbing_inputs) and dout, drawn after seed."""
     torch.manual_seed(seed)
-    sq, sk, a = 1088, 2048, 8.0
-    q, k, v = attn_helpers.make_qkv(1, sq, sk, 4, 4, hd, dtype)
-    q, k = q * 0.5, k * 0.5
-    keys = torch.arange(sk, device=DEV, dtype=torch.float64)
-    l2 = torch.stack([0.045 * keys, 0.2 * keys, 40.0 * (keys >= 1000), -0.05 * keys])
-    q[..., 0] = a
-    k[0, :, :, 0] = (l2.T * math.log(2) / (a * hd ** -0.5)).to(dtype)
+    q, k, v = climbing_inputs(dtype, hd)
     return q, k, v, torch.randn_like(q)
 
 

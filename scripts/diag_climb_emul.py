@@ -12,6 +12,8 @@ import torch.nn.functional as F
 
 
 def inputs(nid):
+    """The test's q, k, v, dout under node id nid: tests/test_numerics.py climbing_inputs
+    written again here, because importing it imports the extension and this script needs none."""
     m = re.search(r"\[(\w+)-(\w+)-(\d+)-(True|False)\]", nid)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[m.group(2)]
     hd = int(m.group(3))

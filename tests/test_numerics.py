@@ -14,9 +14,12 @@ from fp32 rounding are used, each stated beside its check.
 """
 
 import math
+import zlib
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attn_helpers
 from attn_helpers import assert_lse_rule, assert_rule, attention_fp32_scores, instance_for
@@ -406,8 +409,6 @@ def test_ds_rounded_once(node_id, dtype, head_dim):
     round dK's fp32 sums to 16 bits on either side of a rounding boundary); and, so that the check
     can fail, the two-rounding emulation must exceed that bound on the same input."""
     skip_unless_built(head_dim)
-    import zlib
-
     torch.manual_seed(zlib.crc32(node_id.encode()))
     q, k, v = climbing_inputs(dtype, head_dim)
     dout = torch.randn_like(q)
@@ -442,9 +443,6 @@ def test_gradients_as_accurate_as_flash_attention_2(dtype, head_dim):
     test_ds_rounded_once's bf16 input (dK 0.285 against 2 x 0.082 + 0.0625). Non-causal only:
     SDPA aligns a causal mask top-left when seqlen_q != seqlen_k."""
     skip_unless_built(head_dim)
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     q, k, v = climbing_inputs(dtype, head_dim)
     dout = torch.randn_like(q)
     qt, kt, vt = (t.detach().transpose(1, 2).requires_grad_() for t in (q, k, v))
