@@ -333,14 +333,16 @@ def kv_splits(batch, nheads, nheads_k, seqlen_k):
 
 
 def attention_fp32_scores(q, k, v, causal=False, softmax_scale=None, alibi_slopes=None,
-                          return_lse=False):
+                          return_lse=False, window_size=(-1, -1)):
     """The kernels' own precision points in PyTorch: scores and softmax in float32 (from the
     exact products of the 16-bit inputs), probabilities rounded to the input dtype before they
     multiply v, outputs in the input dtype. Where pt (everything in the input dtype) is far off
     because 16-bit scores cannot hold large logits, this is the baseline of the rule: its error
     against a float64 reference is what rounding at those points alone costs. alibi_slopes:
     flash_attn's bias (attention_ref's forms) added to the float32 scores; return_lse: also the
-    float32 log-sum-exp (batch, nheads, seqlen_q)."""
+    float32 log-sum-exp (batch, nheads, seqlen_q); window_size: (left, right) as the kernels take
+    it (attention_ref's raw semantics, window_seqlen_k=None: a negative side is unbounded, causal
+    sets right = 0)."""
     dtype = q.dtype
     nheads, nheads_k = q.shape[2], k.shape[2]
     if softmax_scale is None:
@@ -350,12 +352,17 @@ def attention_fp32_scores(q, k, v, causal=False, softmax_scale=None, alibi_slope
         v = v.repeat_interleave(nheads // nheads_k, dim=2)
     scores = torch.einsum("bqhd,bkhd->bhqk", q.float(), k.float()) * softmax_scale
     sq, sk = q.shape[1], k.shape[1]
+    left, right = window_size
+    right = 0 if causal else right
     if alibi_slopes is not None:
-        scores = scores + alibi_bias(alibi_slopes, q.shape[0], sq, sk, causal, torch.float32)
-    if causal:
-        rows = torch.arange(sq, device=q.device).unsqueeze(1)
-        cols = torch.arange(sk, device=q.device).unsqueeze(0)
-        scores = scores.masked_fill(cols > rows + (sk - sq), float("-inf"))
+        scores = scores + alibi_bias(alibi_slopes, q.shape[0], sq, sk, causal and left < 0,
+                                     torch.float32)
+    rows = torch.arange(sq, device=q.device).unsqueeze(1)
+    cols = torch.arange(sk, device=q.device).unsqueeze(0)
+    if right >= 0:
+        scores = scores.masked_fill(cols > rows + (sk - sq) + right, float("-inf"))
+    if left >= 0:
+        scores = scores.masked_fill(cols < rows + (sk - sq) - left, float("-inf"))
     probs = torch.softmax(scores, dim=-1).nan_to_num(0.0).to(dtype)
     out = torch.einsum("bhqk,bkhd->bqhd", probs, v)
     return (out, torch.logsumexp(scores, dim=-1)) if return_lse else out

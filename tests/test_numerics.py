@@ -23,7 +23,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attn_helpers
 from attn_helpers import assert_lse_rule, assert_rule, attention_fp32_scores, instance_for
-from flashattn_cu import _C, flash_attn_func
+from flashattn_cu import _C, flash_attn_func, flash_attn_varlen_func
 from flashattn_cu.testing import attention_ref, kernel_path, max_abs_diff
 
 pytestmark = pytest.mark.gpu
@@ -368,6 +368,50 @@ def climbing_inputs(dtype, head_dim):
     q[..., 0] = a
     k[0, :, :, 0] = (log2_logits.T * math.log(2) / (a * head_dim ** -0.5)).to(dtype)
     return q, k, v
+
+
+# The calls that reach the sm90 forward's other instances (problem/mask.h KernelVariant), each of
+# which tiles.h fwd_lazy_rescale_sm90 gives the lazy reference at some head dims: a window on a
+# padded call (kPaddedWindowVariant), a varlen call (kDynamicVariant), ALiBi on a padded call
+# (kStaticAlibiVariant).
+CLIMB_CALLS = ["window", "varlen", "alibi"]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("call", CLIMB_CALLS)
+def test_row_max_that_climbs_on_each_forward_instance(call, dtype, head_dim, causal):
+    """test_row_max_that_climbs_along_the_keys's inputs through the calls that reach the sm90
+    forward's window, varlen and ALiBi instances, which run their exponents against the lazy
+    reference at some head dims and follow the running max at others (tiles.h
+    fwd_lazy_rescale_sm90): output against float64 by the rule (baseline: the fp32 scores with
+    the same window and bias) and the LSE within 5e-4 (that test's bound). The forward alone: the
+    backward recomputes P from the LSE and has no lazy reference."""
+    skip_unless_built(head_dim)
+    q, k, v = climbing_inputs(dtype, head_dim)
+    sq, sk, h = q.shape[1], k.shape[1], q.shape[2]
+    kw = {}
+    if call == "window":  # (1024, 0) as the bench's window; non-causal: a right side too
+        kw["window_size"] = (1024, 0) if causal else (1024, 512)
+    if call == "alibi":  # small slopes: the bias moves the climb's max without outgrowing it
+        kw["alibi_slopes"] = torch.tensor([2.0 ** -4, 2.0 ** -6, 2.0 ** -5, 2.0 ** -7],
+                                          device=DEV, dtype=torch.float32)
+    with torch.no_grad():
+        if call == "varlen":
+            cu_q = torch.tensor([0, sq], device=DEV, dtype=torch.int32)
+            cu_k = torch.tensor([0, sk], device=DEV, dtype=torch.int32)
+            out, lse, _ = flash_attn_varlen_func(q[0], k[0], v[0], cu_q, cu_k, sq, sk,
+                                                 causal=causal, return_attn_probs=True)
+            out, lse = out.unsqueeze(0), lse.unsqueeze(0)
+        else:
+            out, lse, _ = flash_attn_func(q, k, v, causal=causal, return_attn_probs=True, **kw)
+        out64, lse64 = attention_ref(q.double(), k.double(), v.double(), causal=causal, **kw)
+        outb = attention_fp32_scores(q, k, v, causal=causal, **kw)
+    assert lse.shape == (1, h, sq), f"lse shape {tuple(lse.shape)}"
+    assert_finite(out, lse)
+    assert_rule(out, out64, outb, 2, 1e-5, f"{call} out")
+    assert max_abs_diff(lse, lse64) <= 5e-4, f"{call} lse: {max_abs_diff(lse, lse64):.3e}"
 
 
 def dk_of_rounding(q, k, v, dout, out, p_rounded):

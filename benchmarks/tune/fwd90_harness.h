@@ -194,11 +194,13 @@ void sweep(const char* name, const Buffers& b, bool with_non_causal,
 // kernel's, then timed interleaved (harness.h ab_ms: 30 rounds of 4 back-to-back calls each):
 // A's and B's TFLOP/s and the median of B's time / A's over the rounds (< 1: B faster).
 // schedule_ab: A and B the same configuration (TraitsA), A without fwd_defer_m's tile order, B
-// with it.
-template <int kHeadDim, typename TraitsA, typename TraitsB, int kMods = kNoMods>
+// with it. kModsB >= 0: B runs the variant of kModsB on kMods's calls (the same parameters: e.g.
+// kWindow1k's dynamic instance against kWindow1k | kStaticMask's padded window one).
+template <int kHeadDim, typename TraitsA, typename TraitsB, int kMods = kNoMods, int kModsB = -1>
 void ab_sweep(const char* name, const Buffers& b, bool with_non_causal, std::vector<int> seqlens,
               bool schedule_ab = false) {
   constexpr int kVariant = variant_of(kMods);
+  constexpr int kVariantB = kModsB >= 0 ? variant_of(kModsB) : kVariant;
   for (int causal = with_non_causal ? 0 : 1; causal < 2; ++causal) {
     for (int seqlen : seqlens) {
       fa::FwdParams p;
@@ -208,7 +210,8 @@ void ab_sweep(const char* name, const Buffers& b, bool with_non_causal, std::vec
       // Configuration A or B, with the tile order schedule_ab gives it.
       auto run = [&](bool is_b) {
         g_defer_light = !schedule_ab || is_b;
-        return is_b && !schedule_ab ? run_sm90<TraitsB, kVariant>(p) : run_sm90<TraitsA, kVariant>(p);
+        return is_b && !schedule_ab ? run_sm90<TraitsB, kVariantB>(p)
+                                    : run_sm90<TraitsA, kVariant>(p);
       };
       float diffs[2];
       bool failed = false;

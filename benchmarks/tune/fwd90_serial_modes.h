@@ -20,7 +20,8 @@
 // consumer (FwdTraits kSplitQ); `prefetch`, the TMA descriptors prefetched (kPrefetchMaps);
 // `lazy` (session 61), the rows' lazy reference and O's skipped rescale (kLazyRescale);
 // `lazydyn` (session 63), the same on the instances `lazy` left out (windows, the dynamic
-// variant, static ALiBi at d = 128 / 256).
+// variant, static ALiBi at d = 128 / 256); `window256` (session 66), d = 256's window on the
+// padded window instance (lazy there since `lazydyn`) against the dynamic one.
 // tune_fwd90.cu runs them
 // through run_serial_mode / run_order_mode;
 // -DTUNE_FWD90_SERIAL_ONLY builds these modes alone.
@@ -439,6 +440,25 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
                                                                          true, sl);
       ab_sweep<128, LazyOf<128, kA, 0>, LazyOf<128, kA, 8>, kAl>("d128 alibi lazy", b, true, sl);
       ab_sweep<256, LazyOf<256, kA, 0>, LazyOf<256, kA, 8>, kAl>("d256 alibi lazy", b, true, sl);
+    }
+    return true;
+  }
+  if (mode == "window256") {
+    // d = 256's window (1024, 0) on a padded call: the library's instance (the dynamic variant's,
+    // tiles.h fwd_padded_window_sm90 false at 256) against the padded window instance, which
+    // takes the lazy reference (`lazydyn`: 0.947 against itself without it, which had lost
+    // -2.5% to +1% to the dynamic one on the H200, NOTES 12.12); 4k / 8k / 16k, causal, two
+    // passes. Then d = 128's pair (the padded window instance is the library's there) as the
+    // control.
+    g_library_schedule = true;
+    constexpr int kW = fa::kPaddedWindowVariant, kD = fa::kDynamicVariant;
+    constexpr int kWin = kWindow1k | kStaticMask;
+    const std::vector<int> wl = {4096, 8192, 16384};
+    for (int rep = 0; rep < 2; ++rep) {
+      ab_sweep<256, LazyOf<256, kD, -1>, LazyOf<256, kW, -1>, kWindow1k, kWin>(
+          "d256 window dyn|padded", b, false, wl);
+      ab_sweep<128, LazyOf<128, kD, -1>, LazyOf<128, kW, -1>, kWindow1k, kWin>(
+          "d128 window dyn|padded", b, false, wl);
     }
     return true;
   }

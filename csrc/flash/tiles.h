@@ -560,22 +560,39 @@ __host__ __device__ constexpr bool fwd_early_rescale_sm90(int head_dim, bool sta
 // 128 x 176 0.991-0.995, 0.989-0.995; d = 256 128 x 80 0.979-0.981, 0.982-0.993; the short rows
 // (1k) d = 128 128 x 128 0.965 / 0.968, 0.979 / 0.980, but d = 64 128 x 128 1.003 / 1.008, 1.006 /
 // 1.011; d = 64's static ALiBi instance 1.028-1.030, 1.013-1.016 (its bias moves the max along
-// the row). So b = 8 where it won, the running max elsewhere (the dynamic, window, varlen,
-// dropout, ALiBi and d 96 / 192 instances are not measured; softcap's bounded max has no use for
-// it). The build flag FLASHATTN_CU_FWD_LAZY_RESCALE = b >= 0 gives b to every instance but
-// softcap's and d = 256's dynamic and dropout ones (`spills_at_256`: there it moved ptxas's
-// allocation, sm_90a fp16 0 -> 8-12 bytes of spills, 4 / 8 -> 12 / 20), 0 none.
+// the row). Then (tune_fwd90 `lazydyn`, H100 at 9f4d455, the same method; NOTES 12.89,
+// results/tune_fwd90_lazydyn_h100_9f4d455.txt) the instances that rule had left out: the padded
+// window (1024, 0) at 8k / 16k d = 128 0.978-0.979, d = 256 0.947-0.948, d = 64 1.037-1.039; the
+// dynamic variant (varlen, seqused_k) on padded rows at 4k / 16k, non-causal then causal, d = 128
+// 0.974-0.977, 0.944-0.975, d = 64 1.006-1.017, 0.989-1.003; static ALiBi d = 128 1.018-1.025,
+// 1.003-1.009, d = 256 0.967-0.985, 0.915-0.959. So b = 8 where it won, the running max
+// elsewhere (the dropout and dynamic-modifier instances and d 96 / 192 are not measured;
+// softcap's bounded max has no use for it). The build flag FLASHATTN_CU_FWD_LAZY_RESCALE = b >= 0
+// gives b to every instance but softcap's and d = 256's dynamic and dropout ones
+// (`spills_at_256`: there it moved ptxas's allocation, sm_90a fp16 0 -> 8-12 bytes of spills,
+// 4 / 8 -> 12 / 20), 0 none.
 #ifndef FLASHATTN_CU_FWD_LAZY_RESCALE
 #define FLASHATTN_CU_FWD_LAZY_RESCALE -1
 #endif
+// The instance kinds the rule tells apart (sm90/fwd_launch.h LibraryFwdTraits maps its variant).
+enum class FwdLazyKind { kStatic, kStaticAlibi, kPaddedWindow, kDynamic, kOther };
 __host__ __device__ constexpr int fwd_lazy_rescale_sm90(int head_dim, bool softcap,
-                                                        bool spills_at_256, bool static_plain,
+                                                        bool spills_at_256, FwdLazyKind kind,
                                                         bool short_rows) {
   if (softcap || (head_dim > 192 && spills_at_256)) return 0;
   if (FLASHATTN_CU_FWD_LAZY_RESCALE >= 0) return FLASHATTN_CU_FWD_LAZY_RESCALE;
-  const bool won = short_rows ? head_dim == 128
-                              : head_dim == 64 || head_dim == 128 || head_dim == 256;
-  return static_plain && won ? 8 : 0;
+  bool won = false;
+  switch (kind) {
+    case FwdLazyKind::kStatic:
+      won = short_rows ? head_dim == 128
+                       : head_dim == 64 || head_dim == 128 || head_dim == 256;
+      break;
+    case FwdLazyKind::kPaddedWindow: won = head_dim == 128 || head_dim == 256; break;
+    case FwdLazyKind::kDynamic: won = head_dim == 128; break;
+    case FwdLazyKind::kStaticAlibi: won = head_dim == 256; break;
+    case FwdLazyKind::kOther: break;
+  }
+  return won ? 8 : 0;
 }
 // The sm80 forward's lazy reference (sm80/fwd_kernel.h FwdTraits kLazyRescale): the same build
 // flag for every sm80 forward instance (its kvcache ones included), off unless set, until

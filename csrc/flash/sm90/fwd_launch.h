@@ -316,6 +316,12 @@ struct LibraryFwdTraits {
   static constexpr bool kStaticAlibi = kVariant == kStaticAlibiVariant && !kShort;
   static constexpr bool kStaticSoftcap = kVariant == kStaticSoftcapVariant;
   static constexpr bool kCapVariant = kVariant == kSoftcapVariant || kStaticSoftcap;
+  static constexpr FwdLazyKind kLazyKind =  // tiles.h fwd_lazy_rescale_sm90's instance kinds
+      kVariant == kStaticVariant         ? FwdLazyKind::kStatic
+      : kVariant == kStaticAlibiVariant  ? FwdLazyKind::kStaticAlibi
+      : kVariant == kPaddedWindowVariant ? FwdLazyKind::kPaddedWindow
+      : kVariant == kDynamicVariant      ? FwdLazyKind::kDynamic
+                                         : FwdLazyKind::kOther;
   static constexpr bool kLongRows =  // the static long-row tiles
       (kVariant == kStaticVariant || kVariant == kStaticAlibiVariant) && !kShort;
   // The warp-uniform fused exponent on (common/softmax.h ExpPolicy kWarpFused): +3.5% geo over
@@ -337,7 +343,7 @@ struct LibraryFwdTraits {
                                     : fwd_lazy_rescale_sm90(kHeadDim, variant_softcap(kVariant),
                                                             kVariant == kDynamicVariant ||
                                                                 kVariant == kDropoutVariant,
-                                                            kVariant == kStaticVariant, kShort)>;
+                                                            kLazyKind, kShort)>;
   using Single = With<false>;
   // tiles.h fwd_double_q_sm90 (a build flag, off by default): the static variant's tiles, a
   // second Q where the shared memory holds it (with the barriers' and the O
