@@ -121,13 +121,21 @@ def assert_large_logits_against_float64(q, k, v, causal):
     assert_finite(out, lse, *grads)
     out64, lse64, g64 = ref64(q, k, v, causal, dout)
     outb, gbase = fp32_scores_baseline(q, k, v, causal, dout)
-    assert_rule(out, out64, outb, 2, 1e-5, "out")
-    # The fp32 LSE of logits ~300: a few ulp of 300 plus the rounding of the score sums.
-    assert max_abs_diff(lse, lse64) <= 5e-4
+    assert_large_logit_forward(out, lse, out64, lse64, outb, "")
     # Gradients with both baselines: a large k column (the climbing test's) amplifies D's
     # rounding from the 16-bit output, which every FlashAttention backward carries.
     assert_grads_two_baselines(grads, g64, gbase, flash_design_grads(q, k, v, causal, dout, out),
                                "large logits")
+
+
+def assert_large_logit_forward(out, lse, out64, lse64, outb, what):
+    """The forward's part of assert_large_logits_against_float64: out against float64 by the rule
+    with the fp32-scores baseline outb, the LSE within a fixed bound."""
+    assert_finite(out, lse)
+    assert_rule(out, out64, outb, 2, 1e-5, f"{what}out")
+    # The fp32 LSE of logits ~300: a few ulp of 300 plus the rounding of the score sums.
+    err = max_abs_diff(lse, lse64)
+    assert err <= 5e-4, f"{what}lse: max|ours - ref| = {err:.3e} > 5e-4"
 
 
 def assert_finite(*tensors):
@@ -385,9 +393,9 @@ def test_row_max_that_climbs_on_each_forward_instance(call, dtype, head_dim, cau
     """test_row_max_that_climbs_along_the_keys's inputs through the calls that reach the sm90
     forward's window, varlen and ALiBi instances, which run their exponents against the lazy
     reference at some head dims and follow the running max at others (tiles.h
-    fwd_lazy_rescale_sm90): output against float64 by the rule (baseline: the fp32 scores with
-    the same window and bias) and the LSE within 5e-4 (that test's bound). The forward alone: the
-    backward recomputes P from the LSE and has no lazy reference."""
+    fwd_lazy_rescale_sm90): assert_large_logit_forward, its baseline the fp32 scores with the
+    same window and bias. The forward alone: the backward recomputes P from the LSE and has no
+    lazy reference."""
     skip_unless_built(head_dim)
     q, k, v = climbing_inputs(dtype, head_dim)
     sq, sk, h = q.shape[1], k.shape[1], q.shape[2]
@@ -409,9 +417,7 @@ def test_row_max_that_climbs_on_each_forward_instance(call, dtype, head_dim, cau
         out64, lse64 = attention_ref(q.double(), k.double(), v.double(), causal=causal, **kw)
         outb = attention_fp32_scores(q, k, v, causal=causal, **kw)
     assert lse.shape == (1, h, sq), f"lse shape {tuple(lse.shape)}"
-    assert_finite(out, lse)
-    assert_rule(out, out64, outb, 2, 1e-5, f"{call} out")
-    assert max_abs_diff(lse, lse64) <= 5e-4, f"{call} lse: {max_abs_diff(lse, lse64):.3e}"
+    assert_large_logit_forward(out, lse, out64, lse64, outb, f"{call} ")
 
 
 def dk_of_rounding(q, k, v, dout, out, p_rounded):
