@@ -92,7 +92,8 @@ struct BwdSplitTraits {
   static constexpr int kOffDS = kOffP + kPBytes;
   // What P^T's 16 bits leave out (kPLowBits; common/bwd_math.h pack_a_frag_split), from
   // warpgroup 0 to warpgroup 1 beside P^T, so that dS^T is formed from P^T at about twice the
-  // 16-bit precision and rounded once (8 KB; d 256: 219 KB in all).
+  // 16-bit precision and rounded once (kPLowBytes: 8 KB at the library's 16 bits, 219 KB in all
+  // at d 256; 4 KB at 8, none at 0).
   static constexpr int kOffPLow = kOffDS + kPBytes;
   static constexpr int kPLowBytes = kPBytes * kPLowBits / 16;
   static constexpr int kOffMax = kOffPLow + kPLowBytes;
