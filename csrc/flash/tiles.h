@@ -281,9 +281,13 @@ __host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90(int head_dim, bool dynam
 // 315 -> 318 / 321 / 324 and 298 / 304 / 315 -> 316 / 318 / 322 (+3-6%); d = 128 493 / 477 /
 // 488 -> 491 / 474 / 486 and 474 / 459 / 465 -> 486 / 470 / 474 (-0.5% to +2.5%); d = 256 503 /
 // 505 / 508 -> 502 / 492 / 500 and 504 / 508 / 499 -> 492 / 495 / 503 (-2.5% to +1%: its
-// instance spills 4 bytes), so not at d = 256; d = 96 and 192 not measured.
+// instance spilled 4 bytes then), so not at d = 256 until its lazy rescale (fwd_lazy_rescale_sm90
+// kPaddedWindow, no spills): on an H100 (tune_fwd90 `window256`, the same calls, dynamic -> padded,
+// benchmarks/results/tune_fwd90_window256_h100_d1e7ec3.txt) d = 256 497 / 464 / 475 -> 528 / 499 /
+// 509 and 469 / 470 / 474 -> 504 / 506 / 508 (time 0.93-0.96), d = 128's control 0.99-1.01. d = 96
+// and 192 not measured.
 __host__ __device__ constexpr bool fwd_padded_window_sm90(int head_dim) {
-  return head_dim == 64 || head_dim == 128;
+  return head_dim == 64 || head_dim == 128 || head_dim == 256;
 }
 
 // Short rows (the static variant only): a causal tile of 128 (192) query rows over key blocks of
