@@ -21,7 +21,9 @@
 // `lazy` (session 61), the rows' lazy reference and O's skipped rescale (kLazyRescale);
 // `lazydyn` (session 63), the same on the instances `lazy` left out (windows, the dynamic
 // variant, static ALiBi at d = 128 / 256); `window256` (session 66), d = 256's window on the
-// padded window instance (lazy there since `lazydyn`) against the dynamic one.
+// padded window instance (lazy there since `lazydyn`) against the dynamic one; `lazysums`
+// (session 67), O's 1 / l from the sums of the 16-bit P behind the lazy reference
+// (kLazySums) against the library's lazy instances and against the running max.
 // tune_fwd90.cu runs them
 // through run_serial_mode / run_order_mode;
 // -DTUNE_FWD90_SERIAL_ONLY builds these modes alone.
@@ -59,6 +61,13 @@ using LazyStatic = LibStatic<kHeadDim, kShort, false, false, false, kLazy>;
 template <int kHeadDim, int kVariant, int kLazy>
 using LazyOf = typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, false, false, false, false,
                                                    false, -1, false, kLazy>::Type;
+
+// The library's configuration of variant kVariant (kShort: its short-row tile) with FwdTraits
+// kLazyRescale b and kLazySums s (`lazysums`).
+template <int kHeadDim, int kVariant, bool kShort, int kLazy, int kSums>
+using LazySumsOf =
+    typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, false, false, false, false, -1,
+                                        false, kLazy, kSums>::Type;
 
 // Runs `mode` if it is this file's; false otherwise.
 inline bool run_serial_mode(const std::string& mode, const Buffers& b) {
@@ -440,6 +449,47 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
                                                                          true, sl);
       ab_sweep<128, LazyOf<128, kA, 0>, LazyOf<128, kA, 8>, kAl>("d128 alibi lazy", b, true, sl);
       ab_sweep<256, LazyOf<256, kA, 0>, LazyOf<256, kA, 8>, kAl>("d256 alibi lazy", b, true, sl);
+    }
+    return true;
+  }
+  if (mode == "lazysums") {
+    // O's 1 / l from the sums of the 16-bit P behind the lazy reference (B: FwdTraits kLazySums,
+    // 11 mma.sync a warp a step at d = 128's 128 x 176) against the library's lazy instances
+    // without them (A), every instance the library gives b = 8 (tiles.h fwd_lazy_rescale_sm90),
+    // interleaved, two passes; then the running max (A: b = 0, no sums) against the lazy
+    // reference with the sums (B) on the static long rows, which decides between the two if
+    // the sums cost what the lazy reference gained.
+    g_library_schedule = true;
+    constexpr int kS = fa::kStaticVariant, kW = fa::kPaddedWindowVariant;
+    constexpr int kD = fa::kDynamicVariant, kA = fa::kStaticAlibiVariant;
+    constexpr int kWin = kWindow1k | kStaticMask, kAl = kAlibi | kStaticMask;
+    for (int rep = 0; rep < 2; ++rep) {
+      const std::vector<int> sl = {4096, 16384}, wl = {8192, 16384};
+      ab_sweep<128, LazySumsOf<128, kS, false, 8, 0>, LazySumsOf<128, kS, false, 8, 1>>(
+          "d128 128x176 sums", b, true, sl);
+      ab_sweep<64, LazySumsOf<64, kS, false, 8, 0>, LazySumsOf<64, kS, false, 8, 1>>(
+          "d64 192x128 sums", b, true, sl);
+      ab_sweep<256, LazySumsOf<256, kS, false, 8, 0>, LazySumsOf<256, kS, false, 8, 1>>(
+          "d256 128x80 sums", b, true, sl);
+      ab_sweep<128, LazySumsOf<128, kS, true, 8, 0>, LazySumsOf<128, kS, true, 8, 1>>(
+          "d128 128x128 sums", b, true, {1024});
+      ab_sweep<128, LazySumsOf<128, kW, false, 8, 0>, LazySumsOf<128, kW, false, 8, 1>, kWin>(
+          "d128 window sums", b, false, wl);
+      ab_sweep<256, LazySumsOf<256, kW, false, 8, 0>, LazySumsOf<256, kW, false, 8, 1>, kWin>(
+          "d256 window sums", b, false, wl);
+      ab_sweep<128, LazySumsOf<128, kD, false, 8, 0>, LazySumsOf<128, kD, false, 8, 1>,
+               kDynamicPlain>("d128 dynamic sums", b, true, sl);
+      ab_sweep<256, LazySumsOf<256, kA, false, 8, 0>, LazySumsOf<256, kA, false, 8, 1>, kAl>(
+          "d256 alibi sums", b, true, sl);
+    }
+    for (int rep = 0; rep < 2; ++rep) {
+      const std::vector<int> sl = {4096, 16384};
+      ab_sweep<128, LazySumsOf<128, kS, false, 0, 0>, LazySumsOf<128, kS, false, 8, 1>>(
+          "d128 128x176 max|sums", b, true, sl);
+      ab_sweep<64, LazySumsOf<64, kS, false, 0, 0>, LazySumsOf<64, kS, false, 8, 1>>(
+          "d64 192x128 max|sums", b, true, sl);
+      ab_sweep<256, LazySumsOf<256, kS, false, 0, 0>, LazySumsOf<256, kS, false, 8, 1>>(
+          "d256 128x80 max|sums", b, true, sl);
     }
     return true;
   }

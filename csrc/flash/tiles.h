@@ -598,6 +598,25 @@ __host__ __device__ constexpr int fwd_lazy_rescale_sm90(int head_dim, bool softc
   }
   return won ? 8 : 0;
 }
+// O's 1 / l from the sums of the 16-bit P behind the lazy reference (sm90/fwd_traits.h
+// kLazySums). Why (benchmarks/NOTES.md 12.91): the lazy reference cost accuracy. On an H100 at
+// 1144b1e (scripts/diag_fwd_error.py: bf16, unit normal inputs, max |out - float32 reference|)
+// the sm_90a forward's error was 1.23-1.68x cuDNN's and the mma.sync path's on non-causal rows at
+// d = 64 / 128 / 256 (1k, 4k; the mean error +4%), against <= 1.07x before it (9a71b12's FA4 side
+// by side); the causal rows' largest errors, on rows whose reference is their max, were equal.
+// A torch emulation (scripts/diag_lazy_emul.py, d = 128, bf16, 4k keys) puts the loss on rows
+// whose weight one key holds, where the running max leaves that key's P exactly 1 and the lazy
+// reference rounds it: on tests/test_numerics.py one_key_inputs' rows the largest error 1.93x
+// the running max's and the mean 1.47x, with the used sums 1.00x / 1.00x; on unit logits
+// scaled 2.5 / 4 / 6 the largest 1.07 / 1.59 / 1.51x, with the sums 1.00 / 1.11 / 1.00x (the
+// mean +17 / 10 / 8% with the sums, +21 / 17 / 21% without). Off until measured (tune_fwd90
+// `lazysums` for the time; the suite, test_weight_on_a_key_past_the_first_block among it, and
+// diag_fwd_error.py under the build flag FLASHATTN_CU_FWD_LAZY_SUMS=1 for the rest).
+#ifndef FLASHATTN_CU_FWD_LAZY_SUMS
+#define FLASHATTN_CU_FWD_LAZY_SUMS 0
+#endif
+__host__ __device__ constexpr bool fwd_lazy_sums_sm90() { return FLASHATTN_CU_FWD_LAZY_SUMS != 0; }
+
 // The sm80 forward's lazy reference (sm80/fwd_kernel.h FwdTraits kLazyRescale): the same build
 // flag for every sm80 forward instance (its kvcache ones included), off unless set, until
 // tune_fwd `lazy` has measured it (on an H100 through the sm80 kernels; Ampere not measured).

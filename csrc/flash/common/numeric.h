@@ -17,6 +17,8 @@ struct ElementOps;
 
 template <>
 struct ElementOps<__half> {
+  // (1.0, 1.0) as one register: a ones column for mma's B operand (row sums of an A fragment).
+  static constexpr uint32_t kOnePair = 0x3c003c00u;
   // Two floats -> one 32-bit register holding (lo, hi) as fp16, round to nearest.
   static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
     __half2 h = __floats2half2_rn(lo, hi);
@@ -34,6 +36,7 @@ struct ElementOps<__half> {
 
 template <>
 struct ElementOps<__nv_bfloat16> {
+  static constexpr uint32_t kOnePair = 0x3f803f80u;  // (1.0, 1.0)
   static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
     __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&h);

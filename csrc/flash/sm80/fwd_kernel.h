@@ -502,7 +502,7 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
         }
       }
       if constexpr (kBoundedRef) {
-        constexpr uint32_t kOnes = 0x3f803f80u;  // (1.0, 1.0) in bf16
+        constexpr uint32_t kOnes = Ops::kOnePair;
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) Ops::mma(used_acc[mt], pa[mt], kOnes, kOnes);
       }

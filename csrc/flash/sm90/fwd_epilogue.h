@@ -21,9 +21,10 @@
 namespace flashattn_cu::sm90 {
 
 // acc_o: the warpgroup's unnormalized O; softmax: its rows' online softmax state, finalized
-// here; used_acc: the bounded reference's sums of the 16-bit P (kBounded, FwdTraits
-// kBoundedRef); qs: the tile's Q buffer (kOInQ: the staging box and the buffer released here).
-template <typename Element, typename Traits, int kVariant, bool kBounded>
+// here; used_acc: the sums of the 16-bit P that P V read (kUsedSums: FwdTraits kBoundedRef, or
+// kLazySums), which 1 / l is then of; qs: the tile's Q buffer (kOInQ: the staging box and the
+// buffer released here).
+template <typename Element, typename Traits, int kVariant, bool kUsedSums>
 __device__ __forceinline__ void store_tile_output(const FwdTmaParams& tp, const FwdWork& w,
                                                   uint32_t s_base, int consumer,
                                                   const QSlot<Traits>& qs,
@@ -49,7 +50,7 @@ __device__ __forceinline__ void store_tile_output(const FwdTmaParams& tp, const 
   RowStats row_stats[1][2];
   const float used_sums[1][2] = {{used_acc[0], used_acc[2]}};
   softmax.finalize(kp.score.score_scale, inv_l, row_lse, row_stats,
-                   kBounded ? used_sums : nullptr);
+                   kUsedSums ? used_sums : nullptr);
   if constexpr (variant_dropout(kVariant)) {
     inv_l[0][0] *= kp.dropout.rp;
     inv_l[0][1] *= kp.dropout.rp;

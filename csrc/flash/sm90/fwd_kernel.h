@@ -128,6 +128,14 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   // read by P V (used_acc[hr * 2]: row g + 8 hr's, reduced over the quad by the MMA).
   constexpr bool kBounded = Traits::kBoundedRef && kSoftcapAlone && kBf16;
   static_assert(!kBounded || !Traits::kEarlyRescale, "kBoundedRef: no rescale to move");
+  // FwdTraits kLazySums: the same sums behind the lazy reference, rescaled with O.
+  constexpr bool kLazySums = Traits::kLazySums && Traits::kLazyRescale > 0 && !kBounded &&
+                             !variant_dropout(kVariant);
+  constexpr bool kUsedSums = kBounded || kLazySums;
+  // Where a step adds P_{i-1}'s sums: under S_i (Traits::kSumsUnderS), and with the early
+  // rescale always there, after O and the sums take step i - 1's factors (at the pack they would
+  // get them twice); otherwise at the pack, after step i's rescale.
+  constexpr bool kSumsLate = kUsedSums && (Traits::kSumsUnderS || Traits::kEarlyRescale);
   float used_acc[4] = {0.f, 0.f, 0.f, 0.f};
 
   if (w.num_blocks > 0) {
@@ -291,10 +299,10 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         dropout_of(kp, batch, head).drop(acc_s, m_start + warp_row0, n * kBlockN, lane);
       }
     };
-    // The bounded reference's sums of the 16-bit P in p16 (used_acc).
+    // The sums of the 16-bit P in p16 (used_acc), row by row (kUsedSums).
     auto sum_used = [&] {
-      if constexpr (kBounded) {
-        constexpr uint32_t kOnes = 0x3f803f80u;  // (1.0, 1.0) in bf16
+      if constexpr (kUsedSums) {
+        constexpr uint32_t kOnes = Ops::kOnePair;
 #pragma unroll
         for (int kk = 0; kk < kBlockN / 16; ++kk) Ops::mma(used_acc, p16[kk], kOnes, kOnes);
       }
@@ -307,7 +315,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         p16[kk][2] = Ops::pack(acc_s[0][2 * kk + 1][0], acc_s[0][2 * kk + 1][1]);
         p16[kk][3] = Ops::pack(acc_s[0][2 * kk + 1][2], acc_s[0][2 * kk + 1][3]);
       }
-      if constexpr (kBounded && !Traits::kSumsUnderS) sum_used();
+      if constexpr (kUsedSums && !kSumsLate) sum_used();
     };
 
     float ref[1][2], rescale[1][2];
@@ -315,6 +323,10 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     // a warp whose factors are all exactly 1).
     auto rescale_o = [&] {
       OnlineSoftmax<1>::rescale_output_for<Traits::kLazyRescale>(acc_o, rescale);
+      if constexpr (kLazySums) {  // used_acc[hr * 2 + c]: row g + 8 hr's
+#pragma unroll
+        for (int e = 0; e < 4; ++e) used_acc[e] *= rescale[0][e / 2];
+      }
     };
     BlockHalf half;  // the keys of the step's S (the next step's P V)
     // Step i's S GEMM with nothing else in flight, from its K wait to its softmax: step 0, and
@@ -431,7 +443,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         }
         issue_pv(prev.stage, half);
         turns.end();
-        if constexpr (kBounded && Traits::kSumsUnderS) sum_used();  // P_{i-1}'s
+        if constexpr (kSumsLate) sum_used();  // P_{i-1}'s
         half = s_half;
         ptx::wgmma_wait<1>();  // S_i has landed; P_{i-1} V_{i-1} may still run
         ptx::fence_operand(acc_s[0]);
@@ -456,7 +468,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     // The last block's P V.
     if constexpr (Traits::kEarlyRescale) rescale_o();
     pv_alone(w.num_blocks - 1, [&] {
-      if constexpr (kBounded && Traits::kSumsUnderS) sum_used();
+      if constexpr (kSumsLate) sum_used();
       ahead();  // under the GEMM
     });
     clock.mark(kPhaseLastPV);
@@ -464,8 +476,8 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     ahead();
   }
 
-  store_tile_output<Element, Traits, kVariant, kBounded>(tp, w, s_base, consumer, qs, softmax,
-                                                        used_acc, acc_o);
+  store_tile_output<Element, Traits, kVariant, kUsedSums>(tp, w, s_base, consumer, qs, softmax,
+                                                         used_acc, acc_o);
   clock.mark(kPhaseEpilogue);
   clock.count(w.num_blocks);
 }

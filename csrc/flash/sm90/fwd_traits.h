@@ -47,7 +47,7 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           bool kModsPerTile_ = true, bool kCapInterleave_ = false,
           bool kBoundedRef_ = false, bool kSumsUnderS_ = false, bool kSerialPV_ = false,
           bool kDoubleQ_ = false, bool kSplitQ_ = false, bool kPrefetchMaps_ = false,
-          bool kPublishTiles_ = false, int kLazyRescale_ = 0>
+          bool kPublishTiles_ = false, int kLazyRescale_ = 0, bool kLazySums_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // b > 0: each row's exponents against a lazy reference (common/softmax.h new_max kLazyLog2),
@@ -56,6 +56,15 @@ struct FwdTraits {
   // between its P V landing and its next turn, benchmarks/NOTES.md 12.79). 0: the running max,
   // O rescaled at every step. A tuning knob (tune_fwd90 `lazy`; tiles.h fwd_lazy_rescale_sm90).
   static constexpr int kLazyRescale = kLazyRescale_;
+  // With kLazyRescale: O's 1 / l from the sums of the 16-bit P the P V product reads (one
+  // mma.sync per P fragment against a ones column, as kBoundedRef's), rescaled with O, while l
+  // (the fp32 P's sums) still gives the LSE and the backward's row statistics. Why: with the
+  // running max a row's largest P is exactly 1; behind a reference that did not move to the
+  // row's max none is, so O / l carried that P's 16-bit rounding (up to 2^-9 of the row's
+  // output where one key holds its weight); with the used sums O is a convex combination of V's
+  // rows in exactly the weights the product used. Not with dropout (P V reads the dropped P).
+  // A knob (tiles.h fwd_lazy_sums_sm90; tune_fwd90 `lazysums`; benchmarks/NOTES.md 12.91).
+  static constexpr bool kLazySums = kLazySums_;
   // The producer hands out the walk's tiles through shared memory (fwd_work.h
   // fwd_published_tiles, which also takes them for the varlen-decoding instances), so the call
   // may run on the dynamic scheduler: a tuning knob (tune_fwd90 `dyn256`).
