@@ -69,6 +69,22 @@ using LazySumsOf =
     typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, false, false, false, false, -1,
                                         false, kLazy, kSums>::Type;
 
+// `lazysums` on the static variant's long-row tiles (d 128 128 x 176, d 64 192 x 128, d 256
+// 128 x 80) at 4k / 16k, causal and not: A with FwdTraits kLazyRescale kLazyA and kLazySums
+// kSumsA, B the lazy reference with the sums; what: the rows' label after the tile.
+template <int kLazyA, int kSumsA>
+void lazysums_long_rows(const Buffers& b, const char* what) {
+  constexpr int kS = fa::kStaticVariant;
+  const std::vector<int> sl = {4096, 16384};
+  const auto label = [what](const char* tile) { return std::string(tile) + " " + what; };
+  ab_sweep<128, LazySumsOf<128, kS, false, kLazyA, kSumsA>, LazySumsOf<128, kS, false, 8, 1>>(
+      label("d128 128x176").c_str(), b, true, sl);
+  ab_sweep<64, LazySumsOf<64, kS, false, kLazyA, kSumsA>, LazySumsOf<64, kS, false, 8, 1>>(
+      label("d64 192x128").c_str(), b, true, sl);
+  ab_sweep<256, LazySumsOf<256, kS, false, kLazyA, kSumsA>, LazySumsOf<256, kS, false, 8, 1>>(
+      label("d256 128x80").c_str(), b, true, sl);
+}
+
 // Runs `mode` if it is this file's; false otherwise.
 inline bool run_serial_mode(const std::string& mode, const Buffers& b) {
   if (mode != "serial3") return false;
@@ -465,12 +481,7 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
     constexpr int kWin = kWindow1k | kStaticMask, kAl = kAlibi | kStaticMask;
     for (int rep = 0; rep < 2; ++rep) {
       const std::vector<int> sl = {4096, 16384}, wl = {8192, 16384};
-      ab_sweep<128, LazySumsOf<128, kS, false, 8, 0>, LazySumsOf<128, kS, false, 8, 1>>(
-          "d128 128x176 sums", b, true, sl);
-      ab_sweep<64, LazySumsOf<64, kS, false, 8, 0>, LazySumsOf<64, kS, false, 8, 1>>(
-          "d64 192x128 sums", b, true, sl);
-      ab_sweep<256, LazySumsOf<256, kS, false, 8, 0>, LazySumsOf<256, kS, false, 8, 1>>(
-          "d256 128x80 sums", b, true, sl);
+      lazysums_long_rows<8, 0>(b, "sums");
       ab_sweep<128, LazySumsOf<128, kS, true, 8, 0>, LazySumsOf<128, kS, true, 8, 1>>(
           "d128 128x128 sums", b, true, {1024});
       ab_sweep<128, LazySumsOf<128, kW, false, 8, 0>, LazySumsOf<128, kW, false, 8, 1>, kWin>(
@@ -482,15 +493,7 @@ inline bool run_order_mode(const std::string& mode, const Buffers& b) {
       ab_sweep<256, LazySumsOf<256, kA, false, 8, 0>, LazySumsOf<256, kA, false, 8, 1>, kAl>(
           "d256 alibi sums", b, true, sl);
     }
-    for (int rep = 0; rep < 2; ++rep) {
-      const std::vector<int> sl = {4096, 16384};
-      ab_sweep<128, LazySumsOf<128, kS, false, 0, 0>, LazySumsOf<128, kS, false, 8, 1>>(
-          "d128 128x176 max|sums", b, true, sl);
-      ab_sweep<64, LazySumsOf<64, kS, false, 0, 0>, LazySumsOf<64, kS, false, 8, 1>>(
-          "d64 192x128 max|sums", b, true, sl);
-      ab_sweep<256, LazySumsOf<256, kS, false, 0, 0>, LazySumsOf<256, kS, false, 8, 1>>(
-          "d256 128x80 max|sums", b, true, sl);
-    }
+    for (int rep = 0; rep < 2; ++rep) lazysums_long_rows<0, 0>(b, "max|sums");
     return true;
   }
   if (mode == "window256") {
