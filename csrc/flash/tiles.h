@@ -620,6 +620,8 @@ __host__ __device__ constexpr bool fwd_lazy_sums_sm90() { return FLASHATTN_CU_FW
 // The sm80 forward's lazy reference (sm80/fwd_kernel.h FwdTraits kLazyRescale): the same build
 // flag for every sm80 forward instance (its kvcache ones included), off unless set, until
 // tune_fwd `lazy` has measured it (on an H100 through the sm80 kernels; Ampere not measured).
+// It has no used sums (fwd_lazy_sums_sm90's fix), so with the flag it carries the accuracy cost
+// found on the sm90a forward (benchmarks/NOTES.md 12.91).
 __host__ __device__ constexpr int fwd_lazy_rescale_sm80() {
   return FLASHATTN_CU_FWD_LAZY_RESCALE > 0 ? FLASHATTN_CU_FWD_LAZY_RESCALE : 0;
 }
