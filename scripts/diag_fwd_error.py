@@ -1,9 +1,11 @@
 """The forward's error against a float32 reference, per kernel path, beside cuDNN's.
 
 bench_fa4.py's shapes (batch = 16384 // seqlen, nheads = 2048 // d, bf16, unit normal inputs):
-max |out - ref| for the library's auto path (the sm_90a forward on Hopper), the mma.sync path
-forced (flashattn_cu.testing.kernel_path("sm80")) and SDPA's cuDNN backend, and each path's ratio
-to cuDNN's. A diagnosis, not a test: run on the device, `python3 scripts/diag_fwd_error.py`.
+max and mean |out - ref| for the library's auto path (the sm_90a forward on Hopper), the mma.sync
+path forced (flashattn_cu.testing.kernel_path("sm80"): the running max) and SDPA's cuDNN backend,
+each path's ratio to cuDNN's and auto's to sm80's, and a SUMMARY of the last over the shapes. A
+diagnosis, not a test (benchmarks/NOTES.md 12.91): run on the device,
+`python3 scripts/diag_fwd_error.py [--qscales 1,4] [--dtype fp16]`.
 """
 import argparse
 
@@ -30,14 +32,16 @@ def main():
     ap.add_argument("--seqlens", default="1024,4096")
     ap.add_argument("--qscales", default="1",
                     help="q multiplied by each (logits' spread: peakier rows as it grows)")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     args = ap.parse_args()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     torch.manual_seed(0)
+    ratios = []  # (auto / sm80 largest, auto / sm80 mean) per shape
     for qs, d in ((float(a), int(x)) for a in args.qscales.split(",") for x in args.dims.split(",")):
         for s in (int(x) for x in args.seqlens.split(",")):
             for causal in (False, True):
                 b, h = max(1, 4096 // s), 2048 // d // 4
-                q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16)
-                           for _ in range(3))
+                q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=dtype) for _ in range(3))
                 q = (q.float() * qs).to(q.dtype)
                 ref = reference(q, k, v, causal)
                 errs = {}
@@ -49,11 +53,17 @@ def main():
                                                        is_causal=causal).transpose(1, 2)
                 errs["cudnn"] = (o.float() - ref).abs()
                 c = errs["cudnn"]
+                a, m = errs["auto"], errs["sm80"]
+                ratios.append((a.max().item() / m.max().item(), a.mean().item() / m.mean().item()))
                 print(f"q x{qs:g} d={d} s={s} causal={int(causal)}: max " +
                       " ".join(f"{n} {e.max().item():.3e}" for n, e in errs.items()) +
                       " | mean " + " ".join(f"{n} {e.mean().item():.3e}" for n, e in errs.items()) +
                       f" | max/cudnn auto {errs['auto'].max().item() / c.max().item():.2f}"
-                      f" sm80 {errs['sm80'].max().item() / c.max().item():.2f}", flush=True)
+                      f" sm80 {errs['sm80'].max().item() / c.max().item():.2f}"
+                      f" | auto/sm80 max {ratios[-1][0]:.2f} mean {ratios[-1][1]:.3f}", flush=True)
+    print(f"SUMMARY {args.dtype}: auto / sm80 (the mma.sync path, running max) over {len(ratios)} "
+          f"shapes: largest error {min(r[0] for r in ratios):.2f}..{max(r[0] for r in ratios):.2f}, "
+          f"mean error {min(r[1] for r in ratios):.3f}..{max(r[1] for r in ratios):.3f}")
 
 
 if __name__ == "__main__":
