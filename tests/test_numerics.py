@@ -457,7 +457,7 @@ def lazy_reference_without_sums(names):
         if not any(part in n for part in attn_helpers.SM90_FWD_KERNEL):
             continue
         found = re.search(r"FwdTraits<[^<>]*, (\d+), (true|false)>", n) or \
-            re.search(r"ELi(\d+)ELb([01])EEELi\d+ELb[01]EEvNS0_12FwdTmaParams", n)
+            re.search(r"ELi(\d+)ELb([01])EEELi\d+ELb[01]EEEvNS0_12FwdTmaParams", n)
         if found:
             return int(found.group(1)) > 0 and found.group(2) in ("false", "0")
     return False

@@ -137,7 +137,7 @@ def test_padded_window_instance_is_the_one_that_runs():
         assert len(names) == 1, names
         # fwd_kernel<Element, Traits, kVariant, kCompactOnly>(FwdTmaParams), demangled or not
         found = re.search(r"fwd_kernel<.*>, (\d+), (?:true|false)>\(", names[0]) or \
-            re.search(r"EELi(\d+)ELb[01]EEvNS0_12FwdTmaParams", names[0])
+            re.search(r"EELi(\d+)ELb[01]EEEvNS0_12FwdTmaParams", names[0])
         assert found, f"no kernel variant in {names[0]}"
         return int(found.group(1))
 
