@@ -2,7 +2,7 @@
 // several (kBlockM, kBlockN, stages, ping-pong) instances on flash_attn's benchmark shapes (bf16,
 // 16k tokens, hidden 2048) with CUDA events (median of 20) and prints TFLOP/s, each instance's
 // output first checked against the sm80 kernel's on the same inputs (the measuring parts:
-// fwd90_harness.h; this file, fwd90_chain_modes.h, fwd90_serial_modes.h and
+// fwd90_harness.h; this file, fwd90_chain_modes.h, fwd90_serial_modes.h, fwd90_lazy_modes.h and
 // fwd90_dynamic_modes.h: the modes, which configurations each
 // measures). Build and run (device):
 //   nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1 \
@@ -18,6 +18,7 @@
 #endif
 #include "fwd90_harness.h"
 #include "fwd90_dynamic_modes.h"
+#include "fwd90_lazy_modes.h"
 #include "fwd90_serial_modes.h"
 #include "library_status.h"
 
@@ -64,6 +65,8 @@ int main(int argc, char** argv) {
   // Three consumers with a consumer's GEMMs one after the other, and the causal tile orders
   // (fwd90_serial_modes.h).
   if (run_serial_mode(only, b) || run_order_mode(only, b)) return 0;
+  // The lazy row reference's A/Bs (fwd90_lazy_modes.h).
+  if (run_lazy_mode(only, b)) return 0;
   // d 256's causal calls on the dynamic tile scheduler (fwd90_dynamic_modes.h).
   if (run_dynamic_mode(only, b)) return 0;
 #ifndef TUNE_FWD90_SERIAL_ONLY

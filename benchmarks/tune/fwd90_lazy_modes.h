@@ -1,0 +1,152 @@
+// tune_fwd90's modes of the forward's lazy row reference (sm90/fwd_traits.h kLazyRescale,
+// kLazySums; tiles.h fwd_lazy_rescale_sm90, fwd_lazy_sums_sm90): `lazy` (session 61), the rows'
+// lazy reference and O's skipped rescale against the running max; `lazydyn` (session 63), the
+// same on the instances `lazy` left out (windows, the dynamic variant, static ALiBi at d = 128 /
+// 256); `window256` (session 66), d = 256's window on the padded window instance (lazy there
+// since `lazydyn`) against the dynamic one; `lazysums` (session 67), O's 1 / l from the sums of
+// the 16-bit P behind the lazy reference against the library's lazy instances and against the
+// running max (benchmarks/NOTES.md 12.79, 12.83, 12.89, 12.91). tune_fwd90.cu runs them through
+// run_lazy_mode, in -DTUNE_FWD90_SERIAL_ONLY builds too.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fwd90_harness.h"
+#include "fwd90_serial_modes.h"  // LibStatic
+
+// The library's static configuration with FwdTraits kLazyRescale b (`lazy`).
+template <int kHeadDim, bool kShort, int kLazy>
+using LazyStatic = LibStatic<kHeadDim, kShort, false, false, false, kLazy>;
+
+// The library's configuration of variant kVariant (long rows) with FwdTraits kLazyRescale b.
+template <int kHeadDim, int kVariant, int kLazy>
+using LazyOf = typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, false, false, false, false,
+                                                   false, -1, false, kLazy>::Type;
+
+// The library's configuration of variant kVariant (kShort: its short-row tile) with FwdTraits
+// kLazyRescale b and kLazySums s (`lazysums`).
+template <int kHeadDim, int kVariant, bool kShort, int kLazy, int kSums>
+using LazySumsOf =
+    typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, false, false, false, false, -1,
+                                        false, kLazy, kSums>::Type;
+
+// `lazysums` on the static variant's long-row tiles (d 128 128 x 176, d 64 192 x 128, d 256
+// 128 x 80) at 4k / 16k, causal and not: A with FwdTraits kLazyRescale kLazyA and kLazySums
+// kSumsA, B the lazy reference with the sums; what: the rows' label after the tile.
+template <int kLazyA, int kSumsA>
+void lazysums_long_rows(const Buffers& b, const char* what) {
+  constexpr int kS = fa::kStaticVariant;
+  const std::vector<int> sl = {4096, 16384};
+  const auto label = [what](const char* tile) { return std::string(tile) + " " + what; };
+  ab_sweep<128, LazySumsOf<128, kS, false, kLazyA, kSumsA>, LazySumsOf<128, kS, false, 8, 1>>(
+      label("d128 128x176").c_str(), b, true, sl);
+  ab_sweep<64, LazySumsOf<64, kS, false, kLazyA, kSumsA>, LazySumsOf<64, kS, false, 8, 1>>(
+      label("d64 192x128").c_str(), b, true, sl);
+  ab_sweep<256, LazySumsOf<256, kS, false, kLazyA, kSumsA>, LazySumsOf<256, kS, false, 8, 1>>(
+      label("d256 128x80").c_str(), b, true, sl);
+}
+
+// Runs `mode` if it is this file's; false otherwise.
+inline bool run_lazy_mode(const std::string& mode, const Buffers& b) {
+  if (mode == "lazy") {
+    // A lazy reference (B: FwdTraits kLazyRescale 8, common/softmax.h new_max kLazyLog2: a row's
+    // reference moves only where a key block's max passes it by 2^8 in P, and a warp whose rows
+    // all keep theirs skips O's rescale) against the running max (A: kLazyRescale 0), the library's
+    // tiles and schedule, interleaved, two passes: the long-row tiles at 4k / 8k / 16k, the
+    // short ones at 1k, and ALiBi's static instance (its bias moves the max along a row).
+    g_library_schedule = true;
+    using fa::sm90::LibraryFwdTraits;
+    constexpr int kA = fa::kStaticAlibiVariant;
+    for (int rep = 0; rep < 2; ++rep) {
+      const std::vector<int> sl = {4096, 8192, 16384};
+      ab_sweep<128, LazyStatic<128, false, 0>, LazyStatic<128, false, 8>>(
+          "d128 128x176 lazy", b, true, sl);
+      ab_sweep<64, LazyStatic<64, false, 0>, LazyStatic<64, false, 8>>(
+          "d64 192x128 lazy", b, true, sl);
+      ab_sweep<256, LazyStatic<256, false, 0>, LazyStatic<256, false, 8>>(
+          "d256 128x80 lazy", b, true, sl);
+      ab_sweep<128, LazyStatic<128, true, 0>, LazyStatic<128, true, 8>>(
+          "d128 128x128 lazy", b, true, {1024});
+      ab_sweep<64, LazyStatic<64, true, 0>, LazyStatic<64, true, 8>>(
+          "d64 128x128 lazy", b, true, {1024});
+      ab_sweep<64, LibraryFwdTraits<64, kA, false, false, false, false, false, -1, false, 0>::Type,
+               LibraryFwdTraits<64, kA, false, false, false, false, false, -1, false, 8>::Type,
+               kAlibi | kStaticMask>("d64 alibi lazy", b, true, {4096, 16384});
+    }
+    return true;
+  }
+  if (mode == "lazydyn") {
+    // `lazy` (b = 8 against the running max, interleaved, two passes) on the instances the
+    // library's rule leaves on the running max because they were not measured (tiles.h
+    // fwd_lazy_rescale_sm90): the padded window (1024, 0) at 8k / 16k, the dynamic variant on
+    // padded rows (the instance of varlen and seqused_k calls) at 4k / 16k, and the static ALiBi
+    // instance at d = 128 / 256 (d = 64's lost in `lazy`). Not d = 256's dynamic instance (ptxas
+    // spilled it with the lazy reference).
+    g_library_schedule = true;
+    constexpr int kW = fa::kPaddedWindowVariant, kD = fa::kDynamicVariant;
+    constexpr int kA = fa::kStaticAlibiVariant;
+    constexpr int kWin = kWindow1k | kStaticMask, kAl = kAlibi | kStaticMask;
+    for (int rep = 0; rep < 2; ++rep) {
+      const std::vector<int> wl = {8192, 16384}, sl = {4096, 16384};
+      ab_sweep<128, LazyOf<128, kW, 0>, LazyOf<128, kW, 8>, kWin>("d128 window lazy", b, false, wl);
+      ab_sweep<64, LazyOf<64, kW, 0>, LazyOf<64, kW, 8>, kWin>("d64 window lazy", b, false, wl);
+      ab_sweep<256, LazyOf<256, kW, 0>, LazyOf<256, kW, 8>, kWin>("d256 window lazy", b, false, wl);
+      ab_sweep<128, LazyOf<128, kD, 0>, LazyOf<128, kD, 8>, kDynamicPlain>("d128 dynamic lazy", b,
+                                                                            true, sl);
+      ab_sweep<64, LazyOf<64, kD, 0>, LazyOf<64, kD, 8>, kDynamicPlain>("d64 dynamic lazy", b,
+                                                                         true, sl);
+      ab_sweep<128, LazyOf<128, kA, 0>, LazyOf<128, kA, 8>, kAl>("d128 alibi lazy", b, true, sl);
+      ab_sweep<256, LazyOf<256, kA, 0>, LazyOf<256, kA, 8>, kAl>("d256 alibi lazy", b, true, sl);
+    }
+    return true;
+  }
+  if (mode == "lazysums") {
+    // O's 1 / l from the sums of the 16-bit P behind the lazy reference (B: FwdTraits kLazySums,
+    // 11 mma.sync a warp a step at d = 128's 128 x 176) against the library's lazy instances
+    // without them (A), every instance the library gives b = 8 (tiles.h fwd_lazy_rescale_sm90),
+    // interleaved, two passes; then the running max (A: b = 0, no sums) against the lazy
+    // reference with the sums (B) on the static long rows, which decides between the two if
+    // the sums cost what the lazy reference gained.
+    g_library_schedule = true;
+    constexpr int kS = fa::kStaticVariant, kW = fa::kPaddedWindowVariant;
+    constexpr int kD = fa::kDynamicVariant, kA = fa::kStaticAlibiVariant;
+    constexpr int kWin = kWindow1k | kStaticMask, kAl = kAlibi | kStaticMask;
+    for (int rep = 0; rep < 2; ++rep) {
+      const std::vector<int> sl = {4096, 16384}, wl = {8192, 16384};
+      lazysums_long_rows<8, 0>(b, "sums");
+      ab_sweep<128, LazySumsOf<128, kS, true, 8, 0>, LazySumsOf<128, kS, true, 8, 1>>(
+          "d128 128x128 sums", b, true, {1024});
+      ab_sweep<128, LazySumsOf<128, kW, false, 8, 0>, LazySumsOf<128, kW, false, 8, 1>, kWin>(
+          "d128 window sums", b, false, wl);
+      ab_sweep<256, LazySumsOf<256, kW, false, 8, 0>, LazySumsOf<256, kW, false, 8, 1>, kWin>(
+          "d256 window sums", b, false, wl);
+      ab_sweep<128, LazySumsOf<128, kD, false, 8, 0>, LazySumsOf<128, kD, false, 8, 1>,
+               kDynamicPlain>("d128 dynamic sums", b, true, sl);
+      ab_sweep<256, LazySumsOf<256, kA, false, 8, 0>, LazySumsOf<256, kA, false, 8, 1>, kAl>(
+          "d256 alibi sums", b, true, sl);
+    }
+    for (int rep = 0; rep < 2; ++rep) lazysums_long_rows<0, 0>(b, "max|sums");
+    return true;
+  }
+  if (mode == "window256") {
+    // d = 256's window (1024, 0) on a padded call: the dynamic variant's instance (the
+    // library's until 1144b1e, tiles.h fwd_padded_window_sm90 false at 256) against the padded
+    // window one, which takes the lazy reference (`lazydyn`: 0.947 against itself without it,
+    // which had lost -2.5% to +1% to the dynamic one on the H200, NOTES 12.12); 4k / 8k / 16k,
+    // causal, two passes. Then d = 128's pair (the padded window instance is the library's
+    // there) as the control.
+    g_library_schedule = true;
+    constexpr int kW = fa::kPaddedWindowVariant, kD = fa::kDynamicVariant;
+    constexpr int kWin = kWindow1k | kStaticMask;
+    const std::vector<int> wl = {4096, 8192, 16384};
+    for (int rep = 0; rep < 2; ++rep) {
+      ab_sweep<256, LazyOf<256, kD, -1>, LazyOf<256, kW, -1>, kWindow1k, kWin>(
+          "d256 window dyn|padded", b, false, wl);
+      ab_sweep<128, LazyOf<128, kD, -1>, LazyOf<128, kW, -1>, kWindow1k, kWin>(
+          "d128 window dyn|padded", b, false, wl);
+    }
+    return true;
+  }
+  return false;
+}
