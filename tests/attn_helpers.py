@@ -1,8 +1,10 @@
 """Helpers shared by the GPU tests: input construction and the error rule."""
 
+import collections
 import concurrent.futures
 import itertools
 import os
+import re
 import subprocess
 
 import torch
@@ -392,6 +394,25 @@ def kernel_names(fn):
 
 
 SM90_FWD_KERNEL = ("sm90::fwd_kernel", "4sm9010fwd_kernel")  # demangled, mangled
+
+# What sm90_fwd_instance reads: fwd_kernel<Element, FwdTraits<..., kLazyRescale, kLazySums>,
+# kVariant, kCompactOnly>(FwdTmaParams), demangled or mangled (FwdTraits' last two arguments,
+# then the kernel's variant).
+_SM90_FWD_ARGS = (re.compile(r"FwdTraits<[^<>]*, (\d+), (true|false)>, (\d+), (?:true|false)>\("),
+                  re.compile(r"ELi(\d+)ELb([01])EEELi(\d+)ELb[01]EEEvNS0_12FwdTmaParams"))
+Sm90FwdInstance = collections.namedtuple("Sm90FwdInstance", "variant lazy sums")
+
+
+def sm90_fwd_instance(name):
+    """The sm90 forward instance a kernel name (kernel_names) shows: its variant
+    (problem/mask.h KernelVariant), FwdTraits kLazyRescale and kLazySums; None for another
+    kernel."""
+    if not any(part in name for part in SM90_FWD_KERNEL):
+        return None
+    found = _SM90_FWD_ARGS[0].search(name) or _SM90_FWD_ARGS[1].search(name)
+    assert found, f"no template arguments read in {name}"
+    return Sm90FwdInstance(int(found.group(3)), int(found.group(1)),
+                           found.group(2) in ("true", "1"))
 
 
 def kernel_grids(fn, name_parts):

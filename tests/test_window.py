@@ -3,13 +3,11 @@ reference by the rule, over windows, causal, seqlen pairs, MHA/GQA, dtypes and h
 and varlen; rows that see no key; and the block-skipping that makes its cost scale with the
 window (tested on the host in tests/cpp/api_checks.cpp, measured in the benchmark)."""
 
-import re
-
 import pytest
 import torch
 
 from attn_helpers import (HEADS, assert_lse_rule, assert_rule, cu_seqlens, instance_for,
-                          kernel_names, make_qkv, sm90_built)
+                          kernel_names, make_qkv, sm90_built, sm90_fwd_instance)
 from flashattn_cu import _C, flash_attn_func, flash_attn_varlen_func
 from flashattn_cu.testing import attention_ref, kernel_path
 
@@ -133,21 +131,16 @@ def test_padded_window_instance_is_the_one_that_runs():
         pytest.skip("needs an sm_90 GPU and sm_90a code")
 
     def variant(fn):
-        names = [n for n in kernel_names(fn) if "fwd_kernel" in n and "sm90" in n]
-        assert len(names) == 1, names
-        # fwd_kernel<Element, Traits, kVariant, kCompactOnly>(FwdTmaParams), demangled or not
-        found = re.search(r"fwd_kernel<.*>, (\d+), (?:true|false)>\(", names[0]) or \
-            re.search(r"EELi(\d+)ELb[01]EEEvNS0_12FwdTmaParams", names[0])
-        assert found, f"no kernel variant in {names[0]}"
-        return int(found.group(1))
+        found = [i for i in map(sm90_fwd_instance, kernel_names(fn)) if i is not None]
+        assert len(found) == 1, found
+        return found[0].variant
 
     for d, dtype in ((64, torch.float16), (128, torch.bfloat16), (256, torch.bfloat16)):
         if instance_for(d) not in _C.built_head_dims():
             continue
         q, k, v = make_qkv(2, 300, 300, 4, 2, d, dtype)
-        expect = 8
-        assert variant(lambda: flash_attn_func(q, k, v, causal=True, window_size=(64, 0))) == expect
-        assert variant(lambda: flash_attn_func(q, k, v, window_size=(32, 16))) == expect
+        assert variant(lambda: flash_attn_func(q, k, v, causal=True, window_size=(64, 0))) == 8
+        assert variant(lambda: flash_attn_func(q, k, v, window_size=(32, 16))) == 8
         assert variant(lambda: flash_attn_func(q, k, v, causal=True, window_size=(64, 0),
                                                softcap=20.0)) == 3
         cu = torch.tensor([0, 100, 300], device="cuda", dtype=torch.int32)
