@@ -284,10 +284,12 @@ __host__ __device__ constexpr FwdTileSm90 fwd_tile_sm90(int head_dim, bool dynam
 // instance spilled 4 bytes then), so not at d = 256 until its lazy rescale (fwd_lazy_rescale_sm90
 // kPaddedWindow, no spills): on an H100 (tune_fwd90 `window256`, the same calls, dynamic -> padded,
 // benchmarks/results/tune_fwd90_window256_h100_d1e7ec3.txt) d = 256 497 / 464 / 475 -> 528 / 499 /
-// 509 and 469 / 470 / 474 -> 504 / 506 / 508 (time 0.93-0.96), d = 128's control 0.99-1.01. d = 96
-// and 192 not measured.
+// 509 and 469 / 470 / 474 -> 504 / 506 / 508 (time 0.93-0.96), d = 128's control 0.99-1.01. That
+// gain was the lazy reference's, which the library no longer takes (fwd_lazy_rescale_sm90 below:
+// its accuracy cost), so d = 256 is back on the dynamic instance (the running-max A/B of 12.12:
+// -2.5% to +1%). d = 96 and 192 not measured.
 __host__ __device__ constexpr bool fwd_padded_window_sm90(int head_dim) {
-  return head_dim == 64 || head_dim == 128 || head_dim == 256;
+  return head_dim == 64 || head_dim == 128;
 }
 
 // Short rows (the static variant only): a causal tile of 128 (192) query rows over key blocks of
@@ -569,14 +571,20 @@ __host__ __device__ constexpr bool fwd_early_rescale_sm90(int head_dim, bool sta
 // window (1024, 0) at 8k / 16k d = 128 0.978-0.979, d = 256 0.947-0.948, d = 64 1.037-1.039; the
 // dynamic variant (varlen, seqused_k) on padded rows at 4k / 16k, non-causal then causal, d = 128
 // 0.974-0.977, 0.944-0.975, d = 64 1.006-1.017, 0.989-1.003; static ALiBi d = 128 1.018-1.025,
-// 1.003-1.009, d = 256 0.967-0.985, 0.915-0.959. So b = 8 where it won, the running max
-// elsewhere (the dropout and dynamic-modifier instances and d 96 / 192 are not measured;
+// 1.003-1.009, d = 256 0.967-0.985, 0.915-0.959. So b = 8 where it won (session 63 to 67), the
+// running max elsewhere, until its accuracy cost was measured: now the running max everywhere by
+// default (the dropout and dynamic-modifier instances and d 96 / 192 are not measured;
 // softcap's bounded max has no use for it). The build flag FLASHATTN_CU_FWD_LAZY_RESCALE = b >= 0
 // gives b to every instance but softcap's and d = 256's dynamic and dropout ones
 // (`spills_at_256`: there it moved ptxas's allocation, sm_90a fp16 0 -> 8-12 bytes of spills,
 // 4 / 8 -> 12 / 20), 0 none.
+// FLASHATTN_CU_FWD_LAZY_TIMED=1: b = 8 on the instances where it won on time (the library's
+// default from session 63 to 12.93), for A/Bs against the running max; 0 (the default) none.
 #ifndef FLASHATTN_CU_FWD_LAZY_RESCALE
 #define FLASHATTN_CU_FWD_LAZY_RESCALE -1
+#endif
+#ifndef FLASHATTN_CU_FWD_LAZY_TIMED
+#define FLASHATTN_CU_FWD_LAZY_TIMED 0
 #endif
 // The instance kinds the rule tells apart (sm90/fwd_launch.h LibraryFwdTraits maps its variant).
 enum class FwdLazyKind { kStatic, kStaticAlibi, kPaddedWindow, kDynamic, kOther };
@@ -585,6 +593,10 @@ __host__ __device__ constexpr int fwd_lazy_rescale_sm90(int head_dim, bool softc
                                                         bool short_rows) {
   if (softcap || (head_dim > 192 && spills_at_256)) return 0;
   if (FLASHATTN_CU_FWD_LAZY_RESCALE >= 0) return FLASHATTN_CU_FWD_LAZY_RESCALE;
+  // The instances where b = 8 won on time (above), kept for the A/Bs' record; the library takes
+  // none of them by default: the lazy reference's accuracy cost (below, fwd_lazy_sums_sm90: the
+  // largest error 1.23-1.73x cuDNN's on non-causal rows) outweighs its 1-5%, and its fix cost more
+  // time than the lazy reference saved (benchmarks/NOTES.md 12.93).
   bool won = false;
   switch (kind) {
     case FwdLazyKind::kStatic:
@@ -596,7 +608,7 @@ __host__ __device__ constexpr int fwd_lazy_rescale_sm90(int head_dim, bool softc
     case FwdLazyKind::kStaticAlibi: won = head_dim == 256; break;
     case FwdLazyKind::kOther: break;
   }
-  return won ? 8 : 0;
+  return won && FLASHATTN_CU_FWD_LAZY_TIMED != 0 ? 8 : 0;
 }
 // O's 1 / l from the sums of the 16-bit P behind the lazy reference (sm90/fwd_traits.h
 // kLazySums). Why (benchmarks/NOTES.md 12.91): the lazy reference cost accuracy. On an H100 at
