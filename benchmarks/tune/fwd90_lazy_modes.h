@@ -5,10 +5,14 @@
 // 256); `window256` (session 66), d = 256's window on the padded window instance (lazy there
 // since `lazydyn`) against the dynamic one; `lazysums` (session 67), O's 1 / l from the sums of
 // the 16-bit P behind the lazy reference against the library's lazy instances and against the
-// running max (benchmarks/NOTES.md 12.79, 12.83, 12.89, 12.91). tune_fwd90.cu runs them through
+// running max; `skipkept` (session 68), the running max with O's rescale skipped by a warp whose
+// rows all kept their max (FwdTraits kSkipKept) against the running max, outputs bitwise
+// compared (benchmarks/NOTES.md 12.79, 12.83, 12.89, 12.91, 12.94). tune_fwd90.cu runs them through
 // run_lazy_mode, in -DTUNE_FWD90_SERIAL_ONLY builds too.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -45,6 +49,50 @@ void lazysums_long_rows(const Buffers& b, const char* what) {
       label("d64 192x128").c_str(), b, true, sl);
   ab_sweep<256, LazySumsOf<256, kS, false, kLazyA, kSumsA>, LazySumsOf<256, kS, false, 8, 1>>(
       label("d256 128x80").c_str(), b, true, sl);
+}
+
+// The library's configuration of variant kVariant (kShort: its short-row tile) on the running max
+// with FwdTraits kSkipKept s (`skipkept`).
+template <int kHeadDim, int kVariant, bool kShort, int kSkip>
+using SkipOf =
+    typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, false, false, false, false, -1,
+                                        false, 0, 0, kSkip>::Type;
+
+// One launch of configuration Traits (variant kVariant) on call p into b.o and b.lse, each
+// NaN-poisoned first, copied to o and lse; false if the launch failed.
+template <typename Traits, int kVariant>
+bool output_of(const Buffers& b, const fa::FwdParams& p, std::vector<uint16_t>& o,
+               std::vector<float>& lse) {
+  CHECK(cudaMemset(b.o, 0xff, o.size() * 2));
+  CHECK(cudaMemset(b.lse, 0xff, lse.size() * 4));
+  if (run_sm90<Traits, kVariant>(p) != fa::Status::kSuccess) return false;
+  CHECK(cudaDeviceSynchronize());
+  CHECK(cudaMemcpy(o.data(), b.o, o.size() * 2, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(lse.data(), b.lse, lse.size() * 4, cudaMemcpyDeviceToHost));
+  return true;
+}
+
+// Whether B writes bitwise A's output and LSE on the call (kMods's modifiers at d = kHeadDim,
+// seqlen, causal): the count of 16-bit outputs and of LSE floats whose bits differ.
+template <int kHeadDim, typename TraitsA, typename TraitsB, int kMods = kNoMods>
+void bitwise_ab(const char* name, const Buffers& b, int seqlen, bool causal) {
+  constexpr int kVariant = variant_of(kMods);
+  fa::FwdParams p;
+  if (!mods_params(b, kHeadDim, seqlen, causal, kMods, &p)) return;
+  const size_t n = static_cast<size_t>(p.batch) * p.seqlen_q * p.o_row_stride;
+  const size_t nl = static_cast<size_t>(p.batch) * p.num_heads * p.seqlen_q;
+  std::vector<uint16_t> oa(n), ob(n);
+  std::vector<float> la(nl), lb(nl);
+  if (!output_of<TraitsA, kVariant>(b, p, oa, la) || !output_of<TraitsB, kVariant>(b, p, ob, lb)) {
+    std::printf("%-24s d=%3d s=%5d c=%d: launch failed\n", name, kHeadDim, seqlen, causal);
+    return;
+  }
+  size_t od = 0, ld = 0;
+  for (size_t i = 0; i < n; ++i) od += oa[i] != ob[i];
+  for (size_t i = 0; i < nl; ++i) ld += std::memcmp(&la[i], &lb[i], 4) != 0;
+  std::printf("%-24s d=%3d s=%5d c=%d: B against A, %zu of %zu outputs and %zu of %zu LSEs differ%s\n",
+              name, kHeadDim, seqlen, causal, od, n, ld, nl, od + ld ? "  NOT BITWISE" : "");
+  std::fflush(stdout);
 }
 
 // Runs `mode` if it is this file's; false otherwise.
@@ -127,6 +175,62 @@ inline bool run_lazy_mode(const std::string& mode, const Buffers& b) {
           "d256 alibi sums", b, true, sl);
     }
     for (int rep = 0; rep < 2; ++rep) lazysums_long_rows<0, 0>(b, "max|sums");
+    return true;
+  }
+  if (mode == "skipkept") {
+    // The running max with O's rescale skipped by a warp whose rows all kept their max (B:
+    // FwdTraits kSkipKept, common/softmax.h new_max kKeep) against the running max (A), the
+    // library's tiles and schedule: first whether B's outputs and LSEs are bitwise A's on each
+    // instance kind, then the times, interleaved, two passes: the static long rows at 4k / 16k,
+    // the short rows at 1k, the windows (1024, 0) at 8k / 16k (d = 256 on the dynamic instance,
+    // the library's), the dynamic instance on padded rows and static ALiBi at 4k / 16k.
+    g_library_schedule = true;
+    constexpr int kS = fa::kStaticVariant, kW = fa::kPaddedWindowVariant;
+    constexpr int kD = fa::kDynamicVariant, kA = fa::kStaticAlibiVariant;
+    constexpr int kWin = kWindow1k | kStaticMask, kAl = kAlibi | kStaticMask;
+    for (int causal = 0; causal < 2; ++causal) {
+      bitwise_ab<128, SkipOf<128, kS, false, 0>, SkipOf<128, kS, false, 1>>("d128 128x176 bits", b,
+                                                                            4096, causal);
+      bitwise_ab<64, SkipOf<64, kS, false, 0>, SkipOf<64, kS, false, 1>>("d64 192x128 bits", b,
+                                                                         4096, causal);
+      bitwise_ab<256, SkipOf<256, kS, false, 0>, SkipOf<256, kS, false, 1>>("d256 128x80 bits", b,
+                                                                            4096, causal);
+      bitwise_ab<128, SkipOf<128, kS, true, 0>, SkipOf<128, kS, true, 1>>("d128 128x128 bits", b,
+                                                                          1024, causal);
+      bitwise_ab<128, SkipOf<128, kD, false, 0>, SkipOf<128, kD, false, 1>, kDynamicPlain>(
+          "d128 dynamic bits", b, 4096, causal);
+      bitwise_ab<256, SkipOf<256, kA, false, 0>, SkipOf<256, kA, false, 1>, kAl>(
+          "d256 alibi bits", b, 4096, causal);
+    }
+    bitwise_ab<128, SkipOf<128, kW, false, 0>, SkipOf<128, kW, false, 1>, kWin>(
+        "d128 window bits", b, 8192, true);
+    for (int rep = 0; rep < 2; ++rep) {
+      const std::vector<int> sl = {4096, 16384}, wl = {8192, 16384};
+      ab_sweep<128, SkipOf<128, kS, false, 0>, SkipOf<128, kS, false, 1>>(
+          "d128 128x176 skip", b, true, sl);
+      ab_sweep<64, SkipOf<64, kS, false, 0>, SkipOf<64, kS, false, 1>>(
+          "d64 192x128 skip", b, true, sl);
+      ab_sweep<256, SkipOf<256, kS, false, 0>, SkipOf<256, kS, false, 1>>(
+          "d256 128x80 skip", b, true, sl);
+      ab_sweep<128, SkipOf<128, kS, true, 0>, SkipOf<128, kS, true, 1>>(
+          "d128 128x128 skip", b, true, {1024});
+      ab_sweep<64, SkipOf<64, kS, true, 0>, SkipOf<64, kS, true, 1>>(
+          "d64 128x128 skip", b, true, {1024});
+      ab_sweep<128, SkipOf<128, kW, false, 0>, SkipOf<128, kW, false, 1>, kWin>(
+          "d128 window skip", b, false, wl);
+      ab_sweep<64, SkipOf<64, kW, false, 0>, SkipOf<64, kW, false, 1>, kWin>(
+          "d64 window skip", b, false, wl);
+      ab_sweep<256, SkipOf<256, kD, false, 0>, SkipOf<256, kD, false, 1>, kWindow1k>(
+          "d256 window skip", b, false, wl);
+      ab_sweep<128, SkipOf<128, kD, false, 0>, SkipOf<128, kD, false, 1>, kDynamicPlain>(
+          "d128 dynamic skip", b, true, sl);
+      ab_sweep<64, SkipOf<64, kD, false, 0>, SkipOf<64, kD, false, 1>, kDynamicPlain>(
+          "d64 dynamic skip", b, true, sl);
+      ab_sweep<128, SkipOf<128, kA, false, 0>, SkipOf<128, kA, false, 1>, kAl>(
+          "d128 alibi skip", b, true, sl);
+      ab_sweep<256, SkipOf<256, kA, false, 0>, SkipOf<256, kA, false, 1>, kAl>(
+          "d256 alibi skip", b, true, sl);
+    }
     return true;
   }
   if (mode == "window256") {

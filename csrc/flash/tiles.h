@@ -629,6 +629,17 @@ __host__ __device__ constexpr int fwd_lazy_rescale_sm90(int head_dim, bool softc
 #endif
 __host__ __device__ constexpr bool fwd_lazy_sums_sm90() { return FLASHATTN_CU_FWD_LAZY_SUMS != 0; }
 
+// The running max with O's rescale skipped by a warp whose rows all kept their max (sm90/
+// fwd_traits.h kSkipKept, common/softmax.h new_max kKeep): the output bitwise the running max's,
+// the skip the lazy reference's gain where rows settle. Off until measured (tune_fwd90
+// `skipkept`, benchmarks/NOTES.md 12.94 item 2); the build flag FLASHATTN_CU_FWD_SKIP_KEPT=1
+// gives it to every instance on the running max (softcap's included: its factors come from
+// new_max_capped's exponentials, and the vote skips only where every one is exactly 1).
+#ifndef FLASHATTN_CU_FWD_SKIP_KEPT
+#define FLASHATTN_CU_FWD_SKIP_KEPT 0
+#endif
+__host__ __device__ constexpr bool fwd_skip_kept_sm90() { return FLASHATTN_CU_FWD_SKIP_KEPT != 0; }
+
 // The sm80 forward's lazy reference (sm80/fwd_kernel.h FwdTraits kLazyRescale): the same build
 // flag for every sm80 forward instance (its kvcache ones included), off unless set, until
 // tune_fwd `lazy` has measured it (on an H100 through the sm80 kernels; Ampere not measured).

@@ -118,13 +118,15 @@ struct OnlineSoftmax {
   // In three steps, for kernels whose o is in flight on the tensor cores while the exponentials
   // run (sm90/fwd_kernel.h: new_max and exponentiate, then rescale_output once o has landed).
   // kLazyLog2 > 0: against a lazy reference (new_max), o's rescale skipped by a warp whose rows
-  // all kept theirs (rescale_output_for).
-  template <typename Exp = DefaultExp, int kLazyLog2 = 0, int kNTiles, int kDTiles>
+  // all kept theirs (rescale_output_for); kKeep: the running max, o's rescale skipped by a warp
+  // whose rows' maxima all stayed (new_max).
+  template <typename Exp = DefaultExp, int kLazyLog2 = 0, bool kKeep = false, int kNTiles,
+            int kDTiles>
   __device__ __forceinline__ void update(float (&s)[kMTiles][kNTiles][4],
                                          float (&o)[kMTiles][kDTiles][4], float scale_log2) {
     float ref[kMTiles][2], rescale[kMTiles][2];
-    new_max<false, kLazyLog2>(s, scale_log2, ref, rescale);
-    rescale_output_for<kLazyLog2>(o, rescale);
+    new_max<false, kLazyLog2, kKeep>(s, scale_log2, ref, rescale);
+    rescale_output_for<(kLazyLog2 > 0 || kKeep)>(o, rescale);
     exponentiate<Exp>(s, ref, rescale, scale_log2);
   }
 
@@ -145,12 +147,20 @@ struct OnlineSoftmax {
   // the rescale of o (rescale_output_for). A row's largest p is then 2^r, 0 <= r <= b, instead
   // of exactly 1: exactness (the header's) holds as before, every exponent still a difference of
   // two raw scores.
-  template <bool kTree = false, int kLazyLog2 = 0, int kNTiles>
+  // kKeep (with kLazyLog2 = 0): the running max, but a row whose max the tile did not raise takes
+  // the factor 1 without its exponential (m_new > m is false; for a row with no key so far
+  // -inf > -inf is false too), so that a warp whose rows all kept theirs can skip o's rescale
+  // (rescale_output_for): the same reference, exponents and P as the running max's, every
+  // skipped multiply one by exactly 1. Once a long row's first key blocks have seen its largest
+  // scores, later ones rarely raise it (a random row's new max sits in block j with probability
+  // 1 / j), so the skip comes more often the longer the row.
+  template <bool kTree = false, int kLazyLog2 = 0, bool kKeep = false, int kNTiles>
   __device__ __forceinline__ void new_max(const float (&s)[kMTiles][kNTiles][4], float scale_log2,
                                           float (&ref)[kMTiles][2],
                                           float (&rescale)[kMTiles][2]) {
     static_assert(kLazyLog2 >= 0 && kLazyLog2 <= 15,
                   "p below 2^15: 16-bit P and fp32 sums hold it");
+    static_assert(!kKeep || kLazyLog2 == 0, "kKeep is the running max's");
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -179,7 +189,8 @@ struct OnlineSoftmax {
         // more than 2^b in p (false for a row with no key so far: -inf - -inf is NaN, which
         // keeps m = -inf and the reference 0).
         const bool move =
-            kLazyLog2 == 0 || (m_new - m[mt][hr]) * scale_log2 > static_cast<float>(kLazyLog2);
+            kLazyLog2 > 0 ? (m_new - m[mt][hr]) * scale_log2 > static_cast<float>(kLazyLog2)
+                          : !kKeep || m_new > m[mt][hr];
         const float m_ref = move ? m_new : m[mt][hr];
         ref[mt][hr] = m_ref == -INFINITY ? 0.f : m_ref;
         rescale[mt][hr] = move ? ptx::ex2_approx((m[mt][hr] - ref[mt][hr]) * scale_log2) : 1.f;
@@ -230,13 +241,14 @@ struct OnlineSoftmax {
         for (int e = 0; e < 4; ++e) o[mt][dt][e] *= rescale[mt][e / 2];
   }
 
-  // Step 2 for new_max's kLazyLog2: behind a lazy reference (> 0) skipped by a warp whose rows
-  // all kept theirs (every factor exactly 1, so the multiplies would change nothing; the whole
-  // warp must call it: a vote); else rescale_output.
-  template <int kLazyLog2, int kDTiles>
+  // Step 2 for new_max's kLazyLog2 / kKeep: kVote (behind a lazy reference, kLazyLog2 > 0, or
+  // the running max with kKeep) skipped by a warp whose rows all kept theirs (every factor
+  // exactly 1, so the multiplies would change nothing; the whole warp must call it: a vote);
+  // else rescale_output.
+  template <bool kVote, int kDTiles>
   __device__ __forceinline__ static void rescale_output_for(float (&o)[kMTiles][kDTiles][4],
                                                             const float (&rescale)[kMTiles][2]) {
-    if constexpr (kLazyLog2 > 0) {
+    if constexpr (kVote) {
       bool any = false;
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {

@@ -285,8 +285,8 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         }
       } else {
         score_tile(n);
-        softmax.template new_max<Traits::kMaxTree, Traits::kLazyRescale>(acc_s, scale_log2, ref,
-                                                                          rescale);
+        softmax.template new_max<Traits::kMaxTree, Traits::kLazyRescale, Traits::kSkipKept>(
+            acc_s, scale_log2, ref, rescale);
       }
       // The phase clocks' split of a step's softmax (harness builds only; steps loop only).
       if constexpr (Traits::kStamps) clock.step(kStepMax);
@@ -319,10 +319,11 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     };
 
     float ref[1][2], rescale[1][2];
-    // O *= the step's rescale factors (behind a lazy reference, Traits::kLazyRescale, skipped by
-    // a warp whose factors are all exactly 1).
+    // O *= the step's rescale factors (behind a lazy reference, Traits::kLazyRescale, or with
+    // Traits::kSkipKept, skipped by a warp whose factors are all exactly 1).
     auto rescale_o = [&] {
-      OnlineSoftmax<1>::rescale_output_for<Traits::kLazyRescale>(acc_o, rescale);
+      OnlineSoftmax<1>::rescale_output_for<(Traits::kLazyRescale > 0 || Traits::kSkipKept)>(
+          acc_o, rescale);
       if constexpr (kLazySums) {  // used_acc[hr * 2 + c]: row g + 8 hr's
 #pragma unroll
         for (int e = 0; e < 4; ++e) used_acc[e] *= rescale[0][e / 2];

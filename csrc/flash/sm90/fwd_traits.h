@@ -47,9 +47,17 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           bool kModsPerTile_ = true, bool kCapInterleave_ = false,
           bool kBoundedRef_ = false, bool kSumsUnderS_ = false, bool kSerialPV_ = false,
           bool kDoubleQ_ = false, bool kSplitQ_ = false, bool kPrefetchMaps_ = false,
-          bool kPublishTiles_ = false, int kLazyRescale_ = 0, bool kLazySums_ = false>
+          bool kPublishTiles_ = false, int kLazyRescale_ = 0, bool kLazySums_ = false,
+          bool kSkipKept_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // With the running max (kLazyRescale 0): a row whose max a key block did not raise takes the
+  // factor 1 without its exponential, and a warp whose 16 rows all kept theirs skips O's rescale
+  // (common/softmax.h new_max kKeep; the d / 2 FMULs a thread of kLazyRescale's skip), every
+  // output bitwise the running max's: what the lazy reference gained on rows whose max settles,
+  // without its accuracy cost (benchmarks/NOTES.md 12.93). A tuning knob (tiles.h
+  // fwd_skip_kept_sm90; tune_fwd90 `skipkept`).
+  static constexpr bool kSkipKept = kSkipKept_ && kLazyRescale_ == 0;
   // b > 0: each row's exponents against a lazy reference (common/softmax.h new_max kLazyLog2),
   // which moves, rescaling O, only where a key block's max passes it by more than 2^b in P; a
   // warp whose rows all keep theirs skips O's rescale (d / 2 FMULs a thread on a consumer's path
