@@ -121,6 +121,28 @@ def test_window_causal_persistent_grid(shape, window, dtype, d):
         assert_lse_rule(lse, ref_lse, pt_lse)
 
 
+def test_sm90_fwd_instance_reads_both_name_forms():
+    """attn_helpers.sm90_fwd_instance reads FwdTraits' arguments by position, so a template
+    argument appended to FwdTraits (kSkipKept after kLazySums) cannot shift what it reports:
+    the demangled and the mangled name of one kernel give the same instance (names as
+    cuobjdump and torch's profiler show them, here with kLazyRescale 8 and kSkipKept set)."""
+    traits = ["128", "128", "176", "2", "true", "0", "0", "true", "false", "0", "true", "false",
+              "false", "true", "true", "false", "false", "false", "false", "false", "false",
+              "false", "false", "8", "false", "true"]
+    demangled = ("void flashattn_cu::sm90::fwd_kernel<__nv_bfloat16, flashattn_cu::sm90::"
+                 f"FwdTraits<{', '.join(traits)}>, 9, false>(flashattn_cu::sm90::FwdTmaParams)")
+    code = "".join(f"Lb{int(a == 'true')}E" if a in ("true", "false") else f"Li{a}E"
+                   for a in traits)
+    mangled = ("_ZN12flashattn_cu4sm9010fwd_kernelI13__nv_bfloat16NS0_9FwdTraitsI"
+               f"{code}EELi9ELb0EEEvNS0_12FwdTmaParamsE")
+    expect = (9, 8, False, True)
+    assert tuple(sm90_fwd_instance(demangled)) == expect
+    assert tuple(sm90_fwd_instance(mangled)) == expect
+    assert sm90_fwd_instance("void flashattn_cu::sm80::fwd_kernel<...>()") is None
+    with pytest.raises(AssertionError, match="no template arguments"):
+        sm90_fwd_instance(demangled.replace(", 8, false, true>", ">"))  # too few arguments
+
+
 @pytest.mark.gpu
 def test_padded_window_instance_is_the_one_that_runs():
     """On Hopper a window alone on a padded call runs the forward's padded window instance
