@@ -122,13 +122,13 @@ def test_window_causal_persistent_grid(shape, window, dtype, d):
 
 
 def test_sm90_fwd_instance_reads_both_name_forms():
-    """attn_helpers.sm90_fwd_instance reads FwdTraits' arguments by position, so a template
-    argument appended to FwdTraits (kSkipKept after kLazySums) cannot shift what it reports:
-    the demangled and the mangled name of one kernel give the same instance (names as
+    """attn_helpers.sm90_fwd_instance reads FwdTraits' arguments by position, so template
+    arguments appended to FwdTraits (kSkipKept, kSumsWgmma after kLazySums) cannot shift what it
+    reports: the demangled and the mangled name of one kernel give the same instance (names as
     cuobjdump and torch's profiler show them, here with kLazyRescale 8 and kSkipKept set)."""
     traits = ["128", "128", "176", "2", "true", "0", "0", "true", "false", "0", "true", "false",
               "false", "true", "true", "false", "false", "false", "false", "false", "false",
-              "false", "false", "8", "false", "true"]
+              "false", "false", "8", "false", "true", "false"]
     demangled = ("void flashattn_cu::sm90::fwd_kernel<__nv_bfloat16, flashattn_cu::sm90::"
                  f"FwdTraits<{', '.join(traits)}>, 9, false>(flashattn_cu::sm90::FwdTmaParams)")
     code = "".join(f"Lb{int(a == 'true')}E" if a in ("true", "false") else f"Li{a}E"
@@ -140,7 +140,7 @@ def test_sm90_fwd_instance_reads_both_name_forms():
     assert tuple(sm90_fwd_instance(mangled)) == expect
     assert sm90_fwd_instance("void flashattn_cu::sm80::fwd_kernel<...>()") is None
     with pytest.raises(AssertionError, match="no template arguments"):
-        sm90_fwd_instance(demangled.replace(", 8, false, true>", ">"))  # too few arguments
+        sm90_fwd_instance(demangled.replace(", ".join(traits), ", ".join(traits[:23])))
 
 
 @pytest.mark.gpu

@@ -7,8 +7,10 @@
 // the 16-bit P behind the lazy reference against the library's lazy instances and against the
 // running max; `skipkept` (session 68), the running max with O's rescale skipped by a warp whose
 // rows all kept their max (FwdTraits kSkipKept) against the running max, outputs bitwise
-// compared (benchmarks/NOTES.md 12.79, 12.83, 12.89, 12.91, 12.94). tune_fwd90.cu runs them through
-// run_lazy_mode, in -DTUNE_FWD90_SERIAL_ONLY builds too.
+// compared; `sumswgmma` (session 68), the used sums by wgmma (FwdTraits kSumsWgmma) against
+// mma.sync's on the bounded reference and behind the lazy reference (benchmarks/NOTES.md 12.79,
+// 12.83, 12.89, 12.91, 12.94). tune_fwd90.cu runs them through run_lazy_mode, in
+// -DTUNE_FWD90_SERIAL_ONLY builds too.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +59,14 @@ template <int kHeadDim, int kVariant, bool kShort, int kSkip>
 using SkipOf =
     typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, false, false, false, false, -1,
                                         false, 0, 0, kSkip>::Type;
+
+// The library's configuration of variant kVariant (kShort: its short-row tile; kBounded: the
+// bounded reference's instance) with FwdTraits kLazyRescale b, kLazySums s and kSumsWgmma w
+// (`sumswgmma`).
+template <int kHeadDim, int kVariant, bool kShort, bool kBounded, int kLazy, int kSums, int kW>
+using SumsOf =
+    typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, kBounded, false, false, false,
+                                        -1, false, kLazy, kSums, -1, kW>::Type;
 
 // One launch of configuration Traits (variant kVariant) on call p into b.o and b.lse, each
 // NaN-poisoned first, copied to o and lse; false if the launch failed.
@@ -230,6 +240,41 @@ inline bool run_lazy_mode(const std::string& mode, const Buffers& b) {
           "d128 alibi skip", b, true, sl);
       ab_sweep<256, SkipOf<256, kA, false, 0>, SkipOf<256, kA, false, 1>, kAl>(
           "d256 alibi skip", b, true, sl);
+    }
+    return true;
+  }
+  if (mode == "sumswgmma") {
+    // The used sums by wgmma m64n8k16 against a ones tile (B: FwdTraits kSumsWgmma) against
+    // mma.sync's (A), interleaved, two passes: first the bounded reference's library instances
+    // (bf16 softcap 30; d = 128 static 128 x 176 and its 1k tile 128 x 128, dynamic 128 x 128;
+    // d = 64 static and dynamic), then the lazy reference with the sums by wgmma (B: b = 8) against
+    // the running max (A) on the static long rows, which says whether the lazy reference could
+    // come back with its largest error fixed (12.93: by mma.sync it cost 7-24%).
+    g_library_schedule = true;
+    constexpr int kC = fa::kSoftcapVariant, kCs = fa::kStaticSoftcapVariant;
+    constexpr int kS = fa::kStaticVariant;
+    constexpr int kCap = kSoftcap, kCapS = kSoftcap | kStaticMask;
+    for (int rep = 0; rep < 2; ++rep) {
+      const std::vector<int> sl = {4096, 16384};
+      ab_sweep<128, SumsOf<128, kCs, false, true, -1, -1, 0>, SumsOf<128, kCs, false, true, -1, -1, 1>,
+               kCapS>("d128 bounded st wgmma", b, true, sl);
+      ab_sweep<128, SumsOf<128, kCs, true, true, -1, -1, 0>, SumsOf<128, kCs, true, true, -1, -1, 1>,
+               kCapS>("d128 bounded 1k wgmma", b, true, {1024});
+      ab_sweep<128, SumsOf<128, kC, false, true, -1, -1, 0>, SumsOf<128, kC, false, true, -1, -1, 1>,
+               kCap>("d128 bounded dyn wgmma", b, true, sl);
+      ab_sweep<64, SumsOf<64, kCs, false, true, -1, -1, 0>, SumsOf<64, kCs, false, true, -1, -1, 1>,
+               kCapS>("d64 bounded st wgmma", b, true, sl);
+      ab_sweep<64, SumsOf<64, kC, false, true, -1, -1, 0>, SumsOf<64, kC, false, true, -1, -1, 1>,
+               kCap>("d64 bounded dyn wgmma", b, true, sl);
+    }
+    for (int rep = 0; rep < 2; ++rep) {
+      const std::vector<int> sl = {4096, 16384};
+      ab_sweep<128, SumsOf<128, kS, false, false, 0, 0, 0>, SumsOf<128, kS, false, false, 8, 1, 1>>(
+          "d128 128x176 max|lazyw", b, true, sl);
+      ab_sweep<64, SumsOf<64, kS, false, false, 0, 0, 0>, SumsOf<64, kS, false, false, 8, 1, 1>>(
+          "d64 192x128 max|lazyw", b, true, sl);
+      ab_sweep<256, SumsOf<256, kS, false, false, 0, 0, 0>, SumsOf<256, kS, false, false, 8, 1, 1>>(
+          "d256 128x80 max|lazyw", b, true, sl);
     }
     return true;
   }

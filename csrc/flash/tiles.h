@@ -640,6 +640,15 @@ __host__ __device__ constexpr bool fwd_lazy_sums_sm90() { return FLASHATTN_CU_FW
 #endif
 __host__ __device__ constexpr bool fwd_skip_kept_sm90() { return FLASHATTN_CU_FWD_SKIP_KEPT != 0; }
 
+// The used sums by wgmma against a ones tile instead of mma.sync (sm90/fwd_traits.h kSumsWgmma):
+// the bounded reference's (bf16 softcap at d = 64 / 128) and kLazySums'. Off until measured
+// (tune_fwd90 `sumswgmma`, benchmarks/NOTES.md 12.94); the build flag
+// FLASHATTN_CU_FWD_SUMS_WGMMA=1 gives it to every instance with used sums.
+#ifndef FLASHATTN_CU_FWD_SUMS_WGMMA
+#define FLASHATTN_CU_FWD_SUMS_WGMMA 0
+#endif
+__host__ __device__ constexpr bool fwd_sums_wgmma_sm90() { return FLASHATTN_CU_FWD_SUMS_WGMMA != 0; }
+
 // The sm80 forward's lazy reference (sm80/fwd_kernel.h FwdTraits kLazyRescale): the same build
 // flag for every sm80 forward instance (its kvcache ones included), off unless set, until
 // tune_fwd `lazy` has measured it (on an H100 through the sm80 kernels; Ampere not measured).

@@ -9,6 +9,45 @@
 #pragma once
 
 template <bool kBf16, int kTransA, int kTransB, int kTile0 = 0, int kTiles>
+FLASHATTN_CU_DEVICE void wgmma_ss_m64n8k16(float (&d)[kTiles][4], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  static_assert(kTile0 >= 0 && kTile0 + 1 <= kTiles, "accumulator tiles out of range");
+  if constexpr (kBf16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3}, %4, %5, p, 1, 1, %7, %8;\n}\n"
+        : "+f"(d[kTile0 + 0][0]), "+f"(d[kTile0 + 0][1]), "+f"(d[kTile0 + 0][2]), "+f"(d[kTile0 + 0][3])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+        "{%0, %1, %2, %3}, %4, %5, p, 1, 1, %7, %8;\n}\n"
+        : "+f"(d[kTile0 + 0][0]), "+f"(d[kTile0 + 0][1]), "+f"(d[kTile0 + 0][2]), "+f"(d[kTile0 + 0][3])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
+  }
+}
+
+template <bool kBf16, int kTransB>
+FLASHATTN_CU_DEVICE void wgmma_rs_m64n8k16(float (&d)[1][4], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+  if constexpr (kBf16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, %10;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, %10;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+  }
+}
+
+template <bool kBf16, int kTransA, int kTransB, int kTile0 = 0, int kTiles>
 FLASHATTN_CU_DEVICE void wgmma_ss_m64n32k16(float (&d)[kTiles][4], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   static_assert(kTile0 >= 0 && kTile0 + 4 <= kTiles, "accumulator tiles out of range");
   if constexpr (kBf16) {
@@ -440,7 +479,9 @@ FLASHATTN_CU_DEVICE void wgmma_rs_m64n256k16(float (&d)[32][4], const uint32_t (
 // wgmma_ss_n / wgmma_rs_n: the instruction of N = kN (one of the generated ones).
 template <int kN, bool kBf16, int kTransA, int kTransB, int kTile0, int kTiles>
 FLASHATTN_CU_DEVICE void wgmma_ss_n(float (&d)[kTiles][4], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  if constexpr (kN == 32) {
+  if constexpr (kN == 8) {
+    wgmma_ss_m64n8k16<kBf16, kTransA, kTransB, kTile0>(d, desc_a, desc_b, scale_d);
+  } else if constexpr (kN == 32) {
     wgmma_ss_m64n32k16<kBf16, kTransA, kTransB, kTile0>(d, desc_a, desc_b, scale_d);
   } else if constexpr (kN == 48) {
     wgmma_ss_m64n48k16<kBf16, kTransA, kTransB, kTile0>(d, desc_a, desc_b, scale_d);
@@ -463,13 +504,15 @@ FLASHATTN_CU_DEVICE void wgmma_ss_n(float (&d)[kTiles][4], uint64_t desc_a, uint
   } else if constexpr (kN == 256) {
     wgmma_ss_m64n256k16<kBf16, kTransA, kTransB, kTile0>(d, desc_a, desc_b, scale_d);
   } else {
-    static_assert(kN == 32, "wgmma N not generated: add it to NS in scripts/gen_wgmma.py");
+    static_assert(kN == 8, "wgmma N not generated: add it to NS in scripts/gen_wgmma.py");
   }
 }
 
 template <int kN, bool kBf16, int kTransB>
 FLASHATTN_CU_DEVICE void wgmma_rs_n(float (&d)[kN / 8][4], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
-  if constexpr (kN == 32) {
+  if constexpr (kN == 8) {
+    wgmma_rs_m64n8k16<kBf16, kTransB>(d, a, desc_b, scale_d);
+  } else if constexpr (kN == 32) {
     wgmma_rs_m64n32k16<kBf16, kTransB>(d, a, desc_b, scale_d);
   } else if constexpr (kN == 48) {
     wgmma_rs_m64n48k16<kBf16, kTransB>(d, a, desc_b, scale_d);
@@ -492,6 +535,6 @@ FLASHATTN_CU_DEVICE void wgmma_rs_n(float (&d)[kN / 8][4], const uint32_t (&a)[4
   } else if constexpr (kN == 256) {
     wgmma_rs_m64n256k16<kBf16, kTransB>(d, a, desc_b, scale_d);
   } else {
-    static_assert(kN == 32, "wgmma N not generated: add it to NS in scripts/gen_wgmma.py");
+    static_assert(kN == 8, "wgmma N not generated: add it to NS in scripts/gen_wgmma.py");
   }
 }

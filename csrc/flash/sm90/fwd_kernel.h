@@ -132,10 +132,14 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   constexpr bool kLazySums = Traits::kLazySums && Traits::kLazyRescale > 0 && !kBounded &&
                              !variant_dropout(kVariant);
   constexpr bool kUsedSums = kBounded || kLazySums;
-  // Where a step adds P_{i-1}'s sums: under S_i (Traits::kSumsUnderS), and with the early
-  // rescale always there, after O and the sums take step i - 1's factors (at the pack they would
-  // get them twice); otherwise at the pack, after step i's rescale.
-  constexpr bool kSumsLate = kUsedSums && (Traits::kSumsUnderS || Traits::kEarlyRescale);
+  // The sums by wgmma (Traits::kSumsWgmma: in P V's commit group, pv_keys) or by mma.sync
+  // (sum_used).
+  constexpr bool kSumsByWgmma = kUsedSums && Traits::kSumsWgmma;
+  constexpr bool kSumsByMma = kUsedSums && !kSumsByWgmma;
+  // Where a step adds P_{i-1}'s sums by mma.sync: under S_i (Traits::kSumsUnderS), and with the
+  // early rescale always there, after O and the sums take step i - 1's factors (at the pack they
+  // would get them twice); otherwise at the pack, after step i's rescale.
+  constexpr bool kSumsLate = kSumsByMma && (Traits::kSumsUnderS || Traits::kEarlyRescale);
   float used_acc[4] = {0.f, 0.f, 0.f, 0.f};
 
   if (w.num_blocks > 0) {
@@ -171,6 +175,13 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       for (int kk = kKk0; kk < kKk1; ++kk) {
         ptx::wgmma_rs<kHeadDim, kBf16, 1>(acc_o[0], p16[kk],
                                           ptx::sw128_desc_mn_major<kBlockN>(v_tile(stage), kk, 0), 1);
+      }
+      if constexpr (kSumsByWgmma) {  // the same P's row sums against the ones tile (N 8)
+        const uint64_t ones = ptx::sw128_desc_k_major<8>(s_base + Traits::kOffOnes, 0, 0);
+#pragma unroll
+        for (int kk = kKk0; kk < kKk1; ++kk) {
+          ptx::wgmma_rs<8, kBf16, 0>(reinterpret_cast<float(&)[1][4]>(used_acc), p16[kk], ones, 1);
+        }
       }
     };
     // Calls f(key0, keys), compile-time constants, with the keys of the block `half` covers, or
@@ -301,7 +312,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     };
     // The sums of the 16-bit P in p16 (used_acc), row by row (kUsedSums).
     auto sum_used = [&] {
-      if constexpr (kUsedSums) {
+      if constexpr (kSumsByMma) {
         constexpr uint32_t kOnes = Ops::kOnePair;
 #pragma unroll
         for (int kk = 0; kk < kBlockN / 16; ++kk) Ops::mma(used_acc, p16[kk], kOnes, kOnes);
@@ -315,9 +326,15 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         p16[kk][2] = Ops::pack(acc_s[0][2 * kk + 1][0], acc_s[0][2 * kk + 1][1]);
         p16[kk][3] = Ops::pack(acc_s[0][2 * kk + 1][2], acc_s[0][2 * kk + 1][3]);
       }
-      if constexpr (kUsedSums && !kSumsLate) sum_used();
+      if constexpr (kSumsByMma && !kSumsLate) sum_used();
     };
 
+    // After a wait that retired a P V group: O's registers (and the sums' with kSumsByWgmma, in
+    // the same group) read only from here on.
+    auto fence_o = [&] {
+      ptx::fence_operand(acc_o[0]);
+      if constexpr (kSumsByWgmma) ptx::fence_operand(reinterpret_cast<float(&)[1][4]>(used_acc));
+    };
     float ref[1][2], rescale[1][2];
     // O *= the step's rescale factors (behind a lazy reference, Traits::kLazyRescale, or with
     // Traits::kSkipKept, skipped by a warp whose factors are all exactly 1).
@@ -364,7 +381,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       turns.end();
       during();
       ptx::wgmma_wait<0>();
-      ptx::fence_operand(acc_o[0]);
+      fence_o();
       release(Traits::kBarVEmpty + slot.stage);
     };
     ptx::mbarrier_wait_parity(
@@ -437,9 +454,9 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         if constexpr (Traits::kEarlyRescale) {
           // O (P V of step i - 2 has landed) to the row max of step i - 1, whose P the P V below
           // adds, while S_i runs on the tensor cores (step 0's factor is 0 on an O of 0).
-          ptx::fence_operand(acc_o[0]);
+          fence_o();
           rescale_o();
-          ptx::fence_operand(acc_o[0]);
+          fence_o();
           ptx::wgmma_fence();  // the FMULs' writes before the wgmma reads O
         }
         issue_pv(prev.stage, half);
@@ -455,7 +472,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         drop_p(w.blocks.end - 1 - i);
         clock.step(kStepExp);
         ptx::wgmma_wait<0>();  // P_{i-1} V_{i-1} done: O and P's registers are free again
-        ptx::fence_operand(acc_o[0]);
+        fence_o();
         clock.step(kStepWaitPV);
         release(Traits::kBarVEmpty + prev.stage);
         if constexpr (!Traits::kEarlyRescale && !kBounded) {
@@ -539,6 +556,16 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
       }
     }
     ptx::fence_mbarrier_init();
+  }
+  if constexpr (Traits::kSumsWgmma) {  // the ones tile of the used sums (FwdTraits kSumsWgmma)
+    if (tid < Traits::kOnesBytes / 16) {
+      constexpr uint32_t kOnes = ElementOps<Element>::kOnePair;
+      asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(
+                       s_base + Traits::kOffOnes + 16 * tid),
+                   "r"(kOnes)
+                   : "memory");
+      ptx::fence_proxy_async_shared();  // before the barrier below publishes it to the wgmmas
+    }
   }
   __syncthreads();  // the last barrier of all warpgroups: the roles split here
 

@@ -48,9 +48,18 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           bool kBoundedRef_ = false, bool kSumsUnderS_ = false, bool kSerialPV_ = false,
           bool kDoubleQ_ = false, bool kSplitQ_ = false, bool kPrefetchMaps_ = false,
           bool kPublishTiles_ = false, int kLazyRescale_ = 0, bool kLazySums_ = false,
-          bool kSkipKept_ = false>
+          bool kSkipKept_ = false, bool kSumsWgmma_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // The used sums (kBoundedRef's, kLazySums') by wgmma instead of mma.sync: one m64n8k16 per P
+  // fragment against a tile of ones in shared memory (kOffOnes), issued right after the step's
+  // P V wgmmas in their commit group, so the tensor cores' async queue runs them beside P V
+  // (N = 8: 1/16 of d = 128's P V work) where an mma.sync issued among in-flight wgmmas waits for
+  // the tensor pipe (kLazySums by mma.sync cost 7-24% of the step, benchmarks/NOTES.md 12.93).
+  // The accumulator fragment of m64n8 is mma.sync m16n8's, so used_acc and the epilogue are the
+  // same; the sums then enter at P V's issue, exactly when P enters O. A tuning knob (tiles.h
+  // fwd_sums_wgmma_sm90; tune_fwd90 `sumswgmma`).
+  static constexpr bool kSumsWgmma = kSumsWgmma_;
   // With the running max (kLazyRescale 0): a row whose max a key block did not raise takes the
   // factor 1 without its exponential, and a warp whose 16 rows all kept theirs skips O's rescale
   // (common/softmax.h new_max kKeep; the d / 2 FMULs a thread of kLazyRescale's skip), every
@@ -228,9 +237,15 @@ struct FwdTraits {
   // barriers and the tile slots (1024-byte aligned: sw128).
   static constexpr uint32_t kOBoxBytes = 64 * 128;
   static constexpr uint32_t kOffO = (kTileEnd + 1023) / 1024 * 1024;
+  static constexpr uint32_t kOEnd =
+      kTmaStoreO == 1 ? kOffO + kConsumers * kAtoms * kOBoxBytes : kTileEnd;
+  // kSumsWgmma: the ones tile, one sw128 atom of 8 rows (1024 bytes, 1024-byte aligned), read as
+  // the B operand (N 8 x K 16) of every k-step's sums (its contents are all ones, so which of its
+  // addresses the swizzle picks does not matter).
+  static constexpr uint32_t kOnesBytes = 1024;
+  static constexpr uint32_t kOffOnes = (kOEnd + 1023) / 1024 * 1024;
   static constexpr int kSmemBytes =
-      (kTmaStoreO == 1 ? kOffO + kConsumers * kAtoms * kOBoxBytes : kTileEnd) +
-      1024;  // + alignment slack
+      (kSumsWgmma ? kOffOnes + kOnesBytes : kOEnd) + 1024;  // + alignment slack
   // Register budgets (setmaxnreg): the producer needs few; the consumers take the rest of the
   // 64K registers (2 consumers: 128 x 24 + 256 x 240; 3: 128 x 32 + 384 x 160).
   static constexpr int kProducerRegs = kConsumers == 2 ? 24 : 32;
