@@ -8,7 +8,8 @@
 #   the two outputs compared.
 # B / A time < 1: the lazy reference is faster. Device only, from the repository root:
 #   OUT=/tmp/o bash scripts/device_lazy_ab.sh   (LAZY_SM80=0: the sm90a A/B alone; LAZY_TIMEOUT;
-#   LAZY_MODES="lazy lazydyn": tune_fwd90's modes, `lazy` alone by default)
+#   LAZY_MODES="lazy lazydyn": tune_fwd90's modes, `lazy` alone by default; LAZY_SM80_MODES:
+#   tune_fwd's, `lazy` by default, "skipkept" its kSkipKept A/B)
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 OUT=${OUT:-$PWD/device_out}
@@ -40,7 +41,9 @@ if [ -x "$WORK/tune_fwd90" ]; then
     done
 fi
 if [ -n "$pid80" ] && [ -x "$WORK/tune_fwd" ]; then
-    timeout "${LAZY_TIMEOUT:-240}" "$WORK/tune_fwd" lazy 2>&1 | tee "$OUT/tune_fwd_lazy.txt"
-    echo "tune_fwd lazy: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
+    for mode in ${LAZY_SM80_MODES:-lazy}; do  # LAZY_SM80_MODES="skipkept": tune_fwd's other A/B
+        timeout "${LAZY_TIMEOUT:-240}" "$WORK/tune_fwd" "$mode" 2>&1 | tee "$OUT/tune_fwd_$mode.txt"
+        echo "tune_fwd $mode: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
+    done
 fi
 exit $rc

@@ -658,6 +658,16 @@ __host__ __device__ constexpr int fwd_lazy_rescale_sm80() {
   return FLASHATTN_CU_FWD_LAZY_RESCALE > 0 ? FLASHATTN_CU_FWD_LAZY_RESCALE : 0;
 }
 
+// The sm80 forward's skipped rescale on the running max (sm80/fwd_kernel.h FwdTraits kSkipKept):
+// its own build flag, off until tune_fwd `skipkept` has measured it (on an H100 through the sm80
+// kernels; Ampere not measured).
+#ifndef FLASHATTN_CU_FWD_SKIP_KEPT_SM80
+#define FLASHATTN_CU_FWD_SKIP_KEPT_SM80 0
+#endif
+__host__ __device__ constexpr bool fwd_skip_kept_sm80() {
+  return FLASHATTN_CU_FWD_SKIP_KEPT_SM80 != 0;
+}
+
 // The sm90a forward's softmax reductions as trees (common/softmax.h; FwdTraits kSumTree, kMaxTree)
 // instead of serial chains. The library's SASS (d = 128) fed one FADD chain per row from each
 // MUFU.EX2 in turn (MUFU, FADD, MUFU, FADD: the next MUFU issues behind a FADD that waits on the

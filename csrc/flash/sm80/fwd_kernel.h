@@ -40,9 +40,14 @@
 namespace flashattn_cu::sm80 {
 
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kNWarps_,
-          bool kUnpredicatedBulkLoads_ = false, int kLazyRescale_ = 0>
+          bool kUnpredicatedBulkLoads_ = false, int kLazyRescale_ = 0, bool kSkipKept_ = false>
 struct FwdTraits {
   static constexpr bool kUnpredicatedBulkLoads = kUnpredicatedBulkLoads_;
+  // With the running max (kLazyRescale 0): a warp whose rows all kept their max skips O's
+  // rescale (common/softmax.h new_max kKeep; the sm90a forward's FwdTraits kSkipKept), the
+  // output bitwise the running max's. tiles.h fwd_skip_kept_sm80 says where; tune_fwd
+  // `skipkept` A/Bs it.
+  static constexpr bool kSkipKept = kSkipKept_ && kLazyRescale_ == 0;
   // b > 0: each row's exponents against a lazy reference, O rescaled only where a key block's
   // max passes it by more than 2^b in P (common/softmax.h new_max kLazyLog2; the sm90a forward's
   // FwdTraits kLazyRescale). tiles.h fwd_lazy_rescale_sm80 says where; tune_fwd `lazy` A/Bs it.
@@ -459,8 +464,8 @@ __device__ __forceinline__ void fwd_block(const FwdKernelParamsOf<kVariant>& kp,
       if (n == n_end - 1) softmax.fix_reference(acc_s, kp.score.ref_floor);
       softmax.template exponentiate_fixed<FwdExpPolicy<kVariant>>(acc_s, scale_log2);
     } else {
-      softmax.template update<FwdExpPolicy<kVariant>, Traits::kLazyRescale>(acc_s, acc_o,
-                                                                            scale_log2);
+      softmax.template update<FwdExpPolicy<kVariant>, Traits::kLazyRescale, Traits::kSkipKept>(
+          acc_s, acc_o, scale_log2);
     }
     if constexpr (variant_dropout(kVariant)) {
       // After the row statistics (the LSE is of the undropped P): dropped elements leave P V.

@@ -51,13 +51,13 @@ Status run_fwd_kvcache(const FwdKvcacheKernelParams& kp, bool small_smem, cudaSt
     if (small_smem) {
       return launch_fwd_kvcache<Element, FwdTraits<kHeadDim, small.block_m, small.block_n,
                                                    small.warps, small.unpredicated_bulk_loads,
-                                                   fwd_lazy_rescale_sm80()>>(
+                                                   fwd_lazy_rescale_sm80(), fwd_skip_kept_sm80()>>(
           kp, stream);
     }
   }
   return launch_fwd_kvcache<Element, FwdTraits<kHeadDim, big.block_m, big.block_n, big.warps,
                                                big.unpredicated_bulk_loads,
-                                               fwd_lazy_rescale_sm80()>>(kp, stream);
+                                               fwd_lazy_rescale_sm80(), fwd_skip_kept_sm80()>>(kp, stream);
 }
 
 template <typename Element, int kHeadDim>
@@ -65,13 +65,13 @@ Status run_fwd(const FwdParams& p, bool small_smem, cudaStream_t stream) {
   constexpr FwdTile big = fwd_tile_sm80(kHeadDim, false);
   constexpr FwdTile small = fwd_tile_sm80(kHeadDim, true);
   using BigTraits = FwdTraits<kHeadDim, big.block_m, big.block_n, big.warps,
-                              big.unpredicated_bulk_loads, fwd_lazy_rescale_sm80()>;
+                              big.unpredicated_bulk_loads, fwd_lazy_rescale_sm80(), fwd_skip_kept_sm80()>;
   if constexpr (big.block_m != small.block_m || big.block_n != small.block_n ||
                 big.warps != small.warps) {
     if (small_smem) {
       return launch_fwd<Element, FwdTraits<kHeadDim, small.block_m, small.block_n, small.warps,
                                            small.unpredicated_bulk_loads,
-                                           fwd_lazy_rescale_sm80()>>(p, stream);
+                                           fwd_lazy_rescale_sm80(), fwd_skip_kept_sm80()>>(p, stream);
     }
   }
   return launch_fwd<Element, BigTraits>(p, stream);
