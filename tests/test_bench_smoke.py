@@ -135,3 +135,42 @@ def test_ncu_digest_takes_each_reports_longest_kernel(tmp_path):
     assert "bwd_kernel" in res.stdout.splitlines()[0]
     assert re.search(r"\| Stall Wait \| inst \| \d", res.stdout), res.stdout
     assert re.search(r"\| Registers Per Thread \| register/thread \| \d+", res.stdout), res.stdout
+
+
+def test_tune_ab_digest_groups_passes_and_flags_unequal_sides(tmp_path):
+    """scripts/tune_ab_digest.py (the harnesses' A/B lines in one table): tune_fwd90's and
+    tune_fwd's rows grouped by label and shape over the passes, the geometric mean of the shapes'
+    mean B / A per label; rows whose sides differ (WRONG, NOT BITWISE, a `bits` row with
+    differences) listed first, a `bits` row without any kept out."""
+    out = tmp_path / "ab.txt"
+    out.write_text(
+        "device: NVIDIA H100\n"
+        "d128 128x176 skip bits   d=128 s= 4096 c=0: B against A, 0 of 33554432 outputs and 0 of "
+        "262144 LSEs differ\n"
+        "d64 192x128 skip bits    d= 64 s= 4096 c=1: B against A, 3 of 33554432 outputs and 0 of "
+        "524288 LSEs differ  NOT BITWISE\n"
+        "d128 128x176 skip        d=128 s= 4096 c=0: A  600.0  B  594.0 TFLOP/s  B/A time 0.990"
+        "  max|diff| 2.4e-04 2.4e-04\n"
+        "d128 128x176 skip        d=128 s=16384 c=0: A  650.0  B  630.0 TFLOP/s  B/A time 0.970"
+        "  max|diff| 1.2e-04 1.2e-04\n"
+        "d128 128x176 skip        d=128 s= 4096 c=0: A  601.0  B  590.0 TFLOP/s  B/A time 0.980"
+        "  max|diff| 2.4e-04 2.4e-04\n"
+        "skip d=128 seqlen= 2048 causal=1 128x 64 w4: A  300.0  B  297.0 TFLOP/s  B/A time 1.010"
+        "  max|A - B| 0.0e+00\n"
+        "lazy d=256 seqlen= 8192 causal=0  64x 64 w4: A  300.0  B  290.0 TFLOP/s  B/A time 0.970"
+        "  max|A - B| 3.9e-03  WRONG\n")
+    res = subprocess.run([sys.executable, str(REPO / "scripts" / "tune_ab_digest.py"), str(out)],
+                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("FLAGGED (2)"), lines
+    assert "NOT BITWISE" in lines[1] and "WRONG" in lines[2] and "0 of 33554432" not in res.stdout
+    assert "  d=128 s= 4096 c=0: B/A 0.990 0.980  mean 0.985" in lines
+    assert "  d128 128x176 skip: geo mean B/A 0.977 [0.970..0.985] over 2 shapes" in lines
+    assert "skip 128x64 w4" in lines and "  d=128 s= 2048 c=1: B/A 1.010  mean 1.010" in lines
+    assert "lazy 64x64 w4" in lines
+    empty = tmp_path / "none.txt"
+    empty.write_text("nothing here\n")
+    res = subprocess.run([sys.executable, str(REPO / "scripts" / "tune_ab_digest.py"), str(empty)],
+                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert res.returncode == 1 and "no A/B rows" in res.stderr
