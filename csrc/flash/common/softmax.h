@@ -126,7 +126,7 @@ struct OnlineSoftmax {
                                          float (&o)[kMTiles][kDTiles][4], float scale_log2) {
     float ref[kMTiles][2], rescale[kMTiles][2];
     new_max<false, kLazyLog2, kKeep>(s, scale_log2, ref, rescale);
-    rescale_output_for<(kLazyLog2 > 0 || kKeep)>(o, rescale);
+    rescale_output_for<kLazyLog2, kKeep>(o, rescale);
     exponentiate<Exp>(s, ref, rescale, scale_log2);
   }
 
@@ -241,14 +241,14 @@ struct OnlineSoftmax {
         for (int e = 0; e < 4; ++e) o[mt][dt][e] *= rescale[mt][e / 2];
   }
 
-  // Step 2 for new_max's kLazyLog2 / kKeep: kVote (behind a lazy reference, kLazyLog2 > 0, or
-  // the running max with kKeep) skipped by a warp whose rows all kept theirs (every factor
-  // exactly 1, so the multiplies would change nothing; the whole warp must call it: a vote);
-  // else rescale_output.
-  template <bool kVote, int kDTiles>
+  // Step 2 for new_max's kLazyLog2 / kKeep (the same arguments): behind a lazy reference
+  // (kLazyLog2 > 0) or on the running max with kKeep, skipped by a warp whose rows all kept
+  // theirs (every factor exactly 1, so the multiplies would change nothing; the whole warp must
+  // call it: a vote); else rescale_output.
+  template <int kLazyLog2, bool kKeep, int kDTiles>
   __device__ __forceinline__ static void rescale_output_for(float (&o)[kMTiles][kDTiles][4],
                                                             const float (&rescale)[kMTiles][2]) {
-    if constexpr (kVote) {
+    if constexpr (kLazyLog2 > 0 || kKeep) {
       bool any = false;
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {

@@ -141,6 +141,8 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   // would get them twice); otherwise at the pack, after step i's rescale.
   constexpr bool kSumsLate = kSumsByMma && (Traits::kSumsUnderS || Traits::kEarlyRescale);
   float used_acc[4] = {0.f, 0.f, 0.f, 0.f};
+  // The same registers as the m64n8 wgmma accumulator (one 8-column tile) of kSumsByWgmma.
+  float(&used_tile)[1][4] = reinterpret_cast<float(&)[1][4]>(used_acc);
 
   if (w.num_blocks > 0) {
     const float scale_log2 = kp.score.scale_log2;
@@ -180,7 +182,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         const uint64_t ones = ptx::sw128_desc_k_major<8>(s_base + Traits::kOffOnes, 0, 0);
 #pragma unroll
         for (int kk = kKk0; kk < kKk1; ++kk) {
-          ptx::wgmma_rs<8, kBf16, 0>(reinterpret_cast<float(&)[1][4]>(used_acc), p16[kk], ones, 1);
+          ptx::wgmma_rs<8, kBf16, 0>(used_tile, p16[kk], ones, 1);
         }
       }
     };
@@ -333,14 +335,14 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     // the same group) read only from here on.
     auto fence_o = [&] {
       ptx::fence_operand(acc_o[0]);
-      if constexpr (kSumsByWgmma) ptx::fence_operand(reinterpret_cast<float(&)[1][4]>(used_acc));
+      if constexpr (kSumsByWgmma) ptx::fence_operand(used_tile);
     };
     float ref[1][2], rescale[1][2];
     // O *= the step's rescale factors (behind a lazy reference, Traits::kLazyRescale, or with
     // Traits::kSkipKept, skipped by a warp whose factors are all exactly 1).
     auto rescale_o = [&] {
-      OnlineSoftmax<1>::rescale_output_for<(Traits::kLazyRescale > 0 || Traits::kSkipKept)>(
-          acc_o, rescale);
+      OnlineSoftmax<1>::rescale_output_for<Traits::kLazyRescale, Traits::kSkipKept>(acc_o,
+                                                                                   rescale);
       if constexpr (kLazySums) {  // used_acc[hr * 2 + c]: row g + 8 hr's
 #pragma unroll
         for (int e = 0; e < 4; ++e) used_acc[e] *= rescale[0][e / 2];
@@ -560,10 +562,8 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   if constexpr (Traits::kSumsWgmma) {  // the ones tile of the used sums (FwdTraits kSumsWgmma)
     if (tid < Traits::kOnesBytes / 16) {
       constexpr uint32_t kOnes = ElementOps<Element>::kOnePair;
-      asm volatile("st.shared.v4.b32 [%0], {%1, %1, %1, %1};\n" ::"r"(
-                       s_base + Traits::kOffOnes + 16 * tid),
-                   "r"(kOnes)
-                   : "memory");
+      ptx::st_shared_v4(s_base + Traits::kOffOnes + 16 * tid,
+                        make_uint4(kOnes, kOnes, kOnes, kOnes));
       ptx::fence_proxy_async_shared();  // before the barrier below publishes it to the wgmmas
     }
   }

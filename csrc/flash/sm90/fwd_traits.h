@@ -58,8 +58,10 @@ struct FwdTraits {
   // the tensor pipe (kLazySums by mma.sync cost 7-24% of the step, benchmarks/NOTES.md 12.93).
   // The accumulator fragment of m64n8 is mma.sync m16n8's, so used_acc and the epilogue are the
   // same; the sums then enter at P V's issue, exactly when P enters O. A tuning knob (tiles.h
-  // fwd_sums_wgmma_sm90; tune_fwd90 `sumswgmma`).
-  static constexpr bool kSumsWgmma = kSumsWgmma_;
+  // fwd_sums_wgmma_sm90; tune_fwd90 `sumswgmma`), on only in a configuration with used sums, so
+  // that the others neither fill nor hold the ones tile.
+  static constexpr bool kSumsWgmma =
+      kSumsWgmma_ && (kBoundedRef_ || (kLazyRescale_ > 0 && kLazySums_));
   // With the running max (kLazyRescale 0): a row whose max a key block did not raise takes the
   // factor 1 without its exponential, and a warp whose 16 rows all kept theirs skips O's rescale
   // (common/softmax.h new_max kKeep; the d / 2 FMULs a thread of kLazyRescale's skip), every
