@@ -123,24 +123,26 @@ def test_window_causal_persistent_grid(shape, window, dtype, d):
 
 def test_sm90_fwd_instance_reads_both_name_forms():
     """attn_helpers.sm90_fwd_instance reads FwdTraits' arguments by position, so template
-    arguments appended to FwdTraits (kSkipKept, kSumsWgmma after kLazySums) cannot shift what it
-    reports: the demangled and the mangled name of one kernel give the same instance (names as
-    cuobjdump and torch's profiler show them, here with kLazyRescale 8 and kSkipKept set)."""
+    arguments added to or taken from FwdTraits (kSkipKept and kSumsWgmma after kLazyRescale, where
+    kLazySums was) cannot shift what it reports unnoticed: the demangled and the mangled name of
+    one kernel give the same instance (names as cuobjdump and torch's profiler show them, here
+    with kLazyRescale 8, kSkipKept clear and kSumsWgmma set), and a name one argument short
+    raises."""
     traits = ["128", "128", "176", "2", "true", "0", "0", "true", "false", "0", "true", "false",
               "false", "true", "true", "false", "false", "false", "false", "false", "false",
-              "false", "false", "8", "false", "true", "false"]
+              "false", "false", "8", "false", "true"]
     demangled = ("void flashattn_cu::sm90::fwd_kernel<__nv_bfloat16, flashattn_cu::sm90::"
                  f"FwdTraits<{', '.join(traits)}>, 9, false>(flashattn_cu::sm90::FwdTmaParams)")
     code = "".join(f"Lb{int(a == 'true')}E" if a in ("true", "false") else f"Li{a}E"
                    for a in traits)
     mangled = ("_ZN12flashattn_cu4sm9010fwd_kernelI13__nv_bfloat16NS0_9FwdTraitsI"
                f"{code}EELi9ELb0EEEvNS0_12FwdTmaParamsE")
-    expect = (9, 8, False, True)
+    expect = (9, 8, False, True)  # variant, kLazyRescale, kSkipKept, kSumsWgmma
     assert tuple(sm90_fwd_instance(demangled)) == expect
     assert tuple(sm90_fwd_instance(mangled)) == expect
     assert sm90_fwd_instance("void flashattn_cu::sm80::fwd_kernel<...>()") is None
     with pytest.raises(AssertionError, match="no template arguments"):
-        sm90_fwd_instance(demangled.replace(", ".join(traits), ", ".join(traits[:23])))
+        sm90_fwd_instance(demangled.replace(", ".join(traits), ", ".join(traits[:25])))
 
 
 @pytest.mark.gpu
@@ -170,3 +172,37 @@ def test_padded_window_instance_is_the_one_that_runs():
         qv, kv, vv = (t.reshape(-1, *t.shape[2:])[:300] for t in (q, k, v))
         assert variant(lambda: flash_attn_varlen_func(qv, kv, vv, cu, cu, 200, 200, causal=True,
                                                       window_size=(64, 0))) == 1
+
+
+@pytest.mark.gpu
+def test_measured_knobs_reach_their_instances():
+    """tiles.h's rules for two FwdTraits knobs, kept by time (benchmarks/NOTES.md 12.95), reach
+    the instances they were measured on and no other: kSkipKept (outputs bitwise the running
+    max's) on d = 256's static ALiBi instance (problem/mask.h kStaticAlibiVariant, 9: a padded
+    ALiBi call past the short-row rule), not on plain d = 256 or d = 128 ALiBi; kSumsWgmma on
+    d = 128's dynamic softcap instance (3: softcap with a window), not on its static one (7).
+    Their results are the ALiBi and softcap tests'."""
+    if not sm90_built():
+        pytest.skip("needs an sm_90 GPU and sm_90a code")
+
+    def instance(fn):
+        found = [i for i in map(sm90_fwd_instance, kernel_names(fn)) if i is not None]
+        assert len(found) == 1, found
+        return found[0]
+
+    def slopes(h):
+        return torch.rand(h, device="cuda", dtype=torch.float32)
+
+    for d, skip in ((256, True), (128, False)):
+        if instance_for(d) not in _C.built_head_dims():
+            continue
+        q, k, v = make_qkv(1, 2317, 2317, 4, 4, d, torch.bfloat16)
+        alibi = instance(lambda: flash_attn_func(q, k, v, causal=True, alibi_slopes=slopes(4)))
+        assert (alibi.variant, alibi.skip) == (9, skip), (d, alibi)
+        assert not instance(lambda: flash_attn_func(q, k, v, causal=True)).skip, d
+    if instance_for(128) in _C.built_head_dims():
+        q, k, v = make_qkv(1, 2317, 2317, 4, 4, 128, torch.bfloat16)
+        dyn = instance(lambda: flash_attn_func(q, k, v, softcap=30.0, window_size=(512, 0)))
+        assert (dyn.variant, dyn.sums_wgmma) == (3, True), dyn
+        static = instance(lambda: flash_attn_func(q, k, v, softcap=30.0))
+        assert (static.variant, static.sums_wgmma) == (7, False), static

@@ -1,16 +1,14 @@
-// tune_fwd90's modes of the forward's lazy row reference (sm90/fwd_traits.h kLazyRescale,
-// kLazySums; tiles.h fwd_lazy_rescale_sm90, fwd_lazy_sums_sm90): `lazy` (session 61), the rows'
-// lazy reference and O's skipped rescale against the running max; `lazydyn` (session 63), the
-// same on the instances `lazy` left out (windows, the dynamic variant, static ALiBi at d = 128 /
-// 256); `window256` (session 66), d = 256's window on the padded window instance (lazy there
-// since `lazydyn`) against the dynamic one; `lazysums` (session 67), O's 1 / l from the sums of
-// the 16-bit P behind the lazy reference against the library's lazy instances and against the
-// running max; `skipkept` (session 68), the running max with O's rescale skipped by a warp whose
-// rows all kept their max (FwdTraits kSkipKept) against the running max, outputs bitwise
-// compared; `sumswgmma` (session 68), the used sums by wgmma (FwdTraits kSumsWgmma) against
-// mma.sync's on the bounded reference and behind the lazy reference (benchmarks/NOTES.md 12.79,
-// 12.83, 12.89, 12.91, 12.94). tune_fwd90.cu runs them through run_lazy_mode, in
-// -DTUNE_FWD90_SERIAL_ONLY builds too.
+// tune_fwd90's modes of the forward's lazy row reference (sm90/fwd_traits.h kLazyRescale; tiles.h
+// fwd_lazy_rescale_sm90) and of the running max's skipped rescale: `lazy` (session 61), the
+// rows' lazy reference and O's skipped rescale against the running max; `lazydyn` (session 63),
+// the same on the instances `lazy` left out (windows, the dynamic variant, static ALiBi at d =
+// 128 / 256); `window256` (session 66), d = 256's window on the padded window instance (lazy
+// there since `lazydyn`) against the dynamic one; `skipkept` (session 68), the running max with
+// O's rescale skipped by a warp whose rows all kept their max (FwdTraits kSkipKept) against the
+// running max, outputs bitwise compared; `sumswgmma` (session 68), the bounded reference's used
+// sums by wgmma (FwdTraits kSumsWgmma) against mma.sync's (benchmarks/NOTES.md 12.79, 12.83,
+// 12.89, 12.94, 12.95; session 67's `lazysums` went with FwdTraits kLazySums in session 69).
+// tune_fwd90.cu runs them through run_lazy_mode, in -DTUNE_FWD90_SERIAL_ONLY builds too.
 #pragma once
 
 #include <cstdint>
@@ -30,43 +28,18 @@ template <int kHeadDim, int kVariant, int kLazy>
 using LazyOf = typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, false, false, false, false,
                                                    false, -1, false, kLazy>::Type;
 
-// The library's configuration of variant kVariant (kShort: its short-row tile) with FwdTraits
-// kLazyRescale b and kLazySums s (`lazysums`).
-template <int kHeadDim, int kVariant, bool kShort, int kLazy, int kSums>
-using LazySumsOf =
-    typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, false, false, false, false, -1,
-                                        false, kLazy, kSums>::Type;
-
-// `lazysums` on the static variant's long-row tiles (d 128 128 x 176, d 64 192 x 128, d 256
-// 128 x 80) at 4k / 16k, causal and not: A with FwdTraits kLazyRescale kLazyA and kLazySums
-// kSumsA, B the lazy reference with the sums; what: the rows' label after the tile.
-template <int kLazyA, int kSumsA>
-void lazysums_long_rows(const Buffers& b, const char* what) {
-  constexpr int kS = fa::kStaticVariant;
-  const std::vector<int> sl = {4096, 16384};
-  const auto label = [what](const char* tile) { return std::string(tile) + " " + what; };
-  ab_sweep<128, LazySumsOf<128, kS, false, kLazyA, kSumsA>, LazySumsOf<128, kS, false, 8, 1>>(
-      label("d128 128x176").c_str(), b, true, sl);
-  ab_sweep<64, LazySumsOf<64, kS, false, kLazyA, kSumsA>, LazySumsOf<64, kS, false, 8, 1>>(
-      label("d64 192x128").c_str(), b, true, sl);
-  ab_sweep<256, LazySumsOf<256, kS, false, kLazyA, kSumsA>, LazySumsOf<256, kS, false, 8, 1>>(
-      label("d256 128x80").c_str(), b, true, sl);
-}
-
 // The library's configuration of variant kVariant (kShort: its short-row tile) on the running max
 // with FwdTraits kSkipKept s (`skipkept`).
 template <int kHeadDim, int kVariant, bool kShort, int kSkip>
 using SkipOf =
     typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, false, false, false, false, -1,
-                                        false, 0, 0, kSkip>::Type;
+                                        false, 0, kSkip>::Type;
 
-// The library's configuration of variant kVariant (kShort: its short-row tile; kBounded: the
-// bounded reference's instance) with FwdTraits kLazyRescale b, kLazySums s and kSumsWgmma w
-// (`sumswgmma`).
-template <int kHeadDim, int kVariant, bool kShort, bool kBounded, int kLazy, int kSums, int kW>
-using SumsOf =
-    typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, kBounded, false, false, false,
-                                        -1, false, kLazy, kSums, -1, kW>::Type;
+// The library's configuration of variant kVariant (kShort: its short-row tile) on the bounded
+// reference with FwdTraits kSumsWgmma w (`sumswgmma`).
+template <int kHeadDim, int kVariant, bool kShort, int kW>
+using SumsOf = typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, true, false, false,
+                                                   false, -1, false, -1, -1, kW>::Type;
 
 // One launch of configuration Traits (variant kVariant) on call p into b.o and b.lse, each
 // NaN-poisoned first, copied to o and lse; false if the launch failed.
@@ -159,34 +132,6 @@ inline bool run_lazy_mode(const std::string& mode, const Buffers& b) {
     }
     return true;
   }
-  if (mode == "lazysums") {
-    // O's 1 / l from the sums of the 16-bit P behind the lazy reference (B: FwdTraits kLazySums,
-    // 11 mma.sync a warp a step at d = 128's 128 x 176) against the library's lazy instances
-    // without them (A), every instance the library gives b = 8 (tiles.h fwd_lazy_rescale_sm90),
-    // interleaved, two passes; then the running max (A: b = 0, no sums) against the lazy
-    // reference with the sums (B) on the static long rows, which decides between the two if
-    // the sums cost what the lazy reference gained.
-    g_library_schedule = true;
-    constexpr int kS = fa::kStaticVariant, kW = fa::kPaddedWindowVariant;
-    constexpr int kD = fa::kDynamicVariant, kA = fa::kStaticAlibiVariant;
-    constexpr int kWin = kWindow1k | kStaticMask, kAl = kAlibi | kStaticMask;
-    for (int rep = 0; rep < 2; ++rep) {
-      const std::vector<int> sl = {4096, 16384}, wl = {8192, 16384};
-      lazysums_long_rows<8, 0>(b, "sums");
-      ab_sweep<128, LazySumsOf<128, kS, true, 8, 0>, LazySumsOf<128, kS, true, 8, 1>>(
-          "d128 128x128 sums", b, true, {1024});
-      ab_sweep<128, LazySumsOf<128, kW, false, 8, 0>, LazySumsOf<128, kW, false, 8, 1>, kWin>(
-          "d128 window sums", b, false, wl);
-      ab_sweep<256, LazySumsOf<256, kW, false, 8, 0>, LazySumsOf<256, kW, false, 8, 1>, kWin>(
-          "d256 window sums", b, false, wl);
-      ab_sweep<128, LazySumsOf<128, kD, false, 8, 0>, LazySumsOf<128, kD, false, 8, 1>,
-               kDynamicPlain>("d128 dynamic sums", b, true, sl);
-      ab_sweep<256, LazySumsOf<256, kA, false, 8, 0>, LazySumsOf<256, kA, false, 8, 1>, kAl>(
-          "d256 alibi sums", b, true, sl);
-    }
-    for (int rep = 0; rep < 2; ++rep) lazysums_long_rows<0, 0>(b, "max|sums");
-    return true;
-  }
   if (mode == "skipkept") {
     // The running max with O's rescale skipped by a warp whose rows all kept their max (B:
     // FwdTraits kSkipKept, common/softmax.h new_max kKeep) against the running max (A), the
@@ -244,37 +189,26 @@ inline bool run_lazy_mode(const std::string& mode, const Buffers& b) {
     return true;
   }
   if (mode == "sumswgmma") {
-    // The used sums by wgmma m64n8k16 against a ones tile (B: FwdTraits kSumsWgmma) against
-    // mma.sync's (A), interleaved, two passes: first the bounded reference's library instances
-    // (bf16 softcap 30; d = 128 static 128 x 176 and its 1k tile 128 x 128, dynamic 128 x 128;
-    // d = 64 static and dynamic), then the lazy reference with the sums by wgmma (B: b = 8) against
-    // the running max (A) on the static long rows, which says whether the lazy reference could
-    // come back with its largest error fixed (12.93: by mma.sync it cost 7-24%).
+    // The bounded reference's used sums by wgmma m64n8k16 against a ones tile (B: FwdTraits
+    // kSumsWgmma) against mma.sync's (A), interleaved, two passes: its library instances (bf16
+    // softcap 30; d = 128 static 128 x 176 and its 1k tile 128 x 128, dynamic 128 x 128; d = 64
+    // static and dynamic), each A / B pair with the sums rule of tiles.h fwd_sums_wgmma_sm90 set
+    // explicitly on both sides.
     g_library_schedule = true;
     constexpr int kC = fa::kSoftcapVariant, kCs = fa::kStaticSoftcapVariant;
-    constexpr int kS = fa::kStaticVariant;
     constexpr int kCap = kSoftcap, kCapS = kSoftcap | kStaticMask;
     for (int rep = 0; rep < 2; ++rep) {
       const std::vector<int> sl = {4096, 16384};
-      ab_sweep<128, SumsOf<128, kCs, false, true, -1, -1, 0>, SumsOf<128, kCs, false, true, -1, -1, 1>,
-               kCapS>("d128 bounded st wgmma", b, true, sl);
-      ab_sweep<128, SumsOf<128, kCs, true, true, -1, -1, 0>, SumsOf<128, kCs, true, true, -1, -1, 1>,
-               kCapS>("d128 bounded 1k wgmma", b, true, {1024});
-      ab_sweep<128, SumsOf<128, kC, false, true, -1, -1, 0>, SumsOf<128, kC, false, true, -1, -1, 1>,
-               kCap>("d128 bounded dyn wgmma", b, true, sl);
-      ab_sweep<64, SumsOf<64, kCs, false, true, -1, -1, 0>, SumsOf<64, kCs, false, true, -1, -1, 1>,
-               kCapS>("d64 bounded st wgmma", b, true, sl);
-      ab_sweep<64, SumsOf<64, kC, false, true, -1, -1, 0>, SumsOf<64, kC, false, true, -1, -1, 1>,
-               kCap>("d64 bounded dyn wgmma", b, true, sl);
-    }
-    for (int rep = 0; rep < 2; ++rep) {
-      const std::vector<int> sl = {4096, 16384};
-      ab_sweep<128, SumsOf<128, kS, false, false, 0, 0, 0>, SumsOf<128, kS, false, false, 8, 1, 1>>(
-          "d128 128x176 max|lazyw", b, true, sl);
-      ab_sweep<64, SumsOf<64, kS, false, false, 0, 0, 0>, SumsOf<64, kS, false, false, 8, 1, 1>>(
-          "d64 192x128 max|lazyw", b, true, sl);
-      ab_sweep<256, SumsOf<256, kS, false, false, 0, 0, 0>, SumsOf<256, kS, false, false, 8, 1, 1>>(
-          "d256 128x80 max|lazyw", b, true, sl);
+      ab_sweep<128, SumsOf<128, kCs, false, 0>, SumsOf<128, kCs, false, 1>, kCapS>(
+          "d128 bounded st wgmma", b, true, sl);
+      ab_sweep<128, SumsOf<128, kCs, true, 0>, SumsOf<128, kCs, true, 1>, kCapS>(
+          "d128 bounded 1k wgmma", b, true, {1024});
+      ab_sweep<128, SumsOf<128, kC, false, 0>, SumsOf<128, kC, false, 1>, kCap>(
+          "d128 bounded dyn wgmma", b, true, sl);
+      ab_sweep<64, SumsOf<64, kCs, false, 0>, SumsOf<64, kCs, false, 1>, kCapS>(
+          "d64 bounded st wgmma", b, true, sl);
+      ab_sweep<64, SumsOf<64, kC, false, 0>, SumsOf<64, kC, false, 1>, kCap>(
+          "d64 bounded dyn wgmma", b, true, sl);
     }
     return true;
   }

@@ -594,9 +594,9 @@ __host__ __device__ constexpr int fwd_lazy_rescale_sm90(int head_dim, bool softc
   if (softcap || (head_dim > 192 && spills_at_256)) return 0;
   if (FLASHATTN_CU_FWD_LAZY_RESCALE >= 0) return FLASHATTN_CU_FWD_LAZY_RESCALE;
   // The instances where b = 8 won on time (above), kept for the A/Bs' record; the library takes
-  // none of them by default: the lazy reference's accuracy cost (below, fwd_lazy_sums_sm90: the
-  // largest error 1.23-1.73x cuDNN's on non-causal rows) outweighs its 1-5%, and its fix cost more
-  // time than the lazy reference saved (benchmarks/NOTES.md 12.93).
+  // none of them by default: the lazy reference's accuracy cost (below: the largest error
+  // 1.23-1.73x cuDNN's on non-causal rows) outweighs its 1-5%, and its fix cost more time than the
+  // lazy reference saved (benchmarks/NOTES.md 12.93).
   bool won = false;
   switch (kind) {
     case FwdLazyKind::kStatic:
@@ -610,50 +610,57 @@ __host__ __device__ constexpr int fwd_lazy_rescale_sm90(int head_dim, bool softc
   }
   return won && FLASHATTN_CU_FWD_LAZY_TIMED != 0 ? 8 : 0;
 }
-// O's 1 / l from the sums of the 16-bit P behind the lazy reference (sm90/fwd_traits.h
-// kLazySums). Why (benchmarks/NOTES.md 12.91): the lazy reference cost accuracy. On an H100 at
-// 1144b1e (scripts/diag_fwd_error.py: bf16, unit normal inputs, max |out - float32 reference|)
-// the sm_90a forward's error was 1.23-1.68x cuDNN's and the mma.sync path's on non-causal rows at
-// d = 64 / 128 / 256 (1k, 4k; the mean error +4%), against <= 1.07x before it (9a71b12's FA4 side
-// by side); the causal rows' largest errors, on rows whose reference is their max, were equal.
-// A torch emulation (scripts/diag_lazy_emul.py, d = 128, bf16, 4k keys) puts the loss on rows
-// whose weight one key holds, where the running max leaves that key's P exactly 1 and the lazy
-// reference rounds it: on tests/test_numerics.py one_key_inputs' rows the largest error 1.93x
-// the running max's and the mean 1.47x, with the used sums 1.00x / 1.00x; on unit logits
-// scaled 2.5 / 4 / 6 the largest 1.07 / 1.59 / 1.51x, with the sums 1.00 / 1.11 / 1.00x (the
-// mean +17 / 10 / 8% with the sums, +21 / 17 / 21% without). Off until measured (tune_fwd90
-// `lazysums` for the time; the suite, test_weight_on_a_key_past_the_first_block among it, and
-// diag_fwd_error.py under the build flag FLASHATTN_CU_FWD_LAZY_SUMS=1 for the rest).
-#ifndef FLASHATTN_CU_FWD_LAZY_SUMS
-#define FLASHATTN_CU_FWD_LAZY_SUMS 0
-#endif
-__host__ __device__ constexpr bool fwd_lazy_sums_sm90() { return FLASHATTN_CU_FWD_LAZY_SUMS != 0; }
+// The lazy reference's accuracy cost (benchmarks/NOTES.md 12.91): on an H100 at 1144b1e
+// (scripts/diag_fwd_error.py: bf16, unit normal inputs, max |out - float32 reference|) the sm_90a
+// forward's error was 1.23-1.68x cuDNN's and the mma.sync path's on non-causal rows at d = 64 /
+// 128 / 256 (1k, 4k; the mean error +4%), against <= 1.07x before it; the loss sits on rows whose
+// weight one key holds, where the running max leaves that key's P exactly 1 and the lazy
+// reference rounds it (scripts/diag_lazy_emul.py). Its fix, O's 1 / l from the sums of the 16-bit
+// P (FwdTraits kLazySums, sessions 67-68), cost more than the lazy reference saved: by mma.sync
+// 7-24% of the step, by wgmma still 1.04-1.07x the running max's time (benchmarks/NOTES.md 12.93,
+// 12.95), and is gone; FwdTraits kSkipKept (below) keeps the running max's bits and takes the
+// skip where rows settle.
 
 // The running max with O's rescale skipped by a warp whose rows all kept their max (sm90/
-// fwd_traits.h kSkipKept, common/softmax.h new_max kKeep): the output bitwise the running max's,
-// the skip the lazy reference's gain where rows settle. Off until measured (tune_fwd90
-// `skipkept`, benchmarks/NOTES.md 12.94 item 2); the build flag FLASHATTN_CU_FWD_SKIP_KEPT=1
-// gives it to every instance on the running max (softcap's included: its factors come from
-// new_max_capped's exponentials, and the vote skips only where every one is exactly 1).
+// fwd_traits.h kSkipKept, common/softmax.h new_max kKeep): the output bitwise the running max's
+// (tune_fwd90 `skipkept`: 0 of 2^25 outputs and 0 LSEs differ on every instance kind, causal and
+// not). Measured on an H100 at e5b9f8a (benchmarks/results/tune_fwd90_skipkept_h100_e5b9f8a.txt,
+// time with / without, two passes, 4k / 16k): d = 256's static ALiBi 0.91-0.98 (its bias keeps a
+// row's max on the diagonal's side, so rows settle), taken; elsewhere 0.98-1.06 (the static long
+// rows 0.99-1.01, d = 128's short rows 0.99, d = 64's 1.02, the windows 0.99-1.04, the dynamic
+// instance 1.01-1.06, d = 128's static ALiBi 1.01-1.03): the vote costs what the skip saves.
+// The build flag FLASHATTN_CU_FWD_SKIP_KEPT=1 gives it to every instance on the running max
+// (softcap's included: its factors come from new_max_capped's exponentials, and the vote skips
+// only where every one is exactly 1), 0 to none; unset, the rule.
 #ifndef FLASHATTN_CU_FWD_SKIP_KEPT
-#define FLASHATTN_CU_FWD_SKIP_KEPT 0
+#define FLASHATTN_CU_FWD_SKIP_KEPT -1
 #endif
-__host__ __device__ constexpr bool fwd_skip_kept_sm90() { return FLASHATTN_CU_FWD_SKIP_KEPT != 0; }
+__host__ __device__ constexpr bool fwd_skip_kept_sm90(int head_dim, FwdLazyKind kind,
+                                                      bool short_rows) {
+  if (FLASHATTN_CU_FWD_SKIP_KEPT >= 0) return FLASHATTN_CU_FWD_SKIP_KEPT != 0;
+  return kind == FwdLazyKind::kStaticAlibi && head_dim == 256 && !short_rows;
+}
 
-// The used sums by wgmma against a ones tile instead of mma.sync (sm90/fwd_traits.h kSumsWgmma):
-// the bounded reference's (bf16 softcap at d = 64 / 128) and kLazySums'. Off until measured
-// (tune_fwd90 `sumswgmma`, benchmarks/NOTES.md 12.94); the build flag
-// FLASHATTN_CU_FWD_SUMS_WGMMA=1 gives it to every instance with used sums.
+// The bounded reference's used sums (bf16 softcap at d = 64 / 128) by wgmma against a ones tile
+// instead of mma.sync (sm90/fwd_traits.h kSumsWgmma). Measured on an H100 at
+// e5b9f8a (benchmarks/results/tune_fwd90_sumswgmma_h100_e5b9f8a.txt, time with / without, bf16
+// softcap 30, two passes, 4k / 16k): d = 128's dynamic softcap instance 0.982-0.988, taken; its
+// static 128 x 176 1.03-1.06 and 1k tile 1.00, d = 64's static 1.00-1.01 and dynamic 1.01-1.03.
+// The build flag FLASHATTN_CU_FWD_SUMS_WGMMA=1 gives it to every bounded instance, 0 to none;
+// unset, the rule.
 #ifndef FLASHATTN_CU_FWD_SUMS_WGMMA
-#define FLASHATTN_CU_FWD_SUMS_WGMMA 0
+#define FLASHATTN_CU_FWD_SUMS_WGMMA -1
 #endif
-__host__ __device__ constexpr bool fwd_sums_wgmma_sm90() { return FLASHATTN_CU_FWD_SUMS_WGMMA != 0; }
+__host__ __device__ constexpr bool fwd_sums_wgmma_sm90(int head_dim, bool dynamic_softcap) {
+  if (FLASHATTN_CU_FWD_SUMS_WGMMA >= 0) return FLASHATTN_CU_FWD_SUMS_WGMMA != 0;
+  return head_dim == 128 && dynamic_softcap;
+}
 
 // The sm80 forward's lazy reference (sm80/fwd_kernel.h FwdTraits kLazyRescale): the same build
 // flag for every sm80 forward instance (its kvcache ones included), off unless set, until
 // tune_fwd `lazy` has measured it (on an H100 through the sm80 kernels; Ampere not measured).
-// It has no used sums (fwd_lazy_sums_sm90's fix), so with the flag it carries the accuracy cost
-// found on the sm90a forward (benchmarks/NOTES.md 12.91).
+// With the flag it carries the accuracy cost found on the sm90a forward (benchmarks/NOTES.md
+// 12.91).
 __host__ __device__ constexpr int fwd_lazy_rescale_sm80() {
   return FLASHATTN_CU_FWD_LAZY_RESCALE > 0 ? FLASHATTN_CU_FWD_LAZY_RESCALE : 0;
 }

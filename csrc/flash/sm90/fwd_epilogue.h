@@ -21,8 +21,8 @@
 namespace flashattn_cu::sm90 {
 
 // acc_o: the warpgroup's unnormalized O; softmax: its rows' online softmax state, finalized
-// here; used_acc: the sums of the 16-bit P that P V read (kUsedSums: FwdTraits kBoundedRef, or
-// kLazySums), which 1 / l is then of; qs: the tile's Q buffer (kOInQ: the staging box and the
+// here; used_acc: the sums of the 16-bit P that P V read (kUsedSums: FwdTraits kBoundedRef),
+// which 1 / l is then of; qs: the tile's Q buffer (kOInQ: the staging box and the
 // buffer released here).
 template <typename Element, typename Traits, int kVariant, bool kUsedSums>
 __device__ __forceinline__ void store_tile_output(const FwdTmaParams& tp, const FwdWork& w,

@@ -128,10 +128,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   // read by P V (used_acc[hr * 2]: row g + 8 hr's, reduced over the quad by the MMA).
   constexpr bool kBounded = Traits::kBoundedRef && kSoftcapAlone && kBf16;
   static_assert(!kBounded || !Traits::kEarlyRescale, "kBoundedRef: no rescale to move");
-  // FwdTraits kLazySums: the same sums behind the lazy reference, rescaled with O.
-  constexpr bool kLazySums = Traits::kLazySums && Traits::kLazyRescale > 0 && !kBounded &&
-                             !variant_dropout(kVariant);
-  constexpr bool kUsedSums = kBounded || kLazySums;
+  constexpr bool kUsedSums = kBounded;
   // The sums by wgmma (Traits::kSumsWgmma: in P V's commit group, pv_keys) or by mma.sync
   // (sum_used).
   constexpr bool kSumsByWgmma = kUsedSums && Traits::kSumsWgmma;
@@ -343,10 +340,6 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     auto rescale_o = [&] {
       OnlineSoftmax<1>::rescale_output_for<Traits::kLazyRescale, Traits::kSkipKept>(acc_o,
                                                                                    rescale);
-      if constexpr (kLazySums) {  // used_acc[hr * 2 + c]: row g + 8 hr's
-#pragma unroll
-        for (int e = 0; e < 4; ++e) used_acc[e] *= rescale[0][e / 2];
-      }
     };
     BlockHalf half;  // the keys of the step's S (the next step's P V)
     // Step i's S GEMM with nothing else in flight, from its K wait to its softmax: step 0, and

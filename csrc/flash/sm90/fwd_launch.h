@@ -303,13 +303,11 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
 // kBounded: the bounded reference's instance, FwdTraits kBoundedRef; kDoubleQ / kSplitQ /
 // kPrefetchMaps / kPublishTiles: those FwdTraits knobs, kOStore >= 0 its kTmaStoreO in place of
 // the tile's, kLazy >= 0 its kLazyRescale in place of tiles.h fwd_lazy_rescale_sm90's,
-// kSums >= 0 its kLazySums in place of fwd_lazy_sums_sm90's, kSkip >= 0 its kSkipKept in
-// place of fwd_skip_kept_sm90's and kSumsW >= 0 its kSumsWgmma in place of
-// fwd_sums_wgmma_sm90's, the harness's A/Bs only).
+// kSkip >= 0 its kSkipKept in place of fwd_skip_kept_sm90's and kSumsW >= 0 its kSumsWgmma in
+// place of fwd_sums_wgmma_sm90's, the harness's A/Bs only).
 template <int kHeadDim, int kVariant, bool kShort, bool kBounded, bool kDoubleQ = false,
           bool kSplitQ = false, bool kPrefetchMaps = false, int kOStore = -1,
-          bool kPublishTiles = false, int kLazy = -1, int kSums = -1, int kSkip = -1,
-          int kSumsW = -1>
+          bool kPublishTiles = false, int kLazy = -1, int kSkip = -1, int kSumsW = -1>
 struct LibraryFwdTraits {
   static constexpr FwdTileSm90 kTile =
       fwd_serial_sm90(kHeadDim, kVariant == kStaticVariant && !kShort)
@@ -347,9 +345,9 @@ struct LibraryFwdTraits {
                                                             kVariant == kDynamicVariant ||
                                                                 kVariant == kDropoutVariant,
                                                             kLazyKind, kShort),
-                         kSums >= 0 ? kSums != 0 : fwd_lazy_sums_sm90(),
-                         kSkip >= 0 ? kSkip != 0 : fwd_skip_kept_sm90(),
-                         kSumsW >= 0 ? kSumsW != 0 : fwd_sums_wgmma_sm90()>;
+                         kSkip >= 0 ? kSkip != 0 : fwd_skip_kept_sm90(kHeadDim, kLazyKind, kShort),
+                         kSumsW >= 0 ? kSumsW != 0
+                                     : fwd_sums_wgmma_sm90(kHeadDim, kVariant == kSoftcapVariant)>;
   using Single = With<false>;
   // tiles.h fwd_double_q_sm90 (a build flag, off by default): the static variant's tiles, a
   // second Q where the shared memory holds it (with the barriers' and the O

@@ -47,27 +47,25 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           bool kModsPerTile_ = true, bool kCapInterleave_ = false,
           bool kBoundedRef_ = false, bool kSumsUnderS_ = false, bool kSerialPV_ = false,
           bool kDoubleQ_ = false, bool kSplitQ_ = false, bool kPrefetchMaps_ = false,
-          bool kPublishTiles_ = false, int kLazyRescale_ = 0, bool kLazySums_ = false,
-          bool kSkipKept_ = false, bool kSumsWgmma_ = false>
+          bool kPublishTiles_ = false, int kLazyRescale_ = 0, bool kSkipKept_ = false,
+          bool kSumsWgmma_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
-  // The used sums (kBoundedRef's, kLazySums') by wgmma instead of mma.sync: one m64n8k16 per P
-  // fragment against a tile of ones in shared memory (kOffOnes), issued right after the step's
-  // P V wgmmas in their commit group, so the tensor cores' async queue runs them beside P V
-  // (N = 8: 1/16 of d = 128's P V work) where an mma.sync issued among in-flight wgmmas waits for
-  // the tensor pipe (kLazySums by mma.sync cost 7-24% of the step, benchmarks/NOTES.md 12.93).
-  // The accumulator fragment of m64n8 is mma.sync m16n8's, so used_acc and the epilogue are the
-  // same; the sums then enter at P V's issue, exactly when P enters O. A tuning knob (tiles.h
-  // fwd_sums_wgmma_sm90; tune_fwd90 `sumswgmma`), on only in a configuration with used sums, so
-  // that the others neither fill nor hold the ones tile.
-  static constexpr bool kSumsWgmma =
-      kSumsWgmma_ && (kBoundedRef_ || (kLazyRescale_ > 0 && kLazySums_));
+  // The bounded reference's used sums by wgmma instead of mma.sync: one m64n8k16 per P fragment
+  // against a tile of ones in shared memory (kOffOnes), issued right after the step's P V wgmmas
+  // in their commit group, so the tensor cores' async queue runs them beside P V (N = 8: 1/16 of
+  // d = 128's P V work) where an mma.sync issued among in-flight wgmmas waits for the tensor
+  // pipe. The accumulator fragment of m64n8 is mma.sync m16n8's, so used_acc and the epilogue are
+  // the same; the sums then enter at P V's issue, exactly when P enters O. A tuning knob (tiles.h
+  // fwd_sums_wgmma_sm90, which says where it won; tune_fwd90 `sumswgmma`), on only with the
+  // bounded reference, so that the others neither fill nor hold the ones tile.
+  static constexpr bool kSumsWgmma = kSumsWgmma_ && kBoundedRef_;
   // With the running max (kLazyRescale 0): a row whose max a key block did not raise takes the
   // factor 1 without its exponential, and a warp whose 16 rows all kept theirs skips O's rescale
   // (common/softmax.h new_max kKeep; the d / 2 FMULs a thread of kLazyRescale's skip), every
   // output bitwise the running max's: what the lazy reference gained on rows whose max settles,
   // without its accuracy cost (benchmarks/NOTES.md 12.93). A tuning knob (tiles.h
-  // fwd_skip_kept_sm90; tune_fwd90 `skipkept`).
+  // fwd_skip_kept_sm90, which says where it won; tune_fwd90 `skipkept`).
   static constexpr bool kSkipKept = kSkipKept_ && kLazyRescale_ == 0;
   // b > 0: each row's exponents against a lazy reference (common/softmax.h new_max kLazyLog2),
   // which moves, rescaling O, only where a key block's max passes it by more than 2^b in P; a
@@ -75,15 +73,10 @@ struct FwdTraits {
   // between its P V landing and its next turn, benchmarks/NOTES.md 12.79). 0: the running max,
   // O rescaled at every step. A tuning knob (tune_fwd90 `lazy`; tiles.h fwd_lazy_rescale_sm90).
   static constexpr int kLazyRescale = kLazyRescale_;
-  // With kLazyRescale: O's 1 / l from the sums of the 16-bit P the P V product reads (one
-  // mma.sync per P fragment against a ones column, as kBoundedRef's), rescaled with O, while l
-  // (the fp32 P's sums) still gives the LSE and the backward's row statistics. Why: with the
-  // running max a row's largest P is exactly 1; behind a reference that did not move to the
-  // row's max none is, so O / l carried that P's 16-bit rounding (up to 2^-9 of the row's
-  // output where one key holds its weight); with the used sums O is a convex combination of V's
-  // rows in exactly the weights the product used. Not with dropout (P V reads the dropped P).
-  // A knob (tiles.h fwd_lazy_sums_sm90; tune_fwd90 `lazysums`; benchmarks/NOTES.md 12.91).
-  static constexpr bool kLazySums = kLazySums_;
+  // (The lazy reference with O's 1 / l from the used sums of the 16-bit P, FwdTraits kLazySums of
+  // sessions 67-68, is gone: its largest error was the running max's, but by mma.sync it cost
+  // 7-24% of the step and by wgmma 4-7% against the running max, benchmarks/NOTES.md 12.93 /
+  // 12.95.)
   // The producer hands out the walk's tiles through shared memory (fwd_work.h
   // fwd_published_tiles, which also takes them for the varlen-decoding instances), so the call
   // may run on the dynamic scheduler: a tuning knob (tune_fwd90 `dyn256`).
