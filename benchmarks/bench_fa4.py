@@ -98,6 +98,14 @@ def backward_fns(fns, q, k, v, dout):
     return out
 
 
+def round_ratios(other_ms, ours_ms):
+    """Each interleaved round's own ratio, the other backend's time over ours (> 1: ours
+    faster), for the rounds both were timed in; [] if either is missing."""
+    if not other_ms or not ours_ms or len(other_ms) != len(ours_ms):
+        return []
+    return [o / m for o, m in zip(other_ms, ours_ms)]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dims", default="64,128,256")
@@ -119,8 +127,11 @@ def main():
              "", f"FA4: {'flash_attn.cute ' + 'imported' if fa4_func else 'not available (' + str(FA4_ERROR) + ')'}",
              "", f"Timing: the median of {args.rounds} interleaved rounds of triton.testing.do_bench "
              f"(warmup {args.warmup_ms} ms, rep {args.rep_ms} ms, L2 flushed before each call).",
-             "", "| mode | dtype | d | seqlen | causal | " + " | ".join(names) + " | ours/cuDNN | ours/FA4 |",
-             "|" + "---|" * (len(names) + 7)]
+             "'ours/FA4 rounds': the smallest and largest of the rounds' own ratios (FA4's time / ours "
+             "in the same round), the spread a rerun may move the median ratio by.",
+             "", "| mode | dtype | d | seqlen | causal | " + " | ".join(names) +
+             " | ours/cuDNN | ours/FA4 | ours/FA4 rounds |",
+             "|" + "---|" * (len(names) + 8)]
     ratios = {(m, key): [] for m in modes for key in ("cuDNN", "FA4")}
     err_ratios = {m: [] for m in modes}
     for mode, dname in ((m, dn) for m in modes for dn in args.dtypes.split(",")):
@@ -172,11 +183,13 @@ def main():
                     ours = tf.get("flashattn_cu", (math.nan, True))[0]
                     rc = ours / tf["cuDNN"][0] if "cuDNN" in tf else math.nan
                     rf = ours / tf["FA4"][0] if "FA4" in tf else math.nan
+                    paired = round_ratios(times.get("FA4"), times.get("flashattn_cu"))
+                    spread = f"{min(paired):.2f}-{max(paired):.2f}" if paired else "-"
                     ratios[(mode, "cuDNN")].append(rc)
                     if "FA4" in tf:
                         ratios[(mode, "FA4")].append(rf)
                     lines.append(f"| {mode} | {dname} | {d} | {s} | {int(causal)} | " +
-                                 " | ".join(cells) + f" | {rc:.2f} | {rf:.2f} |")
+                                 " | ".join(cells) + f" | {rc:.2f} | {rf:.2f} | {spread} |")
                     print(lines[-1], flush=True)
                     del q, k, v, ref, fns, dout
     for (mode, key), vals in ratios.items():

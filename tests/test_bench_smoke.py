@@ -174,3 +174,18 @@ def test_tune_ab_digest_groups_passes_and_flags_unequal_sides(tmp_path):
     res = subprocess.run([sys.executable, str(REPO / "scripts" / "tune_ab_digest.py"), str(empty)],
                          capture_output=True, text=True, timeout=60, cwd=REPO)
     assert res.returncode == 1 and "no A/B rows" in res.stderr
+
+
+def test_bench_fa4_round_ratios_pair_each_round():
+    """benchmarks/bench_fa4.py's 'ours/FA4 rounds' column: each interleaved round's own ratio
+    (the other backend's time over ours, > 1 where ours is faster), nothing where either side
+    lost a round."""
+    import importlib.util
+
+    pytest.importorskip("triton")
+    spec = importlib.util.spec_from_file_location("bench_fa4", REPO / "benchmarks" / "bench_fa4.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.round_ratios([2.0, 3.0, 1.0], [1.0, 2.0, 2.0]) == [2.0, 1.5, 0.5]
+    assert mod.round_ratios(None, [1.0]) == [] and mod.round_ratios([1.0], []) == []
+    assert mod.round_ratios([1.0, 2.0], [1.0]) == []  # a round lost on one side: no pairing
