@@ -6,11 +6,20 @@
 # scripts/device_run.sh. FA4 is only on PYTHONPATH for its own script.
 #   first call:   ... carry [".fa4b"]: mkdir -p /tmp/fa4parts && cp .fa4b/part_ab /tmp/fa4parts/ && <build, tests>
 #   second call:  carry [".fa4a"]: bash scripts/device_bench_fa4.sh
+# It spends up to ~570 s (the main benchmark's own time budget, then the features in what is
+# left): wrap it in no `timeout` shorter than that (session 69's `timeout 380` cut bench.py at
+# shape 28 of 36). DIAG=1 first runs scripts/diag_fwd_error.py --qscales 1,4 (its SUMMARY line
+# into the call's output and $OUT/diag_fwd_error.txt, ~20 s), out of the same 570 s.
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 OUT=${OUT:-$PWD/device_out}
 mkdir -p "$OUT"
 t0=$SECONDS
+if [ "${DIAG:-0}" = 1 ]; then
+    timeout 120 python3 scripts/diag_fwd_error.py --qscales 1,4 > "$OUT/diag_fwd_error.txt" 2>&1
+    echo "diag_fwd_error: exit $? after $((SECONDS - t0)) s"
+    grep SUMMARY "$OUT/diag_fwd_error.txt"
+fi
 if [ -f .fa4a/part_aa ] && [ -f /tmp/fa4parts/part_ab ]; then
     cp .fa4a/part_aa /tmp/fa4parts/ && mkdir -p /tmp/fa4 &&
         cat /tmp/fa4parts/part_* | xz -d | tar -x -C /tmp/fa4 && echo "fa4: unpacked after $((SECONDS - t0)) s"
