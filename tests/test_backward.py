@@ -464,12 +464,12 @@ STREAM_CASES = {
 
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("case", list(STREAM_CASES))
+@pytest.mark.parametrize("path", ["auto"], indirect=True)  # the default path only: no sm80 half
 def test_streamed_dq_convert(case, head_dim, path):
     from flashattn_cu.testing import bwd_streamed_dq
 
-    if path != "auto" or torch.cuda.get_device_capability() != (9, 0) or \
-            90 not in _C.built_archs():
-        pytest.skip("the sm90a backward's postprocess (an sm_90 GPU, the default path)")
+    if torch.cuda.get_device_capability() != (9, 0) or 90 not in _C.built_archs():
+        pytest.skip("the sm90a backward's postprocess (an sm_90 GPU)")
     skip_unless_bwd(head_dim)
     batch, sq, sk, h, hk, causal, window = STREAM_CASES[case]
     q, k, v = make_qkv(batch, sq, sk, h, hk, head_dim, torch.bfloat16, requires_grad=True)
@@ -487,6 +487,7 @@ def test_streamed_dq_convert(case, head_dim, path):
             assert_rule(g, r, p, 3, 1e-4, f"{name} (streamed {streamed})")
 
 
+@pytest.mark.parametrize("path", ["auto"], indirect=True)  # the default path only: no sm80 half
 def test_streamed_dq_convert_in_a_cuda_graph(path):
     """The streamed dQ convert captured in a CUDA graph (the main kernel -> postprocess edge
     programmatic, the flags cleared by the captured preprocess on every replay): two replays on
@@ -495,9 +496,8 @@ def test_streamed_dq_convert_in_a_cuda_graph(path):
     convert's blocks wait for the main kernel's end before they exit)."""
     from flashattn_cu.testing import bwd_streamed_dq
 
-    if path != "auto" or torch.cuda.get_device_capability() != (9, 0) or \
-            90 not in _C.built_archs():
-        pytest.skip("the sm90a backward's postprocess (an sm_90 GPU, the default path)")
+    if torch.cuda.get_device_capability() != (9, 0) or 90 not in _C.built_archs():
+        pytest.skip("the sm90a backward's postprocess (an sm_90 GPU)")
     skip_unless_bwd(128)
     # MHA with 256 key tiles: kv_splits 1, so the postprocess has no dK / dV job whose blocks
     # would wait for the main kernel anyway (bwd/params.h bwd_kv_splits).
