@@ -627,7 +627,7 @@ __host__ __device__ constexpr int fwd_lazy_rescale_sm90(int head_dim, bool softc
 // not). Measured on an H100 at e5b9f8a (benchmarks/results/tune_fwd90_skipkept_h100_e5b9f8a.txt,
 // time with / without, two passes, 4k / 16k): d = 256's static ALiBi 0.91-0.98 (its bias keeps a
 // row's max on the diagonal's side, so rows settle), taken; elsewhere 0.98-1.06 (the static long
-// rows 0.99-1.01, d = 128's short rows 0.99, d = 64's 1.02, the windows 0.99-1.04, the dynamic
+// rows 0.98-1.01, d = 128's short rows 0.99, d = 64's 1.02, the windows 0.99-1.04, the dynamic
 // instance 1.01-1.06, d = 128's static ALiBi 1.01-1.03): the vote costs what the skip saves.
 // The build flag FLASHATTN_CU_FWD_SKIP_KEPT=1 gives it to every instance on the running max
 // (softcap's included: its factors come from new_max_capped's exponentials, and the vote skips
