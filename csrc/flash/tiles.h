@@ -586,7 +586,8 @@ __host__ __device__ constexpr bool fwd_early_rescale_sm90(int head_dim, bool sta
 #ifndef FLASHATTN_CU_FWD_LAZY_TIMED
 #define FLASHATTN_CU_FWD_LAZY_TIMED 0
 #endif
-// The instance kinds the rule tells apart (sm90/fwd_launch.h LibraryFwdTraits maps its variant).
+// The instance kinds the rules of fwd_lazy_rescale_sm90 and fwd_skip_kept_sm90 tell apart
+// (sm90/fwd_launch.h LibraryFwdTraits maps its variant).
 enum class FwdLazyKind { kStatic, kStaticAlibi, kPaddedWindow, kDynamic, kOther };
 __host__ __device__ constexpr int fwd_lazy_rescale_sm90(int head_dim, bool softcap,
                                                         bool spills_at_256, FwdLazyKind kind,

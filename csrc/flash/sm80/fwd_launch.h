@@ -42,6 +42,17 @@ Status launch_fwd_kvcache(const FwdKvcacheKernelParams& kp, cudaStream_t stream)
       Traits::kNThreads, kvcache_smem_bytes<Traits>(), stream, kp);
 }
 
+// The library's configuration of the forward (kKvcache: the kvcache kernel's tiles) on its big or
+// (kSmall) its small tile, with tiles.h's sm80 knobs: the one place they are read.
+template <int kHeadDim, bool kKvcache, bool kSmall>
+struct LibraryFwd {
+  static constexpr FwdTile kTile = kKvcache ? fwd_tile_sm80_kvcache(kHeadDim, kSmall)
+                                            : fwd_tile_sm80(kHeadDim, kSmall);
+  using Traits = FwdTraits<kHeadDim, kTile.block_m, kTile.block_n, kTile.warps,
+                           kTile.unpredicated_bulk_loads, fwd_lazy_rescale_sm80(),
+                           fwd_skip_kept_sm80()>;
+};
+
 template <typename Element, int kHeadDim>
 Status run_fwd_kvcache(const FwdKvcacheKernelParams& kp, bool small_smem, cudaStream_t stream) {
   constexpr FwdTile big = fwd_tile_sm80_kvcache(kHeadDim, false);
@@ -49,32 +60,25 @@ Status run_fwd_kvcache(const FwdKvcacheKernelParams& kp, bool small_smem, cudaSt
   if constexpr (big.block_m != small.block_m || big.block_n != small.block_n ||
                 big.warps != small.warps) {
     if (small_smem) {
-      return launch_fwd_kvcache<Element, FwdTraits<kHeadDim, small.block_m, small.block_n,
-                                                   small.warps, small.unpredicated_bulk_loads,
-                                                   fwd_lazy_rescale_sm80(), fwd_skip_kept_sm80()>>(
+      return launch_fwd_kvcache<Element, typename LibraryFwd<kHeadDim, true, true>::Traits>(
           kp, stream);
     }
   }
-  return launch_fwd_kvcache<Element, FwdTraits<kHeadDim, big.block_m, big.block_n, big.warps,
-                                               big.unpredicated_bulk_loads,
-                                               fwd_lazy_rescale_sm80(), fwd_skip_kept_sm80()>>(kp, stream);
+  return launch_fwd_kvcache<Element, typename LibraryFwd<kHeadDim, true, false>::Traits>(kp,
+                                                                                          stream);
 }
 
 template <typename Element, int kHeadDim>
 Status run_fwd(const FwdParams& p, bool small_smem, cudaStream_t stream) {
   constexpr FwdTile big = fwd_tile_sm80(kHeadDim, false);
   constexpr FwdTile small = fwd_tile_sm80(kHeadDim, true);
-  using BigTraits = FwdTraits<kHeadDim, big.block_m, big.block_n, big.warps,
-                              big.unpredicated_bulk_loads, fwd_lazy_rescale_sm80(), fwd_skip_kept_sm80()>;
   if constexpr (big.block_m != small.block_m || big.block_n != small.block_n ||
                 big.warps != small.warps) {
     if (small_smem) {
-      return launch_fwd<Element, FwdTraits<kHeadDim, small.block_m, small.block_n, small.warps,
-                                           small.unpredicated_bulk_loads,
-                                           fwd_lazy_rescale_sm80(), fwd_skip_kept_sm80()>>(p, stream);
+      return launch_fwd<Element, typename LibraryFwd<kHeadDim, false, true>::Traits>(p, stream);
     }
   }
-  return launch_fwd<Element, BigTraits>(p, stream);
+  return launch_fwd<Element, typename LibraryFwd<kHeadDim, false, false>::Traits>(p, stream);
 }
 
 }  // namespace flashattn_cu::sm80

@@ -128,11 +128,10 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   // read by P V (used_acc[hr * 2]: row g + 8 hr's, reduced over the quad by the MMA).
   constexpr bool kBounded = Traits::kBoundedRef && kSoftcapAlone && kBf16;
   static_assert(!kBounded || !Traits::kEarlyRescale, "kBoundedRef: no rescale to move");
-  constexpr bool kUsedSums = kBounded;
   // The sums by wgmma (Traits::kSumsWgmma: in P V's commit group, pv_keys) or by mma.sync
   // (sum_used).
-  constexpr bool kSumsByWgmma = kUsedSums && Traits::kSumsWgmma;
-  constexpr bool kSumsByMma = kUsedSums && !kSumsByWgmma;
+  constexpr bool kSumsByWgmma = kBounded && Traits::kSumsWgmma;
+  constexpr bool kSumsByMma = kBounded && !kSumsByWgmma;
   // Where a step adds P_{i-1}'s sums by mma.sync: under S_i (Traits::kSumsUnderS), and with the
   // early rescale always there, after O and the sums take step i - 1's factors (at the pack they
   // would get them twice); otherwise at the pack, after step i's rescale.
@@ -309,7 +308,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         dropout_of(kp, batch, head).drop(acc_s, m_start + warp_row0, n * kBlockN, lane);
       }
     };
-    // The sums of the 16-bit P in p16 (used_acc), row by row (kUsedSums).
+    // The sums of the 16-bit P in p16 (used_acc), row by row (kBounded).
     auto sum_used = [&] {
       if constexpr (kSumsByMma) {
         constexpr uint32_t kOnes = Ops::kOnePair;
@@ -489,7 +488,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     ahead();
   }
 
-  store_tile_output<Element, Traits, kVariant, kUsedSums>(tp, w, s_base, consumer, qs, softmax,
+  store_tile_output<Element, Traits, kVariant, kBounded>(tp, w, s_base, consumer, qs, softmax,
                                                          used_acc, acc_o);
   clock.mark(kPhaseEpilogue);
   clock.count(w.num_blocks);
