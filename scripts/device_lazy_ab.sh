@@ -8,8 +8,10 @@
 #   the two outputs compared.
 # B / A time < 1: the lazy reference is faster. Device only, from the repository root:
 #   OUT=/tmp/o bash scripts/device_lazy_ab.sh   (LAZY_SM80=0: the sm90a A/B alone; LAZY_TIMEOUT;
-#   LAZY_MODES="lazy lazydyn": tune_fwd90's modes, `lazy` alone by default; LAZY_SM80_MODES:
-#   tune_fwd's, `lazy` by default, "skipkept" its kSkipKept A/B)
+#   LAZY_MODES="lazy lazydyn": tune_fwd90's modes, `lazy` alone by default, any of
+#   fwd90_lazy_modes.h's: lazy, lazydyn, window256, skipkept, sumswgmma, tailinexp (FwdTraits
+#   kTailInExp); LAZY_SM80_MODES: tune_fwd's, `lazy` by default, "skipkept" its kSkipKept A/B)
+# The bitwise modes' (skipkept, tailinexp) "NOT BITWISE" rows are echoed with the B/A ones.
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 OUT=${OUT:-$PWD/device_out}
@@ -36,7 +38,7 @@ echo "builds done after $((SECONDS - t0)) s"
 if [ -x "$WORK/tune_fwd90" ]; then
     for mode in ${LAZY_MODES:-lazy}; do  # LAZY_MODES="lazy lazydyn": the other instances too
         timeout "${LAZY_TIMEOUT:-240}" "$WORK/tune_fwd90" "$mode" 2>&1 |
-            tee "$OUT/tune_fwd90_$mode.txt" | grep -E "B/A|WRONG|failed"
+            tee "$OUT/tune_fwd90_$mode.txt" | grep -E "B/A|WRONG|failed|NOT BITWISE"
         echo "tune_fwd90 $mode: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
     done
 fi

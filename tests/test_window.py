@@ -124,25 +124,30 @@ def test_window_causal_persistent_grid(shape, window, dtype, d):
 def test_sm90_fwd_instance_reads_both_name_forms():
     """attn_helpers.sm90_fwd_instance reads FwdTraits' arguments by position, so template
     arguments added to or taken from FwdTraits (kSkipKept and kSumsWgmma after kLazyRescale, where
-    kLazySums was) cannot shift what it reports unnoticed: the demangled and the mangled name of
-    one kernel give the same instance (names as cuobjdump and torch's profiler show them, here
-    with kLazyRescale 8, kSkipKept clear and kSumsWgmma set), and a name one argument short
-    raises."""
+    kLazySums was; kTailInExp last) cannot shift what it reports unnoticed: the demangled and the
+    mangled name of one kernel give the same instance (names as cuobjdump and torch's profiler
+    show them, here with kLazyRescale 8, kSkipKept clear, kSumsWgmma set and kTailInExp set), and
+    a name one argument short (the 26 of FwdTraits before kTailInExp) raises."""
     traits = ["128", "128", "176", "2", "true", "0", "0", "true", "false", "0", "true", "false",
               "false", "true", "true", "false", "false", "false", "false", "false", "false",
-              "false", "false", "8", "false", "true"]
+              "false", "false", "8", "false", "true", "true"]
     demangled = ("void flashattn_cu::sm90::fwd_kernel<__nv_bfloat16, flashattn_cu::sm90::"
                  f"FwdTraits<{', '.join(traits)}>, 9, false>(flashattn_cu::sm90::FwdTmaParams)")
     code = "".join(f"Lb{int(a == 'true')}E" if a in ("true", "false") else f"Li{a}E"
                    for a in traits)
     mangled = ("_ZN12flashattn_cu4sm9010fwd_kernelI13__nv_bfloat16NS0_9FwdTraitsI"
                f"{code}EELi9ELb0EEEvNS0_12FwdTmaParamsE")
-    expect = (9, 8, False, True)  # variant, kLazyRescale, kSkipKept, kSumsWgmma
+    expect = (9, 8, False, True, True)  # variant, kLazyRescale, kSkipKept, kSumsWgmma, kTailInExp
     assert tuple(sm90_fwd_instance(demangled)) == expect
     assert tuple(sm90_fwd_instance(mangled)) == expect
     assert sm90_fwd_instance("void flashattn_cu::sm80::fwd_kernel<...>()") is None
+    short = traits[:26]
     with pytest.raises(AssertionError, match="no template arguments"):
-        sm90_fwd_instance(demangled.replace(", ".join(traits), ", ".join(traits[:25])))
+        sm90_fwd_instance(demangled.replace(", ".join(traits), ", ".join(short)))
+    short_code = "".join(f"Lb{int(a == 'true')}E" if a in ("true", "false") else f"Li{a}E"
+                         for a in short)
+    with pytest.raises(AssertionError, match="no template arguments"):
+        sm90_fwd_instance(mangled.replace(code, short_code))
 
 
 @pytest.mark.gpu

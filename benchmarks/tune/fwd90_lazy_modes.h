@@ -7,7 +7,9 @@
 // O's rescale skipped by a warp whose rows all kept their max (FwdTraits kSkipKept) against the
 // running max, outputs bitwise compared; `sumswgmma` (session 68), the bounded reference's used
 // sums by wgmma (FwdTraits kSumsWgmma) against mma.sync's (benchmarks/NOTES.md 12.79, 12.83,
-// 12.89, 12.94, 12.95; session 67's `lazysums` went with FwdTraits kLazySums in session 69).
+// 12.89, 12.94, 12.95; session 67's `lazysums` went with FwdTraits kLazySums in session 69);
+// `tailinexp`, the overlapped step's tail (P V's wait, O's rescale, P's pack) inside the
+// exponentials' arms (FwdTraits kTailInExp) against the library's order, outputs bitwise compared.
 // tune_fwd90.cu runs them through run_lazy_mode, in -DTUNE_FWD90_SERIAL_ONLY builds too.
 #pragma once
 
@@ -40,6 +42,12 @@ using SkipOf =
 template <int kHeadDim, int kVariant, bool kShort, int kW>
 using SumsOf = typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, true, false, false,
                                                    false, -1, false, -1, -1, kW>::Type;
+
+// The library's configuration of variant kVariant (kShort: its short-row tile) with FwdTraits
+// kTailInExp t (`tailinexp`; every other knob the library's).
+template <int kHeadDim, int kVariant, bool kShort, int kTail>
+using TailOf = typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, false, false, false,
+                                                   false, -1, false, -1, -1, -1, kTail>::Type;
 
 // One launch of configuration Traits (variant kVariant) on call p into b.o and b.lse, each
 // NaN-poisoned first, copied to o and lse; false if the launch failed.
@@ -185,6 +193,63 @@ inline bool run_lazy_mode(const std::string& mode, const Buffers& b) {
           "d128 alibi skip", b, true, sl);
       ab_sweep<256, SkipOf<256, kA, false, 0>, SkipOf<256, kA, false, 1>, kAl>(
           "d256 alibi skip", b, true, sl);
+    }
+    return true;
+  }
+  if (mode == "tailinexp") {
+    // The overlapped step's tail (the wait for P_{i-1} V_{i-1}, O's rescale, P_i's pack) inlined
+    // into each arm of the exponentials (B: FwdTraits kTailInExp, common/softmax.h exponentiate's
+    // `after`), where ptxas interleaves its FMULs and F2FPs with the MUFU.EX2 stream, against the
+    // library's order, the tail after both arms (A: kTailInExp off), the library's tiles and
+    // schedule: first whether B's outputs and LSEs are bitwise A's (the same instructions on the
+    // same values, in another order) on each instance kind the knob reaches, then the times,
+    // interleaved, two passes: the static long rows at 4k / 16k (not d = 256's, whose early
+    // rescale leaves the knob inert), the short rows at 1k, the windows (1024, 0) at 8k / 16k
+    // (d = 256 on the dynamic instance, the library's), the dynamic instance on padded rows and
+    // d = 128's static ALiBi at 4k / 16k. Not softcap (its row max over the raw scores), the
+    // bounded reference or dropout, where the knob is inert.
+    g_library_schedule = true;
+    constexpr int kS = fa::kStaticVariant, kW = fa::kPaddedWindowVariant;
+    constexpr int kD = fa::kDynamicVariant, kA = fa::kStaticAlibiVariant;
+    constexpr int kWin = kWindow1k | kStaticMask, kAl = kAlibi | kStaticMask;
+    for (int causal = 0; causal < 2; ++causal) {
+      bitwise_ab<128, TailOf<128, kS, false, 0>, TailOf<128, kS, false, 1>>("d128 128x176 bits", b,
+                                                                            4096, causal);
+      bitwise_ab<64, TailOf<64, kS, false, 0>, TailOf<64, kS, false, 1>>("d64 192x128 bits", b,
+                                                                         4096, causal);
+      bitwise_ab<128, TailOf<128, kS, true, 0>, TailOf<128, kS, true, 1>>("d128 128x128 bits", b,
+                                                                          1024, causal);
+      bitwise_ab<128, TailOf<128, kD, false, 0>, TailOf<128, kD, false, 1>, kDynamicPlain>(
+          "d128 dynamic bits", b, 4096, causal);
+      bitwise_ab<256, TailOf<256, kD, false, 0>, TailOf<256, kD, false, 1>, kDynamicPlain>(
+          "d256 dynamic bits", b, 4096, causal);
+      bitwise_ab<128, TailOf<128, kA, false, 0>, TailOf<128, kA, false, 1>, kAl>(
+          "d128 alibi bits", b, 4096, causal);
+    }
+    bitwise_ab<128, TailOf<128, kW, false, 0>, TailOf<128, kW, false, 1>, kWin>(
+        "d128 window bits", b, 8192, true);
+    for (int rep = 0; rep < 2; ++rep) {
+      const std::vector<int> sl = {4096, 16384}, wl = {8192, 16384};
+      ab_sweep<128, TailOf<128, kS, false, 0>, TailOf<128, kS, false, 1>>(
+          "d128 128x176 tail", b, true, sl);
+      ab_sweep<64, TailOf<64, kS, false, 0>, TailOf<64, kS, false, 1>>(
+          "d64 192x128 tail", b, true, sl);
+      ab_sweep<128, TailOf<128, kS, true, 0>, TailOf<128, kS, true, 1>>(
+          "d128 128x128 tail", b, true, {1024});
+      ab_sweep<64, TailOf<64, kS, true, 0>, TailOf<64, kS, true, 1>>(
+          "d64 128x128 tail", b, true, {1024});
+      ab_sweep<128, TailOf<128, kW, false, 0>, TailOf<128, kW, false, 1>, kWin>(
+          "d128 window tail", b, false, wl);
+      ab_sweep<64, TailOf<64, kW, false, 0>, TailOf<64, kW, false, 1>, kWin>(
+          "d64 window tail", b, false, wl);
+      ab_sweep<256, TailOf<256, kD, false, 0>, TailOf<256, kD, false, 1>, kWindow1k>(
+          "d256 window tail", b, false, wl);
+      ab_sweep<128, TailOf<128, kD, false, 0>, TailOf<128, kD, false, 1>, kDynamicPlain>(
+          "d128 dynamic tail", b, true, sl);
+      ab_sweep<64, TailOf<64, kD, false, 0>, TailOf<64, kD, false, 1>, kDynamicPlain>(
+          "d64 dynamic tail", b, true, sl);
+      ab_sweep<128, TailOf<128, kA, false, 0>, TailOf<128, kA, false, 1>, kAl>(
+          "d128 alibi tail", b, true, sl);
     }
     return true;
   }

@@ -586,7 +586,8 @@ __host__ __device__ constexpr bool fwd_early_rescale_sm90(int head_dim, bool sta
 #ifndef FLASHATTN_CU_FWD_LAZY_TIMED
 #define FLASHATTN_CU_FWD_LAZY_TIMED 0
 #endif
-// The instance kinds the rules of fwd_lazy_rescale_sm90 and fwd_skip_kept_sm90 tell apart
+// The instance kinds the rules of fwd_lazy_rescale_sm90, fwd_skip_kept_sm90 and
+// fwd_tail_in_exp_sm90 tell apart
 // (sm90/fwd_launch.h LibraryFwdTraits maps its variant).
 enum class FwdLazyKind { kStatic, kStaticAlibi, kPaddedWindow, kDynamic, kOther };
 __host__ __device__ constexpr int fwd_lazy_rescale_sm90(int head_dim, bool softcap,
@@ -655,6 +656,30 @@ __host__ __device__ constexpr bool fwd_skip_kept_sm90(int head_dim, FwdLazyKind 
 __host__ __device__ constexpr bool fwd_sums_wgmma_sm90(int head_dim, bool dynamic_softcap) {
   if (FLASHATTN_CU_FWD_SUMS_WGMMA >= 0) return FLASHATTN_CU_FWD_SUMS_WGMMA != 0;
   return head_dim == 128 && dynamic_softcap;
+}
+
+// The overlapped step's tail (the wait for P V, O's rescale, P's pack) inside the exponentials'
+// basic block (sm90/fwd_traits.h kTailInExp; common/softmax.h exponentiate's `after`), where
+// ptxas may interleave its FMULs and F2FPs with the MUFU.EX2 stream: the outputs bitwise the
+// library's (the same instructions on the same values). The SASS of d = 128 bf16's plain 128 x 176
+// kernel (nvcc 13.0, sm_90a): in each arm the WARPGROUP.DEPBAR.LE gsb0 0 after 7-10 of its 88
+// MUFU.EX2, all 64 O FMULs and 38 of 44 F2FPs before its last MUFU (without: after all 176 of both
+// arms, in the join), 168 registers, no spill; the step's loop 1,205 -> 1,315 instructions (the
+// tail in both arms). The cost to weigh: the wait that early in the exponentials stalls the warp
+// where P V has not landed yet. Not measured yet (tune_fwd90 `tailinexp`), so the rule takes it
+// nowhere; an instance adopts it only after a GPU A/B. The build flag
+// FLASHATTN_CU_FWD_TAIL_IN_EXP=1 gives it to every instance where it applies, 0 to none; unset
+// (-1), the rule.
+#ifndef FLASHATTN_CU_FWD_TAIL_IN_EXP
+#define FLASHATTN_CU_FWD_TAIL_IN_EXP -1
+#endif
+__host__ __device__ constexpr bool fwd_tail_in_exp_sm90(int head_dim, FwdLazyKind kind,
+                                                        bool short_rows) {
+  if (FLASHATTN_CU_FWD_TAIL_IN_EXP >= 0) return FLASHATTN_CU_FWD_TAIL_IN_EXP != 0;
+  (void)head_dim;
+  (void)kind;
+  (void)short_rows;
+  return false;
 }
 
 // The sm80 forward's lazy reference (sm80/fwd_kernel.h FwdTraits kLazyRescale): the same build

@@ -95,6 +95,12 @@ struct RowStats {
   float log2_sum;
 };
 
+// exponentiate's default `after`: nothing (no code, so its callers' SASS is what it was before
+// the parameter).
+struct NoAfter {
+  __device__ __forceinline__ void operator()() const {}
+};
+
 template <int kMTiles>
 struct OnlineSoftmax {
   float m[kMTiles][2];
@@ -259,24 +265,29 @@ struct OnlineSoftmax {
     rescale_output(o, rescale);
   }
 
-  // Step 3: s -> p in place against ref; l = l * rescale + the tile's row sums.
-  template <typename Exp = DefaultExp, int kNTiles>
+  // Step 3: s -> p in place against ref; l = l * rescale + the tile's row sums. `after` (a
+  // functor, no arguments) runs once the exponentials are done, inlined at the end of each arm of
+  // the kWarpFused vote (exponentiate_mapped), so that work independent of P's last values sits
+  // in the exponentials' basic block, where ptxas may issue it among the MUFU.EX2 (sm90/
+  // fwd_kernel.h FwdTraits kTailInExp: the wait for P V, O's rescale and P's pack).
+  template <typename Exp = DefaultExp, int kNTiles, typename After = NoAfter>
   __device__ __forceinline__ void exponentiate(float (&s)[kMTiles][kNTiles][4],
                                                const float (&ref)[kMTiles][2],
                                                const float (&rescale)[kMTiles][2],
-                                               float scale_log2) {
-    exponentiate_mapped<Exp>(s, ref, rescale, scale_log2, [](float x) { return x; });
+                                               float scale_log2, const After& after = After{}) {
+    exponentiate_mapped<Exp>(s, ref, rescale, scale_log2, [](float x) { return x; }, after);
   }
 
   // exponentiate of map(s) instead of s: a monotone score map (softcap's tanh, with ref from
   // new_max_capped) applied element by element in the exponentials' own loop, so that each
   // score's map and exponential issue together (sm90/fwd_kernel.h FwdTraits kCapInterleave)
-  // rather than as two passes over the tile.
-  template <typename Exp, int kNTiles, typename Map>
+  // rather than as two passes over the tile. `after`: exponentiate's.
+  template <typename Exp, int kNTiles, typename Map, typename After = NoAfter>
   __device__ __forceinline__ void exponentiate_mapped(float (&s)[kMTiles][kNTiles][4],
                                                       const float (&ref)[kMTiles][2],
                                                       const float (&rescale)[kMTiles][2],
-                                                      float scale_log2, const Map& map) {
+                                                      float scale_log2, const Map& map,
+                                                      const After& after = After{}) {
     if constexpr (Exp::kWarpFused) {
       constexpr float kBound = static_cast<float>(1 << Exp::kWarpFusedLog2);
       bool small = true;
@@ -286,10 +297,10 @@ struct OnlineSoftmax {
         for (int hr = 0; hr < 2; ++hr) small = small && fabsf(ref[mt][hr] * scale_log2) < kBound;
       if (__all_sync(0xffffffffu, small)) {
         exponentiate_mapped<ExpPolicy<Exp::kPolyEighths, true, 0, Exp::kSumTree>>(
-            s, ref, rescale, scale_log2, map);
+            s, ref, rescale, scale_log2, map, after);
       } else {
         exponentiate_mapped<ExpPolicy<Exp::kPolyEighths, false, 0, Exp::kSumTree>>(
-            s, ref, rescale, scale_log2, map);
+            s, ref, rescale, scale_log2, map, after);
       }
     } else {
 #pragma unroll
@@ -331,6 +342,7 @@ struct OnlineSoftmax {
           l[mt][hr] = fmaf(l[mt][hr], rescale[mt][hr], row_sum);
         }
       }
+      after();
     }
   }
 

@@ -137,6 +137,15 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   // would get them twice); otherwise at the pack, after step i's rescale.
   constexpr bool kSumsLate = kSumsByMma && (Traits::kSumsUnderS || Traits::kEarlyRescale);
   float used_acc[4] = {0.f, 0.f, 0.f, 0.f};
+  // Softcap alone takes its row max over the raw scores (Traits::kCapAfterMax; scores_to_p).
+  constexpr bool kCapAfterMax =
+      Traits::kCapAfterMax && variant_softcap(kVariant) && !variant_may_alibi(kVariant);
+  // Traits::kTailInExp where it applies: the overlapped steps' tail (the wait for P V, O's
+  // rescale, P's pack) inside the exponentials (common/softmax.h exponentiate's `after`) on the
+  // plain scores' path (neither the bounded reference's nor softcap's max over the raw scores),
+  // without dropout (whose pass over P sits between the exponentials and the pack).
+  constexpr bool kTailInExp =
+      Traits::kTailInExp && !kBounded && !kCapAfterMax && !variant_dropout(kVariant);
   // The same registers as the m64n8 wgmma accumulator (one 8-column tile) of kSumsByWgmma.
   float(&used_tile)[1][4] = reinterpret_cast<float(&)[1][4]>(used_acc);
 
@@ -249,9 +258,11 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     // S_n -> P_n: the score modifiers and the mask, the new row max, the exponentials. Softcap
     // alone on a block without an element mask takes the row max over the raw scores
     // (Traits::kCapAfterMax), so that the max reduction does not wait for the tanh stream.
-    auto scores_to_p = [&](int n, float (&ref)[1][2], float (&rescale)[1][2]) {
-      constexpr bool kCapAfterMax = Traits::kCapAfterMax && variant_softcap(kVariant) &&
-                                    !variant_may_alibi(kVariant);
+    // `after` runs at the end of the last exponentials (common/softmax.h exponentiate's, inlined
+    // into each arm of the vote); the bounded reference's and kCapInterleave's never call it.
+    // Only the steps of kTailInExp pass one that does something.
+    auto scores_to_p = [&](int n, float (&ref)[1][2], float (&rescale)[1][2],
+                           const auto& after) {
       if constexpr (kBounded || kCapAfterMax) {
         // Softcap alone: the element mask of a boundary block before the tanh (-inf out of any
         // max) and again after it (tanh(-inf) = -1); `capped`, each score's tanh for the
@@ -299,7 +310,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       }
       // The phase clocks' split of a step's softmax (harness builds only; steps loop only).
       if constexpr (Traits::kStamps) clock.step(kStepMax);
-      softmax.template exponentiate<Exp>(acc_s, ref, rescale, scale_log2);
+      softmax.template exponentiate<Exp>(acc_s, ref, rescale, scale_log2, after);
     };
     // Dropout (problem/dropout.h) after the row statistics, which are of the undropped P: the
     // dropped elements leave only the P V product; 1 / (1 - p) joins 1 / l in the epilogue.
@@ -360,7 +371,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       release(Traits::kBarKEmpty + slot.stage);
       // The tile's last S has landed (kOInQ: Q's buffer is released by the epilogue's stores).
       if (!Traits::kOInQ && i == w.num_blocks - 1) release(q_empty);
-      scores_to_p(w.blocks.end - 1 - i, ref, rescale);
+      scores_to_p(w.blocks.end - 1 - i, ref, rescale, NoAfter{});
       drop_p(w.blocks.end - 1 - i);
     };
     // Step i's P V (block i of the walk, P from `half`) with nothing else of this consumer in
@@ -462,18 +473,34 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         clock.step(kStepS);
         release(Traits::kBarKEmpty + slot.stage);
         if (!Traits::kOInQ && i == w.num_blocks - 1) release(q_empty);
-        scores_to_p(w.blocks.end - 1 - i, ref, rescale);
-        drop_p(w.blocks.end - 1 - i);
-        clock.step(kStepExp);
-        ptx::wgmma_wait<0>();  // P_{i-1} V_{i-1} done: O and P's registers are free again
-        fence_o();
-        clock.step(kStepWaitPV);
-        release(Traits::kBarVEmpty + prev.stage);
-        if constexpr (!Traits::kEarlyRescale && !kBounded) {
-          rescale_o();
+        // The step's tail, once its exponentials are done. The phase clock's marks stay in it
+        // (Traits::kStamps, harness builds only): with kTailInExp their clock reads sit at the
+        // end of each arm of the exponentials, where they may hold ptxas's interleave back, so
+        // the `phases` split of such a build is the serial order's, not the knob's.
+        auto tail = [&] {
+          clock.step(kStepExp);
+          ptx::wgmma_wait<0>();  // P_{i-1} V_{i-1} done: O and P's registers are free again
+          fence_o();
+          clock.step(kStepWaitPV);
+          release(Traits::kBarVEmpty + prev.stage);
+          if constexpr (!Traits::kEarlyRescale && !kBounded) {
+            rescale_o();
+          }
+          // kTailInExp: O's rescaled registers through an empty asm in each arm, or NVVM sinks
+          // the FMULs, the same in both arms, into the block after them (the PTX had the 64
+          // mul.ftz.f32 after the vote's join, behind every MUFU.EX2 again); no instruction.
+          if constexpr (kTailInExp) fence_o();
+          pack_p();
+          clock.step(kStepPack);
+        };
+        if constexpr (kTailInExp) {
+          // Inside the exponentials (no dropout here: drop_p would do nothing).
+          scores_to_p(w.blocks.end - 1 - i, ref, rescale, tail);
+        } else {
+          scores_to_p(w.blocks.end - 1 - i, ref, rescale, NoAfter{});
+          drop_p(w.blocks.end - 1 - i);
+          tail();
         }
-        pack_p();
-        clock.step(kStepPack);
       }
     }
     clock.mark(kPhaseSteps);

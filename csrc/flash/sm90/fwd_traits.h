@@ -48,9 +48,22 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           bool kBoundedRef_ = false, bool kSumsUnderS_ = false, bool kSerialPV_ = false,
           bool kDoubleQ_ = false, bool kSplitQ_ = false, bool kPrefetchMaps_ = false,
           bool kPublishTiles_ = false, int kLazyRescale_ = 0, bool kSkipKept_ = false,
-          bool kSumsWgmma_ = false>
+          bool kSumsWgmma_ = false, bool kTailInExp_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
+  // The overlapped step's tail (the wait for P_{i-1} V_{i-1}, O's fence, V's release, O's
+  // rescale and P_i's pack) inlined at the end of each arm of the exponentials (common/softmax.h
+  // exponentiate's `after`: the two arms of the kWarpFused vote) instead of after them: the
+  // vote's branch put the tail in a basic block of its own, so ptxas ran its d / 2 FMULs and
+  // kBlockN / 4 F2FPs a thread after the MUFU.EX2 stream rather than among them (FlashAttention-4's
+  // sm90 kernel, from the same PTX order, gets its O rescale interleaved with the MUFUs). The
+  // same instructions on the same values, so the outputs are bitwise the order's without it.
+  // Only on the plain scores' path of a step without dropout (fwd_kernel.h kTailInExp), not with
+  // the serial order (no P V in flight), the early rescale (no rescale in the tail) or the
+  // bounded reference (none at all). A tuning knob (tiles.h fwd_tail_in_exp_sm90; tune_fwd90
+  // `tailinexp`), off by default.
+  static constexpr bool kTailInExp =
+      kTailInExp_ && !kSerialPV_ && !kEarlyRescale_ && !kBoundedRef_;
   // The bounded reference's used sums by wgmma instead of mma.sync: one m64n8k16 per P fragment
   // against a tile of ones in shared memory (kOffOnes), issued right after the step's P V wgmmas
   // in their commit group, so the tensor cores' async queue runs them beside P V (N = 8: 1/16 of
