@@ -397,20 +397,21 @@ SM90_FWD_KERNEL = ("sm90::fwd_kernel", "4sm9010fwd_kernel")  # demangled, mangle
 
 # What sm90_fwd_instance reads: fwd_kernel<Element, FwdTraits<...>, kVariant, kCompactOnly>
 # (FwdTmaParams), demangled or mangled: FwdTraits' arguments by position (sm90/fwd_traits.h:
-# kLazyRescale the 24th, kSkipKept the 25th, kSumsWgmma the 26th, kTailInExp the 27th), then the
-# kernel's variant.
+# kBlockM the 2nd, kLazyRescale the 24th, kSkipKept the 25th, kSumsWgmma the 26th, kTailInExp
+# the 27th), then the kernel's variant.
 _SM90_FWD_ARGS = (re.compile(r"FwdTraits<([^<>]*)>, (\d+), (?:true|false)>\("),
                   re.compile(r"FwdTraitsI((?:L[ib]-?\d+E)+)EELi(\d+)ELb[01]EEEvNS0_12FwdTmaParams"))
+_SM90_FWD_BLOCK_M = 1
 _SM90_FWD_LAZY, _SM90_FWD_SKIP, _SM90_FWD_SUMSW, _SM90_FWD_TAIL = 23, 24, 25, 26
 Sm90FwdInstance = collections.namedtuple("Sm90FwdInstance",
-                                         "variant lazy skip sums_wgmma tail_in_exp")
+                                         "variant lazy skip sums_wgmma tail_in_exp block_m")
 
 
 def sm90_fwd_instance(name):
     """The sm90 forward instance a kernel name (kernel_names) shows: its variant
-    (problem/mask.h KernelVariant), FwdTraits kLazyRescale, kSkipKept, kSumsWgmma and
-    kTailInExp (the template argument, before fwd_traits.h's conditions); None for another
-    kernel."""
+    (problem/mask.h KernelVariant), FwdTraits kLazyRescale, kSkipKept, kSumsWgmma,
+    kTailInExp (the template argument, before fwd_traits.h's conditions) and kBlockM (the tile's
+    query rows); None for another kernel."""
     if not any(part in name for part in SM90_FWD_KERNEL):
         return None
     found = _SM90_FWD_ARGS[0].search(name)
@@ -423,7 +424,7 @@ def sm90_fwd_instance(name):
     flag = lambda a: a in ("true", "1")  # noqa: E731
     return Sm90FwdInstance(int(found.group(2)), int(args[_SM90_FWD_LAZY]),
                            flag(args[_SM90_FWD_SKIP]), flag(args[_SM90_FWD_SUMSW]),
-                           flag(args[_SM90_FWD_TAIL]))
+                           flag(args[_SM90_FWD_TAIL]), int(args[_SM90_FWD_BLOCK_M]))
 
 
 def kernel_grids(fn, name_parts):

@@ -126,8 +126,9 @@ def test_sm90_fwd_instance_reads_both_name_forms():
     arguments added to or taken from FwdTraits (kSkipKept and kSumsWgmma after kLazyRescale, where
     kLazySums was; kTailInExp last) cannot shift what it reports unnoticed: the demangled and the
     mangled name of one kernel give the same instance (names as cuobjdump and torch's profiler
-    show them, here with kLazyRescale 8, kSkipKept clear, kSumsWgmma set and kTailInExp set), and
-    a name one argument short (the 26 of FwdTraits before kTailInExp) raises."""
+    show them, here with kBlockM 128, kLazyRescale 8, kSkipKept clear, kSumsWgmma set and
+    kTailInExp set), and a name one argument short (the 26 of FwdTraits before kTailInExp)
+    raises."""
     traits = ["128", "128", "176", "2", "true", "0", "0", "true", "false", "0", "true", "false",
               "false", "true", "true", "false", "false", "false", "false", "false", "false",
               "false", "false", "8", "false", "true", "true"]
@@ -137,7 +138,8 @@ def test_sm90_fwd_instance_reads_both_name_forms():
                    for a in traits)
     mangled = ("_ZN12flashattn_cu4sm9010fwd_kernelI13__nv_bfloat16NS0_9FwdTraitsI"
                f"{code}EELi9ELb0EEEvNS0_12FwdTmaParamsE")
-    expect = (9, 8, False, True, True)  # variant, kLazyRescale, kSkipKept, kSumsWgmma, kTailInExp
+    # variant, kLazyRescale, kSkipKept, kSumsWgmma, kTailInExp, kBlockM
+    expect = (9, 8, False, True, True, 128)
     assert tuple(sm90_fwd_instance(demangled)) == expect
     assert tuple(sm90_fwd_instance(mangled)) == expect
     assert sm90_fwd_instance("void flashattn_cu::sm80::fwd_kernel<...>()") is None
@@ -181,12 +183,13 @@ def test_padded_window_instance_is_the_one_that_runs():
 
 @pytest.mark.gpu
 def test_measured_knobs_reach_their_instances():
-    """tiles.h's rules for two FwdTraits knobs, kept by time (benchmarks/NOTES.md 12.95), reach
-    the instances they were measured on and no other: kSkipKept (outputs bitwise the running
-    max's) on d = 256's static ALiBi instance (problem/mask.h kStaticAlibiVariant, 9: a padded
-    ALiBi call past the short-row rule), not on plain d = 256 or d = 128 ALiBi; kSumsWgmma on
-    d = 128's dynamic softcap instance (3: softcap with a window), not on its static one (7).
-    Their results are the ALiBi and softcap tests'."""
+    """tiles.h's rules for three FwdTraits knobs, kept by time (benchmarks/NOTES.md 12.95,
+    12.97), reach the instances they were measured on and no other: kSkipKept (outputs bitwise
+    the running max's) on d = 256's static ALiBi instance (problem/mask.h kStaticAlibiVariant,
+    9: a padded ALiBi call past the short-row rule), not on plain d = 256 or d = 128 ALiBi; kSumsWgmma on
+    d = 128's dynamic softcap instance (3: softcap with a window), not on its static one (7);
+    kTailInExp on the tiles of 128 query rows (two consumers), not on d = 64's 192-row tile.
+    Their results are the ALiBi, softcap, window and forward tests'."""
     if not sm90_built():
         pytest.skip("needs an sm_90 GPU and sm_90a code")
 
@@ -211,3 +214,17 @@ def test_measured_knobs_reach_their_instances():
         assert (dyn.variant, dyn.sums_wgmma) == (3, True), dyn
         static = instance(lambda: flash_attn_func(q, k, v, softcap=30.0))
         assert (static.variant, static.sums_wgmma) == (7, False), static
+    # kTailInExp (NOTES 12.97) on every two-consumer tile (128 query rows), off on d = 64's
+    # three-consumer 192 x 128: both kinds must show up among these calls, or the check is empty.
+    seen = set()
+    for d in (64, 128, 256):
+        if instance_for(d) not in _C.built_head_dims():
+            continue
+        q, k, v = make_qkv(1, 2317, 2317, 4, 4, d, torch.bfloat16)
+        for kwargs in ({}, {"causal": True}, {"window_size": (512, 0)},
+                       {"alibi_slopes": slopes(4)}):
+            got = instance(lambda: flash_attn_func(q, k, v, **kwargs))
+            assert got.tail_in_exp == (got.block_m == 128), (d, kwargs, got)
+            seen.add(got.block_m)
+    if instance_for(64) in _C.built_head_dims() and instance_for(128) in _C.built_head_dims():
+        assert seen >= {128, 192}, seen

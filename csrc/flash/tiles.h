@@ -586,8 +586,7 @@ __host__ __device__ constexpr bool fwd_early_rescale_sm90(int head_dim, bool sta
 #ifndef FLASHATTN_CU_FWD_LAZY_TIMED
 #define FLASHATTN_CU_FWD_LAZY_TIMED 0
 #endif
-// The instance kinds the rules of fwd_lazy_rescale_sm90, fwd_skip_kept_sm90 and
-// fwd_tail_in_exp_sm90 tell apart
+// The instance kinds the rules of fwd_lazy_rescale_sm90 and fwd_skip_kept_sm90 tell apart
 // (sm90/fwd_launch.h LibraryFwdTraits maps its variant).
 enum class FwdLazyKind { kStatic, kStaticAlibi, kPaddedWindow, kDynamic, kOther };
 __host__ __device__ constexpr int fwd_lazy_rescale_sm90(int head_dim, bool softcap,
@@ -660,26 +659,31 @@ __host__ __device__ constexpr bool fwd_sums_wgmma_sm90(int head_dim, bool dynami
 
 // The overlapped step's tail (the wait for P V, O's rescale, P's pack) inside the exponentials'
 // basic block (sm90/fwd_traits.h kTailInExp; common/softmax.h exponentiate's `after`), where
-// ptxas may interleave its FMULs and F2FPs with the MUFU.EX2 stream: the outputs bitwise the
-// library's (the same instructions on the same values). The SASS of d = 128 bf16's plain 128 x 176
-// kernel (nvcc 13.0, sm_90a): in each arm the WARPGROUP.DEPBAR.LE gsb0 0 after 7-10 of its 88
-// MUFU.EX2, all 64 O FMULs and 38 of 44 F2FPs before its last MUFU (without: after all 176 of both
-// arms, in the join), 168 registers, no spill; the step's loop 1,205 -> 1,315 instructions (the
-// tail in both arms). The cost to weigh: the wait that early in the exponentials stalls the warp
-// where P V has not landed yet. Not measured yet (tune_fwd90 `tailinexp`), so the rule takes it
-// nowhere; an instance adopts it only after a GPU A/B. The build flag
-// FLASHATTN_CU_FWD_TAIL_IN_EXP=1 gives it to every instance where it applies, 0 to none; unset
-// (-1), the rule.
+// ptxas interleaves its FMULs and F2FPs with the MUFU.EX2 stream: the outputs bitwise the
+// order's without it (the same instructions on the same values). The SASS of d = 128 bf16's plain
+// 128 x 176 kernel (nvcc 13.0, sm_90a): in each arm the WARPGROUP.DEPBAR.LE gsb0 0 after 7-10 of
+// its 88 MUFU.EX2, all 64 O FMULs and 38 of 44 F2FPs before its last MUFU (without: after all 176
+// of both arms, in the join), 168 registers, no spill (d = 128's static ALiBi instance 8 / 48
+// bytes of spills -> 0); the step's loop 1,205 -> 1,315 instructions (the tail in both arms).
+// Measured (tune_fwd90 `tailinexp`, H100 at 1cbbf6c, interleaved, time on / off, two passes,
+// non-causal then causal; benchmarks/NOTES.md 12.97, results/tune_fwd90_tailinexp_h100_1cbbf6c.txt;
+// 0 of 2^25 outputs and 0 LSEs differ on each of the 13 instance kinds checked): two consumers
+// gain, d = 128 128 x 176 4k / 16k 0.962-0.975, its 1k tile 0.963-0.981, d = 64's 1k tile
+// 0.957-0.980, the padded windows at 8k / 16k d = 64 0.951-0.955, d = 128 0.980-0.986, d = 256
+// 0.993-0.996, the dynamic instance on padded rows d = 128 0.961-1.002, d = 64 0.945-0.964,
+// d = 128's static ALiBi 0.965-0.996; three consumers (d = 64's 192 x 128) lose, 1.094-1.104
+// non-causal, 1.034-1.044 causal: under the other two consumers' GEMMs the tail was already
+// hidden, and the early wait for P V stalls. So the rule: on with two consumers (the tile's 128
+// query rows), off with three (d = 96 and 192 take it unmeasured, as d = 128 does; the bounded
+// reference, softcap's max over the raw scores, dropout, the serial order and the early rescale
+// leave it inert). The build flag FLASHATTN_CU_FWD_TAIL_IN_EXP=1 gives it to every instance
+// where it applies, 0 to none; unset (-1), the rule.
 #ifndef FLASHATTN_CU_FWD_TAIL_IN_EXP
 #define FLASHATTN_CU_FWD_TAIL_IN_EXP -1
 #endif
-__host__ __device__ constexpr bool fwd_tail_in_exp_sm90(int head_dim, FwdLazyKind kind,
-                                                        bool short_rows) {
+__host__ __device__ constexpr bool fwd_tail_in_exp_sm90(int block_m) {
   if (FLASHATTN_CU_FWD_TAIL_IN_EXP >= 0) return FLASHATTN_CU_FWD_TAIL_IN_EXP != 0;
-  (void)head_dim;
-  (void)kind;
-  (void)short_rows;
-  return false;
+  return block_m / 64 == 2;
 }
 
 // The sm80 forward's lazy reference (sm80/fwd_kernel.h FwdTraits kLazyRescale): the same build

@@ -351,7 +351,7 @@ struct LibraryFwdTraits {
                          kSumsW >= 0 ? kSumsW != 0
                                      : fwd_sums_wgmma_sm90(kHeadDim, kVariant == kSoftcapVariant),
                          kTail >= 0 ? kTail != 0
-                                    : fwd_tail_in_exp_sm90(kHeadDim, kLazyKind, kShort)>;
+                                    : fwd_tail_in_exp_sm90(kTile.block_m)>;
   using Single = With<false>;
   // tiles.h fwd_double_q_sm90 (a build flag, off by default): the static variant's tiles, a
   // second Q where the shared memory holds it (with the barriers' and the O
