@@ -9,6 +9,7 @@ scripts/fa4_sass.sh compiled without a GPU). CPU only:
 import argparse
 import collections
 import re
+import signal
 
 _LINE = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?);")
 _FULL = ("HGMMA", "WARPGROUP", "BAR", "SYNCS", "BRA", "SHFL", "NANOSLEEP")
@@ -39,6 +40,7 @@ def loops(ins):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet under `| head`
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sass")
     ap.add_argument("--seq", nargs=2, metavar=("LO", "HI"), help="hex addresses, inclusive")

@@ -60,8 +60,9 @@ struct FwdTraits {
   // same instructions on the same values, so the outputs are bitwise the order's without it.
   // Only on the plain scores' path of a step without dropout (fwd_kernel.h kTailInExp), not with
   // the serial order (no P V in flight), the early rescale (no rescale in the tail) or the
-  // bounded reference (none at all). A tuning knob (tiles.h fwd_tail_in_exp_sm90; tune_fwd90
-  // `tailinexp`), off by default.
+  // bounded reference (none at all). The library takes it on every two-consumer tile (tiles.h
+  // fwd_tail_in_exp_sm90: 0.95-0.99x the time; three consumers 1.03-1.10x; tune_fwd90
+  // `tailinexp`, benchmarks/NOTES.md 12.97).
   static constexpr bool kTailInExp =
       kTailInExp_ && !kSerialPV_ && !kEarlyRescale_ && !kBoundedRef_;
   // The bounded reference's used sums by wgmma instead of mma.sync: one m64n8k16 per P fragment
