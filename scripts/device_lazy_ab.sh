@@ -9,9 +9,9 @@
 # B / A time < 1: the lazy reference is faster. Device only, from the repository root:
 #   OUT=/tmp/o bash scripts/device_lazy_ab.sh   (LAZY_SM80=0: the sm90a A/B alone; LAZY_TIMEOUT;
 #   LAZY_MODES="lazy lazydyn": tune_fwd90's modes, `lazy` alone by default, any of
-#   fwd90_lazy_modes.h's: lazy, lazydyn, window256, skipkept, sumswgmma, tailinexp (FwdTraits
-#   kTailInExp); LAZY_SM80_MODES: tune_fwd's, `lazy` by default, "skipkept" its kSkipKept A/B)
-# The bitwise modes' (skipkept, tailinexp) "NOT BITWISE" rows are echoed with the B/A ones.
+#   fwd90_lazy_modes.h's: lazy, lazydyn, window256, skipkept, sumswgmma, tailinexp and tailmods
+#   (FwdTraits kTailInExp); LAZY_SM80_MODES: tune_fwd's, `lazy` by default, "skipkept" its kSkipKept A/B)
+# The bitwise modes' (skipkept, tailinexp, tailmods) "NOT BITWISE" rows are echoed with the B/A ones.
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 OUT=${OUT:-$PWD/device_out}

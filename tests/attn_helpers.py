@@ -410,8 +410,8 @@ Sm90FwdInstance = collections.namedtuple("Sm90FwdInstance",
 def sm90_fwd_instance(name):
     """The sm90 forward instance a kernel name (kernel_names) shows: its variant
     (problem/mask.h KernelVariant), FwdTraits kLazyRescale, kSkipKept, kSumsWgmma,
-    kTailInExp (the template argument, before fwd_traits.h's conditions) and kBlockM (the tile's
-    query rows); None for another kernel."""
+    kTailInExp's level (the template argument, before fwd_traits.h's conditions) and kBlockM
+    (the tile's query rows); None for another kernel."""
     if not any(part in name for part in SM90_FWD_KERNEL):
         return None
     found = _SM90_FWD_ARGS[0].search(name)
@@ -424,7 +424,7 @@ def sm90_fwd_instance(name):
     flag = lambda a: a in ("true", "1")  # noqa: E731
     return Sm90FwdInstance(int(found.group(2)), int(args[_SM90_FWD_LAZY]),
                            flag(args[_SM90_FWD_SKIP]), flag(args[_SM90_FWD_SUMSW]),
-                           flag(args[_SM90_FWD_TAIL]), int(args[_SM90_FWD_BLOCK_M]))
+                           int(args[_SM90_FWD_TAIL]), int(args[_SM90_FWD_BLOCK_M]))
 
 
 def kernel_grids(fn, name_parts):

@@ -127,19 +127,19 @@ def test_sm90_fwd_instance_reads_both_name_forms():
     kLazySums was; kTailInExp last) cannot shift what it reports unnoticed: the demangled and the
     mangled name of one kernel give the same instance (names as cuobjdump and torch's profiler
     show them, here with kBlockM 128, kLazyRescale 8, kSkipKept clear, kSumsWgmma set and
-    kTailInExp set), and a name one argument short (the 26 of FwdTraits before kTailInExp)
-    raises."""
+    kTailInExp at level 2), and a name one argument short (the 26 of FwdTraits before
+    kTailInExp) raises."""
     traits = ["128", "128", "176", "2", "true", "0", "0", "true", "false", "0", "true", "false",
               "false", "true", "true", "false", "false", "false", "false", "false", "false",
-              "false", "false", "8", "false", "true", "true"]
+              "false", "false", "8", "false", "true", "2"]
     demangled = ("void flashattn_cu::sm90::fwd_kernel<__nv_bfloat16, flashattn_cu::sm90::"
                  f"FwdTraits<{', '.join(traits)}>, 9, false>(flashattn_cu::sm90::FwdTmaParams)")
     code = "".join(f"Lb{int(a == 'true')}E" if a in ("true", "false") else f"Li{a}E"
                    for a in traits)
     mangled = ("_ZN12flashattn_cu4sm9010fwd_kernelI13__nv_bfloat16NS0_9FwdTraitsI"
                f"{code}EELi9ELb0EEEvNS0_12FwdTmaParamsE")
-    # variant, kLazyRescale, kSkipKept, kSumsWgmma, kTailInExp, kBlockM
-    expect = (9, 8, False, True, True, 128)
+    # variant, kLazyRescale, kSkipKept, kSumsWgmma, kTailInExp's level, kBlockM
+    expect = (9, 8, False, True, 2, 128)
     assert tuple(sm90_fwd_instance(demangled)) == expect
     assert tuple(sm90_fwd_instance(mangled)) == expect
     assert sm90_fwd_instance("void flashattn_cu::sm80::fwd_kernel<...>()") is None
@@ -188,7 +188,8 @@ def test_measured_knobs_reach_their_instances():
     the running max's) on d = 256's static ALiBi instance (problem/mask.h kStaticAlibiVariant,
     9: a padded ALiBi call past the short-row rule), not on plain d = 256 or d = 128 ALiBi; kSumsWgmma on
     d = 128's dynamic softcap instance (3: softcap with a window), not on its static one (7);
-    kTailInExp on the tiles of 128 query rows (two consumers), not on d = 64's 192-row tile.
+    kTailInExp at level 1 on the tiles of 128 query rows (two consumers), not on d = 64's
+    192-row tile.
     Their results are the ALiBi, softcap, window and forward tests'."""
     if not sm90_built():
         pytest.skip("needs an sm_90 GPU and sm_90a code")
@@ -224,7 +225,7 @@ def test_measured_knobs_reach_their_instances():
         for kwargs in ({}, {"causal": True}, {"window_size": (512, 0)},
                        {"alibi_slopes": slopes(4)}):
             got = instance(lambda: flash_attn_func(q, k, v, **kwargs))
-            assert got.tail_in_exp == (got.block_m == 128), (d, kwargs, got)
+            assert got.tail_in_exp == (1 if got.block_m == 128 else 0), (d, kwargs, got)
             seen.add(got.block_m)
     if instance_for(64) in _C.built_head_dims() and instance_for(128) in _C.built_head_dims():
         assert seen >= {128, 192}, seen

@@ -140,12 +140,17 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   // Softcap alone takes its row max over the raw scores (Traits::kCapAfterMax; scores_to_p).
   constexpr bool kCapAfterMax =
       Traits::kCapAfterMax && variant_softcap(kVariant) && !variant_may_alibi(kVariant);
-  // Traits::kTailInExp where it applies: the overlapped steps' tail (the wait for P V, O's
-  // rescale, P's pack) inside the exponentials (common/softmax.h exponentiate's `after`) on the
-  // plain scores' path (neither the bounded reference's nor softcap's max over the raw scores),
-  // without dropout (whose pass over P sits between the exponentials and the pack).
-  constexpr bool kTailInExp =
-      Traits::kTailInExp && !kBounded && !kCapAfterMax && !variant_dropout(kVariant);
+  // Traits::kTailLevel where it applies: the overlapped steps' tail (the wait for P V, O's
+  // rescale, P's pack) inside the exponentials (common/softmax.h exponentiate's `after`), at
+  // level 1 on the plain scores' path with the late rescale, at level 2 also on softcap's max over
+  // the raw scores' and the early rescale's (no rescale in its tail). Never with dropout (whose
+  // pass over P sits between the exponentials and the pack) nor on the bounded reference: with
+  // no max ahead of its exponentials, ptxas put P V's wait at their start (SASS, d = 128 bf16
+  // 128 x 176 softcap: 2 instructions into the unmasked blocks' arm), ~P V's whole GEMM (~700
+  // cycles) on the consumer's path, where the others' waits come after the row max.
+  constexpr bool kTailOfMods = kCapAfterMax || Traits::kEarlyRescale;
+  constexpr bool kTailInExp = !variant_dropout(kVariant) && !kBounded &&
+                              Traits::kTailLevel >= (kTailOfMods ? 2 : 1);
   // The same registers as the m64n8 wgmma accumulator (one 8-column tile) of kSumsByWgmma.
   float(&used_tile)[1][4] = reinterpret_cast<float(&)[1][4]>(used_acc);
 
@@ -258,9 +263,9 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     // S_n -> P_n: the score modifiers and the mask, the new row max, the exponentials. Softcap
     // alone on a block without an element mask takes the row max over the raw scores
     // (Traits::kCapAfterMax), so that the max reduction does not wait for the tanh stream.
-    // `after` runs at the end of the last exponentials (common/softmax.h exponentiate's, inlined
-    // into each arm of the vote); the bounded reference's and kCapInterleave's never call it.
-    // Only the steps of kTailInExp pass one that does something.
+    // `after` runs once, at the end of the exponentials (common/softmax.h exponentiate's, inlined
+    // into each arm of the vote), on every path but the bounded reference's, which never gets
+    // one that does something (kTailInExp). Only the steps of kTailInExp pass one that does.
     auto scores_to_p = [&](int n, float (&ref)[1][2], float (&rescale)[1][2],
                            const auto& after) {
       if constexpr (kBounded || kCapAfterMax) {
@@ -296,7 +301,8 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
           if constexpr (Traits::kCapInterleave) {
             if (!boundary) {  // no -inf to keep: each score's tanh beside its exponential
               if constexpr (Traits::kStamps) clock.step(kStepMax);
-              softmax.template exponentiate_mapped<Exp>(acc_s, ref, rescale, scale_log2, capped);
+              softmax.template exponentiate_mapped<Exp>(acc_s, ref, rescale, scale_log2, capped,
+                                                        after);
               return;
             }
           }

@@ -48,7 +48,7 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           bool kBoundedRef_ = false, bool kSumsUnderS_ = false, bool kSerialPV_ = false,
           bool kDoubleQ_ = false, bool kSplitQ_ = false, bool kPrefetchMaps_ = false,
           bool kPublishTiles_ = false, int kLazyRescale_ = 0, bool kSkipKept_ = false,
-          bool kSumsWgmma_ = false, bool kTailInExp_ = false>
+          bool kSumsWgmma_ = false, int kTailInExp_ = 0>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // The overlapped step's tail (the wait for P_{i-1} V_{i-1}, O's fence, V's release, O's
@@ -58,13 +58,14 @@ struct FwdTraits {
   // kBlockN / 4 F2FPs a thread after the MUFU.EX2 stream rather than among them (FlashAttention-4's
   // sm90 kernel, from the same PTX order, gets its O rescale interleaved with the MUFUs). The
   // same instructions on the same values, so the outputs are bitwise the order's without it.
-  // Only on the plain scores' path of a step without dropout (fwd_kernel.h kTailInExp), not with
-  // the serial order (no P V in flight), the early rescale (no rescale in the tail) or the
-  // bounded reference (none at all). The library takes it on every two-consumer tile (tiles.h
-  // fwd_tail_in_exp_sm90: 0.95-0.99x the time; three consumers 1.03-1.10x; tune_fwd90
-  // `tailinexp`, benchmarks/NOTES.md 12.97).
-  static constexpr bool kTailInExp =
-      kTailInExp_ && !kSerialPV_ && !kEarlyRescale_ && !kBoundedRef_;
+  // A level: 0 off; 1 on the plain scores' path (running max, late rescale) of a step without
+  // dropout (fwd_kernel.h kTailInExp); 2 also on softcap's max over the raw scores and with the
+  // early rescale (there the tail is the wait, V's release and the pack). Never with the serial
+  // order (no P V in flight) nor the bounded reference (fwd_kernel.h says why). The library
+  // takes level 1 on every two-consumer tile (tiles.h fwd_tail_in_exp_sm90: 0.95-0.99x the time;
+  // three consumers 1.03-1.10x; tune_fwd90 `tailinexp`, benchmarks/NOTES.md 12.97); level 2 is
+  // tune_fwd90 `tailmods`'s B side until measured.
+  static constexpr int kTailLevel = kSerialPV_ ? 0 : kTailInExp_;
   // The bounded reference's used sums by wgmma instead of mma.sync: one m64n8k16 per P fragment
   // against a tile of ones in shared memory (kOffOnes), issued right after the step's P V wgmmas
   // in their commit group, so the tensor cores' async queue runs them beside P V (N = 8: 1/16 of
