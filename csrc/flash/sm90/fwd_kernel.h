@@ -264,8 +264,8 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     // alone on a block without an element mask takes the row max over the raw scores
     // (Traits::kCapAfterMax), so that the max reduction does not wait for the tanh stream.
     // `after` runs once, at the end of the exponentials (common/softmax.h exponentiate's, inlined
-    // into each arm of the vote), on every path but the bounded reference's, which never gets
-    // one that does something (kTailInExp). Only the steps of kTailInExp pass one that does.
+    // into each arm of the vote). Only the steps of kTailInExp pass one that does something; the
+    // bounded reference's path takes none (kTailInExp never holds there).
     auto scores_to_p = [&](int n, float (&ref)[1][2], float (&rescale)[1][2],
                            const auto& after) {
       if constexpr (kBounded || kCapAfterMax) {
@@ -279,6 +279,8 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         const float pre = kp.score.softcap_pre;
         const auto capped = [pre](float x) { return ptx::tanh_approx(x * pre); };
         if constexpr (kBounded) {
+          static_assert(std::is_same<std::decay_t<decltype(after)>, NoAfter>::value,
+                        "the bounded reference's exponentials take no tail (kTailInExp)");
           // The reference fixed at the first block (its capped, masked scores' max, at least
           // ScoreScale::ref_floor); no max and no rescale after it.
           const bool first = n == w.blocks.end - 1;
