@@ -10,31 +10,41 @@
 #   OUT=/tmp/o bash scripts/device_lazy_ab.sh   (LAZY_SM80=0: the sm90a A/B alone; LAZY_TIMEOUT;
 #   LAZY_MODES="lazy lazydyn": tune_fwd90's modes, `lazy` alone by default, any of
 #   fwd90_lazy_modes.h's: lazy, lazydyn, window256, skipkept, sumswgmma, tailinexp and tailmods
-#   (FwdTraits kTailInExp); LAZY_SM80_MODES: tune_fwd's, `lazy` by default, "skipkept" its kSkipKept A/B)
-# The bitwise modes' (skipkept, tailinexp, tailmods) "NOT BITWISE" rows are echoed with the B/A ones.
+#   (FwdTraits kTailInExp); LAZY_SM80_MODES: tune_fwd's, `lazy` by default, "skipkept" its
+#   kSkipKept A/B)
+# The bitwise modes' (skipkept, tailinexp, tailmods) "NOT BITWISE" rows are echoed with the B/A
+# ones.
+# LAZY_STAGE=build builds the harnesses and stops; LAZY_STAGE=run runs the modes on the binaries
+# already in WORK (scripts/device_validate_ab.sh builds beside the library's build, runs after).
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 OUT=${OUT:-$PWD/device_out}
 WORK=${WORK:-/tmp/lazy_ab}
 mkdir -p "$OUT" "$WORK"
 t0=$SECONDS
-nv=(nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1
-    -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash)
-"${nv[@]}" -DTUNE_FWD90_SERIAL_ONLY benchmarks/tune/tune_fwd90.cu csrc/flash/tma_host.cu \
-    -o "$WORK/tune_fwd90" > "$OUT/tune_fwd90_build.log" 2>&1 &
-pid90=$!
-pid80=
-if [ "${LAZY_SM80:-1}" != 0 ]; then  # LAZY_SM80=0: the sm90a forward's A/B alone
-    "${nv[@]}" benchmarks/tune/tune_fwd.cu csrc/flash/tma_host.cu -o "$WORK/tune_fwd" \
-        > "$OUT/tune_fwd_build.log" 2>&1 &
-    pid80=$!
-fi
+stage=${LAZY_STAGE:-all}  # build: the harnesses alone; run: their modes on the built ones
+sm80=${LAZY_SM80:-1}  # LAZY_SM80=0: the sm90a forward's A/B alone
 rc=0
-wait $pid90 || { echo "tune_fwd90 build failed:"; grep -m 20 error "$OUT/tune_fwd90_build.log"; rc=1; }
-if [ -n "$pid80" ]; then
-    wait $pid80 || { echo "tune_fwd build failed:"; grep -m 20 error "$OUT/tune_fwd_build.log"; rc=1; }
+if [ "$stage" != run ]; then
+    nv=(nvcc -std=c++17 -O3 --use_fast_math --expt-relaxed-constexpr -DFLASHATTN_CU_HAS_SM90A=1
+        -gencode arch=compute_90a,code=sm_90a -Icsrc/include -Icsrc/flash)
+    "${nv[@]}" -DTUNE_FWD90_SERIAL_ONLY benchmarks/tune/tune_fwd90.cu csrc/flash/tma_host.cu \
+        -o "$WORK/tune_fwd90" > "$OUT/tune_fwd90_build.log" 2>&1 &
+    pid90=$!
+    pid80=
+    if [ "$sm80" != 0 ]; then
+        "${nv[@]}" benchmarks/tune/tune_fwd.cu csrc/flash/tma_host.cu -o "$WORK/tune_fwd" \
+            > "$OUT/tune_fwd_build.log" 2>&1 &
+        pid80=$!
+    fi
+    failed() { echo "$1 build failed:"; grep -m 20 error "$OUT/$1_build.log"; rc=1; }
+    wait $pid90 || failed tune_fwd90
+    if [ -n "$pid80" ]; then
+        wait $pid80 || failed tune_fwd
+    fi
+    echo "builds done after $((SECONDS - t0)) s"
+    [ "$stage" = build ] && exit $rc
 fi
-echo "builds done after $((SECONDS - t0)) s"
 if [ -x "$WORK/tune_fwd90" ]; then
     for mode in ${LAZY_MODES:-lazy}; do  # LAZY_MODES="lazy lazydyn": the other instances too
         timeout "${LAZY_TIMEOUT:-240}" "$WORK/tune_fwd90" "$mode" 2>&1 |
@@ -42,7 +52,7 @@ if [ -x "$WORK/tune_fwd90" ]; then
         echo "tune_fwd90 $mode: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
     done
 fi
-if [ -n "$pid80" ] && [ -x "$WORK/tune_fwd" ]; then
+if [ "$sm80" != 0 ] && [ -x "$WORK/tune_fwd" ]; then
     for mode in ${LAZY_SM80_MODES:-lazy}; do  # LAZY_SM80_MODES="skipkept": tune_fwd's other A/B
         timeout "${LAZY_TIMEOUT:-240}" "$WORK/tune_fwd" "$mode" 2>&1 | tee "$OUT/tune_fwd_$mode.txt"
         echo "tune_fwd $mode: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
