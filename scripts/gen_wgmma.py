@@ -8,7 +8,7 @@ from pathlib import Path
 from textwrap import indent
 
 # N of the tiles the kernels use: d and key-block sizes (multiples of 16 up to 256), the
-# halves of key blocks (sm90/fwd_kernel.h, FwdTraits::kHalfKeys), and 8 for the sums of P against
+# halves of key blocks (sm90/fwd_consumer.h, FwdTraits::kHalfKeys), and 8 for the sums of P against
 # a ones tile (sm90/fwd_traits.h kSumsWgmma).
 NS = (8, 32, 48, 64, 80, 96, 128, 160, 176, 192, 224, 256)
 OUT = Path(__file__).resolve().parent.parent / "csrc" / "flash" / "ptx" / "wgmma_ops.h"

@@ -189,7 +189,7 @@ def main(argv=None) -> int:
                          bf16(1, 2200, 1, d), causal, softcap=30.0)
             if d == 128 and not causal:
                 # Past 4k keys: d = 128's long-row bounded softcap instance (128 x 176; up to 4k
-                # keys the 128 x 128 one above runs, tiles.h fwd_bounded_short_sm90).
+                # keys the 128 x 128 one above runs, knobs.h fwd_bounded_short_sm90).
                 forward_only(f"auto softcap d={d} causal=0 b=1 sq=1100 sk=4300 h=2/1",
                              bf16(1, 1100, 2, d, scale=3.0), bf16(1, 4300, 1, d, scale=3.0),
                              bf16(1, 4300, 1, d), causal, softcap=30.0)

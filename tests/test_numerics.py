@@ -348,7 +348,7 @@ def test_large_logits(dtype, head_dim, causal):
 def test_row_max_that_climbs_along_the_keys(dtype, head_dim, causal):
     """Rows whose largest logit grows block after block, by less and by more than 2^8 in p per
     key block, and rows with one jump of 40 (log2 units) midway: where the sm90 forward runs its
-    exponents against a lazy reference (tiles.h fwd_lazy_rescale_sm90: the reference moves only
+    exponents against a lazy reference (knobs.h fwd_lazy_rescale_sm90: the reference moves only
     past 2^8, P up to 2^8 otherwise; 1,088 x 2,048 takes it at every head dim here but d 256
     causal, on the short tile) and where it follows the running max (every key block a rescale of
     O), output, LSE and gradients against float64 with both gradient baselines. Heads 0 / 1 / 2
@@ -379,7 +379,7 @@ def climbing_inputs(dtype, head_dim):
 
 
 # The calls that reach the sm90 forward's other instances (problem/mask.h KernelVariant), each of
-# which tiles.h fwd_lazy_rescale_sm90 gives the lazy reference at some head dims: a window on a
+# which knobs.h fwd_lazy_rescale_sm90 gives the lazy reference at some head dims: a window on a
 # padded call (kPaddedWindowVariant), a varlen call (kDynamicVariant), ALiBi on a padded call
 # (kStaticAlibiVariant).
 CLIMB_CALLS = ["window", "varlen", "alibi"]
@@ -392,7 +392,7 @@ CLIMB_CALLS = ["window", "varlen", "alibi"]
 def test_row_max_that_climbs_on_each_forward_instance(call, dtype, head_dim, causal):
     """test_row_max_that_climbs_along_the_keys's inputs through the calls that reach the sm90
     forward's window, varlen and ALiBi instances, which run their exponents against the lazy
-    reference at some head dims and follow the running max at others (tiles.h
+    reference at some head dims and follow the running max at others (knobs.h
     fwd_lazy_rescale_sm90): assert_large_logit_forward, its baseline the fp32 scores with the
     same window and bias. The forward alone: the backward recomputes P from the LSE and has no
     lazy reference."""
@@ -450,7 +450,7 @@ def running_max_forward(q, k, v):
 
 def lazy_reference(names):
     """Whether the sm90 forward kernel among names runs a lazy reference (FwdTraits
-    kLazyRescale > 0: only under the build flags of tiles.h fwd_lazy_rescale_sm90)."""
+    kLazyRescale > 0: only under the build flags of knobs.h fwd_lazy_rescale_sm90)."""
     found = [i for i in map(attn_helpers.sm90_fwd_instance, names) if i is not None]
     return any(i.lazy > 0 for i in found)
 
@@ -468,7 +468,7 @@ def test_weight_on_a_key_past_the_first_block(call, dtype, head_dim, sk):
     it is 2^(4.3..7.6) rounded, and O / l, with l of the fp32 P, carried that rounding (up to
     2^-9 of the row): 1.6-2.0x the largest error and 1.2-1.5x the mean in a torch emulation of
     these inputs (scripts/diag_lazy_emul.py's method), the running max 1.0x. The library runs
-    the running max; where a build flag gives an instance the lazy reference (tiles.h
+    the running max; where a build flag gives an instance the lazy reference (knobs.h
     fwd_lazy_rescale_sm90) the test records an expected failure."""
     skip_unless_built(head_dim)
     q, k, v = one_key_inputs(dtype, head_dim, sk)
@@ -492,7 +492,7 @@ def test_weight_on_a_key_past_the_first_block(call, dtype, head_dim, sk):
     largest, mean = err.max().item(), err.mean().item()
     ok = largest <= 1.25 * base.max().item() + 1e-6 and mean <= 1.1 * base.mean().item()
     if not ok and lazy_reference(attn_helpers.kernel_names(run)):
-        pytest.xfail("the lazy reference (a build flag, tiles.h fwd_lazy_rescale_sm90): "
+        pytest.xfail("the lazy reference (a build flag, knobs.h fwd_lazy_rescale_sm90): "
                      f"max {largest:.3e} / mean {mean:.3e} against the running max's "
                      f"{base.max().item():.3e} / {base.mean().item():.3e}")
     assert ok, (f"{call}: max|out - ref| {largest:.3e}, mean {mean:.3e}; the running max's "

@@ -58,7 +58,7 @@ def test_softcap_long_rows(softcap, scale, causal, seqlens, dtype, d):
     a window take the static mask's softcap instance on Hopper (problem/mask.h
     kStaticSoftcapVariant: the forward on the static tiles, and the backward) and, at d <= 128,
     the forward's row max over the raw scores
-    (sm90/fwd_kernel.h kCapAfterMax) on every block without an element mask: many such blocks
+    (sm90/fwd_consumer.h kCapAfterMax) on every block without an element mask: many such blocks
     between the masked ones (the key tail, the causal diagonal, seqlen_q < seqlen_k)."""
     skip_unless_built(d)
     sq, sk = seqlens
@@ -236,7 +236,7 @@ def test_softcap_bounded_reference_extremes(d, long_rows, softcap, pattern):
     (static mask on 192 x 128 past 1024 query rows (long_rows); below, the dynamic variant's
     128 x 128: tiles.h)."""
     skip_unless_built(d)
-    # d 128: 700 keys take the static variant's short tile, 9000 the 128 x 176 (tiles.h
+    # d 128: 700 keys take the static variant's short tile, 9000 the 128 x 176 (knobs.h
     # fwd_bounded_short_sm90); d 64: 200 query rows the dynamic variant's tile (short rows),
     # 1100 the static 192 x 128.
     sq, sk, heads = (200, 700, 2)

@@ -83,7 +83,7 @@ inline bool run_chain_mode(const std::string& mode, const Buffers& b) {
   }
   if (mode == "bounded4") {
     // benchmarks/NOTES.md 12.34 item 3: the bounded reference on the dynamic-mask softcap
-    // instances it is off in (tiles.h fwd_bounded_ref_sm90): d = 64 (128 x 128, 2 eighths of the
+    // instances it is off in (knobs.h fwd_bounded_ref_sm90): d = 64 (128 x 128, 2 eighths of the
     // exponentials on the FMA pipe) and d = 256 (128 x 64, the tanh interleaved); the dynamic
     // variant serves varlen and windowed softcap calls (Gemma 2's sliding-window layers). A: the
     // library's running max, B: the same instance bounded.
@@ -142,7 +142,7 @@ inline bool run_chain_mode(const std::string& mode, const Buffers& b) {
     // ALiBi's slope (a global load and a MUFU.RCP) built at every key block, right after the S
     // GEMM's wait (A, before ece7f2f) or once a tile (B, FwdTraits kModsPerTile: benchmarks/NOTES.md
     // 12.29 item 7, 12.31), on the library's ALiBi tiles: static d = 64 / 128 / 256 and the
-    // dynamic variant at d = 64 (varlen / window calls). The library: tiles.h
+    // dynamic variant at d = 64 (varlen / window calls). The library: knobs.h
     // fwd_mods_per_tile_sm90 (A at d = 64 static since 12.31).
     using A64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, true, true, true, false>;
     using B64 = FwdTraits<64, 192, 128, 2, true, 0, 0, true, false, 0, false, true, true, true, true>;

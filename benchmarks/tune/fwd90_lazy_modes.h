@@ -1,4 +1,4 @@
-// tune_fwd90's modes of the forward's lazy row reference (sm90/fwd_traits.h kLazyRescale; tiles.h
+// tune_fwd90's modes of the forward's lazy row reference (sm90/fwd_traits.h kLazyRescale; knobs.h
 // fwd_lazy_rescale_sm90) and of the running max's skipped rescale: `lazy` (session 61), the
 // rows' lazy reference and O's skipped rescale against the running max; `lazydyn` (session 63),
 // the same on the instances `lazy` left out (windows, the dynamic variant, static ALiBi at d =
@@ -45,18 +45,16 @@ template <int kHeadDim, int kVariant, bool kShort, int kW>
 using SumsOf = typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, true, false, false,
                                                    false, -1, false, -1, -1, kW>::Type;
 
-// The library's configuration of variant kVariant (kShort: its short-row tile) with FwdTraits
-// kTailInExp t (`tailinexp`; every other knob the library's).
-template <int kHeadDim, int kVariant, bool kShort, int kTail>
-using TailOf = typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, false, false, false,
-                                                   false, -1, false, -1, -1, -1, kTail>::Type;
-
-// The same with kBounded (false: the unbounded softcap instance, as fp16 runs it) and
-// kTailInExp's level t, -1 the library's (`tailmods`).
+// The library's configuration of variant kVariant (kShort: its short-row tile; kBounded: the
+// bounded reference's instance, false the unbounded one fp16 runs) with FwdTraits kTailInExp's
+// level t, -1 the library's (`tailmods`; every other knob the library's).
 template <int kHeadDim, int kVariant, bool kShort, bool kBounded, int kTail>
 using TailModsOf =
     typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, kBounded, false, false, false,
                                         -1, false, -1, -1, -1, kTail>::Type;
+// The same off the bounded reference (`tailinexp`).
+template <int kHeadDim, int kVariant, bool kShort, int kTail>
+using TailOf = TailModsOf<kHeadDim, kVariant, kShort, false, kTail>;
 
 // One launch of configuration Traits (variant kVariant) on call p into b.o and b.lse, each
 // NaN-poisoned first, copied to o and lse; false if the launch failed.
@@ -126,7 +124,7 @@ inline bool run_lazy_mode(const std::string& mode, const Buffers& b) {
   }
   if (mode == "lazydyn") {
     // `lazy` (b = 8 against the running max, interleaved, two passes) on the instances the
-    // library's rule leaves on the running max because they were not measured (tiles.h
+    // library's rule leaves on the running max because they were not measured (knobs.h
     // fwd_lazy_rescale_sm90): the padded window (1024, 0) at 8k / 16k, the dynamic variant on
     // padded rows (the instance of varlen and seqused_k calls) at 4k / 16k, and the static ALiBi
     // instance at d = 128 / 256 (d = 64's lost in `lazy`). Not d = 256's dynamic instance (ptxas
@@ -301,7 +299,7 @@ inline bool run_lazy_mode(const std::string& mode, const Buffers& b) {
     // The bounded reference's used sums by wgmma m64n8k16 against a ones tile (B: FwdTraits
     // kSumsWgmma) against mma.sync's (A), interleaved, two passes: its library instances (bf16
     // softcap 30; d = 128 static 128 x 176 and its 1k tile 128 x 128, dynamic 128 x 128; d = 64
-    // static and dynamic), each A / B pair with the sums rule of tiles.h fwd_sums_wgmma_sm90 set
+    // static and dynamic), each A / B pair with the sums rule of knobs.h fwd_sums_wgmma_sm90 set
     // explicitly on both sides.
     g_library_schedule = true;
     constexpr int kC = fa::kSoftcapVariant, kCs = fa::kStaticSoftcapVariant;

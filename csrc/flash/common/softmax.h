@@ -62,7 +62,7 @@ __device__ __forceinline__ float exp2_fma(float x) {
 // kSumTree: the tile's row sums as pairwise trees over the finished exponentials instead of one
 // serial FADD chain per row fed by each MUFU in turn (the same terms, summed in another order:
 // fp32 rounding differences only); a tuning knob for kernels whose exponentials sit on the
-// critical path (sm90/fwd_kernel.h, FwdTraits kSumTree).
+// critical path (sm90/fwd_consumer.h, FwdTraits kSumTree).
 template <int kPolyEighths_ = 0, bool kFusedExponent_ = false, int kWarpFusedLog2_ = 0,
           bool kSumTree_ = false>
 struct ExpPolicy {
@@ -122,7 +122,7 @@ struct OnlineSoftmax {
   // 2^((m_old - m_new) * scale_log2). Requires scale_log2 > 0. A row whose scores so far are all
   // -inf (masked) uses 0 as its reference, so no inf - inf appears; its p are exp2(-inf) = 0.
   // In three steps, for kernels whose o is in flight on the tensor cores while the exponentials
-  // run (sm90/fwd_kernel.h: new_max and exponentiate, then rescale_output once o has landed).
+  // run (sm90/fwd_consumer.h: new_max and exponentiate, then rescale_output once o has landed).
   // kLazyLog2 > 0: against a lazy reference (new_max), o's rescale skipped by a warp whose rows
   // all kept theirs (rescale_output_for); kKeep: the running max, o's rescale skipped by a warp
   // whose rows' maxima all stayed (new_max).
@@ -142,7 +142,7 @@ struct OnlineSoftmax {
   // kTree: the tile's max as a pairwise tree (depth log2(2 kNTiles)) instead of one serial
   // chain (depth kNTiles): the same maximum (max is exact in any order), a shorter latency for
   // kernels whose row max sits on the critical path between S landing and the exponentials
-  // (sm90/fwd_kernel.h, FwdTraits kMaxTree), at the cost of more values live at once.
+  // (sm90/fwd_consumer.h, FwdTraits kMaxTree), at the cost of more values live at once.
   // kLazyLog2 = b > 0: a lazy reference. m is then the reference the row's exponents are taken
   // against, not its running max: it moves (to the running max, with the rescale of l and o)
   // only where the tile's max passes it by more than 2^b in p, (s_max - m) scale_log2 > b; else
@@ -208,7 +208,7 @@ struct OnlineSoftmax {
   // Step 1 on raw scores whose score units come from a monotone map applied afterwards
   // (softcap's t = tanh(s * pre), problem/score_mod.h): the row max is taken over the raw s and
   // mapped once per row, cap(max s) = max cap(s), so the max reduction does not wait for the
-  // map of every score (sm90/fwd_kernel.h runs the SFU's tanh stream beside it). The caller
+  // map of every score (sm90/fwd_consumer.h runs the SFU's tanh stream beside it). The caller
   // maps the tile before exponentiate (and masks it again: the map of a masked -inf is not -inf);
   // cap(-inf) must be -inf, a row with no key so far then takes 0 as its reference as in
   // new_max. The same-input-same-output map gives the row's largest score the exponent of the
@@ -269,7 +269,7 @@ struct OnlineSoftmax {
   // functor, no arguments) runs once the exponentials are done, inlined at the end of each arm of
   // the kWarpFused vote (exponentiate_mapped), so that work independent of P's last values sits
   // in the exponentials' basic block, where ptxas may issue it among the MUFU.EX2 (sm90/
-  // fwd_kernel.h FwdTraits kTailInExp: the wait for P V, O's rescale and P's pack).
+  // fwd_consumer.h FwdTraits kTailInExp: the wait for P V, O's rescale and P's pack).
   template <typename Exp = DefaultExp, int kNTiles, typename After = NoAfter>
   __device__ __forceinline__ void exponentiate(float (&s)[kMTiles][kNTiles][4],
                                                const float (&ref)[kMTiles][2],
@@ -280,7 +280,7 @@ struct OnlineSoftmax {
 
   // exponentiate of map(s) instead of s: a monotone score map (softcap's tanh, with ref from
   // new_max_capped) applied element by element in the exponentials' own loop, so that each
-  // score's map and exponential issue together (sm90/fwd_kernel.h FwdTraits kCapInterleave)
+  // score's map and exponential issue together (sm90/fwd_consumer.h FwdTraits kCapInterleave)
   // rather than as two passes over the tile. `after`: exponentiate's.
   template <typename Exp, int kNTiles, typename Map, typename After = NoAfter>
   __device__ __forceinline__ void exponentiate_mapped(float (&s)[kMTiles][kNTiles][4],

@@ -32,7 +32,7 @@ enum class NamedBarrier : int {
   // sm90/bwd_split_kernel.h (kStagger): warpgroup 0's S^T issued or retired, so warpgroup 1 may
   // issue dP^T.
   kBwdSplitSDone = 14,
-  // sm90/fwd_kernel.h: every consumer warpgroup, once a tile's first V buffer is fit to read
+  // sm90/fwd_consumer.h: every consumer warpgroup, once a tile's first V buffer is fit to read
   // (the rows past a varlen entry's keys zeroed).
   kFwdConsumers = 15,
 };

@@ -45,12 +45,12 @@ struct FwdTraits {
   static constexpr bool kUnpredicatedBulkLoads = kUnpredicatedBulkLoads_;
   // With the running max (kLazyRescale 0): a warp whose rows all kept their max skips O's
   // rescale (common/softmax.h new_max kKeep; the sm90a forward's FwdTraits kSkipKept), the
-  // output bitwise the running max's. tiles.h fwd_skip_kept_sm80 says where; tune_fwd
+  // output bitwise the running max's. knobs.h fwd_skip_kept_sm80 says where; tune_fwd
   // `skipkept` A/Bs it.
   static constexpr bool kSkipKept = kSkipKept_ && kLazyRescale_ == 0;
   // b > 0: each row's exponents against a lazy reference, O rescaled only where a key block's
   // max passes it by more than 2^b in P (common/softmax.h new_max kLazyLog2; the sm90a forward's
-  // FwdTraits kLazyRescale). tiles.h fwd_lazy_rescale_sm80 says where; tune_fwd `lazy` A/Bs it.
+  // FwdTraits kLazyRescale). knobs.h fwd_lazy_rescale_sm80 says where; tune_fwd `lazy` A/Bs it.
   static constexpr int kLazyRescale = kLazyRescale_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;

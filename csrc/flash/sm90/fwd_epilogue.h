@@ -1,4 +1,4 @@
-// The sm90a forward's epilogue (sm90/fwd_kernel.h consume_tile): one consumer warpgroup's 64 rows
+// The sm90a forward's epilogue (sm90/fwd_consumer.h consume_tile): one consumer warpgroup's 64 rows
 // of a tile, O / l as 16-bit pairs through a staging box and a TMA store or straight from the
 // registers, LSE and the row statistics as the sm80 kernel writes them.
 #pragma once

@@ -302,7 +302,7 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
 // The configuration tiles.h picks for kernel variant kVariant (kShort: fwd_tile_sm90_short's;
 // kBounded: the bounded reference's instance, FwdTraits kBoundedRef; kDoubleQ / kSplitQ /
 // kPrefetchMaps / kPublishTiles: those FwdTraits knobs, kOStore >= 0 its kTmaStoreO in place of
-// the tile's, kLazy >= 0 its kLazyRescale in place of tiles.h fwd_lazy_rescale_sm90's,
+// the tile's, kLazy >= 0 its kLazyRescale in place of knobs.h fwd_lazy_rescale_sm90's,
 // kSkip >= 0 its kSkipKept in place of fwd_skip_kept_sm90's, kSumsW >= 0 its kSumsWgmma in
 // place of fwd_sums_wgmma_sm90's and kTail >= 0 its kTailInExp level in place of
 // fwd_tail_in_exp_sm90's, the harness's A/Bs only).
@@ -319,7 +319,7 @@ struct LibraryFwdTraits {
   static constexpr bool kStaticAlibi = kVariant == kStaticAlibiVariant && !kShort;
   static constexpr bool kStaticSoftcap = kVariant == kStaticSoftcapVariant;
   static constexpr bool kCapVariant = kVariant == kSoftcapVariant || kStaticSoftcap;
-  static constexpr FwdLazyKind kLazyKind =  // tiles.h fwd_lazy_rescale_sm90's instance kinds
+  static constexpr FwdLazyKind kLazyKind =  // knobs.h fwd_lazy_rescale_sm90's instance kinds
       kVariant == kStaticVariant         ? FwdLazyKind::kStatic
       : kVariant == kStaticAlibiVariant  ? FwdLazyKind::kStaticAlibi
       : kVariant == kPaddedWindowVariant ? FwdLazyKind::kPaddedWindow
@@ -365,7 +365,7 @@ template <typename Element, int kHeadDim, int kVariant, bool kShort = false>
 Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream) {
   using Lib = LibraryFwdTraits<kHeadDim, kVariant, kShort, false>;
   // bf16 softcap calls that ScoreScale::bounded_ref admits take the bounded reference's
-  // instance where tiles.h fwd_bounded_ref_sm90 says so.
+  // instance where knobs.h fwd_bounded_ref_sm90 says so.
   if constexpr (std::is_same_v<Element, __nv_bfloat16> &&
                 fwd_bounded_ref_sm90(kHeadDim, Lib::kCapVariant, Lib::kStaticSoftcap)) {
     if (score_scale_of(p).bounded_ref) {
@@ -393,7 +393,7 @@ Status run_fwd(const FwdParams& p, cudaStream_t stream) {
   constexpr bool kHasShort = fwd_tile_sm90_short(kHeadDim).supported;
   const bool short_rows =
       kHasShort && fwd_short_rows_sm90(kHeadDim, p.is_causal, p.seqlen_q, p.seqlen_k);
-  // bf16 softcap alone on the bounded reference, where tiles.h fwd_bounded_short_sm90 says so:
+  // bf16 softcap alone on the bounded reference, where knobs.h fwd_bounded_short_sm90 says so:
   // the static softcap variant's bounded instance on the short tile, short rows or not.
   if constexpr (std::is_same_v<Element, __nv_bfloat16> &&
                 fwd_bounded_short_sm90(kHeadDim, true, 0)) {

@@ -59,10 +59,10 @@ struct FwdTraits {
   // sm90 kernel, from the same PTX order, gets its O rescale interleaved with the MUFUs). The
   // same instructions on the same values, so the outputs are bitwise the order's without it.
   // A level: 0 off; 1 on the plain scores' path (running max, late rescale) of a step without
-  // dropout (fwd_kernel.h kTailInExp); 2 also on softcap's max over the raw scores and with the
+  // dropout (fwd_consumer.h kTailInExp); 2 also on softcap's max over the raw scores and with the
   // early rescale (there the tail is the wait, V's release and the pack). Never with the serial
-  // order (no P V in flight) nor the bounded reference (fwd_kernel.h says why). The library
-  // takes level 1 on every two-consumer tile (tiles.h fwd_tail_in_exp_sm90: 0.95-0.99x the time;
+  // order (no P V in flight) nor the bounded reference (fwd_consumer.h says why). The library
+  // takes level 1 on every two-consumer tile (knobs.h fwd_tail_in_exp_sm90: 0.95-0.99x the time;
   // three consumers 1.03-1.10x; tune_fwd90 `tailinexp`, benchmarks/NOTES.md 12.97); level 2 is
   // tune_fwd90 `tailmods`'s B side until measured.
   static constexpr int kTailLevel = kSerialPV_ ? 0 : kTailInExp_;
@@ -71,7 +71,7 @@ struct FwdTraits {
   // in their commit group, so the tensor cores' async queue runs them beside P V (N = 8: 1/16 of
   // d = 128's P V work) where an mma.sync issued among in-flight wgmmas waits for the tensor
   // pipe. The accumulator fragment of m64n8 is mma.sync m16n8's, so used_acc and the epilogue are
-  // the same; the sums then enter at P V's issue, exactly when P enters O. A tuning knob (tiles.h
+  // the same; the sums then enter at P V's issue, exactly when P enters O. A tuning knob (knobs.h
   // fwd_sums_wgmma_sm90, which says where it won; tune_fwd90 `sumswgmma`), on only with the
   // bounded reference, so that the others neither fill nor hold the ones tile.
   static constexpr bool kSumsWgmma = kSumsWgmma_ && kBoundedRef_;
@@ -79,14 +79,14 @@ struct FwdTraits {
   // factor 1 without its exponential, and a warp whose 16 rows all kept theirs skips O's rescale
   // (common/softmax.h new_max kKeep; the d / 2 FMULs a thread of kLazyRescale's skip), every
   // output bitwise the running max's: what the lazy reference gained on rows whose max settles,
-  // without its accuracy cost (benchmarks/NOTES.md 12.93). A tuning knob (tiles.h
+  // without its accuracy cost (benchmarks/NOTES.md 12.93). A tuning knob (knobs.h
   // fwd_skip_kept_sm90, which says where it won; tune_fwd90 `skipkept`).
   static constexpr bool kSkipKept = kSkipKept_ && kLazyRescale_ == 0;
   // b > 0: each row's exponents against a lazy reference (common/softmax.h new_max kLazyLog2),
   // which moves, rescaling O, only where a key block's max passes it by more than 2^b in P; a
   // warp whose rows all keep theirs skips O's rescale (d / 2 FMULs a thread on a consumer's path
   // between its P V landing and its next turn, benchmarks/NOTES.md 12.79). 0: the running max,
-  // O rescaled at every step. A tuning knob (tune_fwd90 `lazy`; tiles.h fwd_lazy_rescale_sm90).
+  // O rescaled at every step. A tuning knob (tune_fwd90 `lazy`; knobs.h fwd_lazy_rescale_sm90).
   static constexpr int kLazyRescale = kLazyRescale_;
   // (The lazy reference with O's 1 / l from the used sums of the 16-bit P, FwdTraits kLazySums of
   // sessions 67-68, is gone: its largest error was the running max's, but by mma.sync it cost
@@ -127,7 +127,7 @@ struct FwdTraits {
   // hold): each row's exponents against a reference fixed at its first key block
   // (common/softmax.h fix_reference), so no step after it takes a row max or rescales O; 1 / l
   // from the sums of the 16-bit P the P V product read (one mma.sync per P fragment against a
-  // ones column, as the sm80 kernel); inert in the other variants. tiles.h
+  // ones column, as the sm80 kernel); inert in the other variants. knobs.h
   // fwd_bounded_ref_sm90 says where (tune_fwd90 `bounded`, benchmarks/NOTES.md 12.33).
   static constexpr bool kBoundedRef = kBoundedRef_;
   // With kBoundedRef: the used sums' 11 dependent mma.sync of a step issued right after the next
@@ -137,12 +137,12 @@ struct FwdTraits {
   // With kCapAfterMax, on key blocks without an element mask: each score's tanh issued in the
   // exponentials' loop (common/softmax.h exponentiate_mapped) instead of as a pass over the tile
   // before them (the library's SASS: MUFU.TANH x 88, then MUFU.EX2 x 88 a lane at d = 128).
-  // tiles.h fwd_cap_interleave_sm90 says where (tune_fwd90 `capinterleave`, benchmarks/NOTES.md
+  // knobs.h fwd_cap_interleave_sm90 says where (tune_fwd90 `capinterleave`, benchmarks/NOTES.md
   // 12.33).
   static constexpr bool kCapInterleave = kCapInterleave_;
   // The score modifiers built once a tile (problem/score_mod.h ScoreMods: ALiBi's slope load and
   // division out of the step loop); false builds them at every key block (apply_score_mods).
-  // tiles.h fwd_mods_per_tile_sm90 says where (tune_fwd90 `alibihoist`).
+  // knobs.h fwd_mods_per_tile_sm90 says where (tune_fwd90 `alibihoist`).
   static constexpr bool kModsPerTile = kModsPerTile_;
   // A step's row sums as pairwise trees over the finished exponentials (common/softmax.h
   // ExpPolicy kSumTree) instead of a serial FADD chain per row fed by each MUFU.EX2 in turn
@@ -176,7 +176,7 @@ struct FwdTraits {
   static constexpr int kTmaStoreO = kTmaStoreO_;
   static constexpr bool kOInQ = kTmaStoreO_ == 2;
   // kPolyEighths / 8 of S's 8-key tiles exponentiated on the FMA pipe (common/softmax.h
-  // ExpPolicy, exp2_fma) instead of MUFU.EX2; tiles.h fwd_poly_eighths_sm90 says where.
+  // ExpPolicy, exp2_fma) instead of MUFU.EX2; knobs.h fwd_poly_eighths_sm90 says where.
   static constexpr int kPolyEighths = kPolyEighths_;
   // The plain exponent as one FFMA where a warp's row maxima allow (common/softmax.h ExpPolicy
   // kWarpFused); on in the library (fwd_launch.h), measured in benchmarks/NOTES.md 12.5.
