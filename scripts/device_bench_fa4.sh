@@ -9,7 +9,8 @@
 # It spends up to ~570 s (the main benchmark's own time budget, then the features in what is
 # left): wrap it in no `timeout` shorter than that (session 69's `timeout 380` cut bench.py at
 # shape 28 of 36). DIAG=1 first runs scripts/diag_fwd_error.py --qscales 1,4 (its SUMMARY line
-# into the call's output and $OUT/diag_fwd_error.txt, ~20 s), out of the same 570 s.
+# into the call's output and $OUT/diag_fwd_error.txt, ~20 s), out of the same 570 s. BUDGET (s,
+# default 570) bounds the whole script, for a call that spends some of its time first (an A/B).
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 OUT=${OUT:-$PWD/device_out}
@@ -31,6 +32,6 @@ PYTHONPATH=/tmp/fa4/nvidia_cutlass_dsl/dsl_packages:/tmp/fa4 PYTHONUNBUFFERED=1 
     --seqlens "${FA4_SEQLENS:-1024,4096,8192,16384}" --dtypes "${FA4_DTYPES:-bf16}" \
     --dims "${FA4_DIMS:-64,128,256}" --modes "${FA4_MODES:-fwd}" 2>&1 | tail -n 60
 echo "fa4 bench: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
-STEPS=${STEPS:-bench,features} DEADLINE=$((570 - (SECONDS - t0))) \
+STEPS=${STEPS:-bench,features} DEADLINE=$((${BUDGET:-570} - (SECONDS - t0))) \
     BENCH_ARGS=${BENCH_ARGS:-"--dtypes bf16 --no-decode --no-memory"} bash scripts/device_run.sh 2>&1 |
     grep -E "^SUMMARY|^RESULT|=====|steps:" | tail -n 50
