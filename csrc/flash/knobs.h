@@ -231,17 +231,20 @@ __host__ __device__ constexpr bool fwd_sums_wgmma_sm90(int head_dim, bool dynami
 // d = 128's static ALiBi 0.965-0.996; three consumers (d = 64's 192 x 128) lose, 1.094-1.104
 // non-causal, 1.034-1.044 causal: under the other two consumers' GEMMs the tail was already
 // hidden, and the early wait for P V stalls. So the rule: on with two consumers (the tile's 128
-// query rows), off with three (d = 96 and 192 take it unmeasured, as d = 128 does), at level 1:
-// softcap's max over the raw scores and the early rescale wait for level 2 (tune_fwd90
-// `tailmods`, not yet run); dropout, the serial order and the bounded reference never take it. The
-// build flag FLASHATTN_CU_FWD_TAIL_IN_EXP = 1 or 2 gives that level (fwd_traits.h kTailInExp_)
-// to every instance, 0 none; unset (-1), the rule.
+// query rows), off with three (d = 96 and 192 take it unmeasured, as d = 128 does). Level 2 (also
+// softcap's max over the raw scores and the early rescale; tune_fwd90 `tailmods`, H100 at
+// e75151b, results/tune_fwd90_tailmods_h100_e75151b.txt, two passes, 0 of 2^25 outputs and 0 LSEs
+// differ on all four kinds): d = 256's early rescale 0.978-0.989, with static ALiBi 0.959-0.995,
+// d = 128's softcap (static and dynamic, the unbounded path) 0.995-1.005 (neutral): the library
+// takes level 2 wherever it takes the tail. Dropout, the serial order and the bounded reference
+// never take it. The build flag FLASHATTN_CU_FWD_TAIL_IN_EXP = 1 or 2 gives that level
+// (fwd_traits.h kTailInExp_) to every instance, 0 none; unset (-1), the rule.
 #ifndef FLASHATTN_CU_FWD_TAIL_IN_EXP
 #define FLASHATTN_CU_FWD_TAIL_IN_EXP -1
 #endif
 __host__ __device__ constexpr int fwd_tail_in_exp_sm90(int block_m) {
   if (FLASHATTN_CU_FWD_TAIL_IN_EXP >= 0) return FLASHATTN_CU_FWD_TAIL_IN_EXP;
-  return block_m / 64 == 2 ? 1 : 0;
+  return block_m / 64 == 2 ? 2 : 0;
 }
 
 // The sm80 forward's lazy reference (sm80/fwd_kernel.h FwdTraits kLazyRescale): the same build

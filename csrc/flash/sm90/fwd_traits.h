@@ -62,9 +62,9 @@ struct FwdTraits {
   // dropout (fwd_consumer.h kTailInExp); 2 also on softcap's max over the raw scores and with the
   // early rescale (there the tail is the wait, V's release and the pack). Never with the serial
   // order (no P V in flight) nor the bounded reference (fwd_consumer.h says why). The library
-  // takes level 1 on every two-consumer tile (knobs.h fwd_tail_in_exp_sm90: 0.95-0.99x the time;
-  // three consumers 1.03-1.10x; tune_fwd90 `tailinexp`, benchmarks/NOTES.md 12.97); level 2 is
-  // tune_fwd90 `tailmods`'s B side until measured.
+  // takes level 2 on every two-consumer tile (knobs.h fwd_tail_in_exp_sm90: level 1 0.95-0.99x
+  // the time, three consumers 1.03-1.10x, tune_fwd90 `tailinexp`, benchmarks/NOTES.md 12.97;
+  // level 2 over level 1 0.96-0.99x with d = 256's early rescale, softcap neutral, `tailmods`).
   static constexpr int kTailLevel = kSerialPV_ ? 0 : kTailInExp_;
   // The bounded reference's used sums by wgmma instead of mma.sync: one m64n8k16 per P fragment
   // against a tile of ones in shared memory (kOffOnes), issued right after the step's P V wgmmas
