@@ -15,7 +15,8 @@
 # The bitwise modes' (skipkept, tailinexp, tailmods) "NOT BITWISE" rows are echoed with the B/A
 # ones.
 # LAZY_STAGE=build builds the harnesses and stops; LAZY_STAGE=run runs the modes on the binaries
-# already in WORK (scripts/device_validate_ab.sh builds beside the library's build, runs after).
+# already in WORK (scripts/device_validate_ab.sh builds beside the library's build, runs after),
+# or packed there by scripts/pack_harness.sh (WORK=$PWD/build/tune_bin carried: no device build).
 set -u -o pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 OUT=${OUT:-$PWD/device_out}
@@ -45,6 +46,12 @@ if [ "$stage" != run ]; then
     echo "builds done after $((SECONDS - t0)) s"
     [ "$stage" = build ] && exit $rc
 fi
+# Harnesses packed here by scripts/pack_harness.sh (WORK=$PWD/build/tune_bin, carried): unpack.
+for t in tune_fwd90 tune_fwd; do
+    if [ -f "$WORK/$t.xz" ] && [ ! -x "$WORK/$t" ]; then
+        xz -dk "$WORK/$t.xz" && chmod +x "$WORK/$t" && echo "$t: unpacked from $WORK/$t.xz"
+    fi
+done
 if [ -x "$WORK/tune_fwd90" ]; then
     for mode in ${LAZY_MODES:-lazy}; do  # LAZY_MODES="lazy lazydyn": the other instances too
         timeout "${LAZY_TIMEOUT:-240}" "$WORK/tune_fwd90" "$mode" 2>&1 |
