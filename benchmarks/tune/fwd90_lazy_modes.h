@@ -11,7 +11,8 @@
 // `tailinexp`, the overlapped step's tail (P V's wait, O's rescale, P's pack) inside the
 // exponentials' arms (FwdTraits kTailInExp) against the library's order, outputs bitwise compared;
 // `tailmods`, its level 2 (softcap's max over the raw scores and the early rescale; the library's
-// since benchmarks/NOTES.md 12.99) against level 1.
+// since benchmarks/NOTES.md 12.99) against level 1; `twop`, the bounded reference's P in two
+// register sets (FwdTraits kTwoP) against one, outputs bitwise compared.
 // tune_fwd90.cu runs them through run_lazy_mode, in -DTUNE_FWD90_SERIAL_ONLY builds too.
 #pragma once
 
@@ -44,6 +45,12 @@ using SkipOf =
 template <int kHeadDim, int kVariant, bool kShort, int kW>
 using SumsOf = typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, true, false, false,
                                                    false, -1, false, -1, -1, kW>::Type;
+
+// The library's configuration of variant kVariant (kShort: its short-row tile) on the bounded
+// reference with FwdTraits kTwoP t (`twop`; every other knob the library's).
+template <int kHeadDim, int kVariant, bool kShort, int kT>
+using TwoPOf = typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, true, false, false,
+                                                   false, -1, false, -1, -1, -1, -1, kT>::Type;
 
 // The library's configuration of variant kVariant (kShort: its short-row tile; kBounded: the
 // bounded reference's instance, false the unbounded one fp16 runs) with FwdTraits kTailInExp's
@@ -292,6 +299,38 @@ inline bool run_lazy_mode(const std::string& mode, const Buffers& b) {
           "d256 early tail2", b, true, sl);
       ab_sweep<256, TailModsOf<256, kA, false, false, 1>, TailModsOf<256, kA, false, false, 2>,
                kAl>("d256 alibi early tail2", b, true, sl);
+    }
+    return true;
+  }
+  if (mode == "twop") {
+    // The bounded reference's P in two register sets (B: FwdTraits kTwoP, no wait for P V in its
+    // steps) against one (A), bf16 softcap 30, on the bounded instances whose registers hold the
+    // second set (knobs.h fwd_two_p_sm90): d = 128's static short tile (128 x 128) and dynamic
+    // tile, d = 64's dynamic tile; bitwise first (the same instructions on the same values), then
+    // interleaved, two passes. And d = 128's long rows on the 128 x 128 tile with two sets (B)
+    // against the library's 128 x 176 with one (A: the tile too large for a second set), where
+    // fwd_bounded_short_sm90 takes the long tile (non-causal past 4k, causal past 8k).
+    g_library_schedule = true;
+    constexpr int kC = fa::kSoftcapVariant, kCs = fa::kStaticSoftcapVariant;
+    constexpr int kCap = kSoftcap, kCapS = kSoftcap | kStaticMask;
+    for (int causal = 0; causal < 2; ++causal) {
+      bitwise_ab<128, TwoPOf<128, kCs, true, 0>, TwoPOf<128, kCs, true, 1>, kCapS>(
+          "d128 twop short bits", b, 4096, causal);
+      bitwise_ab<128, TwoPOf<128, kC, false, 0>, TwoPOf<128, kC, false, 1>, kCap>(
+          "d128 twop dyn bits", b, 4096, causal);
+      bitwise_ab<64, TwoPOf<64, kC, false, 0>, TwoPOf<64, kC, false, 1>, kCap>(
+          "d64 twop dyn bits", b, 4096, causal);
+    }
+    for (int rep = 0; rep < 2; ++rep) {
+      const std::vector<int> sl = {4096, 16384};
+      ab_sweep<128, TwoPOf<128, kCs, true, 0>, TwoPOf<128, kCs, true, 1>, kCapS>(
+          "d128 twop short", b, true, {1024, 4096});
+      ab_sweep<128, TwoPOf<128, kC, false, 0>, TwoPOf<128, kC, false, 1>, kCap>(
+          "d128 twop dyn", b, true, sl);
+      ab_sweep<64, TwoPOf<64, kC, false, 0>, TwoPOf<64, kC, false, 1>, kCap>(
+          "d64 twop dyn", b, true, sl);
+      ab_sweep<128, TwoPOf<128, kCs, false, 0>, TwoPOf<128, kCs, true, 1>, kCapS>(
+          "d128 176x1 vs 128x2", b, true, {8192, 16384});
     }
     return true;
   }

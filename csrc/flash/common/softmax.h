@@ -379,13 +379,15 @@ struct OnlineSoftmax {
   // combination of V's rows in exactly the weights used. (l over the rounded P alone would move
   // the error into the LSE: dv off by 2^-9 in the same case, softcap 1.5 rows' LSE 2.6x the
   // bf16 reference's error.)
-  template <typename Exp = DefaultExp, int kNTiles>
+  // `after`: exponentiate's (the sm90a forward's kTwoP passes P's pack).
+  template <typename Exp = DefaultExp, int kNTiles, typename After = NoAfter>
   __device__ __forceinline__ void exponentiate_fixed(float (&s)[kMTiles][kNTiles][4],
-                                                     float scale_log2) {
+                                                     float scale_log2,
+                                                     const After& after = After{}) {
     float ones[kMTiles][2];
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) ones[mt][0] = ones[mt][1] = 1.f;
-    exponentiate<Exp>(s, m, ones, scale_log2);
+    exponentiate<Exp>(s, m, ones, scale_log2, after);
   }
 
   // Reduces l across the quad and gives, per row: 1/l (0 for a row that saw no key), the

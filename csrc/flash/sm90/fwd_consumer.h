@@ -117,7 +117,12 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   if (w.num_blocks > 0) {
     const float scale_log2 = kp.score.scale_log2;
     float acc_s[1][Traits::kNTiles][4];
-    uint32_t p16[kBlockN / 16][4];  // P of the previous step, the A operand of O += P V
+    // P of the previous step, the A operand of O += P V; with Traits::kTwoP two sets, step i's P
+    // in set i % 2 (P0 / P1 below: a set is always a constant index, or the registers would go
+    // to local memory).
+    uint32_t p16s[Traits::kTwoP ? 2 : 1][kBlockN / 16][4];
+    using P0 = std::integral_constant<int, 0>;
+    using P1 = std::integral_constant<int, 1>;
 
     // S = Q K^T of this warpgroup's rows over keys key0 .. key0 + keys of the block, into S's
     // accumulator tiles of those keys.
@@ -140,7 +145,8 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       }
     };
     // O += P V over keys key0 .. key0 + keys of the block, whole k16 steps (P is 0 on the others).
-    auto pv_keys = [&](int stage, auto key0, auto keys) {
+    auto pv_keys = [&](int stage, auto key0, auto keys, auto set) {
+      auto& p16 = p16s[decltype(set)::value];
       constexpr int kKk0 = decltype(key0)::value / 16;
       constexpr int kKk1 = (decltype(key0)::value + decltype(keys)::value) / 16;
 #pragma unroll
@@ -172,9 +178,9 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
                 [&](auto key0, auto keys) { s_keys(stage, key0, keys); });
       ptx::wgmma_commit();
     };
-    auto issue_pv = [&](int stage, BlockHalf half) {  // one commit group
+    auto issue_pv = [&](int stage, BlockHalf half, auto set) {  // one commit group
       over_keys(std::bool_constant<Traits::kHalfBlocks>{}, half,
-                [&](auto key0, auto keys) { pv_keys(stage, key0, keys); });
+                [&](auto key0, auto keys) { pv_keys(stage, key0, keys, set); });
       ptx::wgmma_commit();
     };
     // Which keys of block n this warpgroup's rows can see at all: the first row's begin to the
@@ -239,7 +245,10 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         const float pre = kp.score.softcap_pre;
         const auto capped = [pre](float x) { return ptx::tanh_approx(x * pre); };
         if constexpr (kBounded) {
-          static_assert(std::is_same<std::decay_t<decltype(after)>, NoAfter>::value,
+          // No tail with the wait for P V (kTailInExp): ptxas put that wait at the exponentials'
+          // start. Traits::kTwoP's `after` is P's pack alone (no wait: its set is free).
+          static_assert(Traits::kTwoP ||
+                            std::is_same<std::decay_t<decltype(after)>, NoAfter>::value,
                         "the bounded reference's exponentials take no tail (kTailInExp)");
           // The reference fixed at the first block (its capped, masked scores' max, at least
           // ScoreScale::ref_floor); no max and no rescale after it.
@@ -249,10 +258,11 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
             apply_softcap(acc_s, pre);
             mask();
             if (first) softmax.fix_reference(acc_s, kp.score.ref_floor);
-            softmax.template exponentiate_fixed<Exp>(acc_s, scale_log2);
+            softmax.template exponentiate_fixed<Exp>(acc_s, scale_log2, after);
           } else {
             const float ones[1][2] = {{1.f, 1.f}};
-            softmax.template exponentiate_mapped<Exp>(acc_s, softmax.m, ones, scale_log2, capped);
+            softmax.template exponentiate_mapped<Exp>(acc_s, softmax.m, ones, scale_log2, capped,
+                                                      after);
           }
           return;
         } else {
@@ -288,14 +298,16 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       }
     };
     // The sums of the 16-bit P in p16 (used_acc), row by row (kBounded).
-    auto sum_used = [&] {
+    auto sum_used = [&](auto set) {
       if constexpr (kSumsByMma) {
+        auto& p16 = p16s[decltype(set)::value];
         constexpr uint32_t kOnes = Ops::kOnePair;
 #pragma unroll
         for (int kk = 0; kk < kBlockN / 16; ++kk) Ops::mma(used_acc, p16[kk], kOnes, kOnes);
       }
     };
-    auto pack_p = [&]() {
+    auto pack_p = [&](auto set) {
+      auto& p16 = p16s[decltype(set)::value];
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
         p16[kk][0] = Ops::pack(acc_s[0][2 * kk][0], acc_s[0][2 * kk][1]);
@@ -303,7 +315,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         p16[kk][2] = Ops::pack(acc_s[0][2 * kk + 1][0], acc_s[0][2 * kk + 1][1]);
         p16[kk][3] = Ops::pack(acc_s[0][2 * kk + 1][2], acc_s[0][2 * kk + 1][3]);
       }
-      if constexpr (kSumsByMma && !kSumsLate) sum_used();
+      if constexpr (kSumsByMma && !kSumsLate) sum_used(set);
     };
 
     // After a wait that retired a P V group: O's registers (and the sums' with kSumsByWgmma, in
@@ -345,12 +357,12 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     // Step i's P V (block i of the walk, P from `half`) with nothing else of this consumer in
     // flight: every step of the serial order, and the tile's last. during: what runs under the
     // GEMM before its wait.
-    auto pv_alone = [&](int i, auto&& during) {
+    auto pv_alone = [&](int i, auto set, auto&& during) {
       const RingSlot<Traits> slot(ring + i);
       ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + slot.stage), slot.parity);
       turns.begin();
       ptx::wgmma_fence();
-      issue_pv(slot.stage, half);
+      issue_pv(slot.stage, half, set);
       turns.end();
       during();
       ptx::wgmma_wait<0>();
@@ -394,7 +406,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     s_alone(0, [&] { clock.mark(kPhaseFirstK); }, [] {}, [&] {
       if constexpr (kClearUnderS) clear_v_tail();
     });
-    pack_p();
+    pack_p(P0{});
     clock.mark(kPhaseFirstStep);
     static_assert(!Traits::kSerialPV || (!Traits::kEarlyRescale && !Traits::kSumsUnderS),
                   "kSerialPV: no next S GEMM to hide the rescale or the used sums under");
@@ -403,14 +415,53 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       for (int i = 1; i < w.num_blocks; ++i) {
         // P_{i-1} V_{i-1}, retired (P's registers free), then S_i, retired, then softmax_i.
         clock.step_start();
-        pv_alone(i - 1, [] {});
+        pv_alone(i - 1, P0{}, [] {});
         clock.step(kStepWaitPV);
         s_alone(i, [&] { clock.step(kStepWaitKV); }, [&] { clock.step(kStepS); }, [] {});
         clock.step(kStepExp);
         if constexpr (!kBounded) rescale_o();
-        pack_p();
+        pack_p(P0{});
         clock.step(kStepPack);
       }
+    } else if constexpr (Traits::kTwoP) {
+      // Step i with P_i into set `set` while P V_{i-1} reads the other (Traits::kTwoP; the
+      // bounded reference: no row max, no O rescale). No wait for P V in the step: its wait<1>
+      // after S_i's issue retires P V_{i-2} with S_i (groups retire in order), so V_{i-2}'s
+      // buffer is released there, one step later than the one-set order's V_{i-1} at its tail.
+      auto two_p_step = [&](int i, auto set) {
+        using Prev = std::integral_constant<int, 1 - decltype(set)::value>;
+        const RingSlot<Traits> slot(ring + i), prev(ring + i - 1);
+        clock.step_start();
+        ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);
+        ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + prev.stage), prev.parity);
+        const BlockHalf s_half = half_of(w.blocks.end - 1 - i);
+        clock.step(kStepWaitKV);
+        turns.begin();
+        clock.step(kStepTurn);
+        ptx::wgmma_fence();
+        issue_s(slot.stage, s_half);
+        issue_pv(prev.stage, half, Prev{});
+        turns.end();
+        if constexpr (kSumsLate) sum_used(Prev{});  // P_{i-1}'s
+        half = s_half;
+        ptx::wgmma_wait<1>();  // S_i (and P V_{i-2}) retired; P V_{i-1} may still run
+        ptx::fence_operand(acc_s[0]);
+        clock.step(kStepS);
+        release(Traits::kBarKEmpty + slot.stage);
+        if (i >= 2) release(Traits::kBarVEmpty + RingSlot<Traits>(ring + i - 2).stage);
+        if (!Traits::kOInQ && i == w.num_blocks - 1) release(q_empty);
+        // P_i's pack (no wgmma reads this set now) inside each arm of the exponentials, where
+        // ptxas may issue its F2FPs among the MUFUs (after them, in the arms' join, it did not).
+        scores_to_p(w.blocks.end - 1 - i, ref, rescale, [&] { pack_p(set); });
+        clock.step(kStepPack);
+      };
+      int i = 1;
+#pragma unroll 1
+      for (; i + 1 < w.num_blocks; i += 2) {
+        two_p_step(i, P1{});
+        two_p_step(i + 1, P0{});
+      }
+      if (i < w.num_blocks) two_p_step(i, P1{});
     } else {
 #pragma unroll 1
       for (int i = 1; i < w.num_blocks; ++i) {
@@ -432,9 +483,9 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
           fence_o();
           ptx::wgmma_fence();  // the FMULs' writes before the wgmma reads O
         }
-        issue_pv(prev.stage, half);
+        issue_pv(prev.stage, half, P0{});
         turns.end();
-        if constexpr (kSumsLate) sum_used();  // P_{i-1}'s
+        if constexpr (kSumsLate) sum_used(P0{});  // P_{i-1}'s
         half = s_half;
         ptx::wgmma_wait<1>();  // S_i has landed; P_{i-1} V_{i-1} may still run
         ptx::fence_operand(acc_s[0]);
@@ -458,7 +509,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
           // the FMULs, the same in both arms, into the block after them (the PTX had the 64
           // mul.ftz.f32 after the vote's join, behind every MUFU.EX2 again); no instruction.
           if constexpr (kTailInExp) fence_o();
-          pack_p();
+          pack_p(P0{});
           clock.step(kStepPack);
         };
         if constexpr (kTailInExp) {
@@ -474,10 +525,27 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     clock.mark(kPhaseSteps);
     // The last block's P V.
     if constexpr (Traits::kEarlyRescale) rescale_o();
-    pv_alone(w.num_blocks - 1, [&] {
-      if constexpr (kSumsLate) sum_used();
-      ahead();  // under the GEMM
-    });
+    auto last_pv = [&](auto set) {
+      pv_alone(w.num_blocks - 1, set, [&] {
+        if constexpr (kSumsLate) sum_used(set);
+        ahead();  // under the GEMM
+      });
+    };
+    if constexpr (Traits::kTwoP) {
+      // P_{n-1} is in set (n - 1) % 2; the parity from lane 0, a branch ptxas sees warp-uniform
+      // (wgmma under a branch it thinks divergent is serialized, C7520). pv_alone's wait<0>
+      // retired P V_{n-2} too: V_{n-2}'s buffer, not yet released (two_p_step), goes now.
+      if (__shfl_sync(0xffffffffu, (w.num_blocks - 1) & 1, 0)) {
+        last_pv(P1{});
+      } else {
+        last_pv(P0{});
+      }
+      if (w.num_blocks >= 2) {
+        release(Traits::kBarVEmpty + RingSlot<Traits>(ring + w.num_blocks - 2).stage);
+      }
+    } else {
+      last_pv(P0{});
+    }
     clock.mark(kPhaseLastPV);
   } else {
     ahead();

@@ -48,7 +48,7 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           bool kBoundedRef_ = false, bool kSumsUnderS_ = false, bool kSerialPV_ = false,
           bool kDoubleQ_ = false, bool kSplitQ_ = false, bool kPrefetchMaps_ = false,
           bool kPublishTiles_ = false, int kLazyRescale_ = 0, bool kSkipKept_ = false,
-          bool kSumsWgmma_ = false, int kTailInExp_ = 0>
+          bool kSumsWgmma_ = false, int kTailInExp_ = 0, bool kTwoP_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // The overlapped step's tail (the wait for P_{i-1} V_{i-1}, O's fence, V's release, O's
@@ -66,6 +66,14 @@ struct FwdTraits {
   // the time, three consumers 1.03-1.10x, tune_fwd90 `tailinexp`, benchmarks/NOTES.md 12.97;
   // level 2 over level 1 0.96-0.99x with d = 256's early rescale, softcap neutral, `tailmods`).
   static constexpr int kTailLevel = kSerialPV_ ? 0 : kTailInExp_;
+  // The bounded reference's P in two register sets, alternating by step (fwd_consumer.h kTwoP):
+  // step i packs P_i into the set P V_{i-1} does not read, so the pack needs no wait for P V and
+  // may issue among the exponentials; the step has no wgmma wait<0> at all (the next step's
+  // wait<1> retires P V_{i-1}, groups retiring in order), and V_{i-1}'s buffer is released one
+  // step later than in the one-set order. The bounded reference only (it has no O rescale, the
+  // one other reason for the wait); the steady loop is unrolled by two (each set's registers by
+  // constant index). A tuning knob (knobs.h fwd_two_p_sm90), off until measured.
+  static constexpr bool kTwoP = kTwoP_ && kBoundedRef_ && !kSerialPV_;
   // The bounded reference's used sums by wgmma instead of mma.sync: one m64n8k16 per P fragment
   // against a tile of ones in shared memory (kOffOnes), issued right after the step's P V wgmmas
   // in their commit group, so the tensor cores' async queue runs them beside P V (N = 8: 1/16 of
