@@ -25,7 +25,7 @@ for t in "${targets[@]}"; do
     ( "${nv[@]}" "${extra[@]}" "benchmarks/tune/$t.cu" csrc/flash/tma_host.cu -o "$out/$t" \
           > "$out/$t.build.log" 2>&1 &&
       strip "$out/$t" && rm -f "$out/$t.xz" && xz -T1 -1 "$out/$t" &&
-      echo "pack_harness: $out/$t.xz ($(du -h "$out/$t.xz" | cut -f1)) at $(git rev-parse --short HEAD)" ) &
+      echo "pack_harness: $out/$t.xz ($(du -h "$out/$t.xz" | cut -f1)) at $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- csrc benchmarks/tune || echo ' plus uncommitted changes')" ) &
     pids+=($!)
 done
 rc=0

@@ -47,7 +47,7 @@ using SumsOf = typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, t
                                                    false, -1, false, -1, -1, kW>::Type;
 
 // The library's configuration of variant kVariant (kShort: its short-row tile) on the bounded
-// reference with FwdTraits kTwoP t (`twop`; every other knob the library's).
+// reference with FwdTraits kTwoP level t (`twop`; every other knob the library's).
 template <int kHeadDim, int kVariant, bool kShort, int kT>
 using TwoPOf = typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, true, false, false,
                                                    false, -1, false, -1, -1, -1, -1, kT>::Type;
@@ -303,32 +303,45 @@ inline bool run_lazy_mode(const std::string& mode, const Buffers& b) {
     return true;
   }
   if (mode == "twop") {
-    // The bounded reference's P in two register sets (B: FwdTraits kTwoP, no wait for P V in its
-    // steps) against one (A), bf16 softcap 30, on the bounded instances whose registers hold the
-    // second set (knobs.h fwd_two_p_sm90): d = 128's static short tile (128 x 128) and dynamic
-    // tile, d = 64's dynamic tile; bitwise first (the same instructions on the same values), then
-    // interleaved, two passes. And d = 128's long rows on the 128 x 128 tile with two sets (B)
-    // against the library's 128 x 176 with one (A: the tile too large for a second set), where
-    // fwd_bounded_short_sm90 takes the long tile (non-causal past 4k, causal past 8k).
+    // The bounded reference's P in two register sets (B: FwdTraits kTwoP level 1, the wait for
+    // P V after the exponentials; C: level 2, no wait in the step) against one (A), bf16 softcap
+    // 30, on the bounded instances whose registers hold the second set (knobs.h fwd_two_p_sm90):
+    // d = 128's static short tile (128 x 128) and dynamic tile, d = 64's dynamic tile; bitwise
+    // first (the same instructions on the same values), then interleaved, two passes. And d =
+    // 128's long rows on the 128 x 128 tile with two sets (level 1) against the library's
+    // 128 x 176 with one (the tile too large for a second set), where fwd_bounded_short_sm90
+    // takes the long tile (non-causal past 4k, causal past 8k).
     g_library_schedule = true;
     constexpr int kC = fa::kSoftcapVariant, kCs = fa::kStaticSoftcapVariant;
     constexpr int kCap = kSoftcap, kCapS = kSoftcap | kStaticMask;
     for (int causal = 0; causal < 2; ++causal) {
       bitwise_ab<128, TwoPOf<128, kCs, true, 0>, TwoPOf<128, kCs, true, 1>, kCapS>(
-          "d128 twop short bits", b, 4096, causal);
+          "d128 twop1 short bits", b, 4096, causal);
+      bitwise_ab<128, TwoPOf<128, kCs, true, 0>, TwoPOf<128, kCs, true, 2>, kCapS>(
+          "d128 twop2 short bits", b, 4096, causal);
       bitwise_ab<128, TwoPOf<128, kC, false, 0>, TwoPOf<128, kC, false, 1>, kCap>(
-          "d128 twop dyn bits", b, 4096, causal);
+          "d128 twop1 dyn bits", b, 4096, causal);
+      bitwise_ab<128, TwoPOf<128, kC, false, 0>, TwoPOf<128, kC, false, 2>, kCap>(
+          "d128 twop2 dyn bits", b, 4096, causal);
       bitwise_ab<64, TwoPOf<64, kC, false, 0>, TwoPOf<64, kC, false, 1>, kCap>(
-          "d64 twop dyn bits", b, 4096, causal);
+          "d64 twop1 dyn bits", b, 4096, causal);
+      bitwise_ab<64, TwoPOf<64, kC, false, 0>, TwoPOf<64, kC, false, 2>, kCap>(
+          "d64 twop2 dyn bits", b, 4096, causal);
     }
     for (int rep = 0; rep < 2; ++rep) {
       const std::vector<int> sl = {4096, 16384};
       ab_sweep<128, TwoPOf<128, kCs, true, 0>, TwoPOf<128, kCs, true, 1>, kCapS>(
-          "d128 twop short", b, true, {1024, 4096});
+          "d128 twop1 short", b, true, {1024, 4096});
+      ab_sweep<128, TwoPOf<128, kCs, true, 0>, TwoPOf<128, kCs, true, 2>, kCapS>(
+          "d128 twop2 short", b, true, {1024, 4096});
       ab_sweep<128, TwoPOf<128, kC, false, 0>, TwoPOf<128, kC, false, 1>, kCap>(
-          "d128 twop dyn", b, true, sl);
+          "d128 twop1 dyn", b, true, sl);
+      ab_sweep<128, TwoPOf<128, kC, false, 0>, TwoPOf<128, kC, false, 2>, kCap>(
+          "d128 twop2 dyn", b, true, sl);
       ab_sweep<64, TwoPOf<64, kC, false, 0>, TwoPOf<64, kC, false, 1>, kCap>(
-          "d64 twop dyn", b, true, sl);
+          "d64 twop1 dyn", b, true, sl);
+      ab_sweep<64, TwoPOf<64, kC, false, 0>, TwoPOf<64, kC, false, 2>, kCap>(
+          "d64 twop2 dyn", b, true, sl);
       ab_sweep<128, TwoPOf<128, kCs, false, 0>, TwoPOf<128, kCs, true, 1>, kCapS>(
           "d128 176x1 vs 128x2", b, true, {8192, 16384});
     }

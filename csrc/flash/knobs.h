@@ -249,7 +249,8 @@ __host__ __device__ constexpr int fwd_tail_in_exp_sm90(int block_m) {
 
 // The bounded reference's P in two register sets (sm90/fwd_traits.h kTwoP: no wait for P V in
 // its steps, the pack free to issue among the exponentials): off until tune_fwd90 `twop` has
-// measured it (benchmarks/NOTES.md 12.101, 12.102); the build flag FLASHATTN_CU_FWD_TWO_P=1 gives it to
+// measured it (benchmarks/NOTES.md 12.101, 12.102); the build flag FLASHATTN_CU_FWD_TWO_P=1 or 2
+// (its level) gives it to
 // the bounded instances whose registers hold the second set, the 128 x 128 tiles (ptxas, sm_90a,
 // bf16: d = 128's static short tile and dynamic tile, d = 64's dynamic tile, no new spills; d =
 // 128's 128 x 176 and d = 64's three-consumer 192 x 128 run out, their wgmmas serialized, C7512,
@@ -257,8 +258,8 @@ __host__ __device__ constexpr int fwd_tail_in_exp_sm90(int block_m) {
 #ifndef FLASHATTN_CU_FWD_TWO_P
 #define FLASHATTN_CU_FWD_TWO_P 0
 #endif
-__host__ __device__ constexpr bool fwd_two_p_sm90(int block_m, int block_n) {
-  return FLASHATTN_CU_FWD_TWO_P != 0 && block_m == 128 && block_n <= 128;
+__host__ __device__ constexpr int fwd_two_p_sm90(int block_m, int block_n) {
+  return block_m == 128 && block_n <= 128 ? FLASHATTN_CU_FWD_TWO_P : 0;
 }
 
 // The sm80 forward's lazy reference (sm80/fwd_kernel.h FwdTraits kLazyRescale): the same build

@@ -423,11 +423,13 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         pack_p(P0{});
         clock.step(kStepPack);
       }
-    } else if constexpr (Traits::kTwoP) {
+    } else if constexpr (Traits::kTwoP > 0) {
       // Step i with P_i into set `set` while P V_{i-1} reads the other (Traits::kTwoP; the
-      // bounded reference: no row max, no O rescale). No wait for P V in the step: its wait<1>
-      // after S_i's issue retires P V_{i-2} with S_i (groups retire in order), so V_{i-2}'s
-      // buffer is released there, one step later than the one-set order's V_{i-1} at its tail.
+      // bounded reference: no row max, no O rescale). Level 1: P V_{i-1}'s wait and V_{i-1}'s
+      // release after the exponentials (and the pack inside them). Level 2: no wait for P V in
+      // the step: its wait<1> after S_i's issue retires P V_{i-2} with S_i (groups retire in
+      // order), so V_{i-2}'s buffer is released there, one step later.
+      constexpr bool kWaitInStep = Traits::kTwoP == 1;
       auto two_p_step = [&](int i, auto set) {
         using Prev = std::integral_constant<int, 1 - decltype(set)::value>;
         const RingSlot<Traits> slot(ring + i), prev(ring + i - 1);
@@ -448,11 +450,19 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         ptx::fence_operand(acc_s[0]);
         clock.step(kStepS);
         release(Traits::kBarKEmpty + slot.stage);
-        if (i >= 2) release(Traits::kBarVEmpty + RingSlot<Traits>(ring + i - 2).stage);
+        if (!kWaitInStep && i >= 2) {
+          release(Traits::kBarVEmpty + RingSlot<Traits>(ring + i - 2).stage);
+        }
         if (!Traits::kOInQ && i == w.num_blocks - 1) release(q_empty);
         // P_i's pack (no wgmma reads this set now) inside each arm of the exponentials, where
         // ptxas may issue its F2FPs among the MUFUs (after them, in the arms' join, it did not).
         scores_to_p(w.blocks.end - 1 - i, ref, rescale, [&] { pack_p(set); });
+        clock.step(kStepExp);
+        if constexpr (kWaitInStep) {
+          ptx::wgmma_wait<0>();  // P V_{i-1} done: its V buffer is free
+          fence_o();
+          release(Traits::kBarVEmpty + prev.stage);
+        }
         clock.step(kStepPack);
       };
       int i = 1;
@@ -531,16 +541,16 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
         ahead();  // under the GEMM
       });
     };
-    if constexpr (Traits::kTwoP) {
+    if constexpr (Traits::kTwoP > 0) {
       // P_{n-1} is in set (n - 1) % 2; the parity from lane 0, a branch ptxas sees warp-uniform
-      // (wgmma under a branch it thinks divergent is serialized, C7520). pv_alone's wait<0>
-      // retired P V_{n-2} too: V_{n-2}'s buffer, not yet released (two_p_step), goes now.
+      // (wgmma under a branch it thinks divergent is serialized, C7520). Level 2: pv_alone's
+      // wait<0> retired P V_{n-2} too: V_{n-2}'s buffer, not yet released (two_p_step), goes now.
       if (__shfl_sync(0xffffffffu, (w.num_blocks - 1) & 1, 0)) {
         last_pv(P1{});
       } else {
         last_pv(P0{});
       }
-      if (w.num_blocks >= 2) {
+      if (Traits::kTwoP == 2 && w.num_blocks >= 2) {
         release(Traits::kBarVEmpty + RingSlot<Traits>(ring + w.num_blocks - 2).stage);
       }
     } else {

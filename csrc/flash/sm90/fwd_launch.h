@@ -305,7 +305,7 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
 // the tile's, kLazy >= 0 its kLazyRescale in place of knobs.h fwd_lazy_rescale_sm90's,
 // kSkip >= 0 its kSkipKept in place of fwd_skip_kept_sm90's, kSumsW >= 0 its kSumsWgmma in
 // place of fwd_sums_wgmma_sm90's, kTail >= 0 its kTailInExp level in place of
-// fwd_tail_in_exp_sm90's and kTwoP >= 0 its kTwoP in place of fwd_two_p_sm90's, the harness's
+// fwd_tail_in_exp_sm90's and kTwoP >= 0 its kTwoP level in place of fwd_two_p_sm90's, the harness's
 // A/Bs only).
 template <int kHeadDim, int kVariant, bool kShort, bool kBounded, bool kDoubleQ = false,
           bool kSplitQ = false, bool kPrefetchMaps = false, int kOStore = -1,
@@ -352,7 +352,7 @@ struct LibraryFwdTraits {
                          kSumsW >= 0 ? kSumsW != 0
                                      : fwd_sums_wgmma_sm90(kHeadDim, kVariant == kSoftcapVariant),
                          kTail >= 0 ? kTail : fwd_tail_in_exp_sm90(kTile.block_m),
-                         kTwoP >= 0 ? kTwoP != 0 : fwd_two_p_sm90(kTile.block_m, kTile.block_n)>;
+                         kTwoP >= 0 ? kTwoP : fwd_two_p_sm90(kTile.block_m, kTile.block_n)>;
   using Single = With<false>;
   // tiles.h fwd_double_q_sm90 (a build flag, off by default): the static variant's tiles, a
   // second Q where the shared memory holds it (with the barriers' and the O

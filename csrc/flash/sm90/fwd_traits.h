@@ -48,7 +48,7 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           bool kBoundedRef_ = false, bool kSumsUnderS_ = false, bool kSerialPV_ = false,
           bool kDoubleQ_ = false, bool kSplitQ_ = false, bool kPrefetchMaps_ = false,
           bool kPublishTiles_ = false, int kLazyRescale_ = 0, bool kSkipKept_ = false,
-          bool kSumsWgmma_ = false, int kTailInExp_ = 0, bool kTwoP_ = false>
+          bool kSumsWgmma_ = false, int kTailInExp_ = 0, int kTwoP_ = 0>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // The overlapped step's tail (the wait for P_{i-1} V_{i-1}, O's fence, V's release, O's
@@ -68,12 +68,15 @@ struct FwdTraits {
   static constexpr int kTailLevel = kSerialPV_ ? 0 : kTailInExp_;
   // The bounded reference's P in two register sets, alternating by step (fwd_consumer.h kTwoP):
   // step i packs P_i into the set P V_{i-1} does not read, so the pack needs no wait for P V and
-  // may issue among the exponentials; the step has no wgmma wait<0> at all (the next step's
-  // wait<1> retires P V_{i-1}, groups retiring in order), and V_{i-1}'s buffer is released one
-  // step later than in the one-set order. The bounded reference only (it has no O rescale, the
-  // one other reason for the wait); the steady loop is unrolled by two (each set's registers by
-  // constant index). A tuning knob (knobs.h fwd_two_p_sm90), off until measured.
-  static constexpr bool kTwoP = kTwoP_ && kBoundedRef_ && !kSerialPV_;
+  // issues inside the exponentials' arms, among the MUFUs. Level 1: the wait for P V_{i-1}
+  // (wgmma wait<0>) and V_{i-1}'s release after the exponentials' join, where P V_{i-1}, issued
+  // before them, has long finished (the one-set order's wait, minus the pack behind it); level 2:
+  // no wait in the step at all (the next step's wait<1> retires P V_{i-1}, groups retiring in
+  // order), V_{i-1}'s buffer released one step later (and the producer, which loads K_{j+1}
+  // after V_j, with it). The bounded reference only (it has no O rescale, the one other reason
+  // for the wait); the steady loop is unrolled by two (each set's registers by constant index).
+  // A tuning knob (knobs.h fwd_two_p_sm90), off until measured.
+  static constexpr int kTwoP = kBoundedRef_ && !kSerialPV_ ? kTwoP_ : 0;
   // The bounded reference's used sums by wgmma instead of mma.sync: one m64n8k16 per P fragment
   // against a tile of ones in shared memory (kOffOnes), issued right after the step's P V wgmmas
   // in their commit group, so the tensor cores' async queue runs them beside P V (N = 8: 1/16 of
