@@ -19,11 +19,14 @@ geometric means of the ratios ours / cuDNN and ours / FA4, and the largest error
 cuDNN's against the fp32 reference. Mode `bwd` times the backward alone: each backend's forward
 once with gradients on, then `torch.autograd.grad` of its output against a fixed dout (graph
 retained), TFLOP/s with flash_attn's count (2.5x the forward's); its gradients are checked against
-cuDNN's the same way.
+cuDNN's the same way. --clocks (on by default) samples the SM clock and the board power through
+NVML while each backend is timed (benchmarks/gpu_clocks.py) and adds a table of their medians per
+shape and backend: under a power limit a kernel's time depends on the clock it holds.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import statistics
 import sys
@@ -37,7 +40,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if list((REPO_ROOT / "flashattn_cu").glob("_C*.so")) and str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+if str(Path(__file__).resolve().parent) not in sys.path:  # gpu_clocks beside this file
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 from flashattn_cu import flash_attn_func  # noqa: E402
+from gpu_clocks import ClockSampler  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
 try:
@@ -119,7 +126,13 @@ def main():
     ap.add_argument("--rep-ms", type=int, default=40, help="do_bench rep a round")
     ap.add_argument("--ref-max-seqlen", type=int, default=4096,
                     help="longest rows checked against the fp32 reference (else against cuDNN)")
+    ap.add_argument("--clocks", action=argparse.BooleanOptionalAction, default=True,
+                    help="SM clock and board power (NVML) while each backend is timed")
     args = ap.parse_args()
+    sampler = ClockSampler(torch.cuda.current_device()) if args.clocks else None
+    if sampler is not None and not sampler.available:
+        print(f"clocks: NVML not available ({sampler.error}); no clock table")
+    clock_rows = []
     dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16}
     names = ["flashattn_cu", "cuDNN", "FA2"] + (["FA4"] if fa4_func is not None else [])
     modes = args.modes.split(",")
@@ -168,11 +181,16 @@ def main():
                     # Interleaved rounds: each round times every backend once, in turn; a
                     # backend's time is the median of its rounds' medians.
                     times = {name: [] for name in checked}
+                    if sampler is not None:
+                        sampler.reset()
                     for _ in range(args.rounds):
                         for name in list(times):
                             try:
-                                times[name].append(do_bench(fns[name], warmup=args.warmup_ms,
-                                                            rep=args.rep_ms, return_mode="median"))
+                                with (sampler.tagged(name) if sampler is not None
+                                      else contextlib.nullcontext()):
+                                    times[name].append(do_bench(fns[name], warmup=args.warmup_ms,
+                                                                rep=args.rep_ms,
+                                                                return_mode="median"))
                             except Exception as exc:  # noqa: BLE001
                                 print(f"{name} d={d} s={s} causal={int(causal)}: timing: "
                                       f"{type(exc).__name__}: {exc}")
@@ -191,6 +209,13 @@ def main():
                     lines.append(f"| {mode} | {dname} | {d} | {s} | {int(causal)} | " +
                                  " | ".join(cells) + f" | {rc:.2f} | {rf:.2f} | {spread} |")
                     print(lines[-1], flush=True)
+                    if sampler is not None and sampler.available:
+                        got = {n: sampler.summary(n) for n in names}
+                        row = (f"| {mode} | {dname} | {d} | {s} | {int(causal)} | " +
+                               " | ".join(f"{got[n][0]:.0f} / {got[n][1]:.0f}" if got[n] else "-"
+                                          for n in names) + " |")
+                        clock_rows.append(row)
+                        print("clocks " + row, flush=True)
                     del q, k, v, ref, fns, dout
     for (mode, key), vals in ratios.items():
         vals = [x for x in vals if x == x]
@@ -206,6 +231,13 @@ def main():
                        f"median {sorted(vals)[len(vals) // 2]:.2f} over {len(vals)} shapes")
             lines += ["", summary]
             print(summary)
+    if clock_rows:
+        lines += ["", "SM clock (MHz) / board power (W) while each backend was timed: medians of "
+                  "NVML samples every 5 ms over its rounds (benchmarks/gpu_clocks.py).", "",
+                  "| mode | dtype | d | seqlen | causal | " + " | ".join(names) + " |",
+                  "|" + "---|" * (len(names) + 5)] + clock_rows
+    if sampler is not None:
+        sampler.close()
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")
 

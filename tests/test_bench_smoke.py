@@ -189,3 +189,69 @@ def test_bench_fa4_round_ratios_pair_each_round():
     assert mod.round_ratios([2.0, 3.0, 1.0], [1.0, 2.0, 2.0]) == [2.0, 1.5, 0.5]
     assert mod.round_ratios(None, [1.0]) == [] and mod.round_ratios([1.0], []) == []
     assert mod.round_ratios([1.0, 2.0], [1.0]) == []  # a round lost on one side: no pairing
+
+
+def test_gpu_clocks_sampler_tags_and_medians(monkeypatch):
+    """benchmarks/gpu_clocks.py (bench_fa4.py --clocks): samples taken while a tag is set count
+    for that tag only, their medians are reported, the NVML device index follows
+    CUDA_VISIBLE_DEVICES, and without NVML the sampler says so and records nothing. A fake
+    libnvidia-ml (ctypes.CDLL) stands in for the driver's."""
+    import ctypes
+    import importlib.util
+    import time
+
+    spec = importlib.util.spec_from_file_location("gpu_clocks", REPO / "benchmarks" / "gpu_clocks.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    class FakeNvml:
+        def __init__(self):
+            self.index, self.mhz, self.mw = None, 1500, 400_000
+
+        def nvmlInit_v2(self):
+            return 0
+
+        def nvmlDeviceGetHandleByIndex_v2(self, index, handle_ref):
+            self.index = index.value
+            return 0
+
+        def nvmlDeviceGetClockInfo(self, handle, clock_type, mhz_ref):
+            assert clock_type == 1  # NVML_CLOCK_SM
+            mhz_ref._obj.value = self.mhz
+            return 0
+
+        def nvmlDeviceGetPowerUsage(self, handle, mw_ref):
+            mw_ref._obj.value = self.mw
+            return 0
+
+    fake = FakeNvml()
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: fake)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    sampler = mod.ClockSampler(cuda_index=1, period_s=0.001)
+    try:
+        assert sampler.available and fake.index == 5
+        time.sleep(0.02)  # no tag: nothing recorded
+        assert sampler.summary("a") is None
+        with sampler.tagged("a"):
+            time.sleep(0.1)
+        fake.mhz, fake.mw = 1200, 650_000
+        with sampler.tagged("b"):
+            time.sleep(0.1)
+        a, b = sampler.summary("a"), sampler.summary("b")
+        assert a is not None and b is not None, (a, b)
+        assert a[:2] == (1500, 400.0) and b[:2] == (1200, 650.0), (a, b)
+        sampler.reset()
+        assert sampler.summary("a") is None
+    finally:
+        sampler.close()
+
+    def no_lib(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_lib)
+    missing = mod.ClockSampler()
+    assert not missing.available and "cannot open" in missing.error
+    with missing.tagged("a"):
+        pass
+    assert missing.summary("a") is None
+    missing.close()
