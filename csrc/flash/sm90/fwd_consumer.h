@@ -410,6 +410,20 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
     clock.mark(kPhaseFirstStep);
     static_assert(!Traits::kSerialPV || (!Traits::kEarlyRescale && !Traits::kSumsUnderS),
                   "kSerialPV: no next S GEMM to hide the rescale or the used sums under");
+    // An overlapped step's start: K_i and V_{i-1} landed, this consumer's turn, S_i issued (its
+    // commit group; P V_{i-1} is the caller's to issue, in the same turn). Returns S_i's keys.
+    auto open_step = [&](int i, const RingSlot<Traits>& slot, const RingSlot<Traits>& prev) {
+      clock.step_start();
+      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);
+      ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + prev.stage), prev.parity);
+      const BlockHalf s_half = half_of(w.blocks.end - 1 - i);
+      clock.step(kStepWaitKV);
+      turns.begin();
+      clock.step(kStepTurn);
+      ptx::wgmma_fence();
+      issue_s(slot.stage, s_half);
+      return s_half;
+    };
     if constexpr (Traits::kSerialPV) {
 #pragma unroll 1
       for (int i = 1; i < w.num_blocks; ++i) {
@@ -433,15 +447,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
       auto two_p_step = [&](int i, auto set) {
         using Prev = std::integral_constant<int, 1 - decltype(set)::value>;
         const RingSlot<Traits> slot(ring + i), prev(ring + i - 1);
-        clock.step_start();
-        ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);
-        ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + prev.stage), prev.parity);
-        const BlockHalf s_half = half_of(w.blocks.end - 1 - i);
-        clock.step(kStepWaitKV);
-        turns.begin();
-        clock.step(kStepTurn);
-        ptx::wgmma_fence();
-        issue_s(slot.stage, s_half);
+        const BlockHalf s_half = open_step(i, slot, prev);
         issue_pv(prev.stage, half, Prev{});
         turns.end();
         if constexpr (kSumsLate) sum_used(Prev{});  // P_{i-1}'s
@@ -476,15 +482,7 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
 #pragma unroll 1
       for (int i = 1; i < w.num_blocks; ++i) {
         const RingSlot<Traits> slot(ring + i), prev(ring + i - 1);
-        clock.step_start();
-        ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKFull + slot.stage), slot.parity);
-        ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVFull + prev.stage), prev.parity);
-        const BlockHalf s_half = half_of(w.blocks.end - 1 - i);
-        clock.step(kStepWaitKV);
-        turns.begin();
-        clock.step(kStepTurn);
-        ptx::wgmma_fence();
-        issue_s(slot.stage, s_half);
+        const BlockHalf s_half = open_step(i, slot, prev);
         if constexpr (Traits::kEarlyRescale) {
           // O (P V of step i - 2 has landed) to the row max of step i - 1, whose P the P V below
           // adds, while S_i runs on the tensor cores (step 0's factor is 0 on an O of 0).
