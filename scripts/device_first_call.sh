@@ -23,14 +23,9 @@ ab_pid=
 if [ -n "${AB_MODES:-}${AB_SM80_MODES:-}" ]; then
     sm80=0
     [ -n "${AB_SM80_MODES:-}" ] && sm80=1
-    # LAZY_MODES empty would mean `lazy` there: without tune_fwd90 modes, no tune_fwd90 binary.
-    work=$PWD/build/tune_bin
-    if [ -z "${AB_MODES:-}" ]; then
-        work=/tmp/first_call_ab && mkdir -p "$work" && cp build/tune_bin/tune_fwd.xz "$work/" 2>/dev/null
-    fi
-    (sleep 5; OUT=$base/ab LAZY_STAGE=run LAZY_SM80=$sm80 LAZY_MODES="${AB_MODES:-lazy}" \
-        LAZY_SM80_MODES="${AB_SM80_MODES:-lazy}" LAZY_TIMEOUT=${AB_TIMEOUT:-150} WORK=$work \
-        bash scripts/device_lazy_ab.sh > "$base/ab.log" 2>&1) &
+    (sleep 5; OUT=$base/ab LAZY_STAGE=run LAZY_SM80=$sm80 LAZY_MODES="${AB_MODES:-}" \
+        LAZY_SM80_MODES="${AB_SM80_MODES:-}" LAZY_TIMEOUT=${AB_TIMEOUT:-150} \
+        WORK=$PWD/build/tune_bin bash scripts/device_lazy_ab.sh > "$base/ab.log" 2>&1) &
     ab_pid=$!
 fi
 OUT=$base bash scripts/device_validate.sh

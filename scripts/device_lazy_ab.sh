@@ -8,9 +8,9 @@
 #   the two outputs compared.
 # B / A time < 1: the lazy reference is faster. Device only, from the repository root:
 #   OUT=/tmp/o bash scripts/device_lazy_ab.sh   (LAZY_SM80=0: the sm90a A/B alone; LAZY_TIMEOUT;
-#   LAZY_MODES="lazy lazydyn": tune_fwd90's modes, `lazy` alone by default, any of
+#   LAZY_MODES="lazy lazydyn": tune_fwd90's modes, `lazy` alone when unset, none when empty, any of
 #   fwd90_lazy_modes.h's: lazy, lazydyn, window256, skipkept, sumswgmma, tailinexp and tailmods
-#   (FwdTraits kTailInExp); LAZY_SM80_MODES: tune_fwd's, `lazy` by default, "skipkept" its
+#   (FwdTraits kTailInExp); LAZY_SM80_MODES: tune_fwd's, `lazy` when unset, "skipkept" its
 #   kSkipKept A/B)
 # The bitwise modes' (skipkept, tailinexp, tailmods) "NOT BITWISE" rows are echoed with the B/A
 # ones.
@@ -53,14 +53,14 @@ for t in tune_fwd90 tune_fwd; do
     fi
 done
 if [ -x "$WORK/tune_fwd90" ]; then
-    for mode in ${LAZY_MODES:-lazy}; do  # LAZY_MODES="lazy lazydyn": the other instances too
+    for mode in ${LAZY_MODES-lazy}; do  # LAZY_MODES="lazy lazydyn": the other instances too
         timeout "${LAZY_TIMEOUT:-240}" "$WORK/tune_fwd90" "$mode" 2>&1 |
             tee "$OUT/tune_fwd90_$mode.txt" | grep -E "B/A|WRONG|failed|NOT BITWISE"
         echo "tune_fwd90 $mode: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
     done
 fi
 if [ "$sm80" != 0 ] && [ -x "$WORK/tune_fwd" ]; then
-    for mode in ${LAZY_SM80_MODES:-lazy}; do  # LAZY_SM80_MODES="skipkept": tune_fwd's other A/B
+    for mode in ${LAZY_SM80_MODES-lazy}; do  # LAZY_SM80_MODES="skipkept": tune_fwd's other A/B
         timeout "${LAZY_TIMEOUT:-240}" "$WORK/tune_fwd" "$mode" 2>&1 | tee "$OUT/tune_fwd_$mode.txt"
         echo "tune_fwd $mode: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
     done
