@@ -247,14 +247,14 @@ __host__ __device__ constexpr int fwd_tail_in_exp_sm90(int block_m) {
   return block_m / 64 == 2 ? 2 : 0;
 }
 
-// The bounded reference's P in two register sets (sm90/fwd_traits.h kTwoP: no wait for P V in
-// its steps, the pack free to issue among the exponentials): off until tune_fwd90 `twop` has
-// measured it (benchmarks/NOTES.md 12.101, 12.102); the build flag FLASHATTN_CU_FWD_TWO_P=1 or 2
-// (its level) gives it to
-// the bounded instances whose registers hold the second set, the 128 x 128 tiles (ptxas, sm_90a,
-// bf16: d = 128's static short tile and dynamic tile, d = 64's dynamic tile, no new spills; d =
-// 128's 128 x 176 and d = 64's three-consumer 192 x 128 run out, their wgmmas serialized, C7512,
-// and 264 / 272 bytes of spills).
+// The bounded reference's P in two register sets (sm90/fwd_traits.h kTwoP: P's pack needs no
+// wait for P V and issues among the exponentials; level 1 waits after them, level 2 not in the
+// step): off until tune_fwd90 `twop` has measured it (benchmarks/NOTES.md 12.99 item 9, 12.100
+// item 2); the build flag FLASHATTN_CU_FWD_TWO_P=1 or 2 (its level) gives it to the bounded
+// instances whose registers hold the second set, the 128 x 128 tiles (ptxas, sm_90a, bf16:
+// d = 128's static short tile and dynamic tile, d = 64's dynamic tile, no new spills; d = 128's
+// 128 x 176 and d = 64's three-consumer 192 x 128 run out, their wgmmas serialized, C7512, and
+// 264 / 272 bytes of spills).
 #ifndef FLASHATTN_CU_FWD_TWO_P
 #define FLASHATTN_CU_FWD_TWO_P 0
 #endif
