@@ -10,10 +10,10 @@
 #   OUT=/tmp/o bash scripts/device_lazy_ab.sh   (LAZY_SM80=0: the sm90a A/B alone; LAZY_TIMEOUT;
 #   LAZY_MODES="lazy lazydyn": tune_fwd90's modes, `lazy` alone when unset, none when empty, any of
 #   fwd90_lazy_modes.h's: lazy, lazydyn, window256, skipkept, sumswgmma, tailinexp and tailmods
-#   (FwdTraits kTailInExp); LAZY_SM80_MODES: tune_fwd's, `lazy` when unset, "skipkept" its
-#   kSkipKept A/B)
-# The bitwise modes' (skipkept, tailinexp, tailmods) "NOT BITWISE" rows are echoed with the B/A
-# ones.
+#   (FwdTraits kTailInExp), twop (kTwoP), pairkv (kPairKV); LAZY_SM80_MODES: tune_fwd's, `lazy`
+#   when unset, "skipkept" its kSkipKept A/B)
+# The bitwise modes' (skipkept, tailinexp, tailmods, twop, pairkv) "NOT BITWISE" rows are echoed
+# with the B/A ones.
 # LAZY_STAGE=build builds the harnesses and stops; LAZY_STAGE=run runs the modes on the binaries
 # already in WORK (scripts/device_validate_ab.sh builds beside the library's build, runs after),
 # or packed there by scripts/pack_harness.sh (WORK=$PWD/build/tune_bin carried: no device build).

@@ -124,14 +124,14 @@ def test_window_causal_persistent_grid(shape, window, dtype, d):
 def test_sm90_fwd_instance_reads_both_name_forms():
     """attn_helpers.sm90_fwd_instance reads FwdTraits' arguments by position, so template
     arguments added to or taken from FwdTraits (kSkipKept and kSumsWgmma after kLazyRescale, where
-    kLazySums was; kTailInExp, then kTwoP last) cannot shift what it reports unnoticed: the
-    demangled and the mangled name of one kernel give the same instance (names as cuobjdump and
-    torch's profiler show them, all 28 arguments, here with kBlockM 128, kLazyRescale 8,
-    kSkipKept clear, kSumsWgmma set, kTailInExp at level 2 and kTwoP 0), and a name short of
-    kTailInExp (the 26 of FwdTraits before it) raises."""
+    kLazySums was; kTailInExp, then kTwoP and kPairKV last) cannot shift what it reports
+    unnoticed: the demangled and the mangled name of one kernel give the same instance (names as
+    cuobjdump and torch's profiler show them, all 29 arguments, here with kBlockM 128,
+    kLazyRescale 8, kSkipKept clear, kSumsWgmma set, kTailInExp at level 2, kTwoP 0 and kPairKV
+    clear), and a name short of kTailInExp (the 26 of FwdTraits before it) raises."""
     traits = ["128", "128", "176", "2", "true", "0", "0", "true", "false", "0", "true", "false",
               "false", "true", "true", "false", "false", "false", "false", "false", "false",
-              "false", "false", "8", "false", "true", "2", "0"]
+              "false", "false", "8", "false", "true", "2", "0", "false"]
     demangled = ("void flashattn_cu::sm90::fwd_kernel<__nv_bfloat16, flashattn_cu::sm90::"
                  f"FwdTraits<{', '.join(traits)}>, 9, false>(flashattn_cu::sm90::FwdTmaParams)")
     code = "".join(f"Lb{int(a == 'true')}E" if a in ("true", "false") else f"Li{a}E"

@@ -194,14 +194,14 @@ void sweep(const char* name, const Buffers& b, bool with_non_causal,
 // kernel's, then timed interleaved (harness.h ab_ms: 30 rounds of 4 back-to-back calls each):
 // A's and B's TFLOP/s and the median of B's time / A's over the rounds (< 1: B faster).
 // schedule_ab: A and B the same configuration (TraitsA), A without fwd_defer_m's tile order, B
-// with it. kModsB >= 0: B runs the variant of kModsB on kMods's calls (the same parameters: e.g.
+// with it. with_causal false: the non-causal calls alone. kModsB >= 0: B runs the variant of kModsB on kMods's calls (the same parameters: e.g.
 // kWindow1k's dynamic instance against kWindow1k | kStaticMask's padded window one).
 template <int kHeadDim, typename TraitsA, typename TraitsB, int kMods = kNoMods, int kModsB = -1>
 void ab_sweep(const char* name, const Buffers& b, bool with_non_causal, std::vector<int> seqlens,
-              bool schedule_ab = false) {
+              bool schedule_ab = false, bool with_causal = true) {
   constexpr int kVariant = variant_of(kMods);
   constexpr int kVariantB = kModsB >= 0 ? variant_of(kModsB) : kVariant;
-  for (int causal = with_non_causal ? 0 : 1; causal < 2; ++causal) {
+  for (int causal = with_non_causal ? 0 : 1; causal < (with_causal ? 2 : 1); ++causal) {
     for (int seqlen : seqlens) {
       fa::FwdParams p;
       if (!mods_params(b, kHeadDim, seqlen, causal, kMods, &p)) continue;

@@ -12,7 +12,9 @@
 // exponentials' arms (FwdTraits kTailInExp) against the library's order, outputs bitwise compared;
 // `tailmods`, its level 2 (softcap's max over the raw scores and the early rescale; the library's
 // since benchmarks/NOTES.md 12.99) against level 1; `twop`, the bounded reference's P in two
-// register sets (FwdTraits kTwoP) against one, outputs bitwise compared.
+// register sets (FwdTraits kTwoP) against one, outputs bitwise compared; `pairkv`, two CTAs of a
+// cluster sharing each K / V block by TMA multicast (FwdTraits kPairKV) against one CTA a tile,
+// outputs bitwise compared.
 // tune_fwd90.cu runs them through run_lazy_mode, in -DTUNE_FWD90_SERIAL_ONLY builds too.
 #pragma once
 
@@ -51,6 +53,12 @@ using SumsOf = typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, t
 template <int kHeadDim, int kVariant, bool kShort, int kT>
 using TwoPOf = typename fa::sm90::LibraryFwdTraits<kHeadDim, kVariant, kShort, true, false, false,
                                                    false, -1, false, -1, -1, -1, -1, kT>::Type;
+
+// The library's static long-row configuration with FwdTraits kPairKV b (`pairkv`).
+template <int kHeadDim, bool kPair>
+using PairOf = typename fa::sm90::LibraryFwdTraits<kHeadDim, fa::kStaticVariant, false, false,
+                                                   false, false, false, -1, false, -1, -1, -1,
+                                                   -1, -1, kPair>::Type;
 
 // The library's configuration of variant kVariant (kShort: its short-row tile; kBounded: the
 // bounded reference's instance, false the unbounded one fp16 runs) with FwdTraits kTailInExp's
@@ -344,6 +352,29 @@ inline bool run_lazy_mode(const std::string& mode, const Buffers& b) {
           "d64 twop2 dyn", b, true, sl);
       ab_sweep<128, TwoPOf<128, kCs, false, 0>, TwoPOf<128, kCs, true, 1>, kCapS>(
           "d128 176x1 vs 128x2", b, true, {8192, 16384});
+    }
+    return true;
+  }
+  if (mode == "pairkv") {
+    // Two CTAs of a cluster on adjacent query tiles of a head, each K / V block loaded half by
+    // each into both by TMA multicast (B: FwdTraits kPairKV) against one CTA a tile (A), the
+    // library's static long-row tiles (d = 128 128 x 176, d = 64 192 x 128, d = 256 128 x 80),
+    // plain attention, non-causal (kPairKV's calls: fwd_launch.h; an even count of query tiles
+    // a head, hence d = 64's lengths); bitwise first (the same arithmetic on the same blocks),
+    // then interleaved, two passes.
+    g_library_schedule = true;
+    for (int seqlen : {1024, 4096, 16384}) {
+      bitwise_ab<128, PairOf<128, false>, PairOf<128, true>>("d128 pairkv bits", b, seqlen, false);
+      bitwise_ab<64, PairOf<64, false>, PairOf<64, true>>("d64 pairkv bits", b, seqlen, false);
+      bitwise_ab<256, PairOf<256, false>, PairOf<256, true>>("d256 pairkv bits", b, seqlen, false);
+    }
+    for (int rep = 0; rep < 2; ++rep) {
+      ab_sweep<128, PairOf<128, false>, PairOf<128, true>>("d128 128x176 pairkv", b, true,
+                                                           {2048, 4096, 8192, 16384}, false, false);
+      ab_sweep<64, PairOf<64, false>, PairOf<64, true>>("d64 192x128 pairkv", b, true,
+                                                        {1024, 4096, 16384}, false, false);
+      ab_sweep<256, PairOf<256, false>, PairOf<256, true>>("d256 128x80 pairkv", b, true,
+                                                           {2048, 4096, 8192, 16384}, false, false);
     }
     return true;
   }

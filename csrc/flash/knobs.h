@@ -262,6 +262,19 @@ __host__ __device__ constexpr int fwd_two_p_sm90(int block_m, int block_n) {
   return block_m == 128 && block_n <= 128 ? FLASHATTN_CU_FWD_TWO_P : 0;
 }
 
+// The static long-row tiles of plain attention as two CTAs of a cluster that share each K / V
+// block by TMA multicast (sm90/fwd_traits.h kPairKV), on the calls that allow it (padded,
+// non-causal, an even count of query tiles a head: sm90/fwd_launch.h fwd_pair_kv_call): off
+// until tune_fwd90 `pairkv` has measured it (benchmarks/NOTES.md 12.101); the build flag
+// FLASHATTN_CU_FWD_PAIR_KV=1 gives it to every head dim's static instance, for the suite and the
+// bench in one device call.
+#ifndef FLASHATTN_CU_FWD_PAIR_KV
+#define FLASHATTN_CU_FWD_PAIR_KV 0
+#endif
+__host__ __device__ constexpr bool fwd_pair_kv_sm90(int /*head_dim*/) {
+  return FLASHATTN_CU_FWD_PAIR_KV != 0;
+}
+
 // The sm80 forward's lazy reference (sm80/fwd_kernel.h FwdTraits kLazyRescale): the same build
 // flag for every sm80 forward instance (its kvcache ones included), off unless set, until
 // tune_fwd `lazy` has measured it (on an H100 through the sm80 kernels; Ampere not measured).

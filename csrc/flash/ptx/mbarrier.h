@@ -61,6 +61,17 @@ FLASHATTN_CU_DEVICE void mbarrier_arrive(uint32_t bar) {
 #endif
 }
 
+// One arrival on a barrier of another CTA of the cluster (`bar`: a shared::cluster address, from
+// ptx/cluster.h map_shared_cluster), releasing this thread's earlier accesses at cluster scope.
+FLASHATTN_CU_DEVICE void mbarrier_arrive_cluster(uint32_t bar) {
+#if FLASHATTN_CU_SM90_OR_NEWER
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar)
+               : "memory");
+#else
+  unsupported_arch();
+#endif
+}
+
 // Whether the phase with this parity has completed (a bounded, hardware-suspended wait).
 FLASHATTN_CU_DEVICE bool mbarrier_try_wait_parity(uint32_t bar, uint32_t parity) {
 #if FLASHATTN_CU_SM90_OR_NEWER

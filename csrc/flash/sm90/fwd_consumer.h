@@ -18,6 +18,7 @@
 #include "../problem/params.h"
 #include "../problem/score_mod.h"
 #include "../problem/seqlen.h"
+#include "../ptx/cluster.h"
 #include "../ptx/ldmatrix.h"
 #include "../ptx/mbarrier.h"
 #include "../ptx/shared.h"
@@ -72,9 +73,16 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   const int q_empty = Traits::q_bar(Traits::kBarQEmpty, qs.stage, Traits::q_part(consumer));
   auto k_tile = [&](int stage) { return s_base + Traits::kOffK + stage * Traits::kKVBytes; };
   auto v_tile = [&](int stage) { return s_base + Traits::kOffV + stage * Traits::kKVBytes; };
-  // One arrival per consumer warp releases a buffer (its warpgroup's wgmmas reading it are done).
+  // One arrival per consumer warp releases a buffer (its warpgroup's wgmmas reading it are done);
+  // with FwdTraits kPairKV on the partner CTA's barrier too, whose producer also loads into it.
   auto release = [&](int bar) {
-    if (lane == 0) ptx::mbarrier_arrive(bars + 8 * bar);
+    if (lane == 0) {
+      ptx::mbarrier_arrive(bars + 8 * bar);
+      if constexpr (Traits::kPairKV) {
+        ptx::mbarrier_arrive_cluster(
+            ptx::map_shared_cluster(bars + 8 * bar, ptx::cluster_ctarank() ^ 1u));
+      }
+    }
   };
 
   float acc_o[1][kDTiles][4];

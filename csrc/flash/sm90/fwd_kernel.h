@@ -57,6 +57,7 @@
 #include "../problem/score_mod.h"
 #include "../problem/seqlen.h"
 #include "../ptx/ldmatrix.h"
+#include "../ptx/cluster.h"
 #include "../ptx/mbarrier.h"
 #include "../ptx/shared.h"
 #include "../ptx/sync.h"
@@ -89,6 +90,8 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   // The producer hands out the walk's tiles (fwd_work.h fwd_published_tiles).
   constexpr bool kPublished = !kCompactOnly && fwd_published_tiles<Traits, kVariant>();
   const int num_tiles = static_cast<int>(fwd_tile_count<Traits, kVariant, kCompact>(p));
+  static_assert(!Traits::kPairKV || (kVariant == kStaticVariant && !kPublished && !kCompactOnly),
+                "FwdTraits kPairKV: the static variant's static walk");
 
   if constexpr (variant_dropout(kVariant)) {
     // The resolved random state for the backward (FwdParams::rng_state), once per call.
@@ -116,8 +119,8 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
     for (int s = 0; s < Traits::kStages; ++s) {
       ptx::mbarrier_init(bars + 8 * (Traits::kBarKFull + s), 1);
       ptx::mbarrier_init(bars + 8 * (Traits::kBarVFull + s), 1);
-      ptx::mbarrier_init(bars + 8 * (Traits::kBarKEmpty + s), 4 * Traits::kConsumers);
-      ptx::mbarrier_init(bars + 8 * (Traits::kBarVEmpty + s), 4 * Traits::kConsumers);
+      ptx::mbarrier_init(bars + 8 * (Traits::kBarKEmpty + s), Traits::kKVEmptyArrivals);
+      ptx::mbarrier_init(bars + 8 * (Traits::kBarVEmpty + s), Traits::kKVEmptyArrivals);
     }
     if constexpr (kPublished) {
 #pragma unroll
@@ -138,6 +141,11 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
     }
   }
   __syncthreads();  // the last barrier of all warpgroups: the roles split here
+  if constexpr (Traits::kPairKV) {
+    // Both CTAs' barriers initialized before either's loads or arrivals reach the other's.
+    ptx::cluster_arrive_release();
+    ptx::cluster_wait_acquire();
+  }
 
   if (wg == 0) {
     ptx::setmaxnreg_dec<Traits::kProducerRegs>();
@@ -160,6 +168,12 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
     clock.write(tp.stamps, consumer, Traits::kConsumers);
     // The shared memory of the last TMA store must stay until the store has read it.
     if (Traits::kTmaStoreO != 0 && tp.o_tma && threadIdx.x % 128 == 0) ptx::tma_store_wait<0>();
+    if constexpr (Traits::kPairKV) {
+      // Neither CTA exits while the other's consumers may still arrive on its empty barriers
+      // (the producer warpgroup has exited, which the cluster barrier counts as arrived).
+      ptx::cluster_arrive_release();
+      ptx::cluster_wait_acquire();
+    }
   };
   if constexpr (kCompactOnly) {  // the CTA's one compact tile (a grid of one CTA per tile)
     if (static_cast<int>(blockIdx.x) < num_tiles) {
@@ -231,7 +245,7 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   for (int k = 0, index = blockIdx.x; index < num_tiles; ++k) {
     const FwdWork w =
         fwd_work<kDynamic, Traits::kBlockM, Traits::kBlockN, kEntryShift>(p, ts, tp.m_shift);
-    const int next_index = cta_tile_index(k + 1, blockIdx.x, gridDim.x);
+    const int next_index = walk_tile_index<Traits>(k + 1);
     auto ahead = [&] {
       if (next_index < num_tiles) {
         ts = fwd_tile_seq<kSeqlens, Traits::kBlockM, false>(p, next_index, num_m, tp.group_heads,

@@ -97,6 +97,13 @@ inline FwdSchedule fwd_schedule(const FwdParams& p, int64_t tiles, int sms, int6
   return FwdSchedule{sms, l2_head_group(p, l2_bytes), defer_m};
 }
 
+// Whether a call on the static variant's walk lets two CTAs of a cluster share K / V (FwdTraits
+// kPairKV): adjacent query tiles of a head see the same key blocks (no causal mask) and pair up
+// within the head (an even count of query tiles of block_m rows).
+inline bool fwd_pair_kv_call(const FwdParams& p, int block_m) {
+  return !p.is_causal && ceil_div(p.seqlen_q, block_m) % 2 == 0;
+}
+
 // FwdTmaParams::m_shift of configuration (Traits, kVariant) for a call (problem/mask.h
 // Mask::query_block_shift): a padded call's one shift (all entries have seqlen_q rows; dropout's
 // rounded down to a multiple of 16 rows, where its Philox map wants its tiles), a varlen call's
@@ -208,11 +215,11 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
                               Traits::kQPartRows);
   if (st == Status::kSuccess) {
     st = encode_rows_map(&tp.k_map, p.dtype, p.k, p.head_dim, e.k_rows, p.num_heads_k, e.batch,
-                         p.k_row_stride, p.k_head_stride, p.k_batch_stride, Traits::kBlockN);
+                         p.k_row_stride, p.k_head_stride, p.k_batch_stride, Traits::kKVBoxRows);
   }
   if (st == Status::kSuccess) {
     st = encode_rows_map(&tp.v_map, p.dtype, p.v, p.head_dim, e.k_rows, p.num_heads_k, e.batch,
-                         p.v_row_stride, p.v_head_stride, p.v_batch_stride, Traits::kBlockN);
+                         p.v_row_stride, p.v_head_stride, p.v_batch_stride, Traits::kKVBoxRows);
   }
   if constexpr (Traits::kTmaStoreO != 0) {
     // Padded calls (FwdTraits::kTmaStoreO) whose o a TMA map can describe: a 16-byte aligned
@@ -287,6 +294,21 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
     if (err != cudaSuccess) return cuda_status(err);
     schedule.grid = sms;
   }
+  if constexpr (Traits::kPairKV) {
+    // FwdTraits kPairKV (a tuning knob, tune_fwd90 `pairkv`): clusters of two CTAs on adjacent
+    // query tiles of one head, which see the same key blocks only on a padded call without a
+    // causal mask whose heads have an even count of query tiles, on the static walk (the tile
+    // order of query_tile_at without groups); an even grid (a pair per cluster).
+    const int64_t grid = schedule.grid & ~int64_t{1};
+    if (kVariant != kStaticVariant || !fwd_pair_kv_call(p, Traits::kBlockM) || published ||
+        compact || tp.tile_counter != nullptr || schedule.group_heads != 0 ||
+        schedule.defer_m != 0 || grid < 2) {
+      return Status::kInvalidArgument;
+    }
+    return launch_kernel_clustered<fwd_kernel<Element, Traits, kVariant>>(
+        StreamOrder::kWhole, 2, dim3(static_cast<unsigned>(grid)), dim3(Traits::kNThreads),
+        Traits::kSmemBytes, stream, tp);
+  }
   if constexpr (kCompactTiles && !fwd_compact_in_walk<Traits, kVariant>()) {
     if (compact) {
       return launch_kernel<fwd_kernel<Element, Traits, kVariant, true>>(
@@ -305,12 +327,12 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
 // the tile's, kLazy >= 0 its kLazyRescale in place of knobs.h fwd_lazy_rescale_sm90's,
 // kSkip >= 0 its kSkipKept in place of fwd_skip_kept_sm90's, kSumsW >= 0 its kSumsWgmma in
 // place of fwd_sums_wgmma_sm90's, kTail >= 0 its kTailInExp level in place of
-// fwd_tail_in_exp_sm90's and kTwoP >= 0 its kTwoP level in place of fwd_two_p_sm90's, the harness's
-// A/Bs only).
+// fwd_tail_in_exp_sm90's, kTwoP >= 0 its kTwoP level in place of fwd_two_p_sm90's and kPairKV
+// FwdTraits kPairKV, the harness's A/Bs only).
 template <int kHeadDim, int kVariant, bool kShort, bool kBounded, bool kDoubleQ = false,
           bool kSplitQ = false, bool kPrefetchMaps = false, int kOStore = -1,
           bool kPublishTiles = false, int kLazy = -1, int kSkip = -1, int kSumsW = -1,
-          int kTail = -1, int kTwoP = -1>
+          int kTail = -1, int kTwoP = -1, bool kPairKV = false>
 struct LibraryFwdTraits {
   static constexpr FwdTileSm90 kTile =
       fwd_serial_sm90(kHeadDim, kVariant == kStaticVariant && !kShort)
@@ -352,7 +374,8 @@ struct LibraryFwdTraits {
                          kSumsW >= 0 ? kSumsW != 0
                                      : fwd_sums_wgmma_sm90(kHeadDim, kVariant == kSoftcapVariant),
                          kTail >= 0 ? kTail : fwd_tail_in_exp_sm90(kTile.block_m),
-                         kTwoP >= 0 ? kTwoP : fwd_two_p_sm90(kTile.block_m, kTile.block_n)>;
+                         kTwoP >= 0 ? kTwoP : fwd_two_p_sm90(kTile.block_m, kTile.block_n),
+                         kPairKV>;
   using Single = With<false>;
   // tiles.h fwd_double_q_sm90 (a build flag, off by default): the static variant's tiles, a
   // second Q where the shared memory holds it (with the barriers' and the O
@@ -366,6 +389,16 @@ struct LibraryFwdTraits {
 template <typename Element, int kHeadDim, int kVariant, bool kShort = false>
 Status launch_fwd(const FwdParams& p, int sms, int l2_bytes, cudaStream_t stream) {
   using Lib = LibraryFwdTraits<kHeadDim, kVariant, kShort, false>;
+  // knobs.h fwd_pair_kv_sm90 (a build flag, off): the static long-row tile as CTA pairs sharing
+  // K / V, on the calls that allow it.
+  if constexpr (kVariant == kStaticVariant && !kShort && fwd_pair_kv_sm90(kHeadDim)) {
+    if (fwd_pair_kv_call(p, Lib::Type::kBlockM)) {
+      using Pair = typename LibraryFwdTraits<kHeadDim, kVariant, false, false, false, false, false,
+                                             -1, false, -1, -1, -1, -1, -1, true>::Type;
+      return launch_fwd_config<Element, Pair, kVariant>(p, sms, l2_bytes, causal_persistent(p),
+                                                        stream, nullptr, true, causal_order(p));
+    }
+  }
   // bf16 softcap calls that ScoreScale::bounded_ref admits take the bounded reference's
   // instance where knobs.h fwd_bounded_ref_sm90 says so.
   if constexpr (std::is_same_v<Element, __nv_bfloat16> &&

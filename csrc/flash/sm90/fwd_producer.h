@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "../ptx/cluster.h"
 #include "../ptx/mbarrier.h"
 #include "../ptx/shared.h"
 #include "../ptx/tma.h"
@@ -150,8 +151,7 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
     const uint32_t bars = s_base + Traits::kOffBarriers;
     const int group = p.num_heads / p.num_heads_k;
 #pragma unroll 1
-    for (int k = 0, index = blockIdx.x; index < num_tiles;
-         index = cta_tile_index(++k, blockIdx.x, gridDim.x)) {
+    for (int k = 0, index = blockIdx.x; index < num_tiles; index = walk_tile_index<Traits>(++k)) {
       const FwdWork w =
           fwd_work<kDynamic, kSeqlens, Traits::kBlockM, kBlockN, kCompact, kEntryShift>(
               p, index, num_m, tp.group_heads, kernel_defer_m<Traits, kDynamic>(tp), tp.m_shift,
@@ -160,6 +160,19 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
       const MapRows qm = map_rows(w.seq.start_q, w.seq.batch);
       const MapRows km = map_rows(w.seq.start_k, w.seq.batch);
       const int head_k = w.tile.head / group;
+      // FwdTraits kPairKV: this CTA's half of key block n's rows (rank r: kKVBoxRows rows from
+      // r x kKVBoxRows) into the same rows of both CTAs' buffer at `offset`, each CTA's barrier
+      // at full's offset counting them (the pair's CTAs load the same blocks in the same order).
+      [[maybe_unused]] auto load_pair_half = [&](const CUtensorMap* map, uint32_t offset,
+                                                 uint32_t full, int n) {
+        const int half = static_cast<int>(ptx::cluster_ctarank()) * Traits::kKVBoxRows;
+#pragma unroll
+        for (int a = 0; a < Traits::kAtoms; ++a) {
+          const int32_t c[4] = {a * 64, km.row0 + n * kBlockN + half, head_k, km.batch};
+          ptx::tma_load_multicast<4>(s_base + offset + (a * kBlockN + half) * 128, map, full, c,
+                                     uint16_t{0x3});
+        }
+      };
 
       // Part `part` of Q (the whole tile unless FwdTraits kSplitQ: consumer `part`'s rows), once
       // the consumers reading it are done with it; the map's boxes are kQPartRows rows high
@@ -195,19 +208,29 @@ __device__ __forceinline__ void produce_tiles(const FwdTmaParams& tp, uint32_t s
         const uint32_t v_full = bars + 8 * (Traits::kBarVFull + slot.stage);
         ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarKEmpty + slot.stage), parity);
         ptx::mbarrier_arrive_expect_tx(k_full, Traits::kKVBytes);
+        if constexpr (Traits::kPairKV) {
+          load_pair_half(&tp.k_map, Traits::kOffK + slot.stage * Traits::kKVBytes, k_full, n);
+        } else {
 #pragma unroll
-        for (int a = 0; a < Traits::kAtoms; ++a) {
-          const int32_t c[4] = {a * 64, km.row0 + n * kBlockN, head_k, km.batch};
-          ptx::tma_load<4>(s_base + Traits::kOffK + slot.stage * Traits::kKVBytes + a * kBlockN * 128,
-                           &tp.k_map, k_full, c);
+          for (int a = 0; a < Traits::kAtoms; ++a) {
+            const int32_t c[4] = {a * 64, km.row0 + n * kBlockN, head_k, km.batch};
+            ptx::tma_load<4>(
+                s_base + Traits::kOffK + slot.stage * Traits::kKVBytes + a * kBlockN * 128,
+                &tp.k_map, k_full, c);
+          }
         }
         ptx::mbarrier_wait_parity(bars + 8 * (Traits::kBarVEmpty + slot.stage), parity);
         ptx::mbarrier_arrive_expect_tx(v_full, Traits::kKVBytes);
+        if constexpr (Traits::kPairKV) {
+          load_pair_half(&tp.v_map, Traits::kOffV + slot.stage * Traits::kKVBytes, v_full, n);
+        } else {
 #pragma unroll
-        for (int a = 0; a < Traits::kAtoms; ++a) {
-          const int32_t c[4] = {a * 64, km.row0 + n * kBlockN, head_k, km.batch};
-          ptx::tma_load<4>(s_base + Traits::kOffV + slot.stage * Traits::kKVBytes + a * kBlockN * 128,
-                           &tp.v_map, v_full, c);
+          for (int a = 0; a < Traits::kAtoms; ++a) {
+            const int32_t c[4] = {a * 64, km.row0 + n * kBlockN, head_k, km.batch};
+            ptx::tma_load<4>(
+                s_base + Traits::kOffV + slot.stage * Traits::kKVBytes + a * kBlockN * 128,
+                &tp.v_map, v_full, c);
+          }
         }
         if (Traits::kOInQ && i < Traits::kQParts) load_q_part(i);
       }

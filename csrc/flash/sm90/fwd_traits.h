@@ -15,7 +15,7 @@ namespace flashattn_cu::sm90 {
 // and v (encoded per call on the host, fwd_launch.h).
 struct FwdTmaParams {
   CUtensorMap q_map;  // boxes of 64 columns x kQPartRows rows (kBlockM unless kSplitQ)
-  CUtensorMap k_map;  // 64 columns x kBlockN rows
+  CUtensorMap k_map;  // 64 columns x Traits::kKVBoxRows rows
   CUtensorMap v_map;
   FwdKernelParams kp;
   int group_heads;  // the tile order (problem/scheduler.h: query_tile_at); 0: query_tile's
@@ -48,7 +48,7 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kPingPon
           bool kBoundedRef_ = false, bool kSumsUnderS_ = false, bool kSerialPV_ = false,
           bool kDoubleQ_ = false, bool kSplitQ_ = false, bool kPrefetchMaps_ = false,
           bool kPublishTiles_ = false, int kLazyRescale_ = 0, bool kSkipKept_ = false,
-          bool kSumsWgmma_ = false, int kTailInExp_ = 0, int kTwoP_ = 0>
+          bool kSumsWgmma_ = false, int kTailInExp_ = 0, int kTwoP_ = 0, bool kPairKV_ = false>
 struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   // The overlapped step's tail (the wait for P_{i-1} V_{i-1}, O's fence, V's release, O's
@@ -77,6 +77,16 @@ struct FwdTraits {
   // for the wait); the steady loop is unrolled by two (each set's registers by constant index).
   // A tuning knob (knobs.h fwd_two_p_sm90), off until measured.
   static constexpr int kTwoP = kBoundedRef_ && !kSerialPV_ ? kTwoP_ : 0;
+  // Two CTAs of a thread-block cluster on adjacent query tiles of one head share each K / V
+  // block: each loads half its rows (kKVBoxRows) by TMA multicast into both CTAs' shared memory,
+  // so L2 serves every block once per pair instead of once per tile (ncu, d = 128 8k on an H100:
+  // our L2 read sectors 1.4x FlashAttention-4's, whose requests the L2's coalescer merged 1.71x
+  // against our 1.23x, benchmarks/NOTES.md 12.101). A stage is free for either producer once
+  // both CTAs' consumers released it: every consumer warp arrives on its own CTA's empty barrier
+  // and on the partner's (kKVEmptyArrivals). The static walk on padded, non-causal calls with an
+  // even count of query tiles (fwd_launch.h refuses the rest); a tuning knob, off in the library
+  // until tune_fwd90 `pairkv` has measured it.
+  static constexpr bool kPairKV = kPairKV_;
   // The bounded reference's used sums by wgmma instead of mma.sync: one m64n8k16 per P fragment
   // against a tile of ones in shared memory (kOffOnes), issued right after the step's P V wgmmas
   // in their commit group, so the tensor cores' async queue runs them beside P V (N = 8: 1/16 of
@@ -224,6 +234,12 @@ struct FwdTraits {
   static constexpr int kDTiles = kHeadDim / 8;         // 8-column accumulator tiles of O
   static constexpr uint32_t kQBytes = kAtoms * kBlockM * 128;
   static constexpr uint32_t kKVBytes = kAtoms * kBlockN * 128;
+  // The rows of a K / V box (the TMA maps' box height): the whole block, or with kPairKV the half
+  // each CTA of the pair loads (rank r: rows r * kKVBoxRows ..).
+  static constexpr int kKVBoxRows = kPairKV ? kBlockN / 2 : kBlockN;
+  // Arrivals that complete a K / V stage's empty barrier: every consumer warp's, of both CTAs
+  // with kPairKV.
+  static constexpr int kKVEmptyArrivals = 4 * kConsumers * (kPairKV ? 2 : 1);
   static constexpr int kQStages = kDoubleQ ? 2 : 1;  // Q buffers
   // Shared memory: kQStages Q tiles, kStages K tiles, kStages V tiles (each atom 1024-byte
   // aligned: kBlockM and kBlockN are multiples of 8), then the barriers.
@@ -278,6 +294,9 @@ struct FwdTraits {
   static_assert(kHeadDim % 16 == 0, "head dims of whole k16 steps");
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
   static_assert(kSmemBytes <= 227 * 1024, "fits the sm_90 shared memory");
+  static_assert(!kPairKV || kBlockN % 16 == 0,
+                "kPairKV: half blocks of whole 8-row swizzle atoms (1024-byte aligned)");
+  static_assert(!kPairKV || !kPublishTiles_, "kPairKV: the static walk only");
 };
 
 }  // namespace flashattn_cu::sm90

@@ -180,6 +180,20 @@ __device__ __forceinline__ int kernel_defer_m(const FwdTmaParams& tp) {
   return kDynamic && Traits::kHeadDim <= 128 ? tp.defer_m : 0;
 }
 
+// Tile k of the CTA's static walk (k = 0: blockIdx.x): cta_tile_index's, or with FwdTraits
+// kPairKV the pair's (the CTAs 2c and 2c + 1 of cluster c walk pairs cta_tile_index(k, c, clusters)
+// of adjacent tiles, the CTA of rank r tile 2 x pair + r: one head's adjacent query blocks while
+// the head has an even count of them, fwd_launch.h's condition).
+template <typename Traits>
+__device__ __forceinline__ int walk_tile_index(int k) {
+  if constexpr (Traits::kPairKV) {
+    const int cluster = static_cast<int>(blockIdx.x / 2), clusters = static_cast<int>(gridDim.x / 2);
+    return 2 * cta_tile_index(k, cluster, clusters) + static_cast<int>(blockIdx.x % 2);
+  } else {
+    return cta_tile_index(k, blockIdx.x, gridDim.x);
+  }
+}
+
 // The buffer that use i (counted from 0) of a ring of kBuffers takes, and the phase parity of
 // its barriers that use waits for.
 template <int kBuffers>
