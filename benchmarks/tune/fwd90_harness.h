@@ -26,6 +26,9 @@ inline bool g_library_schedule = false;  // the library's causal choices (causal
 inline bool g_causal_persistent = true;  // fwd_schedule's causal choice (run_fwd: causal_persistent), swept in main
 inline bool g_defer_light = true;  // launch_fwd_config's defer_light (fwd_defer_m's tile order)
 inline int g_causal_order = 0;     // launch_fwd_config's causal_order (fwd_schedule)
+// ab_sweep's B side with this SM count (0: g_sms): a count past the tiles gives fwd_schedule's
+// grid of one CTA per tile (the hardware's hand-out) instead of the persistent walk.
+inline int g_sms_b = 0;
 inline bool g_last_aligned = true;  // launch_fwd_config's last_aligned (fwd_m_shift's blocks)
 inline int g_shift_tma = -1;  // and its shift_tma: -1 the library's (tiles.h
                               // fwd_shift_tma_store_sm90, shift_tma_of), 0 / 1 forced
@@ -194,7 +197,7 @@ void sweep(const char* name, const Buffers& b, bool with_non_causal,
 // kernel's, then timed interleaved (harness.h ab_ms: 30 rounds of 4 back-to-back calls each):
 // A's and B's TFLOP/s and the median of B's time / A's over the rounds (< 1: B faster).
 // schedule_ab: A and B the same configuration (TraitsA), A without fwd_defer_m's tile order, B
-// with it. with_causal false: the non-causal calls alone. kModsB >= 0: B runs the variant of kModsB on kMods's calls (the same parameters: e.g.
+// with it. with_causal false: the non-causal calls alone. g_sms_b: B's grid rule. kModsB >= 0: B runs the variant of kModsB on kMods's calls (the same parameters: e.g.
 // kWindow1k's dynamic instance against kWindow1k | kStaticMask's padded window one).
 template <int kHeadDim, typename TraitsA, typename TraitsB, int kMods = kNoMods, int kModsB = -1>
 void ab_sweep(const char* name, const Buffers& b, bool with_non_causal, std::vector<int> seqlens,
@@ -210,8 +213,12 @@ void ab_sweep(const char* name, const Buffers& b, bool with_non_causal, std::vec
       // Configuration A or B, with the tile order schedule_ab gives it.
       auto run = [&](bool is_b) {
         g_defer_light = !schedule_ab || is_b;
-        return is_b && !schedule_ab ? run_sm90<TraitsB, kVariantB>(p)
-                                    : run_sm90<TraitsA, kVariant>(p);
+        const int sms = g_sms;
+        if (is_b && g_sms_b > 0) g_sms = g_sms_b;
+        const fa::Status st = is_b && !schedule_ab ? run_sm90<TraitsB, kVariantB>(p)
+                                                   : run_sm90<TraitsA, kVariant>(p);
+        g_sms = sms;
+        return st;
       };
       float diffs[2];
       bool failed = false;

@@ -361,7 +361,7 @@ inline bool run_lazy_mode(const std::string& mode, const Buffers& b) {
     // library's static long-row tiles (d = 128 128 x 176, d = 64 192 x 128, d = 256 128 x 80),
     // plain attention, non-causal (kPairKV's calls: fwd_launch.h; an even count of query tiles
     // a head, hence d = 64's lengths); bitwise first (the same arithmetic on the same blocks),
-    // then interleaved, two passes.
+    // then interleaved, two passes. Then the grid of one CTA per tile (FlashAttention-4's).
     g_library_schedule = true;
     for (int seqlen : {1024, 4096, 16384}) {
       bitwise_ab<128, PairOf<128, false>, PairOf<128, true>>("d128 pairkv bits", b, seqlen, false);
@@ -376,6 +376,17 @@ inline bool run_lazy_mode(const std::string& mode, const Buffers& b) {
       ab_sweep<256, PairOf<256, false>, PairOf<256, true>>("d256 128x80 pairkv", b, true,
                                                            {2048, 4096, 8192, 16384}, false, false);
     }
+    // The other way to L2 sharing (benchmarks/NOTES.md 12.101 item 2): FlashAttention-4's grid,
+    // one CTA per tile, whose CTAs of a head start together (B: g_sms_b past the tiles), against
+    // the persistent walk (A), d = 128 non-causal; then the pairs on that grid against it.
+    g_sms_b = 1 << 30;
+    for (int rep = 0; rep < 2; ++rep) {
+      ab_sweep<128, PairOf<128, false>, PairOf<128, false>>("d128 pertile", b, true,
+                                                            {4096, 8192, 16384}, false, false);
+      ab_sweep<128, PairOf<128, false>, PairOf<128, true>>("d128 pairkv pertile", b, true,
+                                                           {4096, 8192, 16384}, false, false);
+    }
+    g_sms_b = 0;
     return true;
   }
   if (mode == "sumswgmma") {
