@@ -14,7 +14,8 @@
 // since benchmarks/NOTES.md 12.99) against level 1; `twop`, the bounded reference's P in two
 // register sets (FwdTraits kTwoP) against one, outputs bitwise compared; `pairkv`, two CTAs of a
 // cluster sharing each K / V block by TMA multicast (FwdTraits kPairKV) against one CTA a tile,
-// outputs bitwise compared.
+// outputs bitwise compared (`pairkv_check`: its bitwise rows on short calls, for
+// compute-sanitizer).
 // tune_fwd90.cu runs them through run_lazy_mode, in -DTUNE_FWD90_SERIAL_ONLY builds too.
 #pragma once
 
@@ -353,6 +354,15 @@ inline bool run_lazy_mode(const std::string& mode, const Buffers& b) {
       ab_sweep<128, TwoPOf<128, kCs, false, 0>, TwoPOf<128, kCs, true, 1>, kCapS>(
           "d128 176x1 vs 128x2", b, true, {8192, 16384});
     }
+    return true;
+  }
+  if (mode == "pairkv_check") {
+    // `pairkv`'s bitwise rows alone on short calls (512 / 768 keys), for compute-sanitizer
+    // (synccheck / racecheck on the cluster's barriers and multicast loads).
+    g_library_schedule = true;
+    bitwise_ab<128, PairOf<128, false>, PairOf<128, true>>("d128 pairkv bits", b, 512, false);
+    bitwise_ab<64, PairOf<64, false>, PairOf<64, true>>("d64 pairkv bits", b, 768, false);
+    bitwise_ab<256, PairOf<256, false>, PairOf<256, true>>("d256 pairkv bits", b, 512, false);
     return true;
   }
   if (mode == "pairkv") {
