@@ -373,6 +373,33 @@ void check_tile_orders() {
       }
       for (int n : seen) perm_ok = perm_ok && n == 1;
     }
+    // pair_tile_index (the sm90 forward's CTA pairs): together every tile once, and at each step
+    // a pair's two CTAs on one head's adjacent query blocks (an even count of them a head).
+    bool pair_ok = true;
+    for (int ctas : {2, 132}) {
+      for (int num_m : {2, 64, 86}) {
+        const int heads = 3, batch = 5, tiles = num_m * heads * batch;
+        std::vector<int> seen(tiles, 0);
+        for (int c = 0; c < ctas; c += 2) {
+          for (int k = 0;; ++k) {
+            const int i0 = flashattn_cu::pair_tile_index(k, c, ctas);
+            const int i1 = flashattn_cu::pair_tile_index(k, c + 1, ctas);
+            pair_ok = pair_ok && (i0 < tiles) == (i1 < tiles) && i1 == i0 + 1;
+            if (i0 >= tiles) break;
+            ++seen[i0];
+            ++seen[i1];
+            const auto t0 = flashattn_cu::query_tile_at(i0, num_m, heads);
+            const auto t1 = flashattn_cu::query_tile_at(i1, num_m, heads);
+            pair_ok = pair_ok && t0.batch == t1.batch && t0.head == t1.head &&
+                      (t0.m_block - t1.m_block == 1 || t1.m_block - t0.m_block == 1);
+          }
+          pair_ok = pair_ok && flashattn_cu::pair_tile_index(0, c, ctas) == c &&
+                    flashattn_cu::pair_tile_index(0, c + 1, ctas) == c + 1;
+        }
+        for (int n : seen) pair_ok = pair_ok && n == 1;
+      }
+    }
+    expect(pair_ok, "pair_tile_index: every tile once, a pair on one head's adjacent query blocks");
     expect(perm_ok, "tile orders: every (batch, head, query block) exactly once");
     expect(lpt_ok, "grouped tile order: longest first inside each group of heads");
     expect(defer_perm_ok, "tile orders with deferred light blocks: every tile exactly once");

@@ -70,6 +70,15 @@ __host__ __device__ __forceinline__ int cta_tile_index(int k, int cta, int ctas)
   return k * ctas + (k % 2 == 0 ? cta : ctas - 1 - cta);
 }
 
+// cta_tile_index for CTAs in pairs (the sm90 forward's FwdTraits kPairKV: clusters of two, CTAs
+// 2c and 2c + 1; `ctas` even): the pair walks pair indices cta_tile_index(k, c, ctas / 2) and the
+// CTA of rank cta % 2 takes tile 2 x pair + rank, so the two hold adjacent tiles at every step
+// (in query_tile_at's order without groups, one head's adjacent query blocks while the head has
+// an even count of them). k = 0 gives tile `cta`.
+__host__ __device__ __forceinline__ int pair_tile_index(int k, int cta, int ctas) {
+  return 2 * cta_tile_index(k, cta / 2, ctas / 2) + cta % 2;
+}
+
 // Tile `index` of the tiles of query_tile_count, for kernels that walk several tiles per CTA
 // (cta_tile_index). Tile indices are below 2^31 (launch_tiles' bound on the tile count).
 //  * group_heads == 0: query_tile's order (with a grid of one CTA per tile, query_tile itself).

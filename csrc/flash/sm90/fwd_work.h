@@ -181,14 +181,12 @@ __device__ __forceinline__ int kernel_defer_m(const FwdTmaParams& tp) {
 }
 
 // Tile k of the CTA's static walk (k = 0: blockIdx.x): cta_tile_index's, or with FwdTraits
-// kPairKV the pair's (the CTAs 2c and 2c + 1 of cluster c walk pairs cta_tile_index(k, c, clusters)
-// of adjacent tiles, the CTA of rank r tile 2 x pair + r: one head's adjacent query blocks while
-// the head has an even count of them, fwd_launch.h's condition).
+// kPairKV pair_tile_index's (cluster c's two CTAs on adjacent tiles: one head's adjacent query
+// blocks while the head has an even count of them, fwd_launch.h's condition).
 template <typename Traits>
 __device__ __forceinline__ int walk_tile_index(int k) {
   if constexpr (Traits::kPairKV) {
-    const int cluster = static_cast<int>(blockIdx.x / 2), clusters = static_cast<int>(gridDim.x / 2);
-    return 2 * cta_tile_index(k, cluster, clusters) + static_cast<int>(blockIdx.x % 2);
+    return pair_tile_index(k, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
   } else {
     return cta_tile_index(k, blockIdx.x, gridDim.x);
   }
