@@ -72,8 +72,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       *reinterpret_cast<float2*>(run + j * 64) = make_float2(1.f / 1024, 1.f / 1024);
     }
     if (mode == kPair) {
-      fa::ptx::cluster_arrive_release();
-      fa::ptx::cluster_wait_acquire();  // both CTAs staged
+      fa::ptx::cluster_sync();  // both CTAs staged
       // This thread's 32 floats of half `rank`: the partner's added into this CTA's.
       const int f0 = static_cast<int>(rank) * (kBlockFloats / 2) + tid * 32;
       for (int j = 0; j < 8; ++j) {
@@ -82,8 +81,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const float4 m = *mine;
         *mine = make_float4(m.x + o.x, m.y + o.y, m.z + o.z, m.w + o.w);
       }
-      fa::ptx::cluster_arrive_release();
-      fa::ptx::cluster_wait_acquire();  // the partner has read this CTA's staging
+      fa::ptx::cluster_sync();  // the partner has read this CTA's staging
     }
     fa::ptx::fence_proxy_async_shared();
     __syncthreads();
@@ -99,8 +97,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if (mode != kRedV2 && tid == 0) fa::ptx::bulk_wait_all<0>();
   if (mode == kPair) {  // no CTA leaves while its partner may read its shared memory
-    fa::ptx::cluster_arrive_release();
-    fa::ptx::cluster_wait_acquire();
+    fa::ptx::cluster_sync();
   }
 }
 

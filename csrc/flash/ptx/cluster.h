@@ -46,6 +46,13 @@ FLASHATTN_CU_DEVICE void cluster_wait_acquire() {
 #endif
 }
 
+// Both halves in turn: every thread of the cluster past this point has seen the others' writes
+// from before it.
+FLASHATTN_CU_DEVICE void cluster_sync() {
+  cluster_arrive_release();
+  cluster_wait_acquire();
+}
+
 // The shared::cluster address of shared::cta address `addr` in the CTA of rank `rank`.
 FLASHATTN_CU_DEVICE uint32_t map_shared_cluster(uint32_t addr, uint32_t rank) {
 #if FLASHATTN_CU_SM90_OR_NEWER

@@ -74,14 +74,16 @@ __device__ __forceinline__ void consume_tile(const FwdTmaParams& tp, const FwdWo
   auto k_tile = [&](int stage) { return s_base + Traits::kOffK + stage * Traits::kKVBytes; };
   auto v_tile = [&](int stage) { return s_base + Traits::kOffV + stage * Traits::kKVBytes; };
   // One arrival per consumer warp releases a buffer (its warpgroup's wgmmas reading it are done);
-  // with FwdTraits kPairKV on the partner CTA's barrier too, whose producer also loads into it.
+  // with FwdTraits kPairKV on the partner CTA's barrier too (the same offset in its shared memory,
+  // mapped once here), whose producer also loads into it.
+  [[maybe_unused]] uint32_t partner_bars = 0;
+  if constexpr (Traits::kPairKV) {
+    partner_bars = ptx::map_shared_cluster(bars, ptx::cluster_ctarank() ^ 1u);
+  }
   auto release = [&](int bar) {
     if (lane == 0) {
       ptx::mbarrier_arrive(bars + 8 * bar);
-      if constexpr (Traits::kPairKV) {
-        ptx::mbarrier_arrive_cluster(
-            ptx::map_shared_cluster(bars + 8 * bar, ptx::cluster_ctarank() ^ 1u));
-      }
+      if constexpr (Traits::kPairKV) ptx::mbarrier_arrive_cluster(partner_bars + 8 * bar);
     }
   };
 

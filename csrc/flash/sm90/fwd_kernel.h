@@ -143,8 +143,7 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
   __syncthreads();  // the last barrier of all warpgroups: the roles split here
   if constexpr (Traits::kPairKV) {
     // Both CTAs' barriers initialized before either's loads or arrivals reach the other's.
-    ptx::cluster_arrive_release();
-    ptx::cluster_wait_acquire();
+    ptx::cluster_sync();
   }
 
   if (wg == 0) {
@@ -171,8 +170,7 @@ __device__ __forceinline__ void fwd_block(const FwdTmaParams& tp, char* smem_raw
     if constexpr (Traits::kPairKV) {
       // Neither CTA exits while the other's consumers may still arrive on its empty barriers
       // (the producer warpgroup has exited, which the cluster barrier counts as arrived).
-      ptx::cluster_arrive_release();
-      ptx::cluster_wait_acquire();
+      ptx::cluster_sync();
     }
   };
   if constexpr (kCompactOnly) {  // the CTA's one compact tile (a grid of one CTA per tile)

@@ -297,12 +297,13 @@ Status launch_fwd_config(const FwdParams& p, int sms, int l2_bytes, bool causal_
   if constexpr (Traits::kPairKV) {
     // FwdTraits kPairKV (a tuning knob, tune_fwd90 `pairkv`): clusters of two CTAs on adjacent
     // query tiles of one head, which see the same key blocks only on a padded call without a
-    // causal mask whose heads have an even count of query tiles, on the static walk (the tile
-    // order of query_tile_at without groups); an even grid (a pair per cluster).
+    // causal mask whose heads have an even count of query tiles, on the static walk (fwd_kernel.h
+    // asserts the static variant, which neither publishes its tiles nor has compact ones; a
+    // non-causal call's schedule has no head groups) in the tile order of query_tile_at without
+    // deferred blocks; an even grid (a pair per cluster).
+    static_assert(kVariant == kStaticVariant && !kCompactTiles, "kPairKV: the static variant");
     const int64_t grid = schedule.grid & ~int64_t{1};
-    if (kVariant != kStaticVariant || !fwd_pair_kv_call(p, Traits::kBlockM) || published ||
-        compact || tp.tile_counter != nullptr || schedule.group_heads != 0 ||
-        schedule.defer_m != 0 || grid < 2) {
+    if (!fwd_pair_kv_call(p, Traits::kBlockM) || schedule.defer_m != 0 || grid < 2) {
       return Status::kInvalidArgument;
     }
     return launch_kernel_clustered<fwd_kernel<Element, Traits, kVariant>>(

@@ -67,12 +67,10 @@ __global__ void __launch_bounds__(kThreads)
       reinterpret_cast<const float4*>(src + block * kExchangeFloats)[t];
   const uint32_t rank = ptx::cluster_ctarank();
   if (t == 0) ranks[block] = static_cast<int>(rank);
-  ptx::cluster_arrive_release();
-  ptx::cluster_wait_acquire();  // both CTAs staged
+  ptx::cluster_sync();  // both CTAs staged
   const uint32_t theirs = ptx::map_shared_cluster(ptx::smem_u32(staged) + 16 * t, rank ^ 1);
   reinterpret_cast<float4*>(dst + block * kExchangeFloats)[t] = ptx::ld_shared_cluster_v4(theirs);
-  ptx::cluster_arrive_release();
-  ptx::cluster_wait_acquire();  // the partner has read this CTA's staging before it exits
+  ptx::cluster_sync();  // the partner has read this CTA's staging before it exits
 }
 
 }  // namespace
