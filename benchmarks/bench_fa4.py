@@ -206,14 +206,15 @@ def main():
                     ratios[(mode, "cuDNN")].append(rc)
                     if "FA4" in tf:
                         ratios[(mode, "FA4")].append(rf)
-                    lines.append(f"| {mode} | {dname} | {d} | {s} | {int(causal)} | " +
-                                 " | ".join(cells) + f" | {rc:.2f} | {rf:.2f} | {spread} |")
+                    shape = f"| {mode} | {dname} | {d} | {s} | {int(causal)} | "
+                    lines.append(shape + " | ".join(cells) +
+                                 f" | {rc:.2f} | {rf:.2f} | {spread} |")
                     print(lines[-1], flush=True)
                     if sampler is not None and sampler.available:
                         got = {n: sampler.summary(n) for n in names}
-                        row = (f"| {mode} | {dname} | {d} | {s} | {int(causal)} | " +
-                               " | ".join(f"{got[n][0]:.0f} / {got[n][1]:.0f}" if got[n] else "-"
-                                          for n in names) + " |")
+                        row = shape + " | ".join(
+                            f"{got[n][0]:.0f} / {got[n][1]:.0f}" if got[n] else "-"
+                            for n in names) + " |"
                         clock_rows.append(row)
                         print("clocks " + row, flush=True)
                     del q, k, v, ref, fns, dout
